@@ -1,0 +1,259 @@
+//! A step: the scope in which tensors exist. It hands out step-region memory,
+//! records ops on the tape, and runs backward.
+
+use super::tape::Node;
+use crate::backend::Backend;
+use crate::memory::{Arena, Buf, Element};
+use crate::tensor::{Brand, Labels, Param, Shape, Tensor, TensorRef};
+use crate::{Error, Result};
+use std::marker::PhantomData;
+
+/// One step of work on an arena. `'s` brands every tensor made here.
+pub struct Step<'s> {
+    arena: &'s mut Arena,
+    _brand: Brand<'s>,
+}
+
+/// Proof that backward ran in step `'s`; look gradients up through the step.
+#[derive(Debug)]
+pub struct Grads<'s> {
+    _brand: Brand<'s>,
+}
+
+impl<'s> Step<'s> {
+    pub(crate) fn new(arena: &'s mut Arena) -> Self {
+        Self {
+            arena,
+            _brand: PhantomData,
+        }
+    }
+
+    /// Raw step-region memory, released at the reset.
+    pub fn alloc<T: Element>(&mut self, what: &'static str, shape: Shape) -> Result<Buf<T>> {
+        Ok(self.arena.alloc_step(what, shape)?)
+    }
+
+    pub(crate) fn backend(&mut self) -> &mut Backend {
+        self.arena.backend()
+    }
+
+    /// Worker threads of the device (sizes per-thread scratch).
+    pub fn threads(&mut self) -> usize {
+        self.arena.backend().threads()
+    }
+
+    /// Bytes this step has allocated so far.
+    pub fn bytes_in_use(&self) -> usize {
+        self.arena.step_bytes()
+    }
+
+    /// Whether ops are being recorded for backward.
+    pub fn grad_enabled(&mut self) -> bool {
+        self.arena.tape().recording
+    }
+
+    /// Turns recording off (evaluation) or on for the rest of the step.
+    pub fn set_grad_enabled(&mut self, on: bool) {
+        self.arena.tape().recording = on;
+    }
+
+    fn next_id(&mut self) -> u32 {
+        let tape = self.arena.tape();
+        let id = tape.next_id;
+        tape.next_id += 1;
+        id
+    }
+
+    /// A new tensor in the step region whose gradient is wanted when any of
+    /// `inputs` wants one and the step records.
+    pub(crate) fn output(&mut self, what: &'static str, shape: Shape, inputs: &[&Tensor<'s>]) -> Result<Tensor<'s>> {
+        let requires_grad = self.grad_enabled() && inputs.iter().any(|t| t.requires_grad());
+        let buf = self.alloc(what, shape)?;
+        let id = self.next_id();
+        Ok(Tensor::from_ref(TensorRef {
+            id,
+            buf,
+            shape,
+            requires_grad,
+        }))
+    }
+
+    /// A tensor over existing memory (a reshape), with a fresh id.
+    pub(crate) fn alias(&mut self, buf: Buf<f32>, shape: Shape, requires_grad: bool) -> Tensor<'s> {
+        let id = self.next_id();
+        Tensor::from_ref(TensorRef {
+            id,
+            buf,
+            shape,
+            requires_grad,
+        })
+    }
+
+    pub(crate) fn record(&mut self, node: Node) {
+        let tape = self.arena.tape();
+        if tape.recording {
+            tape.nodes.push(node);
+        }
+    }
+
+    /// A parameter seen from this step: same memory, gradient tracked. Asked
+    /// for twice, it is the same tensor, so the gradients of both uses meet.
+    pub fn param(&mut self, param: &Param) -> Tensor<'s> {
+        let requires_grad = self.grad_enabled();
+        if requires_grad {
+            let known = self
+                .arena
+                .tape()
+                .leaves
+                .iter()
+                .find(|(b, _)| *b == param.buf)
+                .map(|&(_, id)| id);
+            if let Some(id) = known {
+                return Tensor::from_ref(TensorRef {
+                    id,
+                    buf: param.buf,
+                    shape: param.shape,
+                    requires_grad,
+                });
+            }
+        }
+        let t = self.alias(param.buf, param.shape, requires_grad);
+        if requires_grad {
+            self.arena.tape().leaves.push((param.buf, t.inner.id));
+        }
+        t
+    }
+
+    /// Host values copied into the step region, as an input (no gradient).
+    pub fn input(&mut self, what: &'static str, shape: Shape, values: &[f32]) -> Result<Tensor<'s>> {
+        self.upload(what, shape, values, false)
+    }
+
+    /// Host values copied into the step region as a variable whose gradient
+    /// backward computes (for gradient checks and experiments).
+    pub fn variable(&mut self, what: &'static str, shape: Shape, values: &[f32]) -> Result<Tensor<'s>> {
+        let requires_grad = self.grad_enabled();
+        self.upload(what, shape, values, requires_grad)
+    }
+
+    fn upload(&mut self, what: &'static str, shape: Shape, values: &[f32], requires_grad: bool) -> Result<Tensor<'s>> {
+        if values.len() != shape.numel() {
+            return Err(Error::shape(what, format!("{} values for shape {shape}", values.len())));
+        }
+        let buf = self.alloc(what, shape)?;
+        self.backend().upload(buf, values)?;
+        Ok(self.alias(buf, shape, requires_grad))
+    }
+
+    /// Class labels copied into the step region.
+    pub fn labels(&mut self, values: &[u32]) -> Result<Labels<'s>> {
+        let buf = self.alloc("labels", Shape::new(&[values.len()]))?;
+        self.backend().upload(buf, values)?;
+        Ok(Labels {
+            buf,
+            _brand: PhantomData,
+        })
+    }
+
+    /// Labels already in the step region (made by a gather kernel).
+    pub(crate) fn labels_from(&mut self, buf: Buf<u32>) -> Labels<'s> {
+        Labels {
+            buf,
+            _brand: PhantomData,
+        }
+    }
+
+    /// Copies a tensor to the host; `out` must hold exactly its elements.
+    pub fn read(&mut self, t: Tensor<'s>, out: &mut [f32]) -> Result<()> {
+        Ok(self.backend().download(t.inner.buf, out)?)
+    }
+
+    /// The value of a one-element tensor (a loss).
+    pub fn scalar(&mut self, t: Tensor<'s>) -> Result<f32> {
+        if t.shape().numel() != 1 {
+            return Err(Error::shape(
+                "scalar",
+                format!("a one-element tensor, got {}", t.shape()),
+            ));
+        }
+        let mut out = [0.0];
+        self.read(t, &mut out)?;
+        Ok(out[0])
+    }
+
+    /// Reverse-mode differentiation of a one-element `loss`.
+    pub fn backward(&mut self, loss: Tensor<'s>) -> Result<Grads<'s>> {
+        if loss.shape().numel() != 1 {
+            return Err(Error::shape(
+                "backward",
+                format!("a one-element loss, got {} (use backward_from)", loss.shape()),
+            ));
+        }
+        let seed = self.alloc("gradient seed", loss.shape())?;
+        self.backend().fill(seed, 1.0)?;
+        self.backward_seeded(loss, seed)
+    }
+
+    /// Reverse-mode differentiation of any tensor `y` against the upstream
+    /// gradient `grad_y` (same shape): computes vector–Jacobian products.
+    pub fn backward_from(&mut self, y: Tensor<'s>, grad_y: Tensor<'s>) -> Result<Grads<'s>> {
+        if y.shape() != grad_y.shape() {
+            return Err(Error::shape(
+                "backward_from",
+                format!(
+                    "gradient of shape {} for a tensor of shape {}",
+                    grad_y.shape(),
+                    y.shape()
+                ),
+            ));
+        }
+        self.backward_seeded(y, grad_y.inner.buf)
+    }
+
+    fn backward_seeded(&mut self, y: Tensor<'s>, seed: Buf<f32>) -> Result<Grads<'s>> {
+        if !y.requires_grad() {
+            return Err(Error::NoGradient);
+        }
+        let tape = self.arena.tape();
+        tape.recording = false;
+        let n = tape.next_id as usize;
+        tape.grads.clear();
+        tape.grads.resize(n, None);
+        tape.grads[y.inner.id as usize] = Some(seed);
+        let mut i = self.arena.tape().nodes.len();
+        while i > 0 {
+            i -= 1;
+            let node = self.arena.tape().nodes[i];
+            super::backward::run(self, node)?;
+        }
+        Ok(Grads { _brand: PhantomData })
+    }
+
+    /// The gradient reaching `t`'s output during backward, if any.
+    pub(crate) fn grad_of(&mut self, t: &TensorRef) -> Option<Buf<f32>> {
+        self.arena.tape().grads.get(t.id as usize).copied().flatten()
+    }
+
+    /// Adds `g` to the gradient of `t`; the first contribution is kept as is.
+    pub(crate) fn accumulate(&mut self, t: &TensorRef, g: Buf<f32>) -> Result<()> {
+        let slot = self.arena.tape().grads[t.id as usize];
+        match slot {
+            None => self.arena.tape().grads[t.id as usize] = Some(g),
+            Some(existing) => self.backend().add_assign(existing, g)?,
+        }
+        Ok(())
+    }
+
+    /// The gradient of `t` computed by backward.
+    pub fn grad(&mut self, _proof: &Grads<'s>, t: Tensor<'s>) -> Option<Tensor<'s>> {
+        let buf = self.grad_of(&t.inner)?;
+        Some(self.alias(buf, t.shape(), false))
+    }
+
+    /// The gradient of a parameter used in this step.
+    pub fn param_grad(&mut self, _proof: &Grads<'s>, param: &Param) -> Option<Buf<f32>> {
+        let tape = self.arena.tape();
+        let (_, id) = tape.leaves.iter().find(|(b, _)| *b == param.buf)?;
+        tape.grads.get(*id as usize).copied().flatten()
+    }
+}

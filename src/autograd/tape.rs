@@ -1,0 +1,53 @@
+//! The tape: what a step recorded, in order, and the gradients backward
+//! produced. It lives on the host beside the arena and is cleared, never
+//! freed, at every reset: after the first step its vectors have the capacity
+//! they need and recording allocates nothing.
+
+use crate::memory::Buf;
+use crate::ops;
+
+/// One recorded op with what its backward needs. Small and `Copy`: backward
+/// copies a node out of the tape before running it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Node {
+    Conv2d(ops::conv2d::Saved),
+    MaxPool2d(ops::maxpool2d::Saved),
+    Relu(ops::relu::Saved),
+    Dropout(ops::dropout::Saved),
+    Linear(ops::linear::Saved),
+    LogSoftmaxNll(ops::log_softmax_nll::Saved),
+    Reshape(ops::reshape::Saved),
+}
+
+#[derive(Debug)]
+pub struct Tape {
+    pub(crate) nodes: Vec<Node>,
+    /// Gradient of each tensor of the step, by tensor id.
+    pub(crate) grads: Vec<Option<Buf<f32>>>,
+    /// Parameters used in the step: (parameter buffer, tensor id).
+    pub(crate) leaves: Vec<(Buf<f32>, u32)>,
+    pub(crate) next_id: u32,
+    pub(crate) recording: bool,
+}
+
+impl Default for Tape {
+    fn default() -> Self {
+        Self {
+            nodes: Vec::new(),
+            grads: Vec::new(),
+            leaves: Vec::new(),
+            next_id: 0,
+            recording: true,
+        }
+    }
+}
+
+impl Tape {
+    pub(crate) fn clear(&mut self) {
+        self.nodes.clear();
+        self.grads.clear();
+        self.leaves.clear();
+        self.next_id = 0;
+        self.recording = true;
+    }
+}

@@ -1,0 +1,69 @@
+//! The CPU backend: one host allocation and a rayon pool of `--threads`
+//! workers. Kernels receive slices from [`memory::Views`] and stay safe code.
+
+pub mod matmul;
+pub mod memory;
+
+pub use matmul::{matmul, Mat};
+pub use memory::{CpuMemory, Views};
+
+use super::BackendError;
+
+/// A CPU that has not yet received its arena.
+pub struct CpuDevice {
+    pool: rayon::ThreadPool,
+}
+
+impl CpuDevice {
+    /// `threads == 0` means one worker per core.
+    pub fn new(threads: usize) -> Result<Self, BackendError> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("bumpgrad-cpu-{i}"))
+            .build()
+            .map_err(|e| BackendError::ThreadPool {
+                threads,
+                reason: e.to_string(),
+            })?;
+        Ok(Self { pool })
+    }
+
+    pub fn threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+}
+
+/// The CPU device holding its arena memory.
+pub struct CpuBackend {
+    memory: CpuMemory,
+    pool: rayon::ThreadPool,
+}
+
+impl CpuBackend {
+    pub(crate) fn new(device: CpuDevice, capacity: usize) -> Result<Self, BackendError> {
+        Ok(Self {
+            memory: CpuMemory::new(capacity)?,
+            pool: device.pool,
+        })
+    }
+
+    pub fn threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+
+    /// Runs one kernel on the pool with views of the arena. Everything the
+    /// kernel touches is borrowed from `self` for the call alone.
+    pub fn run<R: Send>(
+        &mut self,
+        kernel: impl FnOnce(&mut Views<'_>, usize) -> Result<R, BackendError> + Send,
+    ) -> Result<R, BackendError> {
+        let threads = self.pool.current_num_threads();
+        let memory = &mut self.memory;
+        self.pool.install(move || kernel(&mut memory.views(), threads))
+    }
+
+    /// Writes `byte` over `[from, to)`; used to clear or poison a region.
+    pub fn fill_bytes(&mut self, from: usize, to: usize, byte: u8) {
+        self.memory.fill_bytes(from, to, byte)
+    }
+}

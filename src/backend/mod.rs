@@ -1,0 +1,229 @@
+//! Where tensors live and kernels run: the seam between "what" and "where".
+//!
+//! An [`Arena`](crate::memory::Arena) is made on a [`Device`] and owns the
+//! device's one allocation through a [`Backend`]. Every op dispatches on the
+//! backend in one `match`, so adding a backend (CUDA) adds one arm per op and
+//! the compiler lists every op still missing it. The `Dry` backend has no
+//! memory and runs no kernel: it replays a step's allocations to measure the
+//! arena a run needs before the real allocation is made.
+
+pub mod cpu;
+pub mod cuda;
+
+use crate::memory::{Buf, Element};
+use std::fmt;
+use std::str::FromStr;
+
+/// Failures below the op layer.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error(
+        "could not allocate {bytes} bytes of host memory for the arena; pass a smaller --arena-size or free memory"
+    )]
+    HostAllocation { bytes: usize },
+    #[error("could not start {threads} CPU threads: {reason}")]
+    ThreadPool { threads: usize, reason: String },
+    #[error("internal error: a kernel asked for {bytes} bytes at offset {offset}, past the arena's {capacity} bytes")]
+    OutOfBounds {
+        offset: usize,
+        bytes: usize,
+        capacity: usize,
+    },
+    #[error("internal error: a kernel asked to write {bytes} bytes at offset {offset} that another view of the same kernel holds")]
+    Aliased { offset: usize, bytes: usize },
+    #[error("internal error: a kernel asked for more views than the backend hands out at once")]
+    TooManyViews,
+    #[error("internal error: host buffer of {host} elements for a device buffer of {device}")]
+    HostLength { host: usize, device: usize },
+    #[error(
+        "label {label} of example {index} is not one of the model's {classes} classes; check the data set's labels"
+    )]
+    Label { index: usize, label: u32, classes: usize },
+    #[error("example index {index} is past the data set's {count} examples")]
+    Index { index: u32, count: usize },
+    #[error(transparent)]
+    Cuda(#[from] cuda::CudaError),
+}
+
+/// What the user asked for with `--device`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceRequest {
+    /// The GPU when one is usable, else the CPU.
+    #[default]
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+impl FromStr for DeviceRequest {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "cpu" => Ok(Self::Cpu),
+            "cuda" | "gpu" => Ok(Self::Cuda),
+            other => Err(format!("unknown device {other:?}: use auto, cpu or cuda")),
+        }
+    }
+}
+
+/// A device ready to receive an arena.
+pub enum Device {
+    Cpu(cpu::CpuDevice),
+    /// Sizes only: allocations are counted, kernels are skipped.
+    Dry,
+}
+
+impl Device {
+    /// The CPU with `threads` worker threads (0: one per core).
+    pub fn cpu(threads: usize) -> Result<Self, BackendError> {
+        Ok(Self::Cpu(cpu::CpuDevice::new(threads)?))
+    }
+
+    /// Resolves `--device`. Returns the device and, when `auto` fell back to
+    /// the CPU, the one line saying why.
+    pub fn open(request: DeviceRequest, threads: usize) -> Result<(Self, Option<String>), BackendError> {
+        match request {
+            DeviceRequest::Cpu => Ok((Self::cpu(threads)?, None)),
+            DeviceRequest::Cuda => Err(cuda::unavailable().into()),
+            DeviceRequest::Auto => {
+                let why = cuda::unavailable();
+                Ok((
+                    Self::cpu(threads)?,
+                    Some(format!("no usable GPU ({why}); training on the CPU")),
+                ))
+            }
+        }
+    }
+
+    pub fn kind(&self) -> DeviceKind {
+        match self {
+            Self::Cpu(_) => DeviceKind::Cpu,
+            Self::Dry => DeviceKind::Dry,
+        }
+    }
+
+    /// Worker threads kernels may use; kernels whose allocations depend on
+    /// it (per-thread partial sums) ask here, so a dry run of a device sizes
+    /// its arena exactly.
+    pub fn threads(&self) -> usize {
+        match self {
+            Self::Cpu(cpu) => cpu.threads(),
+            Self::Dry => 1,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    Cpu,
+    Dry,
+}
+
+impl fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Cpu => "cpu",
+            Self::Dry => "dry",
+        })
+    }
+}
+
+/// A device together with its arena memory. Ops `match` on this.
+pub enum Backend {
+    Cpu(cpu::CpuBackend),
+    /// Counts bytes; has no memory and runs nothing.
+    Dry {
+        threads: usize,
+    },
+}
+
+impl Backend {
+    pub(crate) fn new(device: Device, capacity: usize) -> Result<Self, BackendError> {
+        Ok(match device {
+            Device::Cpu(cpu) => Self::Cpu(cpu::CpuBackend::new(cpu, capacity)?),
+            Device::Dry => Self::Dry { threads: 1 },
+        })
+    }
+
+    pub(crate) fn dry_like(device: &Device) -> Self {
+        Self::Dry {
+            threads: device.threads(),
+        }
+    }
+
+    pub fn kind(&self) -> DeviceKind {
+        match self {
+            Self::Cpu(_) => DeviceKind::Cpu,
+            Self::Dry { .. } => DeviceKind::Dry,
+        }
+    }
+
+    pub fn threads(&self) -> usize {
+        match self {
+            Self::Cpu(cpu) => cpu.threads(),
+            Self::Dry { threads } => *threads,
+        }
+    }
+
+    /// Copies host data into the arena.
+    pub(crate) fn upload<T: Element>(&mut self, dst: Buf<T>, src: &[T]) -> Result<(), BackendError> {
+        if src.len() != dst.len() {
+            return Err(BackendError::HostLength {
+                host: src.len(),
+                device: dst.len(),
+            });
+        }
+        match self {
+            Self::Cpu(cpu) => cpu.run(|v, _| {
+                v.write(dst)?.copy_from_slice(src);
+                Ok(())
+            }),
+            Self::Dry { .. } => Ok(()),
+        }
+    }
+
+    /// Copies arena data to the host. A dry backend writes zeros.
+    pub(crate) fn download<T: Element>(&mut self, src: Buf<T>, dst: &mut [T]) -> Result<(), BackendError> {
+        if src.len() != dst.len() {
+            return Err(BackendError::HostLength {
+                host: dst.len(),
+                device: src.len(),
+            });
+        }
+        match self {
+            Self::Cpu(cpu) => cpu.run(|v, _| {
+                dst.copy_from_slice(v.read(src)?);
+                Ok(())
+            }),
+            Self::Dry { .. } => {
+                dst.fill(T::default());
+                Ok(())
+            }
+        }
+    }
+
+    /// Sets every element of `dst` to `value`.
+    pub(crate) fn fill<T: Element>(&mut self, dst: Buf<T>, value: T) -> Result<(), BackendError> {
+        match self {
+            Self::Cpu(cpu) => cpu.run(|v, _| {
+                v.write(dst)?.fill(value);
+                Ok(())
+            }),
+            Self::Dry { .. } => Ok(()),
+        }
+    }
+
+    /// `dst += src`, elementwise: how gradients of a tensor used twice meet.
+    pub(crate) fn add_assign(&mut self, dst: Buf<f32>, src: Buf<f32>) -> Result<(), BackendError> {
+        match self {
+            Self::Cpu(cpu) => cpu.run(|v, _| {
+                let (d, s) = (v.write(dst)?, v.read(src)?);
+                d.iter_mut().zip(s).for_each(|(d, s)| *d += s);
+                Ok(())
+            }),
+            Self::Dry { .. } => Ok(()),
+        }
+    }
+}

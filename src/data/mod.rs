@@ -1,0 +1,239 @@
+//! Host-side data: reading MNIST from disk into validated host buffers, and
+//! the per-epoch shuffled order in which training visits them.
+//!
+//! Nothing here touches the arena; the training loop copies minibatches out
+//! of these buffers. The module's job ends at "bytes on the host, proven
+//! well-formed".
+//!
+//! Invariants:
+//! - Every [`Images`] satisfies `pixels.len() == count * rows * cols`.
+//! - A loaded [`MnistHost`] has 28×28 images, one label per image, and every
+//!   label below 10; [`MnistHost::limit_train`] preserves all of that.
+//! - [`shuffle_into`] writes a permutation of `0..len` that depends only on
+//!   `(seed, epoch)`, identically on every platform, and allocates nothing.
+//! - Malformed input never panics: every failure is a [`DataError`] that
+//!   names the offending file (where one is involved) and says what to do.
+
+pub mod idx;
+pub mod mnist;
+pub mod order;
+pub mod resident;
+
+use std::path::PathBuf;
+
+pub use idx::{parse_images, parse_labels, read_images, read_labels, Images};
+pub use mnist::MnistHost;
+pub use order::{shuffle_into, SplitMix64};
+pub use resident::{ResidentMnist, ResidentSplit};
+
+/// Everything that can go wrong between a data directory and validated host
+/// buffers. Each message ends with the remedy, because these reach the user
+/// of the CLI directly.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    #[error(
+        "cannot read {}: {source} — check the path given with --data and the file's permissions",
+        path.display()
+    )]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error(
+        "{} starts like gzip but does not decompress ({source}) — the download is probably \
+         incomplete or corrupt; re-download the file",
+        path.display()
+    )]
+    Gzip {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error(
+        "{} has magic number {found:#010x}, expected {expected:#010x} — it is not the IDX file \
+         this slot needs (images and labels swapped?); check the file names in --data",
+        path.display()
+    )]
+    BadMagic { path: PathBuf, found: u32, expected: u32 },
+
+    #[error(
+        "{} is truncated: its header implies {expected_bytes} bytes (after decompression) but it \
+         has {found_bytes} — re-download the file",
+        path.display()
+    )]
+    Truncated {
+        path: PathBuf,
+        expected_bytes: u64,
+        found_bytes: u64,
+    },
+
+    #[error(
+        "{} has trailing bytes: its header implies {expected_bytes} bytes (after decompression) \
+         but it has {found_bytes} — the file is corrupt or not MNIST; re-download the file",
+        path.display()
+    )]
+    TrailingBytes {
+        path: PathBuf,
+        expected_bytes: u64,
+        found_bytes: u64,
+    },
+
+    #[error(
+        "{} fails its checksum: SHA-256 is {found} but SHA256SUMS lists {expected} — the file is \
+         corrupt or was replaced; re-download it (or fix SHA256SUMS if the new file is intended)",
+        path.display()
+    )]
+    Checksum {
+        path: PathBuf,
+        expected: String,
+        found: String,
+    },
+
+    #[error(
+        "{} line {line} is not `<64 hex digits>  <file name>` — regenerate it with \
+         `sha256sum *.gz > SHA256SUMS` in the data directory, or delete it",
+        path.display()
+    )]
+    ChecksumList { path: PathBuf, line: usize },
+
+    #[error(
+        "{} not found — the data directory must hold train-images-idx3-ubyte, \
+         train-labels-idx1-ubyte, t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte (each raw, \
+         or gzipped with a .gz suffix); download MNIST there or point --data at it",
+        path.display()
+    )]
+    MissingFile { path: PathBuf },
+
+    #[error(
+        "{} holds {images} images but {} holds {labels} labels — the two files belong to \
+         different sets or one is damaged; re-download both",
+        images_path.display(),
+        labels_path.display()
+    )]
+    CountMismatch {
+        images_path: PathBuf,
+        images: usize,
+        labels_path: PathBuf,
+        labels: usize,
+    },
+
+    #[error(
+        "{} holds no images — a set must not be empty; re-download the file",
+        path.display()
+    )]
+    EmptySet { path: PathBuf },
+
+    #[error(
+        "{} holds {rows}×{cols} images but the model expects {expected_rows}×{expected_cols} — \
+         point --data at MNIST (not another IDX data set)",
+        path.display()
+    )]
+    ImageSize {
+        path: PathBuf,
+        rows: usize,
+        cols: usize,
+        expected_rows: usize,
+        expected_cols: usize,
+    },
+
+    #[error(
+        "{} has label {label} at index {index}, but there are only {classes} classes — the file \
+         is corrupt or not MNIST; re-download it",
+        path.display()
+    )]
+    LabelOutOfRange {
+        path: PathBuf,
+        index: usize,
+        label: u8,
+        classes: usize,
+    },
+
+    #[error(
+        "--train-limit {requested} is out of range: the training set has {available} images — \
+         pass a value from 1 to {available}, or omit the flag"
+    )]
+    TrainLimit { requested: usize, available: usize },
+    #[error(
+        "--test-limit {requested} is out of range: the test set has {available} images — \
+         pass a value from 1 to {available}, or omit the flag"
+    )]
+    TestLimit { requested: usize, available: usize },
+}
+
+/// Fixtures shared by the tests of `idx` and `mnist`: IDX buffers built in
+/// memory and scratch directories that clean up after themselves.
+#[cfg(test)]
+pub(crate) mod testutil {
+    use std::io::Write;
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    pub fn idx_images(count: u32, rows: u32, cols: u32, pixels: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16 + pixels.len());
+        for word in [0x0000_0803, count, rows, cols] {
+            out.extend_from_slice(&word.to_be_bytes());
+        }
+        out.extend_from_slice(pixels);
+        out
+    }
+
+    pub fn idx_labels(labels: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(8 + labels.len());
+        out.extend_from_slice(&0x0000_0801u32.to_be_bytes());
+        // Tests never build more than u32::MAX labels.
+        out.extend_from_slice(&(labels.len() as u32).to_be_bytes());
+        out.extend_from_slice(labels);
+        out
+    }
+
+    /// `count` images of `rows`×`cols` whose pixels are a recognisable ramp,
+    /// so a test can tell images apart after truncation.
+    pub fn ramp_pixels(count: usize, rows: usize, cols: usize) -> Vec<u8> {
+        (0..count * rows * cols).map(|i| (i % 251) as u8).collect()
+    }
+
+    pub fn gzip(bytes: &[u8]) -> Vec<u8> {
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(bytes).unwrap();
+        enc.finish().unwrap()
+    }
+
+    pub fn sha256_hex(bytes: &[u8]) -> String {
+        use sha2::Digest;
+        sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// A fresh directory under the system temp dir, removed on drop. Unique
+    /// per process and per call, so parallel tests never share one.
+    pub struct TempDir(PathBuf);
+
+    impl TempDir {
+        pub fn new(tag: &str) -> Self {
+            static NEXT: AtomicU64 = AtomicU64::new(0);
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let dir = std::env::temp_dir().join(format!("bumpgrad-data-{tag}-{}-{n}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
+        }
+
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+
+        pub fn write(&self, name: &str, bytes: &[u8]) -> PathBuf {
+            let path = self.0.join(name);
+            std::fs::write(&path, bytes).unwrap();
+            path
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}

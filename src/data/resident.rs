@@ -1,0 +1,72 @@
+//! The data set resident in the arena's persistent region: pixels as bytes,
+//! labels as bytes, uploaded once, gathered by index every step.
+
+use super::mnist::{MnistHost, CLASSES};
+use super::Images;
+use crate::memory::{ArenaError, Buf, Persistent};
+use crate::ops::gather::ByteImages;
+use crate::tensor::Shape;
+
+/// One split (training or test) in the persistent region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResidentSplit {
+    pub images: ByteImages,
+    pub labels: Buf<u8>,
+}
+
+impl ResidentSplit {
+    pub fn len(&self) -> usize {
+        self.images.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.images.count == 0
+    }
+
+    fn upload(
+        p: &mut Persistent<'_>,
+        names: (&'static str, &'static str),
+        images: &Images,
+        labels: &[u8],
+    ) -> Result<Self, ArenaError> {
+        let image = Shape::new(&[1, images.rows, images.cols]);
+        let pixels = p.upload(
+            names.0,
+            Shape::new(&[images.count, images.rows, images.cols]),
+            &images.pixels,
+        )?;
+        let labels = p.upload(names.1, Shape::new(&[labels.len()]), labels)?;
+        Ok(Self {
+            images: ByteImages {
+                pixels,
+                count: images.count,
+                image,
+            },
+            labels,
+        })
+    }
+}
+
+/// MNIST in the persistent region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResidentMnist {
+    pub train: ResidentSplit,
+    pub test: ResidentSplit,
+    pub classes: usize,
+}
+
+impl MnistHost {
+    /// Copies both splits into the persistent region.
+    pub fn upload(&self, p: &mut Persistent<'_>) -> Result<ResidentMnist, ArenaError> {
+        Ok(ResidentMnist {
+            train: ResidentSplit::upload(
+                p,
+                ("train images", "train labels"),
+                &self.train_images,
+                &self.train_labels,
+            )?,
+            test: ResidentSplit::upload(p, ("test images", "test labels"), &self.test_images, &self.test_labels)?,
+            classes: CLASSES,
+        })
+    }
+}

@@ -1,0 +1,457 @@
+//! The arena: one allocation per device, a persistent region, a mark, and a
+//! step region that is reset to the mark after every step.
+//!
+//! ```text
+//!  0                    mark                      top            capacity
+//!  | persistent region   | step region: bump ---> |   free        |
+//!  | params, optimizer,  | activations, grads,    |               |
+//!  | data set            | workspaces of 1 step   |               |
+//! ```
+//!
+//! Invariants:
+//! - every allocation starts on a 256-byte boundary and never overlaps a live
+//!   allocation: the bump pointer only grows until a reset;
+//! - the step region is empty whenever no step runs, so the persistent region
+//!   may grow between steps (the mark moves up with it);
+//! - a step's tensors cannot outlive the step: `Arena::step` hands them a
+//!   brand that cannot escape its closure, and only then resets.
+
+use super::{align_up, Buf, ByteSize, Element};
+use crate::autograd::{Step, Tape};
+use crate::backend::{Backend, BackendError, Device, DeviceKind};
+use crate::tensor::{Param, Shape};
+use std::fmt;
+
+/// Which side of the mark an allocation was made on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Region {
+    Persistent,
+    Step,
+}
+
+impl fmt::Display for Region {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Persistent => "persistent",
+            Self::Step => "step",
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ArenaError {
+    /// The arena cannot hold an allocation. `would_fit` is the capacity that
+    /// would have held everything allocated so far plus this request; the
+    /// trainer replaces it with the exact size a whole step needs.
+    #[error(
+        "arena exhausted: {what} {shape} needs {} in the {region} region, but {} of the arena's {} are in use; an arena of {} would fit (pass --arena-size {} or more)",
+        ByteSize(*.requested), ByteSize(*.in_use), ByteSize(*.capacity), ByteSize(*.would_fit), suggest(*.would_fit)
+    )]
+    Exhausted {
+        region: Region,
+        what: &'static str,
+        shape: Shape,
+        requested: usize,
+        in_use: usize,
+        capacity: usize,
+        would_fit: usize,
+    },
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// A `--arena-size` value that is at least `bytes`, rounded up to a MiB.
+pub fn suggest(bytes: usize) -> String {
+    format!("{}MiB", bytes.div_ceil(1 << 20).max(1))
+}
+
+/// Memory statistics, public API: the CLI prints them and `--json` emits them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ArenaStats {
+    pub device: DeviceKind,
+    pub capacity_bytes: usize,
+    /// Bytes below the mark, padding included.
+    pub persistent_bytes: usize,
+    pub persistent_allocations: usize,
+    /// The most bytes any step has used above the mark.
+    pub step_high_water_bytes: usize,
+    /// Bytes the last completed step used above the mark.
+    pub last_step_bytes: usize,
+    /// Allocations the last completed step made.
+    pub allocations_per_step: usize,
+    /// How many times the step region was reset to the mark.
+    pub resets: u64,
+    /// Bytes lost to 256-byte alignment: persistent region plus last step.
+    pub alignment_padding_bytes: usize,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Counters {
+    persistent_allocations: usize,
+    persistent_padding: usize,
+    step_high_water: usize,
+    step_allocations: usize,
+    step_padding: usize,
+    last_step_bytes: usize,
+    last_step_allocations: usize,
+    last_step_padding: usize,
+    resets: u64,
+}
+
+pub struct Arena {
+    backend: Backend,
+    capacity: usize,
+    mark: usize,
+    top: usize,
+    counters: Counters,
+    /// Host-side bookkeeping of a step; cleared, never freed, at each reset.
+    tape: Tape,
+}
+
+impl Arena {
+    /// Makes the device's one allocation of `capacity` bytes (rounded up to
+    /// the alignment).
+    pub fn new(device: Device, capacity: usize) -> Result<Self, ArenaError> {
+        let capacity = align_up(capacity);
+        Ok(Self::with_backend(Backend::new(device, capacity)?, capacity))
+    }
+
+    /// An arena that allocates nothing and runs no kernel, shaped like one
+    /// on `device`: running a step on it measures the bytes the step needs.
+    pub fn dry(device: &Device, capacity: Option<usize>) -> Self {
+        let capacity = capacity.map_or(usize::MAX / 4, align_up);
+        Self::with_backend(Backend::dry_like(device), capacity)
+    }
+
+    fn with_backend(backend: Backend, capacity: usize) -> Self {
+        Self {
+            backend,
+            capacity,
+            mark: 0,
+            top: 0,
+            counters: Counters::default(),
+            tape: Tape::default(),
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub fn device(&self) -> DeviceKind {
+        self.backend.kind()
+    }
+
+    pub fn stats(&self) -> ArenaStats {
+        let c = &self.counters;
+        ArenaStats {
+            device: self.backend.kind(),
+            capacity_bytes: self.capacity,
+            persistent_bytes: self.mark,
+            persistent_allocations: c.persistent_allocations,
+            step_high_water_bytes: c.step_high_water,
+            last_step_bytes: c.last_step_bytes,
+            allocations_per_step: c.last_step_allocations,
+            resets: c.resets,
+            alignment_padding_bytes: c.persistent_padding + c.last_step_padding,
+        }
+    }
+
+    /// Allocates in the persistent region. Allowed whenever no step runs
+    /// (`&mut self` proves it): the step region is then empty.
+    pub fn persistent(&mut self) -> Persistent<'_> {
+        Persistent { arena: self }
+    }
+
+    /// Runs one step. Everything the step allocates is released when `body`
+    /// returns, successfully or not. The higher-ranked `'s` keeps every
+    /// `Tensor<'s>` inside `body`: only `R`, which cannot name `'s`, escapes.
+    pub fn step<R>(&mut self, body: impl for<'s> FnOnce(&mut Step<'s>) -> crate::Result<R>) -> crate::Result<R> {
+        debug_assert_eq!(self.top, self.mark, "a step began with a non-empty step region");
+        self.tape.clear();
+        let result = body(&mut Step::new(self));
+        self.reset();
+        result
+    }
+
+    /// Resets the step region to the mark and records the step's figures.
+    fn reset(&mut self) {
+        let used = self.top - self.mark;
+        let c = &mut self.counters;
+        c.step_high_water = c.step_high_water.max(used);
+        c.last_step_bytes = used;
+        c.last_step_allocations = c.step_allocations;
+        c.last_step_padding = c.step_padding;
+        c.step_allocations = 0;
+        c.step_padding = 0;
+        c.resets += 1;
+        self.top = self.mark;
+        self.tape.clear();
+    }
+
+    fn bump<T: Element>(&mut self, region: Region, what: &'static str, shape: Shape) -> Result<Buf<T>, ArenaError> {
+        let len = shape.numel();
+        let bytes = len * T::SIZE;
+        let padded = align_up(bytes);
+        let start = self.top;
+        let in_use = start;
+        let exhausted = || ArenaError::Exhausted {
+            region,
+            what,
+            shape,
+            requested: bytes,
+            in_use,
+            capacity: self.capacity,
+            would_fit: align_up(in_use + padded),
+        };
+        let end = start.checked_add(padded).ok_or_else(exhausted)?;
+        if end > self.capacity {
+            return Err(exhausted());
+        }
+        self.top = end;
+        let c = &mut self.counters;
+        match region {
+            Region::Persistent => {
+                self.mark = end;
+                c.persistent_allocations += 1;
+                c.persistent_padding += padded - bytes;
+            }
+            Region::Step => {
+                c.step_allocations += 1;
+                c.step_padding += padded - bytes;
+            }
+        }
+        Ok(Buf::new(start, len))
+    }
+
+    pub(crate) fn alloc_step<T: Element>(&mut self, what: &'static str, shape: Shape) -> Result<Buf<T>, ArenaError> {
+        self.bump(Region::Step, what, shape)
+    }
+
+    pub(crate) fn backend(&mut self) -> &mut Backend {
+        &mut self.backend
+    }
+
+    pub(crate) fn tape(&mut self) -> &mut Tape {
+        &mut self.tape
+    }
+
+    /// Bytes the current step has allocated so far.
+    pub(crate) fn step_bytes(&self) -> usize {
+        self.top - self.mark
+    }
+
+    /// Copies a parameter's values to the host (checkpoints, tests).
+    pub fn read_param(&mut self, param: &Param, out: &mut [f32]) -> Result<(), ArenaError> {
+        Ok(self.backend.download(param.buf, out)?)
+    }
+
+    /// Overwrites a parameter's values from the host.
+    pub fn write_param(&mut self, param: &Param, values: &[f32]) -> Result<(), ArenaError> {
+        Ok(self.backend.upload(param.buf, values)?)
+    }
+}
+
+/// Allocator for the persistent region; borrowed from the arena between steps.
+pub struct Persistent<'a> {
+    arena: &'a mut Arena,
+}
+
+impl Persistent<'_> {
+    /// Uninitialised-by-contract space (it holds whatever was there before).
+    pub fn alloc<T: Element>(&mut self, what: &'static str, shape: Shape) -> Result<Buf<T>, ArenaError> {
+        self.arena.bump(Region::Persistent, what, shape)
+    }
+
+    /// Space holding zeros.
+    pub fn zeros<T: Element>(&mut self, what: &'static str, shape: Shape) -> Result<Buf<T>, ArenaError> {
+        let buf = self.alloc(what, shape)?;
+        self.arena.backend.fill(buf, T::default())?;
+        Ok(buf)
+    }
+
+    /// Space holding a copy of `values`.
+    pub fn upload<T: Element>(&mut self, what: &'static str, shape: Shape, values: &[T]) -> Result<Buf<T>, ArenaError> {
+        let buf = self.alloc(what, shape)?;
+        self.arena.backend.upload(buf, values)?;
+        Ok(buf)
+    }
+
+    /// A trainable parameter initialised to `values`.
+    pub fn param(&mut self, name: &'static str, shape: Shape, values: &[f32]) -> Result<Param, ArenaError> {
+        let buf = self.upload(name, shape, values)?;
+        Ok(Param { name, buf, shape })
+    }
+
+    /// Worker threads of the device, for layers that size scratch by it.
+    pub fn threads(&self) -> usize {
+        self.arena.backend.threads()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::ALIGN;
+
+    fn cpu_arena(bytes: usize) -> Arena {
+        Arena::new(Device::cpu(1).unwrap(), bytes).unwrap()
+    }
+
+    #[test]
+    fn every_allocation_is_aligned_and_disjoint() {
+        let mut arena = cpu_arena(1 << 20);
+        let mut p = arena.persistent();
+        let a = p.alloc::<u8>("a", Shape::new(&[3])).unwrap();
+        let b = p.alloc::<f32>("b", Shape::new(&[100])).unwrap();
+        let c = p.alloc::<u32>("c", Shape::new(&[1])).unwrap();
+        for off in [a.offset(), b.offset(), c.offset()] {
+            assert_eq!(off % ALIGN, 0);
+        }
+        assert!(a.byte_range().end <= b.offset() && b.byte_range().end <= c.offset());
+        arena
+            .step(|s| {
+                let x = s.alloc::<f32>("x", Shape::new(&[7]))?;
+                assert_eq!(x.offset() % ALIGN, 0);
+                assert!(x.offset() >= c.byte_range().end, "step memory starts above the mark");
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    #[test]
+    fn reset_returns_to_the_mark_and_counts() {
+        let mut arena = cpu_arena(1 << 20);
+        arena.persistent().alloc::<f32>("w", Shape::new(&[10])).unwrap();
+        let mark = arena.stats().persistent_bytes;
+        assert_eq!(mark, ALIGN);
+        let mut first = None;
+        for _ in 0..3 {
+            let off = arena
+                .step(|s| {
+                    let a = s.alloc::<f32>("a", Shape::new(&[64]))?; // exactly 256 bytes
+                    let b = s.alloc::<f32>("b", Shape::new(&[65]))?; // 260 -> 512
+                    Ok((a.offset(), b.offset()))
+                })
+                .unwrap();
+            assert_eq!(*first.get_or_insert(off), off, "same sequence, same addresses");
+        }
+        let stats = arena.stats();
+        assert_eq!(first.unwrap().0, mark);
+        assert_eq!(stats.resets, 3);
+        assert_eq!(stats.allocations_per_step, 2);
+        assert_eq!(stats.step_high_water_bytes, 768);
+        assert_eq!(stats.last_step_bytes, 768);
+        assert_eq!(stats.alignment_padding_bytes, (256 - 40) + (512 - 260));
+        // The persistent region can grow between steps; the mark follows.
+        arena.persistent().alloc::<u8>("late", Shape::new(&[1])).unwrap();
+        assert_eq!(arena.stats().persistent_bytes, 2 * ALIGN);
+    }
+
+    #[test]
+    fn a_failed_step_still_resets() {
+        let mut arena = cpu_arena(4096);
+        let err = arena.step(|s| {
+            s.alloc::<f32>("big", Shape::new(&[100]))?;
+            s.alloc::<f32>("too big", Shape::new(&[10_000]))?;
+            Ok(())
+        });
+        assert!(err.is_err());
+        assert_eq!(arena.stats().last_step_bytes, 512);
+        arena
+            .step(|s| s.alloc::<f32>("again", Shape::new(&[100])).map(|_| ()))
+            .unwrap();
+    }
+
+    #[test]
+    fn exhaustion_names_the_allocation_and_the_size_that_fits() {
+        let mut arena = cpu_arena(2048);
+        arena
+            .persistent()
+            .alloc::<f32>("conv1.weight", Shape::new(&[250]))
+            .unwrap(); // 1000 -> 1024
+        let err = arena
+            .step(|s| {
+                s.alloc::<f32>("conv2d output", Shape::new(&[100, 20, 8, 8]))
+                    .map(|_| ())
+            })
+            .unwrap_err();
+        let crate::Error::Arena(ArenaError::Exhausted {
+            region,
+            what,
+            shape,
+            requested,
+            in_use,
+            capacity,
+            would_fit,
+        }) = err
+        else {
+            panic!("expected exhaustion, got {err}");
+        };
+        assert_eq!(region, Region::Step);
+        assert_eq!(what, "conv2d output");
+        assert_eq!(shape, Shape::new(&[100, 20, 8, 8]));
+        assert_eq!(requested, 512_000);
+        assert_eq!(in_use, 1024);
+        assert_eq!(capacity, 2048);
+        assert_eq!(would_fit, 1024 + 512_000);
+        let text = err_text(2048);
+        assert!(
+            text.contains("conv2d output [100, 20, 8, 8]") && text.contains("--arena-size 1MiB"),
+            "{text}"
+        );
+    }
+
+    fn err_text(capacity: usize) -> String {
+        let mut arena = cpu_arena(capacity);
+        arena.persistent().alloc::<f32>("w", Shape::new(&[250])).unwrap();
+        arena
+            .step(|s| {
+                s.alloc::<f32>("conv2d output", Shape::new(&[100, 20, 8, 8]))
+                    .map(|_| ())
+            })
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn persistent_exhaustion_is_an_error_too() {
+        let mut arena = cpu_arena(1024);
+        let err = arena
+            .persistent()
+            .alloc::<u8>("train images", Shape::new(&[60_000, 28, 28]))
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            ArenaError::Exhausted {
+                region: Region::Persistent,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn params_round_trip() {
+        let mut arena = cpu_arena(4096);
+        let p = arena
+            .persistent()
+            .param("fc.bias", Shape::new(&[3]), &[1.0, 2.0, 3.0])
+            .unwrap();
+        let mut out = [0.0; 3];
+        arena.read_param(&p, &mut out).unwrap();
+        assert_eq!(out, [1.0, 2.0, 3.0]);
+    }
+
+    #[test]
+    fn dry_arena_measures_without_memory() {
+        let device = Device::cpu(1).unwrap();
+        let mut dry = Arena::dry(&device, None);
+        dry.persistent().alloc::<u8>("data", Shape::new(&[1 << 30])).unwrap();
+        dry.step(|s| s.alloc::<f32>("x", Shape::new(&[1000])).map(|_| ()))
+            .unwrap();
+        let stats = dry.stats();
+        assert_eq!(stats.persistent_bytes, 1 << 30);
+        assert_eq!(stats.step_high_water_bytes, align_up(4000));
+    }
+}

@@ -1,0 +1,101 @@
+//! Typed handles to ranges of an arena.
+//!
+//! A [`Buf<T>`] is an offset and an element count, nothing more: it does not
+//! borrow the arena, so the same handle means the same bytes on the CPU and on
+//! a GPU. Whether a handle may still be used is decided by the lifetime of the
+//! tensor that carries it, never by the handle itself.
+
+use std::marker::PhantomData;
+
+/// Every allocation starts on this boundary, as cudaMalloc guarantees, so any
+/// kernel or library (vector loads, cuDNN, cuBLAS) can use any buffer.
+pub const ALIGN: usize = 256;
+
+/// Rounds `bytes` up to the arena's alignment.
+pub const fn align_up(bytes: usize) -> usize {
+    bytes.div_ceil(ALIGN) * ALIGN
+}
+
+/// The element types an arena holds. Every bit pattern of each is a valid
+/// value, which is what lets the backend hand out views of zeroed memory.
+pub trait Element: Copy + Send + Sync + Default + 'static {
+    /// Size of one element in bytes.
+    const SIZE: usize = std::mem::size_of::<Self>();
+    /// Name used in reports and errors.
+    const NAME: &'static str;
+}
+
+impl Element for f32 {
+    const NAME: &'static str = "f32";
+}
+impl Element for u32 {
+    const NAME: &'static str = "u32";
+}
+impl Element for u8 {
+    const NAME: &'static str = "u8";
+}
+
+/// `len` elements of `T` starting `offset` bytes into an arena.
+pub struct Buf<T> {
+    offset: usize,
+    len: usize,
+    _element: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for Buf<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Buf<T> {}
+impl<T> PartialEq for Buf<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.offset == other.offset && self.len == other.len
+    }
+}
+impl<T> Eq for Buf<T> {}
+impl<T: Element> std::fmt::Debug for Buf<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Buf<{}>[{}+{}]", T::NAME, self.offset, self.len)
+    }
+}
+
+impl<T: Element> Buf<T> {
+    pub(crate) const fn new(offset: usize, len: usize) -> Self {
+        Self {
+            offset,
+            len,
+            _element: PhantomData,
+        }
+    }
+
+    /// Byte offset from the start of the arena.
+    pub const fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// Number of elements.
+    pub const fn len(&self) -> usize {
+        self.len
+    }
+
+    pub const fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes covered, without alignment padding.
+    pub const fn bytes(&self) -> usize {
+        self.len * T::SIZE
+    }
+
+    /// The byte range covered, for overlap checks.
+    pub const fn byte_range(&self) -> std::ops::Range<usize> {
+        self.offset..self.offset + self.len * T::SIZE
+    }
+
+    /// The same bytes seen as `count` elements starting `first` elements in.
+    /// Used by kernels that address one image or one row of a batch.
+    pub fn slice(&self, first: usize, count: usize) -> Option<Self> {
+        (first.checked_add(count)? <= self.len).then(|| Self::new(self.offset + first * T::SIZE, count))
+    }
+}

@@ -1,0 +1,196 @@
+//! conv2d: valid padding, stride 1, NCHW, any channel counts, optional bias.
+//!
+//! The CPU kernels lower convolution to matrix products (im2col): per image,
+//! `y = W · col` with `W` the `[F, C·KH·KW]` filters and `col` the
+//! `[C·KH·KW, OH·OW]` patches. The patches are kept in the step region for
+//! backward, where `dW = Σ dy · colᵀ` and `dcol = Wᵀ · dy` (scattered back by
+//! col2im) are products too.
+
+mod cpu;
+#[cfg(test)]
+mod tests;
+
+use crate::autograd::{Node, Step};
+use crate::backend::Backend;
+use crate::memory::Buf;
+use crate::tensor::{Shape, Tensor, TensorRef};
+use crate::{Error, Result};
+
+/// Sizes of one convolution, checked once when the op is recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Geometry {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub f: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub oh: usize,
+    pub ow: usize,
+}
+
+impl Geometry {
+    fn new(x: Shape, w: Shape, bias: Option<Shape>) -> Result<Self> {
+        let bad = |detail: String| Err(Error::shape("conv2d", detail));
+        if x.rank() != 4 || w.rank() != 4 {
+            return bad(format!("input [N, C, H, W] and weight [F, C, KH, KW], got {x} and {w}"));
+        }
+        let (n, c, h, wd) = (x.dim(0), x.dim(1), x.dim(2), x.dim(3));
+        let (f, wc, kh, kw) = (w.dim(0), w.dim(1), w.dim(2), w.dim(3));
+        if c != wc {
+            return bad(format!("input has {c} channels but weight {w} expects {wc}"));
+        }
+        if kh == 0 || kw == 0 || kh > h || kw > wd {
+            return bad(format!("kernel {kh}×{kw} does not fit input {h}×{wd}"));
+        }
+        if let Some(b) = bias {
+            if b != Shape::new(&[f]) {
+                return bad(format!("bias {b} for {f} filters"));
+            }
+        }
+        Ok(Self {
+            n,
+            c,
+            h,
+            w: wd,
+            f,
+            kh,
+            kw,
+            oh: h - kh + 1,
+            ow: wd - kw + 1,
+        })
+    }
+
+    /// Rows of the patch matrix: one per filter weight.
+    pub fn k(&self) -> usize {
+        self.c * self.kh * self.kw
+    }
+
+    /// Columns of the patch matrix: one per output pixel.
+    pub fn p(&self) -> usize {
+        self.oh * self.ow
+    }
+
+    fn output(&self) -> Shape {
+        Shape::new(&[self.n, self.f, self.oh, self.ow])
+    }
+
+    /// Images per thread in backward, and so the number of partial sums.
+    fn images_per_group(&self, threads: usize) -> usize {
+        self.n.div_ceil(threads.max(1)).max(1)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Saved {
+    g: Geometry,
+    x: TensorRef,
+    w: TensorRef,
+    bias: Option<TensorRef>,
+    y: TensorRef,
+    col: Buf<f32>,
+}
+
+impl<'s> Tensor<'s> {
+    /// Convolves `self` `[N, C, H, W]` with `weight` `[F, C, KH, KW]`.
+    pub fn conv2d(self, s: &mut Step<'s>, weight: Tensor<'s>, bias: Option<Tensor<'s>>) -> Result<Tensor<'s>> {
+        let g = Geometry::new(self.shape(), weight.shape(), bias.map(|b| b.shape()))?;
+        let y = match bias {
+            Some(b) => s.output("conv2d output", g.output(), &[&self, &weight, &b])?,
+            None => s.output("conv2d output", g.output(), &[&self, &weight])?,
+        };
+        let col = s.alloc::<f32>("conv2d patches (im2col)", Shape::new(&[g.n, g.k(), g.p()]))?;
+        match s.backend() {
+            Backend::Cpu(cpu) => cpu.run(|v, _| {
+                let b = match bias {
+                    Some(b) => Some(v.read(b.buf())?),
+                    None => None,
+                };
+                cpu::forward(
+                    &g,
+                    v.read(self.buf())?,
+                    v.read(weight.buf())?,
+                    b,
+                    v.write(col)?,
+                    v.write(y.buf())?,
+                );
+                Ok(())
+            })?,
+            Backend::Dry { .. } => {}
+        }
+        if y.requires_grad() {
+            s.record(Node::Conv2d(Saved {
+                g,
+                x: self.inner,
+                w: weight.inner,
+                bias: bias.map(|b| b.inner),
+                y: y.inner,
+                col,
+            }));
+        }
+        Ok(y)
+    }
+}
+
+impl Saved {
+    pub(crate) fn backward(self, s: &mut Step<'_>) -> Result<()> {
+        let Some(gy) = s.grad_of(&self.y) else { return Ok(()) };
+        let g = self.g;
+        if self.w.requires_grad {
+            let threads = s.threads();
+            let groups = g.n.div_ceil(g.images_per_group(threads));
+            let partials = s.alloc::<f32>("conv2d weight-grad partial sums", Shape::new(&[groups, g.f, g.k()]))?;
+            let gw = s.alloc::<f32>("conv2d weight grad", self.w.shape)?;
+            match s.backend() {
+                Backend::Cpu(cpu) => cpu.run(|v, _| {
+                    cpu::weight_grad(
+                        &g,
+                        g.images_per_group(threads),
+                        v.read(gy)?,
+                        v.read(self.col)?,
+                        v.write(partials)?,
+                        v.write(gw)?,
+                    );
+                    Ok(())
+                })?,
+                Backend::Dry { .. } => {}
+            }
+            s.accumulate(&self.w, gw)?;
+        }
+        if let Some(b) = self.bias.filter(|b| b.requires_grad) {
+            let gb = s.alloc::<f32>("conv2d bias grad", b.shape)?;
+            match s.backend() {
+                Backend::Cpu(cpu) => cpu.run(|v, _| {
+                    cpu::bias_grad(&g, v.read(gy)?, v.write(gb)?);
+                    Ok(())
+                })?,
+                Backend::Dry { .. } => {}
+            }
+            s.accumulate(&b, gb)?;
+        }
+        if self.x.requires_grad {
+            let threads = s.threads();
+            let per_group = g.images_per_group(threads);
+            let groups = g.n.div_ceil(per_group);
+            let scratch = s.alloc::<f32>("conv2d patch-grad scratch", Shape::new(&[groups, g.k(), g.p()]))?;
+            let gx = s.alloc::<f32>("conv2d input grad", self.x.shape)?;
+            match s.backend() {
+                Backend::Cpu(cpu) => cpu.run(|v, _| {
+                    cpu::input_grad(
+                        &g,
+                        per_group,
+                        v.read(gy)?,
+                        v.read(self.w.buf)?,
+                        v.write(scratch)?,
+                        v.write(gx)?,
+                    );
+                    Ok(())
+                })?,
+                Backend::Dry { .. } => {}
+            }
+            s.accumulate(&self.x, gx)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,38 @@
+use super::keep;
+use crate::ops::gradcheck::{check, values};
+use crate::tensor::Shape;
+
+#[test]
+fn dropout_gradient_matches_finite_differences() {
+    let shape = Shape::new(&[6, 10]);
+    check(&[shape], &[values(60, 31, -1.0, 1.0)], &[0], &|s, x| {
+        x[0].dropout(s, 0.5, 1234)
+    });
+}
+
+#[test]
+fn dropout_keeps_about_half_and_scales_by_two() {
+    let n = 20_000;
+    let kept = (0..n).filter(|&i| keep(7, i, 0.5)).count();
+    assert!((kept as f64 / n as f64 - 0.5).abs() < 0.02, "kept {kept} of {n}");
+    let mut arena = crate::Arena::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
+    let out = arena
+        .step(|s| {
+            let x = s.input("x", Shape::new(&[1000]), &[1.0; 1000])?;
+            let y = x.dropout(s, 0.5, 7)?;
+            let mut out = vec![0.0; 1000];
+            s.read(y, &mut out)?;
+            Ok(out)
+        })
+        .unwrap();
+    for (i, v) in out.iter().enumerate() {
+        assert_eq!(*v, if keep(7, i as u64, 0.5) { 2.0 } else { 0.0 });
+    }
+}
+
+#[test]
+fn different_seeds_draw_different_masks() {
+    let a: Vec<bool> = (0..256).map(|i| keep(1, i, 0.5)).collect();
+    let b: Vec<bool> = (0..256).map(|i| keep(2, i, 0.5)).collect();
+    assert_ne!(a, b);
+}

@@ -1,0 +1,81 @@
+//! log-softmax fused with the negative log-likelihood loss, averaged over the
+//! batch: `loss = -mean_n log_softmax(x_n)[label_n]`. Fused because the
+//! gradient is then simply `(softmax(x) - onehot(label)) / N`, with no
+//! division by small probabilities.
+
+mod cpu;
+#[cfg(test)]
+mod tests;
+
+use crate::autograd::{Node, Step};
+use crate::backend::Backend;
+use crate::memory::Buf;
+use crate::tensor::{Labels, Shape, Tensor, TensorRef};
+use crate::{Error, Result};
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Saved {
+    logits: TensorRef,
+    loss: TensorRef,
+    log_probs: Buf<f32>,
+    labels: Buf<u32>,
+}
+
+impl<'s> Tensor<'s> {
+    /// Mean NLL of `log_softmax(self)` `[N, C]` at `labels` (N of them, < C).
+    pub fn log_softmax_nll(self, s: &mut Step<'s>, labels: Labels<'s>) -> Result<Tensor<'s>> {
+        let x = self.shape();
+        if x.rank() != 2 || x.dim(0) != labels.len() || x.dim(0) == 0 {
+            return Err(Error::shape(
+                "log_softmax_nll",
+                format!("logits [N, C] and N labels, got {x} and {} labels", labels.len()),
+            ));
+        }
+        let log_probs = s.alloc::<f32>("log-softmax", x)?;
+        let loss = s.output("loss", Shape::new(&[1]), &[&self])?;
+        match s.backend() {
+            Backend::Cpu(cpu) => cpu.run(|v, _| {
+                cpu::forward(
+                    x,
+                    v.read(self.buf())?,
+                    v.read(labels.buf)?,
+                    v.write(log_probs)?,
+                    v.write(loss.buf())?,
+                )
+            })?,
+            Backend::Dry { .. } => {}
+        }
+        if loss.requires_grad() {
+            s.record(Node::LogSoftmaxNll(Saved {
+                logits: self.inner,
+                loss: loss.inner,
+                log_probs,
+                labels: labels.buf,
+            }));
+        }
+        Ok(loss)
+    }
+}
+
+impl Saved {
+    pub(crate) fn backward(self, s: &mut Step<'_>) -> Result<()> {
+        let Some(gloss) = s.grad_of(&self.loss) else {
+            return Ok(());
+        };
+        let gx = s.alloc::<f32>("logits grad", self.logits.shape)?;
+        match s.backend() {
+            Backend::Cpu(cpu) => cpu.run(|v, _| {
+                cpu::backward(
+                    self.logits.shape,
+                    v.read(self.log_probs)?,
+                    v.read(self.labels)?,
+                    v.read(gloss)?,
+                    v.write(gx)?,
+                );
+                Ok(())
+            })?,
+            Backend::Dry { .. } => {}
+        }
+        s.accumulate(&self.logits, gx)
+    }
+}

@@ -1,0 +1,48 @@
+//! relu: `y = max(x, 0)`; backward passes the gradient where `y > 0`.
+
+mod cpu;
+#[cfg(test)]
+mod tests;
+
+use crate::autograd::{Node, Step};
+use crate::backend::Backend;
+use crate::tensor::{Tensor, TensorRef};
+use crate::Result;
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Saved {
+    y: TensorRef,
+    x: TensorRef,
+}
+
+impl<'s> Tensor<'s> {
+    pub fn relu(self, s: &mut Step<'s>) -> Result<Tensor<'s>> {
+        let y = s.output("relu output", self.shape(), &[&self])?;
+        match s.backend() {
+            Backend::Cpu(cpu) => cpu.run(|v, _| cpu::forward(v.read(self.buf())?, v.write(y.buf())?))?,
+            Backend::Dry { .. } => {}
+        }
+        if y.requires_grad() {
+            s.record(Node::Relu(Saved {
+                y: y.inner,
+                x: self.inner,
+            }));
+        }
+        Ok(y)
+    }
+}
+
+impl Saved {
+    pub(crate) fn backward(self, s: &mut Step<'_>) -> Result<()> {
+        let Some(gy) = s.grad_of(&self.y) else { return Ok(()) };
+        if !self.x.requires_grad {
+            return Ok(());
+        }
+        let gx = s.alloc::<f32>("relu input grad", self.x.shape)?;
+        match s.backend() {
+            Backend::Cpu(cpu) => cpu.run(|v, _| cpu::backward(v.read(self.y.buf)?, v.read(gy)?, v.write(gx)?))?,
+            Backend::Dry { .. } => {}
+        }
+        s.accumulate(&self.x, gx)
+    }
+}

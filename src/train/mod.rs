@@ -1,0 +1,174 @@
+//! The training loop: sizes the arena, fills its persistent region (model,
+//! optimizer, data set), then runs epochs of steps, each reset to the mark.
+//!
+//! Sizing: unless `--arena-size` is given, the loop builds the whole session
+//! on a dry arena (same allocation sequence, no memory, no kernels), runs one
+//! training step and one evaluation step on it, and allocates exactly the
+//! persistent bytes plus the step high-water it measured.
+
+mod report;
+mod session;
+
+pub use report::{resident_bytes, EpochReport, Observer, Quiet, RunInfo};
+pub use session::Session;
+
+use crate::backend::{Device, DeviceRequest};
+use crate::data::MnistHost;
+use crate::memory::{Arena, ArenaError};
+use crate::{Error, Result};
+use std::path::PathBuf;
+
+/// Everything `bumpgrad train` can be told.
+#[derive(Debug, Clone)]
+pub struct TrainConfig {
+    pub device: DeviceRequest,
+    pub epochs: usize,
+    pub batch: usize,
+    pub lr: f32,
+    pub momentum: f32,
+    pub seed: u64,
+    pub data_dir: PathBuf,
+    /// `None`: measured from a dry run of one step.
+    pub arena_size: Option<usize>,
+    /// 0: one per core.
+    pub threads: usize,
+    pub train_limit: Option<usize>,
+    pub test_limit: Option<usize>,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            device: DeviceRequest::Auto,
+            epochs: 4,
+            batch: 100,
+            lr: 0.05,
+            momentum: 0.0,
+            seed: 42,
+            data_dir: PathBuf::from("data/mnist"),
+            arena_size: None,
+            threads: 0,
+            train_limit: None,
+            test_limit: None,
+        }
+    }
+}
+
+impl TrainConfig {
+    /// Rejects settings that cannot train, with what to pass instead.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::Config(m));
+        if self.epochs == 0 {
+            return bad("--epochs must be at least 1".into());
+        }
+        if self.batch == 0 {
+            return bad("--batch must be at least 1".into());
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return bad(format!("--lr must be a positive number, got {}", self.lr));
+        }
+        if !(0.0..1.0).contains(&self.momentum) {
+            return bad(format!("--momentum must be in [0, 1), got {}", self.momentum));
+        }
+        if self.test_limit == Some(0) {
+            return bad("--test-limit must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// The persistent bytes and step high-water a session needs on `device`,
+/// measured by running it on a dry arena.
+pub fn measure(cfg: &TrainConfig, host: &MnistHost, device: &Device) -> Result<ArenaNeeds> {
+    let mut session = Session::new(cfg, host, Arena::dry(device, None))?;
+    session.probe()?;
+    let stats = session.arena().stats();
+    Ok(ArenaNeeds {
+        persistent_bytes: stats.persistent_bytes,
+        step_bytes: stats.step_high_water_bytes,
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArenaNeeds {
+    pub persistent_bytes: usize,
+    pub step_bytes: usize,
+}
+
+impl ArenaNeeds {
+    pub fn total(&self) -> usize {
+        self.persistent_bytes + self.step_bytes
+    }
+}
+
+/// Loads the data, opens the device, sizes and allocates the arena, and
+/// returns a session ready to train, with what the caller should know.
+pub fn prepare(cfg: &TrainConfig) -> Result<(Session, RunInfo)> {
+    cfg.validate()?;
+    let mut host = MnistHost::load(&cfg.data_dir)?;
+    if let Some(n) = cfg.train_limit {
+        host.limit_train(n)?;
+    }
+    if let Some(n) = cfg.test_limit {
+        host.limit_test(n)?;
+    }
+    let (device, device_note) = Device::open(cfg.device, cfg.threads)?;
+    let threads = device.threads();
+    let needs = measure(cfg, &host, &device)?;
+    let capacity = match cfg.arena_size {
+        None => needs.total(),
+        Some(given) if given >= needs.total() => given,
+        Some(given) => {
+            // Replay on a dry arena of the given size to name the allocation
+            // that fails, then report the size that fits the whole step.
+            let replay = Session::new(cfg, &host, Arena::dry(&device, Some(given))).and_then(|mut s| s.probe());
+            let err = match replay {
+                Err(e) => e,
+                Ok(()) => Error::Config(format!(
+                    "--arena-size {given} is below the {} bytes this run needs",
+                    needs.total()
+                )),
+            };
+            return Err(match err {
+                Error::Arena(ArenaError::Exhausted {
+                    region,
+                    what,
+                    shape,
+                    requested,
+                    in_use,
+                    capacity,
+                    ..
+                }) => Error::Arena(ArenaError::Exhausted {
+                    region,
+                    what,
+                    shape,
+                    requested,
+                    in_use,
+                    capacity,
+                    would_fit: needs.total(),
+                }),
+                other => other,
+            });
+        }
+    };
+    let arena = Arena::new(device, capacity)?;
+    let session = Session::new(cfg, &host, arena)?;
+    let info = RunInfo {
+        device: session.arena().device(),
+        threads,
+        device_note,
+        train_examples: host.train_images.count,
+        test_examples: host.test_images.count,
+        steps_per_epoch: session.steps_per_epoch(),
+        arena_size_measured: cfg.arena_size.is_none(),
+        arena: session.arena().stats(),
+    };
+    Ok((session, info))
+}
+
+/// Trains for `cfg.epochs`, reporting to `observer`.
+pub fn train(cfg: &TrainConfig, observer: &mut dyn Observer) -> Result<Vec<EpochReport>> {
+    let (mut session, info) = prepare(cfg)?;
+    observer.started(&info);
+    (1..=cfg.epochs).map(|epoch| session.epoch(epoch, observer)).collect()
+}
