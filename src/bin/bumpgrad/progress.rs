@@ -1,0 +1,113 @@
+//! What a person sees: a progress bar per epoch on a terminal, one summary
+//! line per epoch, or one JSON object per epoch with `--json`.
+
+use bumpgrad::memory::ByteSize;
+use bumpgrad::train::{EpochReport, Observer, RunInfo};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::Write;
+
+pub struct Printer {
+    json: bool,
+    bar: Option<ProgressBar>,
+    loss_sum: f64,
+}
+
+impl Printer {
+    pub fn new(json: bool) -> Self {
+        Self {
+            json,
+            bar: None,
+            loss_sum: 0.0,
+        }
+    }
+
+    /// Human lines go to stdout, unless stdout carries JSON.
+    fn say(&self, line: &str) {
+        let print = |line: &str| match &self.bar {
+            Some(bar) => bar.suspend(|| eprintln!("{line}")),
+            None => eprintln!("{line}"),
+        };
+        if self.json {
+            print(line);
+        } else {
+            println!("{line}");
+        }
+    }
+}
+
+impl Observer for Printer {
+    fn started(&mut self, info: &RunInfo) {
+        if let Some(note) = &info.device_note {
+            eprintln!("bumpgrad: {note}");
+        }
+        let a = &info.arena;
+        self.say(&format!(
+            "bumpgrad: {} ({} threads), {} training / {} test images, {} steps per epoch",
+            info.device, info.threads, info.train_examples, info.test_examples, info.steps_per_epoch
+        ));
+        self.say(&format!(
+            "arena: {} allocated once ({}): persistent {} (model, optimizer, data set), step region {}",
+            ByteSize(a.capacity_bytes),
+            if info.arena_size_measured {
+                "measured by a dry run"
+            } else {
+                "--arena-size"
+            },
+            ByteSize(a.persistent_bytes),
+            ByteSize(a.capacity_bytes - a.persistent_bytes),
+        ));
+    }
+
+    fn epoch_started(&mut self, epoch: usize, steps: usize) {
+        let bar = ProgressBar::new(steps as u64);
+        bar.set_style(
+            ProgressStyle::with_template("epoch {prefix:>3} [{bar:30}] {pos}/{len} steps  {msg}  {elapsed}<{eta}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(epoch.to_string());
+        self.loss_sum = 0.0;
+        self.bar = Some(bar);
+    }
+
+    fn step(&mut self, _epoch: usize, step: usize, loss: f32) {
+        self.loss_sum += loss as f64;
+        if let Some(bar) = &self.bar {
+            bar.inc(1);
+            if step % 20 == 0 {
+                bar.set_message(format!("loss {:.4}", self.loss_sum / (step + 1) as f64));
+            }
+        }
+    }
+
+    fn evaluating(&mut self, _epoch: usize) {
+        if let Some(bar) = &self.bar {
+            bar.set_message("evaluating on the test set");
+        }
+    }
+
+    fn epoch(&mut self, r: &EpochReport) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+        self.say(&format!(
+            "epoch {:>3}  train loss {:.4}  test accuracy {:.2}%  {:.2} s (+{:.2} s eval)  step high-water {}",
+            r.epoch,
+            r.train_loss,
+            100.0 * r.test_accuracy,
+            r.seconds,
+            r.eval_seconds,
+            ByteSize(r.arena.step_high_water_bytes)
+        ));
+        if self.json {
+            match serde_json::to_string(r) {
+                Ok(line) => {
+                    let mut out = std::io::stdout().lock();
+                    // A closed stdout (a pipe to `head`) must not kill training.
+                    let _ = writeln!(out, "{line}").and_then(|_| out.flush());
+                }
+                Err(e) => eprintln!("bumpgrad: could not encode the epoch report: {e}"),
+            }
+        }
+    }
+}

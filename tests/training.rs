@@ -1,0 +1,62 @@
+//! End-to-end training on the real MNIST shipped in the repository.
+
+use bumpgrad::backend::DeviceRequest;
+use bumpgrad::train::{prepare, train, EpochReport, Quiet, TrainConfig};
+
+fn config(train_limit: usize, test_limit: usize, epochs: usize) -> TrainConfig {
+    TrainConfig {
+        device: DeviceRequest::Cpu,
+        epochs,
+        threads: 2,
+        data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
+        train_limit: Some(train_limit),
+        test_limit: Some(test_limit),
+        ..TrainConfig::default()
+    }
+}
+
+#[test]
+fn loss_falls_on_a_2000_image_subset() {
+    let reports: Vec<EpochReport> = train(&config(2000, 1000, 3), &mut Quiet).expect("training");
+    let losses: Vec<f64> = reports.iter().map(|r| r.train_loss).collect();
+    assert!(losses[0] < 2.30, "the first epoch already learns: {losses:?}");
+    assert!(
+        losses.windows(2).all(|w| w[1] < w[0]),
+        "loss falls every epoch: {losses:?}"
+    );
+    assert!(losses[2] < 0.6 * losses[0], "{losses:?}");
+    let accuracy = reports[2].test_accuracy;
+    assert!(
+        accuracy > 0.80,
+        "test accuracy after 3 epochs on 2000 images: {accuracy}"
+    );
+}
+
+#[test]
+fn same_seed_same_run_different_seed_different_run() {
+    let run = |seed| {
+        let cfg = TrainConfig {
+            seed,
+            ..config(300, 100, 1)
+        };
+        train(&cfg, &mut Quiet).expect("training")[0].train_loss
+    };
+    assert_eq!(run(7), run(7));
+    assert_ne!(run(7), run(8));
+}
+
+#[test]
+fn an_arena_too_small_names_the_allocation_and_the_size_that_fits() {
+    let cfg = TrainConfig {
+        arena_size: Some(4 << 20),
+        ..config(300, 100, 1)
+    };
+    let err = match prepare(&cfg) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("a 4 MiB arena cannot hold the data set and a step"),
+    };
+    assert!(err.contains("arena exhausted") && err.contains("--arena-size"), "{err}");
+    let measured = prepare(&config(300, 100, 1)).expect("auto size").1.arena.capacity_bytes;
+    let suggested = bumpgrad::memory::suggest(measured);
+    assert!(err.contains(&suggested), "{err} should suggest {suggested}");
+}
