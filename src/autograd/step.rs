@@ -28,8 +28,9 @@ impl<'s> Step<'s> {
         }
     }
 
-    /// Raw step-region memory, released at the reset.
-    pub fn alloc<T: Element>(&mut self, what: &'static str, shape: Shape) -> Result<Buf<T>> {
+    /// Raw step-region memory, released at the reset. Crate-only: outside
+    /// code gets step memory as branded tensors, never as bare handles.
+    pub(crate) fn alloc<T: Element>(&mut self, what: &'static str, shape: Shape) -> Result<Buf<T>> {
         Ok(self.arena.alloc_step(what, shape)?)
     }
 

@@ -8,6 +8,15 @@ pub enum CudaError {
     NotBuilt,
 }
 
+impl CudaError {
+    /// The cause alone, without the hint (for `--device auto`'s one line).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::NotBuilt => "this build of bumpgrad has no CUDA backend yet",
+        }
+    }
+}
+
 /// Why no GPU is usable on this machine with this build.
 pub fn unavailable() -> CudaError {
     CudaError::NotBuilt

@@ -130,6 +130,26 @@ impl fmt::Display for DeviceKind {
     }
 }
 
+/// The device's worker threads, as a handle the training loop can hold while
+/// it borrows the arena.
+///
+/// Code run through [`Workers::run`] executes on a worker, so each kernel's
+/// parallel loop is scheduled on that worker's own queue. Called from outside
+/// the pool, every kernel would instead be injected into the pool's shared
+/// queue, whose blocks are heap-allocated as it fills: running a whole epoch
+/// inside keeps training steps free of heap allocations.
+#[derive(Clone)]
+pub struct Workers(Option<std::sync::Arc<rayon::ThreadPool>>);
+
+impl Workers {
+    pub fn run<R: Send>(&self, body: impl FnOnce() -> R + Send) -> R {
+        match &self.0 {
+            Some(pool) => pool.install(body),
+            None => body(),
+        }
+    }
+}
+
 /// A device together with its arena memory. Ops `match` on this.
 pub enum Backend {
     Cpu(cpu::CpuBackend),
@@ -164,6 +184,13 @@ impl Backend {
         match self {
             Self::Cpu(cpu) => cpu.threads(),
             Self::Dry { threads } => *threads,
+        }
+    }
+
+    pub(crate) fn workers(&self) -> Workers {
+        match self {
+            Self::Cpu(cpu) => Workers(Some(cpu.pool().clone())),
+            Self::Dry { .. } => Workers(None),
         }
     }
 

@@ -18,7 +18,7 @@
 
 use super::{align_up, Buf, ByteSize, Element};
 use crate::autograd::{Step, Tape};
-use crate::backend::{Backend, BackendError, Device, DeviceKind};
+use crate::backend::{Backend, BackendError, Device, DeviceKind, Workers};
 use crate::tensor::{Param, Shape};
 use std::fmt;
 
@@ -78,7 +78,7 @@ pub struct ArenaStats {
     pub step_high_water_bytes: usize,
     /// Bytes the last completed step used above the mark.
     pub last_step_bytes: usize,
-    /// Allocations the last completed step made.
+    /// The most allocations any step has made.
     pub allocations_per_step: usize,
     /// How many times the step region was reset to the mark.
     pub resets: u64,
@@ -94,7 +94,7 @@ struct Counters {
     step_allocations: usize,
     step_padding: usize,
     last_step_bytes: usize,
-    last_step_allocations: usize,
+    max_step_allocations: usize,
     last_step_padding: usize,
     resets: u64,
 }
@@ -143,6 +143,11 @@ impl Arena {
         self.backend.kind()
     }
 
+    /// The device's workers; run a training loop through them (see [`Workers`]).
+    pub fn workers(&self) -> Workers {
+        self.backend.workers()
+    }
+
     pub fn stats(&self) -> ArenaStats {
         let c = &self.counters;
         ArenaStats {
@@ -152,7 +157,7 @@ impl Arena {
             persistent_allocations: c.persistent_allocations,
             step_high_water_bytes: c.step_high_water,
             last_step_bytes: c.last_step_bytes,
-            allocations_per_step: c.last_step_allocations,
+            allocations_per_step: c.max_step_allocations,
             resets: c.resets,
             alignment_padding_bytes: c.persistent_padding + c.last_step_padding,
         }
@@ -181,7 +186,7 @@ impl Arena {
         let c = &mut self.counters;
         c.step_high_water = c.step_high_water.max(used);
         c.last_step_bytes = used;
-        c.last_step_allocations = c.step_allocations;
+        c.max_step_allocations = c.max_step_allocations.max(c.step_allocations);
         c.last_step_padding = c.step_padding;
         c.step_allocations = 0;
         c.step_padding = 0;

@@ -49,7 +49,7 @@ impl<'s> Tensor<'s> {
         self.inner.requires_grad
     }
 
-    pub fn buf(&self) -> Buf<f32> {
+    pub(crate) fn buf(&self) -> Buf<f32> {
         self.inner.buf
     }
 }

@@ -167,7 +167,7 @@ pub fn prepare(cfg: &TrainConfig) -> Result<(Session, RunInfo)> {
 }
 
 /// Trains for `cfg.epochs`, reporting to `observer`.
-pub fn train(cfg: &TrainConfig, observer: &mut dyn Observer) -> Result<Vec<EpochReport>> {
+pub fn train(cfg: &TrainConfig, observer: &mut (dyn Observer + Send)) -> Result<Vec<EpochReport>> {
     let (mut session, info) = prepare(cfg)?;
     observer.started(&info);
     (1..=cfg.epochs).map(|epoch| session.epoch(epoch, observer)).collect()

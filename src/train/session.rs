@@ -131,8 +131,19 @@ impl Session {
             .count())
     }
 
+    /// Runs `body` on the device's workers (see [`crate::backend::Workers`]):
+    /// inside, a training step allocates nothing on the heap.
+    pub fn on_workers<R: Send>(&mut self, body: impl FnOnce(&mut Self) -> R + Send) -> R {
+        let workers = self.arena.workers();
+        workers.run(|| body(self))
+    }
+
     /// One epoch: shuffle, train every batch, evaluate.
-    pub fn epoch(&mut self, epoch: usize, observer: &mut dyn Observer) -> Result<EpochReport> {
+    pub fn epoch(&mut self, epoch: usize, observer: &mut (dyn Observer + Send)) -> Result<EpochReport> {
+        self.on_workers(|session| session.epoch_inside(epoch, observer))
+    }
+
+    fn epoch_inside(&mut self, epoch: usize, observer: &mut (dyn Observer + Send)) -> Result<EpochReport> {
         let steps = self.steps_per_epoch();
         observer.epoch_started(epoch, steps);
         self.shuffle(epoch);

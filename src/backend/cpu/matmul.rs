@@ -1,8 +1,10 @@
-//! A safe, bounds-checked front for the `gemm` crate's strided matrix product.
+//! The CPU backend's matrix product over strided views of slices.
 //!
-//! Every matrix product of the CPU backend goes through [`matmul`]; it checks
-//! that each strided matrix lies inside its slice, which is what makes the one
-//! `unsafe` call below sound.
+//! Every matrix product of the CPU backend goes through [`matmul`], which
+//! picks the allocation-free kernel of [`super::sgemm`] that fits the
+//! operands' layout.
+
+use super::sgemm;
 
 /// A strided, read-only matrix over a slice: element (r, c) is
 /// `data[r * row_stride + c * col_stride]`.
@@ -48,8 +50,7 @@ impl<'a> Mat<'a> {
 }
 
 /// `dst = a · b` (or `dst += a · b` when `accumulate`), with `dst` row-major
-/// `a.rows × b.cols`. `threads > 1` lets gemm split the work on the current
-/// rayon pool; kernels that already run one product per thread pass 1.
+/// `a.rows × b.cols`. Single-threaded: callers parallelise over images.
 ///
 /// Panics if the shapes disagree or a matrix runs past its slice: both are
 /// bugs in a kernel, never a consequence of user input (shapes are checked
@@ -65,37 +66,26 @@ pub fn matmul(dst: &mut [f32], a: Mat<'_>, b: Mat<'_>, accumulate: bool, threads
     if m == 0 || n == 0 {
         return;
     }
-    let parallelism = if threads > 1 {
-        gemm::Parallelism::Rayon(threads)
-    } else {
-        gemm::Parallelism::None
-    };
-    // SAFETY: every index gemm touches is (r, c) with r < rows and c < cols
-    // of its matrix; `fits` checked that the largest such offset is inside
-    // each slice, and `dst` holds m·n row-major elements. `dst` is a `&mut`
-    // and so does not alias `a` or `b`.
-    unsafe {
-        gemm::gemm(
+    let _ = threads;
+    if b.col_stride == 1 {
+        sgemm::gemm_nn(
             m,
             n,
             k,
-            dst.as_mut_ptr(),
-            1,
-            n as isize,
+            a.data,
+            a.row_stride,
+            a.col_stride,
+            b.data,
+            b.row_stride,
+            dst,
             accumulate,
-            a.data.as_ptr(),
-            a.col_stride as isize,
-            a.row_stride as isize,
-            b.data.as_ptr(),
-            b.col_stride as isize,
-            b.row_stride as isize,
-            1.0,
-            1.0,
-            false,
-            false,
-            false,
-            parallelism,
-        )
+        );
+    } else {
+        assert!(
+            b.row_stride == 1 && a.col_stride == 1,
+            "matmul: needs B with unit column stride, or A and Bᵀ both row-major"
+        );
+        sgemm::gemm_nt(m, n, k, a.data, a.row_stride, b.data, b.col_stride, dst, accumulate);
     }
 }
 
@@ -131,12 +121,20 @@ mod tests {
         for (x, y) in dst.iter().zip(&want) {
             assert!((x - 2.0 * y).abs() < 1e-4);
         }
-        // aᵀ is 4×3: multiply by a 3×2 matrix read transposed from 2×3 data.
+        // aᵀ (4×3, strided) times a row-major 3×2: the strided-A path.
         let c: Vec<f32> = (0..6).map(|i| i as f32).collect();
-        let (at, ct) = (am.t(), Mat::rows(&c, 2, 3).t());
+        let (at, cm) = (am.t(), Mat::rows(&c, 3, 2));
         let mut dst2 = vec![0.0; 8];
-        matmul(&mut dst2, at, ct, false, 1);
-        for (x, y) in dst2.iter().zip(naive(at, ct).iter()) {
+        matmul(&mut dst2, at, cm, false, 1);
+        for (x, y) in dst2.iter().zip(naive(at, cm).iter()) {
+            assert!((x - y).abs() < 1e-5);
+        }
+        // a (3×4) times the transpose of a row-major 2×4: the dot-product path.
+        let d: Vec<f32> = (0..8).map(|i| i as f32 - 3.0).collect();
+        let dt = Mat::rows(&d, 2, 4).t();
+        let mut dst3 = vec![0.0; 6];
+        matmul(&mut dst3, am, dt, false, 1);
+        for (x, y) in dst3.iter().zip(naive(am, dt).iter()) {
             assert!((x - y).abs() < 1e-5);
         }
     }

@@ -3,15 +3,18 @@
 
 pub mod matmul;
 pub mod memory;
+pub mod sgemm;
+pub mod simd;
 
 pub use matmul::{matmul, Mat};
 pub use memory::{CpuMemory, Views};
 
 use super::BackendError;
+use std::sync::Arc;
 
 /// A CPU that has not yet received its arena.
 pub struct CpuDevice {
-    pool: rayon::ThreadPool,
+    pool: Arc<rayon::ThreadPool>,
 }
 
 impl CpuDevice {
@@ -25,7 +28,7 @@ impl CpuDevice {
                 threads,
                 reason: e.to_string(),
             })?;
-        Ok(Self { pool })
+        Ok(Self { pool: Arc::new(pool) })
     }
 
     pub fn threads(&self) -> usize {
@@ -36,7 +39,7 @@ impl CpuDevice {
 /// The CPU device holding its arena memory.
 pub struct CpuBackend {
     memory: CpuMemory,
-    pool: rayon::ThreadPool,
+    pool: Arc<rayon::ThreadPool>,
 }
 
 impl CpuBackend {
@@ -49,6 +52,10 @@ impl CpuBackend {
 
     pub fn threads(&self) -> usize {
         self.pool.current_num_threads()
+    }
+
+    pub(crate) fn pool(&self) -> &Arc<rayon::ThreadPool> {
+        &self.pool
     }
 
     /// Runs one kernel on the pool with views of the arena. Everything the

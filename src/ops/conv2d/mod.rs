@@ -1,10 +1,13 @@
 //! conv2d: valid padding, stride 1, NCHW, any channel counts, optional bias.
 //!
-//! The CPU kernels lower convolution to matrix products (im2col): per image,
-//! `y = W · col` with `W` the `[F, C·KH·KW]` filters and `col` the
-//! `[C·KH·KW, OH·OW]` patches. The patches are kept in the step region for
-//! backward, where `dW = Σ dy · colᵀ` and `dcol = Wᵀ · dy` (scattered back by
-//! col2im) are products too.
+//! The CPU kernels compute convolution as matrix products over the patch
+//! matrix without writing it (implicit im2col): per image, `y = W · col` with
+//! `W` the `[F, C·KH·KW]` filters and `col` the `[C·KH·KW, OH·OW]` patches,
+//! whose entries the kernels read from the input in place. Backward forms
+//! `dW = Σ dy · colᵀ` from the saved input the same way, and `dx` as
+//! `col2im(Wᵀ · dy)`, adding each product straight into `dx`. The filters are
+//! repacked per call into small step-region buffers in the order the kernels
+//! broadcast them.
 
 mod cpu;
 #[cfg(test)]
@@ -12,7 +15,6 @@ mod tests;
 
 use crate::autograd::{Node, Step};
 use crate::backend::Backend;
-use crate::memory::Buf;
 use crate::tensor::{Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -89,7 +91,6 @@ pub(crate) struct Saved {
     w: TensorRef,
     bias: Option<TensorRef>,
     y: TensorRef,
-    col: Buf<f32>,
 }
 
 impl<'s> Tensor<'s> {
@@ -100,7 +101,7 @@ impl<'s> Tensor<'s> {
             Some(b) => s.output("conv2d output", g.output(), &[&self, &weight, &b])?,
             None => s.output("conv2d output", g.output(), &[&self, &weight])?,
         };
-        let col = s.alloc::<f32>("conv2d patches (im2col)", Shape::new(&[g.n, g.k(), g.p()]))?;
+        let packed = s.alloc::<f32>("conv2d packed filters", Shape::new(&[cpu::forward_packed_len(&g)]))?;
         match s.backend() {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
                 let b = match bias {
@@ -112,7 +113,7 @@ impl<'s> Tensor<'s> {
                     v.read(self.buf())?,
                     v.read(weight.buf())?,
                     b,
-                    v.write(col)?,
+                    v.write(packed)?,
                     v.write(y.buf())?,
                 );
                 Ok(())
@@ -126,7 +127,6 @@ impl<'s> Tensor<'s> {
                 w: weight.inner,
                 bias: bias.map(|b| b.inner),
                 y: y.inner,
-                col,
             }));
         }
         Ok(y)
@@ -148,7 +148,7 @@ impl Saved {
                         &g,
                         g.images_per_group(threads),
                         v.read(gy)?,
-                        v.read(self.col)?,
+                        v.read(self.x.buf)?,
                         v.write(partials)?,
                         v.write(gw)?,
                     );
@@ -170,21 +170,14 @@ impl Saved {
             s.accumulate(&b, gb)?;
         }
         if self.x.requires_grad {
-            let threads = s.threads();
-            let per_group = g.images_per_group(threads);
-            let groups = g.n.div_ceil(per_group);
-            let scratch = s.alloc::<f32>("conv2d patch-grad scratch", Shape::new(&[groups, g.k(), g.p()]))?;
+            let packed = s.alloc::<f32>(
+                "conv2d packed filters (input grad)",
+                Shape::new(&[cpu::input_grad_packed_len(&g)]),
+            )?;
             let gx = s.alloc::<f32>("conv2d input grad", self.x.shape)?;
             match s.backend() {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {
-                    cpu::input_grad(
-                        &g,
-                        per_group,
-                        v.read(gy)?,
-                        v.read(self.w.buf)?,
-                        v.write(scratch)?,
-                        v.write(gx)?,
-                    );
+                    cpu::input_grad(&g, v.read(gy)?, v.read(self.w.buf)?, v.write(packed)?, v.write(gx)?);
                     Ok(())
                 })?,
                 Backend::Dry { .. } => {}

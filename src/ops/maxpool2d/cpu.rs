@@ -1,51 +1,166 @@
 use crate::tensor::Shape;
 use rayon::prelude::*;
 
-/// Input offsets of the four candidates, in the order their index is stored.
-fn window(w: usize) -> [usize; 4] {
-    [0, 1, w, w + 1]
+/// Planes per rayon task: a 100-image batch of 10 or 20 channels splits into
+/// a few dozen tasks, enough for two cores, few enough that scheduling is noise.
+const PLANES_PER_TASK: usize = 32;
+
+/// The winner of one 2×2 window `[a, b; c, d]` and its index (0..4, row-major).
+/// `>` keeps the first maximum, as PyTorch does; a NaN wins (the last one
+/// among `b, c, d`, or `a` when it alone is NaN) so that it propagates.
+#[inline(always)]
+fn winner(a: f32, b: f32, c: f32, d: f32) -> (f32, u8) {
+    // Selects on bit masks rather than branches: which input wins is data,
+    // and a mispredicted branch per window costs more than the window.
+    let (mut best, mut arg) = (a.to_bits(), 0u32);
+    for (v, k) in [(b, 1u32), (c, 2), (d, 3)] {
+        let take = 0u32.wrapping_sub(((v > f32::from_bits(best)) | v.is_nan()) as u32);
+        best = (v.to_bits() & take) | (best & !take);
+        arg = (k & take) | (arg & !take);
+    }
+    (f32::from_bits(best), arg as u8)
 }
 
-pub(super) fn forward(x: Shape, input: &[f32], y: &mut [f32], winner: &mut [u8]) {
+pub(super) fn forward(x: Shape, input: &[f32], y: &mut [f32], winner_of: &mut [u8]) {
     let (h, w) = (x.dim(2), x.dim(3));
     let (oh, ow) = (h / 2, w / 2);
-    let offsets = window(w);
-    y.par_chunks_mut(oh * ow)
-        .zip(winner.par_chunks_mut(oh * ow))
-        .zip(input.par_chunks(h * w))
-        .for_each(|((y, winner), plane)| {
+    y.par_chunks_mut(PLANES_PER_TASK * oh * ow)
+        .zip(winner_of.par_chunks_mut(PLANES_PER_TASK * oh * ow))
+        .zip(input.par_chunks(PLANES_PER_TASK * h * w))
+        .for_each(|((y, winners), planes)| {
+            for ((y, winners), plane) in y
+                .chunks_exact_mut(oh * ow)
+                .zip(winners.chunks_exact_mut(oh * ow))
+                .zip(planes.chunks_exact(h * w))
+            {
+                // Two input rows per output row; an odd last row is dropped.
+                for ((y, winners), rows) in y
+                    .chunks_exact_mut(ow)
+                    .zip(winners.chunks_exact_mut(ow))
+                    .zip(plane.chunks_exact(2 * w))
+                {
+                    let (top, bottom) = rows.split_at(w);
+                    for (((y, arg), t), b) in y
+                        .iter_mut()
+                        .zip(winners.iter_mut())
+                        .zip(top.chunks_exact(2))
+                        .zip(bottom.chunks_exact(2))
+                    {
+                        (*y, *arg) = winner(t[0], t[1], b[0], b[1]);
+                    }
+                }
+            }
+        });
+}
+
+pub(super) fn backward(x: Shape, gy: &[f32], winners: &[u8], gx: &mut [f32]) {
+    let (h, w) = (x.dim(2), x.dim(3));
+    let (oh, ow) = (h / 2, w / 2);
+    gx.par_chunks_mut(PLANES_PER_TASK * h * w)
+        .zip(
+            gy.par_chunks(PLANES_PER_TASK * oh * ow)
+                .zip(winners.par_chunks(PLANES_PER_TASK * oh * ow)),
+        )
+        .for_each(|(planes, (gy, winners))| {
+            for (plane, (gy, winners)) in planes
+                .chunks_exact_mut(h * w)
+                .zip(gy.chunks_exact(oh * ow).zip(winners.chunks_exact(oh * ow)))
+            {
+                // Every input of a window is written: the winner gets the
+                // gradient, the others 0; a dropped last row or column gets 0.
+                let (windows, rest) = plane.split_at_mut(2 * oh * w);
+                rest.fill(0.0);
+                for (rows, (gy, winners)) in windows
+                    .chunks_exact_mut(2 * w)
+                    .zip(gy.chunks_exact(ow).zip(winners.chunks_exact(ow)))
+                {
+                    let (top, bottom) = rows.split_at_mut(w);
+                    if w % 2 == 1 {
+                        top[w - 1] = 0.0;
+                        bottom[w - 1] = 0.0;
+                    }
+                    for (((t, b), &g), &arg) in top
+                        .chunks_exact_mut(2)
+                        .zip(bottom.chunks_exact_mut(2))
+                        .zip(gy)
+                        .zip(winners)
+                    {
+                        let pick = |k: u8| if arg == k { g } else { 0.0 };
+                        t[0] = pick(0);
+                        t[1] = pick(1);
+                        b[0] = pick(2);
+                        b[1] = pick(3);
+                    }
+                }
+            }
+        });
+}
+#[cfg(test)]
+mod tests {
+    //! The op's tests use small planes; these cover MNIST-sized planes, odd
+    //! sizes, ties and NaN against a direct scan.
+    use super::*;
+
+    fn direct(h: usize, w: usize, planes: usize, x: &[f32]) -> (Vec<f32>, Vec<u8>) {
+        let (oh, ow) = (h / 2, w / 2);
+        let (mut y, mut arg) = (vec![0.0; planes * oh * ow], vec![0; planes * oh * ow]);
+        for p in 0..planes {
             for r in 0..oh {
                 for c in 0..ow {
-                    let base = 2 * r * w + 2 * c;
-                    let (mut best, mut arg) = (plane[base], 0u8);
-                    for (k, off) in offsets.iter().enumerate().skip(1) {
-                        let v = plane[base + off];
-                        // `>` keeps the first maximum, as PyTorch does; NaN wins so it propagates.
-                        if v > best || v.is_nan() {
-                            best = v;
-                            arg = k as u8;
+                    let at = |k: usize| x[p * h * w + (2 * r + k / 2) * w + 2 * c + k % 2];
+                    let (mut best, mut win) = (at(0), 0);
+                    for k in 1..4 {
+                        if at(k) > best || at(k).is_nan() {
+                            (best, win) = (at(k), k as u8);
                         }
                     }
-                    y[r * ow + c] = best;
-                    winner[r * ow + c] = arg;
+                    y[(p * oh + r) * ow + c] = best;
+                    arg[(p * oh + r) * ow + c] = win;
                 }
             }
-        });
-}
+        }
+        (y, arg)
+    }
 
-pub(super) fn backward(x: Shape, gy: &[f32], winner: &[u8], gx: &mut [f32]) {
-    let (h, w) = (x.dim(2), x.dim(3));
-    let (oh, ow) = (h / 2, w / 2);
-    let offsets = window(w);
-    gx.par_chunks_mut(h * w)
-        .zip(gy.par_chunks(oh * ow).zip(winner.par_chunks(oh * ow)))
-        .for_each(|(plane, (gy, winner))| {
-            plane.fill(0.0);
-            for r in 0..oh {
-                for c in 0..ow {
-                    let i = r * ow + c;
-                    plane[2 * r * w + 2 * c + offsets[winner[i] as usize & 3]] = gy[i];
+    #[test]
+    fn forward_and_backward_match_a_direct_scan() {
+        for (planes, h, w) in [(40, 24, 24), (70, 8, 8), (3, 7, 22), (5, 10, 9), (2, 5, 5)] {
+            let n = planes * h * w;
+            // Few distinct values, so that ties are common; some NaNs.
+            let x: Vec<f32> = (0..n)
+                .map(|i| {
+                    let v = ((i * 7919) % 13) as f32 - 6.0;
+                    if (i * 104_729) % 97 == 0 {
+                        f32::NAN
+                    } else {
+                        v
+                    }
+                })
+                .collect();
+            let shape = Shape::new(&[1, planes, h, w]);
+            let (oh, ow) = (h / 2, w / 2);
+            let (mut y, mut arg) = (vec![0.0; planes * oh * ow], vec![9; planes * oh * ow]);
+            forward(shape, &x, &mut y, &mut arg);
+            let (want_y, want_arg) = direct(h, w, planes, &x);
+            assert_eq!(arg, want_arg, "{h}×{w}");
+            for (a, b) in y.iter().zip(&want_y) {
+                assert!(a == b || (a.is_nan() && b.is_nan()), "{h}×{w}: {a} vs {b}");
+            }
+
+            let gy: Vec<f32> = (0..y.len()).map(|i| i as f32 + 1.0).collect();
+            let mut gx = vec![f32::NAN; n];
+            backward(shape, &gy, &arg, &mut gx);
+            let mut want = vec![0.0; n];
+            for p in 0..planes {
+                for r in 0..oh {
+                    for c in 0..ow {
+                        let o = (p * oh + r) * ow + c;
+                        let k = arg[o] as usize;
+                        want[p * h * w + (2 * r + k / 2) * w + 2 * c + k % 2] = gy[o];
+                    }
                 }
             }
-        });
+            assert_eq!(gx, want, "{h}×{w}");
+        }
+    }
 }
