@@ -11,13 +11,14 @@ fn memory_is_flat_from_epoch_2_to_epoch_10() {
         epochs: 10,
         threads: 2,
         data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
-        train_limit: Some(500),
-        test_limit: Some(300),
+        train_limit: Some(2000),
+        test_limit: Some(1000),
         ..TrainConfig::default()
     };
     let (mut session, info) = prepare(&cfg).expect("session");
     let capacity = info.arena.capacity_bytes;
-    let reports: Vec<EpochReport> = (1..=10).map(|e| session.epoch(e, &mut Quiet).expect("epoch")).collect();
+    let reports: Vec<EpochReport> =
+        session.on_workers(|session| (1..=10).map(|e| session.epoch(e, &mut Quiet).expect("epoch")).collect());
     let (second, tenth) = (&reports[1], &reports[9]);
     assert_eq!(second.arena.step_high_water_bytes, tenth.arena.step_high_water_bytes);
     assert_eq!(second.arena.persistent_bytes, tenth.arena.persistent_bytes);

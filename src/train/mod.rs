@@ -170,5 +170,5 @@ pub fn prepare(cfg: &TrainConfig) -> Result<(Session, RunInfo)> {
 pub fn train(cfg: &TrainConfig, observer: &mut (dyn Observer + Send)) -> Result<Vec<EpochReport>> {
     let (mut session, info) = prepare(cfg)?;
     observer.started(&info);
-    (1..=cfg.epochs).map(|epoch| session.epoch(epoch, observer)).collect()
+    session.on_workers(|session| (1..=cfg.epochs).map(|epoch| session.epoch(epoch, observer)).collect())
 }

@@ -138,12 +138,10 @@ impl Session {
         workers.run(|| body(self))
     }
 
-    /// One epoch: shuffle, train every batch, evaluate.
-    pub fn epoch(&mut self, epoch: usize, observer: &mut (dyn Observer + Send)) -> Result<EpochReport> {
-        self.on_workers(|session| session.epoch_inside(epoch, observer))
-    }
-
-    fn epoch_inside(&mut self, epoch: usize, observer: &mut (dyn Observer + Send)) -> Result<EpochReport> {
+    /// One epoch: shuffle, train every batch, evaluate. Run epochs inside
+    /// one [`Session::on_workers`] call, as [`super::train`] does: then no
+    /// step touches the heap, and one thread runs the loop from start to end.
+    pub fn epoch(&mut self, epoch: usize, observer: &mut dyn Observer) -> Result<EpochReport> {
         let steps = self.steps_per_epoch();
         observer.epoch_started(epoch, steps);
         self.shuffle(epoch);

@@ -55,7 +55,7 @@ impl<'a> Mat<'a> {
 /// Panics if the shapes disagree or a matrix runs past its slice: both are
 /// bugs in a kernel, never a consequence of user input (shapes are checked
 /// when ops are recorded).
-pub fn matmul(dst: &mut [f32], a: Mat<'_>, b: Mat<'_>, accumulate: bool, threads: usize) {
+pub fn matmul(dst: &mut [f32], a: Mat<'_>, b: Mat<'_>, accumulate: bool) {
     assert_eq!(a.cols, b.rows, "matmul: inner dimensions differ");
     let (m, n, k) = (a.rows, b.cols, a.cols);
     assert!(m * n <= dst.len(), "matmul: destination too small");
@@ -66,7 +66,6 @@ pub fn matmul(dst: &mut [f32], a: Mat<'_>, b: Mat<'_>, accumulate: bool, threads
     if m == 0 || n == 0 {
         return;
     }
-    let _ = threads;
     if b.col_stride == 1 {
         sgemm::gemm_nn(
             m,
@@ -112,12 +111,12 @@ mod tests {
         let b: Vec<f32> = (0..20).map(|i| (i as f32).sin()).collect();
         let (am, bm) = (Mat::rows(&a, 3, 4), Mat::rows(&b, 4, 5));
         let mut dst = vec![0.0; 15];
-        matmul(&mut dst, am, bm, false, 1);
+        matmul(&mut dst, am, bm, false);
         let want = naive(am, bm);
         for (x, y) in dst.iter().zip(&want) {
             assert!((x - y).abs() < 1e-5);
         }
-        matmul(&mut dst, am, bm, true, 2);
+        matmul(&mut dst, am, bm, true);
         for (x, y) in dst.iter().zip(&want) {
             assert!((x - 2.0 * y).abs() < 1e-4);
         }
@@ -125,7 +124,7 @@ mod tests {
         let c: Vec<f32> = (0..6).map(|i| i as f32).collect();
         let (at, cm) = (am.t(), Mat::rows(&c, 3, 2));
         let mut dst2 = vec![0.0; 8];
-        matmul(&mut dst2, at, cm, false, 1);
+        matmul(&mut dst2, at, cm, false);
         for (x, y) in dst2.iter().zip(naive(at, cm).iter()) {
             assert!((x - y).abs() < 1e-5);
         }
@@ -133,7 +132,7 @@ mod tests {
         let d: Vec<f32> = (0..8).map(|i| i as f32 - 3.0).collect();
         let dt = Mat::rows(&d, 2, 4).t();
         let mut dst3 = vec![0.0; 6];
-        matmul(&mut dst3, am, dt, false, 1);
+        matmul(&mut dst3, am, dt, false);
         for (x, y) in dst3.iter().zip(naive(am, dt).iter()) {
             assert!((x - y).abs() < 1e-5);
         }

@@ -12,6 +12,19 @@ pub use memory::{CpuMemory, Views};
 use super::BackendError;
 use std::sync::Arc;
 
+/// Stack every worker touches once when it starts.
+const WORKER_STACK_TOUCHED: usize = 256 << 10;
+
+/// Faults in the top of a worker's stack up front. Which worker steals which
+/// kernel, and how deep its nested joins go, varies from step to step; left
+/// alone, a worker's stack would grow by a page whenever it first went a
+/// little deeper, and the process's memory would creep for no reason anyone
+/// could see. Touched once, it stays flat.
+fn touch_stack() {
+    let mut page = [0u8; WORKER_STACK_TOUCHED];
+    std::hint::black_box(&mut page);
+}
+
 /// A CPU that has not yet received its arena.
 pub struct CpuDevice {
     pool: Arc<rayon::ThreadPool>,
@@ -23,6 +36,7 @@ impl CpuDevice {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("bumpgrad-cpu-{i}"))
+            .start_handler(|_| touch_stack())
             .build()
             .map_err(|e| BackendError::ThreadPool {
                 threads,
