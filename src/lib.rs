@@ -17,6 +17,34 @@
 //! - [`optim`]: optimizers updating parameters in place;
 //! - [`data`]: IDX files, MNIST, the epoch's shuffled order;
 //! - [`train`]: the training loop and its reports, used by the CLI.
+//!
+//! A step in miniature: one parameter, three steps of SGD.
+//!
+//! ```
+//! use bumpgrad::optim::Sgd;
+//! use bumpgrad::{Arena, Device, Shape};
+//!
+//! let mut arena = Arena::new(Device::cpu(1)?, 1 << 20)?;
+//! let mut p = arena.persistent();
+//! let w = p.param("fc.weight", Shape::new(&[2, 2]), &[0.5, -0.5, 0.25, 0.0])?;
+//! let sgd = Sgd::new(&[w], &mut p, 0.5, 0.0)?;
+//! let mut losses = Vec::new();
+//! for _ in 0..3 {
+//!     let loss: f32 = arena.step(|s| {
+//!         let x = s.input("x", Shape::new(&[1, 2]), &[1.0, 2.0])?; // a Tensor<'s>
+//!         let weight = s.param(&w);
+//!         let labels = s.labels(&[1])?;
+//!         let loss = x.linear(s, weight, None)?.log_softmax_nll(s, labels)?;
+//!         let grads = s.backward(loss)?;
+//!         sgd.update(s, &grads)?;
+//!         s.scalar(loss) // the f32 leaves the step; no tensor can
+//!     })?; // the step region is reset to the mark here
+//!     losses.push(loss);
+//! }
+//! assert!(losses[2] < losses[1] && losses[1] < losses[0]);
+//! assert_eq!(arena.stats().resets, 3);
+//! # Ok::<(), bumpgrad::Error>(())
+//! ```
 
 pub mod autograd;
 pub mod backend;
