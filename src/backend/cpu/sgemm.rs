@@ -306,12 +306,9 @@ struct Avx2Fma {
 
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 impl Avx2Fma {
-    /// Asks the CPU once. `OnceLock` neither allocates nor locks after the
-    /// first call: later calls are one atomic load.
+    /// Asks the CPU (once, for the whole backend).
     fn detect() -> Option<Self> {
-        static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        let has = *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"));
-        has.then_some(Self { _detected: () })
+        super::simd::has_avx2_fma().then_some(Self { _detected: () })
     }
 }
 

@@ -19,11 +19,20 @@ pub trait Vectorized {
     fn run<const FMA: bool>(self) -> Self::Output;
 }
 
+/// Whether this CPU has AVX2 and FMA; asked once, then one atomic load
+/// (`OnceLock` neither allocates nor locks after the first call). Every
+/// AVX2+FMA kernel copy of the CPU backend is chosen by this one answer.
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+pub fn has_avx2_fma() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"))
+}
+
 /// Runs `kernel` compiled for the best instruction set this CPU has.
 #[inline]
 pub fn vectorized<K: Vectorized>(kernel: K) -> K::Output {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+    if has_avx2_fma() {
         // SAFETY: `avx2_fma` requires only that the CPU supports AVX2 and FMA,
         // which the run-time detection above has just confirmed.
         return unsafe { avx2_fma(kernel) };
