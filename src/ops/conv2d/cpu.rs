@@ -527,16 +527,8 @@ mod tests {
     //! with direct loops.
     use super::*;
 
-    fn values(n: usize, seed: u32) -> Vec<f32> {
-        let mut state = seed.wrapping_mul(0x9E37_79B9) | 1;
-        (0..n)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 17;
-                state ^= state << 5;
-                (state >> 8) as f32 / (1 << 24) as f32 - 0.5
-            })
-            .collect()
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        crate::ops::gradcheck::values(n, seed, -0.5, 0.5)
     }
 
     fn close(got: &[f32], want: &[f32], what: &str) {
