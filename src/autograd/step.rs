@@ -43,11 +43,6 @@ impl<'s> Step<'s> {
         self.arena.backend().threads()
     }
 
-    /// Bytes this step has allocated so far.
-    pub fn bytes_in_use(&self) -> usize {
-        self.arena.step_bytes()
-    }
-
     /// Whether ops are being recorded for backward.
     pub fn grad_enabled(&mut self) -> bool {
         self.arena.tape().recording

@@ -12,7 +12,6 @@ pub mod cuda;
 
 use crate::memory::{Buf, Element};
 use std::fmt;
-use std::str::FromStr;
 
 /// Failures below the op layer.
 #[derive(Debug, thiserror::Error)]
@@ -55,23 +54,9 @@ pub enum DeviceRequest {
     Cuda,
 }
 
-impl FromStr for DeviceRequest {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.to_ascii_lowercase().as_str() {
-            "auto" => Ok(Self::Auto),
-            "cpu" => Ok(Self::Cpu),
-            "cuda" | "gpu" => Ok(Self::Cuda),
-            other => Err(format!("unknown device {other:?}: use auto, cpu or cuda")),
-        }
-    }
-}
-
 /// A device ready to receive an arena.
 pub enum Device {
     Cpu(cpu::CpuDevice),
-    /// Sizes only: allocations are counted, kernels are skipped.
-    Dry,
 }
 
 impl Device {
@@ -96,20 +81,12 @@ impl Device {
         }
     }
 
-    pub fn kind(&self) -> DeviceKind {
-        match self {
-            Self::Cpu(_) => DeviceKind::Cpu,
-            Self::Dry => DeviceKind::Dry,
-        }
-    }
-
     /// Worker threads kernels may use; kernels whose allocations depend on
     /// it (per-thread partial sums) ask here, so a dry run of a device sizes
     /// its arena exactly.
     pub fn threads(&self) -> usize {
         match self {
             Self::Cpu(cpu) => cpu.threads(),
-            Self::Dry => 1,
         }
     }
 }
@@ -163,7 +140,6 @@ impl Backend {
     pub(crate) fn new(device: Device, capacity: usize) -> Result<Self, BackendError> {
         Ok(match device {
             Device::Cpu(cpu) => Self::Cpu(cpu::CpuBackend::new(cpu, capacity)?),
-            Device::Dry => Self::Dry { threads: 1 },
         })
     }
 

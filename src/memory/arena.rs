@@ -242,19 +242,9 @@ impl Arena {
         &mut self.tape
     }
 
-    /// Bytes the current step has allocated so far.
-    pub(crate) fn step_bytes(&self) -> usize {
-        self.top - self.mark
-    }
-
     /// Copies a parameter's values to the host (checkpoints, tests).
     pub fn read_param(&mut self, param: &Param, out: &mut [f32]) -> Result<(), ArenaError> {
         Ok(self.backend.download(param.buf, out)?)
-    }
-
-    /// Overwrites a parameter's values from the host.
-    pub fn write_param(&mut self, param: &Param, values: &[f32]) -> Result<(), ArenaError> {
-        Ok(self.backend.upload(param.buf, values)?)
     }
 }
 
@@ -287,11 +277,6 @@ impl Persistent<'_> {
     pub fn param(&mut self, name: &'static str, shape: Shape, values: &[f32]) -> Result<Param, ArenaError> {
         let buf = self.upload(name, shape, values)?;
         Ok(Param { name, buf, shape })
-    }
-
-    /// Worker threads of the device, for layers that size scratch by it.
-    pub fn threads(&self) -> usize {
-        self.arena.backend.threads()
     }
 }
 

@@ -63,11 +63,6 @@ impl Session {
         &self.arena
     }
 
-    /// The arena, for reading or writing parameters between steps.
-    pub fn arena_mut(&mut self) -> &mut Arena {
-        &mut self.arena
-    }
-
     pub fn model(&self) -> &MnistCnn {
         &self.model
     }

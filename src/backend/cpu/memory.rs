@@ -47,17 +47,6 @@ impl CpuMemory {
             count: 0,
         }
     }
-
-    /// Fills the whole block with one byte (used to poison or clear).
-    pub fn fill_bytes(&mut self, from: usize, to: usize, byte: u8) {
-        let to = to.min(self.capacity());
-        if from >= to {
-            return;
-        }
-        // SAFETY: [from, to) lies inside the block (clamped above) and `&mut
-        // self` proves no view is alive.
-        unsafe { std::ptr::write_bytes(self.base.as_ptr().add(from), byte, to - from) }
-    }
 }
 
 impl Drop for CpuMemory {

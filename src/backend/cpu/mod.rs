@@ -82,9 +82,4 @@ impl CpuBackend {
         let memory = &mut self.memory;
         self.pool.install(move || kernel(&mut memory.views(), threads))
     }
-
-    /// Writes `byte` over `[from, to)`; used to clear or poison a region.
-    pub fn fill_bytes(&mut self, from: usize, to: usize, byte: u8) {
-        self.memory.fill_bytes(from, to, byte)
-    }
 }
