@@ -122,7 +122,7 @@ fn main() -> bumpgrad::Result<()> {
     let mut arena = Arena::new(Device::cpu(threads)?, 64 << 20)?;
     println!("{threads} threads, {iterations} iterations, batch {N}; microseconds (median / min)");
     let (mut total_f, mut total_b) = (0.0, 0.0);
-    for case in cases.iter().filter(|c| only.as_deref().map_or(true, |o| o == c.name)) {
+    for case in cases.iter().filter(|c| only.as_deref().is_none_or(|o| o == c.name)) {
         let xs = Shape::new(case.x);
         let xv = values(xs.numel(), 1);
         let wv = case.w.map(|w| values(Shape::new(w).numel(), 2));

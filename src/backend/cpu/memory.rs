@@ -70,7 +70,7 @@ pub struct Views<'m> {
 impl<'m> Views<'m> {
     fn claim<T: Element>(&mut self, buf: Buf<T>, mutable: bool) -> Result<NonNull<T>, BackendError> {
         let range = buf.byte_range();
-        if range.end > self.memory.capacity() || buf.offset() % std::mem::align_of::<T>() != 0 {
+        if range.end > self.memory.capacity() || !buf.offset().is_multiple_of(std::mem::align_of::<T>()) {
             return Err(BackendError::OutOfBounds {
                 offset: buf.offset(),
                 bytes: buf.bytes(),

@@ -42,8 +42,8 @@ impl Observer for Printer {
         }
         let a = &info.arena;
         self.say(&format!(
-            "bumpgrad: {} ({} threads), {} training / {} test images, {} steps per epoch",
-            info.device, info.threads, info.train_examples, info.test_examples, info.steps_per_epoch
+            "bumpgrad: {}, {} training / {} test images, {} steps per epoch",
+            info.device_name, info.train_examples, info.test_examples, info.steps_per_epoch
         ));
         self.say(&format!(
             "arena: {} allocated once ({}): persistent {} (model, optimizer, data set), step region {}",
@@ -74,7 +74,7 @@ impl Observer for Printer {
         self.loss_sum += loss as f64;
         if let Some(bar) = &self.bar {
             bar.inc(1);
-            if step % 20 == 0 {
+            if step.is_multiple_of(20) {
                 bar.set_message(format!("loss {:.4}", self.loss_sum / (step + 1) as f64));
             }
         }
@@ -90,8 +90,12 @@ impl Observer for Printer {
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
         }
+        let gpu = match r.device_free_bytes {
+            Some(free) => format!("  GPU free {free} B"),
+            None => String::new(),
+        };
         self.say(&format!(
-            "epoch {:>3}  train loss {:.4}  test accuracy {:.2}%  {:.2} s (+{:.2} s eval)  step high-water {}",
+            "epoch {:>3}  train loss {:.4}  test accuracy {:.2}%  {:.2} s (+{:.2} s eval)  step high-water {}{gpu}",
             r.epoch,
             r.train_loss,
             100.0 * r.test_accuracy,

@@ -352,7 +352,7 @@ fn weight_grad_group(g: &Geometry, gy: &[f32], x: &[f32], out: &mut [f32]) {
                     for j0 in (0..g.kw).step_by(WG_TAPS) {
                         let base = c * g.h * g.w + i * g.w + j0;
                         let taps_here = g.kw - j0;
-                        let acc = match (taps_here < WG_TAPS, g.ow % LANES != 0) {
+                        let acc = match (taps_here < WG_TAPS, !g.ow.is_multiple_of(LANES)) {
                             (false, false) => vectorized(WeightGradTile::<false, false> {
                                 g,
                                 gy,
