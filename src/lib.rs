@@ -8,8 +8,8 @@
 //!
 //! The crate, from the bottom up:
 //! - [`memory`]: the arena, its regions, statistics and typed handles;
-//! - [`backend`]: where memory lives and kernels run (CPU now; the seam for
-//!   CUDA) — the only home of `unsafe`;
+//! - [`backend`]: where memory lives and kernels run (CPU, CUDA, and a dry
+//!   backend that measures) — the only home of `unsafe`;
 //! - [`tensor`]: shapes, step tensors and persistent parameters;
 //! - [`autograd`]: the step scope, the tape and backward;
 //! - [`ops`]: one folder per op — forward, backward, kernels, tests;

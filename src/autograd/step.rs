@@ -94,25 +94,25 @@ impl<'s> Step<'s> {
 
     /// A parameter seen from this step: same memory, gradient tracked. Asked
     /// for twice, it is the same tensor, so the gradients of both uses meet.
+    /// Asked for after backward, it is still that tensor, so its gradient
+    /// can be looked up with [`Step::grad`].
     pub fn param(&mut self, param: &Param) -> Tensor<'s> {
-        let requires_grad = self.grad_enabled();
-        if requires_grad {
-            let known = self
-                .arena
-                .tape()
-                .leaves
-                .iter()
-                .find(|(b, _)| *b == param.buf)
-                .map(|&(_, id)| id);
-            if let Some(id) = known {
-                return Tensor::from_ref(TensorRef {
-                    id,
-                    buf: param.buf,
-                    shape: param.shape,
-                    requires_grad,
-                });
-            }
+        let known = self
+            .arena
+            .tape()
+            .leaves
+            .iter()
+            .find(|(b, _)| *b == param.buf)
+            .map(|&(_, id)| id);
+        if let Some(id) = known {
+            return Tensor::from_ref(TensorRef {
+                id,
+                buf: param.buf,
+                shape: param.shape,
+                requires_grad: true,
+            });
         }
+        let requires_grad = self.grad_enabled();
         let t = self.alias(param.buf, param.shape, requires_grad);
         if requires_grad {
             self.arena.tape().leaves.push((param.buf, t.inner.id));

@@ -2,9 +2,10 @@
 //!
 //! An [`Arena`](crate::memory::Arena) is made on a [`Device`] and owns the
 //! device's one allocation through a [`Backend`]. Every op dispatches on the
-//! backend in one `match`, so adding a backend (CUDA) adds one arm per op and
-//! the compiler lists every op still missing it. The `Dry` backend has no
-//! memory and runs no kernel: it replays a step's allocations to measure the
+//! backend in one `match`, so a new backend adds one arm per op and the
+//! compiler lists every op still missing it. The `Dry` backend has no memory
+//! and runs no kernel: shaped like a real device (its threads, its GPU's
+//! cuDNN workspace sizes), it replays a step's allocations to measure the
 //! arena a run needs before the real allocation is made.
 
 pub mod cpu;
@@ -12,6 +13,7 @@ pub mod cuda;
 
 use crate::memory::{Buf, Element};
 use std::fmt;
+use std::sync::Arc;
 
 /// Failures below the op layer.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +22,11 @@ pub enum BackendError {
         "could not allocate {bytes} bytes of host memory for the arena; pass a smaller --arena-size or free memory"
     )]
     HostAllocation { bytes: usize },
+    #[error(
+        "could not allocate the arena's {} on the GPU ({} free); pass a smaller --arena-size or --batch, or free GPU memory",
+        crate::memory::ByteSize(*.bytes), crate::memory::ByteSize(*.free)
+    )]
+    DeviceAllocation { bytes: usize, free: usize },
     #[error("could not start {threads} CPU threads: {reason}")]
     ThreadPool { threads: usize, reason: String },
     #[error("internal error: a kernel asked for {bytes} bytes at offset {offset}, past the arena's {capacity} bytes")]
@@ -32,6 +39,8 @@ pub enum BackendError {
     Aliased { offset: usize, bytes: usize },
     #[error("internal error: a kernel asked for more views than the backend hands out at once")]
     TooManyViews,
+    #[error("internal error: {0}")]
+    Internal(&'static str),
     #[error("internal error: host buffer of {host} elements for a device buffer of {device}")]
     HostLength { host: usize, device: usize },
     #[error(
@@ -57,6 +66,7 @@ pub enum DeviceRequest {
 /// A device ready to receive an arena.
 pub enum Device {
     Cpu(cpu::CpuDevice),
+    Cuda(cuda::CudaDevice),
 }
 
 impl Device {
@@ -70,14 +80,22 @@ impl Device {
     pub fn open(request: DeviceRequest, threads: usize) -> Result<(Self, Option<String>), BackendError> {
         match request {
             DeviceRequest::Cpu => Ok((Self::cpu(threads)?, None)),
-            DeviceRequest::Cuda => Err(cuda::unavailable().into()),
-            DeviceRequest::Auto => {
-                let why = cuda::unavailable();
-                Ok((
+            DeviceRequest::Cuda => Ok((Self::Cuda(cuda::open()?), None)),
+            DeviceRequest::Auto => match cuda::open() {
+                Ok(gpu) => Ok((Self::Cuda(gpu), None)),
+                Err(why) => Ok((
                     Self::cpu(threads)?,
-                    Some(format!("no usable GPU ({why}); training on the CPU")),
-                ))
-            }
+                    Some(format!("no usable GPU ({}); training on the CPU", why.reason())),
+                )),
+            },
+        }
+    }
+
+    /// What the device is, for people: "cpu (2 threads)", "NVIDIA H200 (sm_90)".
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Cpu(cpu) => format!("cpu ({} threads)", cpu.threads()),
+            Self::Cuda(gpu) => gpu.gpu().describe(),
         }
     }
 
@@ -87,14 +105,31 @@ impl Device {
     pub fn threads(&self) -> usize {
         match self {
             Self::Cpu(cpu) => cpu.threads(),
+            Self::Cuda(_) => 1,
         }
     }
+
+    fn sizing(&self) -> Sizing {
+        match self {
+            Self::Cpu(cpu) => Sizing::Cpu { threads: cpu.threads() },
+            Self::Cuda(gpu) => Sizing::Cuda(gpu.gpu().clone()),
+        }
+    }
+}
+
+/// What a step's temporaries must be sized for: the CPU kernels' scratch
+/// depends on the worker count, cuDNN's workspaces on the GPU's algorithms.
+#[derive(Clone)]
+pub enum Sizing {
+    Cpu { threads: usize },
+    Cuda(Arc<cuda::Gpu>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DeviceKind {
     Cpu,
+    Cuda,
     Dry,
 }
 
@@ -102,6 +137,7 @@ impl fmt::Display for DeviceKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::Cpu => "cpu",
+            Self::Cuda => "cuda",
             Self::Dry => "dry",
         })
     }
@@ -130,43 +166,60 @@ impl Workers {
 /// A device together with its arena memory. Ops `match` on this.
 pub enum Backend {
     Cpu(cpu::CpuBackend),
+    Cuda(cuda::CudaBackend),
     /// Counts bytes; has no memory and runs nothing.
-    Dry {
-        threads: usize,
-    },
+    Dry(Sizing),
 }
 
 impl Backend {
     pub(crate) fn new(device: Device, capacity: usize) -> Result<Self, BackendError> {
         Ok(match device {
             Device::Cpu(cpu) => Self::Cpu(cpu::CpuBackend::new(cpu, capacity)?),
+            Device::Cuda(gpu) => Self::Cuda(cuda::CudaBackend::new(gpu, capacity)?),
         })
     }
 
     pub(crate) fn dry_like(device: &Device) -> Self {
-        Self::Dry {
-            threads: device.threads(),
-        }
+        Self::Dry(device.sizing())
     }
 
     pub fn kind(&self) -> DeviceKind {
         match self {
             Self::Cpu(_) => DeviceKind::Cpu,
-            Self::Dry { .. } => DeviceKind::Dry,
+            Self::Cuda(_) => DeviceKind::Cuda,
+            Self::Dry(_) => DeviceKind::Dry,
         }
     }
 
     pub fn threads(&self) -> usize {
+        match self.sizing() {
+            Sizing::Cpu { threads } => threads,
+            Sizing::Cuda(_) => 1,
+        }
+    }
+
+    /// What temporaries are sized for on this backend (a dry one answers
+    /// for the device it is shaped like).
+    pub fn sizing(&self) -> Sizing {
         match self {
-            Self::Cpu(cpu) => cpu.threads(),
-            Self::Dry { threads } => *threads,
+            Self::Cpu(cpu) => Sizing::Cpu { threads: cpu.threads() },
+            Self::Cuda(gpu) => Sizing::Cuda(gpu.gpu().clone()),
+            Self::Dry(sizing) => sizing.clone(),
         }
     }
 
     pub(crate) fn workers(&self) -> Workers {
         match self {
             Self::Cpu(cpu) => Workers(Some(cpu.pool().clone())),
-            Self::Dry { .. } => Workers(None),
+            Self::Cuda(_) | Self::Dry(_) => Workers(None),
+        }
+    }
+
+    /// Free device memory (`cuMemGetInfo`) on a GPU; `None` elsewhere.
+    pub fn device_free_bytes(&mut self) -> Result<Option<usize>, BackendError> {
+        match self {
+            Self::Cuda(gpu) => gpu.free_bytes().map(Some),
+            Self::Cpu(_) | Self::Dry(_) => Ok(None),
         }
     }
 
@@ -183,7 +236,8 @@ impl Backend {
                 v.write(dst)?.copy_from_slice(src);
                 Ok(())
             }),
-            Self::Dry { .. } => Ok(()),
+            Self::Cuda(gpu) => gpu.upload(dst, src),
+            Self::Dry(_) => Ok(()),
         }
     }
 
@@ -200,7 +254,8 @@ impl Backend {
                 dst.copy_from_slice(v.read(src)?);
                 Ok(())
             }),
-            Self::Dry { .. } => {
+            Self::Cuda(gpu) => gpu.download(src, dst),
+            Self::Dry(_) => {
                 dst.fill(T::default());
                 Ok(())
             }
@@ -214,7 +269,8 @@ impl Backend {
                 v.write(dst)?.fill(value);
                 Ok(())
             }),
-            Self::Dry { .. } => Ok(()),
+            Self::Cuda(gpu) => gpu.fill(dst, value),
+            Self::Dry(_) => Ok(()),
         }
     }
 
@@ -226,7 +282,8 @@ impl Backend {
                 d.iter_mut().zip(s).for_each(|(d, s)| *d += s);
                 Ok(())
             }),
-            Self::Dry { .. } => Ok(()),
+            Self::Cuda(gpu) => gpu.add_assign(dst, src),
+            Self::Dry(_) => Ok(()),
         }
     }
 }

@@ -242,6 +242,12 @@ impl Arena {
         &mut self.tape
     }
 
+    /// Free device memory as the driver reports it, on a GPU; `None` on the
+    /// CPU. Waits for queued work first.
+    pub fn device_free_bytes(&mut self) -> Result<Option<usize>, ArenaError> {
+        Ok(self.backend.device_free_bytes()?)
+    }
+
     /// Copies a parameter's values to the host (checkpoints, tests).
     pub fn read_param(&mut self, param: &Param, out: &mut [f32]) -> Result<(), ArenaError> {
         Ok(self.backend.download(param.buf, out)?)

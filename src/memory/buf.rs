@@ -23,16 +23,27 @@ pub trait Element: Copy + Send + Sync + Default + 'static {
     const SIZE: usize = std::mem::size_of::<Self>();
     /// Name used in reports and errors.
     const NAME: &'static str;
+    /// The value's bits, widened to 32 (how a GPU memset writes it).
+    fn bit_pattern(self) -> u32;
 }
 
 impl Element for f32 {
     const NAME: &'static str = "f32";
+    fn bit_pattern(self) -> u32 {
+        self.to_bits()
+    }
 }
 impl Element for u32 {
     const NAME: &'static str = "u32";
+    fn bit_pattern(self) -> u32 {
+        self
+    }
 }
 impl Element for u8 {
     const NAME: &'static str = "u8";
+    fn bit_pattern(self) -> u32 {
+        self as u32
+    }
 }
 
 /// `len` elements of `T` starting `offset` bytes into an arena.

@@ -2,6 +2,6 @@
 //! reading gradients from the step region, and keep their own state (momentum)
 //! in the persistent region.
 
-mod sgd;
+pub(crate) mod sgd;
 
 pub use sgd::Sgd;

@@ -2,12 +2,15 @@
 //! `v = μ·v + g; p -= lr·v` (with `μ = 0`, plainly `p -= lr·g`).
 
 use crate::autograd::{Grads, Step};
+use crate::backend::cuda::{Arg, Grid, Kernel};
 use crate::backend::Backend;
 use crate::memory::{Buf, Persistent};
 use crate::ops::CHUNK;
 use crate::tensor::Param;
 use crate::{Error, Result};
 use rayon::prelude::*;
+
+pub(crate) const CUDA_SOURCE: &str = include_str!("sgd.cu");
 
 pub struct Sgd {
     lr: f32,
@@ -70,7 +73,29 @@ impl Sgd {
                     }
                     Ok(())
                 })?,
-                Backend::Dry { .. } => {}
+                Backend::Cuda(gpu) => {
+                    let n = param.buf().len();
+                    match velocity {
+                        Some(vel) => gpu.launch(
+                            Kernel::SgdMomentum,
+                            Grid::over(n),
+                            &[
+                                param.buf().into(),
+                                g.into(),
+                                (*vel).into(),
+                                Arg::U32(n as u32),
+                                Arg::F32(lr),
+                                Arg::F32(mu),
+                            ],
+                        )?,
+                        None => gpu.launch(
+                            Kernel::SgdUpdate,
+                            Grid::over(n),
+                            &[param.buf().into(), g.into(), Arg::U32(n as u32), Arg::F32(lr)],
+                        )?,
+                    }
+                }
+                Backend::Dry(_) => {}
             }
         }
         Ok(())

@@ -114,6 +114,7 @@ pub fn prepare(cfg: &TrainConfig) -> Result<(Session, RunInfo)> {
     }
     let (device, device_note) = Device::open(cfg.device, cfg.threads)?;
     let threads = device.threads();
+    let device_name = device.describe();
     let needs = measure(cfg, &host, &device)?;
     let capacity = match cfg.arena_size {
         None => needs.total(),
@@ -155,6 +156,7 @@ pub fn prepare(cfg: &TrainConfig) -> Result<(Session, RunInfo)> {
     let session = Session::new(cfg, &host, arena)?;
     let info = RunInfo {
         device: session.arena().device(),
+        device_name,
         threads,
         device_note,
         train_examples: host.train_images.count,

@@ -8,6 +8,8 @@ use crate::memory::ArenaStats;
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RunInfo {
     pub device: DeviceKind,
+    /// "cpu (2 threads)", "NVIDIA H200 (sm_90)".
+    pub device_name: String,
     pub threads: usize,
     /// Why `--device auto` did not pick the GPU, if it did not.
     pub device_note: Option<String>,
@@ -33,6 +35,13 @@ pub struct EpochReport {
     pub arena: ArenaStats,
     /// The process's resident memory after the epoch, where the OS tells it.
     pub resident_bytes: Option<u64>,
+    /// On a GPU: free device memory (`cuMemGetInfo`) after the epoch...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_free_bytes: Option<usize>,
+    /// ...and after the run's first training step. Nothing allocates device
+    /// memory but the arena, made before it, so the two are equal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_free_bytes_first_step: Option<usize>,
 }
 
 /// Receives progress; every method has a do-nothing default.

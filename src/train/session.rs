@@ -31,6 +31,8 @@ pub struct Session {
     batch: usize,
     seed: u64,
     steps_done: u64,
+    /// Free device memory after the first training step (GPU only).
+    first_step_free: Option<usize>,
 }
 
 impl Session {
@@ -56,6 +58,7 @@ impl Session {
             batch: cfg.batch,
             seed: cfg.seed,
             steps_done: 0,
+            first_step_free: None,
         })
     }
 
@@ -152,6 +155,9 @@ impl Session {
                 });
             }
             total += loss as f64;
+            if self.steps_done == 1 {
+                self.first_step_free = self.arena.device_free_bytes()?;
+            }
             observer.step(epoch, step, loss);
         }
         let seconds = started.elapsed().as_secs_f64();
@@ -167,6 +173,8 @@ impl Session {
             steps,
             arena: self.arena.stats(),
             resident_bytes: resident_bytes(),
+            device_free_bytes: self.arena.device_free_bytes()?,
+            device_free_bytes_first_step: self.first_step_free,
         };
         observer.epoch(&report);
         Ok(report)

@@ -8,15 +8,22 @@
 //! `col2im(Wᵀ · dy)`, adding each product straight into `dx`. The filters are
 //! repacked per call into small step-region buffers in the order the kernels
 //! broadcast them.
+//!
+//! On a GPU, cuDNN runs all three passes, each with the algorithm and the
+//! step-region workspace its plan chose; the bias is our own kernel.
 
 mod cpu;
 #[cfg(test)]
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::Backend;
+use crate::backend::cuda::{Arg, ConvDims, ConvPass, Grid, Kernel};
+use crate::backend::{Backend, BackendError, Sizing};
+use crate::memory::Buf;
 use crate::tensor::{Shape, Tensor, TensorRef};
 use crate::{Error, Result};
+
+pub(crate) const CUDA_SOURCE: &str = include_str!("kernels.cu");
 
 /// Sizes of one convolution, checked once when the op is recorded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,6 +85,18 @@ impl Geometry {
         Shape::new(&[self.n, self.f, self.oh, self.ow])
     }
 
+    fn dims(&self) -> ConvDims {
+        ConvDims {
+            n: self.n,
+            c: self.c,
+            h: self.h,
+            w: self.w,
+            f: self.f,
+            kh: self.kh,
+            kw: self.kw,
+        }
+    }
+
     /// Images per thread in backward, and so the number of partial sums.
     fn images_per_group(&self, threads: usize) -> usize {
         self.n.div_ceil(threads.max(1)).max(1)
@@ -101,7 +120,7 @@ impl<'s> Tensor<'s> {
             Some(b) => s.output("conv2d output", g.output(), &[&self, &weight, &b])?,
             None => s.output("conv2d output", g.output(), &[&self, &weight])?,
         };
-        let packed = s.alloc::<f32>("conv2d packed filters", Shape::new(&[cpu::forward_packed_len(&g)]))?;
+        let packed = scratch(s, &g, ConvPass::Forward)?;
         match s.backend() {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
                 let b = match bias {
@@ -118,7 +137,23 @@ impl<'s> Tensor<'s> {
                 );
                 Ok(())
             })?,
-            Backend::Dry { .. } => {}
+            Backend::Cuda(gpu) => {
+                gpu.conv(g.dims(), ConvPass::Forward, self.buf(), weight.buf(), packed, y.buf())?;
+                if let Some(b) = bias {
+                    gpu.launch(
+                        Kernel::ConvBiasAdd,
+                        Grid::over(g.output().numel()),
+                        &[
+                            b.buf().into(),
+                            y.buf().into(),
+                            Arg::U32(g.n as u32),
+                            Arg::U32(g.f as u32),
+                            Arg::U32(g.p() as u32),
+                        ],
+                    )?;
+                }
+            }
+            Backend::Dry(_) => {}
         }
         if y.requires_grad() {
             s.record(Node::Conv2d(Saved {
@@ -139,8 +174,7 @@ impl Saved {
         let g = self.g;
         if self.w.requires_grad {
             let threads = s.threads();
-            let groups = g.n.div_ceil(g.images_per_group(threads));
-            let partials = s.alloc::<f32>("conv2d weight-grad partial sums", Shape::new(&[groups, g.f, g.k()]))?;
+            let partials = scratch(s, &g, ConvPass::WeightGrad)?;
             let gw = s.alloc::<f32>("conv2d weight grad", self.w.shape)?;
             match s.backend() {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {
@@ -154,7 +188,8 @@ impl Saved {
                     );
                     Ok(())
                 })?,
-                Backend::Dry { .. } => {}
+                Backend::Cuda(gpu) => gpu.conv(g.dims(), ConvPass::WeightGrad, self.x.buf, gy, partials, gw)?,
+                Backend::Dry(_) => {}
             }
             s.accumulate(&self.w, gw)?;
         }
@@ -165,25 +200,55 @@ impl Saved {
                     cpu::bias_grad(&g, v.read(gy)?, v.write(gb)?);
                     Ok(())
                 })?,
-                Backend::Dry { .. } => {}
+                Backend::Cuda(gpu) => gpu.launch(
+                    Kernel::ConvBiasGrad,
+                    Grid::blocks(g.f, 256),
+                    &[
+                        gy.into(),
+                        gb.into(),
+                        Arg::U32(g.n as u32),
+                        Arg::U32(g.f as u32),
+                        Arg::U32(g.p() as u32),
+                    ],
+                )?,
+                Backend::Dry(_) => {}
             }
             s.accumulate(&b, gb)?;
         }
         if self.x.requires_grad {
-            let packed = s.alloc::<f32>(
-                "conv2d packed filters (input grad)",
-                Shape::new(&[cpu::input_grad_packed_len(&g)]),
-            )?;
+            let packed = scratch(s, &g, ConvPass::InputGrad)?;
             let gx = s.alloc::<f32>("conv2d input grad", self.x.shape)?;
             match s.backend() {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {
                     cpu::input_grad(&g, v.read(gy)?, v.read(self.w.buf)?, v.write(packed)?, v.write(gx)?);
                     Ok(())
                 })?,
-                Backend::Dry { .. } => {}
+                Backend::Cuda(gpu) => gpu.conv(g.dims(), ConvPass::InputGrad, self.w.buf, gy, packed, gx)?,
+                Backend::Dry(_) => {}
             }
             s.accumulate(&self.x, gx)?;
         }
         Ok(())
     }
+}
+
+/// A pass's scratch in the step region, sized for the device: the CPU
+/// kernels' packed filters or per-thread partial sums, or cuDNN's workspace
+/// for the algorithm its plan chose.
+fn scratch(s: &mut Step<'_>, g: &Geometry, pass: ConvPass) -> Result<Buf<f32>> {
+    let (what, len) = match s.backend().sizing() {
+        Sizing::Cpu { threads } => match pass {
+            ConvPass::Forward => ("conv2d packed filters", cpu::forward_packed_len(g)),
+            ConvPass::InputGrad => ("conv2d packed filters (input grad)", cpu::input_grad_packed_len(g)),
+            ConvPass::WeightGrad => (
+                "conv2d weight-grad partial sums",
+                g.n.div_ceil(g.images_per_group(threads)) * g.f * g.k(),
+            ),
+        },
+        Sizing::Cuda(gpu) => {
+            let plan = gpu.conv_plan(g.dims()).map_err(BackendError::from)?;
+            ("cuDNN workspace", plan.workspace_bytes(pass).div_ceil(4))
+        }
+    };
+    s.alloc::<f32>(what, Shape::new(&[len]))
 }

@@ -8,7 +8,9 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
+use crate::backend::cuda::{Arg, Grid, Kernel};
 use crate::backend::Backend;
+use crate::memory::Buf;
 use crate::tensor::{Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -22,6 +24,8 @@ pub fn keep(seed: u64, index: u64, p: f32) -> bool {
     z ^= z >> 31;
     ((z >> 40) as f32) * (1.0 / (1u64 << 24) as f32) >= p
 }
+
+pub(crate) const CUDA_SOURCE: &str = include_str!("kernels.cu");
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {
@@ -43,7 +47,8 @@ impl<'s> Tensor<'s> {
                 cpu::apply(v.read(self.buf())?, v.write(y.buf())?, p, seed);
                 Ok(())
             })?,
-            Backend::Dry { .. } => {}
+            Backend::Cuda(gpu) => cuda_apply(gpu, self.buf(), y.buf(), p, seed)?,
+            Backend::Dry(_) => {}
         }
         if y.requires_grad() {
             s.record(Node::Dropout(Saved {
@@ -70,8 +75,33 @@ impl Saved {
                 cpu::apply(v.read(gy)?, v.write(gx)?, self.p, self.seed);
                 Ok(())
             })?,
-            Backend::Dry { .. } => {}
+            Backend::Cuda(gpu) => cuda_apply(gpu, gy, gx, self.p, self.seed)?,
+            Backend::Dry(_) => {}
         }
         s.accumulate(&self.x, gx)
     }
+}
+
+/// `out = x / (1 - p)` where kept, else 0, on the GPU: the scale is computed
+/// here, as on the CPU, so both backends multiply by the same float.
+fn cuda_apply(
+    gpu: &mut crate::backend::cuda::CudaBackend,
+    x: Buf<f32>,
+    out: Buf<f32>,
+    p: f32,
+    seed: u64,
+) -> std::result::Result<(), crate::backend::BackendError> {
+    let n = out.len();
+    gpu.launch(
+        Kernel::Dropout,
+        Grid::over(n),
+        &[
+            x.into(),
+            out.into(),
+            Arg::U32(n as u32),
+            Arg::F32(p),
+            Arg::F32(1.0 / (1.0 - p)),
+            Arg::U64(seed),
+        ],
+    )
 }

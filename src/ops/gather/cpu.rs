@@ -13,8 +13,7 @@ pub(super) fn images(
         return Err(BackendError::Index { index, count });
     }
     let size = pixels.len() / count.max(1);
-    let scale = 1.0 / (255.0 * norm.std);
-    let shift = norm.mean / norm.std;
+    let (scale, shift) = norm.scale_shift();
     out.par_chunks_mut(size).zip(indices.par_iter()).for_each(|(dst, &i)| {
         let src = &pixels[i as usize * size..][..size];
         dst.iter_mut()

@@ -7,10 +7,13 @@ mod cpu;
 mod tests;
 
 use crate::autograd::Step;
-use crate::backend::Backend;
+use crate::backend::cuda::{Arg, Grid, Kernel};
+use crate::backend::{Backend, BackendError};
 use crate::memory::Buf;
 use crate::tensor::{Labels, Shape, Tensor};
 use crate::{Error, Result};
+
+pub(crate) const CUDA_SOURCE: &str = include_str!("kernels.cu");
 
 /// `pixel / 255`, then `(value - mean) / std`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -38,23 +41,83 @@ impl<'s> Step<'s> {
         }
         let d = set.image.dims();
         let shape = Shape::new(&[indices.len(), d[0], d[1], d[2]]);
+        check_indices(indices, set.count)?;
         let x = self.output("input batch", shape, &[])?;
+        let on_device = self.device_indices(indices)?;
         match self.backend() {
             Backend::Cpu(cpu) => {
                 cpu.run(|v, _| cpu::images(v.read(set.pixels)?, set.count, indices, norm, v.write(x.buf())?))?
             }
-            Backend::Dry { .. } => {}
+            Backend::Cuda(gpu) => {
+                let size = set.image.numel();
+                let (scale, shift) = norm.scale_shift();
+                gpu.launch(
+                    Kernel::GatherImages,
+                    Grid::over(indices.len() * size),
+                    &[
+                        set.pixels.into(),
+                        on_device.ok_or(NOT_COPIED)?.into(),
+                        x.buf().into(),
+                        Arg::U32(indices.len() as u32),
+                        Arg::U32(size as u32),
+                        Arg::F32(scale),
+                        Arg::F32(shift),
+                    ],
+                )?
+            }
+            Backend::Dry(_) => {}
         }
         Ok(x)
     }
 
     /// The labels at `indices`.
     pub fn gather_labels(&mut self, labels: Buf<u8>, indices: &[u32]) -> Result<Labels<'s>> {
+        check_indices(indices, labels.len())?;
         let out = self.alloc::<u32>("label batch", Shape::new(&[indices.len()]))?;
+        let on_device = self.device_indices(indices)?;
         match self.backend() {
             Backend::Cpu(cpu) => cpu.run(|v, _| cpu::labels(v.read(labels)?, indices, v.write(out)?))?,
-            Backend::Dry { .. } => {}
+            Backend::Cuda(gpu) => gpu.launch(
+                Kernel::GatherLabels,
+                Grid::over(indices.len()),
+                &[
+                    labels.into(),
+                    on_device.ok_or(NOT_COPIED)?.into(),
+                    out.into(),
+                    Arg::U32(indices.len() as u32),
+                ],
+            )?,
+            Backend::Dry(_) => {}
         }
         Ok(self.labels_from(out))
+    }
+
+    /// The batch's indices where the kernels read them: a GPU gets a copy in
+    /// the step region; the CPU reads the host slice and needs none.
+    fn device_indices(&mut self, indices: &[u32]) -> Result<Option<Buf<u32>>> {
+        if !matches!(self.backend().sizing(), crate::backend::Sizing::Cuda(_)) {
+            return Ok(None);
+        }
+        let buf = self.alloc::<u32>("batch indices", Shape::new(&[indices.len()]))?;
+        self.backend().upload(buf, indices)?;
+        Ok(Some(buf))
+    }
+}
+
+const NOT_COPIED: BackendError = BackendError::Internal("the batch's indices were not copied to the GPU");
+
+/// Every index must name an example: a GPU kernel could not report one
+/// that does not, so all backends check on the host first.
+fn check_indices(indices: &[u32], count: usize) -> Result<()> {
+    match indices.iter().find(|&&i| i as usize >= count) {
+        Some(&index) => Err(BackendError::Index { index, count }.into()),
+        None => Ok(()),
+    }
+}
+
+impl Normalize {
+    /// `(pixel / 255 - mean) / std` as `pixel * scale - shift`.
+    pub(crate) fn scale_shift(&self) -> (f32, f32) {
+        (1.0 / (255.0 * self.std), self.mean / self.std)
     }
 }

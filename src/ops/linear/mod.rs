@@ -6,9 +6,13 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::Backend;
+use crate::backend::cuda::{Arg, Gemm, Grid, Kernel, BLAS_WORKSPACE};
+use crate::backend::{Backend, BackendError, Sizing};
+use crate::memory::Buf;
 use crate::tensor::{Shape, Tensor, TensorRef};
 use crate::{Error, Result};
+
+pub(crate) const CUDA_SOURCE: &str = include_str!("kernels.cu");
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {
@@ -37,6 +41,7 @@ impl<'s> Tensor<'s> {
             Some(b) => s.output("linear output", Shape::new(&[n, out]), &[&self, &weight, &b])?,
             None => s.output("linear output", Shape::new(&[n, out]), &[&self, &weight])?,
         };
+        let workspace = blas_workspace(s)?;
         match s.backend() {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
                 let b = match bias {
@@ -52,7 +57,32 @@ impl<'s> Tensor<'s> {
                 );
                 Ok(())
             })?,
-            Backend::Dry { .. } => {}
+            Backend::Cuda(gpu) => {
+                if let Some(b) = bias {
+                    gpu.launch(
+                        Kernel::BiasRows,
+                        Grid::over(n * out),
+                        &[b.buf().into(), y.buf().into(), Arg::U32(n as u32), Arg::U32(out as u32)],
+                    )?;
+                }
+                // Column-major: yᵀ (out × n) = Wᵀ-as-stored (out × in) · xᵀ (in × n).
+                gpu.gemm(Gemm {
+                    transa: true,
+                    transb: false,
+                    m: out,
+                    n,
+                    k: inp,
+                    a: weight.buf(),
+                    lda: inp,
+                    b: self.buf(),
+                    ldb: inp,
+                    beta: if bias.is_some() { 1.0 } else { 0.0 },
+                    c: y.buf(),
+                    ldc: out,
+                    workspace: workspace.ok_or(NO_WORKSPACE)?,
+                })?
+            }
+            Backend::Dry(_) => {}
         }
         if y.requires_grad() {
             s.record(Node::Linear(Saved {
@@ -70,6 +100,12 @@ impl Saved {
     pub(crate) fn backward(self, s: &mut Step<'_>) -> Result<()> {
         let Some(gy) = s.grad_of(&self.y) else { return Ok(()) };
         let dims = (self.x.shape.dim(0), self.x.shape.dim(1), self.w.shape.dim(0));
+        let (n, inp, out) = dims;
+        let workspace = if self.x.requires_grad || self.w.requires_grad {
+            blas_workspace(s)?
+        } else {
+            None
+        };
         if self.x.requires_grad {
             let gx = s.alloc::<f32>("linear input grad", self.x.shape)?;
             match s.backend() {
@@ -77,7 +113,23 @@ impl Saved {
                     cpu::input_grad(dims, v.read(gy)?, v.read(self.w.buf)?, v.write(gx)?);
                     Ok(())
                 })?,
-                Backend::Dry { .. } => {}
+                // Column-major: gxᵀ (in × n) = W-as-stored (in × out) · gyᵀ (out × n).
+                Backend::Cuda(gpu) => gpu.gemm(Gemm {
+                    transa: false,
+                    transb: false,
+                    m: inp,
+                    n,
+                    k: out,
+                    a: self.w.buf,
+                    lda: inp,
+                    b: gy,
+                    ldb: out,
+                    beta: 0.0,
+                    c: gx,
+                    ldc: inp,
+                    workspace: workspace.ok_or(NO_WORKSPACE)?,
+                })?,
+                Backend::Dry(_) => {}
             }
             s.accumulate(&self.x, gx)?;
         }
@@ -88,7 +140,23 @@ impl Saved {
                     cpu::weight_grad(dims, v.read(gy)?, v.read(self.x.buf)?, v.write(gw)?);
                     Ok(())
                 })?,
-                Backend::Dry { .. } => {}
+                // Column-major: gWᵀ (in × out) = xᵀ (in × n) · gy (n × out).
+                Backend::Cuda(gpu) => gpu.gemm(Gemm {
+                    transa: false,
+                    transb: true,
+                    m: inp,
+                    n: out,
+                    k: n,
+                    a: self.x.buf,
+                    lda: inp,
+                    b: gy,
+                    ldb: out,
+                    beta: 0.0,
+                    c: gw,
+                    ldc: inp,
+                    workspace: workspace.ok_or(NO_WORKSPACE)?,
+                })?,
+                Backend::Dry(_) => {}
             }
             s.accumulate(&self.w, gw)?;
         }
@@ -99,10 +167,27 @@ impl Saved {
                     cpu::bias_grad(dims, v.read(gy)?, v.write(gb)?);
                     Ok(())
                 })?,
-                Backend::Dry { .. } => {}
+                Backend::Cuda(gpu) => gpu.launch(
+                    Kernel::BiasRowsGrad,
+                    Grid::over(out),
+                    &[gy.into(), gb.into(), Arg::U32(n as u32), Arg::U32(out as u32)],
+                )?,
+                Backend::Dry(_) => {}
             }
             s.accumulate(&b, gb)?;
         }
         Ok(())
+    }
+}
+
+const NO_WORKSPACE: BackendError = BackendError::Internal("a GPU matrix product got no cuBLAS workspace");
+
+/// cuBLAS's workspace for this op's products, in the step region, on a GPU.
+fn blas_workspace(s: &mut Step<'_>) -> Result<Option<Buf<f32>>> {
+    match s.backend().sizing() {
+        Sizing::Cuda(_) => Ok(Some(
+            s.alloc::<f32>("cuBLAS workspace", Shape::new(&[BLAS_WORKSPACE / 4]))?,
+        )),
+        Sizing::Cpu { .. } => Ok(None),
     }
 }

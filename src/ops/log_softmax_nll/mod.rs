@@ -8,10 +8,13 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
+use crate::backend::cuda::{Arg, Grid, Kernel};
 use crate::backend::Backend;
 use crate::memory::Buf;
 use crate::tensor::{Labels, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
+
+pub(crate) const CUDA_SOURCE: &str = include_str!("kernels.cu");
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {
@@ -43,7 +46,19 @@ impl<'s> Tensor<'s> {
                     v.write(loss.buf())?,
                 )
             })?,
-            Backend::Dry { .. } => {}
+            Backend::Cuda(gpu) => gpu.launch(
+                Kernel::NllForward,
+                Grid::blocks(1, 256),
+                &[
+                    self.buf().into(),
+                    labels.buf.into(),
+                    log_probs.into(),
+                    loss.buf().into(),
+                    Arg::U32(x.dim(0) as u32),
+                    Arg::U32(x.dim(1) as u32),
+                ],
+            )?,
+            Backend::Dry(_) => {}
         }
         if loss.requires_grad() {
             s.record(Node::LogSoftmaxNll(Saved {
@@ -74,7 +89,22 @@ impl Saved {
                 );
                 Ok(())
             })?,
-            Backend::Dry { .. } => {}
+            Backend::Cuda(gpu) => {
+                let x = self.logits.shape;
+                gpu.launch(
+                    Kernel::NllBackward,
+                    Grid::over(x.numel()),
+                    &[
+                        self.log_probs.into(),
+                        self.labels.into(),
+                        gloss.into(),
+                        gx.into(),
+                        Arg::U32(x.dim(0) as u32),
+                        Arg::U32(x.dim(1) as u32),
+                    ],
+                )?
+            }
+            Backend::Dry(_) => {}
         }
         s.accumulate(&self.logits, gx)
     }

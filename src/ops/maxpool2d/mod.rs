@@ -7,10 +7,13 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
+use crate::backend::cuda::{Arg, Grid, Kernel};
 use crate::backend::Backend;
 use crate::memory::Buf;
 use crate::tensor::{Shape, Tensor, TensorRef};
 use crate::{Error, Result};
+
+pub(crate) const CUDA_SOURCE: &str = include_str!("kernels.cu");
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {
@@ -36,7 +39,19 @@ impl<'s> Tensor<'s> {
                 cpu::forward(x, v.read(self.buf())?, v.write(y.buf())?, v.write(winner)?);
                 Ok(())
             })?,
-            Backend::Dry { .. } => {}
+            Backend::Cuda(gpu) => gpu.launch(
+                Kernel::MaxPoolForward,
+                Grid::over(out.numel()),
+                &[
+                    self.buf().into(),
+                    y.buf().into(),
+                    winner.into(),
+                    Arg::U32((x.dim(0) * x.dim(1)) as u32),
+                    Arg::U32(x.dim(2) as u32),
+                    Arg::U32(x.dim(3) as u32),
+                ],
+            )?,
+            Backend::Dry(_) => {}
         }
         if y.requires_grad() {
             s.record(Node::MaxPool2d(Saved {
@@ -61,7 +76,22 @@ impl Saved {
                 cpu::backward(self.x.shape, v.read(gy)?, v.read(self.winner)?, v.write(gx)?);
                 Ok(())
             })?,
-            Backend::Dry { .. } => {}
+            Backend::Cuda(gpu) => {
+                let x = self.x.shape;
+                gpu.launch(
+                    Kernel::MaxPoolBackward,
+                    Grid::over(x.numel()),
+                    &[
+                        gy.into(),
+                        self.winner.into(),
+                        gx.into(),
+                        Arg::U32((x.dim(0) * x.dim(1)) as u32),
+                        Arg::U32(x.dim(2) as u32),
+                        Arg::U32(x.dim(3) as u32),
+                    ],
+                )?
+            }
+            Backend::Dry(_) => {}
         }
         s.accumulate(&self.x, gx)
     }

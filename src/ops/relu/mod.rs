@@ -5,9 +5,12 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
+use crate::backend::cuda::{Arg, Grid, Kernel};
 use crate::backend::Backend;
 use crate::tensor::{Tensor, TensorRef};
 use crate::Result;
+
+pub(crate) const CUDA_SOURCE: &str = include_str!("kernels.cu");
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {
@@ -20,7 +23,15 @@ impl<'s> Tensor<'s> {
         let y = s.output("relu output", self.shape(), &[&self])?;
         match s.backend() {
             Backend::Cpu(cpu) => cpu.run(|v, _| cpu::forward(v.read(self.buf())?, v.write(y.buf())?))?,
-            Backend::Dry { .. } => {}
+            Backend::Cuda(gpu) => {
+                let n = y.shape().numel();
+                gpu.launch(
+                    Kernel::ReluForward,
+                    Grid::over(n),
+                    &[self.buf().into(), y.buf().into(), Arg::U32(n as u32)],
+                )?
+            }
+            Backend::Dry(_) => {}
         }
         if y.requires_grad() {
             s.record(Node::Relu(Saved {
@@ -41,7 +52,15 @@ impl Saved {
         let gx = s.alloc::<f32>("relu input grad", self.x.shape)?;
         match s.backend() {
             Backend::Cpu(cpu) => cpu.run(|v, _| cpu::backward(v.read(self.y.buf)?, v.read(gy)?, v.write(gx)?))?,
-            Backend::Dry { .. } => {}
+            Backend::Cuda(gpu) => {
+                let n = gx.len();
+                gpu.launch(
+                    Kernel::ReluBackward,
+                    Grid::over(n),
+                    &[self.y.buf.into(), gy.into(), gx.into(), Arg::U32(n as u32)],
+                )?
+            }
+            Backend::Dry(_) => {}
         }
         s.accumulate(&self.x, gx)
     }

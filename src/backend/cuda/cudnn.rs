@@ -1,0 +1,275 @@
+//! Convolutions through cuDNN: per convolution shape, the descriptors, the
+//! algorithm of each pass and its workspace size, chosen once (by cuDNN's
+//! heuristics, with FMA math so results match the CPU's within float
+//! rounding, and with a workspace the arena can spare). The workspace itself
+//! is allocated in the step region by the op, like any temporary.
+
+use super::CudaError;
+use cudarc::cudnn::result as dnn;
+use cudarc::cudnn::sys;
+use std::ffi::c_void;
+
+/// The largest workspace an algorithm may ask for. The tiny convolutions of
+/// the MNIST CNN need none; a limit keeps a heuristic's FFT choice from
+/// tripling the step region.
+pub const WORKSPACE_LIMIT: usize = 8 << 20;
+
+/// A convolution's sizes: input `[n, c, h, w]`, filters `[f, c, kh, kw]`,
+/// valid padding, stride 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvDims {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub f: usize,
+    pub kh: usize,
+    pub kw: usize,
+}
+
+impl ConvDims {
+    pub fn input_len(&self) -> usize {
+        self.n * self.c * self.h * self.w
+    }
+    pub fn filter_len(&self) -> usize {
+        self.f * self.c * self.kh * self.kw
+    }
+    pub fn output_len(&self) -> usize {
+        self.n * self.f * (self.h - self.kh + 1) * (self.w - self.kw + 1)
+    }
+}
+
+/// Which of the three passes a workspace is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConvPass {
+    Forward,
+    InputGrad,
+    WeightGrad,
+}
+
+struct TensorDesc(sys::cudnnTensorDescriptor_t);
+struct FilterDesc(sys::cudnnFilterDescriptor_t);
+struct ConvDesc(sys::cudnnConvolutionDescriptor_t);
+
+impl Drop for TensorDesc {
+    fn drop(&mut self) {
+        // SAFETY: created once by `ConvPlan::new`, destroyed once here.
+        let _ = unsafe { dnn::destroy_tensor_descriptor(self.0) };
+    }
+}
+impl Drop for FilterDesc {
+    fn drop(&mut self) {
+        // SAFETY: as for TensorDesc.
+        let _ = unsafe { dnn::destroy_filter_descriptor(self.0) };
+    }
+}
+impl Drop for ConvDesc {
+    fn drop(&mut self) {
+        // SAFETY: as for TensorDesc.
+        let _ = unsafe { dnn::destroy_convolution_descriptor(self.0) };
+    }
+}
+
+/// The descriptors and algorithms of one convolution shape.
+pub struct ConvPlan {
+    pub dims: ConvDims,
+    x: TensorDesc,
+    w: FilterDesc,
+    conv: ConvDesc,
+    y: TensorDesc,
+    fwd: (sys::cudnnConvolutionFwdAlgo_t, usize),
+    data: (sys::cudnnConvolutionBwdDataAlgo_t, usize),
+    filter: (sys::cudnnConvolutionBwdFilterAlgo_t, usize),
+}
+
+// SAFETY: the descriptors are host objects that are never modified after
+// `new`; cuDNN reads them from whichever thread holds the handle's mutex.
+unsafe impl Send for ConvPlan {}
+unsafe impl Sync for ConvPlan {}
+
+fn dnn_err(op: &'static str) -> impl Fn(dnn::CudnnError) -> CudaError {
+    move |e| CudaError::failed(op, e)
+}
+
+fn int(v: usize) -> Result<i32, CudaError> {
+    i32::try_from(v)
+        .map_err(|_| CudaError::failed("describing a convolution", format!("size {v} exceeds cuDNN's range")))
+}
+
+/// The first algorithm of cuDNN's ranking that ran, uses FMA math and fits
+/// the workspace limit.
+macro_rules! choose {
+    ($perf:ty, $count:expr, $get:expr, $size:expr, $what:literal) => {{
+        // Used inside an unsafe block. Zero is a valid bit pattern of each field of the perf
+        // structs (every enum has a variant 0, the rest are numbers).
+        let mut perf: [$perf; $count] = std::mem::zeroed();
+        let mut returned = 0;
+        $get($count as i32, &mut returned, perf.as_mut_ptr()).map_err(dnn_err($what))?;
+        let ok = perf[..returned.max(0) as usize].iter().find(|p| {
+            p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS
+                && p.memory <= WORKSPACE_LIMIT
+                && !matches!(
+                    p.mathType,
+                    sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH
+                        | sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
+                )
+        });
+        let algo = ok
+            .ok_or_else(|| CudaError::failed($what, "cuDNN offers no algorithm within the workspace limit"))?
+            .algo;
+        (algo, $size(algo).map_err(dnn_err($what))?)
+    }};
+}
+
+impl ConvPlan {
+    pub(crate) fn new(handle: sys::cudnnHandle_t, d: ConvDims) -> Result<Self, CudaError> {
+        let float = sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
+        let nchw = sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
+        let (oh, ow) = (d.h - d.kh + 1, d.w - d.kw + 1);
+        let x = TensorDesc(dnn::create_tensor_descriptor().map_err(dnn_err("cudnnCreateTensorDescriptor"))?);
+        let y = TensorDesc(dnn::create_tensor_descriptor().map_err(dnn_err("cudnnCreateTensorDescriptor"))?);
+        let w = FilterDesc(dnn::create_filter_descriptor().map_err(dnn_err("cudnnCreateFilterDescriptor"))?);
+        let conv = ConvDesc(dnn::create_convolution_descriptor().map_err(dnn_err("cudnnCreateConvolutionDescriptor"))?);
+        let (xs, ys, ws) = (
+            [int(d.n)?, int(d.c)?, int(d.h)?, int(d.w)?],
+            [int(d.n)?, int(d.f)?, int(oh)?, int(ow)?],
+            [int(d.f)?, int(d.c)?, int(d.kh)?, int(d.kw)?],
+        );
+        // SAFETY: every descriptor was created above and is alive; `handle`
+        // is the device's cuDNN handle, held under its mutex by the caller.
+        unsafe {
+            dnn::set_tensor4d_descriptor(x.0, nchw, float, xs).map_err(dnn_err("cudnnSetTensor4dDescriptor"))?;
+            dnn::set_tensor4d_descriptor(y.0, nchw, float, ys).map_err(dnn_err("cudnnSetTensor4dDescriptor"))?;
+            dnn::set_filter4d_descriptor(w.0, float, nchw, ws).map_err(dnn_err("cudnnSetFilter4dDescriptor"))?;
+            dnn::set_convolution2d_descriptor(
+                conv.0,
+                0,
+                0,
+                1,
+                1,
+                1,
+                1,
+                sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
+                float,
+            )
+            .map_err(dnn_err("cudnnSetConvolution2dDescriptor"))?;
+            dnn::set_convolution_math_type(conv.0, sys::cudnnMathType_t::CUDNN_FMA_MATH)
+                .map_err(dnn_err("cudnnSetConvolutionMathType"))?;
+            let fwd = choose!(
+                sys::cudnnConvolutionFwdAlgoPerf_t,
+                8,
+                |n, r, p| dnn::get_convolution_forward_algorithm(handle, x.0, w.0, conv.0, y.0, n, r, p),
+                |a| dnn::get_convolution_forward_workspace_size(handle, x.0, w.0, conv.0, y.0, a),
+                "choosing the convolution forward algorithm"
+            );
+            let data = choose!(
+                sys::cudnnConvolutionBwdDataAlgoPerf_t,
+                6,
+                |n, r, p| dnn::get_convolution_backward_data_algorithm(handle, w.0, y.0, conv.0, x.0, n, r, p),
+                |a| dnn::get_convolution_backward_data_workspace_size(handle, w.0, y.0, conv.0, x.0, a),
+                "choosing the convolution input-gradient algorithm"
+            );
+            let filter = choose!(
+                sys::cudnnConvolutionBwdFilterAlgoPerf_t,
+                7,
+                |n, r, p| dnn::get_convolution_backward_filter_algorithm(handle, x.0, y.0, conv.0, w.0, n, r, p),
+                |a| dnn::get_convolution_backward_filter_workspace_size(handle, x.0, y.0, conv.0, w.0, a),
+                "choosing the convolution weight-gradient algorithm"
+            );
+            Ok(Self {
+                dims: d,
+                x,
+                w,
+                conv,
+                y,
+                fwd,
+                data,
+                filter,
+            })
+        }
+    }
+
+    /// Workspace bytes the pass's algorithm needs.
+    pub fn workspace_bytes(&self, pass: ConvPass) -> usize {
+        match pass {
+            ConvPass::Forward => self.fwd.1,
+            ConvPass::InputGrad => self.data.1,
+            ConvPass::WeightGrad => self.filter.1,
+        }
+    }
+
+    /// Runs one pass: `a` and `b` are its two inputs, `out` is overwritten.
+    ///
+    /// # Safety
+    /// The pointers must address live device memory of at least the sizes
+    /// of `dims` (forward: input, filters → output; input grad: filters,
+    /// output grad → input grad; weight grad: input, output grad → filter
+    /// grad), `workspace` at least `workspace_bytes(pass)` bytes, and
+    /// `handle` must be the cuDNN handle this plan was made with.
+    pub(crate) unsafe fn run(
+        &self,
+        handle: sys::cudnnHandle_t,
+        pass: ConvPass,
+        a: u64,
+        b: u64,
+        workspace: u64,
+        out: u64,
+    ) -> Result<(), CudaError> {
+        let (one, zero) = (1.0f32, 0.0f32);
+        let alpha = (&one as *const f32).cast::<c_void>();
+        let beta = (&zero as *const f32).cast::<c_void>();
+        let ptr = |p: u64| p as *const c_void;
+        let out = out as *mut c_void;
+        let ws = workspace as *mut c_void;
+        match pass {
+            ConvPass::Forward => dnn::convolution_forward(
+                handle,
+                alpha,
+                self.x.0,
+                ptr(a),
+                self.w.0,
+                ptr(b),
+                self.conv.0,
+                self.fwd.0,
+                ws,
+                self.fwd.1,
+                beta,
+                self.y.0,
+                out,
+            )
+            .map_err(dnn_err("cudnnConvolutionForward")),
+            ConvPass::InputGrad => dnn::convolution_backward_data(
+                handle,
+                alpha,
+                self.w.0,
+                ptr(a),
+                self.y.0,
+                ptr(b),
+                self.conv.0,
+                self.data.0,
+                ws,
+                self.data.1,
+                beta,
+                self.x.0,
+                out,
+            )
+            .map_err(dnn_err("cudnnConvolutionBackwardData")),
+            ConvPass::WeightGrad => dnn::convolution_backward_filter(
+                handle,
+                alpha,
+                self.x.0,
+                ptr(a),
+                self.y.0,
+                ptr(b),
+                self.conv.0,
+                self.filter.0,
+                ws,
+                self.filter.1,
+                beta,
+                self.w.0,
+                out,
+            )
+            .map_err(dnn_err("cudnnConvolutionBackwardFilter")),
+        }
+    }
+}

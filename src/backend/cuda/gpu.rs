@@ -1,0 +1,195 @@
+//! One GPU opened for training: its context, the stream every kernel runs
+//! on, the cuDNN and cuBLAS handles, the compiled kernels, and the cuDNN
+//! plans of the convolutions seen so far.
+//!
+//! Everything here is made before the arena's one allocation (library
+//! handles may take device memory of their own when they are created, which
+//! is why they come first) and is shared, through an `Arc`, with the dry
+//! arena that measures a run: cuDNN's workspace sizes are the device's
+//! answer, so the measurement asks the device.
+
+use super::cudnn::{ConvDims, ConvPlan};
+use super::kernels::Kernels;
+use super::CudaError;
+use cudarc::cublas::sys as blas_sys;
+use cudarc::cudnn::sys as dnn_sys;
+use cudarc::driver::{result as driver, CudaContext, CudaStream};
+use std::sync::{Arc, Mutex};
+
+/// The library handles. cuDNN and cuBLAS handles must not be used by two
+/// threads at once, so they sit behind a mutex.
+pub(crate) struct Libs {
+    pub cudnn: dnn_sys::cudnnHandle_t,
+    pub cublas: blas_sys::cublasHandle_t,
+}
+
+// SAFETY: the handles are plain pointers to library state that may move
+// between threads; the mutex around `Libs` keeps two threads from using them
+// at once, which is the libraries' only requirement.
+unsafe impl Send for Libs {}
+
+/// An opened GPU. See the module documentation.
+pub struct Gpu {
+    // Field order is drop order: plans and kernels go before the handles,
+    // the handles before the stream and the context they live in.
+    plans: Mutex<Vec<Arc<ConvPlan>>>,
+    pub(crate) kernels: Kernels,
+    pub(crate) libs: Mutex<Libs>,
+    pub(crate) stream: Arc<CudaStream>,
+    pub(crate) ctx: Arc<CudaContext>,
+    name: String,
+    capability: (i32, i32),
+    /// Synchronise after every op (BUMPGRAD_CUDA_SYNC=1), so that an error
+    /// raised asynchronously is reported with the op that caused it.
+    pub(crate) sync_each_op: bool,
+}
+
+/// Names each CUDA library we load, for the error when it is missing.
+fn require(present: bool, library: &'static str, hint: &'static str) -> Result<(), CudaError> {
+    if present {
+        Ok(())
+    } else {
+        Err(CudaError::MissingLibrary { library, hint })
+    }
+}
+
+/// Checks that every library loads before any is called: cudarc panics when
+/// asked to call into a library it cannot find.
+fn check_libraries() -> Result<(), CudaError> {
+    // SAFETY: each check only tries to dlopen the library and closes it.
+    unsafe {
+        require(
+            cudarc::driver::sys::is_culib_present(),
+            "the CUDA driver (libcuda.so)",
+            "install the NVIDIA driver, or pass --device cpu",
+        )?;
+        require(
+            cudarc::nvrtc::sys::is_culib_present(),
+            "NVRTC (libnvrtc.so)",
+            "install the CUDA toolkit's NVRTC (13.x) or add its folder to LD_LIBRARY_PATH, or pass --device cpu",
+        )?;
+        require(
+            cudarc::cublas::sys::is_culib_present(),
+            "cuBLAS (libcublas.so)",
+            "install cuBLAS 13 or add its folder to LD_LIBRARY_PATH, or pass --device cpu",
+        )?;
+        require(
+            cudarc::cudnn::sys::is_culib_present(),
+            "cuDNN (libcudnn.so.9)",
+            "install cuDNN 9 or add its folder to LD_LIBRARY_PATH, or pass --device cpu",
+        )?;
+    }
+    Ok(())
+}
+
+impl Gpu {
+    /// Opens GPU 0: checks the libraries, creates the context, the stream and
+    /// the library handles, and compiles the kernels for its architecture.
+    pub fn open() -> Result<Arc<Self>, CudaError> {
+        check_libraries()?;
+        let count = driver::init()
+            .and_then(|()| driver::device::get_count())
+            .map_err(|e| CudaError::NoDevice { detail: e.to_string() })?;
+        if count < 1 {
+            return Err(CudaError::NoDevice {
+                detail: "the driver sees no GPU".into(),
+            });
+        }
+        let ctx = CudaContext::new(0).map_err(|e| CudaError::NoDevice { detail: e.to_string() })?;
+        // SAFETY: we never use cudarc's owning slices, whose cross-stream
+        // ordering these events exist for; all our work is on one stream.
+        unsafe { ctx.disable_event_tracking() };
+        let failed = |op| move |e: driver::DriverError| CudaError::failed(op, e);
+        let stream = ctx.new_stream().map_err(failed("creating the stream"))?;
+        let name = ctx.name().map_err(failed("reading the GPU's name"))?;
+        let capability = ctx
+            .compute_capability()
+            .map_err(failed("reading the compute capability"))?;
+        let libs = Libs::new(&stream)?;
+        let kernels = Kernels::compile(capability)?;
+        Ok(Arc::new(Self {
+            plans: Mutex::new(Vec::new()),
+            kernels,
+            libs: Mutex::new(libs),
+            stream,
+            ctx,
+            name,
+            capability,
+            sync_each_op: std::env::var_os("BUMPGRAD_CUDA_SYNC").is_some_and(|v| v != "0"),
+        }))
+    }
+
+    /// "NVIDIA H200 (sm_90)".
+    pub fn describe(&self) -> String {
+        format!("{} (sm_{}{})", self.name, self.capability.0, self.capability.1)
+    }
+
+    /// Makes this GPU's context current on the calling thread.
+    pub(crate) fn enter(&self) -> Result<(), CudaError> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| CudaError::failed("binding the CUDA context", e))
+    }
+
+    /// Free and total device memory, as `cuMemGetInfo` reports them.
+    pub fn memory_info(&self) -> Result<(usize, usize), CudaError> {
+        self.enter()?;
+        driver::mem_get_info().map_err(|e| CudaError::failed("cuMemGetInfo", e))
+    }
+
+    /// The cuDNN plan of a convolution, made the first time it is asked for:
+    /// descriptors, algorithms and workspace sizes are chosen once.
+    pub(crate) fn conv_plan(&self, dims: ConvDims) -> Result<Arc<ConvPlan>, CudaError> {
+        let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(plan) = plans.iter().find(|p| p.dims == dims) {
+            return Ok(plan.clone());
+        }
+        self.enter()?;
+        let libs = self.libs.lock().unwrap_or_else(|e| e.into_inner());
+        let plan = Arc::new(ConvPlan::new(libs.cudnn, dims)?);
+        plans.push(plan.clone());
+        Ok(plan)
+    }
+}
+
+impl Libs {
+    fn new(stream: &CudaStream) -> Result<Self, CudaError> {
+        let cudnn = cudarc::cudnn::result::create_handle().map_err(|e| CudaError::failed("cudnnCreate", e))?;
+        let cublas = match cudarc::cublas::result::create_handle() {
+            Ok(h) => h,
+            Err(e) => {
+                // SAFETY: created just above and not used since.
+                let _ = unsafe { cudarc::cudnn::result::destroy_handle(cudnn) };
+                return Err(CudaError::failed("cublasCreate", e));
+            }
+        };
+        let libs = Self { cudnn, cublas };
+        // SAFETY: both handles were created above; the stream outlives them
+        // (Gpu drops the handles first).
+        unsafe {
+            cudarc::cudnn::result::set_stream(cudnn, stream.cu_stream() as dnn_sys::cudaStream_t)
+                .map_err(|e| CudaError::failed("cudnnSetStream", e))?;
+            cudarc::cublas::result::set_stream(cublas, stream.cu_stream() as blas_sys::cudaStream_t)
+                .map_err(|e| CudaError::failed("cublasSetStream", e))?;
+        }
+        Ok(libs)
+    }
+}
+
+impl Drop for Libs {
+    fn drop(&mut self) {
+        // SAFETY: each handle was created once in `Libs::new` and is destroyed
+        // once here; nothing can use it afterwards.
+        unsafe {
+            let _ = cudarc::cudnn::result::destroy_handle(self.cudnn);
+            let _ = cudarc::cublas::result::destroy_handle(self.cublas);
+        }
+    }
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        // The handles and the module are torn down in the context.
+        let _ = self.enter();
+    }
+}

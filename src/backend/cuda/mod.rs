@@ -1,0 +1,415 @@
+//! The CUDA backend: one `cuMemAlloc` for the whole arena, our NVRTC kernels,
+//! cuDNN for convolutions and cuBLAS for matrix products, all on one stream.
+//!
+//! Layers, as in cudarc: cudarc's `sys`/`result` calls appear only in this
+//! folder; [`CudaBackend`]'s methods check every buffer against the arena and
+//! against the sizes the call implies before the raw call, so the ops above
+//! them are safe code. After any CUDA error the backend refuses all further
+//! work ([`CudaError::Poisoned`]): a run never continues on state a failed
+//! kernel may have corrupted.
+
+mod cudnn;
+mod error;
+mod gpu;
+mod kernels;
+mod memory;
+
+pub use cudnn::{ConvDims, ConvPass, WORKSPACE_LIMIT};
+pub use error::CudaError;
+pub use gpu::Gpu;
+pub use kernels::Kernel;
+
+use super::BackendError;
+use crate::memory::{Buf, Element};
+use cudarc::cublas::sys as blas_sys;
+use cudarc::driver::{result as driver, sys};
+use memory::DeviceMemory;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// Bytes of cuBLAS workspace each matrix product gets in the step region.
+/// Without one cuBLAS would allocate its own on first use; the small
+/// products of our models need little.
+pub const BLAS_WORKSPACE: usize = 256 << 10;
+
+/// Opens the GPU, or says why it cannot be used.
+pub fn open() -> Result<CudaDevice, CudaError> {
+    Ok(CudaDevice { gpu: Gpu::open()? })
+}
+
+/// A GPU that has not yet received its arena.
+pub struct CudaDevice {
+    gpu: Arc<Gpu>,
+}
+
+impl CudaDevice {
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+}
+
+/// A kernel argument: an arena buffer (passed as its device address) or a
+/// number.
+#[derive(Debug, Clone, Copy)]
+pub enum Arg {
+    Buf { offset: usize, bytes: usize },
+    U32(u32),
+    F32(f32),
+    U64(u64),
+}
+
+impl<T: Element> From<Buf<T>> for Arg {
+    fn from(b: Buf<T>) -> Self {
+        Self::Buf {
+            offset: b.offset(),
+            bytes: b.bytes(),
+        }
+    }
+}
+
+/// A launch shape: `blocks` blocks of `threads` threads.
+#[derive(Debug, Clone, Copy)]
+pub struct Grid {
+    pub blocks: u32,
+    pub threads: u32,
+}
+
+impl Grid {
+    /// One thread per element of `n`, in blocks of 256.
+    pub fn over(n: usize) -> Self {
+        Self {
+            blocks: n.div_ceil(256) as u32,
+            threads: 256,
+        }
+    }
+
+    pub fn blocks(blocks: usize, threads: u32) -> Self {
+        Self {
+            blocks: blocks as u32,
+            threads,
+        }
+    }
+}
+
+const MAX_ARGS: usize = 12;
+
+/// A column-major `c = op(a) · op(b) + beta · c`, cuBLAS's convention.
+#[derive(Debug, Clone, Copy)]
+pub struct Gemm {
+    pub transa: bool,
+    pub transb: bool,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: Buf<f32>,
+    pub lda: usize,
+    pub b: Buf<f32>,
+    pub ldb: usize,
+    pub beta: f32,
+    pub c: Buf<f32>,
+    pub ldc: usize,
+    pub workspace: Buf<f32>,
+}
+
+/// Elements a column-major `rows × cols` matrix with leading dimension `ld`
+/// spans.
+fn span(rows: usize, cols: usize, ld: usize) -> usize {
+    if rows == 0 || cols == 0 {
+        0
+    } else {
+        ld * (cols - 1) + rows
+    }
+}
+
+/// The GPU holding its arena memory.
+pub struct CudaBackend {
+    // Drop order: the memory goes before the GPU whose context it lives in.
+    memory: DeviceMemory,
+    gpu: Arc<Gpu>,
+    /// The op whose CUDA error stopped this backend, if one did.
+    poisoned: Option<&'static str>,
+}
+
+impl CudaBackend {
+    pub(crate) fn new(device: CudaDevice, capacity: usize) -> Result<Self, BackendError> {
+        let gpu = device.gpu;
+        let memory = DeviceMemory::new(&gpu.ctx, gpu.stream.cu_stream(), capacity)?;
+        let mut backend = Self {
+            memory,
+            gpu,
+            poisoned: None,
+        };
+        backend.synchronize("zeroing the arena")?;
+        Ok(backend)
+    }
+
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.memory.capacity()
+    }
+
+    /// Refuses work after an earlier failure, and makes the context current.
+    fn enter(&mut self, op: &'static str) -> Result<(), BackendError> {
+        if let Some(first) = self.poisoned {
+            return Err(CudaError::Poisoned { op, first }.into());
+        }
+        self.gpu.enter().map_err(|e| self.poison(op, e))
+    }
+
+    fn poison(&mut self, op: &'static str, e: CudaError) -> BackendError {
+        self.poisoned.get_or_insert(op);
+        e.into()
+    }
+
+    /// Checks a raw call's result; with BUMPGRAD_CUDA_SYNC set, also waits
+    /// for the work to finish so an asynchronous error is blamed on `op`.
+    fn check<E: std::fmt::Display>(&mut self, op: &'static str, r: Result<(), E>) -> Result<(), BackendError> {
+        if let Err(e) = r {
+            return Err(self.poison(op, CudaError::failed(op, e)));
+        }
+        if self.gpu.sync_each_op {
+            self.synchronize(op)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for every queued kernel; reports an asynchronous error as `op`'s.
+    pub fn synchronize(&mut self, op: &'static str) -> Result<(), BackendError> {
+        // SAFETY: the stream is alive as long as `gpu`.
+        let r = unsafe { driver::stream::synchronize(self.gpu.stream.cu_stream()) };
+        r.map_err(|e| self.poison(op, CudaError::failed(op, e)))
+    }
+
+    fn address<T: Element>(&self, buf: Buf<T>) -> Result<u64, BackendError> {
+        self.memory.address(buf.offset(), buf.bytes())
+    }
+
+    /// Launches one of our kernels.
+    pub fn launch(&mut self, kernel: Kernel, grid: Grid, args: &[Arg]) -> Result<(), BackendError> {
+        let op = kernel.name();
+        self.enter(op)?;
+        if args.len() > MAX_ARGS {
+            return Err(BackendError::TooManyViews);
+        }
+        if grid.blocks == 0 {
+            return Ok(());
+        }
+        // Each argument's value, in the bytes the kernel's parameter has;
+        // cuLaunchKernel copies from these through `params`.
+        let mut values = [[0u8; 8]; MAX_ARGS];
+        for (value, arg) in values.iter_mut().zip(args) {
+            match *arg {
+                Arg::Buf { offset, bytes } => *value = self.memory.address(offset, bytes)?.to_ne_bytes(),
+                Arg::U32(v) => value[..4].copy_from_slice(&v.to_ne_bytes()),
+                Arg::F32(v) => value[..4].copy_from_slice(&v.to_ne_bytes()),
+                Arg::U64(v) => *value = v.to_ne_bytes(),
+            }
+        }
+        let mut params = [std::ptr::null_mut::<c_void>(); MAX_ARGS];
+        for (param, value) in params.iter_mut().zip(values.iter_mut()) {
+            *param = value.as_mut_ptr().cast();
+        }
+        let f = self.gpu.kernels.function(kernel);
+        // SAFETY: `f` is a loaded kernel of ours; `params` holds one pointer
+        // per parameter, in order, to a value of the parameter's size (the
+        // ops pass arguments in the order and types of the `.cu` signature).
+        // Every buffer address lies inside the arena (checked by `address`),
+        // and our kernels index each buffer only below the element counts the
+        // op passes with it, which come from the same shapes as the buffers.
+        let r = unsafe {
+            driver::launch_kernel(
+                f,
+                (grid.blocks, 1, 1),
+                (grid.threads, 1, 1),
+                0,
+                self.gpu.stream.cu_stream(),
+                &mut params[..args.len()],
+            )
+        };
+        self.check(op, r)
+    }
+
+    /// Copies host data into the arena.
+    pub fn upload<T: Element>(&mut self, dst: Buf<T>, src: &[T]) -> Result<(), BackendError> {
+        self.enter("copy to the GPU")?;
+        let ptr = self.address(dst)?;
+        // SAFETY: `dst` lies in the arena and holds `src.len()` elements (the
+        // caller checked the lengths). The source is pageable host memory,
+        // which the driver stages before returning, so `src` may be reused
+        // as soon as this returns.
+        let r = unsafe { driver::memcpy_htod_async(ptr, src, self.gpu.stream.cu_stream()) };
+        self.check("copy to the GPU", r)
+    }
+
+    /// Copies arena data to the host, waiting for it.
+    pub fn download<T: Element>(&mut self, src: Buf<T>, dst: &mut [T]) -> Result<(), BackendError> {
+        self.enter("copy from the GPU")?;
+        let ptr = self.address(src)?;
+        // SAFETY: `src` lies in the arena and holds `dst.len()` elements; we
+        // wait for the copy before `dst` is released to the caller.
+        let r = unsafe { driver::memcpy_dtoh_async(dst, ptr, self.gpu.stream.cu_stream()) };
+        self.check("copy from the GPU", r)?;
+        self.synchronize("copy from the GPU")
+    }
+
+    /// Sets every element of `dst` to `value`.
+    pub fn fill<T: Element>(&mut self, dst: Buf<T>, value: T) -> Result<(), BackendError> {
+        self.enter("fill")?;
+        let ptr = self.address(dst)?;
+        let stream = self.gpu.stream.cu_stream();
+        // SAFETY: the range is `dst`, inside the arena; a 4-byte element is
+        // written as its 32-bit pattern, a byte as itself.
+        let r = unsafe {
+            match T::SIZE {
+                4 => sys::cuMemsetD32Async(ptr, value.bit_pattern(), dst.len(), stream).result(),
+                _ => sys::cuMemsetD8Async(ptr, value.bit_pattern() as u8, dst.bytes(), stream).result(),
+            }
+        };
+        self.check("fill", r)
+    }
+
+    /// `dst += src`.
+    pub fn add_assign(&mut self, dst: Buf<f32>, src: Buf<f32>) -> Result<(), BackendError> {
+        let n = dst.len().min(src.len());
+        self.launch(
+            Kernel::AddAssign,
+            Grid::over(n),
+            &[dst.into(), src.into(), Arg::U32(n as u32)],
+        )
+    }
+
+    /// A single-precision matrix product through cuBLAS, with its workspace
+    /// from the arena.
+    pub fn gemm(&mut self, g: Gemm) -> Result<(), BackendError> {
+        self.enter("cublasSgemm")?;
+        let (a_rows, a_cols) = if g.transa { (g.k, g.m) } else { (g.m, g.k) };
+        let (b_rows, b_cols) = if g.transb { (g.n, g.k) } else { (g.k, g.n) };
+        let fits = g.a.len() >= span(a_rows, a_cols, g.lda)
+            && g.b.len() >= span(b_rows, b_cols, g.ldb)
+            && g.c.len() >= span(g.m, g.n, g.ldc)
+            && g.lda >= a_rows.max(1)
+            && g.ldb >= b_rows.max(1)
+            && g.ldc >= g.m.max(1);
+        if !fits {
+            return Err(BackendError::Internal(
+                "a matrix product's buffers do not match its sizes",
+            ));
+        }
+        let (a, b, c, ws) = (
+            self.address(g.a)?,
+            self.address(g.b)?,
+            self.address(g.c)?,
+            self.address(g.workspace)?,
+        );
+        let op = |t| {
+            if t {
+                blas_sys::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                blas_sys::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        let int = |v: usize| i32::try_from(v).map_err(|_| BackendError::Internal("a matrix is too large for cuBLAS"));
+        let (m, n, k, lda, ldb, ldc) = (int(g.m)?, int(g.n)?, int(g.k)?, int(g.lda)?, int(g.ldb)?, int(g.ldc)?);
+        let (alpha, beta) = (1.0f32, g.beta);
+        let libs = self.gpu.libs.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: every matrix lies inside the arena and spans no more than
+        // its buffer (checked above); the workspace is a live arena buffer
+        // of its stated size, 256-byte aligned as cuBLAS requires; the
+        // handle is used under its mutex.
+        let r = unsafe {
+            blas_sys::cublasSetWorkspace_v2(libs.cublas, ws as *mut c_void, g.workspace.bytes())
+                .result()
+                .and_then(|()| {
+                    cudarc::cublas::result::sgemm(
+                        libs.cublas,
+                        op(g.transa),
+                        op(g.transb),
+                        m,
+                        n,
+                        k,
+                        &alpha,
+                        a as *const f32,
+                        lda,
+                        b as *const f32,
+                        ldb,
+                        &beta,
+                        c as *mut f32,
+                        ldc,
+                    )
+                })
+        };
+        drop(libs);
+        self.check("cublasSgemm", r)
+    }
+
+    /// One pass of a convolution through cuDNN (see [`ConvPass`] for which
+    /// buffers are which).
+    pub fn conv(
+        &mut self,
+        dims: ConvDims,
+        pass: ConvPass,
+        a: Buf<f32>,
+        b: Buf<f32>,
+        workspace: Buf<f32>,
+        out: Buf<f32>,
+    ) -> Result<(), BackendError> {
+        self.enter("cuDNN convolution")?;
+        let plan = self
+            .gpu
+            .conv_plan(dims)
+            .map_err(|e| self.poison("cuDNN convolution", e))?;
+        let (x, w, y) = (dims.input_len(), dims.filter_len(), dims.output_len());
+        let (need_a, need_b, need_out) = match pass {
+            ConvPass::Forward => (x, w, y),
+            ConvPass::InputGrad => (w, y, x),
+            ConvPass::WeightGrad => (x, y, w),
+        };
+        if a.len() != need_a
+            || b.len() != need_b
+            || out.len() != need_out
+            || workspace.bytes() < plan.workspace_bytes(pass)
+        {
+            return Err(BackendError::Internal("a convolution's buffers do not match its sizes"));
+        }
+        let (pa, pb, pw, po) = (
+            self.address(a)?,
+            self.address(b)?,
+            self.address(workspace)?,
+            self.address(out)?,
+        );
+        let libs = self.gpu.libs.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the buffers lie in the arena and have exactly the sizes
+        // the plan's descriptors describe (checked above), the workspace is
+        // as large as the plan's algorithm needs, and the handle is the one
+        // the plan was made with, used under its mutex.
+        let r = unsafe { plan.run(libs.cudnn, pass, pa, pb, pw, po) };
+        drop(libs);
+        match r {
+            Ok(()) => self.check::<CudaError>("cuDNN convolution", Ok(())),
+            Err(e) => Err(self.poison("cuDNN convolution", e)),
+        }
+    }
+
+    /// Free device memory, as `cuMemGetInfo` reports it: with the arena made,
+    /// nothing of ours should ever change it.
+    pub fn free_bytes(&mut self) -> Result<usize, BackendError> {
+        self.enter("cuMemGetInfo")?;
+        self.synchronize("cuMemGetInfo")?;
+        self.gpu
+            .memory_info()
+            .map(|(free, _)| free)
+            .map_err(|e| self.poison("cuMemGetInfo", e))
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        // No kernel may still be using the memory when it is freed.
+        if self.poisoned.is_none() {
+            let _ = self.synchronize("releasing the arena");
+        }
+    }
+}

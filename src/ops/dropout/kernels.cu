@@ -1,0 +1,17 @@
+// dropout: the same counter-based draw as `dropout::keep` on the CPU, so both
+// backends drop exactly the same elements for the same seed.
+
+__device__ __forceinline__ bool dropout_keep(unsigned long long seed, unsigned long long i, float p) {
+    unsigned long long z = seed ^ (i * 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    return (float)(z >> 40) * (1.0f / 16777216.0f) >= p;
+}
+
+// out = x * scale where kept, else 0. Linear in x: backward is the same map.
+extern "C" __global__ void dropout_apply(const float* x, float* out, unsigned int n, float p, float scale,
+                                         unsigned long long seed) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = dropout_keep(seed, i, p) ? x[i] * scale : 0.0f;
+}

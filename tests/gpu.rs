@@ -1,0 +1,333 @@
+//! GPU tests: the CUDA backend gives the CPU backend's answers, and nothing
+//! but the arena ever takes device memory.
+//!
+//! Every test body here is shared: it runs once on the CPU and once on the
+//! GPU, and the two results are compared. Where no GPU is usable each test
+//! says so on stderr (past the test harness's capture, so it is never
+//! silent) and passes without comparing. On a machine with a GPU:
+//! `cargo test --release --test gpu`; on the project's GPU machine, which has
+//! no cargo, see `scripts/gpu-tests.sh`.
+
+use bumpgrad::backend::{BackendError, DeviceRequest};
+use bumpgrad::data::MnistHost;
+use bumpgrad::models::{MnistCnn, Mode};
+use bumpgrad::ops::gather::Normalize;
+use bumpgrad::train::{self, EpochReport, Observer, TrainConfig};
+use bumpgrad::{Arena, ArenaError, Device, Error, Shape, Step, Tensor};
+use std::io::Write;
+use std::sync::Mutex;
+
+/// GPU tests run one at a time: the free-memory test reads a device-wide
+/// figure that another test's arena would change.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// The GPU, or `None` after saying why not where a person will see it.
+fn gpu(test: &str) -> Option<Device> {
+    match Device::open(DeviceRequest::Cuda, 0) {
+        Ok((device, _)) => Some(device),
+        Err(why) => {
+            // Written to the process's stderr, not through the harness's
+            // captured `eprintln!`, so that the skip is always visible.
+            let _ = writeln!(std::io::stderr(), "SKIPPED {test}: no usable GPU ({why})");
+            None
+        }
+    }
+}
+
+fn data_dir() -> std::path::PathBuf {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into()
+}
+
+/// Deterministic values in [-1, 1).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = bumpgrad::data::SplitMix64::new(seed);
+    (0..n)
+        .map(|_| (rng.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
+        .collect()
+}
+
+/// Asserts `gpu` equals `cpu` within `1e-4` of the larger of 1 and the
+/// largest magnitude in `cpu` (relative to the tensor's scale, so values
+/// that cancel to near zero are not held to an impossible ratio).
+fn assert_close(what: &str, cpu: &[f32], gpu: &[f32]) {
+    assert_eq!(cpu.len(), gpu.len(), "{what}: lengths differ");
+    let scale = cpu.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+    for (i, (c, g)) in cpu.iter().zip(gpu).enumerate() {
+        assert!(
+            (c - g).abs() <= 1e-4 * scale,
+            "{what}[{i}]: cpu {c} vs gpu {g} (scale {scale})"
+        );
+    }
+    assert!(cpu.iter().any(|v| *v != 0.0), "{what}: all zeros proves nothing");
+}
+
+/// A test body: one step on an arena, returning named tensors to compare.
+type Body = dyn for<'s> Fn(&mut Step<'s>) -> bumpgrad::Result<Vec<(&'static str, Tensor<'s>)>>;
+
+/// Runs `body` in one step on `device` and reads every tensor it returns.
+fn run(device: Device, body: &Body) -> Vec<(&'static str, Vec<f32>)> {
+    let mut arena = Arena::new(device, 64 << 20).expect("arena");
+    arena
+        .step(|s| {
+            let outputs = body(s)?;
+            let mut read = Vec::new();
+            for (name, t) in outputs {
+                let mut host = vec![0.0; t.shape().numel()];
+                s.read(t, &mut host)?;
+                read.push((name, host));
+            }
+            Ok(read)
+        })
+        .expect("step")
+}
+
+/// The shared body on both backends, compared.
+fn same_on_both(test: &str, body: &Body) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(gpu) = gpu(test) else { return };
+    let on_cpu = run(Device::cpu(1).expect("cpu"), body);
+    let on_gpu = run(gpu, body);
+    for ((name, c), (_, g)) in on_cpu.iter().zip(&on_gpu) {
+        assert_close(&format!("{test}: {name}"), c, g);
+    }
+}
+
+/// `y` and the gradient of `sum(y * gy)` with respect to each input.
+fn with_grads<'s>(
+    s: &mut Step<'s>,
+    y: Tensor<'s>,
+    inputs: &[(&'static str, Tensor<'s>)],
+) -> bumpgrad::Result<Vec<(&'static str, Tensor<'s>)>> {
+    let gy = s.input("upstream grad", y.shape(), &values(y.shape().numel(), 99))?;
+    let grads = s.backward_from(y, gy)?;
+    let mut out = vec![("output", y)];
+    for &(name, t) in inputs {
+        out.push((name, s.grad(&grads, t).expect("gradient")));
+    }
+    Ok(out)
+}
+
+#[test]
+fn relu_matches_the_cpu() {
+    same_on_both("relu", &|s| {
+        let x = s.variable("x", Shape::new(&[3, 5, 7, 9]), &values(945, 1))?;
+        let y = x.relu(s)?;
+        with_grads(s, y, &[("x grad", x)])
+    });
+}
+
+#[test]
+fn max_pool_matches_the_cpu_with_odd_sizes() {
+    same_on_both("max_pool2d", &|s| {
+        let x = s.variable("x", Shape::new(&[2, 3, 7, 9]), &values(378, 2))?;
+        let y = x.max_pool2d(s)?;
+        with_grads(s, y, &[("x grad", x)])
+    });
+}
+
+#[test]
+fn conv2d_matches_the_cpu() {
+    same_on_both("conv2d", &|s| {
+        let x = s.variable("x", Shape::new(&[4, 3, 12, 11]), &values(4 * 3 * 12 * 11, 3))?;
+        let w = s.variable("w", Shape::new(&[5, 3, 5, 4]), &values(300, 4))?;
+        let y = x.conv2d(s, w, None)?;
+        with_grads(s, y, &[("x grad", x), ("w grad", w)])
+    });
+}
+
+#[test]
+fn conv2d_with_bias_matches_the_cpu() {
+    same_on_both("conv2d+bias", &|s| {
+        let x = s.variable("x", Shape::new(&[3, 2, 9, 9]), &values(486, 5))?;
+        let w = s.variable("w", Shape::new(&[4, 2, 3, 3]), &values(72, 6))?;
+        let b = s.variable("b", Shape::new(&[4]), &values(4, 7))?;
+        let y = x.conv2d(s, w, Some(b))?;
+        with_grads(s, y, &[("x grad", x), ("w grad", w), ("b grad", b)])
+    });
+}
+
+#[test]
+fn linear_matches_the_cpu() {
+    same_on_both("linear", &|s| {
+        let x = s.variable("x", Shape::new(&[7, 13]), &values(91, 8))?;
+        let w = s.variable("w", Shape::new(&[6, 13]), &values(78, 9))?;
+        let b = s.variable("b", Shape::new(&[6]), &values(6, 10))?;
+        let y = x.linear(s, w, Some(b))?;
+        with_grads(s, y, &[("x grad", x), ("w grad", w), ("b grad", b)])
+    });
+}
+
+#[test]
+fn dropout_draws_the_same_mask_as_the_cpu() {
+    same_on_both("dropout", &|s| {
+        let x = s.variable("x", Shape::new(&[10, 100]), &values(1000, 11))?;
+        let y = x.dropout(s, 0.5, 0xDEAD_BEEF_1234)?;
+        with_grads(s, y, &[("x grad", x)])
+    });
+}
+
+#[test]
+fn log_softmax_nll_matches_the_cpu() {
+    same_on_both("log_softmax_nll", &|s| {
+        let scaled: Vec<f32> = values(90, 12).iter().map(|v| 4.0 * v).collect();
+        let x = s.variable("logits", Shape::new(&[9, 10]), &scaled)?;
+        let labels = s.labels(&[3, 0, 9, 9, 1, 5, 2, 7, 4])?;
+        let loss = x.log_softmax_nll(s, labels)?;
+        let grads = s.backward(loss)?;
+        Ok(vec![
+            ("loss", loss),
+            ("logits grad", s.grad(&grads, x).expect("gradient")),
+        ])
+    });
+}
+
+/// The model's logits, loss and every parameter gradient for one batch of
+/// real MNIST, gathered from the resident data set (dropout off).
+fn cnn_step(device: Device) -> Vec<(&'static str, Vec<f32>)> {
+    let mut host = MnistHost::load(&data_dir()).expect("data");
+    host.limit_train(300).expect("limit");
+    host.limit_test(100).expect("limit");
+    let mut arena = Arena::new(device, 64 << 20).expect("arena");
+    let mut p = arena.persistent();
+    let model = MnistCnn::init(&mut p, 7).expect("init");
+    let data = host.upload(&mut p).expect("upload");
+    let indices: Vec<u32> = (0..100).map(|i| (i * 37 % 300) as u32).collect();
+    let norm = Normalize {
+        mean: 0.1307,
+        std: 0.3081,
+    };
+    arena
+        .step(|s| {
+            let x = s.gather_images(&data.train.images, &indices, norm)?;
+            let labels = s.gather_labels(data.train.labels, &indices)?;
+            let logits = model.forward(s, x, Mode::Eval)?;
+            let loss = logits.log_softmax_nll(s, labels)?;
+            let grads = s.backward(loss)?;
+            let mut out = vec![("input batch", x), ("logits", logits), ("loss", loss)];
+            for param in model.params() {
+                let t = s.param(&param);
+                out.push((
+                    param.name(),
+                    s.grad(&grads, t).expect("every parameter gets a gradient"),
+                ));
+            }
+            let mut read = Vec::new();
+            for (name, t) in out {
+                let mut v = vec![0.0; t.shape().numel()];
+                s.read(t, &mut v)?;
+                read.push((name, v));
+            }
+            Ok(read)
+        })
+        .expect("step")
+}
+
+#[test]
+fn mnist_cnn_logits_and_every_gradient_match_the_cpu() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(gpu) = gpu("mnist_cnn") else { return };
+    let on_cpu = cnn_step(Device::cpu(1).expect("cpu"));
+    let on_gpu = cnn_step(gpu);
+    assert_eq!(on_cpu.len(), 9);
+    for ((name, c), (_, g)) in on_cpu.iter().zip(&on_gpu) {
+        assert_close(&format!("mnist_cnn: {name}"), c, g);
+    }
+}
+
+struct Collect(Vec<EpochReport>);
+impl Observer for Collect {
+    fn epoch(&mut self, r: &EpochReport) {
+        self.0.push(r.clone());
+    }
+}
+
+fn gpu_config(epochs: usize) -> TrainConfig {
+    TrainConfig {
+        device: DeviceRequest::Cuda,
+        epochs,
+        data_dir: data_dir(),
+        train_limit: Some(10_000),
+        test_limit: Some(2_000),
+        ..TrainConfig::default()
+    }
+}
+
+#[test]
+fn free_device_memory_never_changes_after_the_first_step() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_probe) = gpu("free_device_memory") else {
+        return;
+    };
+    drop(_probe);
+    let mut seen = Collect(Vec::new());
+    train::train(&gpu_config(5), &mut seen).expect("training on the GPU");
+    let first = seen.0[0]
+        .device_free_bytes_first_step
+        .expect("a GPU reports free memory");
+    for r in &seen.0 {
+        assert_eq!(
+            r.device_free_bytes,
+            Some(first),
+            "epoch {}: device memory moved",
+            r.epoch
+        );
+    }
+    let last = seen.0.last().unwrap();
+    assert!(
+        last.test_accuracy > 0.93,
+        "5 epochs on 10k images: {}",
+        last.test_accuracy
+    );
+    assert!(last.train_loss < seen.0[0].train_loss);
+}
+
+#[test]
+fn an_arena_too_small_on_the_gpu_names_the_op_and_the_size_that_fits() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_probe) = gpu("arena_too_small") else { return };
+    drop(_probe);
+    // The data set alone (10k + 2k images) takes 9.2 MiB; 10 MiB leaves too
+    // little for a step.
+    let cfg = TrainConfig {
+        arena_size: Some(10 << 20),
+        ..gpu_config(1)
+    };
+    match train::prepare(&cfg) {
+        Err(Error::Arena(ArenaError::Exhausted {
+            what,
+            requested,
+            would_fit,
+            ..
+        })) => {
+            assert!(!what.is_empty() && requested > 0);
+            assert!(would_fit > 10 << 20, "{would_fit}");
+            let fits = TrainConfig {
+                arena_size: Some(would_fit),
+                ..gpu_config(1)
+            };
+            train::prepare(&fits).expect("the size the error suggests fits");
+        }
+        Err(other) => panic!("expected exhaustion, got {other}"),
+        Ok(_) => panic!("a 10 MiB arena cannot hold this run"),
+    }
+}
+
+#[test]
+fn an_arena_larger_than_the_gpu_is_a_clear_error() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_probe) = gpu("arena_larger_than_the_gpu") else {
+        return;
+    };
+    drop(_probe);
+    let cfg = TrainConfig {
+        arena_size: Some(1 << 44),
+        ..gpu_config(1)
+    };
+    match train::prepare(&cfg) {
+        Err(Error::Arena(ArenaError::Backend(BackendError::DeviceAllocation { bytes, .. }))) => {
+            assert_eq!(bytes, 1 << 44)
+        }
+        Err(other) => panic!("expected a device allocation error, got {other}"),
+        Ok(_) => panic!("16 TiB cannot be allocated"),
+    }
+}
