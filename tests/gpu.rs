@@ -126,6 +126,15 @@ fn max_pool_matches_the_cpu_with_odd_sizes() {
 }
 
 #[test]
+fn max_pool_relu_matches_the_cpu() {
+    same_on_both("max_pool2d_relu", &|s| {
+        let x = s.variable("x", Shape::new(&[2, 3, 7, 9]), &values(378, 13))?;
+        let y = x.max_pool2d_relu(s)?;
+        with_grads(s, y, &[("x grad", x)])
+    });
+}
+
+#[test]
 fn conv2d_matches_the_cpu() {
     same_on_both("conv2d", &|s| {
         let x = s.variable("x", Shape::new(&[4, 3, 12, 11]), &values(4 * 3 * 12 * 11, 3))?;
@@ -179,6 +188,83 @@ fn log_softmax_nll_matches_the_cpu() {
             ("logits grad", s.grad(&grads, x).expect("gradient")),
         ])
     });
+}
+
+/// A training step's device-side inputs: the batch the cursor points at, a
+/// per-step dropout mask, the loss recorded at the cursor's slot, and the
+/// cursor advanced (three steps, the middle one read back).
+fn cursor_steps(device: Device) -> Vec<(&'static str, Vec<f32>)> {
+    use bumpgrad::ops::cursor::StepCursor;
+    use bumpgrad::ops::dropout::DropoutSeed;
+    use bumpgrad::ops::gather::{BatchAt, ByteImages};
+    let mut arena = Arena::new(device, 16 << 20).expect("arena");
+    let mut p = arena.persistent();
+    let pixels: Vec<u8> = (0..50 * 16).map(|i| (i * 7 % 256) as u8).collect();
+    let images = ByteImages {
+        pixels: p.upload("images", Shape::new(&[50 * 16]), &pixels).expect("upload"),
+        count: 50,
+        image: Shape::new(&[1, 4, 4]),
+    };
+    let labels: Vec<u8> = (0..50).map(|i| (i % 10) as u8).collect();
+    let labels = p.upload("labels", Shape::new(&[50]), &labels).expect("upload");
+    let order: Vec<u32> = (0..50).map(|i| (i * 17 % 50) as u32).collect();
+    let order = p.upload("order", Shape::new(&[50]), &order).expect("upload");
+    let cursor = StepCursor::new(&mut p).expect("cursor");
+    let losses = p.zeros::<f32>("losses", Shape::new(&[5])).expect("losses");
+    cursor.set(&mut arena, 1, 41).expect("cursor");
+    let norm = Normalize { mean: 0.2, std: 0.5 };
+    let at = BatchAt {
+        order,
+        cursor,
+        stride: 12,
+        len: 12,
+    };
+    let mut read = Vec::new();
+    for step in 0..3 {
+        let out = arena
+            .step(|s| {
+                let (x, l) = s.gather_batch(&images, labels, at, norm)?;
+                let flat = x.flatten(s)?;
+                let dropped = flat.dropout_seeded(s, 0.5, DropoutSeed::PerStep { base: 5, cursor })?;
+                let w = s.input("w", Shape::new(&[10, 16]), &values(160, 21))?;
+                let loss = dropped.linear(s, w, None)?.log_softmax_nll(s, l)?;
+                let mut v = Vec::new();
+                for t in [x, dropped, loss] {
+                    let mut host = vec![0.0; t.shape().numel()];
+                    s.read(t, &mut host)?;
+                    v.push(host);
+                }
+                s.finish_step(loss, losses, cursor)?;
+                Ok(v)
+            })
+            .expect("step");
+        if step == 1 {
+            read.push(("batch", out[0].clone()));
+            read.push(("dropout", out[1].clone()));
+        }
+    }
+    let mut host_losses = vec![0.0f32; 5];
+    arena.read_persistent(losses, &mut host_losses).expect("losses");
+    let (step, global) = cursor.get(&mut arena).expect("cursor");
+    read.push(("losses", host_losses));
+    read.push(("cursor", vec![step as f32, global as f32]));
+    read
+}
+
+#[test]
+fn step_cursor_batch_dropout_and_losses_match_the_cpu() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(gpu) = gpu("step_cursor") else { return };
+    let on_cpu = cursor_steps(Device::cpu(1).expect("cpu"));
+    let on_gpu = cursor_steps(gpu);
+    assert_eq!(
+        on_cpu.last().unwrap().1,
+        vec![4.0, 44.0],
+        "three steps from step 1, global 41"
+    );
+    for ((name, c), (_, g)) in on_cpu.iter().zip(&on_gpu) {
+        assert_close(&format!("step_cursor: {name}"), c, g);
+    }
 }
 
 /// The model's logits, loss and every parameter gradient for one batch of
@@ -252,6 +338,12 @@ fn gpu_config(epochs: usize) -> TrainConfig {
     }
 }
 
+fn train_on(cfg: &TrainConfig) -> Vec<EpochReport> {
+    let mut seen = Collect(Vec::new());
+    train::train(cfg, &mut seen).expect("training");
+    seen.0
+}
+
 #[test]
 fn free_device_memory_never_changes_after_the_first_step() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -259,26 +351,96 @@ fn free_device_memory_never_changes_after_the_first_step() {
         return;
     };
     drop(_probe);
-    let mut seen = Collect(Vec::new());
-    train::train(&gpu_config(5), &mut seen).expect("training on the GPU");
-    let first = seen.0[0]
-        .device_free_bytes_first_step
-        .expect("a GPU reports free memory");
-    for r in &seen.0 {
-        assert_eq!(
-            r.device_free_bytes,
-            Some(first),
-            "epoch {}: device memory moved",
-            r.epoch
+    for graph in [true, false] {
+        let reports = train_on(&TrainConfig {
+            graph: Some(graph),
+            ..gpu_config(5)
+        });
+        let first = reports[0]
+            .device_free_bytes_first_step
+            .expect("a GPU reports free memory");
+        for r in &reports {
+            assert_eq!(r.graph, graph);
+            assert_eq!(
+                r.device_free_bytes,
+                Some(first),
+                "graph {graph}, epoch {}: device memory moved",
+                r.epoch
+            );
+        }
+        let last = reports.last().unwrap();
+        assert!(
+            last.test_accuracy > 0.93,
+            "5 epochs on 10k images: {}",
+            last.test_accuracy
+        );
+        assert!(last.train_loss < reports[0].train_loss);
+    }
+}
+
+/// Epoch losses agree within `tol` of each other, relatively.
+fn assert_same_curve(what: &str, a: &[EpochReport], b: &[EpochReport], tol: f64) {
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(b) {
+        let gap = (x.train_loss - y.train_loss).abs() / x.train_loss.abs();
+        assert!(
+            gap <= tol,
+            "{what}, epoch {}: loss {} vs {}",
+            x.epoch,
+            x.train_loss,
+            y.train_loss
+        );
+        assert!(
+            (x.test_accuracy - y.test_accuracy).abs() <= 0.003,
+            "{what}, epoch {}: accuracy {} vs {}",
+            x.epoch,
+            x.test_accuracy,
+            y.test_accuracy
         );
     }
-    let last = seen.0.last().unwrap();
+}
+
+#[test]
+fn replaying_a_captured_step_gives_the_uncaptured_runs_loss_curve() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_probe) = gpu("graph_vs_eager") else { return };
+    drop(_probe);
+    // 5050 images: the last, shorter batch of each epoch runs uncaptured.
+    let cfg = |graph| TrainConfig {
+        graph: Some(graph),
+        train_limit: Some(5050),
+        ..gpu_config(3)
+    };
+    let graph = train_on(&cfg(true));
+    let eager = train_on(&cfg(false));
+    assert!(graph.iter().all(|r| r.graph) && eager.iter().all(|r| !r.graph));
     assert!(
-        last.test_accuracy > 0.93,
-        "5 epochs on 10k images: {}",
-        last.test_accuracy
+        graph[0].kernels_per_step.unwrap() > 10,
+        "{:?}",
+        graph[0].kernels_per_step
     );
-    assert!(last.train_loss < seen.0[0].train_loss);
+    assert_same_curve("graph vs eager", &graph, &eager, 1e-4);
+}
+
+#[test]
+fn training_on_the_gpu_follows_the_cpus_loss_curve() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_probe) = gpu("gpu_vs_cpu_training") else {
+        return;
+    };
+    drop(_probe);
+    let cfg = |device| TrainConfig {
+        device,
+        threads: 2,
+        train_limit: Some(2000),
+        test_limit: Some(1000),
+        ..gpu_config(2)
+    };
+    let on_gpu = train_on(&cfg(DeviceRequest::Cuda));
+    let on_cpu = train_on(&cfg(DeviceRequest::Cpu));
+    // Same initial weights, batches and dropout masks; only float rounding
+    // differs, and it compounds over 40 steps.
+    assert_same_curve("gpu vs cpu", &on_gpu, &on_cpu, 2e-3);
 }
 
 #[test]

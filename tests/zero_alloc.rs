@@ -45,15 +45,17 @@ fn training_steps_after_the_first_allocate_nothing() {
     let (mut session, _) = prepare(&cfg).expect("session");
     // The training loop runs on the device's workers, as `Session::epoch` does.
     let (losses, accuracy, during) = session.on_workers(|session| {
-        session.shuffle(1);
+        session.begin_epoch(1).expect("epoch order");
         session.train_step(0).expect("first step");
+        session.losses(0..1).expect("first loss");
         session.evaluate().expect("first evaluation");
 
         let before = ALLOCATIONS.load(Ordering::SeqCst);
-        let mut losses = [0.0f32; 9];
-        for (step, loss) in losses.iter_mut().enumerate() {
-            *loss = session.train_step(step + 1).expect("step");
+        for step in 1..10 {
+            session.train_step(step).expect("step");
         }
+        let mut losses = [0.0f32; 9];
+        losses.copy_from_slice(session.losses(1..10).expect("losses"));
         let accuracy = session.evaluate().expect("evaluation");
         (losses, accuracy, ALLOCATIONS.load(Ordering::SeqCst) - before)
     });

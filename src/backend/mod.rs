@@ -215,10 +215,11 @@ impl Backend {
         }
     }
 
-    /// Free device memory (`cuMemGetInfo`) on a GPU; `None` elsewhere.
-    pub fn device_free_bytes(&mut self) -> Result<Option<usize>, BackendError> {
+    /// Total and free device memory (`cuMemGetInfo`) on a GPU; `None`
+    /// elsewhere.
+    pub fn device_memory(&mut self) -> Result<Option<(usize, usize)>, BackendError> {
         match self {
-            Self::Cuda(gpu) => gpu.free_bytes().map(Some),
+            Self::Cuda(gpu) => gpu.memory_info().map(Some),
             Self::Cpu(_) | Self::Dry(_) => Ok(None),
         }
     }

@@ -21,6 +21,10 @@ use crate::autograd::{Step, Tape};
 use crate::backend::{Backend, BackendError, Device, DeviceKind, Workers};
 use crate::tensor::{Param, Shape};
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Distinguishes arenas, so a step graph is only replayed on its own.
+static NEXT_ARENA: AtomicU64 = AtomicU64::new(1);
 
 /// Which side of the mark an allocation was made on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -100,6 +104,7 @@ struct Counters {
 }
 
 pub struct Arena {
+    id: u64,
     backend: Backend,
     capacity: usize,
     mark: usize,
@@ -126,6 +131,7 @@ impl Arena {
 
     fn with_backend(backend: Backend, capacity: usize) -> Self {
         Self {
+            id: NEXT_ARENA.fetch_add(1, Ordering::Relaxed),
             backend,
             capacity,
             mark: 0,
@@ -178,6 +184,74 @@ impl Arena {
         let result = body(&mut Step::new(self));
         self.reset();
         result
+    }
+
+    /// Records one step's device work as a CUDA graph, without running it:
+    /// replay it with [`Arena::replay_step`] (once right away, to perform
+    /// this step). `body` runs as a normal step on the host (the tape, the
+    /// bump allocations); it must not read from the device. During capture
+    /// the driver refuses any device allocation, so a graph that captures
+    /// at all allocates nothing when replayed either.
+    pub fn capture_step(
+        &mut self,
+        body: impl for<'s> FnOnce(&mut Step<'s>) -> crate::Result<()>,
+    ) -> crate::Result<StepGraph> {
+        match &mut self.backend {
+            Backend::Cuda(gpu) => gpu.begin_capture()?,
+            _ => {
+                return Err(crate::Error::Config(
+                    "whole-step graphs need the CUDA backend; pass --graph off".into(),
+                ))
+            }
+        }
+        let resets = self.counters.resets;
+        let ran = self.step(body);
+        // A capture queues nothing: it is not a step the arena ran.
+        self.counters.resets = resets;
+        let graph = match &mut self.backend {
+            Backend::Cuda(gpu) => gpu.end_capture(),
+            _ => Err(BackendError::Internal("the backend changed during a capture")),
+        };
+        ran?;
+        let c = &self.counters;
+        Ok(StepGraph {
+            graph: graph?,
+            arena: self.id,
+            mark: self.mark,
+            step_bytes: c.last_step_bytes,
+            padding: c.last_step_padding,
+        })
+    }
+
+    /// Queues one replay of a step captured on this arena. Refused if the
+    /// persistent region has grown since: the graph's step addresses would
+    /// then overlap it.
+    pub fn replay_step(&mut self, graph: &StepGraph) -> crate::Result<()> {
+        if graph.arena != self.id || graph.mark != self.mark {
+            return Err(crate::Error::Config(
+                "a step graph was replayed on another arena, or after the persistent region grew; capture it again"
+                    .into(),
+            ));
+        }
+        match &mut self.backend {
+            Backend::Cuda(gpu) => gpu.replay(&graph.graph)?,
+            _ => return Err(BackendError::Internal("a step graph on a backend without graphs").into()),
+        }
+        let c = &mut self.counters;
+        c.step_high_water = c.step_high_water.max(graph.step_bytes);
+        c.last_step_bytes = graph.step_bytes;
+        c.last_step_padding = graph.padding;
+        c.resets += 1;
+        Ok(())
+    }
+
+    /// Work items the device has queued so far (GPU only): kernels, library
+    /// calls, copies, graph launches.
+    pub fn ops_queued(&self) -> Option<u64> {
+        match &self.backend {
+            Backend::Cuda(gpu) => Some(gpu.ops_queued()),
+            _ => None,
+        }
     }
 
     /// Resets the step region to the mark and records the step's figures.
@@ -245,12 +319,84 @@ impl Arena {
     /// Free device memory as the driver reports it, on a GPU; `None` on the
     /// CPU. Waits for queued work first.
     pub fn device_free_bytes(&mut self) -> Result<Option<usize>, ArenaError> {
-        Ok(self.backend.device_free_bytes()?)
+        Ok(self.backend.device_memory()?.map(|(_, free)| free))
+    }
+
+    /// `(total, free)` device memory on a GPU; `None` on the CPU.
+    pub fn device_memory(&mut self) -> Result<Option<(usize, usize)>, ArenaError> {
+        Ok(self.backend.device_memory()?)
+    }
+
+    /// Prepares to time up to `ops` ops of one step (GPU only; false on the
+    /// CPU). Call at start-up: the events it creates may take device memory.
+    pub fn enable_op_timing(&mut self, ops: usize) -> Result<bool, ArenaError> {
+        match &mut self.backend {
+            Backend::Cuda(gpu) => gpu.enable_timing(ops).map(|()| true).map_err(Into::into),
+            _ => Ok(false),
+        }
+    }
+
+    /// Runs `work` (steps, replays) with every device op it queues timed on
+    /// the GPU; `times` receives each op's time (left empty on the CPU or
+    /// when timing was not enabled).
+    pub fn timed<R>(
+        &mut self,
+        times: &mut Vec<crate::backend::cuda::OpTime>,
+        work: impl FnOnce(&mut Self) -> crate::Result<R>,
+    ) -> crate::Result<R> {
+        times.clear();
+        let timing = match &mut self.backend {
+            Backend::Cuda(gpu) => gpu.start_timing(),
+            _ => false,
+        };
+        let r = work(self);
+        if let (true, Backend::Cuda(gpu)) = (timing, &mut self.backend) {
+            gpu.finish_timing(times)?;
+        }
+        r
+    }
+
+    /// Overwrites a persistent buffer between steps (`&mut self`: no step
+    /// runs): how the loop hands a new epoch's order or a cursor to kernels.
+    pub fn write_persistent<T: Element>(&mut self, buf: Buf<T>, values: &[T]) -> Result<(), ArenaError> {
+        self.check_persistent(buf)?;
+        Ok(self.backend.upload(buf, values)?)
+    }
+
+    /// Copies a persistent buffer to the host between steps.
+    pub fn read_persistent<T: Element>(&mut self, buf: Buf<T>, out: &mut [T]) -> Result<(), ArenaError> {
+        self.check_persistent(buf)?;
+        Ok(self.backend.download(buf, out)?)
+    }
+
+    fn check_persistent<T: Element>(&self, buf: Buf<T>) -> Result<(), ArenaError> {
+        if buf.byte_range().end > self.mark {
+            return Err(BackendError::Internal("a persistent-region access outside the persistent region").into());
+        }
+        Ok(())
     }
 
     /// Copies a parameter's values to the host (checkpoints, tests).
     pub fn read_param(&mut self, param: &Param, out: &mut [f32]) -> Result<(), ArenaError> {
         Ok(self.backend.download(param.buf, out)?)
+    }
+}
+
+/// One training step's device work captured as a CUDA graph, bound to the
+/// arena and the mark it was captured at.
+pub struct StepGraph {
+    graph: crate::backend::cuda::CapturedGraph,
+    arena: u64,
+    mark: usize,
+    step_bytes: usize,
+    padding: usize,
+}
+
+impl StepGraph {
+    /// Nodes the graph runs per replay: kernels (cuDNN's and cuBLAS's
+    /// included), memsets and copies.
+    pub fn nodes(&self) -> usize {
+        self.graph.nodes()
     }
 }
 

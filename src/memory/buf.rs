@@ -59,6 +59,16 @@ impl<T> Clone for Buf<T> {
     }
 }
 impl<T> Copy for Buf<T> {}
+/// The empty buffer at offset 0 (a filler for fixed-size tables).
+impl<T> Default for Buf<T> {
+    fn default() -> Self {
+        Self {
+            offset: 0,
+            len: 0,
+            _element: PhantomData,
+        }
+    }
+}
 impl<T> PartialEq for Buf<T> {
     fn eq(&self, other: &Self) -> bool {
         self.offset == other.offset && self.len == other.len

@@ -7,13 +7,14 @@ use super::init::uniform_fan_in;
 use crate::autograd::Step;
 use crate::data::SplitMix64;
 use crate::memory::Persistent;
+use crate::ops::dropout::DropoutSeed;
 use crate::tensor::{Param, Shape, Tensor};
 use crate::Result;
 
-/// Training draws a dropout mask from `dropout_seed`; evaluation does not drop.
+/// Training draws a dropout mask from `dropout`; evaluation does not drop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    Train { dropout_seed: u64 },
+    Train { dropout: DropoutSeed },
     Eval,
 }
 
@@ -68,11 +69,11 @@ impl MnistCnn {
         let conv2 = s.param(&self.conv2);
         let (w1, b1) = (s.param(&self.fc1_weight), s.param(&self.fc1_bias));
         let (w2, b2) = (s.param(&self.fc2_weight), s.param(&self.fc2_bias));
-        let h = x.conv2d(s, conv1, None)?.max_pool2d(s)?.relu(s)?;
-        let h = h.conv2d(s, conv2, None)?.max_pool2d(s)?.relu(s)?;
+        let h = x.conv2d(s, conv1, None)?.max_pool2d_relu(s)?;
+        let h = h.conv2d(s, conv2, None)?.max_pool2d_relu(s)?;
         let h = h.flatten(s)?.linear(s, w1, Some(b1))?.relu(s)?;
         let h = match mode {
-            Mode::Train { dropout_seed } => h.dropout(s, Self::DROPOUT, dropout_seed)?,
+            Mode::Train { dropout } => h.dropout_seeded(s, Self::DROPOUT, dropout)?,
             Mode::Eval => h,
         };
         h.linear(s, w2, Some(b2))

@@ -6,6 +6,7 @@
 //! and records what its backward needs.
 
 pub mod conv2d;
+pub mod cursor;
 pub mod dropout;
 pub mod gather;
 pub mod linear;

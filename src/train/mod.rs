@@ -9,8 +9,8 @@
 mod report;
 mod session;
 
-pub use report::{resident_bytes, EpochReport, Observer, Quiet, RunInfo};
-pub use session::Session;
+pub use report::{resident_bytes, EpochReport, Observer, Quiet, RunInfo, StepProfile};
+pub use session::{Session, MNIST_NORMALIZE, READBACK};
 
 use crate::backend::{Device, DeviceRequest};
 use crate::data::MnistHost;
@@ -34,6 +34,10 @@ pub struct TrainConfig {
     pub threads: usize,
     pub train_limit: Option<usize>,
     pub test_limit: Option<usize>,
+    /// Whole-step CUDA graphs; `None`: on for the GPU, off for the CPU.
+    pub graph: Option<bool>,
+    /// Time every op of one step on the GPU and report where the time goes.
+    pub profile: bool,
 }
 
 impl Default for TrainConfig {
@@ -50,6 +54,8 @@ impl Default for TrainConfig {
             threads: 0,
             train_limit: None,
             test_limit: None,
+            graph: None,
+            profile: false,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! What a training run tells its caller: per-step progress and per-epoch
 //! reports, through an [`Observer`] (the CLI draws bars, tests collect).
 
+use crate::backend::cuda::OpTime;
 use crate::backend::DeviceKind;
 use crate::memory::ArenaStats;
 
@@ -42,6 +43,59 @@ pub struct EpochReport {
     /// memory but the arena, made before it, so the two are equal.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_free_bytes_first_step: Option<usize>,
+    /// The device's memory in all (so `total - free` is what every process
+    /// on it holds, this one's context and libraries included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_total_bytes: Option<usize>,
+    /// Whether full steps ran as replays of one captured CUDA graph.
+    pub graph: bool,
+    /// Work per step on the GPU: the captured graph's nodes (every kernel,
+    /// cuDNN's and cuBLAS's included), or without a graph the ops queued (a
+    /// library call counts once).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernels_per_step: Option<usize>,
+    /// With `--profile`: the sum of one step's op times on the GPU, the floor
+    /// a step could reach with no gaps between kernels...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_seconds_per_step: Option<f64>,
+    /// ...and the GPU time of one replay of the captured step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graph_seconds_per_step: Option<f64>,
+}
+
+/// One step with every op timed on the GPU (`--profile`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StepProfile {
+    /// Each op's time, summed over the op's calls in the step, slowest first.
+    pub ops: Vec<(&'static str, usize, f64)>,
+    /// The sum of all op times.
+    pub kernel_seconds: f64,
+    /// Ops the step queued.
+    pub ops_queued: Option<usize>,
+    /// The next step, replayed from the captured graph, timed as a whole.
+    pub graph_seconds: Option<f64>,
+}
+
+impl StepProfile {
+    pub fn new(times: &[OpTime], ops_queued: Option<usize>) -> Self {
+        let mut ops: Vec<(&'static str, usize, f64)> = Vec::new();
+        for t in times {
+            match ops.iter_mut().find(|(op, _, _)| *op == t.op) {
+                Some(entry) => {
+                    entry.1 += 1;
+                    entry.2 += t.seconds;
+                }
+                None => ops.push((t.op, 1, t.seconds)),
+            }
+        }
+        ops.sort_by(|a, b| b.2.total_cmp(&a.2));
+        Self {
+            kernel_seconds: times.iter().map(|t| t.seconds).sum(),
+            ops,
+            ops_queued,
+            graph_seconds: None,
+        }
+    }
 }
 
 /// Receives progress; every method has a do-nothing default.
@@ -50,6 +104,8 @@ pub trait Observer {
     fn epoch_started(&mut self, _epoch: usize, _steps: usize) {}
     fn step(&mut self, _epoch: usize, _step: usize, _loss: f32) {}
     fn evaluating(&mut self, _epoch: usize) {}
+    /// A step was timed op by op; `wall_per_step` is the epoch's seconds per step.
+    fn profiled(&mut self, _profile: &StepProfile, _wall_per_step: f64) {}
     fn epoch(&mut self, _report: &EpochReport) {}
 }
 

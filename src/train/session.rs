@@ -1,15 +1,26 @@
 //! A training session: an arena whose persistent region holds the model,
-//! the optimizer and the data set, and the host buffers the loop reuses.
-//! After construction, a step touches no heap: the epoch order, the batch's
-//! indices and the evaluation logits all live in buffers made here.
+//! the optimizer, the data set and the step's device-side inputs, and the
+//! host buffers the loop reuses. After construction, a step touches no heap:
+//! the epoch order, the losses read back and the evaluation logits all live
+//! in buffers made here.
+//!
+//! A step reads which batch it trains on, its dropout seed and where its
+//! loss goes from the step cursor in the arena, and advances it; so on a GPU
+//! the first full step is captured as a CUDA graph and every later full step
+//! is one replay, with no host work but the launch. The host reads the
+//! losses back every [`READBACK`] steps.
 
-use super::report::{resident_bytes, EpochReport, Observer};
+use super::report::{resident_bytes, EpochReport, Observer, StepProfile};
 use super::TrainConfig;
+use crate::backend::cuda::OpTime;
 use crate::data::{shuffle_into, MnistHost, ResidentMnist};
-use crate::memory::Arena;
+use crate::memory::{Arena, Buf, StepGraph};
 use crate::models::{MnistCnn, Mode};
-use crate::ops::gather::Normalize;
+use crate::ops::cursor::StepCursor;
+use crate::ops::dropout::DropoutSeed;
+use crate::ops::gather::{BatchAt, Normalize};
 use crate::optim::Sgd;
+use crate::tensor::Shape;
 use crate::{Error, Result};
 use std::time::Instant;
 
@@ -18,6 +29,18 @@ pub const MNIST_NORMALIZE: Normalize = Normalize {
     mean: 0.1307,
     std: 0.3081,
 };
+
+/// Steps between two reads of the losses: each read waits for the device,
+/// so reading every step would forfeit the queue of graph launches.
+pub const READBACK: usize = 20;
+
+/// Ops one step may time (`--profile`).
+const TIMED_OPS: usize = 256;
+
+/// The global step `--profile` times op by op (then the next, replayed, as a
+/// whole): far enough in that one-time costs (first launches, lazy loading)
+/// are over, early enough that every run has it.
+const PROFILED_STEP: u64 = 40;
 
 pub struct Session {
     arena: Arena,
@@ -30,21 +53,52 @@ pub struct Session {
     logits: Vec<f32>,
     batch: usize,
     seed: u64,
+    /// Training steps run since the start (the cursor's global step).
     steps_done: u64,
+    /// The epoch's order, where the gather kernel reads it.
+    order_buf: Buf<u32>,
+    cursor: StepCursor,
+    /// One loss per step of the epoch, written by the steps themselves.
+    losses: Buf<f32>,
+    host_losses: Vec<f32>,
+    /// Capture full steps as a CUDA graph and replay it.
+    use_graph: bool,
+    graph: Option<StepGraph>,
+    /// Time every op of the run's second step (`--profile`).
+    profile: bool,
+    op_times: Vec<OpTime>,
+    profiled: Option<StepProfile>,
+    profile_reported: bool,
+    kernels_per_step: Option<usize>,
     /// Free device memory after the first training step (GPU only).
     first_step_free: Option<usize>,
 }
 
 impl Session {
-    /// Fills `arena`'s persistent region: parameters, optimizer state and
-    /// both splits of the data set.
+    /// Fills `arena`'s persistent region: parameters, optimizer state, both
+    /// splits of the data set, the step cursor, the epoch order and losses.
     pub fn new(cfg: &TrainConfig, host: &MnistHost, mut arena: Arena) -> Result<Self> {
         cfg.validate()?;
+        let on_gpu = arena.device() == crate::backend::DeviceKind::Cuda;
+        let use_graph = match cfg.graph {
+            Some(true) if !on_gpu && arena.device() != crate::backend::DeviceKind::Dry => {
+                return Err(Error::Config(
+                    "--graph on needs the GPU (CUDA graphs); pass --graph off or --device cuda".into(),
+                ))
+            }
+            Some(on) => on && on_gpu,
+            None => on_gpu,
+        };
+        let profile = cfg.profile && arena.enable_op_timing(TIMED_OPS)?;
+        let train_len = host.train_images.count;
+        let steps = train_len.div_ceil(cfg.batch);
         let mut p = arena.persistent();
         let model = MnistCnn::init(&mut p, cfg.seed)?;
         let sgd = Sgd::new(&model.params(), &mut p, cfg.lr, cfg.momentum)?;
         let data = host.upload(&mut p)?;
-        let train_len = data.train.len() as u32;
+        let cursor = StepCursor::new(&mut p)?;
+        let order_buf = p.zeros::<u32>("epoch order", Shape::new(&[train_len]))?;
+        let losses = p.zeros::<f32>("step losses", Shape::new(&[steps]))?;
         let test_len = data.test.len() as u32;
         Ok(Self {
             arena,
@@ -52,12 +106,23 @@ impl Session {
             sgd,
             data,
             test_labels: host.test_labels.clone(),
-            order: (0..train_len).collect(),
+            order: (0..train_len as u32).collect(),
             test_order: (0..test_len).collect(),
             logits: vec![0.0; cfg.batch * MnistCnn::CLASSES],
             batch: cfg.batch,
             seed: cfg.seed,
             steps_done: 0,
+            order_buf,
+            cursor,
+            losses,
+            host_losses: vec![0.0; steps],
+            use_graph,
+            graph: None,
+            profile,
+            op_times: Vec::with_capacity(TIMED_OPS),
+            profiled: None,
+            profile_reported: false,
+            kernels_per_step: None,
             first_step_free: None,
         })
     }
@@ -70,34 +135,94 @@ impl Session {
         &self.model
     }
 
+    pub fn sgd(&self) -> &Sgd {
+        &self.sgd
+    }
+
+    /// Whether full steps run as replays of a captured CUDA graph.
+    pub fn uses_graph(&self) -> bool {
+        self.use_graph
+    }
+
     /// Steps in one epoch; the last batch may be smaller, as PyTorch's default.
     pub fn steps_per_epoch(&self) -> usize {
         self.order.len().div_ceil(self.batch)
     }
 
-    /// Puts the training set in epoch `epoch`'s shuffled order.
-    pub fn shuffle(&mut self, epoch: usize) {
+    /// Puts the training set in epoch `epoch`'s shuffled order, on the host
+    /// and where the kernels read it, and points the cursor at its first step.
+    pub fn begin_epoch(&mut self, epoch: usize) -> Result<()> {
         shuffle_into(&mut self.order, self.seed, epoch as u64);
+        self.arena.write_persistent(self.order_buf, &self.order)?;
+        self.cursor.set(&mut self.arena, 0, self.steps_done)?;
+        Ok(())
     }
 
-    /// One training step on batch `step` of the current order; returns the loss.
-    pub fn train_step(&mut self, step: usize) -> Result<f32> {
+    /// Queues training step `step` of the current epoch. Its loss lands in
+    /// the epoch's loss slots; read it with [`Session::losses`].
+    pub fn train_step(&mut self, step: usize) -> Result<()> {
         let start = step * self.batch;
-        let end = (start + self.batch).min(self.order.len());
-        let indices = &self.order[start..end];
-        let dropout_seed = dropout_seed(self.seed, self.steps_done);
+        let len = self.batch.min(self.order.len().saturating_sub(start));
+        let at = BatchAt {
+            order: self.order_buf,
+            cursor: self.cursor,
+            stride: self.batch,
+            len,
+        };
+        let dropout = DropoutSeed::PerStep {
+            base: self.seed,
+            cursor: self.cursor,
+        };
         let (model, sgd, train) = (&self.model, &self.sgd, &self.data.train);
-        let loss = self.arena.step(|s| {
-            let x = s.gather_images(&train.images, indices, MNIST_NORMALIZE)?;
-            let labels = s.gather_labels(train.labels, indices)?;
-            let logits = model.forward(s, x, Mode::Train { dropout_seed })?;
+        let (losses, cursor) = (self.losses, self.cursor);
+        let body = |s: &mut crate::Step<'_>| {
+            let (x, labels) = s.gather_batch(&train.images, train.labels, at, MNIST_NORMALIZE)?;
+            let logits = model.forward(s, x, Mode::Train { dropout })?;
             let loss = logits.log_softmax_nll(s, labels)?;
             let grads = s.backward(loss)?;
             sgd.update(s, &grads)?;
-            s.scalar(loss)
-        })?;
+            s.finish_step(loss, losses, cursor)
+        };
+        let profile_this = self.profile && self.steps_done == PROFILED_STEP;
+        let time_replay = self.profile && self.steps_done == PROFILED_STEP + 1;
+        if profile_this {
+            let ops_before = self.arena.ops_queued();
+            self.arena.timed(&mut self.op_times, |arena| arena.step(body))?;
+            let ops = self.arena.ops_queued().zip(ops_before).map(|(a, b)| (a - b) as usize);
+            self.profiled = Some(StepProfile::new(&self.op_times, ops));
+        } else if self.use_graph && len == self.batch {
+            if self.graph.is_none() {
+                let graph = self.arena.capture_step(body)?;
+                self.kernels_per_step = Some(graph.nodes());
+                self.graph = Some(graph);
+            }
+            if let Some(graph) = &self.graph {
+                if time_replay {
+                    self.arena.timed(&mut self.op_times, |arena| arena.replay_step(graph))?;
+                    if let (Some(p), Some(t)) = (&mut self.profiled, self.op_times.first()) {
+                        p.graph_seconds = Some(t.seconds);
+                    }
+                } else {
+                    self.arena.replay_step(graph)?;
+                }
+            }
+        } else {
+            let ops_before = self.arena.ops_queued();
+            self.arena.step(body)?;
+            if !self.use_graph {
+                let ops = self.arena.ops_queued().zip(ops_before).map(|(a, b)| (a - b) as usize);
+                self.kernels_per_step = self.kernels_per_step.or(ops);
+            }
+        }
         self.steps_done += 1;
-        Ok(loss)
+        Ok(())
+    }
+
+    /// The losses of steps `range` of the current epoch (waits for them).
+    pub fn losses(&mut self, range: std::ops::Range<usize>) -> Result<&[f32]> {
+        let all = &mut self.host_losses;
+        self.arena.read_persistent(self.losses, all)?;
+        Ok(&all[range])
     }
 
     /// Fraction of the test set the model classifies correctly.
@@ -142,28 +267,29 @@ impl Session {
     pub fn epoch(&mut self, epoch: usize, observer: &mut dyn Observer) -> Result<EpochReport> {
         let steps = self.steps_per_epoch();
         observer.epoch_started(epoch, steps);
-        self.shuffle(epoch);
+        self.begin_epoch(epoch)?;
         let started = Instant::now();
         let mut total = 0.0f64;
+        let mut read = 0;
         for step in 0..steps {
-            let loss = self.train_step(step)?;
-            if !loss.is_finite() {
-                return Err(Error::Diverged {
-                    epoch,
-                    step: step + 1,
-                    loss,
-                });
-            }
-            total += loss as f64;
+            self.train_step(step)?;
             if self.steps_done == 1 {
                 self.first_step_free = self.arena.device_free_bytes()?;
             }
-            observer.step(epoch, step, loss);
+            if step + 1 - read >= READBACK || step + 1 == steps {
+                total += self.report_losses(epoch, read..step + 1, observer)?;
+                read = step + 1;
+            }
         }
         let seconds = started.elapsed().as_secs_f64();
+        if let (Some(profile), false) = (&self.profiled, self.profile_reported) {
+            observer.profiled(profile, seconds / steps as f64);
+            self.profile_reported = true;
+        }
         observer.evaluating(epoch);
         let started = Instant::now();
         let test_accuracy = self.evaluate()?;
+        let memory = self.arena.device_memory()?;
         let report = EpochReport {
             epoch,
             train_loss: total / steps as f64,
@@ -173,11 +299,40 @@ impl Session {
             steps,
             arena: self.arena.stats(),
             resident_bytes: resident_bytes(),
-            device_free_bytes: self.arena.device_free_bytes()?,
+            device_free_bytes: memory.map(|(_, free)| free),
+            device_total_bytes: memory.map(|(total, _)| total),
             device_free_bytes_first_step: self.first_step_free,
+            graph: self.use_graph,
+            kernels_per_step: self.kernels_per_step,
+            kernel_seconds_per_step: self.profiled.as_ref().map(|p| p.kernel_seconds),
+            graph_seconds_per_step: self.profiled.as_ref().and_then(|p| p.graph_seconds),
         };
         observer.epoch(&report);
         Ok(report)
+    }
+
+    /// Reads the losses of `steps` back, tells the observer, and stops at
+    /// the first that is not finite. Returns their sum.
+    fn report_losses(
+        &mut self,
+        epoch: usize,
+        steps: std::ops::Range<usize>,
+        observer: &mut dyn Observer,
+    ) -> Result<f64> {
+        let first = steps.start;
+        let mut sum = 0.0;
+        for (i, &loss) in self.losses(steps)?.iter().enumerate() {
+            if !loss.is_finite() {
+                return Err(Error::Diverged {
+                    epoch,
+                    step: first + i + 1,
+                    loss,
+                });
+            }
+            sum += loss as f64;
+            observer.step(epoch, first + i, loss);
+        }
+        Ok(sum)
     }
 
     /// One training step and one evaluation step, for sizing on a dry arena.
@@ -186,11 +341,6 @@ impl Session {
         self.evaluate_batch(0)?;
         Ok(())
     }
-}
-
-/// A fresh dropout seed per step, from the run's seed and the step count.
-fn dropout_seed(seed: u64, step: u64) -> u64 {
-    crate::data::SplitMix64::new(seed ^ step.wrapping_mul(0xD6E8_FEB8_6659_FD93)).next_u64()
 }
 
 /// Index of the largest value; the first on ties, as PyTorch's argmax.

@@ -41,14 +41,17 @@ kernels! {
     BiasRowsGrad => "bias_rows_grad",
     ConvBiasAdd => "conv_bias_add",
     ConvBiasGrad => "conv_bias_grad",
-    SgdUpdate => "sgd_update",
-    SgdMomentum => "sgd_momentum",
+    FinishStep => "finish_step",
+    GatherBatch => "gather_batch",
+    MaxPoolReluForward => "maxpool_relu_forward",
+    SgdMulti => "sgd_multi",
 }
 
 /// The sources, in one translation unit: each op's file, then the backend's.
 fn source() -> String {
     [
         include_str!("common.cu"),
+        crate::ops::cursor::CUDA_SOURCE,
         crate::ops::gather::CUDA_SOURCE,
         crate::ops::relu::CUDA_SOURCE,
         crate::ops::maxpool2d::CUDA_SOURCE,

@@ -11,13 +11,17 @@
 mod cudnn;
 mod error;
 mod gpu;
+mod graph;
 mod kernels;
 mod memory;
+mod timing;
 
 pub use cudnn::{ConvDims, ConvPass, WORKSPACE_LIMIT};
 pub use error::CudaError;
 pub use gpu::Gpu;
+pub use graph::CapturedGraph;
 pub use kernels::Kernel;
+pub use timing::OpTime;
 
 use super::BackendError;
 use crate::memory::{Buf, Element};
@@ -48,17 +52,25 @@ impl CudaDevice {
     }
 }
 
-/// A kernel argument: an arena buffer (passed as its device address) or a
-/// number.
+/// A kernel argument: an arena buffer (passed as its device address), a
+/// number, or a small by-value array (a `struct { T x[N]; }` parameter) of
+/// buffer addresses or numbers, for kernels that take a table of tensors.
 #[derive(Debug, Clone, Copy)]
-pub enum Arg {
-    Buf { offset: usize, bytes: usize },
+pub enum Arg<'a> {
+    Buf {
+        offset: usize,
+        bytes: usize,
+    },
     U32(u32),
     F32(f32),
     U64(u64),
+    /// No buffer: a null pointer, for optional kernel inputs.
+    Null,
+    Addresses(&'a [Buf<f32>]),
+    U32s(&'a [u32]),
 }
 
-impl<T: Element> From<Buf<T>> for Arg {
+impl<T: Element> From<Buf<T>> for Arg<'_> {
     fn from(b: Buf<T>) -> Self {
         Self::Buf {
             offset: b.offset(),
@@ -92,6 +104,8 @@ impl Grid {
 }
 
 const MAX_ARGS: usize = 12;
+/// 8-byte words of argument storage for one launch (tables included).
+const ARG_WORDS: usize = 128;
 
 /// A column-major `c = op(a) · op(b) + beta · c`, cuBLAS's convention.
 #[derive(Debug, Clone, Copy)]
@@ -123,11 +137,18 @@ fn span(rows: usize, cols: usize, ld: usize) -> usize {
 
 /// The GPU holding its arena memory.
 pub struct CudaBackend {
-    // Drop order: the memory goes before the GPU whose context it lives in.
+    // Drop order: the events and the memory go before the GPU whose context
+    // they live in.
+    /// Events bracketing each op while a step is being timed.
+    timer: timing::OpTimer,
     memory: DeviceMemory,
     gpu: Arc<Gpu>,
     /// The op whose CUDA error stopped this backend, if one did.
     poisoned: Option<&'static str>,
+    /// Work items (kernels, library calls, copies, fills) queued so far.
+    ops_queued: u64,
+    /// Whether the stream is being captured into a graph.
+    capturing: bool,
 }
 
 impl CudaBackend {
@@ -138,6 +159,9 @@ impl CudaBackend {
             memory,
             gpu,
             poisoned: None,
+            ops_queued: 0,
+            timer: timing::OpTimer::default(),
+            capturing: false,
         };
         backend.synchronize("zeroing the arena")?;
         Ok(backend)
@@ -170,7 +194,7 @@ impl CudaBackend {
         if let Err(e) = r {
             return Err(self.poison(op, CudaError::failed(op, e)));
         }
-        if self.gpu.sync_each_op {
+        if self.gpu.sync_each_op && !self.capturing {
             self.synchronize(op)?;
         }
         Ok(())
@@ -187,8 +211,14 @@ impl CudaBackend {
         self.memory.address(buf.offset(), buf.bytes())
     }
 
+    /// Work items queued so far: kernels of ours, library calls, copies
+    /// and fills (a library call may run several kernels).
+    pub fn ops_queued(&self) -> u64 {
+        self.ops_queued
+    }
+
     /// Launches one of our kernels.
-    pub fn launch(&mut self, kernel: Kernel, grid: Grid, args: &[Arg]) -> Result<(), BackendError> {
+    pub fn launch(&mut self, kernel: Kernel, grid: Grid, args: &[Arg<'_>]) -> Result<(), BackendError> {
         let op = kernel.name();
         self.enter(op)?;
         if args.len() > MAX_ARGS {
@@ -197,25 +227,55 @@ impl CudaBackend {
         if grid.blocks == 0 {
             return Ok(());
         }
-        // Each argument's value, in the bytes the kernel's parameter has;
-        // cuLaunchKernel copies from these through `params`.
-        let mut values = [[0u8; 8]; MAX_ARGS];
-        for (value, arg) in values.iter_mut().zip(args) {
+        // Each argument's value, in the bytes (and 8-byte alignment) the
+        // kernel's parameter has; cuLaunchKernel copies from `storage`
+        // through `params`. Fixed-size: a launch touches no heap.
+        let mut storage = [0u64; ARG_WORDS];
+        let mut starts = [0usize; MAX_ARGS];
+        let mut used = 0;
+        for (start, arg) in starts.iter_mut().zip(args) {
+            *start = used;
+            let mut put = |word: u64| -> Result<(), BackendError> {
+                let slot = storage.get_mut(used).ok_or(BackendError::Internal(
+                    "a kernel's arguments exceed the launch's storage",
+                ))?;
+                *slot = word;
+                used += 1;
+                Ok(())
+            };
             match *arg {
-                Arg::Buf { offset, bytes } => *value = self.memory.address(offset, bytes)?.to_ne_bytes(),
-                Arg::U32(v) => value[..4].copy_from_slice(&v.to_ne_bytes()),
-                Arg::F32(v) => value[..4].copy_from_slice(&v.to_ne_bytes()),
-                Arg::U64(v) => *value = v.to_ne_bytes(),
+                Arg::Buf { offset, bytes } => put(self.memory.address(offset, bytes)?)?,
+                Arg::U32(v) => put(u64::from_ne_bytes(widen(v.to_ne_bytes())))?,
+                Arg::F32(v) => put(u64::from_ne_bytes(widen(v.to_ne_bytes())))?,
+                Arg::U64(v) => put(v)?,
+                Arg::Null => put(0)?,
+                Arg::Addresses(bufs) => {
+                    for b in bufs {
+                        put(self.memory.address(b.offset(), b.bytes())?)?;
+                    }
+                }
+                Arg::U32s(values) => {
+                    for pair in values.chunks(2) {
+                        let lo = pair[0].to_ne_bytes();
+                        let hi = pair.get(1).copied().unwrap_or(0).to_ne_bytes();
+                        let mut word = [0u8; 8];
+                        word[..4].copy_from_slice(&lo);
+                        word[4..].copy_from_slice(&hi);
+                        put(u64::from_ne_bytes(word))?;
+                    }
+                }
             }
         }
         let mut params = [std::ptr::null_mut::<c_void>(); MAX_ARGS];
-        for (param, value) in params.iter_mut().zip(values.iter_mut()) {
-            *param = value.as_mut_ptr().cast();
+        for (param, &start) in params.iter_mut().zip(&starts).take(args.len()) {
+            *param = storage[start..].as_mut_ptr().cast();
         }
         let f = self.gpu.kernels.function(kernel);
+        self.timer.before(&self.gpu, op);
         // SAFETY: `f` is a loaded kernel of ours; `params` holds one pointer
-        // per parameter, in order, to a value of the parameter's size (the
-        // ops pass arguments in the order and types of the `.cu` signature).
+        // per parameter, in order, to a value of the parameter's size and
+        // layout (the ops pass arguments in the order and types of the `.cu`
+        // signature; a table is a struct of N addresses or N u32s).
         // Every buffer address lies inside the arena (checked by `address`),
         // and our kernels index each buffer only below the element counts the
         // op passes with it, which come from the same shapes as the buffers.
@@ -229,6 +289,13 @@ impl CudaBackend {
                 &mut params[..args.len()],
             )
         };
+        self.finish(op, r)
+    }
+
+    /// After an op was queued: count it, close its timing bracket, check it.
+    fn finish<E: std::fmt::Display>(&mut self, op: &'static str, r: Result<(), E>) -> Result<(), BackendError> {
+        self.ops_queued += 1;
+        self.timer.after(&self.gpu);
         self.check(op, r)
     }
 
@@ -240,13 +307,19 @@ impl CudaBackend {
         // caller checked the lengths). The source is pageable host memory,
         // which the driver stages before returning, so `src` may be reused
         // as soon as this returns.
+        self.timer.before(&self.gpu, "copy to the GPU");
         let r = unsafe { driver::memcpy_htod_async(ptr, src, self.gpu.stream.cu_stream()) };
-        self.check("copy to the GPU", r)
+        self.finish("copy to the GPU", r)
     }
 
     /// Copies arena data to the host, waiting for it.
     pub fn download<T: Element>(&mut self, src: Buf<T>, dst: &mut [T]) -> Result<(), BackendError> {
         self.enter("copy from the GPU")?;
+        if self.capturing {
+            return Err(BackendError::Internal(
+                "a captured step cannot read from the GPU: it only queues work; read after replaying it",
+            ));
+        }
         let ptr = self.address(src)?;
         // SAFETY: `src` lies in the arena and holds `dst.len()` elements; we
         // wait for the copy before `dst` is released to the caller.
@@ -260,6 +333,7 @@ impl CudaBackend {
         self.enter("fill")?;
         let ptr = self.address(dst)?;
         let stream = self.gpu.stream.cu_stream();
+        self.timer.before(&self.gpu, "fill");
         // SAFETY: the range is `dst`, inside the arena; a 4-byte element is
         // written as its 32-bit pattern, a byte as itself.
         let r = unsafe {
@@ -268,7 +342,7 @@ impl CudaBackend {
                 _ => sys::cuMemsetD8Async(ptr, value.bit_pattern() as u8, dst.bytes(), stream).result(),
             }
         };
-        self.check("fill", r)
+        self.finish("fill", r)
     }
 
     /// `dst += src`.
@@ -314,6 +388,7 @@ impl CudaBackend {
         let int = |v: usize| i32::try_from(v).map_err(|_| BackendError::Internal("a matrix is too large for cuBLAS"));
         let (m, n, k, lda, ldb, ldc) = (int(g.m)?, int(g.n)?, int(g.k)?, int(g.lda)?, int(g.ldb)?, int(g.ldc)?);
         let (alpha, beta) = (1.0f32, g.beta);
+        self.timer.before(&self.gpu, "cublasSgemm");
         let libs = self.gpu.libs.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: every matrix lies inside the arena and spans no more than
         // its buffer (checked above); the workspace is a live arena buffer
@@ -342,7 +417,7 @@ impl CudaBackend {
                 })
         };
         drop(libs);
-        self.check("cublasSgemm", r)
+        self.finish("cublasSgemm", r)
     }
 
     /// One pass of a convolution through cuDNN (see [`ConvPass`] for which
@@ -380,6 +455,12 @@ impl CudaBackend {
             self.address(workspace)?,
             self.address(out)?,
         );
+        let op = match pass {
+            ConvPass::Forward => "cudnnConvolutionForward",
+            ConvPass::InputGrad => "cudnnConvolutionBackwardData",
+            ConvPass::WeightGrad => "cudnnConvolutionBackwardFilter",
+        };
+        self.timer.before(&self.gpu, op);
         let libs = self.gpu.libs.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: the buffers lie in the arena and have exactly the sizes
         // the plan's descriptors describe (checked above), the workspace is
@@ -388,21 +469,47 @@ impl CudaBackend {
         let r = unsafe { plan.run(libs.cudnn, pass, pa, pb, pw, po) };
         drop(libs);
         match r {
-            Ok(()) => self.check::<CudaError>("cuDNN convolution", Ok(())),
-            Err(e) => Err(self.poison("cuDNN convolution", e)),
+            Ok(()) => self.finish::<CudaError>(op, Ok(())),
+            Err(e) => Err(self.poison(op, e)),
         }
     }
 
-    /// Free device memory, as `cuMemGetInfo` reports it: with the arena made,
-    /// nothing of ours should ever change it.
-    pub fn free_bytes(&mut self) -> Result<usize, BackendError> {
+    /// Creates the events that time up to `ops` ops of a step. Call at
+    /// start-up: events may take device memory.
+    pub fn enable_timing(&mut self, ops: usize) -> Result<(), BackendError> {
+        self.enter("cuEventCreate")?;
+        let gpu = self.gpu.clone();
+        self.timer
+            .create(&gpu, ops)
+            .map_err(|e| self.poison("cuEventCreate", e))
+    }
+
+    /// Brackets every op with events until [`CudaBackend::finish_timing`];
+    /// false when timing was not enabled.
+    pub fn start_timing(&mut self) -> bool {
+        self.timer.start()
+    }
+
+    /// Waits for the timed ops and returns how long each took.
+    pub fn finish_timing(&mut self, out: &mut Vec<OpTime>) -> Result<(), BackendError> {
+        self.synchronize("timing a step")?;
+        self.timer.collect(out).map_err(|e| self.poison("timing a step", e))
+    }
+
+    /// Total and free device memory, as `cuMemGetInfo` reports them.
+    pub fn memory_info(&mut self) -> Result<(usize, usize), BackendError> {
         self.enter("cuMemGetInfo")?;
         self.synchronize("cuMemGetInfo")?;
-        self.gpu
-            .memory_info()
-            .map(|(free, _)| free)
-            .map_err(|e| self.poison("cuMemGetInfo", e))
+        match self.gpu.memory_info() {
+            Ok((free, total)) => Ok((total, free)),
+            Err(e) => Err(self.poison("cuMemGetInfo", e)),
+        }
     }
+}
+
+/// Four bytes in the low half of an 8-byte slot (as the kernel reads them).
+fn widen(b: [u8; 4]) -> [u8; 8] {
+    [b[0], b[1], b[2], b[3], 0, 0, 0, 0]
 }
 
 impl Drop for CudaBackend {

@@ -37,6 +37,14 @@ enum DeviceArg {
     Cuda,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum GraphArg {
+    /// On for the GPU, off for the CPU.
+    Auto,
+    On,
+    Off,
+}
+
 #[derive(clap::Args)]
 struct TrainArgs {
     /// Where to train.
@@ -72,6 +80,12 @@ struct TrainArgs {
     /// Evaluate on the first N test images only.
     #[arg(long)]
     test_limit: Option<usize>,
+    /// Capture the first full training step as a CUDA graph and replay it for every later one.
+    #[arg(long, value_enum, default_value = "auto")]
+    graph: GraphArg,
+    /// Time every op of the second step on the GPU and print where a step's time goes.
+    #[arg(long)]
+    profile: bool,
     /// Print one JSON object per epoch on stdout; human text goes to stderr.
     #[arg(long)]
     json: bool,
@@ -107,6 +121,12 @@ impl TrainArgs {
             threads: self.threads,
             train_limit: self.train_limit,
             test_limit: self.test_limit,
+            graph: match self.graph {
+                GraphArg::Auto => None,
+                GraphArg::On => Some(true),
+                GraphArg::Off => Some(false),
+            },
+            profile: self.profile,
         }
     }
 }

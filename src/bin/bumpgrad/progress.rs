@@ -2,7 +2,7 @@
 //! line per epoch, or one JSON object per epoch with `--json`.
 
 use bumpgrad::memory::ByteSize;
-use bumpgrad::train::{EpochReport, Observer, RunInfo};
+use bumpgrad::train::{EpochReport, Observer, RunInfo, StepProfile};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write;
 
@@ -86,14 +86,37 @@ impl Observer for Printer {
         }
     }
 
+    fn profiled(&mut self, p: &StepProfile, wall_per_step: f64) {
+        let us = |s: f64| s * 1e6;
+        self.say(&format!(
+            "profile: one step's ops take {:.1} µs on the GPU; the epoch ran {:.1} µs per step ({:.0}% of it in kernels){}",
+            us(p.kernel_seconds),
+            us(wall_per_step),
+            100.0 * p.kernel_seconds / wall_per_step,
+            p.ops_queued.map(|n| format!("; {n} ops queued")).unwrap_or_default(),
+        ));
+        if let Some(g) = p.graph_seconds {
+            self.say(&format!(
+                "  one replay of the captured step: {:.1} µs on the GPU",
+                us(g)
+            ));
+        }
+        for (op, calls, seconds) in &p.ops {
+            self.say(&format!("  {:>8.1} µs  {calls:>2}×  {op}", us(*seconds)));
+        }
+    }
+
     fn epoch(&mut self, r: &EpochReport) {
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
         }
-        let gpu = match r.device_free_bytes {
-            Some(free) => format!("  GPU free {free} B"),
-            None => String::new(),
-        };
+        let mut gpu = String::new();
+        if let Some(free) = r.device_free_bytes {
+            gpu += &format!("  GPU free {free} B");
+        }
+        if let Some(k) = r.kernels_per_step {
+            gpu += &format!("  {k} {} per step", if r.graph { "graph nodes" } else { "ops" });
+        }
         self.say(&format!(
             "epoch {:>3}  train loss {:.4}  test accuracy {:.2}%  {:.2} s (+{:.2} s eval)  step high-water {}{gpu}",
             r.epoch,

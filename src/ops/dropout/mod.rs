@@ -11,6 +11,7 @@ use crate::autograd::{Node, Step};
 use crate::backend::cuda::{Arg, Grid, Kernel};
 use crate::backend::Backend;
 use crate::memory::Buf;
+use crate::ops::cursor::{step_seed, StepCursor};
 use crate::tensor::{Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -27,23 +28,39 @@ pub fn keep(seed: u64, index: u64, p: f32) -> bool {
 
 pub(crate) const CUDA_SOURCE: &str = include_str!("kernels.cu");
 
+/// Where a dropout mask's seed comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropoutSeed {
+    /// This seed, whatever the step.
+    Fixed(u64),
+    /// A fresh seed each training step, [`step_seed`]`(base, global step)`,
+    /// with the step read from the cursor where the kernel runs.
+    PerStep { base: u64, cursor: StepCursor },
+}
+
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {
     x: TensorRef,
     y: TensorRef,
     p: f32,
-    seed: u64,
+    seed: DropoutSeed,
 }
 
 impl<'s> Tensor<'s> {
-    /// Dropout with probability `p` in `[0, 1)` and the step's `seed`.
+    /// Dropout with probability `p` in `[0, 1)` and the mask of `seed`.
     pub fn dropout(self, s: &mut Step<'s>, p: f32, seed: u64) -> Result<Tensor<'s>> {
+        self.dropout_seeded(s, p, DropoutSeed::Fixed(seed))
+    }
+
+    /// Dropout with probability `p` in `[0, 1)`, its seed from `seed`.
+    pub fn dropout_seeded(self, s: &mut Step<'s>, p: f32, seed: DropoutSeed) -> Result<Tensor<'s>> {
         if !(0.0..1.0).contains(&p) {
             return Err(Error::shape("dropout", format!("a probability in [0, 1), got {p}")));
         }
         let y = s.output("dropout output", self.shape(), &[&self])?;
         match s.backend() {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
+                let seed = cpu_seed(v, seed)?;
                 cpu::apply(v.read(self.buf())?, v.write(y.buf())?, p, seed);
                 Ok(())
             })?,
@@ -72,7 +89,8 @@ impl Saved {
         match s.backend() {
             // The mask is linear in its input: backward is the same map.
             Backend::Cpu(cpu) => cpu.run(|v, _| {
-                cpu::apply(v.read(gy)?, v.write(gx)?, self.p, self.seed);
+                let seed = cpu_seed(v, self.seed)?;
+                cpu::apply(v.read(gy)?, v.write(gx)?, self.p, seed);
                 Ok(())
             })?,
             Backend::Cuda(gpu) => cuda_apply(gpu, gy, gx, self.p, self.seed)?,
@@ -89,9 +107,13 @@ fn cuda_apply(
     x: Buf<f32>,
     out: Buf<f32>,
     p: f32,
-    seed: u64,
+    seed: DropoutSeed,
 ) -> std::result::Result<(), crate::backend::BackendError> {
     let n = out.len();
+    let (seed, cursor) = match seed {
+        DropoutSeed::Fixed(seed) => (seed, Arg::Null),
+        DropoutSeed::PerStep { base, cursor } => (base, Arg::from(cursor.buf)),
+    };
     gpu.launch(
         Kernel::Dropout,
         Grid::over(n),
@@ -102,6 +124,19 @@ fn cuda_apply(
             Arg::F32(p),
             Arg::F32(1.0 / (1.0 - p)),
             Arg::U64(seed),
+            cursor,
         ],
     )
+}
+
+/// The seed a CPU kernel uses: read from the cursor in the arena when it
+/// is per step, exactly as the GPU kernel does.
+fn cpu_seed(
+    v: &mut crate::backend::cpu::Views<'_>,
+    seed: DropoutSeed,
+) -> std::result::Result<u64, crate::backend::BackendError> {
+    Ok(match seed {
+        DropoutSeed::Fixed(seed) => seed,
+        DropoutSeed::PerStep { base, cursor } => step_seed(base, StepCursor::global_step(v.read(cursor.buf)?)),
+    })
 }

@@ -36,3 +36,29 @@ fn different_seeds_draw_different_masks() {
     let b: Vec<bool> = (0..256).map(|i| keep(2, i, 0.5)).collect();
     assert_ne!(a, b);
 }
+
+#[test]
+fn a_per_step_seed_is_the_fixed_seed_of_that_step() {
+    use super::DropoutSeed;
+    use crate::ops::cursor::{step_seed, StepCursor};
+    let mut arena = crate::Arena::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
+    let cursor = StepCursor::new(&mut arena.persistent()).unwrap();
+    let x = values(500, 3, 0.5, 1.5);
+    let run = |arena: &mut crate::Arena, seed: DropoutSeed| {
+        arena
+            .step(|s| {
+                let t = s.input("x", Shape::new(&[500]), &x)?;
+                let y = t.dropout_seeded(s, 0.5, seed)?;
+                let mut out = vec![0.0; 500];
+                s.read(y, &mut out)?;
+                Ok(out)
+            })
+            .unwrap()
+    };
+    cursor.set(&mut arena, 0, 17).unwrap();
+    let per_step = run(&mut arena, DropoutSeed::PerStep { base: 9, cursor });
+    let fixed = run(&mut arena, DropoutSeed::Fixed(step_seed(9, 17)));
+    assert_eq!(per_step, fixed);
+    cursor.set(&mut arena, 0, 18).unwrap();
+    assert_ne!(run(&mut arena, DropoutSeed::PerStep { base: 9, cursor }), fixed);
+}

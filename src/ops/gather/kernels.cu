@@ -14,3 +14,28 @@ extern "C" __global__ void gather_labels(const unsigned char* labels, const unsi
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = labels[indices[i]];
 }
+
+// The batch the step cursor points at: examples order[cursor[0] * stride + j]
+// for j < n, images normalised and labels widened, in one kernel. An index
+// past the order or the data set yields NaN pixels and label 0xffffffff, so
+// the loss turns NaN and training stops with the step named.
+struct GatherDims {
+    unsigned int n, size, stride, count, order_len;
+};
+
+extern "C" __global__ void gather_batch(const unsigned char* pixels, const unsigned char* labels,
+                                        const unsigned int* order, const unsigned int* cursor, float* x,
+                                        unsigned int* labels_out, GatherDims d, float scale, float shift) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= d.n * d.size) return;
+    unsigned int example = i / d.size, k = i % d.size;
+    unsigned long long pos = (unsigned long long)cursor[0] * d.stride + example;
+    unsigned int idx = pos < d.order_len ? order[pos] : 0xffffffffu;
+    if (idx >= d.count) {
+        x[i] = __int_as_float(0x7fc00000);
+        if (k == 0) labels_out[example] = 0xffffffffu;
+        return;
+    }
+    x[i] = (float)pixels[(size_t)idx * d.size + k] * scale - shift;
+    if (k == 0) labels_out[example] = labels[idx];
+}

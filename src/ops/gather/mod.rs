@@ -10,6 +10,7 @@ use crate::autograd::Step;
 use crate::backend::cuda::{Arg, Grid, Kernel};
 use crate::backend::{Backend, BackendError};
 use crate::memory::Buf;
+use crate::ops::cursor::StepCursor;
 use crate::tensor::{Labels, Shape, Tensor};
 use crate::{Error, Result};
 
@@ -20,6 +21,20 @@ pub(crate) const CUDA_SOURCE: &str = include_str!("kernels.cu");
 pub struct Normalize {
     pub mean: f32,
     pub std: f32,
+}
+
+/// The batch a training step reads: `len` examples of an epoch's shuffled
+/// `order` (in the persistent region), starting at the step cursor's step
+/// times `stride`. Read on the device, so a replayed step graph gathers the
+/// next batch without the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchAt {
+    pub order: Buf<u32>,
+    pub cursor: StepCursor,
+    /// Examples per step (the configured batch size).
+    pub stride: usize,
+    /// Examples in this step (the last step of an epoch may have fewer).
+    pub len: usize,
 }
 
 /// Images of one shape stored as bytes: `count` of `[channels, rows, cols]`.
@@ -90,6 +105,78 @@ impl<'s> Step<'s> {
             Backend::Dry(_) => {}
         }
         Ok(self.labels_from(out))
+    }
+
+    /// The images and labels of the batch `at` points to, in one kernel.
+    pub fn gather_batch(
+        &mut self,
+        set: &ByteImages,
+        labels: Buf<u8>,
+        at: BatchAt,
+        norm: Normalize,
+    ) -> Result<(Tensor<'s>, Labels<'s>)> {
+        if set.image.rank() != 3 || set.pixels.len() != set.count * set.image.numel() || labels.len() != set.count {
+            return Err(Error::shape(
+                "gather_batch",
+                format!(
+                    "{} bytes and {} labels for {} images of {}",
+                    set.pixels.len(),
+                    labels.len(),
+                    set.count,
+                    set.image
+                ),
+            ));
+        }
+        if at.len == 0 || at.len > at.stride {
+            return Err(Error::shape(
+                "gather_batch",
+                format!("1 to {} examples per step, got {}", at.stride, at.len),
+            ));
+        }
+        let d = set.image.dims();
+        let x = self.output("input batch", Shape::new(&[at.len, d[0], d[1], d[2]]), &[])?;
+        let out = self.alloc::<u32>("label batch", Shape::new(&[at.len]))?;
+        let size = set.image.numel();
+        match self.backend() {
+            Backend::Cpu(cpu) => cpu.run(|v, _| {
+                let cursor = v.read(at.cursor.buf)?;
+                let start = cursor[0] as usize * at.stride;
+                let order = v.read(at.order)?;
+                let indices = order.get(start..start + at.len).ok_or(BackendError::Index {
+                    index: (start + at.len) as u32,
+                    count: order.len(),
+                })?;
+                cpu::images(v.read(set.pixels)?, set.count, indices, norm, v.write(x.buf())?)?;
+                cpu::labels(v.read(labels)?, indices, v.write(out)?)
+            })?,
+            Backend::Cuda(gpu) => {
+                let (scale, shift) = norm.scale_shift();
+                let dims = [
+                    at.len as u32,
+                    size as u32,
+                    at.stride as u32,
+                    set.count as u32,
+                    at.order.len() as u32,
+                ];
+                gpu.launch(
+                    Kernel::GatherBatch,
+                    Grid::over(at.len * size),
+                    &[
+                        set.pixels.into(),
+                        labels.into(),
+                        at.order.into(),
+                        at.cursor.buf.into(),
+                        x.buf().into(),
+                        out.into(),
+                        Arg::U32s(&dims),
+                        Arg::F32(scale),
+                        Arg::F32(shift),
+                    ],
+                )?
+            }
+            Backend::Dry(_) => {}
+        }
+        Ok((x, self.labels_from(out)))
     }
 
     /// The batch's indices where the kernels read them: a GPU gets a copy in

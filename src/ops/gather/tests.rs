@@ -37,3 +37,53 @@ fn gathers_and_normalises_by_index() {
         .unwrap_err();
     assert!(err.to_string().contains("index 3"), "{err}");
 }
+
+#[test]
+fn gather_batch_reads_the_cursors_slice_of_the_order() {
+    use super::BatchAt;
+    use crate::ops::cursor::StepCursor;
+    let mut arena = crate::Arena::new(crate::Device::cpu(2).unwrap(), 1 << 16).unwrap();
+    let pixels: Vec<u8> = (0..20).map(|i| i * 10).collect(); // 5 images of 1×2×2
+    let mut p = arena.persistent();
+    let set = ByteImages {
+        pixels: p.upload("images", Shape::new(&[20]), &pixels).unwrap(),
+        count: 5,
+        image: Shape::new(&[1, 2, 2]),
+    };
+    let labels = p.upload("labels", Shape::new(&[5]), &[0u8, 1, 2, 3, 4]).unwrap();
+    let order = p.upload("order", Shape::new(&[5]), &[4u32, 2, 0, 3, 1]).unwrap();
+    let cursor = StepCursor::new(&mut p).unwrap();
+    let norm = Normalize { mean: 0.0, std: 1.0 };
+    let at = |len| BatchAt {
+        order,
+        cursor,
+        stride: 2,
+        len,
+    };
+    // Step 1 of a batch-2 epoch is examples order[2..4] = [0, 3]; the same
+    // images gather_images returns for those indices.
+    cursor.set(&mut arena, 1, 0).unwrap();
+    let (x, by_index, y) = arena
+        .step(|s| {
+            let (x, l) = s.gather_batch(&set, labels, at(2), norm)?;
+            let by_index = s.gather_images(&set, &[0, 3], norm)?;
+            let (mut a, mut b, mut host) = ([0.0; 8], [0.0; 8], [0u32; 2]);
+            s.read(x, &mut a)?;
+            s.read(by_index, &mut b)?;
+            s.backend().download(l.buf, &mut host)?;
+            Ok((a, b, host))
+        })
+        .unwrap();
+    assert_eq!(x, by_index);
+    assert_eq!(y, [0, 3]);
+    // The last, shorter step; then one past the order is an error.
+    cursor.set(&mut arena, 2, 0).unwrap();
+    arena
+        .step(|s| s.gather_batch(&set, labels, at(1), norm).map(|_| ()))
+        .unwrap();
+    cursor.set(&mut arena, 3, 0).unwrap();
+    let err = arena
+        .step(|s| s.gather_batch(&set, labels, at(1), norm).map(|_| ()))
+        .unwrap_err();
+    assert!(err.to_string().contains("past the data set"), "{err}");
+}

@@ -53,38 +53,49 @@ pub(super) fn forward(x: Shape, input: &[f32], y: &mut [f32], winner_of: &mut [u
         });
 }
 
-pub(super) fn backward(x: Shape, gy: &[f32], winners: &[u8], gx: &mut [f32]) {
+/// With `relu_of`, the pool's output went through a relu (fused): a
+/// gradient passes only where that output is positive.
+pub(super) fn backward(x: Shape, gy: &[f32], relu_of: Option<&[f32]>, winners: &[u8], gx: &mut [f32]) {
     let (h, w) = (x.dim(2), x.dim(3));
     let (oh, ow) = (h / 2, w / 2);
+    let task = PLANES_PER_TASK * oh * ow;
     gx.par_chunks_mut(PLANES_PER_TASK * h * w)
-        .zip(
-            gy.par_chunks(PLANES_PER_TASK * oh * ow)
-                .zip(winners.par_chunks(PLANES_PER_TASK * oh * ow)),
-        )
-        .for_each(|(planes, (gy, winners))| {
-            for (plane, (gy, winners)) in planes
+        .zip(gy.par_chunks(task).zip(winners.par_chunks(task)))
+        .enumerate()
+        .for_each(|(t, (planes, (gy, winners)))| {
+            let ys = relu_of.map(|y| &y[t * task..][..gy.len()]);
+            for (p, (plane, (gy, winners))) in planes
                 .chunks_exact_mut(h * w)
                 .zip(gy.chunks_exact(oh * ow).zip(winners.chunks_exact(oh * ow)))
+                .enumerate()
             {
+                let ys = ys.map(|y| &y[p * oh * ow..][..oh * ow]);
                 // Every input of a window is written: the winner gets the
                 // gradient, the others 0; a dropped last row or column gets 0.
                 let (windows, rest) = plane.split_at_mut(2 * oh * w);
                 rest.fill(0.0);
-                for (rows, (gy, winners)) in windows
+                for (r, (rows, (gy, winners))) in windows
                     .chunks_exact_mut(2 * w)
                     .zip(gy.chunks_exact(ow).zip(winners.chunks_exact(ow)))
+                    .enumerate()
                 {
+                    let yrow = ys.map(|y| &y[r * ow..][..ow]);
                     let (top, bottom) = rows.split_at_mut(w);
                     if w % 2 == 1 {
                         top[w - 1] = 0.0;
                         bottom[w - 1] = 0.0;
                     }
-                    for (((t, b), &g), &arg) in top
+                    for (c, (((t, b), &g), &arg)) in top
                         .chunks_exact_mut(2)
                         .zip(bottom.chunks_exact_mut(2))
                         .zip(gy)
                         .zip(winners)
+                        .enumerate()
                     {
+                        let g = match yrow {
+                            Some(y) if y[c] <= 0.0 => 0.0,
+                            _ => g,
+                        };
                         let pick = |k: u8| if arg == k { g } else { 0.0 };
                         t[0] = pick(0);
                         t[1] = pick(1);
@@ -149,7 +160,7 @@ mod tests {
 
             let gy: Vec<f32> = (0..y.len()).map(|i| i as f32 + 1.0).collect();
             let mut gx = vec![f32::NAN; n];
-            backward(shape, &gy, &arg, &mut gx);
+            backward(shape, &gy, None, &arg, &mut gx);
             let mut want = vec![0.0; n];
             for p in 0..planes {
                 for r in 0..oh {

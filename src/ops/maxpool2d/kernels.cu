@@ -1,9 +1,11 @@
 // max-pool 2x2, stride 2, over `planes` planes of h x w (an odd last row or
 // column is dropped). Forward records which of the four inputs won (0..3,
-// row-major); backward routes each gradient back to its winner.
+// row-major); backward routes each gradient back to its winner. The _relu
+// variants fuse the relu that follows: the output is clamped at 0, and a
+// gradient passes only where that output is positive.
 
-extern "C" __global__ void maxpool_forward(const float* x, float* y, unsigned char* winner, unsigned int planes,
-                                           unsigned int h, unsigned int w) {
+__device__ __forceinline__ void maxpool_window(const float* x, float* y, unsigned char* winner, unsigned int planes,
+                                               unsigned int h, unsigned int w, bool relu) {
     unsigned int oh = h / 2, ow = w / 2;
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= planes * oh * ow) return;
@@ -19,14 +21,25 @@ extern "C" __global__ void maxpool_forward(const float* x, float* y, unsigned ch
             arg = k;
         }
     }
-    y[i] = best;
+    y[i] = relu ? fmaxf(best, 0.0f) : best;
     winner[i] = arg;
 }
 
+extern "C" __global__ void maxpool_forward(const float* x, float* y, unsigned char* winner, unsigned int planes,
+                                           unsigned int h, unsigned int w) {
+    maxpool_window(x, y, winner, planes, h, w, false);
+}
+
+extern "C" __global__ void maxpool_relu_forward(const float* x, float* y, unsigned char* winner,
+                                                unsigned int planes, unsigned int h, unsigned int w) {
+    maxpool_window(x, y, winner, planes, h, w, true);
+}
+
 // One thread per input element, so every element of gx is written (zeros
-// included) and no two threads touch the same one.
-extern "C" __global__ void maxpool_backward(const float* gy, const unsigned char* winner, float* gx,
-                                            unsigned int planes, unsigned int h, unsigned int w) {
+// included) and no two threads touch the same one. `relu_of` is the fused
+// relu's output, or null when the pool had no relu.
+extern "C" __global__ void maxpool_backward(const float* gy, const float* relu_of, const unsigned char* winner,
+                                            float* gx, unsigned int planes, unsigned int h, unsigned int w) {
     unsigned int oh = h / 2, ow = w / 2;
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= planes * h * w) return;
@@ -35,7 +48,8 @@ extern "C" __global__ void maxpool_backward(const float* gy, const unsigned char
     float g = 0.0f;
     if (orow < oh && ocol < ow) {
         unsigned int o = (plane * oh + orow) * ow + ocol;
-        if (winner[o] == (r % 2) * 2 + (c % 2)) g = gy[o];
+        bool passes = relu_of == 0 || relu_of[o] > 0.0f;
+        if (passes && winner[o] == (r % 2) * 2 + (c % 2)) g = gy[o];
     }
     gx[i] = g;
 }

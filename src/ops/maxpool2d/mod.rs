@@ -1,6 +1,10 @@
 //! max-pool 2×2, stride 2, NCHW (a trailing odd row or column is dropped, as
 //! PyTorch does). Forward keeps, per output, which of its four inputs won (one
 //! byte), so backward routes the gradient without the saved input.
+//!
+//! `max_pool2d_relu` fuses the relu that follows a pool in most CNNs: one
+//! kernel and one buffer fewer each way, and `relu(max(x)) = max(relu(x))`,
+//! so the result is the unfused pair's.
 
 mod cpu;
 #[cfg(test)]
@@ -20,10 +24,20 @@ pub(crate) struct Saved {
     x: TensorRef,
     y: TensorRef,
     winner: Buf<u8>,
+    relu: bool,
 }
 
 impl<'s> Tensor<'s> {
     pub fn max_pool2d(self, s: &mut Step<'s>) -> Result<Tensor<'s>> {
+        self.pool(s, false)
+    }
+
+    /// `relu(max_pool2d(self))` in one kernel.
+    pub fn max_pool2d_relu(self, s: &mut Step<'s>) -> Result<Tensor<'s>> {
+        self.pool(s, true)
+    }
+
+    fn pool(self, s: &mut Step<'s>, relu: bool) -> Result<Tensor<'s>> {
         let x = self.shape();
         if x.rank() != 4 || x.dim(2) < 2 || x.dim(3) < 2 {
             return Err(Error::shape(
@@ -32,15 +46,28 @@ impl<'s> Tensor<'s> {
             ));
         }
         let out = Shape::new(&[x.dim(0), x.dim(1), x.dim(2) / 2, x.dim(3) / 2]);
-        let y = s.output("max-pool output", out, &[&self])?;
+        let what = if relu {
+            "max-pool+relu output"
+        } else {
+            "max-pool output"
+        };
+        let y = s.output(what, out, &[&self])?;
         let winner = s.alloc::<u8>("max-pool winners", out)?;
         match s.backend() {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
-                cpu::forward(x, v.read(self.buf())?, v.write(y.buf())?, v.write(winner)?);
+                let out = v.write(y.buf())?;
+                cpu::forward(x, v.read(self.buf())?, out, v.write(winner)?);
+                if relu {
+                    out.iter_mut().for_each(|v| *v = v.max(0.0));
+                }
                 Ok(())
             })?,
             Backend::Cuda(gpu) => gpu.launch(
-                Kernel::MaxPoolForward,
+                if relu {
+                    Kernel::MaxPoolReluForward
+                } else {
+                    Kernel::MaxPoolForward
+                },
                 Grid::over(out.numel()),
                 &[
                     self.buf().into(),
@@ -58,6 +85,7 @@ impl<'s> Tensor<'s> {
                 x: self.inner,
                 y: y.inner,
                 winner,
+                relu,
             }));
         }
         Ok(y)
@@ -73,16 +101,19 @@ impl Saved {
         let gx = s.alloc::<f32>("max-pool input grad", self.x.shape)?;
         match s.backend() {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
-                cpu::backward(self.x.shape, v.read(gy)?, v.read(self.winner)?, v.write(gx)?);
+                let relu_of = if self.relu { Some(v.read(self.y.buf)?) } else { None };
+                cpu::backward(self.x.shape, v.read(gy)?, relu_of, v.read(self.winner)?, v.write(gx)?);
                 Ok(())
             })?,
             Backend::Cuda(gpu) => {
                 let x = self.x.shape;
+                let relu_of = if self.relu { Arg::from(self.y.buf) } else { Arg::Null };
                 gpu.launch(
                     Kernel::MaxPoolBackward,
                     Grid::over(x.numel()),
                     &[
                         gy.into(),
+                        relu_of,
                         self.winner.into(),
                         gx.into(),
                         Arg::U32((x.dim(0) * x.dim(1)) as u32),

@@ -30,3 +30,31 @@ fn max_pool_picks_the_window_maximum() {
         .unwrap();
     assert_eq!(y, [3.0, 5.0]);
 }
+
+#[test]
+fn max_pool_relu_gradient_matches_finite_differences() {
+    // Values on both sides of 0, so the fused relu both passes and blocks.
+    let shape = Shape::new(&[2, 3, 5, 6]);
+    check(&[shape], &[distinct(shape.numel(), 13, 0.05)], &[0], &|s, x| {
+        x[0].max_pool2d_relu(s)
+    });
+}
+
+#[test]
+fn max_pool_relu_is_relu_of_max_pool() {
+    let mut arena = crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 20).unwrap();
+    let shape = Shape::new(&[2, 3, 7, 6]);
+    let x = distinct(shape.numel(), 17, 0.05);
+    let (fused, pair) = arena
+        .step(|s| {
+            let t = s.input("x", shape, &x)?;
+            let (a, b) = (t.max_pool2d_relu(s)?, t.max_pool2d(s)?.relu(s)?);
+            let (mut fa, mut fb) = (vec![0.0; a.shape().numel()], vec![0.0; b.shape().numel()]);
+            s.read(a, &mut fa)?;
+            s.read(b, &mut fb)?;
+            Ok((fa, fb))
+        })
+        .unwrap();
+    assert_eq!(fused, pair);
+    assert!(fused.contains(&0.0) && fused.iter().any(|v| *v > 0.0));
+}
