@@ -167,6 +167,38 @@ fn linear_matches_the_cpu() {
 }
 
 #[test]
+fn dense_matches_the_cpu_with_every_epilogue() {
+    use bumpgrad::ops::dense::Epilogue;
+    use bumpgrad::ops::dropout::DropoutSeed;
+    for (name, e) in [
+        ("dense", Epilogue::default()),
+        (
+            "dense+relu",
+            Epilogue {
+                relu: true,
+                dropout: None,
+            },
+        ),
+        (
+            "dense+relu+dropout",
+            Epilogue {
+                relu: true,
+                dropout: Some((0.5, DropoutSeed::Fixed(31))),
+            },
+        ),
+    ] {
+        // Sizes that are not multiples of the 16-wide tiles.
+        same_on_both(name, &move |s| {
+            let x = s.variable("x", Shape::new(&[37, 45]), &values(37 * 45, 14))?;
+            let w = s.variable("w", Shape::new(&[19, 45]), &values(19 * 45, 15))?;
+            let b = s.variable("b", Shape::new(&[19]), &values(19, 16))?;
+            let y = x.dense(s, w, Some(b), e)?;
+            with_grads(s, y, &[("x grad", x), ("w grad", w), ("b grad", b)])
+        });
+    }
+}
+
+#[test]
 fn dropout_draws_the_same_mask_as_the_cpu() {
     same_on_both("dropout", &|s| {
         let x = s.variable("x", Shape::new(&[10, 100]), &values(1000, 11))?;

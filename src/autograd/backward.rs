@@ -11,6 +11,7 @@ pub(crate) fn run(s: &mut Step<'_>, node: Node) -> Result<()> {
         Node::Relu(n) => n.backward(s),
         Node::Dropout(n) => n.backward(s),
         Node::Linear(n) => n.backward(s),
+        Node::Dense(n) => n.backward(s),
         Node::LogSoftmaxNll(n) => n.backward(s),
         Node::Reshape(n) => n.backward(s),
     }

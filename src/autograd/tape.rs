@@ -15,6 +15,7 @@ pub(crate) enum Node {
     Relu(ops::relu::Saved),
     Dropout(ops::dropout::Saved),
     Linear(ops::linear::Saved),
+    Dense(ops::dense::Saved),
     LogSoftmaxNll(ops::log_softmax_nll::Saved),
     Reshape(ops::reshape::Saved),
 }

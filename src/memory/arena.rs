@@ -336,24 +336,30 @@ impl Arena {
         }
     }
 
-    /// Runs `work` (steps, replays) with every device op it queues timed on
-    /// the GPU; `times` receives each op's time (left empty on the CPU or
-    /// when timing was not enabled).
-    pub fn timed<R>(
-        &mut self,
-        times: &mut Vec<crate::backend::cuda::OpTime>,
-        work: impl FnOnce(&mut Self) -> crate::Result<R>,
-    ) -> crate::Result<R> {
-        times.clear();
-        let timing = match &mut self.backend {
+    /// Brackets every device op queued from now with events (GPU only,
+    /// after [`Arena::enable_op_timing`]), until [`Arena::pause_op_timing`].
+    /// Ops queued while a step is captured keep their events in the graph.
+    pub fn start_op_timing(&mut self) -> bool {
+        match &mut self.backend {
             Backend::Cuda(gpu) => gpu.start_timing(),
             _ => false,
-        };
-        let r = work(self);
-        if let (true, Backend::Cuda(gpu)) = (timing, &mut self.backend) {
-            gpu.finish_timing(times)?;
         }
-        r
+    }
+
+    pub fn pause_op_timing(&mut self) {
+        if let Backend::Cuda(gpu) = &mut self.backend {
+            gpu.pause_timing();
+        }
+    }
+
+    /// Waits for the device and reads the bracketed ops' latest times, and
+    /// the GPU time from the first op's start to the last op's end.
+    pub fn read_op_times(&mut self, times: &mut Vec<crate::backend::cuda::OpTime>) -> Result<Option<f64>, ArenaError> {
+        times.clear();
+        match &mut self.backend {
+            Backend::Cuda(gpu) => Ok(gpu.finish_timing(times)?),
+            _ => Ok(None),
+        }
     }
 
     /// Overwrites a persistent buffer between steps (`&mut self`: no step

@@ -7,6 +7,7 @@ use super::init::uniform_fan_in;
 use crate::autograd::Step;
 use crate::data::SplitMix64;
 use crate::memory::Persistent;
+use crate::ops::dense::Epilogue;
 use crate::ops::dropout::DropoutSeed;
 use crate::tensor::{Param, Shape, Tensor};
 use crate::Result;
@@ -71,11 +72,15 @@ impl MnistCnn {
         let (w2, b2) = (s.param(&self.fc2_weight), s.param(&self.fc2_bias));
         let h = x.conv2d(s, conv1, None)?.max_pool2d_relu(s)?;
         let h = h.conv2d(s, conv2, None)?.max_pool2d_relu(s)?;
-        let h = h.flatten(s)?.linear(s, w1, Some(b1))?.relu(s)?;
-        let h = match mode {
-            Mode::Train { dropout } => h.dropout_seeded(s, Self::DROPOUT, dropout)?,
-            Mode::Eval => h,
+        // fc1, its relu and dropout in one op; fc2 plain.
+        let fc1 = Epilogue {
+            relu: true,
+            dropout: match mode {
+                Mode::Train { dropout } => Some((Self::DROPOUT, dropout)),
+                Mode::Eval => None,
+            },
         };
-        h.linear(s, w2, Some(b2))
+        let h = h.flatten(s)?.dense(s, w1, Some(b1), fc1)?;
+        h.dense(s, w2, Some(b2), Epilogue::default())
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod conv2d;
 pub mod cursor;
+pub mod dense;
 pub mod dropout;
 pub mod gather;
 pub mod linear;

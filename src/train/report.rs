@@ -58,9 +58,9 @@ pub struct EpochReport {
     /// a step could reach with no gaps between kernels...
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel_seconds_per_step: Option<f64>,
-    /// ...and the GPU time of one replay of the captured step.
+    /// ...and from its first op's start to its last op's end on the GPU.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub graph_seconds_per_step: Option<f64>,
+    pub span_seconds_per_step: Option<f64>,
 }
 
 /// One step with every op timed on the GPU (`--profile`).
@@ -70,14 +70,18 @@ pub struct StepProfile {
     pub ops: Vec<(&'static str, usize, f64)>,
     /// The sum of all op times.
     pub kernel_seconds: f64,
-    /// Ops the step queued.
+    /// Ops (eager) or graph nodes (replayed) of the step.
     pub ops_queued: Option<usize>,
-    /// The next step, replayed from the captured graph, timed as a whole.
-    pub graph_seconds: Option<f64>,
+    /// GPU time from the first op's start to the last op's end: the ops
+    /// plus the gaps between them.
+    pub span_seconds: Option<f64>,
+    /// Whether the step was a graph replay (pure GPU times) or queued op by
+    /// op (then each op's time includes the host's work inside the op).
+    pub replayed: bool,
 }
 
 impl StepProfile {
-    pub fn new(times: &[OpTime], ops_queued: Option<usize>) -> Self {
+    pub fn new(times: &[OpTime], ops_queued: Option<usize>, span_seconds: Option<f64>, replayed: bool) -> Self {
         let mut ops: Vec<(&'static str, usize, f64)> = Vec::new();
         for t in times {
             match ops.iter_mut().find(|(op, _, _)| *op == t.op) {
@@ -93,7 +97,8 @@ impl StepProfile {
             kernel_seconds: times.iter().map(|t| t.seconds).sum(),
             ops,
             ops_queued,
-            graph_seconds: None,
+            span_seconds,
+            replayed,
         }
     }
 }

@@ -37,9 +37,9 @@ pub const READBACK: usize = 20;
 /// Ops one step may time (`--profile`).
 const TIMED_OPS: usize = 256;
 
-/// The global step `--profile` times op by op (then the next, replayed, as a
-/// whole): far enough in that one-time costs (first launches, lazy loading)
-/// are over, early enough that every run has it.
+/// The global step whose op times `--profile` reads: far enough in that
+/// one-time costs (first launches, lazy loading) are over, early enough that
+/// every run has it.
 const PROFILED_STEP: u64 = 40;
 
 pub struct Session {
@@ -183,36 +183,46 @@ impl Session {
             sgd.update(s, &grads)?;
             s.finish_step(loss, losses, cursor)
         };
-        let profile_this = self.profile && self.steps_done == PROFILED_STEP;
-        let time_replay = self.profile && self.steps_done == PROFILED_STEP + 1;
-        if profile_this {
-            let ops_before = self.arena.ops_queued();
-            self.arena.timed(&mut self.op_times, |arena| arena.step(body))?;
-            let ops = self.arena.ops_queued().zip(ops_before).map(|(a, b)| (a - b) as usize);
-            self.profiled = Some(StepProfile::new(&self.op_times, ops));
-        } else if self.use_graph && len == self.batch {
+        // --profile: with a graph, the captured step carries the events, so
+        // any replay is timed with no host work between its ops; without
+        // one, step PROFILED_STEP itself is bracketed as it is queued.
+        if self.use_graph && len == self.batch {
             if self.graph.is_none() {
-                let graph = self.arena.capture_step(body)?;
-                self.kernels_per_step = Some(graph.nodes());
+                let timing = self.profile && self.arena.start_op_timing();
+                let ops_before = self.arena.ops_queued().unwrap_or(0);
+                let graph = self.arena.capture_step(body);
+                self.arena.pause_op_timing();
+                let graph = graph?;
+                // Two event nodes bracket each op when timing.
+                let events = if timing {
+                    2 * (self.arena.ops_queued().unwrap_or(0) - ops_before) as usize
+                } else {
+                    0
+                };
+                self.kernels_per_step = Some(graph.nodes() - events);
                 self.graph = Some(graph);
+                self.profile &= timing;
             }
             if let Some(graph) = &self.graph {
-                if time_replay {
-                    self.arena.timed(&mut self.op_times, |arena| arena.replay_step(graph))?;
-                    if let (Some(p), Some(t)) = (&mut self.profiled, self.op_times.first()) {
-                        p.graph_seconds = Some(t.seconds);
-                    }
-                } else {
-                    self.arena.replay_step(graph)?;
-                }
+                self.arena.replay_step(graph)?;
             }
         } else {
+            let timing = self.profile && self.steps_done == PROFILED_STEP && self.arena.start_op_timing();
             let ops_before = self.arena.ops_queued();
             self.arena.step(body)?;
+            self.arena.pause_op_timing();
+            let ops = self.arena.ops_queued().zip(ops_before).map(|(a, b)| (a - b) as usize);
             if !self.use_graph {
-                let ops = self.arena.ops_queued().zip(ops_before).map(|(a, b)| (a - b) as usize);
                 self.kernels_per_step = self.kernels_per_step.or(ops);
             }
+            if timing {
+                let span = self.arena.read_op_times(&mut self.op_times)?;
+                self.profiled = Some(StepProfile::new(&self.op_times, ops, span, false));
+            }
+        }
+        if self.profile && self.use_graph && self.steps_done == PROFILED_STEP && self.profiled.is_none() {
+            let span = self.arena.read_op_times(&mut self.op_times)?;
+            self.profiled = Some(StepProfile::new(&self.op_times, self.kernels_per_step, span, true));
         }
         self.steps_done += 1;
         Ok(())
@@ -305,7 +315,7 @@ impl Session {
             graph: self.use_graph,
             kernels_per_step: self.kernels_per_step,
             kernel_seconds_per_step: self.profiled.as_ref().map(|p| p.kernel_seconds),
-            graph_seconds_per_step: self.profiled.as_ref().and_then(|p| p.graph_seconds),
+            span_seconds_per_step: self.profiled.as_ref().and_then(|p| p.span_seconds),
         };
         observer.epoch(&report);
         Ok(report)

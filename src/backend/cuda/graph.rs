@@ -109,8 +109,8 @@ impl CudaBackend {
         // SAFETY: the exec is alive (owned by `graph`) and belongs to this
         // GPU's context; the arena checked that the memory it addresses is
         // laid out as when it was captured.
-        self.timer.before(&self.gpu, "whole-step graph");
         let r = unsafe { driver::graph::launch(graph.exec, self.gpu.stream.cu_stream()) };
-        self.finish("cuGraphLaunch", r)
+        self.ops_queued += 1;
+        self.check("cuGraphLaunch", r)
     }
 }

@@ -45,6 +45,9 @@ kernels! {
     GatherBatch => "gather_batch",
     MaxPoolReluForward => "maxpool_relu_forward",
     SgdMulti => "sgd_multi",
+    DenseForward => "dense_forward",
+    DenseInputGrad => "dense_input_grad",
+    DenseWeightGrad => "dense_weight_grad",
 }
 
 /// The sources, in one translation unit: each op's file, then the backend's.
@@ -59,6 +62,7 @@ fn source() -> String {
         crate::ops::log_softmax_nll::CUDA_SOURCE,
         crate::ops::linear::CUDA_SOURCE,
         crate::ops::conv2d::CUDA_SOURCE,
+        crate::ops::dense::CUDA_SOURCE,
         crate::optim::sgd::CUDA_SOURCE,
     ]
     .join("\n")

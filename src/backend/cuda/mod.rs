@@ -79,26 +79,33 @@ impl<T: Element> From<Buf<T>> for Arg<'_> {
     }
 }
 
-/// A launch shape: `blocks` blocks of `threads` threads.
+/// A launch shape: `blocks` (x, y) blocks of `threads` (x, y) threads.
 #[derive(Debug, Clone, Copy)]
 pub struct Grid {
-    pub blocks: u32,
-    pub threads: u32,
+    pub blocks: (u32, u32),
+    pub threads: (u32, u32),
 }
 
 impl Grid {
     /// One thread per element of `n`, in blocks of 256.
     pub fn over(n: usize) -> Self {
-        Self {
-            blocks: n.div_ceil(256) as u32,
-            threads: 256,
-        }
+        Self::blocks(n.div_ceil(256), 256)
     }
 
     pub fn blocks(blocks: usize, threads: u32) -> Self {
         Self {
-            blocks: blocks as u32,
-            threads,
+            blocks: (blocks as u32, 1),
+            threads: (threads, 1),
+        }
+    }
+
+    /// One thread per element of a `rows × cols` matrix, in `tile × tile`
+    /// blocks (x along columns).
+    pub fn tiles(rows: usize, cols: usize, tile: u32) -> Self {
+        let t = tile as usize;
+        Self {
+            blocks: (cols.div_ceil(t) as u32, rows.div_ceil(t) as u32),
+            threads: (tile, tile),
         }
     }
 }
@@ -224,7 +231,7 @@ impl CudaBackend {
         if args.len() > MAX_ARGS {
             return Err(BackendError::TooManyViews);
         }
-        if grid.blocks == 0 {
+        if grid.blocks.0 == 0 || grid.blocks.1 == 0 {
             return Ok(());
         }
         // Each argument's value, in the bytes (and 8-byte alignment) the
@@ -271,7 +278,7 @@ impl CudaBackend {
             *param = storage[start..].as_mut_ptr().cast();
         }
         let f = self.gpu.kernels.function(kernel);
-        self.timer.before(&self.gpu, op);
+        self.timer.before(&self.gpu, op, self.capturing);
         // SAFETY: `f` is a loaded kernel of ours; `params` holds one pointer
         // per parameter, in order, to a value of the parameter's size and
         // layout (the ops pass arguments in the order and types of the `.cu`
@@ -282,8 +289,8 @@ impl CudaBackend {
         let r = unsafe {
             driver::launch_kernel(
                 f,
-                (grid.blocks, 1, 1),
-                (grid.threads, 1, 1),
+                (grid.blocks.0, grid.blocks.1, 1),
+                (grid.threads.0, grid.threads.1, 1),
                 0,
                 self.gpu.stream.cu_stream(),
                 &mut params[..args.len()],
@@ -307,7 +314,7 @@ impl CudaBackend {
         // caller checked the lengths). The source is pageable host memory,
         // which the driver stages before returning, so `src` may be reused
         // as soon as this returns.
-        self.timer.before(&self.gpu, "copy to the GPU");
+        self.timer.before(&self.gpu, "copy to the GPU", self.capturing);
         let r = unsafe { driver::memcpy_htod_async(ptr, src, self.gpu.stream.cu_stream()) };
         self.finish("copy to the GPU", r)
     }
@@ -333,7 +340,7 @@ impl CudaBackend {
         self.enter("fill")?;
         let ptr = self.address(dst)?;
         let stream = self.gpu.stream.cu_stream();
-        self.timer.before(&self.gpu, "fill");
+        self.timer.before(&self.gpu, "fill", self.capturing);
         // SAFETY: the range is `dst`, inside the arena; a 4-byte element is
         // written as its 32-bit pattern, a byte as itself.
         let r = unsafe {
@@ -388,7 +395,7 @@ impl CudaBackend {
         let int = |v: usize| i32::try_from(v).map_err(|_| BackendError::Internal("a matrix is too large for cuBLAS"));
         let (m, n, k, lda, ldb, ldc) = (int(g.m)?, int(g.n)?, int(g.k)?, int(g.lda)?, int(g.ldb)?, int(g.ldc)?);
         let (alpha, beta) = (1.0f32, g.beta);
-        self.timer.before(&self.gpu, "cublasSgemm");
+        self.timer.before(&self.gpu, "cublasSgemm", self.capturing);
         let libs = self.gpu.libs.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: every matrix lies inside the arena and spans no more than
         // its buffer (checked above); the workspace is a live arena buffer
@@ -460,7 +467,7 @@ impl CudaBackend {
             ConvPass::InputGrad => "cudnnConvolutionBackwardData",
             ConvPass::WeightGrad => "cudnnConvolutionBackwardFilter",
         };
-        self.timer.before(&self.gpu, op);
+        self.timer.before(&self.gpu, op, self.capturing);
         let libs = self.gpu.libs.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: the buffers lie in the arena and have exactly the sizes
         // the plan's descriptors describe (checked above), the workspace is
@@ -490,10 +497,18 @@ impl CudaBackend {
         self.timer.start()
     }
 
-    /// Waits for the timed ops and returns how long each took.
-    pub fn finish_timing(&mut self, out: &mut Vec<OpTime>) -> Result<(), BackendError> {
+    /// Stops bracketing ops (those bracketed keep their events: in a
+    /// captured graph, each replay records them again).
+    pub fn pause_timing(&mut self) {
+        self.timer.pause();
+    }
+
+    /// Waits for the timed ops and returns how long each took, and the GPU
+    /// time from the first op's start to the last one's end.
+    pub fn finish_timing(&mut self, out: &mut Vec<OpTime>) -> Result<Option<f64>, BackendError> {
         self.synchronize("timing a step")?;
-        self.timer.collect(out).map_err(|e| self.poison("timing a step", e))
+        self.timer.collect(out).map_err(|e| self.poison("timing a step", e))?;
+        self.timer.span().map_err(|e| self.poison("timing a step", e))
     }
 
     /// Total and free device memory, as `cuMemGetInfo` reports them.

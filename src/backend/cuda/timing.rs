@@ -2,6 +2,10 @@
 //! after each op of one step, so the sum of the ops' times (the floor a
 //! perfect launcher would reach) can be set against the step's wall time.
 //!
+//! Recorded while a step is captured, the events become nodes of the graph:
+//! every replay records them again, with no host work between the ops, so
+//! the times read after a replay are the GPU's alone.
+//!
 //! The events are created when timing is switched on, which the trainer does
 //! at start-up: an event may take device memory of its own, and nothing may
 //! take device memory once training runs.
@@ -26,6 +30,8 @@ pub(crate) struct OpTimer {
     recording: bool,
     /// An op's start was recorded and its end is due.
     open: bool,
+    /// That op is being captured.
+    capturing: bool,
 }
 
 // SAFETY: events are plain handles owned by this timer alone and used only
@@ -56,14 +62,14 @@ impl OpTimer {
         true
     }
 
-    pub fn before(&mut self, gpu: &Gpu, op: &'static str) {
+    /// `capturing`: the stream is being captured into a graph.
+    pub fn before(&mut self, gpu: &Gpu, op: &'static str, capturing: bool) {
         if !self.recording || self.ops.len() >= self.events.len() {
             return;
         }
         let (start, _) = self.events[self.ops.len()];
-        // SAFETY: the event was created by `create` and is alive; the stream
-        // belongs to `gpu`. A failed record only loses this op's timing.
-        self.open = unsafe { driver::event::record(start, gpu.stream.cu_stream()) }.is_ok();
+        self.open = record(start, gpu, capturing).is_ok();
+        self.capturing = capturing;
         if self.open {
             self.ops.push(op);
         }
@@ -75,8 +81,12 @@ impl OpTimer {
         }
         self.open = false;
         let (_, end) = self.events[self.ops.len() - 1];
-        // SAFETY: as in `before`.
-        let _ = unsafe { driver::event::record(end, gpu.stream.cu_stream()) };
+        let _ = record(end, gpu, self.capturing);
+    }
+
+    /// Stops bracketing ops; the ops bracketed so far keep their events.
+    pub fn pause(&mut self) {
+        self.recording = false;
     }
 
     /// Stops timing and returns each op's time; the stream must have been
@@ -96,6 +106,36 @@ impl OpTimer {
             });
         }
         Ok(())
+    }
+
+    /// GPU time from the first op's start to the last op's end.
+    pub fn span(&self) -> Result<Option<f64>, CudaError> {
+        let (Some(&(first, _)), Some(&(_, last))) =
+            (self.events.first(), self.events.get(self.ops.len().wrapping_sub(1)))
+        else {
+            return Ok(None);
+        };
+        // SAFETY: as in `collect`.
+        let ms =
+            unsafe { driver::event::elapsed(first, last) }.map_err(|e| CudaError::failed("cuEventElapsedTime", e))?;
+        Ok(Some(ms as f64 / 1e3))
+    }
+}
+
+/// Records `event` on the GPU's stream. While the stream is captured, as an
+/// "external" record: it then becomes a node of the graph (a plain record
+/// would only mark a dependency) and every replay records it again.
+fn record(event: sys::CUevent, gpu: &Gpu, capturing: bool) -> Result<(), sys::CUresult> {
+    let flags = if capturing {
+        sys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL
+    } else {
+        sys::CUevent_record_flags::CU_EVENT_RECORD_DEFAULT
+    } as u32;
+    // SAFETY: the event was created by `OpTimer::create` and is alive; the
+    // stream belongs to `gpu`. A failed record only loses one op's timing.
+    match unsafe { sys::cuEventRecordWithFlags(event, gpu.stream.cu_stream(), flags) } {
+        sys::CUresult::CUDA_SUCCESS => Ok(()),
+        e => Err(e),
     }
 }
 

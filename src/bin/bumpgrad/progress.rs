@@ -89,18 +89,19 @@ impl Observer for Printer {
     fn profiled(&mut self, p: &StepProfile, wall_per_step: f64) {
         let us = |s: f64| s * 1e6;
         self.say(&format!(
-            "profile: one step's ops take {:.1} µs on the GPU; the epoch ran {:.1} µs per step ({:.0}% of it in kernels){}",
+            "profile ({}): the ops take {:.1} µs on the GPU{}; the epoch ran {:.1} µs per step{}",
+            if p.replayed {
+                "a replayed step, GPU time only"
+            } else {
+                "a step queued op by op, host time inside each op included"
+            },
             us(p.kernel_seconds),
+            p.span_seconds
+                .map(|s| format!(", {:.1} µs from the first op's start to the last one's end", us(s)))
+                .unwrap_or_default(),
             us(wall_per_step),
-            100.0 * p.kernel_seconds / wall_per_step,
-            p.ops_queued.map(|n| format!("; {n} ops queued")).unwrap_or_default(),
+            p.ops_queued.map(|n| format!(", {n} ops or nodes")).unwrap_or_default(),
         ));
-        if let Some(g) = p.graph_seconds {
-            self.say(&format!(
-                "  one replay of the captured step: {:.1} µs on the GPU",
-                us(g)
-            ));
-        }
         for (op, calls, seconds) in &p.ops {
             self.say(&format!("  {:>8.1} µs  {calls:>2}×  {op}", us(*seconds)));
         }

@@ -131,7 +131,7 @@ fn cuda_apply(
 
 /// The seed a CPU kernel uses: read from the cursor in the arena when it
 /// is per step, exactly as the GPU kernel does.
-fn cpu_seed(
+pub(crate) fn cpu_seed(
     v: &mut crate::backend::cpu::Views<'_>,
     seed: DropoutSeed,
 ) -> std::result::Result<u64, crate::backend::BackendError> {

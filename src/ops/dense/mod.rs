@@ -1,0 +1,255 @@
+//! dense: a linear layer with its epilogue fused, `y = dropout(relu(x · Wᵀ + b))`
+//! (relu and dropout each optional), `x` `[N, IN]`, `W` `[OUT, IN]` (PyTorch's
+//! layout), `b` `[OUT]`.
+//!
+//! Same result as `linear` then `relu` then `dropout`, in fewer kernels and
+//! buffers: on the GPU one kernel computes the product and its epilogue, and
+//! backward is two kernels (input gradient; weight and bias gradients
+//! together) that apply the epilogue's masks to the upstream gradient as they
+//! load it, so the masked gradient is never stored. Backward needs only the
+//! output: a kept element passed the relu exactly where `y > 0`.
+
+mod cpu;
+#[cfg(test)]
+mod tests;
+
+use crate::autograd::{Node, Step};
+use crate::backend::cuda::{Arg, Grid, Kernel};
+use crate::backend::{Backend, Sizing};
+use crate::ops::dropout::{cpu_seed, DropoutSeed};
+use crate::tensor::{Shape, Tensor, TensorRef};
+use crate::{Error, Result};
+
+pub(crate) const CUDA_SOURCE: &str = include_str!("kernels.cu");
+
+/// The GPU kernels' tile edge.
+const TILE: u32 = 16;
+
+/// What follows the product.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Epilogue {
+    pub relu: bool,
+    /// Probability in `[0, 1)` and where the mask's seed comes from.
+    pub dropout: Option<(f32, DropoutSeed)>,
+}
+
+impl Epilogue {
+    fn active(&self) -> bool {
+        self.relu || self.dropout.is_some()
+    }
+
+    /// The kernels' `DenseEpilogue` (flags, p, scale, seed) as u32 words, and
+    /// the cursor a per-step seed is read from.
+    fn gpu(&self) -> ([u32; 6], Arg<'static>) {
+        let (flags, p, seed, cursor) = match self.dropout {
+            None => (self.relu as u32, 0.0f32, 0u64, Arg::Null),
+            Some((p, DropoutSeed::Fixed(seed))) => (self.relu as u32 | 2, p, seed, Arg::Null),
+            Some((p, DropoutSeed::PerStep { base, cursor })) => (self.relu as u32 | 2, p, base, cursor.buf.into()),
+        };
+        let scale = 1.0 / (1.0 - p);
+        (
+            [flags, p.to_bits(), scale.to_bits(), 0, seed as u32, (seed >> 32) as u32],
+            cursor,
+        )
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Saved {
+    x: TensorRef,
+    w: TensorRef,
+    bias: Option<TensorRef>,
+    y: TensorRef,
+    epilogue: Epilogue,
+}
+
+impl<'s> Tensor<'s> {
+    /// `epilogue(self · weightᵀ + bias)`.
+    pub fn dense(
+        self,
+        s: &mut Step<'s>,
+        weight: Tensor<'s>,
+        bias: Option<Tensor<'s>>,
+        epilogue: Epilogue,
+    ) -> Result<Tensor<'s>> {
+        let (x, w) = (self.shape(), weight.shape());
+        if x.rank() != 2 || w.rank() != 2 || x.dim(1) != w.dim(1) {
+            return Err(Error::shape(
+                "dense",
+                format!("input [N, IN] and weight [OUT, IN], got {x} and {w}"),
+            ));
+        }
+        let (n, inp, out) = (x.dim(0), x.dim(1), w.dim(0));
+        if let Some(b) = bias {
+            if b.shape() != Shape::new(&[out]) {
+                return Err(Error::shape("dense", format!("bias [{out}], got {}", b.shape())));
+            }
+        }
+        if let Some((p, _)) = epilogue.dropout {
+            if !(0.0..1.0).contains(&p) {
+                return Err(Error::shape(
+                    "dense",
+                    format!("a dropout probability in [0, 1), got {p}"),
+                ));
+            }
+        }
+        let y = match bias {
+            Some(b) => s.output("dense output", Shape::new(&[n, out]), &[&self, &weight, &b])?,
+            None => s.output("dense output", Shape::new(&[n, out]), &[&self, &weight])?,
+        };
+        match s.backend() {
+            Backend::Cpu(cpu) => cpu.run(|v, _| {
+                let e = cpu::Epi {
+                    relu: epilogue.relu,
+                    dropout: match epilogue.dropout {
+                        Some((p, seed)) => Some((p, cpu_seed(v, seed)?)),
+                        None => None,
+                    },
+                };
+                let b = match bias {
+                    Some(b) => Some(v.read(b.buf())?),
+                    None => None,
+                };
+                cpu::forward(
+                    (n, inp, out),
+                    v.read(self.buf())?,
+                    v.read(weight.buf())?,
+                    b,
+                    e,
+                    v.write(y.buf())?,
+                );
+                Ok(())
+            })?,
+            Backend::Cuda(gpu) => {
+                let (e, cursor) = epilogue.gpu();
+                gpu.launch(
+                    Kernel::DenseForward,
+                    Grid::tiles(n, out, TILE),
+                    &[
+                        self.buf().into(),
+                        weight.buf().into(),
+                        bias.map_or(Arg::Null, |b| b.buf().into()),
+                        y.buf().into(),
+                        Arg::U32(n as u32),
+                        Arg::U32(inp as u32),
+                        Arg::U32(out as u32),
+                        Arg::U32s(&e),
+                        cursor,
+                    ],
+                )?
+            }
+            Backend::Dry(_) => {}
+        }
+        if y.requires_grad() {
+            s.record(Node::Dense(Saved {
+                x: self.inner,
+                w: weight.inner,
+                bias: bias.map(|b| b.inner),
+                y: y.inner,
+                epilogue,
+            }));
+        }
+        Ok(y)
+    }
+}
+
+impl Saved {
+    pub(crate) fn backward(self, s: &mut Step<'_>) -> Result<()> {
+        let Some(gy) = s.grad_of(&self.y) else { return Ok(()) };
+        let dims = (self.x.shape.dim(0), self.x.shape.dim(1), self.w.shape.dim(0));
+        let (n, inp, out) = dims;
+        let epi = self.epilogue;
+        // The CPU masks the gradient into a buffer first; the GPU kernels
+        // mask it as they load it.
+        let masked = match s.backend().sizing() {
+            Sizing::Cpu { .. } if epi.active() => Some(s.alloc::<f32>("dense masked grad", self.y.shape)?),
+            _ => None,
+        };
+        if let (Some(g), Backend::Cpu(cpu)) = (masked, s.backend()) {
+            cpu.run(|v, _| {
+                let e = cpu::Epi {
+                    relu: epi.relu,
+                    dropout: match epi.dropout {
+                        Some((p, seed)) => Some((p, cpu_seed(v, seed)?)),
+                        None => None,
+                    },
+                };
+                cpu::masked(v.read(gy)?, v.read(self.y.buf)?, e, v.write(g)?);
+                Ok(())
+            })?;
+        }
+        let g = masked.unwrap_or(gy);
+        let (e, cursor) = epi.gpu();
+        if self.x.requires_grad {
+            let gx = s.alloc::<f32>("dense input grad", self.x.shape)?;
+            match s.backend() {
+                Backend::Cpu(cpu) => cpu.run(|v, _| {
+                    cpu::input_grad(dims, v.read(g)?, v.read(self.w.buf)?, v.write(gx)?);
+                    Ok(())
+                })?,
+                Backend::Cuda(gpu) => gpu.launch(
+                    Kernel::DenseInputGrad,
+                    Grid::tiles(n, inp, TILE),
+                    &[
+                        gy.into(),
+                        self.y.buf.into(),
+                        self.w.buf.into(),
+                        gx.into(),
+                        Arg::U32(n as u32),
+                        Arg::U32(inp as u32),
+                        Arg::U32(out as u32),
+                        Arg::U32s(&e),
+                        cursor,
+                    ],
+                )?,
+                Backend::Dry(_) => {}
+            }
+            s.accumulate(&self.x, gx)?;
+        }
+        let bias = self.bias.filter(|b| b.requires_grad);
+        if self.w.requires_grad || bias.is_some() {
+            let gw = s.alloc::<f32>("dense weight grad", self.w.shape)?;
+            let gb = match bias {
+                Some(b) => Some(s.alloc::<f32>("dense bias grad", b.shape)?),
+                None => None,
+            };
+            match s.backend() {
+                Backend::Cpu(cpu) => cpu.run(|v, _| {
+                    let gb = match gb {
+                        Some(gb) => Some(v.write(gb)?),
+                        None => None,
+                    };
+                    cpu::weight_grad(dims, v.read(g)?, v.read(self.x.buf)?, v.write(gw)?, gb);
+                    Ok(())
+                })?,
+                Backend::Cuda(gpu) => {
+                    let cols = if gb.is_some() { inp + 1 } else { inp };
+                    gpu.launch(
+                        Kernel::DenseWeightGrad,
+                        Grid::tiles(out, cols, TILE),
+                        &[
+                            gy.into(),
+                            self.y.buf.into(),
+                            self.x.buf.into(),
+                            gw.into(),
+                            gb.map_or(Arg::Null, Arg::from),
+                            Arg::U32(n as u32),
+                            Arg::U32(inp as u32),
+                            Arg::U32(out as u32),
+                            Arg::U32s(&e),
+                            cursor,
+                        ],
+                    )?
+                }
+                Backend::Dry(_) => {}
+            }
+            if self.w.requires_grad {
+                s.accumulate(&self.w, gw)?;
+            }
+            if let (Some(b), Some(gb)) = (bias, gb) {
+                s.accumulate(&b, gb)?;
+            }
+        }
+        Ok(())
+    }
+}

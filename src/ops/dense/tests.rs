@@ -1,0 +1,67 @@
+use super::Epilogue;
+use crate::ops::dropout::DropoutSeed;
+use crate::ops::gradcheck::{check, values};
+use crate::tensor::Shape;
+
+fn shapes() -> [Shape; 3] {
+    [Shape::new(&[7, 13]), Shape::new(&[6, 13]), Shape::new(&[6])]
+}
+
+fn inputs() -> Vec<Vec<f32>> {
+    vec![
+        values(91, 41, -1.0, 1.0),
+        values(78, 42, -1.0, 1.0),
+        values(6, 43, -0.5, 0.5),
+    ]
+}
+
+#[test]
+fn dense_gradient_matches_finite_differences_for_every_epilogue() {
+    let epilogues = [
+        Epilogue::default(),
+        Epilogue {
+            relu: true,
+            dropout: None,
+        },
+        Epilogue {
+            relu: true,
+            dropout: Some((0.5, DropoutSeed::Fixed(77))),
+        },
+        Epilogue {
+            relu: false,
+            dropout: Some((0.3, DropoutSeed::Fixed(5))),
+        },
+    ];
+    for e in epilogues {
+        check(&shapes(), &inputs(), &[0, 1, 2], &move |s, x| {
+            x[0].dense(s, x[1], Some(x[2]), e)
+        });
+    }
+}
+
+#[test]
+fn dense_equals_linear_then_relu_then_dropout() {
+    let mut arena = crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 20).unwrap();
+    let [xs, ws, bs] = shapes();
+    let v = inputs();
+    let e = Epilogue {
+        relu: true,
+        dropout: Some((0.5, DropoutSeed::Fixed(9))),
+    };
+    let (fused, chain) = arena
+        .step(|s| {
+            let (x, w, b) = (
+                s.input("x", xs, &v[0])?,
+                s.input("w", ws, &v[1])?,
+                s.input("b", bs, &v[2])?,
+            );
+            let fused = x.dense(s, w, Some(b), e)?;
+            let chain = x.linear(s, w, Some(b))?.relu(s)?.dropout(s, 0.5, 9)?;
+            let (mut a, mut c) = (vec![0.0; 42], vec![0.0; 42]);
+            s.read(fused, &mut a)?;
+            s.read(chain, &mut c)?;
+            Ok((a, c))
+        })
+        .unwrap();
+    assert_eq!(fused, chain);
+}
