@@ -67,6 +67,7 @@ type Body = dyn for<'s> Fn(&mut Step<'s>) -> bumpgrad::Result<Vec<(&'static str,
 /// Runs `body` in one step on `device` and reads every tensor it returns.
 fn run(device: Device, body: &Body) -> Vec<(&'static str, Vec<f32>)> {
     let mut arena = Arena::new(device, 64 << 20).expect("arena");
+    arena.set_poison_step(true);
     arena
         .step(|s| {
             let outputs = body(s)?;
@@ -230,6 +231,7 @@ fn cursor_steps(device: Device) -> Vec<(&'static str, Vec<f32>)> {
     use bumpgrad::ops::dropout::DropoutSeed;
     use bumpgrad::ops::gather::{BatchAt, ByteImages};
     let mut arena = Arena::new(device, 16 << 20).expect("arena");
+    arena.set_poison_step(true);
     let mut p = arena.persistent();
     let pixels: Vec<u8> = (0..50 * 16).map(|i| (i * 7 % 256) as u8).collect();
     let images = ByteImages {
@@ -306,6 +308,7 @@ fn cnn_step(device: Device) -> Vec<(&'static str, Vec<f32>)> {
     host.limit_train(300).expect("limit");
     host.limit_test(100).expect("limit");
     let mut arena = Arena::new(device, 64 << 20).expect("arena");
+    arena.set_poison_step(true);
     let mut p = arena.persistent();
     let model = MnistCnn::init(&mut p, 7).expect("init");
     let data = host.upload(&mut p).expect("upload");
@@ -366,6 +369,7 @@ fn gpu_config(epochs: usize) -> TrainConfig {
         data_dir: data_dir(),
         train_limit: Some(10_000),
         test_limit: Some(2_000),
+        poison_step: Some(true),
         ..TrainConfig::default()
     }
 }

@@ -11,6 +11,7 @@ fn config(train_limit: usize, test_limit: usize, epochs: usize) -> TrainConfig {
         data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
         train_limit: Some(train_limit),
         test_limit: Some(test_limit),
+        poison_step: Some(true),
         ..TrainConfig::default()
     }
 }

@@ -112,7 +112,14 @@ pub struct Arena {
     counters: Counters,
     /// Host-side bookkeeping of a step; cleared, never freed, at each reset.
     tape: Tape,
+    /// Fill the step region with NaNs at every reset (`--poison-step`).
+    poison: bool,
 }
+
+/// What `--poison-step` writes over the step region at every reset: a quiet
+/// NaN in every 4-byte word, so a kernel that reads memory it did not write
+/// in this step computes NaN, and the loss says so at once.
+pub const POISON: u32 = 0x7FC0_0000;
 
 impl Arena {
     /// Makes the device's one allocation of `capacity` bytes (rounded up to
@@ -138,11 +145,23 @@ impl Arena {
             top: 0,
             counters: Counters::default(),
             tape: Tape::default(),
+            poison: cfg!(debug_assertions) || cfg!(test),
         }
     }
 
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Whether every reset fills the step region with NaNs (on by default in
+    /// debug builds and the crate's unit tests). Lantern zeroed the freed
+    /// range; a NaN is louder: a stale read shows up in the loss at once.
+    pub fn set_poison_step(&mut self, on: bool) {
+        self.poison = on;
+    }
+
+    pub fn poisons_steps(&self) -> bool {
+        self.poison
     }
 
     pub fn device(&self) -> DeviceKind {
@@ -182,8 +201,10 @@ impl Arena {
         debug_assert_eq!(self.top, self.mark, "a step began with a non-empty step region");
         self.tape.clear();
         let result = body(&mut Step::new(self));
-        self.reset();
-        result
+        let reset = self.reset();
+        let r = result?;
+        reset?;
+        Ok(r)
     }
 
     /// Records one step's device work as a CUDA graph, without running it:
@@ -255,8 +276,15 @@ impl Arena {
     }
 
     /// Resets the step region to the mark and records the step's figures.
-    fn reset(&mut self) {
+    fn reset(&mut self) -> Result<(), BackendError> {
         let used = self.top - self.mark;
+        // Poison what the step used (captured into a step graph, this
+        // becomes the graph's last node, so replays poison too).
+        let poisoned = if self.poison && used > 0 {
+            self.backend.fill(Buf::<u32>::new(self.mark, used / 4), POISON)
+        } else {
+            Ok(())
+        };
         let c = &mut self.counters;
         c.step_high_water = c.step_high_water.max(used);
         c.last_step_bytes = used;
@@ -267,6 +295,7 @@ impl Arena {
         c.resets += 1;
         self.top = self.mark;
         self.tape.clear();
+        poisoned
     }
 
     fn bump<T: Element>(&mut self, region: Region, what: &'static str, shape: Shape) -> Result<Buf<T>, ArenaError> {
@@ -495,6 +524,35 @@ mod tests {
         // The persistent region can grow between steps; the mark follows.
         arena.persistent().alloc::<u8>("late", Shape::new(&[1])).unwrap();
         assert_eq!(arena.stats().persistent_bytes, 2 * ALIGN);
+    }
+
+    #[test]
+    fn poison_step_turns_a_stale_read_into_nan() {
+        for poison in [false, true] {
+            let mut arena = cpu_arena(1 << 16);
+            arena.set_poison_step(poison);
+            arena
+                .step(|s| {
+                    let x = s.input("written", Shape::new(&[8]), &[1.5; 8])?;
+                    x.relu(s).map(|_| ())
+                })
+                .unwrap();
+            // The planted bug: a step reads a buffer it never wrote, at the
+            // address the last step's input had.
+            let stale = arena
+                .step(|s| {
+                    let buf = s.alloc::<f32>("never written", Shape::new(&[8]))?;
+                    let mut out = [0.0; 8];
+                    s.backend().download(buf, &mut out)?;
+                    Ok(out)
+                })
+                .unwrap();
+            if poison {
+                assert!(stale.iter().all(|v| v.is_nan()), "{stale:?}");
+            } else {
+                assert_eq!(stale, [1.5; 8], "without poison the last step's values leak through");
+            }
+        }
     }
 
     #[test]

@@ -38,6 +38,9 @@ pub struct TrainConfig {
     pub graph: Option<bool>,
     /// Time every op of one step on the GPU and report where the time goes.
     pub profile: bool,
+    /// Fill the step region with NaNs at every reset; `None`: on in debug
+    /// builds only.
+    pub poison_step: Option<bool>,
 }
 
 impl Default for TrainConfig {
@@ -56,6 +59,7 @@ impl Default for TrainConfig {
             test_limit: None,
             graph: None,
             profile: false,
+            poison_step: None,
         }
     }
 }
@@ -158,7 +162,10 @@ pub fn prepare(cfg: &TrainConfig) -> Result<(Session, RunInfo)> {
             });
         }
     };
-    let arena = Arena::new(device, capacity)?;
+    let mut arena = Arena::new(device, capacity)?;
+    if let Some(on) = cfg.poison_step {
+        arena.set_poison_step(on);
+    }
     let session = Session::new(cfg, &host, arena)?;
     let info = RunInfo {
         device: session.arena().device(),

@@ -86,6 +86,10 @@ struct TrainArgs {
     /// Time every op of the second step on the GPU and print where a step's time goes.
     #[arg(long)]
     profile: bool,
+    /// Fill the step region with NaNs after every step, so a kernel reading memory it did not
+    /// write shows up as a NaN loss (on by default in debug builds).
+    #[arg(long)]
+    poison_step: bool,
     /// Print one JSON object per epoch on stdout; human text goes to stderr.
     #[arg(long)]
     json: bool,
@@ -127,6 +131,7 @@ impl TrainArgs {
                 GraphArg::Off => Some(false),
             },
             profile: self.profile,
+            poison_step: self.poison_step.then_some(true),
         }
     }
 }
