@@ -16,6 +16,7 @@
 //! - [`models`]: networks built from ops (the MNIST CNN);
 //! - [`optim`]: optimizers updating parameters in place;
 //! - [`data`]: IDX files, MNIST, the epoch's shuffled order;
+//! - [`checkpoint`]: a run's state as atomic, checksummed safetensors files;
 //! - [`train`]: the training loop and its reports, used by the CLI.
 //!
 //! A step in miniature: one parameter, three steps of SGD.
@@ -48,6 +49,7 @@
 
 pub mod autograd;
 pub mod backend;
+pub mod checkpoint;
 pub mod data;
 mod error;
 pub mod memory;

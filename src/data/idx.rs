@@ -50,6 +50,11 @@ impl Images {
 
     /// The pixels of image `index`, or `None` past the end.
     pub fn image(&self, index: usize) -> Option<&[u8]> {
+        // By count, not by slicing alone: with a zero dimension every slice
+        // is empty and in range, even past the end (found by fuzzing).
+        if index >= self.count {
+            return None;
+        }
         let len = self.image_len();
         let start = index.checked_mul(len)?;
         self.pixels.get(start..start.checked_add(len)?)
@@ -229,6 +234,17 @@ mod tests {
         assert_eq!(images.image(1), Some(&pixels[20..40]));
         assert_eq!(images.image(3), None);
         assert_eq!(images.image(usize::MAX), None);
+    }
+
+    #[test]
+    fn zero_sized_images_end_at_their_count() {
+        // Regression (fuzz/regressions/idx-zero-dimension-*.bin): rows or
+        // cols of 0 made `image` return an empty image for any index.
+        let images = parse_images(&idx_images(0, 28, 0, &[])).unwrap();
+        assert_eq!(images.image(0), None);
+        let images = parse_images(&idx_images(3, 0, 28, &[])).unwrap();
+        assert_eq!(images.image(2), Some(&[][..]));
+        assert_eq!(images.image(3), None);
     }
 
     #[test]

@@ -1,0 +1,98 @@
+//! Fuzz harnesses for bumpgrad's parsers of untrusted bytes, shared by the
+//! libFuzzer targets (`fuzz_targets/`, nightly) and the bounded stable
+//! runner (`src/bin/smoke.rs`).
+//!
+//! Each `*_one` function feeds one input to a parser and panics if the
+//! parser breaks a promise its documentation makes; a panic inside the
+//! parser is a finding too. They return a short label of the outcome (`ok`
+//! or the error variant) so a runner can show which paths were reached.
+
+use std::path::Path;
+
+use bumpgrad::checkpoint::{self, Checkpoint};
+use bumpgrad::data::{parse_images, parse_labels};
+
+/// The path errors name for fuzzed bytes.
+pub const FUZZ_PATH: &str = "<fuzz input>";
+
+/// `parse_images` and `parse_labels` on the same bytes.
+///
+/// Promises checked: a returned `Images` has exactly `count * rows * cols`
+/// pixels and the input was exactly header + pixels; labels likewise; every
+/// error formats.
+pub fn idx_one(data: &[u8]) -> String {
+    let images = match parse_images(data) {
+        Ok(images) => {
+            let pixels = (images.count as u128) * (images.rows as u128) * (images.cols as u128);
+            assert_eq!(images.pixels.len() as u128, pixels, "pixel count");
+            assert_eq!(data.len(), 16 + images.pixels.len(), "input length");
+            assert_eq!(&data[16..], &images.pixels[..], "pixels");
+            if images.count > 0 {
+                assert!(images.image(images.count - 1).is_some(), "last image");
+            }
+            assert!(images.image(images.count).is_none(), "past the end");
+            "ok".to_string()
+        }
+        Err(e) => label(&format!("{e:?}"), &e.to_string()),
+    };
+    let labels = match parse_labels(data) {
+        Ok(labels) => {
+            assert_eq!(data.len(), 8 + labels.len(), "input length");
+            assert_eq!(&data[8..], &labels[..], "labels");
+            "ok".to_string()
+        }
+        Err(e) => label(&format!("{e:?}"), &e.to_string()),
+    };
+    format!("images {images}, labels {labels}")
+}
+
+/// `checkpoint::parse` on the bytes.
+///
+/// Promises checked: every error names the path; whatever decodes
+/// re-encodes, and decodes again to the same values, bit for bit.
+pub fn checkpoint_one(data: &[u8]) -> String {
+    let path = Path::new(FUZZ_PATH);
+    match checkpoint::parse(data, path) {
+        Ok(ckpt) => {
+            round_trip(&ckpt);
+            "ok".to_string()
+        }
+        Err(e) => {
+            assert_eq!(e.path(), Some(path), "error without the path: {e:?}");
+            label(&format!("{e:?}"), &e.to_string())
+        }
+    }
+}
+
+/// Encodes `ckpt`, decodes the bytes, and checks nothing changed. Panics if
+/// a checkpoint the encoder accepted does not come back.
+pub fn round_trip(ckpt: &Checkpoint) {
+    let path = Path::new(FUZZ_PATH);
+    let bytes = checkpoint::encode(ckpt).unwrap_or_else(|e| panic!("a valid checkpoint does not encode: {e}"));
+    let back = checkpoint::parse(&bytes, path).unwrap_or_else(|e| panic!("an encoded checkpoint does not decode: {e}"));
+    assert_eq!(
+        (back.epoch, back.step, back.seed, &back.config_json, &back.extra),
+        (ckpt.epoch, ckpt.step, ckpt.seed, &ckpt.config_json, &ckpt.extra),
+        "metadata"
+    );
+    assert_eq!(back.tensors.len(), ckpt.tensors.len(), "tensor count");
+    for t in &ckpt.tensors {
+        let b = back
+            .tensor(&t.name)
+            .unwrap_or_else(|| panic!("tensor {:?} lost", t.name));
+        assert_eq!(b.shape, t.shape, "shape of {:?}", t.name);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&b.values), bits(&t.values), "values of {:?}", t.name);
+    }
+}
+
+/// `Truncated { path: .. }` → `Truncated`; the message is formatted only so
+/// that formatting is exercised too.
+fn label(debug: &str, message: &str) -> String {
+    assert!(!message.is_empty());
+    debug
+        .split(|c: char| !c.is_alphanumeric())
+        .next()
+        .unwrap_or("")
+        .to_string()
+}
