@@ -1,6 +1,7 @@
 //! The library's error type: every failure a caller can meet, typed.
 
 use crate::backend::BackendError;
+use crate::checkpoint::CheckpointError;
 use crate::data::DataError;
 use crate::memory::ArenaError;
 
@@ -14,14 +15,28 @@ pub enum Error {
     Backend(#[from] BackendError),
     #[error(transparent)]
     Data(#[from] DataError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
     #[error("{op}: wrong shape: expected {detail}")]
     Shape { op: &'static str, detail: String },
     #[error("backward: the tensor does not depend on anything that needs a gradient (was the step recording?)")]
     NoGradient,
     #[error("invalid setting: {0}")]
     Config(String),
-    #[error("training diverged: the loss became {loss} at epoch {epoch}, step {step}; lower --lr")]
+    #[error("training diverged: the loss became {loss} at epoch {epoch}, step {step}; lower --lr (the last checkpoint written, if any, is from before it)")]
     Diverged { epoch: usize, step: usize, loss: f32 },
+    #[error(
+        "stopped by a signal after step {step} of epoch {epoch}; {}",
+        match checkpoint {
+            Some(path) => format!("checkpoint written to {}; continue with --resume {}", path.display(), path.parent().map_or_else(|| ".".into(), |d| d.display().to_string())),
+            None => "no checkpoint was written (no --checkpoint-dir)".into(),
+        }
+    )]
+    Interrupted {
+        epoch: usize,
+        step: usize,
+        checkpoint: Option<std::path::PathBuf>,
+    },
 }
 
 impl Error {

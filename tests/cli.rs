@@ -11,7 +11,9 @@ fn bumpgrad(args: &[&str]) -> Output {
         .expect("run bumpgrad")
 }
 
-const QUICK: [&str; 8] = [
+/// A small CPU run that writes no periodic checkpoints (tests run at once
+/// and must not share a checkpoint directory).
+const QUICK: [&str; 10] = [
     "--train-limit",
     "300",
     "--test-limit",
@@ -20,6 +22,8 @@ const QUICK: [&str; 8] = [
     "2",
     "--device",
     "cpu",
+    "--checkpoint-every",
+    "off",
 ];
 
 fn train(extra: &[&str]) -> Output {
@@ -77,12 +81,41 @@ fn cuda_without_a_gpu_is_a_clear_error() {
 
 #[test]
 fn bad_settings_are_refused_with_what_to_pass() {
-    fails_with(train(&["--batch", "0"]), 1, "--batch must be at least 1");
-    fails_with(train(&["--lr", "-1"]), 1, "--lr must be a positive number");
-    fails_with(train(&["--epochs", "0"]), 1, "--epochs must be at least 1");
-    fails_with(train(&["--momentum", "1.5"]), 1, "--momentum must be in [0, 1)");
-    fails_with(train(&["--arena-size", "lots"]), 2, "cannot read \"lots\" as a size");
-    fails_with(train(&["--device", "tpu"]), 2, "invalid value 'tpu'");
+    let garbage = std::env::temp_dir().join(format!("bumpgrad-cli-garbage-{}", std::process::id()));
+    std::fs::create_dir_all(&garbage).unwrap();
+    std::fs::write(garbage.join("ckpt-000000000010.safetensors"), b"not a checkpoint").unwrap();
+    let garbage = garbage.to_str().unwrap().to_string();
+    // (flags, exit status, what the message must say); 2 is clap's status
+    // for a flag it cannot parse, 1 ours for a setting that cannot train.
+    let table: &[(&[&str], i32, &str)] = &[
+        (&["--batch", "0"], 1, "--batch must be at least 1"),
+        (&["--batch", "-5"], 2, "unexpected argument '-5'"),
+        (&["--lr", "-1"], 1, "--lr must be a positive number"),
+        (&["--lr", "nan"], 1, "--lr must be a positive number"),
+        (&["--epochs", "0"], 1, "--epochs must be at least 1"),
+        (&["--momentum", "1.5"], 1, "--momentum must be in [0, 1)"),
+        (&["--arena-size", "lots"], 2, "cannot read \"lots\" as a size"),
+        (&["--arena-size", "1KiB"], 1, "arena exhausted"),
+        (&["--device", "tpu"], 2, "invalid value 'tpu'"),
+        (&["--graph", "on"], 1, "--graph on needs the GPU"),
+        (&["--train-limit", "0"], 1, "--train-limit must be at least 1"),
+        (&["--test-limit", "0"], 1, "--test-limit must be at least 1"),
+        (&["--data", "/nonexistent/mnist"], 1, "--data"),
+        (&["--data", "Cargo.toml"], 1, "--data"),
+        (&["--checkpoint-every", "0"], 2, "at least 1"),
+        (&["--checkpoint-every", "5fortnights"], 2, "unknown unit"),
+        (&["--keep-checkpoints", "0"], 1, "--keep-checkpoints must be at least 1"),
+        (&["--resume", "/nonexistent/ckpts"], 1, "/nonexistent/ckpts"),
+        (&["--resume", garbage.as_str()], 1, "reads cleanly"),
+    ];
+    for (flags, status, needle) in table {
+        let out = train(flags);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(*status), "{flags:?}: {stderr}");
+        assert!(stderr.contains(needle), "{flags:?}: expected {needle:?} in: {stderr}");
+        assert!(!stderr.contains("panicked"), "{flags:?}: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&garbage);
 }
 
 #[test]
@@ -103,4 +136,80 @@ fn a_train_limit_past_the_data_is_refused() {
         1,
         "--train-limit 70000 is out of range",
     );
+}
+
+/// Sends SIGINT to a child process (through `kill`, to stay free of libc).
+fn interrupt(child: &std::process::Child) {
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success());
+}
+
+fn spawn_train(extra: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_bumpgrad"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["train", "--device", "cpu", "--threads", "2", "--test-limit", "100"])
+        .args(extra)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start bumpgrad")
+}
+
+#[test]
+fn ctrl_c_finishes_the_step_writes_a_checkpoint_and_resume_continues() {
+    let dir = std::env::temp_dir().join(format!("bumpgrad-cli-sigint-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_str().unwrap();
+    let child = spawn_train(&["--epochs", "50", "--checkpoint-dir", d, "--checkpoint-every", "off"]);
+    // Data loading takes under a second; by 3 s it is training.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    interrupt(&child);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("stopped by a signal") && stderr.contains("--resume"),
+        "{stderr}"
+    );
+    let latest = bumpgrad::checkpoint::latest_valid(&dir).unwrap().expect("a checkpoint");
+    assert!(latest.checkpoint.step > 0);
+
+    let out = bumpgrad(&[
+        "train",
+        "--device",
+        "cpu",
+        "--threads",
+        "2",
+        "--test-limit",
+        "100",
+        "--epochs",
+        "1",
+        "--resume",
+        d,
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stdout.contains("resuming from"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_second_ctrl_c_exits_at_once() {
+    let dir = std::env::temp_dir().join(format!("bumpgrad-cli-sigint2-{}", std::process::id()));
+    let child = spawn_train(&["--epochs", "50", "--checkpoint-dir", dir.to_str().unwrap()]);
+    // Both while the data set loads: the first asks for a checkpoint after
+    // the current step, the second must not wait for it.
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    interrupt(&child);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    interrupt(&child);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("second interrupt"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -45,7 +45,7 @@ fn training_steps_after_the_first_allocate_nothing() {
     let (mut session, _) = prepare(&cfg).expect("session");
     // The training loop runs on the device's workers, as `Session::epoch` does.
     let (losses, accuracy, during) = session.on_workers(|session| {
-        session.begin_epoch(1).expect("epoch order");
+        session.begin_epoch(1, 0).expect("epoch order");
         session.train_step(0).expect("first step");
         session.losses(0..1).expect("first loss");
         session.evaluate().expect("first evaluation");

@@ -54,7 +54,8 @@ pub enum BackendError {
 }
 
 /// What the user asked for with `--device`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum DeviceRequest {
     /// The GPU when one is usable, else the CPU.
     #[default]

@@ -6,20 +6,23 @@
 //! training step and one evaluation step on it, and allocates exactly the
 //! persistent bytes plus the step high-water it measured.
 
+mod checkpoints;
 mod report;
 mod session;
 
+pub use checkpoints::{CheckpointPolicy, Every, Position};
 pub use report::{resident_bytes, EpochReport, Observer, Quiet, RunInfo, StepProfile};
-pub use session::{Session, MNIST_NORMALIZE, READBACK};
+pub use session::{Control, Session, MNIST_NORMALIZE, READBACK};
 
 use crate::backend::{Device, DeviceRequest};
 use crate::data::MnistHost;
 use crate::memory::{Arena, ArenaError};
 use crate::{Error, Result};
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 
 /// Everything `bumpgrad train` can be told.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct TrainConfig {
     pub device: DeviceRequest,
     pub epochs: usize,
@@ -41,6 +44,10 @@ pub struct TrainConfig {
     /// Fill the step region with NaNs at every reset; `None`: on in debug
     /// builds only.
     pub poison_step: Option<bool>,
+    /// Where and how often to write checkpoints; `None`: never.
+    pub checkpoints: Option<CheckpointPolicy>,
+    /// Continue from the newest valid checkpoint in this directory.
+    pub resume: Option<PathBuf>,
 }
 
 impl Default for TrainConfig {
@@ -60,6 +67,8 @@ impl Default for TrainConfig {
             graph: None,
             profile: false,
             poison_step: None,
+            checkpoints: None,
+            resume: None,
         }
     }
 }
@@ -82,6 +91,12 @@ impl TrainConfig {
         }
         if self.test_limit == Some(0) {
             return bad("--test-limit must be at least 1".into());
+        }
+        if self.train_limit == Some(0) {
+            return bad("--train-limit must be at least 1".into());
+        }
+        if self.checkpoints.as_ref().is_some_and(|p| p.keep == 0) {
+            return bad("--keep-checkpoints must be at least 1".into());
         }
         Ok(())
     }
@@ -183,7 +198,58 @@ pub fn prepare(cfg: &TrainConfig) -> Result<(Session, RunInfo)> {
 
 /// Trains for `cfg.epochs`, reporting to `observer`.
 pub fn train(cfg: &TrainConfig, observer: &mut (dyn Observer + Send)) -> Result<Vec<EpochReport>> {
+    train_until(cfg, observer, &AtomicBool::new(false))
+}
+
+/// [`train`], stopping after the current step once `stop` is set (by a
+/// signal handler): a checkpoint is written and [`Error::Interrupted`]
+/// returned. With `cfg.resume`, continues from the newest valid checkpoint
+/// there (damaged newer ones are reported through the observer and skipped).
+pub fn train_until(
+    cfg: &TrainConfig,
+    observer: &mut (dyn Observer + Send),
+    stop: &AtomicBool,
+) -> Result<Vec<EpochReport>> {
     let (mut session, info) = prepare(cfg)?;
+    let mut start = Position::default();
+    if let Some(dir) = &cfg.resume {
+        match crate::checkpoint::latest_valid(dir)? {
+            Some(latest) => {
+                for (path, why) in &latest.skipped {
+                    observer.note(&format!("skipped {}: {why}", path.display()));
+                }
+                start = session.resume(&latest.checkpoint)?;
+                observer.note(&format!(
+                    "resuming from {}: {} epochs and {} steps of the next done ({} steps in all)",
+                    latest.path.display(),
+                    start.epochs_done,
+                    start.step_in_epoch,
+                    session.steps_done()
+                ));
+            }
+            None => observer.note(&format!(
+                "no checkpoint in {} yet; starting from scratch",
+                dir.display()
+            )),
+        }
+    }
+    let config_json = serde_json::to_string(cfg).unwrap_or_else(|_| "{}".into());
+    let control = Control {
+        stop,
+        checkpoints: cfg.checkpoints.as_ref(),
+        config_json: &config_json,
+    };
     observer.started(&info);
-    session.on_workers(|session| (1..=cfg.epochs).map(|epoch| session.epoch(epoch, observer)).collect())
+    session.on_workers(|session| {
+        let mut reports = Vec::new();
+        for epoch in start.epochs_done + 1..=cfg.epochs {
+            let from = if epoch == start.epochs_done + 1 {
+                start
+            } else {
+                Position::epoch_start(epoch - 1)
+            };
+            reports.push(session.epoch_from(epoch, from, observer, &control)?);
+        }
+        Ok(reports)
+    })
 }

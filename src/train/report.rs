@@ -109,6 +109,12 @@ pub trait Observer {
     fn epoch_started(&mut self, _epoch: usize, _steps: usize) {}
     fn step(&mut self, _epoch: usize, _step: usize, _loss: f32) {}
     fn evaluating(&mut self, _epoch: usize) {}
+    /// An epoch continues from `step` (a resumed run); 0 for a fresh epoch.
+    fn resumed_at(&mut self, _epoch: usize, _step: usize) {}
+    /// A checkpoint was written.
+    fn checkpoint_written(&mut self, _path: &std::path::Path) {}
+    /// A line for people (resuming, skipped checkpoints).
+    fn note(&mut self, _line: &str) {}
     /// A step was timed op by op; `wall_per_step` is the epoch's seconds per step.
     fn profiled(&mut self, _profile: &StepProfile, _wall_per_step: f64) {}
     fn epoch(&mut self, _report: &EpochReport) {}

@@ -10,9 +10,11 @@
 //! is one replay, with no host work but the launch. The host reads the
 //! losses back every [`READBACK`] steps.
 
+use super::checkpoints::{self, CheckpointPolicy, Every, Position};
 use super::report::{resident_bytes, EpochReport, Observer, StepProfile};
 use super::TrainConfig;
 use crate::backend::cuda::OpTime;
+use crate::checkpoint::{momentum_buffer_name, Checkpoint, NamedTensor};
 use crate::data::{shuffle_into, MnistHost, ResidentMnist};
 use crate::memory::{Arena, Buf, StepGraph};
 use crate::models::{MnistCnn, Mode};
@@ -22,6 +24,8 @@ use crate::ops::gather::{BatchAt, Normalize};
 use crate::optim::Sgd;
 use crate::tensor::Shape;
 use crate::{Error, Result};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 /// MNIST's pixel statistics, as every MNIST example normalises with.
@@ -42,8 +46,19 @@ const TIMED_OPS: usize = 256;
 /// every run has it.
 const PROFILED_STEP: u64 = 40;
 
+/// What the epoch loop checks between steps: a stop request (a signal) and
+/// the checkpoint policy.
+pub struct Control<'a> {
+    pub stop: &'a AtomicBool,
+    pub checkpoints: Option<&'a CheckpointPolicy>,
+    /// The run's configuration as JSON, recorded in each checkpoint.
+    pub config_json: &'a str,
+}
+
 pub struct Session {
     arena: Arena,
+    /// Settings a resume must match (see `checkpoints::fingerprint`).
+    fingerprint: [(&'static str, String); 4],
     model: MnistCnn,
     sgd: Sgd,
     data: ResidentMnist,
@@ -102,6 +117,7 @@ impl Session {
         let test_len = data.test.len() as u32;
         Ok(Self {
             arena,
+            fingerprint: checkpoints::fingerprint(cfg.batch, cfg.train_limit, cfg.momentum),
             model,
             sgd,
             data,
@@ -150,12 +166,87 @@ impl Session {
     }
 
     /// Puts the training set in epoch `epoch`'s shuffled order, on the host
-    /// and where the kernels read it, and points the cursor at its first step.
-    pub fn begin_epoch(&mut self, epoch: usize) -> Result<()> {
+    /// and where the kernels read it, and points the cursor at `first_step`.
+    pub fn begin_epoch(&mut self, epoch: usize, first_step: usize) -> Result<()> {
         shuffle_into(&mut self.order, self.seed, epoch as u64);
         self.arena.write_persistent(self.order_buf, &self.order)?;
-        self.cursor.set(&mut self.arena, 0, self.steps_done)?;
+        self.cursor.set(&mut self.arena, first_step as u32, self.steps_done)?;
         Ok(())
+    }
+
+    /// Training steps done since the run began (a resumed run included).
+    pub fn steps_done(&self) -> u64 {
+        self.steps_done
+    }
+
+    /// The parameters and momentum buffers, read from the arena and named as
+    /// a PyTorch `state_dict` names them.
+    pub fn state_tensors(&mut self) -> Result<Vec<NamedTensor>> {
+        let mut out = Vec::new();
+        let velocities: Vec<_> = self.sgd.velocities().collect();
+        for param in self.model.params() {
+            let mut values = vec![0.0; param.shape().numel()];
+            self.arena.read_param(&param, &mut values)?;
+            out.push(NamedTensor::new(param.name(), param.shape().dims(), values));
+        }
+        for (param, velocity) in velocities {
+            let mut values = vec![0.0; param.shape().numel()];
+            self.arena.read_persistent(velocity, &mut values)?;
+            out.push(NamedTensor::new(
+                momentum_buffer_name(param.name()),
+                param.shape().dims(),
+                values,
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Writes a checkpoint of the session at `at`.
+    pub fn save(&mut self, policy: &CheckpointPolicy, at: Position, config_json: &str) -> Result<PathBuf> {
+        let tensors = self.state_tensors()?;
+        let ckpt = checkpoints::make(
+            tensors,
+            at,
+            self.steps_done,
+            self.seed,
+            config_json.to_string(),
+            &self.fingerprint,
+        );
+        checkpoints::write(policy, &ckpt)
+    }
+
+    /// Loads a checkpoint's parameters, momentum and step count; returns
+    /// where its run stood. Every tensor is checked before any is written,
+    /// so a refused checkpoint leaves the session as it was.
+    pub fn resume(&mut self, ckpt: &Checkpoint) -> Result<Position> {
+        let at = checkpoints::position(ckpt, self.seed, &self.fingerprint)?;
+        let velocities: Vec<_> = self.sgd.velocities().collect();
+        let mut writes = Vec::new();
+        for param in self.model.params() {
+            writes.push((param.name().to_string(), param.shape(), param.buf()));
+        }
+        for (param, velocity) in velocities {
+            writes.push((momentum_buffer_name(param.name()), param.shape(), velocity));
+        }
+        for (name, shape, _) in &writes {
+            match ckpt.tensor(name) {
+                Some(t) if t.shape == shape.dims() => {}
+                Some(t) => {
+                    return Err(Error::Config(format!(
+                        "cannot resume: the checkpoint's {name} is {:?}, the model's is {shape}",
+                        t.shape
+                    )))
+                }
+                None => return Err(Error::Config(format!("cannot resume: the checkpoint has no {name}"))),
+            }
+        }
+        for (name, _, buf) in &writes {
+            if let Some(t) = ckpt.tensor(name) {
+                self.arena.write_persistent(*buf, &t.values)?;
+            }
+        }
+        self.steps_done = ckpt.step;
+        Ok(at)
     }
 
     /// Queues training step `step` of the current epoch. Its loss lands in
@@ -275,20 +366,61 @@ impl Session {
     /// one [`Session::on_workers`] call, as [`super::train`] does: then no
     /// step touches the heap, and one thread runs the loop from start to end.
     pub fn epoch(&mut self, epoch: usize, observer: &mut dyn Observer) -> Result<EpochReport> {
+        let stop = AtomicBool::new(false);
+        let control = Control {
+            stop: &stop,
+            checkpoints: None,
+            config_json: "{}",
+        };
+        self.epoch_from(epoch, Position::epoch_start(epoch - 1), observer, &control)
+    }
+
+    /// Epoch `epoch` from `start` on (a resumed run starts mid-epoch),
+    /// writing checkpoints as `control` says. A stop request ends the epoch
+    /// after the current step with a checkpoint and [`Error::Interrupted`].
+    pub fn epoch_from(
+        &mut self,
+        epoch: usize,
+        start: Position,
+        observer: &mut dyn Observer,
+        control: &Control<'_>,
+    ) -> Result<EpochReport> {
         let steps = self.steps_per_epoch();
         observer.epoch_started(epoch, steps);
-        self.begin_epoch(epoch)?;
+        let first = start.step_in_epoch.min(steps);
+        observer.resumed_at(epoch, first);
+        self.begin_epoch(epoch, first)?;
         let started = Instant::now();
-        let mut total = 0.0f64;
-        let mut read = 0;
-        for step in 0..steps {
+        let mut total = start.loss_sum;
+        let mut read = first;
+        for step in first..steps {
             self.train_step(step)?;
             if self.steps_done == 1 {
                 self.first_step_free = self.arena.device_free_bytes()?;
             }
-            if step + 1 - read >= READBACK || step + 1 == steps {
+            let stopping = control.stop.load(Ordering::Relaxed);
+            let due = matches!(control.checkpoints.and_then(|p| p.every), Some(Every::Steps(n)) if self.steps_done.is_multiple_of(n));
+            if step + 1 - read >= READBACK || step + 1 == steps || stopping || due {
+                // A checkpoint is written only after its steps' losses were
+                // read and found finite: a diverged step never overwrites
+                // the last good checkpoint.
                 total += self.report_losses(epoch, read..step + 1, observer)?;
                 read = step + 1;
+            }
+            if (stopping || due) && step + 1 < steps {
+                let at = Position {
+                    epochs_done: epoch - 1,
+                    step_in_epoch: step + 1,
+                    loss_sum: total,
+                };
+                let written = self.checkpoint(control, at, observer)?;
+                if stopping {
+                    return Err(Error::Interrupted {
+                        epoch,
+                        step: step + 1,
+                        checkpoint: written,
+                    });
+                }
             }
         }
         let seconds = started.elapsed().as_secs_f64();
@@ -318,7 +450,34 @@ impl Session {
             span_seconds_per_step: self.profiled.as_ref().and_then(|p| p.span_seconds),
         };
         observer.epoch(&report);
+        let stopping = control.stop.load(Ordering::Relaxed);
+        let due = matches!(control.checkpoints.and_then(|p| p.every), Some(Every::Epochs(n)) if (epoch as u64).is_multiple_of(n));
+        if stopping || due {
+            let written = self.checkpoint(control, Position::epoch_start(epoch), observer)?;
+            if stopping {
+                return Err(Error::Interrupted {
+                    epoch,
+                    step: steps,
+                    checkpoint: written,
+                });
+            }
+        }
         Ok(report)
+    }
+
+    /// Writes a checkpoint if the run has a policy, and says where.
+    fn checkpoint(
+        &mut self,
+        control: &Control<'_>,
+        at: Position,
+        observer: &mut dyn Observer,
+    ) -> Result<Option<PathBuf>> {
+        let Some(policy) = control.checkpoints else {
+            return Ok(None);
+        };
+        let path = self.save(policy, at, control.config_json)?;
+        observer.checkpoint_written(&path);
+        Ok(Some(path))
     }
 
     /// Reads the losses of `steps` back, tells the observer, and stops at

@@ -5,10 +5,11 @@ mod progress;
 use anyhow::Context;
 use bumpgrad::backend::DeviceRequest;
 use bumpgrad::memory::ByteSize;
-use bumpgrad::train::{self, TrainConfig};
+use bumpgrad::train::{self, CheckpointPolicy, Every, TrainConfig};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 #[derive(Parser)]
 #[command(
@@ -90,9 +91,32 @@ struct TrainArgs {
     /// write shows up as a NaN loss (on by default in debug builds).
     #[arg(long)]
     poison_step: bool,
+    /// Where checkpoints go [default: the --resume directory, else ./checkpoints].
+    #[arg(long)]
+    checkpoint_dir: Option<PathBuf>,
+    /// How often to write a checkpoint: 500steps, 2epochs, or `off` (then only when stopped by
+    /// Ctrl-C or SIGTERM).
+    #[arg(long, default_value = "1epoch", value_parser = parse_every)]
+    checkpoint_every: EveryArg,
+    /// How many of the newest checkpoints to keep.
+    #[arg(long, default_value_t = 3)]
+    keep_checkpoints: usize,
+    /// Continue from the newest valid checkpoint in DIR (damaged newer ones are reported and skipped).
+    #[arg(long, value_name = "DIR")]
+    resume: Option<PathBuf>,
     /// Print one JSON object per epoch on stdout; human text goes to stderr.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Clone, Copy)]
+struct EveryArg(Option<Every>);
+
+fn parse_every(s: &str) -> Result<EveryArg, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(EveryArg(None));
+    }
+    s.parse::<Every>().map(|e| EveryArg(Some(e)))
 }
 
 #[derive(Clone, Copy)]
@@ -132,14 +156,46 @@ impl TrainArgs {
             },
             profile: self.profile,
             poison_step: self.poison_step.then_some(true),
+            checkpoints: Some(CheckpointPolicy {
+                dir: self
+                    .checkpoint_dir
+                    .clone()
+                    .or_else(|| self.resume.clone())
+                    .unwrap_or_else(|| PathBuf::from("checkpoints")),
+                every: self.checkpoint_every.0,
+                keep: self.keep_checkpoints,
+            }),
+            resume: self.resume.clone(),
         }
+    }
+}
+
+/// Set by the first Ctrl-C or SIGTERM: the run stops after its current step.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+/// Exit status of a run stopped by a signal (as a shell reports SIGINT).
+const INTERRUPTED: u8 = 130;
+
+/// The first signal asks the loop to stop after the current step and write
+/// a checkpoint; a second one ends the process at once.
+fn catch_signals() {
+    let installed = ctrlc::set_handler(|| {
+        if STOP.swap(true, Ordering::SeqCst) {
+            eprintln!("\nbumpgrad: second interrupt: exiting now without a checkpoint");
+            std::process::exit(INTERRUPTED as i32);
+        }
+        eprintln!("\nbumpgrad: stopping after this step to write a checkpoint (interrupt again to quit at once)");
+    });
+    if let Err(e) = installed {
+        eprintln!("bumpgrad: warning: cannot catch Ctrl-C ({e}); an interrupt will lose the current epoch");
     }
 }
 
 fn run_train(args: &TrainArgs) -> anyhow::Result<()> {
     let cfg = args.config();
     let mut printer = progress::Printer::new(args.json);
-    train::train(&cfg, &mut printer).with_context(|| format!("training on {}", cfg.data_dir.display()))?;
+    catch_signals();
+    train::train_until(&cfg, &mut printer, &STOP).with_context(|| format!("training on {}", cfg.data_dir.display()))?;
     Ok(())
 }
 
@@ -152,7 +208,10 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");
-            ExitCode::FAILURE
+            match err.downcast_ref::<bumpgrad::Error>() {
+                Some(bumpgrad::Error::Interrupted { .. }) => ExitCode::from(INTERRUPTED),
+                _ => ExitCode::FAILURE,
+            }
         }
     }
 }

@@ -80,6 +80,20 @@ impl Observer for Printer {
         }
     }
 
+    fn resumed_at(&mut self, _epoch: usize, step: usize) {
+        if let Some(bar) = &self.bar {
+            bar.set_position(step as u64);
+        }
+    }
+
+    fn checkpoint_written(&mut self, path: &std::path::Path) {
+        self.say(&format!("checkpoint: {}", path.display()));
+    }
+
+    fn note(&mut self, line: &str) {
+        self.say(&format!("bumpgrad: {line}"));
+    }
+
     fn evaluating(&mut self, _epoch: usize) {
         if let Some(bar) = &self.bar {
             bar.set_message("evaluating on the test set");

@@ -1,0 +1,191 @@
+//! A session's checkpoints: what goes in one, when one is written, and where
+//! a resumed run continues.
+//!
+//! A checkpoint holds the parameters, the optimizer's momentum, the steps
+//! done and the position in the epoch (with the loss summed so far, so a
+//! resumed epoch reports the same mean). Everything else a run draws is a
+//! function of the seed and that position — each epoch's order of
+//! `(seed, epoch)`, each dropout mask of `(seed, global step)` — so a resumed
+//! run continues bit for bit where the interrupted one stopped.
+
+use crate::checkpoint::{self, Checkpoint, NamedTensor};
+use crate::{Error, Result};
+use std::path::PathBuf;
+use std::str::FromStr;
+
+/// How often periodic checkpoints are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Every {
+    Steps(u64),
+    Epochs(u64),
+}
+
+impl FromStr for Every {
+    type Err = String;
+
+    /// `500steps`, `2epochs`, or a bare number of epochs; never 0.
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let s = s.trim();
+        let (digits, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+        let n: u64 = digits
+            .parse()
+            .map_err(|_| format!("cannot read {s:?} as a checkpoint interval; write e.g. 500steps or 2epochs"))?;
+        if n == 0 {
+            return Err("a checkpoint interval must be at least 1 (500steps, 1epoch)".into());
+        }
+        match unit.trim() {
+            "" | "epoch" | "epochs" => Ok(Self::Epochs(n)),
+            "step" | "steps" => Ok(Self::Steps(n)),
+            other => Err(format!(
+                "unknown unit {other:?} in {s:?}; write e.g. 500steps or 2epochs"
+            )),
+        }
+    }
+}
+
+/// Where checkpoints go and how many stay.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CheckpointPolicy {
+    pub dir: PathBuf,
+    /// `None`: only when the run is stopped by a signal.
+    pub every: Option<Every>,
+    /// The newest this many are kept; older ones are deleted.
+    pub keep: usize,
+}
+
+/// A point in a run, between two steps.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Position {
+    pub epochs_done: usize,
+    /// Steps of epoch `epochs_done + 1` already done.
+    pub step_in_epoch: usize,
+    /// Sum of those steps' losses.
+    pub loss_sum: f64,
+}
+
+impl Position {
+    pub fn epoch_start(epochs_done: usize) -> Self {
+        Self {
+            epochs_done,
+            ..Self::default()
+        }
+    }
+}
+
+const STEP_IN_EPOCH: &str = "step_in_epoch";
+const LOSS_SUM: &str = "epoch_loss_sum";
+/// Settings a resumed run must share with the checkpoint's run, or its
+/// batches would not be the ones the checkpoint's run would have drawn.
+const SAME: [&str; 4] = ["batch", "train_limit", "momentum", "model"];
+
+/// Values of the settings in [`SAME`], as the checkpoint records them.
+pub(crate) fn fingerprint(batch: usize, train_limit: Option<usize>, momentum: f32) -> [(&'static str, String); 4] {
+    [
+        (SAME[0], batch.to_string()),
+        (SAME[1], train_limit.map_or("all".into(), |n| n.to_string())),
+        (SAME[2], momentum.to_string()),
+        (SAME[3], "mnist-cnn".into()),
+    ]
+}
+
+/// A checkpoint of `tensors` at `at`, after `steps_done` steps.
+pub(crate) fn make(
+    tensors: Vec<NamedTensor>,
+    at: Position,
+    steps_done: u64,
+    seed: u64,
+    config_json: String,
+    fingerprint: &[(&'static str, String)],
+) -> Checkpoint {
+    let mut extra: std::collections::BTreeMap<String, String> =
+        fingerprint.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+    extra.insert(STEP_IN_EPOCH.into(), at.step_in_epoch.to_string());
+    // As bits: a resumed epoch's mean must be the uninterrupted one's.
+    extra.insert(LOSS_SUM.into(), format!("{:016x}", at.loss_sum.to_bits()));
+    Checkpoint {
+        epoch: at.epochs_done as u64,
+        step: steps_done,
+        seed,
+        config_json,
+        extra,
+        tensors,
+    }
+}
+
+/// Where `ckpt` says its run stood; refuses one made with other settings.
+pub(crate) fn position(ckpt: &Checkpoint, seed: u64, fingerprint: &[(&'static str, String)]) -> Result<Position> {
+    let refuse = |what: String| Err(Error::Config(format!("cannot resume from this checkpoint: {what}")));
+    if ckpt.seed != seed {
+        return refuse(format!(
+            "it was made with --seed {}, this run has --seed {seed}; pass the same seed",
+            ckpt.seed
+        ));
+    }
+    for (key, want) in fingerprint {
+        match ckpt.extra.get(*key) {
+            Some(found) if found == want => {}
+            Some(found) => {
+                return refuse(format!(
+                    "it was made with {key} {found}, this run has {want}; pass the same --{}",
+                    key.replace('_', "-")
+                ))
+            }
+            None => return refuse(format!("it records no {key}")),
+        }
+    }
+    let number = |key: &str| ckpt.extra.get(key).cloned();
+    let step_in_epoch = number(STEP_IN_EPOCH).and_then(|s| s.parse().ok()).ok_or_else(|| {
+        Error::Config(format!(
+            "cannot resume: the checkpoint's {STEP_IN_EPOCH} is missing or unreadable"
+        ))
+    })?;
+    let loss_sum = number(LOSS_SUM)
+        .and_then(|s| u64::from_str_radix(&s, 16).ok())
+        .map(f64::from_bits)
+        .ok_or_else(|| {
+            Error::Config(format!(
+                "cannot resume: the checkpoint's {LOSS_SUM} is missing or unreadable"
+            ))
+        })?;
+    Ok(Position {
+        epochs_done: ckpt.epoch as usize,
+        step_in_epoch,
+        loss_sum,
+    })
+}
+
+/// Writes `ckpt` under `policy`, keeping the newest `policy.keep`.
+pub(crate) fn write(policy: &CheckpointPolicy, ckpt: &Checkpoint) -> Result<PathBuf> {
+    Ok(checkpoint::write_atomic(&policy.dir, ckpt, policy.keep.max(1))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_parse_with_their_unit() {
+        assert_eq!("500steps".parse(), Ok(Every::Steps(500)));
+        assert_eq!("1step".parse(), Ok(Every::Steps(1)));
+        assert_eq!("2epochs".parse(), Ok(Every::Epochs(2)));
+        assert_eq!("3".parse(), Ok(Every::Epochs(3)));
+        assert!("0".parse::<Every>().is_err());
+        assert!("5 fortnights".parse::<Every>().unwrap_err().contains("unknown unit"));
+        assert!("steps".parse::<Every>().is_err());
+    }
+
+    #[test]
+    fn a_position_round_trips_and_other_settings_are_refused() {
+        let fp = fingerprint(100, None, 0.0);
+        let at = Position {
+            epochs_done: 3,
+            step_in_epoch: 17,
+            loss_sum: 12.345678901234567,
+        };
+        let ckpt = make(Vec::new(), at, 317, 42, "{}".into(), &fp);
+        assert_eq!(position(&ckpt, 42, &fp).unwrap(), at);
+        assert!(position(&ckpt, 43, &fp).unwrap_err().to_string().contains("--seed 42"));
+        let other = fingerprint(50, None, 0.0);
+        assert!(position(&ckpt, 42, &other).unwrap_err().to_string().contains("--batch"));
+    }
+}
