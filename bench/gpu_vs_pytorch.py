@@ -620,9 +620,17 @@ def environment(args, runs):
     env["gpu_name"] = env["gpu_name"] or torch_record.get("device_name")
     if args.bumpgrad.exists():
         env["bumpgrad_version"] = capture([str(args.bumpgrad), "--version"])
-    status = capture(["git", "status", "--porcelain"])
-    env["git_commit"] = capture(["git", "rev-parse", "HEAD"])
-    env["git_dirty"] = bool(status) if status is not None else None
+    # A binary staged by scripts/gpu.sh carries the commit it was built from;
+    # the GPU machine's copy of the checkout may have stale git metadata.
+    staged = args.bumpgrad.parent / "commit"
+    if staged.exists():
+        described = staged.read_text().strip()
+        env["git_commit"] = described.removesuffix("-dirty")
+        env["git_dirty"] = described.endswith("-dirty")
+    else:
+        status = capture(["git", "status", "--porcelain"])
+        env["git_commit"] = capture(["git", "rev-parse", "HEAD"])
+        env["git_dirty"] = bool(status) if status is not None else None
     return env
 
 

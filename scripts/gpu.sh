@@ -27,6 +27,7 @@ for line in sys.stdin:
     cp target/release/bumpgrad .gpu/bumpgrad
     cp "$tests" .gpu/gpu-tests
     strip .gpu/bumpgrad .gpu/gpu-tests
+    git describe --always --dirty --abbrev=10 > .gpu/commit
     ls -l .gpu
     ;;
 run)

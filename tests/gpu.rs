@@ -529,3 +529,38 @@ fn an_arena_larger_than_the_gpu_is_a_clear_error() {
         Ok(_) => panic!("16 TiB cannot be allocated"),
     }
 }
+
+#[test]
+fn a_run_resumed_on_the_gpu_continues_where_it_stopped() {
+    use bumpgrad::train::{CheckpointPolicy, Every};
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_probe) = gpu("gpu_resume") else { return };
+    drop(_probe);
+    let dir = |name: &str| std::env::temp_dir().join(format!("bumpgrad-gpu-resume-{name}-{}", std::process::id()));
+    let cfg = |dir: &std::path::Path, epochs| TrainConfig {
+        train_limit: Some(3000),
+        checkpoints: Some(CheckpointPolicy {
+            dir: dir.to_path_buf(),
+            every: Some(Every::Epochs(1)),
+            keep: 2,
+        }),
+        ..gpu_config(epochs)
+    };
+    let (straight, split) = (dir("straight"), dir("split"));
+    let _ = (std::fs::remove_dir_all(&straight), std::fs::remove_dir_all(&split));
+    train_on(&cfg(&straight, 2));
+    train_on(&cfg(&split, 1));
+    train_on(&TrainConfig {
+        resume: Some(split.clone()),
+        ..cfg(&split, 2)
+    });
+    let newest = |d: &std::path::Path| bumpgrad::checkpoint::latest_valid(d).unwrap().unwrap().checkpoint;
+    let (a, b) = (newest(&straight), newest(&split));
+    assert_eq!(a.step, b.step);
+    for (x, y) in a.tensors.iter().zip(&b.tensors) {
+        assert_eq!(x.name, y.name);
+        // cuDNN's weight-gradient algorithm may sum in another order.
+        assert_close(&format!("resumed {}", x.name), &x.values, &y.values);
+    }
+    let _ = (std::fs::remove_dir_all(&straight), std::fs::remove_dir_all(&split));
+}

@@ -240,6 +240,13 @@ pub fn train_until(
         config_json: &config_json,
     };
     observer.started(&info);
+    if start.epochs_done >= cfg.epochs {
+        observer.note(&format!(
+            "the checkpoint has {} epochs done already; pass --epochs {} or more to train further",
+            start.epochs_done,
+            start.epochs_done + 1
+        ));
+    }
     session.on_workers(|session| {
         let mut reports = Vec::new();
         for epoch in start.epochs_done + 1..=cfg.epochs {
