@@ -4,7 +4,7 @@
 use bumpgrad::memory::ByteSize;
 use bumpgrad::train::{EpochReport, Observer, RunInfo, StepProfile};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 pub struct Printer {
     json: bool,
@@ -59,6 +59,11 @@ impl Observer for Printer {
     }
 
     fn epoch_started(&mut self, epoch: usize, steps: usize) {
+        self.loss_sum = 0.0;
+        // A bar nobody sees (stderr is a file or a pipe) would only cost.
+        if !std::io::stderr().is_terminal() {
+            return;
+        }
         let bar = ProgressBar::new(steps as u64);
         bar.set_style(
             ProgressStyle::with_template("epoch {prefix:>3} [{bar:30}] {pos}/{len} steps  {msg}  {elapsed}<{eta}")
@@ -66,7 +71,6 @@ impl Observer for Printer {
                 .progress_chars("=> "),
         );
         bar.set_prefix(epoch.to_string());
-        self.loss_sum = 0.0;
         self.bar = Some(bar);
     }
 
