@@ -125,8 +125,17 @@ fn missing_data_names_the_files_and_the_flag() {
 
 #[test]
 fn an_arena_too_small_says_which_size_fits() {
-    fails_with(train(&["--arena-size", "4MiB"]), 1, "arena exhausted");
-    fails_with(train(&["--arena-size", "4MiB"]), 1, "pass --arena-size");
+    // Above the persistent region, below the step's planned peak: the
+    // message names the buffers alive at the peak.
+    fails_with(train(&["--arena-size", "3MiB"]), 1, "arena exhausted");
+    fails_with(
+        train(&["--arena-size", "3MiB"]),
+        1,
+        "the largest live step buffers: max-pool input grad",
+    );
+    fails_with(train(&["--arena-size", "3MiB"]), 1, "pass --arena-size 5MiB");
+    // Below the persistent region: the allocation that fails is named.
+    fails_with(train(&["--arena-size", "256KiB"]), 1, "train images");
 }
 
 #[test]
@@ -212,4 +221,41 @@ fn a_second_ctrl_c_exits_at_once() {
     assert_eq!(out.status.code(), Some(130), "{stderr}");
     assert!(stderr.contains("second interrupt"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn memory_prints_the_plan_as_json_without_training() {
+    let out = bumpgrad(&[
+        "memory",
+        "--device",
+        "cpu",
+        "--threads",
+        "2",
+        "--train-limit",
+        "300",
+        "--test-limit",
+        "100",
+        "--json",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    for key in [
+        "arena_bytes",
+        "persistent_bytes",
+        "plan_peak_bytes",
+        "lower_bound_bytes",
+        "alignment_waste_bytes",
+    ] {
+        assert!(report[key].as_u64().is_some_and(|v| v > 0), "{key} in {report}");
+    }
+    let (peak, bound) = (
+        report["plan_peak_bytes"].as_u64().unwrap(),
+        report["lower_bound_bytes"].as_u64().unwrap(),
+    );
+    assert!(peak as f64 <= 1.05 * bound as f64, "{peak} vs {bound}");
+    assert_eq!(
+        report["arena_bytes"].as_u64().unwrap(),
+        report["persistent_bytes"].as_u64().unwrap() + peak.max(report["plans"][1]["peak"].as_u64().unwrap_or(0))
+    );
 }

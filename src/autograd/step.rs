@@ -3,7 +3,7 @@
 
 use super::tape::Node;
 use crate::backend::Backend;
-use crate::memory::{Arena, Buf, Element};
+use crate::memory::{Arena, Buf, Element, Touch};
 use crate::tensor::{Brand, Labels, Param, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 use std::marker::PhantomData;
@@ -35,6 +35,15 @@ impl<'s> Step<'s> {
     }
 
     pub(crate) fn backend(&mut self) -> &mut Backend {
+        self.arena.backend()
+    }
+
+    /// Declares every buffer the op's next kernels read or write, and hands
+    /// out the backend to run them. The declarations are the step's liveness
+    /// (what the memory plan is made from); the CPU backend refuses a kernel
+    /// that touches anything undeclared, so they cannot fall behind.
+    pub(crate) fn uses(&mut self, touches: &[Touch]) -> &mut Backend {
+        self.arena.record_uses(touches);
         self.arena.backend()
     }
 
@@ -137,14 +146,14 @@ impl<'s> Step<'s> {
             return Err(Error::shape(what, format!("{} values for shape {shape}", values.len())));
         }
         let buf = self.alloc(what, shape)?;
-        self.backend().upload(buf, values)?;
+        self.uses(&[buf.into()]).upload(buf, values)?;
         Ok(self.alias(buf, shape, requires_grad))
     }
 
     /// Class labels copied into the step region.
     pub fn labels(&mut self, values: &[u32]) -> Result<Labels<'s>> {
         let buf = self.alloc("labels", Shape::new(&[values.len()]))?;
-        self.backend().upload(buf, values)?;
+        self.uses(&[buf.into()]).upload(buf, values)?;
         Ok(Labels {
             buf,
             _brand: PhantomData,
@@ -161,7 +170,7 @@ impl<'s> Step<'s> {
 
     /// Copies a tensor to the host; `out` must hold exactly its elements.
     pub fn read(&mut self, t: Tensor<'s>, out: &mut [f32]) -> Result<()> {
-        Ok(self.backend().download(t.inner.buf, out)?)
+        Ok(self.uses(&[t.inner.buf.into()]).download(t.inner.buf, out)?)
     }
 
     /// The value of a one-element tensor (a loss).
@@ -186,7 +195,7 @@ impl<'s> Step<'s> {
             ));
         }
         let seed = self.alloc("gradient seed", loss.shape())?;
-        self.backend().fill(seed, 1.0)?;
+        self.uses(&[seed.into()]).fill(seed, 1.0)?;
         self.backward_seeded(loss, seed)
     }
 
@@ -235,7 +244,7 @@ impl<'s> Step<'s> {
         let slot = self.arena.tape().grads[t.id as usize];
         match slot {
             None => self.arena.tape().grads[t.id as usize] = Some(g),
-            Some(existing) => self.backend().add_assign(existing, g)?,
+            Some(existing) => self.uses(&[existing.into(), g.into()]).add_assign(existing, g)?,
         }
         Ok(())
     }

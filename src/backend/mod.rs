@@ -41,6 +41,8 @@ pub enum BackendError {
     TooManyViews,
     #[error("internal error: {0}")]
     Internal(&'static str),
+    #[error("internal error: a kernel touched {bytes} bytes at offset {offset} that its op did not declare")]
+    Undeclared { offset: usize, bytes: usize },
     #[error("internal error: host buffer of {host} elements for a device buffer of {device}")]
     HostLength { host: usize, device: usize },
     #[error(
@@ -234,7 +236,7 @@ impl Backend {
             });
         }
         match self {
-            Self::Cpu(cpu) => cpu.run(|v, _| {
+            Self::Cpu(cpu) => cpu.run_unchecked(|v| {
                 v.write(dst)?.copy_from_slice(src);
                 Ok(())
             }),
@@ -252,7 +254,7 @@ impl Backend {
             });
         }
         match self {
-            Self::Cpu(cpu) => cpu.run(|v, _| {
+            Self::Cpu(cpu) => cpu.run_unchecked(|v| {
                 dst.copy_from_slice(v.read(src)?);
                 Ok(())
             }),
@@ -267,7 +269,7 @@ impl Backend {
     /// Sets every element of `dst` to `value`.
     pub(crate) fn fill<T: Element>(&mut self, dst: Buf<T>, value: T) -> Result<(), BackendError> {
         match self {
-            Self::Cpu(cpu) => cpu.run(|v, _| {
+            Self::Cpu(cpu) => cpu.run_unchecked(|v| {
                 v.write(dst)?.fill(value);
                 Ok(())
             }),
@@ -279,7 +281,7 @@ impl Backend {
     /// `dst += src`, elementwise: how gradients of a tensor used twice meet.
     pub(crate) fn add_assign(&mut self, dst: Buf<f32>, src: Buf<f32>) -> Result<(), BackendError> {
         match self {
-            Self::Cpu(cpu) => cpu.run(|v, _| {
+            Self::Cpu(cpu) => cpu.run_unchecked(|v| {
                 let (d, s) = (v.write(dst)?, v.read(src)?);
                 d.iter_mut().zip(s).for_each(|(d, s)| *d += s);
                 Ok(())

@@ -16,6 +16,7 @@
 //! - a step's tensors cannot outlive the step: `Arena::step` hands them a
 //!   brand that cannot escape its closure, and only then resets.
 
+use super::plan::{self, StepPlan, Trace};
 use super::{align_up, Buf, ByteSize, Element};
 use crate::autograd::{Step, Tape};
 use crate::backend::{Backend, BackendError, Device, DeviceKind, Workers};
@@ -49,8 +50,8 @@ pub enum ArenaError {
     /// would have held everything allocated so far plus this request; the
     /// trainer replaces it with the exact size a whole step needs.
     #[error(
-        "arena exhausted: {what} {shape} needs {} in the {region} region, but {} of the arena's {} are in use; an arena of {} would fit (pass --arena-size {} or more)",
-        ByteSize(*.requested), ByteSize(*.in_use), ByteSize(*.capacity), ByteSize(*.would_fit), suggest(*.would_fit)
+        "arena exhausted: {what} {shape} needs {} in the {region} region, but {} of the arena's {} are in use{}; an arena of {} would fit (pass --arena-size {} or more)",
+        ByteSize(*.requested), ByteSize(*.in_use), ByteSize(*.capacity), largest(live), ByteSize(*.would_fit), suggest(*.would_fit)
     )]
     Exhausted {
         region: Region,
@@ -60,9 +61,32 @@ pub enum ArenaError {
         in_use: usize,
         capacity: usize,
         would_fit: usize,
+        /// The largest step buffers alive at that point, largest first.
+        live: Vec<(&'static str, usize)>,
+    },
+    /// A planned step does not fit above the persistent region.
+    #[error(
+        "arena exhausted: a step needs {} above the persistent region's {}, but the arena holds {}{}; an arena of {} would fit (pass --arena-size {} or more)",
+        ByteSize(*.step_bytes), ByteSize(*.persistent_bytes), ByteSize(*.capacity), largest(live), ByteSize(*.would_fit), suggest(*.would_fit)
+    )]
+    StepTooLarge {
+        step_bytes: usize,
+        persistent_bytes: usize,
+        capacity: usize,
+        would_fit: usize,
+        /// The largest buffers alive at the step's peak.
+        live: Vec<(&'static str, usize)>,
     },
     #[error(transparent)]
     Backend(#[from] BackendError),
+}
+
+fn largest(live: &[(&'static str, usize)]) -> String {
+    if live.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = live.iter().map(|(w, b)| format!("{w} {}", ByteSize(*b))).collect();
+    format!(" (the largest live step buffers: {})", list.join(", "))
 }
 
 /// A `--arena-size` value that is at least `bytes`, rounded up to a MiB.
@@ -114,6 +138,45 @@ pub struct Arena {
     tape: Tape,
     /// Fill the step region with NaNs at every reset (`--poison-step`).
     poison: bool,
+    /// Every persistent allocation, for the memory report.
+    persistent_log: Vec<PersistentBuf>,
+    /// Planned steps: the trace of the step running, the plans by key, the
+    /// plan in use and how far the step has followed it.
+    trace: Trace,
+    tracing: bool,
+    plans: Vec<StepPlan>,
+    active: Option<usize>,
+    plan_cursor: usize,
+    /// The running step left its plan (another sequence): the rest of it
+    /// is bump-allocated above the plan's peak, and it is re-planned.
+    off_plan: bool,
+    /// Keys re-planned because a step left its plan, until taken.
+    replanned: Vec<u32>,
+}
+
+/// A persistent allocation, for the memory report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct PersistentBuf {
+    pub what: &'static str,
+    pub offset: usize,
+    pub bytes: usize,
+    pub size: usize,
+}
+
+/// A range an op's kernels touch ([`crate::Step::uses`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Touch {
+    pub offset: usize,
+    pub bytes: usize,
+}
+
+impl<T: Element> From<Buf<T>> for Touch {
+    fn from(b: Buf<T>) -> Self {
+        Self {
+            offset: b.offset(),
+            bytes: b.bytes(),
+        }
+    }
 }
 
 /// What `--poison-step` writes over the step region at every reset: a quiet
@@ -146,6 +209,14 @@ impl Arena {
             counters: Counters::default(),
             tape: Tape::default(),
             poison: cfg!(debug_assertions) || cfg!(test),
+            persistent_log: Vec::new(),
+            trace: Trace::default(),
+            tracing: false,
+            plans: Vec::new(),
+            active: None,
+            plan_cursor: 0,
+            off_plan: false,
+            replanned: Vec::new(),
         }
     }
 
@@ -215,6 +286,7 @@ impl Arena {
     /// at all allocates nothing when replayed either.
     pub fn capture_step(
         &mut self,
+        key: Option<u32>,
         body: impl for<'s> FnOnce(&mut Step<'s>) -> crate::Result<()>,
     ) -> crate::Result<StepGraph> {
         match &mut self.backend {
@@ -226,7 +298,10 @@ impl Arena {
             }
         }
         let resets = self.counters.resets;
-        let ran = self.step(body);
+        let ran = match key {
+            Some(key) => self.planned_step(key, body),
+            None => self.step(body),
+        };
         // A capture queues nothing: it is not a step the arena ran.
         self.counters.resets = resets;
         let graph = match &mut self.backend {
@@ -277,7 +352,10 @@ impl Arena {
 
     /// Resets the step region to the mark and records the step's figures.
     fn reset(&mut self) -> Result<(), BackendError> {
-        let used = self.top - self.mark;
+        let used = match self.active {
+            Some(i) if !self.off_plan => self.plans[i].peak,
+            _ => self.top - self.mark,
+        };
         // Poison what the step used (captured into a step graph, this
         // becomes the graph's last node, so replays poison too).
         let poisoned = if self.poison && used > 0 {
@@ -312,6 +390,7 @@ impl Arena {
             in_use,
             capacity: self.capacity,
             would_fit: align_up(in_use + padded),
+            live: self.largest_live(),
         };
         let end = start.checked_add(padded).ok_or_else(exhausted)?;
         if end > self.capacity {
@@ -324,6 +403,12 @@ impl Arena {
                 self.mark = end;
                 c.persistent_allocations += 1;
                 c.persistent_padding += padded - bytes;
+                self.persistent_log.push(PersistentBuf {
+                    what,
+                    offset: start,
+                    bytes,
+                    size: padded,
+                });
             }
             Region::Step => {
                 c.step_allocations += 1;
@@ -334,7 +419,129 @@ impl Arena {
     }
 
     pub(crate) fn alloc_step<T: Element>(&mut self, what: &'static str, shape: Shape) -> Result<Buf<T>, ArenaError> {
-        self.bump(Region::Step, what, shape)
+        let bytes = shape.numel() * T::SIZE;
+        let size = align_up(bytes);
+        if let (Some(i), false) = (self.active, self.off_plan) {
+            let planned = self.plans[i].bufs.get(self.plan_cursor).copied();
+            match planned {
+                Some(p) if p.what == what && p.bytes == bytes => {
+                    self.plan_cursor += 1;
+                    let c = &mut self.counters;
+                    c.step_allocations += 1;
+                    c.step_padding += size - bytes;
+                    if self.tracing {
+                        self.trace.alloc(what, shape, bytes, size, p.offset);
+                    }
+                    return Ok(Buf::new(self.mark + p.offset, shape.numel()));
+                }
+                // Another sequence than planned: the rest of the step goes
+                // above everything the plan placed, and the step is
+                // re-planned after it; a stale plan is never followed.
+                _ => {
+                    self.off_plan = true;
+                    self.top = self.mark + self.plans[i].peak;
+                }
+            }
+        }
+        let buf = self.bump(Region::Step, what, shape)?;
+        if self.tracing {
+            self.trace.alloc(what, shape, bytes, size, buf.offset() - self.mark);
+        }
+        Ok(buf)
+    }
+
+    /// Runs one step of kind `key` on the memory plan of that kind: every
+    /// buffer at its planned offset, the bytes of dead buffers reused. The
+    /// first step of a kind runs bump-allocated and traced, and its plan is
+    /// made from the trace; a step that leaves its plan is finished above
+    /// it and re-planned ([`Arena::take_replanned`] says which).
+    pub fn planned_step<R>(
+        &mut self,
+        key: u32,
+        body: impl for<'s> FnOnce(&mut Step<'s>) -> crate::Result<R>,
+    ) -> crate::Result<R> {
+        let index = self.plans.iter().position(|p| p.key == key);
+        if let Some(i) = index {
+            let need = self.mark + self.plans[i].peak;
+            if need > self.capacity {
+                let plan = &self.plans[i];
+                return Err(ArenaError::StepTooLarge {
+                    step_bytes: plan.peak,
+                    persistent_bytes: self.mark,
+                    capacity: self.capacity,
+                    would_fit: need,
+                    live: plan.top_live(4).iter().map(|b| (b.what, b.size)).collect(),
+                }
+                .into());
+            }
+        }
+        self.active = index;
+        self.plan_cursor = 0;
+        self.off_plan = false;
+        self.trace.clear();
+        self.tracing = true;
+        let ran = self.step(body);
+        self.tracing = false;
+        if ran.is_ok() && (index.is_none() || self.off_plan) {
+            let plan = plan::plan(key, &self.trace.bufs);
+            match index {
+                Some(i) => {
+                    self.plans[i] = plan;
+                    self.replanned.push(key);
+                }
+                None => self.plans.push(plan),
+            }
+        }
+        self.active = None;
+        self.off_plan = false;
+        ran
+    }
+
+    /// The largest step buffers allocated so far in a traced step (in a
+    /// bump-allocated step every one of them is still held).
+    fn largest_live(&self) -> Vec<(&'static str, usize)> {
+        let mut live: Vec<(&'static str, usize)> = self.trace.bufs.iter().map(|b| (b.what, b.size)).collect();
+        live.sort_by_key(|&(_, size)| std::cmp::Reverse(size));
+        live.truncate(4);
+        live
+    }
+
+    /// The memory plans made so far, by step kind.
+    pub fn plans(&self) -> &[StepPlan] {
+        &self.plans
+    }
+
+    /// Takes plans made elsewhere (by the dry arena that sized this one):
+    /// the same steps allocate the same sequences here.
+    pub fn adopt_plans(&mut self, plans: &[StepPlan]) {
+        self.plans = plans.to_vec();
+    }
+
+    /// Keys of step kinds re-planned since the last call.
+    pub fn take_replanned(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.replanned)
+    }
+
+    /// Every persistent allocation so far.
+    pub fn persistent_log(&self) -> &[PersistentBuf] {
+        &self.persistent_log
+    }
+
+    /// An op declares what its kernels will touch: it extends the traced
+    /// lifetimes of step buffers, and the CPU backend refuses any other range.
+    pub(crate) fn record_uses(&mut self, touches: &[Touch]) {
+        if self.tracing {
+            self.trace.tick();
+            for t in touches {
+                if t.offset >= self.mark {
+                    let start = t.offset - self.mark;
+                    self.trace.touch(start, start + t.bytes);
+                }
+            }
+        }
+        if let Backend::Cpu(cpu) = &mut self.backend {
+            cpu.declare(touches.iter().map(|t| (t.offset, t.offset + t.bytes)));
+        }
     }
 
     pub(crate) fn backend(&mut self) -> &mut Backend {
@@ -556,6 +763,41 @@ mod tests {
     }
 
     #[test]
+    fn a_planned_step_reuses_dead_bytes_and_replans_a_new_sequence() {
+        let mut arena = cpu_arena(1 << 20);
+        let run = |arena: &mut Arena, n: usize| {
+            arena
+                .planned_step(7, |s| {
+                    // a dies when b is made from it; b and c are alive together.
+                    let a = s.input("a", Shape::new(&[n]), &vec![1.0; n])?;
+                    let b = a.relu(s)?;
+                    let c = b.relu(s)?;
+                    let mut out = vec![0.0; n];
+                    s.read(c, &mut out)?;
+                    Ok((a.buf().offset(), c.buf().offset(), out))
+                })
+                .unwrap()
+        };
+        let first = run(&mut arena, 256);
+        assert_eq!(arena.plans().len(), 1);
+        let plan = arena.plans()[0].clone();
+        assert_eq!(plan.bump_bytes, 3 * 1024);
+        assert_eq!(plan.peak, 2 * 1024, "a's bytes go to c");
+        assert_eq!(plan.lower_bound, 2 * 1024);
+        let planned = run(&mut arena, 256);
+        assert_eq!(planned.0, planned.1, "c takes a's bytes under the plan");
+        assert_eq!(planned.2, first.2);
+        assert_eq!(arena.stats().last_step_bytes, 2 * 1024);
+        assert!(arena.take_replanned().is_empty());
+        // Another sequence under the same key: finished above the plan,
+        // then re-planned, never following the stale plan.
+        let other = run(&mut arena, 512);
+        assert!(other.2.iter().all(|&v| v == 1.0));
+        assert_eq!(arena.take_replanned(), vec![7]);
+        assert_eq!(arena.plans()[0].peak, 2 * 2048);
+    }
+
+    #[test]
     fn a_failed_step_still_resets() {
         let mut arena = cpu_arena(4096);
         let err = arena.step(|s| {
@@ -591,6 +833,7 @@ mod tests {
             in_use,
             capacity,
             would_fit,
+            ..
         }) = err
         else {
             panic!("expected exhaustion, got {err}");

@@ -9,7 +9,7 @@
 use crate::autograd::{Grads, Step};
 use crate::backend::cuda::{Arg, Grid, Kernel};
 use crate::backend::Backend;
-use crate::memory::{Arena, ArenaError, Buf, Persistent};
+use crate::memory::{Arena, ArenaError, Buf, Persistent, Touch};
 use crate::ops::CHUNK;
 use crate::tensor::{Param, Shape};
 use crate::{Error, Result};
@@ -83,7 +83,12 @@ impl Sgd {
         let mut table = Table::default();
         for (param, velocity) in &self.velocity {
             let Some(g) = s.param_grad(grads, param) else { continue };
-            match s.backend() {
+            match s.uses(&[
+                param.buf().into(),
+                g.into(),
+                self.lr_buf.into(),
+                velocity.unwrap_or_default().into(),
+            ]) {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {
                     let lr = v.read(self.lr_buf)?[0];
                     let (p, g) = (v.write(param.buf())?, v.read(g)?);
@@ -145,7 +150,12 @@ impl Table {
 
     fn launch(&mut self, s: &mut Step<'_>, lr: Buf<f32>, mu: f32) -> Result<(), ArenaError> {
         let total = self.start[self.count] as usize;
-        if let Backend::Cuda(gpu) = s.backend() {
+        let mut touches = [Touch::from(lr); 3 * TABLE + 1];
+        let tensors = self.params.iter().chain(&self.grads).chain(&self.velocity);
+        for (t, b) in touches.iter_mut().zip(tensors) {
+            *t = (*b).into();
+        }
+        if let Backend::Cuda(gpu) = s.uses(&touches) {
             gpu.launch(
                 Kernel::SgdMulti,
                 Grid::over(total),

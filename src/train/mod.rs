@@ -12,11 +12,11 @@ mod session;
 
 pub use checkpoints::{CheckpointPolicy, Every, Position};
 pub use report::{resident_bytes, EpochReport, Observer, Quiet, RunInfo, StepProfile};
-pub use session::{Control, Session, MNIST_NORMALIZE, READBACK};
+pub use session::{Control, Session, StepKind, MNIST_NORMALIZE, READBACK};
 
 use crate::backend::{Device, DeviceRequest};
 use crate::data::MnistHost;
-use crate::memory::{Arena, ArenaError};
+use crate::memory::{Arena, ArenaError, MemoryReport};
 use crate::{Error, Result};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -48,6 +48,9 @@ pub struct TrainConfig {
     pub checkpoints: Option<CheckpointPolicy>,
     /// Continue from the newest valid checkpoint in this directory.
     pub resume: Option<PathBuf>,
+    /// Place step buffers by a liveness plan (reusing the bytes of dead
+    /// ones) rather than bump-allocating every one until the reset.
+    pub memory_plan: bool,
 }
 
 impl Default for TrainConfig {
@@ -69,6 +72,7 @@ impl Default for TrainConfig {
             poison_step: None,
             checkpoints: None,
             resume: None,
+            memory_plan: true,
         }
     }
 }
@@ -102,28 +106,65 @@ impl TrainConfig {
     }
 }
 
-/// The persistent bytes and step high-water a session needs on `device`,
-/// measured by running it on a dry arena.
+/// The persistent bytes and step bytes a session needs on `device`,
+/// measured by running one step of every kind it will run (full and last
+/// training and evaluation batches) on a dry arena; with the memory plan
+/// on, also the plans of those steps, for the real arena to follow.
 pub fn measure(cfg: &TrainConfig, host: &MnistHost, device: &Device) -> Result<ArenaNeeds> {
     let mut session = Session::new(cfg, host, Arena::dry(device, None))?;
     session.probe()?;
-    let stats = session.arena().stats();
+    let arena = session.arena();
+    let plans = arena.plans().to_vec();
+    let step_bytes = match plans.iter().map(|p| p.peak).max() {
+        Some(peak) if cfg.memory_plan => peak,
+        _ => arena.stats().step_high_water_bytes,
+    };
     Ok(ArenaNeeds {
-        persistent_bytes: stats.persistent_bytes,
-        step_bytes: stats.step_high_water_bytes,
+        persistent_bytes: arena.stats().persistent_bytes,
+        step_bytes,
+        persistent: arena.persistent_log().to_vec(),
+        plans,
     })
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ArenaNeeds {
     pub persistent_bytes: usize,
     pub step_bytes: usize,
+    /// The persistent allocations, for the memory report.
+    pub persistent: Vec<crate::memory::PersistentBuf>,
+    /// The step plans, by kind (see [`session::StepKind`]).
+    pub plans: Vec<crate::memory::StepPlan>,
 }
 
 impl ArenaNeeds {
     pub fn total(&self) -> usize {
         self.persistent_bytes + self.step_bytes
     }
+}
+
+/// The memory plan of a run without running it (and without allocating the
+/// arena): what `bumpgrad memory` prints. On the device `cfg` asks for, so
+/// cuDNN's workspaces are the GPU's when one is used.
+pub fn memory_report(cfg: &TrainConfig) -> Result<(MemoryReport, String)> {
+    cfg.validate()?;
+    let mut host = MnistHost::load(&cfg.data_dir)?;
+    if let Some(n) = cfg.train_limit {
+        host.limit_train(n)?;
+    }
+    if let Some(n) = cfg.test_limit {
+        host.limit_test(n)?;
+    }
+    let (device, _) = Device::open(cfg.device, cfg.threads)?;
+    let needs = measure(
+        &TrainConfig {
+            memory_plan: true,
+            ..cfg.clone()
+        },
+        &host,
+        &device,
+    )?;
+    Ok((MemoryReport::new(&needs.persistent, &needs.plans), device.describe()))
 }
 
 /// Loads the data, opens the device, sizes and allocates the arena, and
@@ -144,6 +185,19 @@ pub fn prepare(cfg: &TrainConfig) -> Result<(Session, RunInfo)> {
     let capacity = match cfg.arena_size {
         None => needs.total(),
         Some(given) if given >= needs.total() => given,
+        Some(given) if given >= needs.persistent_bytes && cfg.memory_plan => {
+            // The step does not fit: name the buffers alive at the plan's
+            // peak, and the size that fits.
+            let plan = needs.plans.iter().max_by_key(|p| p.peak);
+            let top = plan.map(|p| p.top_live(4)).unwrap_or_default();
+            return Err(Error::Arena(ArenaError::StepTooLarge {
+                step_bytes: needs.step_bytes,
+                persistent_bytes: needs.persistent_bytes,
+                capacity: given,
+                would_fit: needs.total(),
+                live: top.iter().map(|b| (b.what, b.size)).collect(),
+            }));
+        }
         Some(given) => {
             // Replay on a dry arena of the given size to name the allocation
             // that fails, then report the size that fits the whole step.
@@ -163,6 +217,7 @@ pub fn prepare(cfg: &TrainConfig) -> Result<(Session, RunInfo)> {
                     requested,
                     in_use,
                     capacity,
+                    live,
                     ..
                 }) => Error::Arena(ArenaError::Exhausted {
                     region,
@@ -172,12 +227,16 @@ pub fn prepare(cfg: &TrainConfig) -> Result<(Session, RunInfo)> {
                     in_use,
                     capacity,
                     would_fit: needs.total(),
+                    live,
                 }),
                 other => other,
             });
         }
     };
     let mut arena = Arena::new(device, capacity)?;
+    if cfg.memory_plan {
+        arena.adopt_plans(&needs.plans);
+    }
     if let Some(on) = cfg.poison_step {
         arena.set_poison_step(on);
     }
@@ -192,6 +251,7 @@ pub fn prepare(cfg: &TrainConfig) -> Result<(Session, RunInfo)> {
         steps_per_epoch: session.steps_per_epoch(),
         arena_size_measured: cfg.arena_size.is_none(),
         arena: session.arena().stats(),
+        memory: (!needs.plans.is_empty()).then(|| MemoryReport::new(&needs.persistent, &needs.plans)),
     };
     Ok((session, info))
 }

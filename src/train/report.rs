@@ -20,6 +20,9 @@ pub struct RunInfo {
     /// Whether the arena size was measured (`auto`) or given.
     pub arena_size_measured: bool,
     pub arena: ArenaStats,
+    /// Where the arena's bytes go, with the step plans (when planning).
+    #[serde(skip)]
+    pub memory: Option<crate::memory::MemoryReport>,
 }
 
 /// One epoch, as `--json` prints it.

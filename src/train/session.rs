@@ -46,6 +46,29 @@ const TIMED_OPS: usize = 256;
 /// every run has it.
 const PROFILED_STEP: u64 = 40;
 
+/// The kinds of step a session runs; each has its own memory plan, since
+/// each allocates its own sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepKind {
+    Train = 1,
+    /// The last training batch of an epoch, when it is shorter.
+    TrainLast = 2,
+    Eval = 3,
+    EvalLast = 4,
+}
+
+impl StepKind {
+    pub fn name(key: u32) -> &'static str {
+        match key {
+            1 => "training step",
+            2 => "last, shorter training step",
+            3 => "evaluation step",
+            4 => "last, shorter evaluation step",
+            _ => "step",
+        }
+    }
+}
+
 /// What the epoch loop checks between steps: a stop request (a signal) and
 /// the checkpoint policy.
 pub struct Control<'a> {
@@ -78,6 +101,8 @@ pub struct Session {
     host_losses: Vec<f32>,
     /// Capture full steps as a CUDA graph and replay it.
     use_graph: bool,
+    /// Follow the arena's memory plans (see [`crate::memory::plan`]).
+    memory_plan: bool,
     graph: Option<StepGraph>,
     /// Time every op of the run's second step (`--profile`).
     profile: bool,
@@ -133,6 +158,7 @@ impl Session {
             losses,
             host_losses: vec![0.0; steps],
             use_graph,
+            memory_plan: cfg.memory_plan,
             graph: None,
             profile,
             op_times: Vec::with_capacity(TIMED_OPS),
@@ -277,11 +303,17 @@ impl Session {
         // --profile: with a graph, the captured step carries the events, so
         // any replay is timed with no host work between its ops; without
         // one, step PROFILED_STEP itself is bracketed as it is queued.
+        let kind = if len == self.batch {
+            StepKind::Train
+        } else {
+            StepKind::TrainLast
+        };
+        let key = self.memory_plan.then_some(kind as u32);
         if self.use_graph && len == self.batch {
             if self.graph.is_none() {
                 let timing = self.profile && self.arena.start_op_timing();
                 let ops_before = self.arena.ops_queued().unwrap_or(0);
-                let graph = self.arena.capture_step(body);
+                let graph = self.arena.capture_step(key, body);
                 self.arena.pause_op_timing();
                 let graph = graph?;
                 // Two event nodes bracket each op when timing.
@@ -300,7 +332,10 @@ impl Session {
         } else {
             let timing = self.profile && self.steps_done == PROFILED_STEP && self.arena.start_op_timing();
             let ops_before = self.arena.ops_queued();
-            self.arena.step(body)?;
+            match key {
+                Some(key) => self.arena.planned_step(key, body)?,
+                None => self.arena.step(body)?,
+            }
             self.arena.pause_op_timing();
             let ops = self.arena.ops_queued().zip(ops_before).map(|(a, b)| (a - b) as usize);
             if !self.use_graph {
@@ -342,12 +377,21 @@ impl Session {
         let indices = &self.test_order[start..end];
         let logits = &mut self.logits[..indices.len() * MnistCnn::CLASSES];
         let (model, test) = (&self.model, &self.data.test);
-        self.arena.step(|s| {
+        let body = |s: &mut crate::Step<'_>| {
             s.set_grad_enabled(false);
             let x = s.gather_images(&test.images, indices, MNIST_NORMALIZE)?;
             let y = model.forward(s, x, Mode::Eval)?;
             s.read(y, logits)
-        })?;
+        };
+        let kind = if indices.len() == self.batch {
+            StepKind::Eval
+        } else {
+            StepKind::EvalLast
+        };
+        match self.memory_plan {
+            true => self.arena.planned_step(kind as u32, body)?,
+            false => self.arena.step(body)?,
+        }
         let predictions = logits.chunks_exact(MnistCnn::CLASSES).map(argmax);
         Ok(predictions
             .zip(&self.test_labels[start..end])
@@ -424,6 +468,12 @@ impl Session {
             }
         }
         let seconds = started.elapsed().as_secs_f64();
+        for key in self.arena.take_replanned() {
+            observer.note(&format!(
+                "the {} allocated another sequence than its memory plan; it was re-planned",
+                StepKind::name(key)
+            ));
+        }
         if let (Some(profile), false) = (&self.profiled, self.profile_reported) {
             observer.profiled(profile, seconds / steps as f64);
             self.profile_reported = true;
@@ -505,9 +555,19 @@ impl Session {
     }
 
     /// One training step and one evaluation step, for sizing on a dry arena.
+    /// One step of every kind the run will take (a full and a last, shorter
+    /// training and evaluation batch), for sizing and planning on a dry arena.
     pub(crate) fn probe(&mut self) -> Result<()> {
         self.train_step(0)?;
+        let steps = self.steps_per_epoch();
+        if steps > 1 && !self.order.len().is_multiple_of(self.batch) {
+            self.train_step(steps - 1)?;
+        }
         self.evaluate_batch(0)?;
+        let tests = self.test_order.len();
+        if tests > self.batch && !tests.is_multiple_of(self.batch) {
+            self.evaluate_batch(tests - tests % self.batch)?;
+        }
         Ok(())
     }
 }

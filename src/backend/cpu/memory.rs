@@ -40,11 +40,12 @@ impl CpuMemory {
 
     /// Starts handing out views; at most one `Views` exists at a time because
     /// it borrows the memory mutably.
-    pub fn views(&mut self) -> Views<'_> {
+    pub(crate) fn views(&mut self, declared: super::Declared) -> Views<'_> {
         Views {
             memory: self,
             taken: [(0, 0, false); MAX_VIEWS],
             count: 0,
+            declared,
         }
     }
 }
@@ -65,6 +66,8 @@ pub struct Views<'m> {
     /// (start, end, mutable) of each range handed out.
     taken: [(usize, usize, bool); MAX_VIEWS],
     count: usize,
+    /// When set, every view must lie inside one of these ranges.
+    declared: super::Declared,
 }
 
 impl<'m> Views<'m> {
@@ -79,6 +82,14 @@ impl<'m> Views<'m> {
         }
         if self.count == MAX_VIEWS {
             return Err(BackendError::TooManyViews);
+        }
+        if let Some((list, n)) = &self.declared {
+            if !list[..*n].iter().any(|&(s, e)| s <= range.start && range.end <= e) {
+                return Err(BackendError::Undeclared {
+                    offset: buf.offset(),
+                    bytes: buf.bytes(),
+                });
+            }
         }
         let overlaps =
             |&(start, end, m): &(usize, usize, bool)| (mutable || m) && start < range.end && range.start < end;
@@ -122,14 +133,14 @@ mod tests {
     fn memory_is_aligned_and_zeroed() {
         let mut m = CpuMemory::new(4096).unwrap();
         assert_eq!(m.base.as_ptr() as usize % ALIGN, 0);
-        let mut v = m.views();
+        let mut v = m.views(None);
         assert!(v.read(Buf::<f32>::new(0, 1024)).unwrap().iter().all(|&x| x == 0.0));
     }
 
     #[test]
     fn views_refuse_aliasing_and_out_of_bounds() {
         let mut m = CpuMemory::new(4096).unwrap();
-        let mut v = m.views();
+        let mut v = m.views(None);
         let a = Buf::<f32>::new(0, 64);
         let b = Buf::<f32>::new(256, 64);
         v.read(a).unwrap();

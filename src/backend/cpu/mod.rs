@@ -54,13 +54,24 @@ impl CpuDevice {
 pub struct CpuBackend {
     memory: CpuMemory,
     pool: Arc<rayon::ThreadPool>,
+    /// The byte ranges the current op declared ([`crate::Step::uses`]); an
+    /// op's kernels may touch nothing else, which keeps the declarations
+    /// (and the memory plan built from them) honest.
+    declared: Declared,
 }
+
+/// Up to [`MAX_DECLARED`] `(start, end)` ranges; `None` before any op
+/// declared (then kernels are not checked).
+pub(crate) type Declared = Option<([(usize, usize); MAX_DECLARED], usize)>;
+
+pub(crate) const MAX_DECLARED: usize = 16;
 
 impl CpuBackend {
     pub(crate) fn new(device: CpuDevice, capacity: usize) -> Result<Self, BackendError> {
         Ok(Self {
             memory: CpuMemory::new(capacity)?,
             pool: device.pool,
+            declared: None,
         })
     }
 
@@ -72,14 +83,41 @@ impl CpuBackend {
         &self.pool
     }
 
-    /// Runs one kernel on the pool with views of the arena. Everything the
-    /// kernel touches is borrowed from `self` for the call alone.
+    /// The ranges the next kernels may touch.
+    pub(crate) fn declare(&mut self, ranges: impl Iterator<Item = (usize, usize)>) {
+        let mut list = [(0, 0); MAX_DECLARED];
+        let mut n = 0;
+        for r in ranges {
+            if n == MAX_DECLARED {
+                // More than a table holds: stop checking rather than refuse.
+                self.declared = None;
+                return;
+            }
+            list[n] = r;
+            n += 1;
+        }
+        self.declared = Some((list, n));
+    }
+
+    /// Runs one kernel of an op on the pool with views of the arena, which
+    /// refuse any range the op did not declare. Everything the kernel
+    /// touches is borrowed from `self` for the call alone.
     pub fn run<R: Send>(
         &mut self,
         kernel: impl FnOnce(&mut Views<'_>, usize) -> Result<R, BackendError> + Send,
     ) -> Result<R, BackendError> {
         let threads = self.pool.current_num_threads();
+        let (memory, declared) = (&mut self.memory, self.declared);
+        self.pool.install(move || kernel(&mut memory.views(declared), threads))
+    }
+
+    /// [`CpuBackend::run`] for the backend's own copies and fills, which
+    /// touch exactly the buffer they are given.
+    pub(crate) fn run_unchecked<R: Send>(
+        &mut self,
+        kernel: impl FnOnce(&mut Views<'_>) -> Result<R, BackendError> + Send,
+    ) -> Result<R, BackendError> {
         let memory = &mut self.memory;
-        self.pool.install(move || kernel(&mut memory.views(), threads))
+        self.pool.install(move || kernel(&mut memory.views(None)))
     }
 }

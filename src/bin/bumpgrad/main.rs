@@ -28,6 +28,10 @@ enum Command {
     /// Train Lantern's MNIST CNN and report loss, test accuracy and memory per epoch.
     #[command(args_override_self = true)]
     Train(TrainArgs),
+    /// Print where every byte of the arena would go (the persistent region and each step's
+    /// liveness plan) without training and without allocating it; same flags as `train`.
+    #[command(args_override_self = true)]
+    Memory(TrainArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -104,9 +108,22 @@ struct TrainArgs {
     /// Continue from the newest valid checkpoint in DIR (damaged newer ones are reported and skipped).
     #[arg(long, value_name = "DIR")]
     resume: Option<PathBuf>,
+    /// Place step buffers by a liveness plan, reusing the bytes of buffers that died (`off`: every
+    /// buffer stays until the step's reset).
+    #[arg(long, value_enum, default_value = "on")]
+    memory_plan: Switch,
+    /// Write the training step's memory timeline (SVG) to FILE before training.
+    #[arg(long, value_name = "FILE")]
+    memory_report: Option<PathBuf>,
     /// Print one JSON object per epoch on stdout; human text goes to stderr.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Switch {
+    On,
+    Off,
 }
 
 #[derive(Clone, Copy)]
@@ -166,6 +183,7 @@ impl TrainArgs {
                 keep: self.keep_checkpoints,
             }),
             resume: self.resume.clone(),
+            memory_plan: self.memory_plan == Switch::On,
         }
     }
 }
@@ -193,9 +211,28 @@ fn catch_signals() {
 
 fn run_train(args: &TrainArgs) -> anyhow::Result<()> {
     let cfg = args.config();
-    let mut printer = progress::Printer::new(args.json);
+    let mut printer = progress::Printer::new(args.json, args.memory_report.clone());
     catch_signals();
     train::train_until(&cfg, &mut printer, &STOP).with_context(|| format!("training on {}", cfg.data_dir.display()))?;
+    Ok(())
+}
+
+fn run_memory(args: &TrainArgs) -> anyhow::Result<()> {
+    let cfg = args.config();
+    let (report, device) =
+        train::memory_report(&cfg).with_context(|| format!("planning memory for {}", cfg.data_dir.display()))?;
+    if let Some(path) = &args.memory_report {
+        let title = format!("bumpgrad step memory: MNIST CNN, batch {}, {device}", cfg.batch);
+        std::fs::write(path, report.svg(&title))
+            .with_context(|| format!("writing the memory timeline to {}", path.display()))?;
+        eprintln!("bumpgrad: wrote the step's memory timeline to {}", path.display());
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&report).context("encoding the report")?);
+    } else {
+        println!("bumpgrad memory: MNIST CNN, batch {}, on {device}", cfg.batch);
+        print!("{}", report.table(train::StepKind::name));
+    }
     Ok(())
 }
 
@@ -203,6 +240,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Train(args) => run_train(args),
+        Command::Memory(args) => run_memory(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,14 +8,17 @@ use std::io::{IsTerminal, Write};
 
 pub struct Printer {
     json: bool,
+    /// Where to write the step's memory timeline when the run starts.
+    memory_report: Option<std::path::PathBuf>,
     bar: Option<ProgressBar>,
     loss_sum: f64,
 }
 
 impl Printer {
-    pub fn new(json: bool) -> Self {
+    pub fn new(json: bool, memory_report: Option<std::path::PathBuf>) -> Self {
         Self {
             json,
+            memory_report,
             bar: None,
             loss_sum: 0.0,
         }
@@ -56,6 +59,22 @@ impl Observer for Printer {
             ByteSize(a.persistent_bytes),
             ByteSize(a.capacity_bytes - a.persistent_bytes),
         ));
+        if let Some(m) = &info.memory {
+            self.say(&format!(
+                "step memory plan: peak {} against a lower bound of {} ({:.3}×); bump allocation would hold {}",
+                ByteSize(m.plan_peak_bytes),
+                ByteSize(m.lower_bound_bytes),
+                m.plan_peak_bytes as f64 / m.lower_bound_bytes.max(1) as f64,
+                ByteSize(m.bump_bytes)
+            ));
+            if let Some(path) = &self.memory_report {
+                let title = format!("bumpgrad step memory: MNIST CNN, {}", info.device_name);
+                match std::fs::write(path, m.svg(&title)) {
+                    Ok(()) => self.say(&format!("memory timeline: {}", path.display())),
+                    Err(e) => eprintln!("bumpgrad: warning: could not write {}: {e}", path.display()),
+                }
+            }
+        }
     }
 
     fn epoch_started(&mut self, epoch: usize, steps: usize) {

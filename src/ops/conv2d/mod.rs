@@ -121,7 +121,13 @@ impl<'s> Tensor<'s> {
             None => s.output("conv2d output", g.output(), &[&self, &weight])?,
         };
         let packed = scratch(s, &g, ConvPass::Forward)?;
-        match s.backend() {
+        match s.uses(&[
+            self.buf().into(),
+            weight.buf().into(),
+            bias.map_or(Buf::<f32>::default(), |b| b.buf()).into(),
+            packed.into(),
+            y.buf().into(),
+        ]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
                 let b = match bias {
                     Some(b) => Some(v.read(b.buf())?),
@@ -176,7 +182,7 @@ impl Saved {
             let threads = s.threads();
             let partials = scratch(s, &g, ConvPass::WeightGrad)?;
             let gw = s.alloc::<f32>("conv2d weight grad", self.w.shape)?;
-            match s.backend() {
+            match s.uses(&[gy.into(), self.x.buf.into(), partials.into(), gw.into()]) {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {
                     cpu::weight_grad(
                         &g,
@@ -195,7 +201,7 @@ impl Saved {
         }
         if let Some(b) = self.bias.filter(|b| b.requires_grad) {
             let gb = s.alloc::<f32>("conv2d bias grad", b.shape)?;
-            match s.backend() {
+            match s.uses(&[gy.into(), gb.into()]) {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {
                     cpu::bias_grad(&g, v.read(gy)?, v.write(gb)?);
                     Ok(())
@@ -218,7 +224,7 @@ impl Saved {
         if self.x.requires_grad {
             let packed = scratch(s, &g, ConvPass::InputGrad)?;
             let gx = s.alloc::<f32>("conv2d input grad", self.x.shape)?;
-            match s.backend() {
+            match s.uses(&[gy.into(), self.w.buf.into(), packed.into(), gx.into()]) {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {
                     cpu::input_grad(&g, v.read(gy)?, v.read(self.w.buf)?, v.write(packed)?, v.write(gx)?);
                     Ok(())

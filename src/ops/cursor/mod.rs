@@ -65,7 +65,7 @@ impl<'s> Step<'s> {
                 format!("a one-element loss, got {}", loss.shape()),
             ));
         }
-        match self.backend() {
+        match self.uses(&[loss.buf().into(), losses.into(), cursor.buf.into()]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
                 let (l, slots, c) = (v.read(loss.buf())?, v.write(losses)?, v.write(cursor.buf)?);
                 if let Some(slot) = slots.get_mut(c[0] as usize) {

@@ -16,6 +16,7 @@ mod tests;
 use crate::autograd::{Node, Step};
 use crate::backend::cuda::{Arg, Grid, Kernel};
 use crate::backend::{Backend, Sizing};
+use crate::memory::Buf;
 use crate::ops::dropout::{cpu_seed, DropoutSeed};
 use crate::tensor::{Shape, Tensor, TensorRef};
 use crate::{Error, Result};
@@ -36,6 +37,11 @@ pub struct Epilogue {
 impl Epilogue {
     fn active(&self) -> bool {
         self.relu || self.dropout.is_some()
+    }
+
+    /// The cursor the kernels read a per-step seed from (empty if none).
+    fn cursor_buf(&self) -> Buf<u32> {
+        self.dropout.map_or(Buf::default(), |(_, seed)| seed.cursor_buf())
     }
 
     /// The kernels' `DenseEpilogue` (flags, p, scale, seed) as u32 words, and
@@ -97,7 +103,13 @@ impl<'s> Tensor<'s> {
             Some(b) => s.output("dense output", Shape::new(&[n, out]), &[&self, &weight, &b])?,
             None => s.output("dense output", Shape::new(&[n, out]), &[&self, &weight])?,
         };
-        match s.backend() {
+        match s.uses(&[
+            self.buf().into(),
+            weight.buf().into(),
+            bias.map_or(Buf::<f32>::default(), |b| b.buf()).into(),
+            y.buf().into(),
+            epilogue.cursor_buf().into(),
+        ]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
                 let e = cpu::Epi {
                     relu: epilogue.relu,
@@ -165,7 +177,15 @@ impl Saved {
             Sizing::Cpu { .. } if epi.active() => Some(s.alloc::<f32>("dense masked grad", self.y.shape)?),
             _ => None,
         };
-        if let (Some(g), Backend::Cpu(cpu)) = (masked, s.backend()) {
+        if let (Some(g), Backend::Cpu(cpu)) = (
+            masked,
+            s.uses(&[
+                gy.into(),
+                self.y.buf.into(),
+                masked.unwrap_or_default().into(),
+                epi.cursor_buf().into(),
+            ]),
+        ) {
             cpu.run(|v, _| {
                 let e = cpu::Epi {
                     relu: epi.relu,
@@ -182,7 +202,14 @@ impl Saved {
         let (e, cursor) = epi.gpu();
         if self.x.requires_grad {
             let gx = s.alloc::<f32>("dense input grad", self.x.shape)?;
-            match s.backend() {
+            match s.uses(&[
+                gy.into(),
+                g.into(),
+                self.y.buf.into(),
+                self.w.buf.into(),
+                gx.into(),
+                epi.cursor_buf().into(),
+            ]) {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {
                     cpu::input_grad(dims, v.read(g)?, v.read(self.w.buf)?, v.write(gx)?);
                     Ok(())
@@ -213,7 +240,15 @@ impl Saved {
                 Some(b) => Some(s.alloc::<f32>("dense bias grad", b.shape)?),
                 None => None,
             };
-            match s.backend() {
+            match s.uses(&[
+                gy.into(),
+                g.into(),
+                self.y.buf.into(),
+                self.x.buf.into(),
+                gw.into(),
+                gb.unwrap_or_default().into(),
+                epi.cursor_buf().into(),
+            ]) {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {
                     let gb = match gb {
                         Some(gb) => Some(v.write(gb)?),

@@ -38,6 +38,16 @@ pub enum DropoutSeed {
     PerStep { base: u64, cursor: StepCursor },
 }
 
+impl DropoutSeed {
+    /// The cursor a kernel reads the seed from (an empty buffer if none).
+    pub(crate) fn cursor_buf(&self) -> Buf<u32> {
+        match self {
+            Self::Fixed(_) => Buf::default(),
+            Self::PerStep { cursor, .. } => cursor.buf,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {
     x: TensorRef,
@@ -58,7 +68,7 @@ impl<'s> Tensor<'s> {
             return Err(Error::shape("dropout", format!("a probability in [0, 1), got {p}")));
         }
         let y = s.output("dropout output", self.shape(), &[&self])?;
-        match s.backend() {
+        match s.uses(&[self.buf().into(), y.buf().into(), seed.cursor_buf().into()]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
                 let seed = cpu_seed(v, seed)?;
                 cpu::apply(v.read(self.buf())?, v.write(y.buf())?, p, seed);
@@ -86,7 +96,7 @@ impl Saved {
             return Ok(());
         }
         let gx = s.alloc::<f32>("dropout input grad", self.x.shape)?;
-        match s.backend() {
+        match s.uses(&[gy.into(), gx.into(), self.seed.cursor_buf().into()]) {
             // The mask is linear in its input: backward is the same map.
             Backend::Cpu(cpu) => cpu.run(|v, _| {
                 let seed = cpu_seed(v, self.seed)?;

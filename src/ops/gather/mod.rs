@@ -59,7 +59,7 @@ impl<'s> Step<'s> {
         check_indices(indices, set.count)?;
         let x = self.output("input batch", shape, &[])?;
         let on_device = self.device_indices(indices)?;
-        match self.backend() {
+        match self.uses(&[set.pixels.into(), x.buf().into(), on_device.unwrap_or_default().into()]) {
             Backend::Cpu(cpu) => {
                 cpu.run(|v, _| cpu::images(v.read(set.pixels)?, set.count, indices, norm, v.write(x.buf())?))?
             }
@@ -90,7 +90,7 @@ impl<'s> Step<'s> {
         check_indices(indices, labels.len())?;
         let out = self.alloc::<u32>("label batch", Shape::new(&[indices.len()]))?;
         let on_device = self.device_indices(indices)?;
-        match self.backend() {
+        match self.uses(&[labels.into(), out.into(), on_device.unwrap_or_default().into()]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| cpu::labels(v.read(labels)?, indices, v.write(out)?))?,
             Backend::Cuda(gpu) => gpu.launch(
                 Kernel::GatherLabels,
@@ -137,7 +137,14 @@ impl<'s> Step<'s> {
         let x = self.output("input batch", Shape::new(&[at.len, d[0], d[1], d[2]]), &[])?;
         let out = self.alloc::<u32>("label batch", Shape::new(&[at.len]))?;
         let size = set.image.numel();
-        match self.backend() {
+        match self.uses(&[
+            set.pixels.into(),
+            labels.into(),
+            at.order.into(),
+            at.cursor.buf.into(),
+            x.buf().into(),
+            out.into(),
+        ]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
                 let cursor = v.read(at.cursor.buf)?;
                 let start = cursor[0] as usize * at.stride;
@@ -186,7 +193,7 @@ impl<'s> Step<'s> {
             return Ok(None);
         }
         let buf = self.alloc::<u32>("batch indices", Shape::new(&[indices.len()]))?;
-        self.backend().upload(buf, indices)?;
+        self.uses(&[buf.into()]).upload(buf, indices)?;
         Ok(Some(buf))
     }
 }

@@ -42,7 +42,13 @@ impl<'s> Tensor<'s> {
             None => s.output("linear output", Shape::new(&[n, out]), &[&self, &weight])?,
         };
         let workspace = blas_workspace(s)?;
-        match s.backend() {
+        match s.uses(&[
+            self.buf().into(),
+            weight.buf().into(),
+            bias.map_or(Buf::<f32>::default(), |b| b.buf()).into(),
+            y.buf().into(),
+            workspace.unwrap_or_default().into(),
+        ]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
                 let b = match bias {
                     Some(b) => Some(v.read(b.buf())?),
@@ -108,7 +114,12 @@ impl Saved {
         };
         if self.x.requires_grad {
             let gx = s.alloc::<f32>("linear input grad", self.x.shape)?;
-            match s.backend() {
+            match s.uses(&[
+                gy.into(),
+                self.w.buf.into(),
+                gx.into(),
+                workspace.unwrap_or_default().into(),
+            ]) {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {
                     cpu::input_grad(dims, v.read(gy)?, v.read(self.w.buf)?, v.write(gx)?);
                     Ok(())
@@ -135,7 +146,12 @@ impl Saved {
         }
         if self.w.requires_grad {
             let gw = s.alloc::<f32>("linear weight grad", self.w.shape)?;
-            match s.backend() {
+            match s.uses(&[
+                gy.into(),
+                self.x.buf.into(),
+                gw.into(),
+                workspace.unwrap_or_default().into(),
+            ]) {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {
                     cpu::weight_grad(dims, v.read(gy)?, v.read(self.x.buf)?, v.write(gw)?);
                     Ok(())
@@ -162,7 +178,7 @@ impl Saved {
         }
         if let Some(b) = self.bias.filter(|b| b.requires_grad) {
             let gb = s.alloc::<f32>("linear bias grad", b.shape)?;
-            match s.backend() {
+            match s.uses(&[gy.into(), gb.into()]) {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {
                     cpu::bias_grad(dims, v.read(gy)?, v.write(gb)?);
                     Ok(())

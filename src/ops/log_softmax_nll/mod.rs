@@ -36,7 +36,12 @@ impl<'s> Tensor<'s> {
         }
         let log_probs = s.alloc::<f32>("log-softmax", x)?;
         let loss = s.output("loss", Shape::new(&[1]), &[&self])?;
-        match s.backend() {
+        match s.uses(&[
+            self.buf().into(),
+            labels.buf.into(),
+            log_probs.into(),
+            loss.buf().into(),
+        ]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
                 cpu::forward(
                     x,
@@ -78,7 +83,7 @@ impl Saved {
             return Ok(());
         };
         let gx = s.alloc::<f32>("logits grad", self.logits.shape)?;
-        match s.backend() {
+        match s.uses(&[self.log_probs.into(), self.labels.into(), gloss.into(), gx.into()]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
                 cpu::backward(
                     self.logits.shape,

@@ -53,7 +53,7 @@ impl<'s> Tensor<'s> {
         };
         let y = s.output(what, out, &[&self])?;
         let winner = s.alloc::<u8>("max-pool winners", out)?;
-        match s.backend() {
+        match s.uses(&[self.buf().into(), y.buf().into(), winner.into()]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
                 let out = v.write(y.buf())?;
                 cpu::forward(x, v.read(self.buf())?, out, v.write(winner)?);
@@ -99,7 +99,7 @@ impl Saved {
             return Ok(());
         }
         let gx = s.alloc::<f32>("max-pool input grad", self.x.shape)?;
-        match s.backend() {
+        match s.uses(&[gy.into(), self.y.buf.into(), self.winner.into(), gx.into()]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
                 let relu_of = if self.relu { Some(v.read(self.y.buf)?) } else { None };
                 cpu::backward(self.x.shape, v.read(gy)?, relu_of, v.read(self.winner)?, v.write(gx)?);

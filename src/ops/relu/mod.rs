@@ -21,7 +21,7 @@ pub(crate) struct Saved {
 impl<'s> Tensor<'s> {
     pub fn relu(self, s: &mut Step<'s>) -> Result<Tensor<'s>> {
         let y = s.output("relu output", self.shape(), &[&self])?;
-        match s.backend() {
+        match s.uses(&[self.buf().into(), y.buf().into()]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| cpu::forward(v.read(self.buf())?, v.write(y.buf())?))?,
             Backend::Cuda(gpu) => {
                 let n = y.shape().numel();
@@ -50,7 +50,7 @@ impl Saved {
             return Ok(());
         }
         let gx = s.alloc::<f32>("relu input grad", self.x.shape)?;
-        match s.backend() {
+        match s.uses(&[self.y.buf.into(), gy.into(), gx.into()]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| cpu::backward(v.read(self.y.buf)?, v.read(gy)?, v.write(gx)?))?,
             Backend::Cuda(gpu) => {
                 let n = gx.len();

@@ -1,0 +1,246 @@
+//! The memory report: where every byte of the arena goes, as a table for
+//! people, JSON for machines, and an SVG timeline of one step (a band per
+//! buffer at its planned offset, from the op that makes it to the last op
+//! that touches it — in the spirit of PyTorch's memory snapshot viewer).
+
+use super::plan::{PlannedBuf, StepPlan};
+use super::{ByteSize, PersistentBuf};
+use std::fmt::Write;
+
+/// Everything `bumpgrad memory` prints.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MemoryReport {
+    /// The one allocation: persistent bytes plus the largest plan's peak.
+    pub arena_bytes: usize,
+    pub persistent_bytes: usize,
+    /// The training step's planned peak, its lower bound, and what bump
+    /// allocation would hold.
+    pub plan_peak_bytes: usize,
+    pub lower_bound_bytes: usize,
+    pub bump_bytes: usize,
+    /// Bytes lost to 256-byte alignment: persistent region plus the
+    /// training step's buffers.
+    pub alignment_waste_bytes: usize,
+    pub persistent: Vec<PersistentBuf>,
+    /// Every step kind's plan; the training step's first.
+    pub plans: Vec<StepPlan>,
+}
+
+impl MemoryReport {
+    /// A report of `persistent` and `plans` (the first plan is the training
+    /// step's).
+    pub fn new(persistent: &[PersistentBuf], plans: &[StepPlan]) -> Self {
+        let persistent_bytes = persistent.iter().map(|p| p.offset + p.size).max().unwrap_or(0);
+        let step = plans.first();
+        let peak_all = plans.iter().map(|p| p.peak).max().unwrap_or(0);
+        Self {
+            arena_bytes: persistent_bytes + peak_all,
+            persistent_bytes,
+            plan_peak_bytes: step.map_or(0, |p| p.peak),
+            lower_bound_bytes: step.map_or(0, |p| p.lower_bound),
+            bump_bytes: step.map_or(0, |p| p.bump_bytes),
+            alignment_waste_bytes: persistent.iter().map(|p| p.size - p.bytes).sum::<usize>()
+                + step.map_or(0, |p| p.alignment_waste),
+            persistent: persistent.to_vec(),
+            plans: plans.to_vec(),
+        }
+    }
+
+    /// The tables a person reads.
+    pub fn table(&self, kind_name: impl Fn(u32) -> &'static str) -> String {
+        let mut out = String::new();
+        let b = |n: usize| ByteSize(n).to_string();
+        let _ = writeln!(out, "arena: {} in one allocation", b(self.arena_bytes));
+        let _ = writeln!(out, "\npersistent region: {}", b(self.persistent_bytes));
+        let _ = writeln!(out, "  {:>10}  {:>10}  what", "offset", "bytes");
+        for p in &self.persistent {
+            let _ = writeln!(out, "  {:>10}  {:>10}  {}", p.offset, b(p.bytes), p.what);
+        }
+        for plan in &self.plans {
+            let _ = writeln!(
+                out,
+                "\nstep region, {}: planned peak {} against a lower bound of {} ({:.3}×); bump allocation would hold {}",
+                kind_name(plan.key),
+                b(plan.peak),
+                b(plan.lower_bound),
+                plan.ratio(),
+                b(plan.bump_bytes)
+            );
+            let _ = writeln!(out, "  {:>10}  {:>10}  {:>9}  what", "offset", "bytes", "live ops");
+            for buf in &plan.bufs {
+                let _ = writeln!(
+                    out,
+                    "  {:>10}  {:>10}  {:>4}–{:<4}  {} {}",
+                    buf.offset,
+                    b(buf.bytes),
+                    buf.life.born,
+                    buf.life.last,
+                    buf.what,
+                    buf.shape
+                );
+            }
+            let (tick, bytes) = plan.peak_tick();
+            let _ = writeln!(out, "  live at op {tick}, the most at once ({}):", b(bytes));
+            for buf in plan.top_live(5) {
+                let _ = writeln!(out, "    {:>10}  {} {}", b(buf.size), buf.what, buf.shape);
+            }
+        }
+        let _ = writeln!(
+            out,
+            "\nbytes lost to 256-byte alignment: {}",
+            b(self.alignment_waste_bytes)
+        );
+        out
+    }
+
+    /// An SVG timeline of the training step's plan.
+    pub fn svg(&self, title: &str) -> String {
+        let Some(plan) = self.plans.first() else {
+            return String::from("<svg xmlns=\"http://www.w3.org/2000/svg\"/>");
+        };
+        timeline(plan, title)
+    }
+}
+
+/// A colour per kind of buffer, so that gradients, activations and scratch
+/// read apart at a glance.
+fn colour(buf: &PlannedBuf) -> &'static str {
+    let w = buf.what;
+    if w.contains("grad") {
+        "#d9822b"
+    } else if w.contains("workspace") || w.contains("packed") || w.contains("partial") || w.contains("indices") {
+        "#8c8c8c"
+    } else if w.contains("batch") || w.contains("label") {
+        "#4a7fb5"
+    } else {
+        "#2e8b57"
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+fn timeline(plan: &StepPlan, title: &str) -> String {
+    let (w, h, left, top, bottom, right) = (1100.0, 580.0, 80.0, 76.0, 60.0, 330.0);
+    let ticks = plan.bufs.iter().map(|b| b.life.last).max().unwrap_or(0) + 1;
+    let peak = plan.peak.max(1) as f64;
+    let x = |t: f64| left + (w - left - right) * t / ticks as f64;
+    let y = |bytes: f64| top + (h - top - bottom) * (1.0 - bytes / peak);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">"#
+    );
+    let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{left}" y="22" font-size="15" font-weight="bold">{}</text>"#,
+        escape(title)
+    );
+    let _ = writeln!(
+        s,
+        r##"<text x="{left}" y="40" fill="#444">one training step: a band per buffer at its planned offset, from the op that makes it to the last op that touches it</text><text x="{left}" y="56" fill="#444">planned peak {}, lower bound {} ({:.3}×); bump allocation would hold {}</text>"##,
+        ByteSize(plan.peak),
+        ByteSize(plan.lower_bound),
+        plan.ratio(),
+        ByteSize(plan.bump_bytes)
+    );
+    // Axes and a grid line per quarter of the peak.
+    for q in 0..=4 {
+        let bytes = peak * q as f64 / 4.0;
+        let yy = y(bytes);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{left}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#e5e5e5"/><text x="{}" y="{:.1}" text-anchor="end" fill="#555">{}</text>"##,
+            w - right,
+            left - 6.0,
+            yy + 4.0,
+            ByteSize(bytes as usize)
+        );
+    }
+    for buf in plan.bufs.iter().filter(|b| b.size > 0) {
+        let (x0, x1) = (x(buf.life.born as f64), x(buf.life.last as f64 + 1.0));
+        let (y0, y1) = (y(buf.end() as f64), y(buf.offset as f64));
+        let _ = writeln!(
+            s,
+            r##"<rect x="{x0:.1}" y="{y0:.1}" width="{:.1}" height="{:.1}" fill="{}" fill-opacity="0.75" stroke="white" stroke-width="0.6"><title>{} {} — {} at offset {}, ops {}–{}</title></rect>"##,
+            (x1 - x0).max(1.0),
+            (y1 - y0).max(0.5),
+            colour(buf),
+            escape(buf.what),
+            buf.shape,
+            ByteSize(buf.size),
+            buf.offset,
+            buf.life.born,
+            buf.life.last
+        );
+    }
+    // The lower bound and the peak.
+    for (bytes, label, dash, dy) in [
+        (plan.lower_bound as f64, "lower bound", "4 3", 14.0),
+        (plan.peak as f64, "planned peak", "", -4.0),
+    ] {
+        let yy = y(bytes);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{left}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#b03060" stroke-dasharray="{dash}"/><text x="{}" y="{:.1}" fill="#b03060">{label}</text>"##,
+            w - right,
+            w - right + 4.0,
+            yy + dy
+        );
+    }
+    for t in (0..=ticks).step_by(5) {
+        let xx = x(t as f64);
+        let _ = writeln!(
+            s,
+            r##"<text x="{xx:.1}" y="{}" text-anchor="middle" fill="#555">{t}</text>"##,
+            h - bottom + 14.0
+        );
+    }
+    let _ = writeln!(
+        s,
+        r##"<text x="{}" y="{}" text-anchor="middle" fill="#555">op of the step (forward, then backward, then the update) →</text>"##,
+        (left + w - right) / 2.0,
+        h - 22.0
+    );
+    // Legend: the buffers alive at the peak.
+    let (tick, _) = plan.peak_tick();
+    let lx = w - right + 90.0;
+    let lx = lx.min(w - 230.0);
+    let _ = writeln!(
+        s,
+        r#"<text x="{lx}" y="{top}" font-weight="bold">alive at op {tick}:</text>"#
+    );
+    for (i, buf) in plan.top_live(12).iter().enumerate() {
+        let yy = top + 18.0 * (i as f64 + 1.0);
+        let _ = writeln!(
+            s,
+            r#"<rect x="{lx}" y="{:.1}" width="10" height="10" fill="{}"/><text x="{}" y="{:.1}">{} {}</text>"#,
+            yy - 9.0,
+            colour(buf),
+            lx + 14.0,
+            yy,
+            ByteSize(buf.size),
+            escape(buf.what)
+        );
+    }
+    let legend = [
+        ("#2e8b57", "activations"),
+        ("#d9822b", "gradients"),
+        ("#4a7fb5", "batch"),
+        ("#8c8c8c", "scratch"),
+    ];
+    for (i, (c, name)) in legend.iter().enumerate() {
+        let yy = h - 40.0 - 16.0 * (legend.len() - 1 - i) as f64;
+        let _ = writeln!(
+            s,
+            r#"<rect x="{lx}" y="{:.1}" width="10" height="10" fill="{c}"/><text x="{}" y="{:.1}">{name}</text>"#,
+            yy - 9.0,
+            lx + 14.0,
+            yy
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
