@@ -270,6 +270,23 @@ pub fn train_until(
     observer: &mut (dyn Observer + Send),
     stop: &AtomicBool,
 ) -> Result<Vec<EpochReport>> {
+    let mut reports = Vec::new();
+    run(cfg, observer, stop, &mut |r| reports.push(r))?;
+    Ok(reports)
+}
+
+/// [`train_until`] keeping no report: each reaches the observer only, so the
+/// process's memory stays flat however many epochs run (the CLI uses this).
+pub fn train_streaming(cfg: &TrainConfig, observer: &mut (dyn Observer + Send), stop: &AtomicBool) -> Result<()> {
+    run(cfg, observer, stop, &mut |_| {})
+}
+
+fn run(
+    cfg: &TrainConfig,
+    observer: &mut (dyn Observer + Send),
+    stop: &AtomicBool,
+    keep: &mut (dyn FnMut(EpochReport) + Send),
+) -> Result<()> {
     let (mut session, info) = prepare(cfg)?;
     let mut start = Position::default();
     if let Some(dir) = &cfg.resume {
@@ -308,15 +325,14 @@ pub fn train_until(
         ));
     }
     session.on_workers(|session| {
-        let mut reports = Vec::new();
         for epoch in start.epochs_done + 1..=cfg.epochs {
             let from = if epoch == start.epochs_done + 1 {
                 start
             } else {
                 Position::epoch_start(epoch - 1)
             };
-            reports.push(session.epoch_from(epoch, from, observer, &control)?);
+            keep(session.epoch_from(epoch, from, observer, &control)?);
         }
-        Ok(reports)
+        Ok(())
     })
 }

@@ -213,7 +213,8 @@ fn run_train(args: &TrainArgs) -> anyhow::Result<()> {
     let cfg = args.config();
     let mut printer = progress::Printer::new(args.json, args.memory_report.clone());
     catch_signals();
-    train::train_until(&cfg, &mut printer, &STOP).with_context(|| format!("training on {}", cfg.data_dir.display()))?;
+    train::train_streaming(&cfg, &mut printer, &STOP)
+        .with_context(|| format!("training on {}", cfg.data_dir.display()))?;
     Ok(())
 }
 
