@@ -189,3 +189,24 @@ fn a_checkpoint_from_other_settings_is_refused() {
     let err = train(&other, &mut bumpgrad::train::Quiet).unwrap_err().to_string();
     assert!(err.contains("--batch") && err.contains("cannot resume"), "{err}");
 }
+
+#[test]
+fn a_diverging_run_stops_at_the_step_and_keeps_the_last_good_checkpoint() {
+    let dir = scratch("diverge");
+    let cfg = TrainConfig {
+        lr: 1e5,
+        ..config(&dir, 2, Every::Steps(1))
+    };
+    let err = train(&cfg, &mut bumpgrad::train::Quiet).unwrap_err();
+    let Error::Diverged { epoch, step, loss } = err else {
+        panic!("{err}")
+    };
+    assert!(!loss.is_finite());
+    assert!(err.to_string().contains(&format!("step {step}")), "{err}");
+    // Checkpoints were written after every step whose loss was finite, and
+    // none after the step that diverged.
+    let last = newest(&dir);
+    let diverged_at = ((epoch - 1) * 20 + step) as u64;
+    assert_eq!(last.step, diverged_at - 1, "{err}");
+    assert!(last.tensors.iter().all(|t| t.values.iter().all(|v| v.is_finite())));
+}
