@@ -143,11 +143,8 @@ impl ArenaNeeds {
     }
 }
 
-/// The memory plan of a run without running it (and without allocating the
-/// arena): what `bumpgrad memory` prints. On the device `cfg` asks for, so
-/// cuDNN's workspaces are the GPU's when one is used.
-pub fn memory_report(cfg: &TrainConfig) -> Result<(MemoryReport, String)> {
-    cfg.validate()?;
+/// The data set `cfg` names, cut to its limits.
+fn load_data(cfg: &TrainConfig) -> Result<MnistHost> {
     let mut host = MnistHost::load(&cfg.data_dir)?;
     if let Some(n) = cfg.train_limit {
         host.limit_train(n)?;
@@ -155,6 +152,15 @@ pub fn memory_report(cfg: &TrainConfig) -> Result<(MemoryReport, String)> {
     if let Some(n) = cfg.test_limit {
         host.limit_test(n)?;
     }
+    Ok(host)
+}
+
+/// The memory plan of a run without running it (and without allocating the
+/// arena): what `bumpgrad memory` prints. On the device `cfg` asks for, so
+/// cuDNN's workspaces are the GPU's when one is used.
+pub fn memory_report(cfg: &TrainConfig) -> Result<(MemoryReport, String)> {
+    cfg.validate()?;
+    let host = load_data(cfg)?;
     let (device, _) = Device::open(cfg.device, cfg.threads)?;
     let needs = measure(
         &TrainConfig {
@@ -171,13 +177,7 @@ pub fn memory_report(cfg: &TrainConfig) -> Result<(MemoryReport, String)> {
 /// returns a session ready to train, with what the caller should know.
 pub fn prepare(cfg: &TrainConfig) -> Result<(Session, RunInfo)> {
     cfg.validate()?;
-    let mut host = MnistHost::load(&cfg.data_dir)?;
-    if let Some(n) = cfg.train_limit {
-        host.limit_train(n)?;
-    }
-    if let Some(n) = cfg.test_limit {
-        host.limit_test(n)?;
-    }
+    let host = load_data(cfg)?;
     let (device, device_note) = Device::open(cfg.device, cfg.threads)?;
     let threads = device.threads();
     let device_name = device.describe();
