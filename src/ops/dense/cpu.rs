@@ -1,8 +1,9 @@
-use crate::backend::cpu::{matmul, Mat};
-use crate::ops::dropout::keep;
+//! dense on the CPU: linear's kernels, then the epilogue.
 
-/// `(n, in, out)`.
-pub(super) type Dims = (usize, usize, usize);
+use crate::ops::dropout::keep;
+use crate::ops::linear::cpu as linear;
+
+pub(super) use linear::{input_grad, Dims};
 
 /// What follows the product: a relu, then dropout with probability `p` and
 /// the step's seed (already resolved).
@@ -12,12 +13,8 @@ pub(super) struct Epi {
     pub dropout: Option<(f32, u64)>,
 }
 
-pub(super) fn forward((n, inp, out): Dims, x: &[f32], w: &[f32], bias: Option<&[f32]>, e: Epi, y: &mut [f32]) {
-    match bias {
-        Some(b) => y.chunks_exact_mut(out).for_each(|row| row.copy_from_slice(b)),
-        None => y.fill(0.0),
-    }
-    matmul(y, Mat::rows(x, n, inp), Mat::rows(w, out, inp).t(), true);
+pub(super) fn forward(dims: Dims, x: &[f32], w: &[f32], bias: Option<&[f32]>, e: Epi, y: &mut [f32]) {
+    linear::forward(dims, x, w, bias, y);
     if e.relu {
         y.iter_mut().for_each(|v| *v = v.max(0.0));
     }
@@ -41,16 +38,9 @@ pub(super) fn masked(gy: &[f32], y: &[f32], e: Epi, g: &mut [f32]) {
     }
 }
 
-pub(super) fn input_grad((n, inp, out): Dims, g: &[f32], w: &[f32], gx: &mut [f32]) {
-    matmul(gx, Mat::rows(g, n, out), Mat::rows(w, out, inp), false);
-}
-
-pub(super) fn weight_grad((n, inp, out): Dims, g: &[f32], x: &[f32], gw: &mut [f32], gb: Option<&mut [f32]>) {
-    matmul(gw, Mat::rows(g, n, out).t(), Mat::rows(x, n, inp), false);
+pub(super) fn weight_grad(dims: Dims, g: &[f32], x: &[f32], gw: &mut [f32], gb: Option<&mut [f32]>) {
+    linear::weight_grad(dims, g, x, gw);
     if let Some(gb) = gb {
-        gb.fill(0.0);
-        for row in g.chunks_exact(out) {
-            gb.iter_mut().zip(row).for_each(|(b, g)| *b += g);
-        }
+        linear::bias_grad(dims, g, gb);
     }
 }

@@ -1,8 +1,8 @@
 use crate::backend::cpu::{matmul, Mat};
 
-type Dims = (usize, usize, usize);
+pub(crate) type Dims = (usize, usize, usize);
 
-pub(super) fn forward((n, inp, out): Dims, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
+pub(crate) fn forward((n, inp, out): Dims, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
     match bias {
         Some(b) => y.chunks_exact_mut(out).for_each(|row| row.copy_from_slice(b)),
         None => y.fill(0.0),
@@ -10,15 +10,15 @@ pub(super) fn forward((n, inp, out): Dims, x: &[f32], w: &[f32], bias: Option<&[
     matmul(y, Mat::rows(x, n, inp), Mat::rows(w, out, inp).t(), true);
 }
 
-pub(super) fn input_grad((n, inp, out): Dims, gy: &[f32], w: &[f32], gx: &mut [f32]) {
+pub(crate) fn input_grad((n, inp, out): Dims, gy: &[f32], w: &[f32], gx: &mut [f32]) {
     matmul(gx, Mat::rows(gy, n, out), Mat::rows(w, out, inp), false);
 }
 
-pub(super) fn weight_grad((n, inp, out): Dims, gy: &[f32], x: &[f32], gw: &mut [f32]) {
+pub(crate) fn weight_grad((n, inp, out): Dims, gy: &[f32], x: &[f32], gw: &mut [f32]) {
     matmul(gw, Mat::rows(gy, n, out).t(), Mat::rows(x, n, inp), false);
 }
 
-pub(super) fn bias_grad((_, _, out): Dims, gy: &[f32], gb: &mut [f32]) {
+pub(crate) fn bias_grad((_, _, out): Dims, gy: &[f32], gb: &mut [f32]) {
     gb.fill(0.0);
     for row in gy.chunks_exact(out) {
         gb.iter_mut().zip(row).for_each(|(b, g)| *b += g);

@@ -1,7 +1,7 @@
 //! linear: `y = x · Wᵀ + b` with `x` `[N, IN]`, `W` `[OUT, IN]` (PyTorch's
 //! layout, so checkpoints carry over), `b` `[OUT]`.
 
-mod cpu;
+pub(crate) mod cpu;
 #[cfg(test)]
 mod tests;
 
