@@ -2,12 +2,14 @@
 //!
 //! One allocation per device at start-up; a persistent region (parameters,
 //! optimizer state, the data set), a mark, and a step region that every
-//! minibatch bump-allocates into and that is reset to the mark after it.
+//! minibatch allocates into — by a liveness plan that reuses the bytes of
+//! dead buffers, or by bumping — and that is reset to the mark after it.
 //! Step tensors carry the step's lifetime, so keeping one past its reset
-//! does not compile.
+//! does not compile. On a GPU a whole step is captured once as a CUDA graph.
 //!
 //! The crate, from the bottom up:
-//! - [`memory`]: the arena, its regions, statistics and typed handles;
+//! - [`memory`]: the arena, its regions, statistics, liveness plans, the
+//!   memory report and typed handles;
 //! - [`backend`]: where memory lives and kernels run (CPU, CUDA, and a dry
 //!   backend that measures) — the only home of `unsafe`;
 //! - [`tensor`]: shapes, step tensors and persistent parameters;
@@ -17,7 +19,8 @@
 //! - [`optim`]: optimizers updating parameters in place;
 //! - [`data`]: IDX files, MNIST, the epoch's shuffled order;
 //! - [`checkpoint`]: a run's state as atomic, checksummed safetensors files;
-//! - [`train`]: the training loop and its reports, used by the CLI.
+//! - [`train`]: sizing, the training loop, checkpoints and resume, reports,
+//!   used by the CLI.
 //!
 //! A step in miniature: one parameter, three steps of SGD.
 //!
