@@ -356,9 +356,16 @@ impl Session {
 
     /// The losses of steps `range` of the current epoch (waits for them).
     pub fn losses(&mut self, range: std::ops::Range<usize>) -> Result<&[f32]> {
-        let all = &mut self.host_losses;
-        self.arena.read_persistent(self.losses, all)?;
-        Ok(&all[range])
+        // Only the slots asked for cross to the host.
+        let slots = self.losses.slice(range.start, range.len()).ok_or_else(|| {
+            Error::Config(format!(
+                "steps {range:?} are past the epoch's {} steps",
+                self.host_losses.len()
+            ))
+        })?;
+        let host = &mut self.host_losses[range];
+        self.arena.read_persistent(slots, host)?;
+        Ok(host)
     }
 
     /// Fraction of the test set the model classifies correctly.

@@ -15,7 +15,7 @@ mod tests;
 
 use crate::autograd::{Node, Step};
 use crate::backend::cuda::{Arg, Grid, Kernel};
-use crate::backend::{Backend, Sizing};
+use crate::backend::{Backend, BackendError, Sizing};
 use crate::memory::Buf;
 use crate::ops::dropout::{cpu_seed, DropoutSeed};
 use crate::tensor::{Shape, Tensor, TensorRef};
@@ -37,6 +37,18 @@ pub struct Epilogue {
 impl Epilogue {
     fn active(&self) -> bool {
         self.relu || self.dropout.is_some()
+    }
+
+    /// The epilogue as the CPU kernels take it, the per-step seed read from
+    /// the cursor in the arena as the GPU kernels read it.
+    fn on_cpu(&self, v: &mut crate::backend::cpu::Views<'_>) -> std::result::Result<cpu::Epi, BackendError> {
+        Ok(cpu::Epi {
+            relu: self.relu,
+            dropout: match self.dropout {
+                Some((p, seed)) => Some((p, cpu_seed(v, seed)?)),
+                None => None,
+            },
+        })
     }
 
     /// The cursor the kernels read a per-step seed from (empty if none).
@@ -78,19 +90,7 @@ impl<'s> Tensor<'s> {
         bias: Option<Tensor<'s>>,
         epilogue: Epilogue,
     ) -> Result<Tensor<'s>> {
-        let (x, w) = (self.shape(), weight.shape());
-        if x.rank() != 2 || w.rank() != 2 || x.dim(1) != w.dim(1) {
-            return Err(Error::shape(
-                "dense",
-                format!("input [N, IN] and weight [OUT, IN], got {x} and {w}"),
-            ));
-        }
-        let (n, inp, out) = (x.dim(0), x.dim(1), w.dim(0));
-        if let Some(b) = bias {
-            if b.shape() != Shape::new(&[out]) {
-                return Err(Error::shape("dense", format!("bias [{out}], got {}", b.shape())));
-            }
-        }
+        let (n, inp, out) = crate::ops::linear::dims("dense", self.shape(), weight.shape(), bias.map(|b| b.shape()))?;
         if let Some((p, _)) = epilogue.dropout {
             if !(0.0..1.0).contains(&p) {
                 return Err(Error::shape(
@@ -111,13 +111,7 @@ impl<'s> Tensor<'s> {
             epilogue.cursor_buf().into(),
         ]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
-                let e = cpu::Epi {
-                    relu: epilogue.relu,
-                    dropout: match epilogue.dropout {
-                        Some((p, seed)) => Some((p, cpu_seed(v, seed)?)),
-                        None => None,
-                    },
-                };
+                let e = epilogue.on_cpu(v)?;
                 let b = match bias {
                     Some(b) => Some(v.read(b.buf())?),
                     None => None,
@@ -187,13 +181,7 @@ impl Saved {
             ]),
         ) {
             cpu.run(|v, _| {
-                let e = cpu::Epi {
-                    relu: epi.relu,
-                    dropout: match epi.dropout {
-                        Some((p, seed)) => Some((p, cpu_seed(v, seed)?)),
-                        None => None,
-                    },
-                };
+                let e = epi.on_cpu(v)?;
                 cpu::masked(v.read(gy)?, v.read(self.y.buf)?, e, v.write(g)?);
                 Ok(())
             })?;

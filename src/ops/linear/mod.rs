@@ -22,21 +22,25 @@ pub(crate) struct Saved {
     y: TensorRef,
 }
 
+/// `(N, IN, OUT)` of `x · Wᵀ + b`, or why the shapes do not fit (for
+/// `linear` and `dense` alike).
+pub(crate) fn dims(op: &'static str, x: Shape, w: Shape, bias: Option<Shape>) -> Result<(usize, usize, usize)> {
+    if x.rank() != 2 || w.rank() != 2 || x.dim(1) != w.dim(1) {
+        return Err(Error::shape(
+            op,
+            format!("input [N, IN] and weight [OUT, IN], got {x} and {w}"),
+        ));
+    }
+    let (n, inp, out) = (x.dim(0), x.dim(1), w.dim(0));
+    match bias {
+        Some(b) if b != Shape::new(&[out]) => Err(Error::shape(op, format!("bias [{out}], got {b}"))),
+        _ => Ok((n, inp, out)),
+    }
+}
+
 impl<'s> Tensor<'s> {
     pub fn linear(self, s: &mut Step<'s>, weight: Tensor<'s>, bias: Option<Tensor<'s>>) -> Result<Tensor<'s>> {
-        let (x, w) = (self.shape(), weight.shape());
-        if x.rank() != 2 || w.rank() != 2 || x.dim(1) != w.dim(1) {
-            return Err(Error::shape(
-                "linear",
-                format!("input [N, IN] and weight [OUT, IN], got {x} and {w}"),
-            ));
-        }
-        let (n, inp, out) = (x.dim(0), x.dim(1), w.dim(0));
-        if let Some(b) = bias {
-            if b.shape() != Shape::new(&[out]) {
-                return Err(Error::shape("linear", format!("bias [{out}], got {}", b.shape())));
-            }
-        }
+        let (n, inp, out) = dims("linear", self.shape(), weight.shape(), bias.map(|b| b.shape()))?;
         let y = match bias {
             Some(b) => s.output("linear output", Shape::new(&[n, out]), &[&self, &weight, &b])?,
             None => s.output("linear output", Shape::new(&[n, out]), &[&self, &weight])?,
