@@ -209,9 +209,20 @@ fn ctrl_c_finishes_the_step_writes_a_checkpoint_and_resume_continues() {
 #[test]
 fn a_second_ctrl_c_exits_at_once() {
     let dir = std::env::temp_dir().join(format!("bumpgrad-cli-sigint2-{}", std::process::id()));
-    let child = spawn_train(&["--epochs", "50", "--checkpoint-dir", dir.to_str().unwrap()]);
-    // Both while the data set loads: the first asks for a checkpoint after
+    // Steps of 10,000 images take far longer than the 100 ms between the
+    // two signals, so the second always arrives while the run is still
+    // loading or in its first step: the first asks for a checkpoint after
     // the current step, the second must not wait for it.
+    let child = spawn_train(&[
+        "--epochs",
+        "50",
+        "--batch",
+        "10000",
+        "--train-limit",
+        "20000",
+        "--checkpoint-dir",
+        dir.to_str().unwrap(),
+    ]);
     std::thread::sleep(std::time::Duration::from_millis(150));
     interrupt(&child);
     std::thread::sleep(std::time::Duration::from_millis(100));
