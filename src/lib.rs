@@ -20,7 +20,9 @@
 //! - [`data`]: IDX files, MNIST, the epoch's shuffled order;
 //! - [`checkpoint`]: a run's state as atomic, checksummed safetensors files;
 //! - [`train`]: sizing, the training loop, checkpoints and resume, reports,
-//!   used by the CLI.
+//!   used by the CLI;
+//! - [`distributed`]: data-parallel training — rendezvous, the `--gpus`
+//!   launcher, gradient buckets summed during backward.
 //!
 //! A step in miniature: one parameter, three steps of SGD.
 //!
@@ -54,6 +56,7 @@ pub mod autograd;
 pub mod backend;
 pub mod checkpoint;
 pub mod data;
+pub mod distributed;
 mod error;
 pub mod memory;
 pub mod models;

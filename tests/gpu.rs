@@ -252,6 +252,7 @@ fn cursor_steps(device: Device) -> Vec<(&'static str, Vec<f32>)> {
         cursor,
         stride: 12,
         len: 12,
+        offset: 0,
     };
     let mut read = Vec::new();
     for step in 0..3 {
@@ -259,7 +260,15 @@ fn cursor_steps(device: Device) -> Vec<(&'static str, Vec<f32>)> {
             .step(|s| {
                 let (x, l) = s.gather_batch(&images, labels, at, norm)?;
                 let flat = x.flatten(s)?;
-                let dropped = flat.dropout_seeded(s, 0.5, DropoutSeed::PerStep { base: 5, cursor })?;
+                let dropped = flat.dropout_seeded(
+                    s,
+                    0.5,
+                    DropoutSeed::PerStep {
+                        base: 5,
+                        cursor,
+                        first: 0,
+                    },
+                )?;
                 let w = s.input("w", Shape::new(&[10, 16]), &values(160, 21))?;
                 let loss = dropped.linear(s, w, None)?.log_softmax_nll(s, l)?;
                 let mut v = Vec::new();
@@ -600,4 +609,106 @@ fn the_gpu_plan_is_near_its_bound_and_training_matches_the_unplanned_run() {
     });
     assert_same_curve("planned vs bump", &planned, &bumped, 1e-4);
     assert!(planned[0].arena.step_high_water_bytes < bumped[0].arena.step_high_water_bytes);
+}
+
+/// Whether `n` GPUs are usable, after saying why not where a person sees it.
+fn gpus(test: &str, n: usize) -> bool {
+    match bumpgrad::backend::cuda::open(n - 1) {
+        Ok(_) => true,
+        Err(why) => {
+            let _ = writeln!(std::io::stderr(), "SKIPPED {test}: needs {n} GPUs ({})", why.reason());
+            false
+        }
+    }
+}
+
+/// Trains `cfg` as `size` data-parallel ranks through NCCL, one thread and
+/// one GPU each (the CLI runs one process per GPU; NCCL is the same).
+fn train_on_gpus(cfg: &TrainConfig, size: usize, bucket_bytes: usize) -> Vec<Vec<EpochReport>> {
+    use bumpgrad::backend::Group;
+    use bumpgrad::distributed::{DataParallel, World};
+    let id = bumpgrad::backend::cuda::unique_id().expect("a NCCL id");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..size)
+            .map(|rank| {
+                let cfg = TrainConfig {
+                    data_parallel: Some(DataParallel {
+                        world: World { rank, size },
+                        bucket_bytes,
+                    }),
+                    ..cfg.clone()
+                };
+                let stop = &stop;
+                s.spawn(move || {
+                    let join = train::Join {
+                        group: Group::Nccl { id, rank, world: size },
+                        ordinal: rank,
+                    };
+                    let mut seen = Collect(Vec::new());
+                    train::train_rank(&cfg, Some(join), &mut seen, stop, None).expect("rank trains");
+                    seen.0
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("rank thread")).collect()
+    })
+}
+
+#[test]
+fn data_parallel_one_gpu_through_nccl_trains_as_the_plain_gpu_run() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !gpus("one_gpu_through_nccl", 1) {
+        return;
+    }
+    let cfg = TrainConfig {
+        train_limit: Some(5050),
+        ..gpu_config(2)
+    };
+    let plain = train_on(&cfg);
+    let ranked = train_on_gpus(&cfg, 1, bumpgrad::distributed::DEFAULT_BUCKET_BYTES).remove(0);
+    assert!(ranked.iter().all(|r| r.graph), "the NCCL path captures its step too");
+    // Not bit for bit, unlike the CPU: cuDNN's weight-gradient algorithm
+    // sums with atomics, so two plain GPU runs differ in the last bits too.
+    assert_same_curve("NCCL world of 1 vs plain", &plain, &ranked, 1e-5);
+}
+
+#[test]
+fn data_parallel_two_gpus_with_batch_50_follow_one_gpu_with_batch_100() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !gpus("two_gpus_follow_one_gpu", 2) {
+        return;
+    }
+    // 2050 images: 21 steps, the last of 50 images, shared 25 / 25. Two
+    // epochs, and the losses compared over the first: GPU runs are not
+    // bit-reproducible (cuDNN's weight gradient sums with atomics), and
+    // training amplifies last-bit differences — two plain runs drift apart
+    // by 1e-4 within a few epochs too.
+    let cfg = |batch| TrainConfig {
+        batch,
+        train_limit: Some(2050),
+        ..gpu_config(2)
+    };
+    let one = train_on(&cfg(100));
+    for bucket_bytes in [bumpgrad::distributed::DEFAULT_BUCKET_BYTES, 1 << 20] {
+        let ranks = train_on_gpus(&cfg(50), 2, bucket_bytes);
+        assert_eq!(
+            ranks[0].iter().map(|r| r.train_loss).collect::<Vec<_>>(),
+            ranks[1].iter().map(|r| r.train_loss).collect::<Vec<_>>(),
+            "both ranks see the same summed losses"
+        );
+        assert_eq!(
+            ranks[0].last().unwrap().test_accuracy,
+            ranks[1].last().unwrap().test_accuracy
+        );
+        assert_same_curve("2 GPUs × 50 vs 1 GPU × 100", &one[..1], &ranks[0][..1], 1e-4);
+        for rank in &ranks {
+            // NCCL's buffers were taken before the first step; nothing after.
+            let first = rank[0].device_free_bytes_first_step.expect("free memory");
+            for r in rank {
+                assert!(r.graph);
+                assert_eq!(r.device_free_bytes, Some(first), "rank {} epoch {}", r.rank, r.epoch);
+            }
+        }
+    }
 }

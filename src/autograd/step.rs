@@ -188,6 +188,17 @@ impl<'s> Step<'s> {
 
     /// Reverse-mode differentiation of a one-element `loss`.
     pub fn backward(&mut self, loss: Tensor<'s>) -> Result<Grads<'s>> {
+        self.backward_with(loss, &mut |_| Ok(()))
+    }
+
+    /// [`Step::backward`], calling `after_node` after each recorded op's
+    /// backward: data-parallel training starts the sum of a gradient bucket
+    /// as soon as backward has produced all of it.
+    pub fn backward_with(
+        &mut self,
+        loss: Tensor<'s>,
+        after_node: &mut dyn FnMut(&mut Step<'s>) -> Result<()>,
+    ) -> Result<Grads<'s>> {
         if loss.shape().numel() != 1 {
             return Err(Error::shape(
                 "backward",
@@ -196,7 +207,52 @@ impl<'s> Step<'s> {
         }
         let seed = self.alloc("gradient seed", loss.shape())?;
         self.uses(&[seed.into()]).fill(seed, 1.0)?;
-        self.backward_seeded(loss, seed)
+        self.backward_seeded(loss, seed, after_node)
+    }
+
+    /// Sends `param`'s gradient in this step to `dest` (persistent memory
+    /// of its shape) instead of the step region. Call before backward.
+    pub fn grad_into(&mut self, param: &Param, dest: Buf<f32>) -> Result<()> {
+        if dest.len() != param.shape.numel() {
+            return Err(Error::shape(
+                "grad_into",
+                format!(
+                    "{} elements for {}'s gradient of shape {}",
+                    dest.len(),
+                    param.name(),
+                    param.shape
+                ),
+            ));
+        }
+        let tape = self.arena.tape();
+        tape.grad_into.retain(|(p, _)| *p != param.buf);
+        tape.grad_into.push((param.buf, dest));
+        Ok(())
+    }
+
+    /// Memory for a gradient contribution to `t`: its destination (see
+    /// [`Step::grad_into`]) when `t` is a parameter that has one and has no
+    /// gradient yet, else a new step buffer. A first contribution is kept
+    /// as is (see [`Step::accumulate`]), so it may be written in place.
+    pub(crate) fn grad_buffer(&mut self, t: &TensorRef, what: &'static str) -> Result<Buf<f32>> {
+        let tape = self.arena.tape();
+        let first = tape.grads.get(t.id as usize).is_some_and(|g| g.is_none());
+        let leaf = tape.leaves.iter().any(|&(b, id)| b == t.buf && id == t.id);
+        if first && leaf {
+            if let Some(&(_, dest)) = tape.grad_into.iter().find(|(p, _)| *p == t.buf) {
+                return Ok(dest);
+            }
+        }
+        self.alloc(what, t.shape)
+    }
+
+    /// Whether backward has produced a gradient for `param` so far.
+    pub(crate) fn has_param_grad(&mut self, param: &Param) -> bool {
+        let tape = self.arena.tape();
+        let Some(&(_, id)) = tape.leaves.iter().find(|(b, _)| *b == param.buf) else {
+            return false;
+        };
+        tape.grads.get(id as usize).is_some_and(|g| g.is_some())
     }
 
     /// Reverse-mode differentiation of any tensor `y` against the upstream
@@ -212,10 +268,15 @@ impl<'s> Step<'s> {
                 ),
             ));
         }
-        self.backward_seeded(y, grad_y.inner.buf)
+        self.backward_seeded(y, grad_y.inner.buf, &mut |_| Ok(()))
     }
 
-    fn backward_seeded(&mut self, y: Tensor<'s>, seed: Buf<f32>) -> Result<Grads<'s>> {
+    fn backward_seeded(
+        &mut self,
+        y: Tensor<'s>,
+        seed: Buf<f32>,
+        after_node: &mut dyn FnMut(&mut Step<'s>) -> Result<()>,
+    ) -> Result<Grads<'s>> {
         if !y.requires_grad() {
             return Err(Error::NoGradient);
         }
@@ -230,6 +291,7 @@ impl<'s> Step<'s> {
             i -= 1;
             let node = self.arena.tape().nodes[i];
             super::backward::run(self, node)?;
+            after_node(self)?;
         }
         Ok(Grads { _brand: PhantomData })
     }

@@ -27,6 +27,11 @@ pub struct Tape {
     pub(crate) grads: Vec<Option<Buf<f32>>>,
     /// Parameters used in the step: (parameter buffer, tensor id).
     pub(crate) leaves: Vec<(Buf<f32>, u32)>,
+    /// Where a parameter's gradient goes instead of the step region:
+    /// (parameter buffer, persistent destination). Data-parallel training
+    /// points these into its gradient buckets, so backward writes each
+    /// gradient where the all-reduce reads it.
+    pub(crate) grad_into: Vec<(Buf<f32>, Buf<f32>)>,
     pub(crate) next_id: u32,
     pub(crate) recording: bool,
 }
@@ -37,6 +42,7 @@ impl Default for Tape {
             nodes: Vec::new(),
             grads: Vec::new(),
             leaves: Vec::new(),
+            grad_into: Vec::new(),
             next_id: 0,
             recording: true,
         }
@@ -48,6 +54,7 @@ impl Tape {
         self.nodes.clear();
         self.grads.clear();
         self.leaves.clear();
+        self.grad_into.clear();
         self.next_id = 0;
         self.recording = true;
     }

@@ -51,6 +51,8 @@ pub enum BackendError {
     Label { index: usize, label: u32, classes: usize },
     #[error("example index {index} is past the data set's {count} examples")]
     Index { index: u32, count: usize },
+    #[error("data-parallel training: {0}")]
+    Group(String),
     #[error(transparent)]
     Cuda(#[from] cuda::CudaError),
 }
@@ -81,10 +83,19 @@ impl Device {
     /// Resolves `--device`. Returns the device and, when `auto` fell back to
     /// the CPU, the one line saying why.
     pub fn open(request: DeviceRequest, threads: usize) -> Result<(Self, Option<String>), BackendError> {
+        Self::open_on(request, threads, 0)
+    }
+
+    /// [`Device::open`] with GPU `ordinal` (a data-parallel rank's own GPU).
+    pub fn open_on(
+        request: DeviceRequest,
+        threads: usize,
+        ordinal: usize,
+    ) -> Result<(Self, Option<String>), BackendError> {
         match request {
             DeviceRequest::Cpu => Ok((Self::cpu(threads)?, None)),
-            DeviceRequest::Cuda => Ok((Self::Cuda(cuda::open()?), None)),
-            DeviceRequest::Auto => match cuda::open() {
+            DeviceRequest::Cuda => Ok((Self::Cuda(cuda::open(ordinal)?), None)),
+            DeviceRequest::Auto => match cuda::open(ordinal) {
                 Ok(gpu) => Ok((Self::Cuda(gpu), None)),
                 Err(why) => Ok((
                     Self::cpu(threads)?,
@@ -112,12 +123,40 @@ impl Device {
         }
     }
 
+    /// Joins the device to a data-parallel group (before its arena is
+    /// made): a GPU joins a NCCL communicator, a CPU an in-process group of
+    /// threads (see [`crate::distributed::local`]).
+    pub fn join(&mut self, group: Group) -> Result<(), BackendError> {
+        match (self, group) {
+            (Self::Cuda(gpu), Group::Nccl { id, rank, world }) => Ok(gpu.join(id, rank, world)?),
+            (Self::Cpu(cpu), Group::Local(peer)) => {
+                cpu.group = Some(peer);
+                Ok(())
+            }
+            (Self::Cpu(_), Group::Nccl { .. }) => Err(BackendError::Group(
+                "data-parallel training across processes needs GPUs (NCCL); pass --device cuda".into(),
+            )),
+            (Self::Cuda(_), Group::Local(_)) => Err(BackendError::Group(
+                "an in-process group of threads is for the CPU backend only".into(),
+            )),
+        }
+    }
+
     fn sizing(&self) -> Sizing {
         match self {
             Self::Cpu(cpu) => Sizing::Cpu { threads: cpu.threads() },
             Self::Cuda(gpu) => Sizing::Cuda(gpu.gpu().clone()),
         }
     }
+}
+
+/// A data-parallel group a device joins.
+pub enum Group {
+    /// A NCCL communicator: its id (made by rank 0), this rank, the ranks.
+    Nccl { id: [u8; 128], rank: usize, world: usize },
+    /// Threads of this process, each with a CPU arena (tests of the
+    /// data-parallel logic without GPUs).
+    Local(crate::distributed::local::LocalPeer),
 }
 
 /// What a step's temporaries must be sized for: the CPU kernels' scratch
@@ -275,6 +314,33 @@ impl Backend {
             }),
             Self::Cuda(gpu) => gpu.fill(dst, value),
             Self::Dry(_) => Ok(()),
+        }
+    }
+
+    /// This device's rank and the number of devices it trains with.
+    pub fn world(&self) -> (usize, usize) {
+        match self {
+            Self::Cpu(cpu) => cpu.world(),
+            Self::Cuda(gpu) => gpu.world(),
+            Self::Dry(_) => (0, 1),
+        }
+    }
+
+    /// Sums `buf` elementwise over the group's ranks, in place. On a GPU the
+    /// sum runs beside later work until [`Backend::join_collectives`].
+    pub(crate) fn all_reduce_sum(&mut self, buf: Buf<f32>) -> Result<(), BackendError> {
+        match self {
+            Self::Cpu(cpu) => cpu.all_reduce_sum(buf),
+            Self::Cuda(gpu) => gpu.all_reduce_sum(buf),
+            Self::Dry(_) => Ok(()),
+        }
+    }
+
+    /// Orders every sum queued so far before the work queued next.
+    pub(crate) fn join_collectives(&mut self) -> Result<(), BackendError> {
+        match self {
+            Self::Cuda(gpu) => gpu.join_collectives(),
+            Self::Cpu(_) | Self::Dry(_) => Ok(()),
         }
     }
 

@@ -605,6 +605,20 @@ impl Arena {
         Ok(self.backend.upload(buf, values)?)
     }
 
+    /// Sums a persistent buffer over the data-parallel group's ranks, in
+    /// place, between steps; every rank must call it in the same order.
+    pub fn all_reduce_persistent(&mut self, buf: Buf<f32>) -> Result<(), ArenaError> {
+        self.check_persistent(buf)?;
+        self.backend.all_reduce_sum(buf)?;
+        Ok(self.backend.join_collectives()?)
+    }
+
+    /// This device's rank in its data-parallel group, and the group's size
+    /// (`(0, 1)` alone).
+    pub fn world(&self) -> (usize, usize) {
+        self.backend.world()
+    }
+
     /// Copies a persistent buffer to the host between steps.
     pub fn read_persistent<T: Element>(&mut self, buf: Buf<T>, out: &mut [T]) -> Result<(), ArenaError> {
         self.check_persistent(buf)?;

@@ -15,7 +15,13 @@ use crate::Result;
 /// Training draws a dropout mask from `dropout`; evaluation does not drop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    Train { dropout: DropoutSeed },
+    /// `first_row`: where this batch starts in the step's whole batch (a
+    /// data-parallel shard), so its rows draw the masks they would draw on
+    /// one device.
+    Train {
+        dropout: DropoutSeed,
+        first_row: usize,
+    },
     Eval,
 }
 
@@ -34,6 +40,8 @@ impl MnistCnn {
     pub const INPUT: Shape = Shape::new(&[1, 28, 28]);
     pub const CLASSES: usize = 10;
     pub const DROPOUT: f32 = 0.5;
+    /// Features of the hidden layer (fc1's outputs, where dropout applies).
+    pub const HIDDEN: usize = 50;
 
     /// Parameters in the persistent region, initialised from `seed`.
     pub fn init(p: &mut Persistent<'_>, seed: u64) -> Result<Self> {
@@ -45,10 +53,10 @@ impl MnistCnn {
         Ok(Self {
             conv1: param("conv1.weight", &[10, 1, 5, 5], 25)?,
             conv2: param("conv2.weight", &[20, 10, 5, 5], 250)?,
-            fc1_weight: param("fc1.weight", &[50, 320], 320)?,
-            fc1_bias: param("fc1.bias", &[50], 320)?,
-            fc2_weight: param("fc2.weight", &[10, 50], 50)?,
-            fc2_bias: param("fc2.bias", &[10], 50)?,
+            fc1_weight: param("fc1.weight", &[Self::HIDDEN, 320], 320)?,
+            fc1_bias: param("fc1.bias", &[Self::HIDDEN], 320)?,
+            fc2_weight: param("fc2.weight", &[Self::CLASSES, Self::HIDDEN], 50)?,
+            fc2_bias: param("fc2.bias", &[Self::CLASSES], 50)?,
         })
     }
 
@@ -76,7 +84,9 @@ impl MnistCnn {
         let fc1 = Epilogue {
             relu: true,
             dropout: match mode {
-                Mode::Train { dropout } => Some((Self::DROPOUT, dropout)),
+                Mode::Train { dropout, first_row } => {
+                    Some((Self::DROPOUT, dropout.shifted((first_row * Self::HIDDEN) as u32)))
+                }
                 Mode::Eval => None,
             },
         };

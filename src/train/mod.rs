@@ -14,12 +14,13 @@ pub use checkpoints::{CheckpointPolicy, Every, Position};
 pub use report::{resident_bytes, EpochReport, Observer, Quiet, RunInfo, StepProfile};
 pub use session::{Control, Session, StepKind, MNIST_NORMALIZE, READBACK};
 
-use crate::backend::{Device, DeviceRequest};
+use crate::backend::{Device, DeviceRequest, Group};
 use crate::data::MnistHost;
+use crate::distributed::DataParallel;
 use crate::memory::{Arena, ArenaError, MemoryReport};
 use crate::{Error, Result};
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 
 /// Everything `bumpgrad train` can be told.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -51,6 +52,16 @@ pub struct TrainConfig {
     /// Place step buffers by a liveness plan (reusing the bytes of dead
     /// ones) rather than bump-allocating every one until the reset.
     pub memory_plan: bool,
+    /// This process is one rank of a data-parallel run; `batch` is then
+    /// the examples per step on each rank.
+    pub data_parallel: Option<DataParallel>,
+}
+
+/// How a rank's device joins its data-parallel group before its arena is
+/// made: the group, and which GPU of the host the rank uses.
+pub struct Join {
+    pub group: Group,
+    pub ordinal: usize,
 }
 
 impl Default for TrainConfig {
@@ -73,6 +84,7 @@ impl Default for TrainConfig {
             checkpoints: None,
             resume: None,
             memory_plan: true,
+            data_parallel: None,
         }
     }
 }
@@ -101,6 +113,17 @@ impl TrainConfig {
         }
         if self.checkpoints.as_ref().is_some_and(|p| p.keep == 0) {
             return bad("--keep-checkpoints must be at least 1".into());
+        }
+        if let Some(dp) = &self.data_parallel {
+            if dp.world.size == 0 || dp.world.rank >= dp.world.size {
+                return bad(format!(
+                    "rank {} of {} ranks does not exist",
+                    dp.world.rank, dp.world.size
+                ));
+            }
+            if dp.bucket_bytes < 4 {
+                return bad("--bucket-kib must be at least 1".into());
+            }
         }
         Ok(())
     }
@@ -176,9 +199,23 @@ pub fn memory_report(cfg: &TrainConfig) -> Result<(MemoryReport, String)> {
 /// Loads the data, opens the device, sizes and allocates the arena, and
 /// returns a session ready to train, with what the caller should know.
 pub fn prepare(cfg: &TrainConfig) -> Result<(Session, RunInfo)> {
+    prepare_in(cfg, None)
+}
+
+/// [`prepare`] for one rank of a data-parallel run: its device joins the
+/// group first.
+pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, RunInfo)> {
     cfg.validate()?;
     let host = load_data(cfg)?;
-    let (device, device_note) = Device::open(cfg.device, cfg.threads)?;
+    let ordinal = join.as_ref().map_or(0, |j| j.ordinal);
+    let (mut device, device_note) = Device::open_on(cfg.device, cfg.threads, ordinal)?;
+    if let Some(join) = join {
+        device.join(join.group)?;
+    }
+    let nccl_bytes = match &device {
+        Device::Cuda(gpu) => gpu.nccl_bytes(),
+        Device::Cpu(_) => None,
+    };
     let threads = device.threads();
     let device_name = device.describe();
     let needs = measure(cfg, &host, &device)?;
@@ -252,6 +289,10 @@ pub fn prepare(cfg: &TrainConfig) -> Result<(Session, RunInfo)> {
         arena_size_measured: cfg.arena_size.is_none(),
         arena: session.arena().stats(),
         memory: (!needs.plans.is_empty()).then(|| MemoryReport::new(&needs.persistent, &needs.plans)),
+        world: session.world(),
+        batch: cfg.batch,
+        buckets: session.bucket_layout(),
+        nccl_bytes,
     };
     Ok((session, info))
 }
@@ -270,24 +311,49 @@ pub fn train_until(
     observer: &mut (dyn Observer + Send),
     stop: &AtomicBool,
 ) -> Result<Vec<EpochReport>> {
+    train_rank(cfg, None, observer, stop, None)
+}
+
+/// [`train_until`] as one rank of a data-parallel run (`join`), counting
+/// steps in `progress` for a watchdog.
+pub fn train_rank(
+    cfg: &TrainConfig,
+    join: Option<Join>,
+    observer: &mut (dyn Observer + Send),
+    stop: &AtomicBool,
+    progress: Option<&AtomicU64>,
+) -> Result<Vec<EpochReport>> {
     let mut reports = Vec::new();
-    run(cfg, observer, stop, &mut |r| reports.push(r))?;
+    run(cfg, join, observer, stop, progress, &mut |r| reports.push(r))?;
     Ok(reports)
 }
 
 /// [`train_until`] keeping no report: each reaches the observer only, so the
 /// process's memory stays flat however many epochs run (the CLI uses this).
 pub fn train_streaming(cfg: &TrainConfig, observer: &mut (dyn Observer + Send), stop: &AtomicBool) -> Result<()> {
-    run(cfg, observer, stop, &mut |_| {})
+    run(cfg, None, observer, stop, None, &mut |_| {})
+}
+
+/// [`train_streaming`] as one rank of a data-parallel run.
+pub fn train_streaming_rank(
+    cfg: &TrainConfig,
+    join: Join,
+    observer: &mut (dyn Observer + Send),
+    stop: &AtomicBool,
+    progress: &AtomicU64,
+) -> Result<()> {
+    run(cfg, Some(join), observer, stop, Some(progress), &mut |_| {})
 }
 
 fn run(
     cfg: &TrainConfig,
+    join: Option<Join>,
     observer: &mut (dyn Observer + Send),
     stop: &AtomicBool,
+    progress: Option<&AtomicU64>,
     keep: &mut (dyn FnMut(EpochReport) + Send),
 ) -> Result<()> {
-    let (mut session, info) = prepare(cfg)?;
+    let (mut session, info) = prepare_in(cfg, join)?;
     let mut start = Position::default();
     if let Some(dir) = &cfg.resume {
         match crate::checkpoint::latest_valid(dir)? {
@@ -310,11 +376,14 @@ fn run(
             )),
         }
     }
+    // Every rank starts from rank 0's state, fresh or resumed.
+    session.sync_replicas()?;
     let config_json = serde_json::to_string(cfg).unwrap_or_else(|_| "{}".into());
     let control = Control {
         stop,
         checkpoints: cfg.checkpoints.as_ref(),
         config_json: &config_json,
+        progress,
     };
     observer.started(&info);
     if start.epochs_done >= cfg.epochs {

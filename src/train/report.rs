@@ -23,12 +23,23 @@ pub struct RunInfo {
     /// Where the arena's bytes go, with the step plans (when planning).
     #[serde(skip)]
     pub memory: Option<crate::memory::MemoryReport>,
+    /// This rank and the ranks of a data-parallel run (0 of 1 alone).
+    pub world: crate::distributed::World,
+    /// Examples per step on this rank.
+    pub batch: usize,
+    /// Data-parallel gradient buckets: each one's parameters and bytes.
+    pub buckets: Vec<(Vec<&'static str>, usize)>,
+    /// Device memory NCCL took for its communicator, outside the arena.
+    pub nccl_bytes: Option<usize>,
 }
 
 /// One epoch, as `--json` prints it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct EpochReport {
     pub epoch: usize,
+    /// The data-parallel rank that reports (0 alone) and the ranks.
+    pub rank: usize,
+    pub world_size: usize,
     pub train_loss: f64,
     /// Fraction of the test set classified correctly, in [0, 1].
     pub test_accuracy: f64,

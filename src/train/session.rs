@@ -16,6 +16,8 @@ use super::TrainConfig;
 use crate::backend::cuda::OpTime;
 use crate::checkpoint::{momentum_buffer_name, Checkpoint, NamedTensor};
 use crate::data::{shuffle_into, MnistHost, ResidentMnist};
+use crate::distributed::buckets::{Buckets, Queued};
+use crate::distributed::{DataParallel, World};
 use crate::memory::{Arena, Buf, StepGraph};
 use crate::models::{MnistCnn, Mode};
 use crate::ops::cursor::StepCursor;
@@ -25,7 +27,7 @@ use crate::optim::Sgd;
 use crate::tensor::Shape;
 use crate::{Error, Result};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 /// MNIST's pixel statistics, as every MNIST example normalises with.
@@ -76,9 +78,17 @@ pub struct Control<'a> {
     pub checkpoints: Option<&'a CheckpointPolicy>,
     /// The run's configuration as JSON, recorded in each checkpoint.
     pub config_json: &'a str,
+    /// Counts steps done, for a watchdog that ends a run that stopped
+    /// making progress (a data-parallel rank stuck in a collective).
+    pub progress: Option<&'a AtomicU64>,
 }
 
 pub struct Session {
+    // Field order is drop order: the captured graph goes before the arena,
+    // whose backend holds the NCCL communicator. NCCL keeps a resource of
+    // the communicator alive for each graph that captured its sums, and
+    // destroying the communicator first would wait for it forever.
+    graph: Option<StepGraph>,
     arena: Arena,
     /// Settings a resume must match (see `checkpoints::fingerprint`).
     fingerprint: [(&'static str, String); 4],
@@ -89,7 +99,14 @@ pub struct Session {
     order: Vec<u32>,
     test_order: Vec<u32>,
     logits: Vec<f32>,
+    /// Examples per step on this rank (a step is `batch × world.size`).
     batch: usize,
+    /// Data-parallel training: the rank, and where its gradients are summed.
+    data_parallel: Option<DataParallel>,
+    world: World,
+    buckets: Option<Buckets>,
+    /// A rank's wish to stop, summed over the ranks so all stop together.
+    stop_vote: Buf<f32>,
     seed: u64,
     /// Training steps run since the start (the cursor's global step).
     steps_done: u64,
@@ -103,7 +120,6 @@ pub struct Session {
     use_graph: bool,
     /// Follow the arena's memory plans (see [`crate::memory::plan`]).
     memory_plan: bool,
-    graph: Option<StepGraph>,
     /// Time every op of the run's second step (`--profile`).
     profile: bool,
     op_times: Vec<OpTime>,
@@ -131,10 +147,27 @@ impl Session {
         };
         let profile = cfg.profile && arena.enable_op_timing(TIMED_OPS)?;
         let train_len = host.train_images.count;
-        let steps = train_len.div_ceil(cfg.batch);
+        let world = cfg.data_parallel.map_or(World::ALONE, |d| d.world);
+        let global = cfg.batch * world.size;
+        let tail = train_len % global;
+        if tail != 0 && tail < world.size {
+            return Err(Error::Config(format!(
+                "the epoch's last step has {tail} examples, too few to give each of the {} GPUs one; pass another --batch or --train-limit",
+                world.size
+            )));
+        }
+        let steps = train_len.div_ceil(global);
         let mut p = arena.persistent();
         let model = MnistCnn::init(&mut p, cfg.seed)?;
         let sgd = Sgd::new(&model.params(), &mut p, cfg.lr, cfg.momentum)?;
+        let buckets = match cfg.data_parallel {
+            Some(dp) => Some(Buckets::new(&model.params(), &mut p, dp.bucket_bytes)?),
+            None => None,
+        };
+        let stop_vote = match cfg.data_parallel {
+            Some(_) => p.zeros::<f32>("stop vote", Shape::new(&[1]))?,
+            None => Buf::default(),
+        };
         let data = host.upload(&mut p)?;
         let cursor = StepCursor::new(&mut p)?;
         let order_buf = p.zeros::<u32>("epoch order", Shape::new(&[train_len]))?;
@@ -142,7 +175,9 @@ impl Session {
         let test_len = data.test.len() as u32;
         Ok(Self {
             arena,
-            fingerprint: checkpoints::fingerprint(cfg.batch, cfg.train_limit, cfg.momentum),
+            // A checkpoint is bound to the step's whole batch, not to how
+            // it is shared: 2 GPUs × 50 may resume 1 GPU × 100.
+            fingerprint: checkpoints::fingerprint(global, cfg.train_limit, cfg.momentum),
             model,
             sgd,
             data,
@@ -151,6 +186,10 @@ impl Session {
             test_order: (0..test_len).collect(),
             logits: vec![0.0; cfg.batch * MnistCnn::CLASSES],
             batch: cfg.batch,
+            data_parallel: cfg.data_parallel,
+            world,
+            buckets,
+            stop_vote,
             seed: cfg.seed,
             steps_done: 0,
             order_buf,
@@ -188,7 +227,60 @@ impl Session {
 
     /// Steps in one epoch; the last batch may be smaller, as PyTorch's default.
     pub fn steps_per_epoch(&self) -> usize {
-        self.order.len().div_ceil(self.batch)
+        self.order.len().div_ceil(self.global_batch())
+    }
+
+    /// Examples per step over all ranks.
+    fn global_batch(&self) -> usize {
+        self.batch * self.world.size
+    }
+
+    /// This rank and the number of ranks.
+    pub fn world(&self) -> World {
+        self.world
+    }
+
+    /// The gradient buckets of a data-parallel run: each one's parameters
+    /// and bytes.
+    pub fn bucket_layout(&self) -> Vec<(Vec<&'static str>, usize)> {
+        self.buckets.as_ref().map(Buckets::layout).unwrap_or_default()
+    }
+
+    /// Makes every rank start from rank 0's parameters and momentum: the
+    /// others zero theirs and all sum (exact: x + 0 = x). Then sums each
+    /// (still zero) gradient bucket once, so that NCCL sets up every
+    /// connection the step's sums need now, outside the step: set up during
+    /// a graph capture, it would not be part of the graph. Alone, nothing
+    /// to do.
+    pub fn sync_replicas(&mut self) -> Result<()> {
+        if self.world.size < 2 {
+            return Ok(());
+        }
+        let mut bufs: Vec<Buf<f32>> = self.model.params().iter().map(|p| p.buf()).collect();
+        bufs.extend(self.sgd.velocities().map(|(_, v)| v));
+        for buf in bufs {
+            if self.world.rank != 0 {
+                self.arena.write_persistent(buf, &vec![0.0; buf.len()])?;
+            }
+            self.arena.all_reduce_persistent(buf)?;
+        }
+        for bucket in self.buckets.as_ref().map(Buckets::bufs).unwrap_or_default() {
+            self.arena.all_reduce_persistent(bucket)?;
+        }
+        Ok(())
+    }
+
+    /// Whether any rank asked to stop (alone: whether this one did). Every
+    /// rank must ask at the same steps.
+    fn agree_stop(&mut self, asked: bool) -> Result<bool> {
+        if self.data_parallel.is_none() {
+            return Ok(asked);
+        }
+        self.arena.write_persistent(self.stop_vote, &[asked as u32 as f32])?;
+        self.arena.all_reduce_persistent(self.stop_vote)?;
+        let mut votes = [0.0];
+        self.arena.read_persistent(self.stop_vote, &mut votes)?;
+        Ok(votes[0] > 0.0)
     }
 
     /// Puts the training set in epoch `epoch`'s shuffled order, on the host
@@ -278,38 +370,53 @@ impl Session {
     /// Queues training step `step` of the current epoch. Its loss lands in
     /// the epoch's loss slots; read it with [`Session::losses`].
     pub fn train_step(&mut self, step: usize) -> Result<()> {
-        let start = step * self.batch;
-        let len = self.batch.min(self.order.len().saturating_sub(start));
+        let global = self.global_batch();
+        let step_len = global.min(self.order.len().saturating_sub(step * global));
+        // A data-parallel rank trains on its shard of the step's examples;
+        // its loss is its share of the step's mean, so the shares and their
+        // gradients sum to one device's over the whole step.
+        let (first_row, len) = self.world.shard(step_len, self.batch);
         let at = BatchAt {
             order: self.order_buf,
             cursor: self.cursor,
-            stride: self.batch,
+            stride: global,
             len,
+            offset: first_row,
         };
         let dropout = DropoutSeed::PerStep {
             base: self.seed,
             cursor: self.cursor,
+            first: 0,
         };
         let (model, sgd, train) = (&self.model, &self.sgd, &self.data.train);
-        let (losses, cursor) = (self.losses, self.cursor);
+        let (losses, cursor, buckets) = (self.losses, self.cursor, self.buckets.as_ref());
         let body = |s: &mut crate::Step<'_>| {
             let (x, labels) = s.gather_batch(&train.images, train.labels, at, MNIST_NORMALIZE)?;
-            let logits = model.forward(s, x, Mode::Train { dropout })?;
-            let loss = logits.log_softmax_nll(s, labels)?;
-            let grads = s.backward(loss)?;
+            let logits = model.forward(s, x, Mode::Train { dropout, first_row })?;
+            let loss = logits.log_softmax_nll_over(s, labels, step_len)?;
+            let grads = match buckets {
+                Some(buckets) => {
+                    buckets.direct(s)?;
+                    let mut queued = Queued::default();
+                    let grads = s.backward_with(loss, &mut |s| buckets.queue_ready(s, &mut queued))?;
+                    buckets.finish(s, &mut queued)?;
+                    grads
+                }
+                None => s.backward(loss)?,
+            };
             sgd.update(s, &grads)?;
             s.finish_step(loss, losses, cursor)
         };
         // --profile: with a graph, the captured step carries the events, so
         // any replay is timed with no host work between its ops; without
         // one, step PROFILED_STEP itself is bracketed as it is queued.
-        let kind = if len == self.batch {
+        let kind = if step_len == global {
             StepKind::Train
         } else {
             StepKind::TrainLast
         };
         let key = self.memory_plan.then_some(kind as u32);
-        if self.use_graph && len == self.batch {
+        if self.use_graph && step_len == global {
             if self.graph.is_none() {
                 let timing = self.profile && self.arena.start_op_timing();
                 let ops_before = self.arena.ops_queued().unwrap_or(0);
@@ -354,7 +461,8 @@ impl Session {
         Ok(())
     }
 
-    /// The losses of steps `range` of the current epoch (waits for them).
+    /// The losses of steps `range` of the current epoch (waits for them);
+    /// on a data-parallel rank, its share of each.
     pub fn losses(&mut self, range: std::ops::Range<usize>) -> Result<&[f32]> {
         // Only the slots asked for cross to the host.
         let slots = self.losses.slice(range.start, range.len()).ok_or_else(|| {
@@ -422,6 +530,7 @@ impl Session {
             stop: &stop,
             checkpoints: None,
             config_json: "{}",
+            progress: None,
         };
         self.epoch_from(epoch, Position::epoch_start(epoch - 1), observer, &control)
     }
@@ -446,12 +555,21 @@ impl Session {
         let mut read = first;
         for step in first..steps {
             self.train_step(step)?;
+            if let Some(progress) = control.progress {
+                progress.fetch_add(1, Ordering::Relaxed);
+            }
             if self.steps_done == 1 {
                 self.first_step_free = self.arena.device_free_bytes()?;
             }
-            let stopping = control.stop.load(Ordering::Relaxed);
+            let asked = control.stop.load(Ordering::Relaxed);
             let due = matches!(control.checkpoints.and_then(|p| p.every), Some(Every::Steps(n)) if self.steps_done.is_multiple_of(n));
-            if step + 1 - read >= READBACK || step + 1 == steps || stopping || due {
+            // Alone, a stop request is acted on after the current step;
+            // data-parallel ranks settle it at the next read-back, which all
+            // reach after the same step, so all stop together.
+            let boundary = step + 1 - read >= READBACK || step + 1 == steps || due;
+            let readback = boundary || (asked && self.data_parallel.is_none());
+            let stopping = readback && self.agree_stop(asked)?;
+            if readback {
                 // A checkpoint is written only after its steps' losses were
                 // read and found finite: a diverged step never overwrites
                 // the last good checkpoint.
@@ -491,6 +609,8 @@ impl Session {
         let memory = self.arena.device_memory()?;
         let report = EpochReport {
             epoch,
+            rank: self.world.rank,
+            world_size: self.world.size,
             train_loss: total / steps as f64,
             test_accuracy,
             seconds,
@@ -507,7 +627,7 @@ impl Session {
             span_seconds_per_step: self.profiled.as_ref().and_then(|p| p.span_seconds),
         };
         observer.epoch(&report);
-        let stopping = control.stop.load(Ordering::Relaxed);
+        let stopping = self.agree_stop(control.stop.load(Ordering::Relaxed))?;
         let due = matches!(control.checkpoints.and_then(|p| p.every), Some(Every::Epochs(n)) if (epoch as u64).is_multiple_of(n));
         if stopping || due {
             let written = self.checkpoint(control, Position::epoch_start(epoch), observer)?;
@@ -532,6 +652,10 @@ impl Session {
         let Some(policy) = control.checkpoints else {
             return Ok(None);
         };
+        // The ranks hold the same state; rank 0 writes it.
+        if self.world.rank != 0 {
+            return Ok(None);
+        }
         let path = self.save(policy, at, control.config_json)?;
         observer.checkpoint_written(&path);
         Ok(Some(path))
@@ -547,6 +671,14 @@ impl Session {
     ) -> Result<f64> {
         let first = steps.start;
         let mut sum = 0.0;
+        if self.data_parallel.is_some() {
+            // Each rank holds its share of every step's loss.
+            let slots = self
+                .losses
+                .slice(steps.start, steps.len())
+                .ok_or(Error::Config("internal error: losses read past the epoch".into()))?;
+            self.arena.all_reduce_persistent(slots)?;
+        }
         for (i, &loss) in self.losses(steps)?.iter().enumerate() {
             if !loss.is_finite() {
                 return Err(Error::Diverged {
@@ -567,7 +699,7 @@ impl Session {
     pub(crate) fn probe(&mut self) -> Result<()> {
         self.train_step(0)?;
         let steps = self.steps_per_epoch();
-        if steps > 1 && !self.order.len().is_multiple_of(self.batch) {
+        if steps > 1 && !self.order.len().is_multiple_of(self.global_batch()) {
             self.train_step(steps - 1)?;
         }
         self.evaluate_batch(0)?;

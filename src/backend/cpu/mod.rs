@@ -10,6 +10,8 @@ pub use matmul::{matmul, Mat};
 pub use memory::{CpuMemory, Views};
 
 use super::BackendError;
+use crate::distributed::local::LocalPeer;
+use crate::memory::Buf;
 use std::sync::Arc;
 
 /// Stack every worker touches once when it starts.
@@ -28,6 +30,8 @@ fn touch_stack() {
 /// A CPU that has not yet received its arena.
 pub struct CpuDevice {
     pool: Arc<rayon::ThreadPool>,
+    /// The in-process group it trains with, if any.
+    pub(crate) group: Option<LocalPeer>,
 }
 
 impl CpuDevice {
@@ -42,7 +46,10 @@ impl CpuDevice {
                 threads,
                 reason: e.to_string(),
             })?;
-        Ok(Self { pool: Arc::new(pool) })
+        Ok(Self {
+            pool: Arc::new(pool),
+            group: None,
+        })
     }
 
     pub fn threads(&self) -> usize {
@@ -58,6 +65,7 @@ pub struct CpuBackend {
     /// op's kernels may touch nothing else, which keeps the declarations
     /// (and the memory plan built from them) honest.
     declared: Declared,
+    group: Option<LocalPeer>,
 }
 
 /// Up to [`MAX_DECLARED`] `(start, end)` ranges; `None` before any op
@@ -72,7 +80,20 @@ impl CpuBackend {
             memory: CpuMemory::new(capacity)?,
             pool: device.pool,
             declared: None,
+            group: device.group,
         })
+    }
+
+    /// This thread's rank and the group's size.
+    pub fn world(&self) -> (usize, usize) {
+        self.group.as_ref().map_or((0, 1), |g| (g.rank(), g.world()))
+    }
+
+    /// Sums `buf` over the group, in place (nothing to do alone).
+    pub(crate) fn all_reduce_sum(&mut self, buf: Buf<f32>) -> Result<(), BackendError> {
+        let Some(group) = &self.group else { return Ok(()) };
+        let mut views = self.memory.views(None);
+        group.all_reduce_sum(views.write(buf)?)
     }
 
     pub fn threads(&self) -> usize {

@@ -83,9 +83,10 @@ fn check_libraries() -> Result<(), CudaError> {
 }
 
 impl Gpu {
-    /// Opens GPU 0: checks the libraries, creates the context, the stream and
-    /// the library handles, and compiles the kernels for its architecture.
-    pub fn open() -> Result<Arc<Self>, CudaError> {
+    /// Opens GPU `ordinal`: checks the libraries, creates the context, the
+    /// stream and the library handles, and compiles the kernels for its
+    /// architecture.
+    pub fn open(ordinal: usize) -> Result<Arc<Self>, CudaError> {
         check_libraries()?;
         let count = driver::init()
             .and_then(|()| driver::device::get_count())
@@ -95,7 +96,12 @@ impl Gpu {
                 detail: "the driver sees no GPU".into(),
             });
         }
-        let ctx = CudaContext::new(0).map_err(|e| CudaError::NoDevice { detail: e.to_string() })?;
+        if ordinal >= count as usize {
+            return Err(CudaError::NoDevice {
+                detail: format!("GPU {ordinal} was asked for, but the driver sees {count}"),
+            });
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| CudaError::NoDevice { detail: e.to_string() })?;
         // SAFETY: we never use cudarc's owning slices, whose cross-stream
         // ordering these events exist for; all our work is on one stream.
         unsafe { ctx.disable_event_tracking() };

@@ -46,15 +46,18 @@ impl Drop for CapturedGraph {
 }
 
 impl CudaBackend {
-    /// Starts recording the stream instead of running it. In global mode
-    /// the driver also refuses any allocation from any thread meanwhile.
+    /// Starts recording the stream instead of running it. Thread-local
+    /// mode: the driver refuses an allocation (or any other call unsafe
+    /// during capture) from this thread, which would be our mistake; other
+    /// threads are left alone, as they must be when several ranks of a
+    /// data-parallel run share a process or NCCL's own threads work.
     pub fn begin_capture(&mut self) -> Result<(), BackendError> {
         self.enter("cuStreamBeginCapture")?;
         // SAFETY: the stream is ours and not being captured (`capturing`).
         let r = unsafe {
             driver::stream::begin_capture(
                 self.gpu.stream.cu_stream(),
-                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
             )
         };
         self.check("cuStreamBeginCapture", r)?;

@@ -14,6 +14,7 @@ mod gpu;
 mod graph;
 mod kernels;
 mod memory;
+mod nccl;
 mod timing;
 
 pub use cudnn::{ConvDims, ConvPass, WORKSPACE_LIMIT};
@@ -21,6 +22,7 @@ pub use error::CudaError;
 pub use gpu::Gpu;
 pub use graph::CapturedGraph;
 pub use kernels::Kernel;
+pub use nccl::{unique_id, Nccl};
 pub use timing::OpTime;
 
 use super::BackendError;
@@ -36,19 +38,37 @@ use std::sync::Arc;
 /// products of our models need little.
 pub const BLAS_WORKSPACE: usize = 256 << 10;
 
-/// Opens the GPU, or says why it cannot be used.
-pub fn open() -> Result<CudaDevice, CudaError> {
-    Ok(CudaDevice { gpu: Gpu::open()? })
+/// Opens GPU `ordinal`, or says why it cannot be used.
+pub fn open(ordinal: usize) -> Result<CudaDevice, CudaError> {
+    Ok(CudaDevice {
+        gpu: Gpu::open(ordinal)?,
+        nccl: None,
+    })
 }
 
 /// A GPU that has not yet received its arena.
 pub struct CudaDevice {
     gpu: Arc<Gpu>,
+    /// Its communicator, when it trains data-parallel with other GPUs.
+    nccl: Option<Nccl>,
 }
 
 impl CudaDevice {
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
+    }
+
+    /// Joins NCCL communicator `id` as `rank` of `world`; blocks until every
+    /// rank has joined. Done before the arena is allocated, since NCCL takes
+    /// device memory of its own.
+    pub fn join(&mut self, id: [u8; 128], rank: usize, world: usize) -> Result<(), CudaError> {
+        self.nccl = Some(Nccl::connect(&self.gpu, id, rank, world)?);
+        Ok(())
+    }
+
+    /// Device memory the communicator took, outside the arena.
+    pub fn nccl_bytes(&self) -> Option<usize> {
+        self.nccl.as_ref().map(Nccl::bytes)
     }
 }
 
@@ -144,8 +164,9 @@ fn span(rows: usize, cols: usize, ld: usize) -> usize {
 
 /// The GPU holding its arena memory.
 pub struct CudaBackend {
-    // Drop order: the events and the memory go before the GPU whose context
-    // they live in.
+    // Drop order: the communicator (which waits for its queued sums), the
+    // events and the memory go before the GPU whose context they live in.
+    nccl: Option<Nccl>,
     /// Events bracketing each op while a step is being timed.
     timer: timing::OpTimer,
     memory: DeviceMemory,
@@ -160,9 +181,10 @@ pub struct CudaBackend {
 
 impl CudaBackend {
     pub(crate) fn new(device: CudaDevice, capacity: usize) -> Result<Self, BackendError> {
-        let gpu = device.gpu;
+        let (gpu, nccl) = (device.gpu, device.nccl);
         let memory = DeviceMemory::new(&gpu.ctx, gpu.stream.cu_stream(), capacity)?;
         let mut backend = Self {
+            nccl,
             memory,
             gpu,
             poisoned: None,
@@ -479,6 +501,46 @@ impl CudaBackend {
             Ok(()) => self.finish::<CudaError>(op, Ok(())),
             Err(e) => Err(self.poison(op, e)),
         }
+    }
+
+    /// This GPU's rank and the number of GPUs it trains with.
+    pub fn world(&self) -> (usize, usize) {
+        self.nccl.as_ref().map_or((0, 1), |n| (n.rank(), n.world()))
+    }
+
+    /// Sums `buf` across the ranks in place, on the communication stream,
+    /// after everything queued so far; later kernels that read it must come
+    /// after [`CudaBackend::join_collectives`]. Alone, nothing to do.
+    pub fn all_reduce_sum(&mut self, buf: Buf<f32>) -> Result<(), BackendError> {
+        if self.nccl.is_none() {
+            return Ok(());
+        }
+        self.enter("ncclAllReduce")?;
+        let ptr = self.address(buf)?;
+        let compute = self.gpu.stream.cu_stream();
+        let r = match self.nccl.as_mut() {
+            // SAFETY: `buf` lies in the arena (checked by `address`), which
+            // outlives the communicator; the ops that write it were queued
+            // before this on `compute`, and those that read it wait for
+            // `join_collectives`.
+            Some(nccl) => unsafe { nccl.all_reduce_sum(compute, ptr, buf.len()) },
+            None => Ok(()),
+        };
+        self.ops_queued += 1;
+        match r {
+            Ok(()) => self.check::<CudaError>("ncclAllReduce", Ok(())),
+            Err(e) => Err(self.poison("ncclAllReduce", e)),
+        }
+    }
+
+    /// Makes the compute stream wait for every sum queued so far.
+    pub fn join_collectives(&mut self) -> Result<(), BackendError> {
+        let compute = self.gpu.stream.cu_stream();
+        let r = match self.nccl.as_mut() {
+            Some(nccl) => nccl.join(compute),
+            None => return Ok(()),
+        };
+        r.map_err(|e| self.poison("joining the NCCL stream", e))
     }
 
     /// Creates the events that time up to `ops` ops of a step. Call at

@@ -3,13 +3,19 @@
 mod progress;
 
 use anyhow::Context;
-use bumpgrad::backend::DeviceRequest;
+use bumpgrad::backend::{DeviceRequest, Group};
+use bumpgrad::distributed::launcher::{self, LaunchOptions};
+use bumpgrad::distributed::rendezvous::{rendezvous, RendezvousConfig, WatchOptions};
+use bumpgrad::distributed::{DataParallel, World};
 use bumpgrad::memory::ByteSize;
-use bumpgrad::train::{self, CheckpointPolicy, Every, TrainConfig};
+use bumpgrad::train::{self, CheckpointPolicy, Every, Join, TrainConfig};
 use clap::{Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Parser)]
 #[command(
@@ -118,6 +124,22 @@ struct TrainArgs {
     /// Print one JSON object per epoch on stdout; human text goes to stderr.
     #[arg(long)]
     json: bool,
+    /// Train data-parallel on N GPUs of this host, one process per GPU, each with --batch
+    /// examples per step (a step is N × --batch). On several hosts, start one process per GPU
+    /// yourself with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT set, as torchrun does.
+    #[arg(long, value_name = "N")]
+    gpus: Option<usize>,
+    /// Data-parallel gradient bucket size in KiB: each bucket is summed across the GPUs as soon as
+    /// backward has produced it.
+    #[arg(long, value_name = "KIB", default_value_t = 4)]
+    bucket_kib: usize,
+    /// Seconds the processes of a data-parallel run wait for each other to start.
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    rendezvous_timeout: u64,
+    /// Seconds a data-parallel process may go without finishing a step before the whole run is
+    /// ended (another process stuck or gone).
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    collective_timeout: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -184,6 +206,7 @@ impl TrainArgs {
             }),
             resume: self.resume.clone(),
             memory_plan: self.memory_plan == Switch::On,
+            data_parallel: None,
         }
     }
 }
@@ -209,13 +232,124 @@ fn catch_signals() {
     }
 }
 
-fn run_train(args: &TrainArgs) -> anyhow::Result<()> {
+/// Exit status of a data-parallel process ended because another one failed
+/// or the group stopped making progress.
+const PEER_LOST: i32 = 3;
+
+fn run_train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
+    if let Some(gpus) = args.gpus {
+        return launch(args, gpus);
+    }
+    let timeout = Duration::from_secs(args.rendezvous_timeout);
+    let ranked = RendezvousConfig::from_lookup(|var| std::env::var(var).ok(), timeout)
+        .context("reading the data-parallel environment")?;
+    if let Some(rank) = ranked {
+        return run_rank(args, rank);
+    }
     let cfg = args.config();
     let mut printer = progress::Printer::new(args.json, args.memory_report.clone());
     catch_signals();
     train::train_streaming(&cfg, &mut printer, &STOP)
         .with_context(|| format!("training on {}", cfg.data_dir.display()))?;
-    Ok(())
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--gpus N`: this process starts and supervises one process per GPU.
+fn launch(args: &TrainArgs, gpus: usize) -> anyhow::Result<ExitCode> {
+    if gpus == 0 {
+        anyhow::bail!("--gpus must be at least 1");
+    }
+    if matches!(args.device, DeviceArg::Cpu) {
+        anyhow::bail!("--gpus trains on GPUs (through NCCL); drop --device cpu, or drop --gpus to train on the CPU");
+    }
+    let exe = std::env::current_exe().context("finding this program to start one process per GPU")?;
+    let rank_args = without_gpus(std::env::args_os().skip(1));
+    // Every interrupt is the launcher's to pass on (see launcher::launch).
+    if let Err(e) = ctrlc::set_handler(|| STOP.store(true, Ordering::SeqCst)) {
+        eprintln!("bumpgrad: warning: cannot catch Ctrl-C ({e}); an interrupt will stop the GPUs' processes without a checkpoint");
+    }
+    let opts = LaunchOptions {
+        gpus,
+        rendezvous_timeout: Duration::from_secs(args.rendezvous_timeout),
+        ..LaunchOptions::default()
+    };
+    let code = launcher::launch(&exe, &rank_args, &opts, &STOP, &mut |line| {
+        eprintln!("bumpgrad: {line}")
+    })
+    .context("starting one process per GPU")?;
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// The command line without `--gpus N` (or `--gpus=N`).
+fn without_gpus(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
+    let mut out = Vec::new();
+    let mut skip_next = false;
+    for arg in args {
+        if std::mem::take(&mut skip_next) {
+            continue;
+        }
+        match arg.to_str() {
+            Some("--gpus") => skip_next = true,
+            Some(a) if a.starts_with("--gpus=") => {}
+            _ => out.push(arg),
+        }
+    }
+    out
+}
+
+/// One process of a data-parallel run: joins the others, then trains its
+/// shard of every step on its own GPU. A failure anywhere in the group ends
+/// this process within a bounded time.
+fn run_rank(args: &TrainArgs, rv: RendezvousConfig) -> anyhow::Result<ExitCode> {
+    let (rank, size) = (rv.rank, rv.world_size);
+    let mut cfg = args.config();
+    if matches!(cfg.device, DeviceRequest::Cpu) {
+        anyhow::bail!("rank {rank}: data-parallel training runs on GPUs (through NCCL); drop --device cpu");
+    }
+    cfg.device = DeviceRequest::Cuda;
+    cfg.data_parallel = Some(DataParallel {
+        world: World { rank, size },
+        bucket_bytes: args.bucket_kib.saturating_mul(1024),
+    });
+    // Until the group has formed, an interrupt simply ends the process.
+    let (id, links) = rendezvous(&rv, || bumpgrad::backend::cuda::unique_id().map_err(|e| e.to_string()))
+        .with_context(|| format!("rank {rank} of {size} joining the others at {}", rv.addr))?;
+    catch_signals();
+    let progress = Arc::new(AtomicU64::new(0));
+    let options = WatchOptions {
+        stall_timeout: Some(Duration::from_secs(args.collective_timeout)),
+        launched: rv.launched,
+        ..WatchOptions::default()
+    };
+    let watch = links.watch(progress.clone(), options, move |why| {
+        // The main thread may be blocked inside a collective that will never
+        // complete; only ending the process ends the wait.
+        eprintln!("error: rank {rank} of {size}: {why}");
+        launcher::exit_now(PEER_LOST);
+    });
+    let mut printer = progress::Printer::new(args.json, args.memory_report.clone()).for_rank(rank);
+    let join = Join {
+        group: Group::Nccl { id, rank, world: size },
+        ordinal: rv.local_rank(),
+    };
+    let result = train::train_streaming_rank(&cfg, join, &mut printer, &STOP, &progress);
+    match &result {
+        // A clean end (or a stop all ranks agreed on) says goodbye; any other
+        // error leaves without one, which tells the others to stop too.
+        Ok(()) | Err(bumpgrad::Error::Interrupted { .. }) => watch.finish(),
+        Err(_) => drop(watch),
+    }
+    match result {
+        // Rank 0 says where the checkpoint is; the others just follow.
+        Err(bumpgrad::Error::Interrupted { epoch, step, .. }) if rank != 0 => {
+            eprintln!("bumpgrad: rank {rank} of {size} stopped with the others after step {step} of epoch {epoch}");
+            Ok(ExitCode::from(INTERRUPTED))
+        }
+        other => {
+            other.with_context(|| format!("rank {rank} of {size} training on {}", cfg.data_dir.display()))?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
 }
 
 fn run_memory(args: &TrainArgs) -> anyhow::Result<()> {
@@ -241,10 +375,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Train(args) => run_train(args),
-        Command::Memory(args) => run_memory(args),
+        Command::Memory(args) => run_memory(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err:#}");
             match err.downcast_ref::<bumpgrad::Error>() {

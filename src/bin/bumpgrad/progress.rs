@@ -8,6 +8,8 @@ use std::io::{IsTerminal, Write};
 
 pub struct Printer {
     json: bool,
+    /// Only JSON: a data-parallel rank other than 0 (rank 0 speaks for all).
+    quiet: bool,
     /// Where to write the step's memory timeline when the run starts.
     memory_report: Option<std::path::PathBuf>,
     bar: Option<ProgressBar>,
@@ -18,14 +20,28 @@ impl Printer {
     pub fn new(json: bool, memory_report: Option<std::path::PathBuf>) -> Self {
         Self {
             json,
+            quiet: false,
             memory_report,
             bar: None,
             loss_sum: 0.0,
         }
     }
 
+    /// A printer for data-parallel rank `rank`: all but rank 0 print only
+    /// their JSON lines.
+    pub fn for_rank(mut self, rank: usize) -> Self {
+        self.quiet = rank != 0;
+        if self.quiet {
+            self.memory_report = None;
+        }
+        self
+    }
+
     /// Human lines go to stdout, unless stdout carries JSON.
     fn say(&self, line: &str) {
+        if self.quiet {
+            return;
+        }
         let print = |line: &str| match &self.bar {
             Some(bar) => bar.suspend(|| eprintln!("{line}")),
             None => eprintln!("{line}"),
@@ -40,7 +56,7 @@ impl Printer {
 
 impl Observer for Printer {
     fn started(&mut self, info: &RunInfo) {
-        if let Some(note) = &info.device_note {
+        if let Some(note) = info.device_note.as_ref().filter(|_| !self.quiet) {
             eprintln!("bumpgrad: {note}");
         }
         let a = &info.arena;
@@ -59,6 +75,24 @@ impl Observer for Printer {
             ByteSize(a.persistent_bytes),
             ByteSize(a.capacity_bytes - a.persistent_bytes),
         ));
+        if info.world.size > 1 || !info.buckets.is_empty() {
+            let buckets: Vec<String> = info
+                .buckets
+                .iter()
+                .map(|(names, bytes)| format!("{} ({})", names.join(" + "), ByteSize(*bytes)))
+                .collect();
+            self.say(&format!(
+                "data-parallel: {} GPUs, {} per step ({} on each); gradients summed in {} buckets: {}{}",
+                info.world.size,
+                info.batch * info.world.size,
+                info.batch,
+                buckets.len(),
+                buckets.join(", "),
+                info.nccl_bytes
+                    .map(|b| format!("; NCCL took {} of device memory outside the arena", ByteSize(b)))
+                    .unwrap_or_default()
+            ));
+        }
         if let Some(m) = &info.memory {
             self.say(&format!(
                 "step memory plan: peak {} against a lower bound of {} ({:.3}×); bump allocation would hold {}",
@@ -80,7 +114,7 @@ impl Observer for Printer {
     fn epoch_started(&mut self, epoch: usize, steps: usize) {
         self.loss_sum = 0.0;
         // A bar nobody sees (stderr is a file or a pipe) would only cost.
-        if !std::io::stderr().is_terminal() {
+        if self.quiet || !std::io::stderr().is_terminal() {
             return;
         }
         let bar = ProgressBar::new(steps as u64);

@@ -181,7 +181,7 @@ impl Saved {
         if self.w.requires_grad {
             let threads = s.threads();
             let partials = scratch(s, &g, ConvPass::WeightGrad)?;
-            let gw = s.alloc::<f32>("conv2d weight grad", self.w.shape)?;
+            let gw = s.grad_buffer(&self.w, "conv2d weight grad")?;
             match s.uses(&[gy.into(), self.x.buf.into(), partials.into(), gw.into()]) {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {
                     cpu::weight_grad(
@@ -200,7 +200,7 @@ impl Saved {
             s.accumulate(&self.w, gw)?;
         }
         if let Some(b) = self.bias.filter(|b| b.requires_grad) {
-            let gb = s.alloc::<f32>("conv2d bias grad", b.shape)?;
+            let gb = s.grad_buffer(&b, "conv2d bias grad")?;
             match s.uses(&[gy.into(), gb.into()]) {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {
                     cpu::bias_grad(&g, v.read(gy)?, v.write(gb)?);

@@ -41,10 +41,12 @@ __device__ __forceinline__ void dense_tile(unsigned int M, unsigned int N, unsig
 }
 
 // The epilogue: flags bit 0 = relu, bit 1 = dropout (keep probability 1 - p,
-// kept values scaled by `scale`, seed per step from the cursor when given).
+// kept values scaled by `scale`, seed per step from the cursor when given;
+// element idx takes draw first + idx).
 struct DenseEpilogue {
     unsigned int flags;
     float p, scale;
+    unsigned int first;
     unsigned long long seed;
 };
 
@@ -63,7 +65,7 @@ extern "C" __global__ void dense_forward(const float* x, const float* w, const f
             float v = acc + (bias != 0 ? bias[j] : 0.0f);
             if (e.flags & 1) v = fmaxf(v, 0.0f);
             unsigned int idx = i * out + j;
-            if (e.flags & 2) v = dropout_keep(seed, idx, e.p) ? v * e.scale : 0.0f;
+            if (e.flags & 2) v = dropout_keep(seed, (unsigned long long)e.first + idx, e.p) ? v * e.scale : 0.0f;
             y[idx] = v;
         });
 }
@@ -74,7 +76,7 @@ extern "C" __global__ void dense_forward(const float* x, const float* w, const f
 __device__ __forceinline__ float dense_masked(const float* gy, const float* y, unsigned int idx, DenseEpilogue e,
                                               unsigned long long seed) {
     float g = gy[idx];
-    if (e.flags & 2) g = dropout_keep(seed, idx, e.p) ? g * e.scale : 0.0f;
+    if (e.flags & 2) g = dropout_keep(seed, (unsigned long long)e.first + idx, e.p) ? g * e.scale : 0.0f;
     if ((e.flags & 1) && !(y[idx] > 0.0f)) g = 0.0f;
     return g;
 }

@@ -45,7 +45,7 @@ impl Epilogue {
         Ok(cpu::Epi {
             relu: self.relu,
             dropout: match self.dropout {
-                Some((p, seed)) => Some((p, cpu_seed(v, seed)?)),
+                Some((p, seed)) => Some((p, cpu_seed(v, seed)?, seed.first())),
                 None => None,
             },
         })
@@ -56,17 +56,25 @@ impl Epilogue {
         self.dropout.map_or(Buf::default(), |(_, seed)| seed.cursor_buf())
     }
 
-    /// The kernels' `DenseEpilogue` (flags, p, scale, seed) as u32 words, and
+    /// The kernels' `DenseEpilogue` (flags, p, scale, first, seed) as u32 words, and
     /// the cursor a per-step seed is read from.
     fn gpu(&self) -> ([u32; 6], Arg<'static>) {
+        let first = self.dropout.map_or(0, |(_, seed)| seed.first());
         let (flags, p, seed, cursor) = match self.dropout {
             None => (self.relu as u32, 0.0f32, 0u64, Arg::Null),
             Some((p, DropoutSeed::Fixed(seed))) => (self.relu as u32 | 2, p, seed, Arg::Null),
-            Some((p, DropoutSeed::PerStep { base, cursor })) => (self.relu as u32 | 2, p, base, cursor.buf.into()),
+            Some((p, DropoutSeed::PerStep { base, cursor, .. })) => (self.relu as u32 | 2, p, base, cursor.buf.into()),
         };
         let scale = 1.0 / (1.0 - p);
         (
-            [flags, p.to_bits(), scale.to_bits(), 0, seed as u32, (seed >> 32) as u32],
+            [
+                flags,
+                p.to_bits(),
+                scale.to_bits(),
+                first,
+                seed as u32,
+                (seed >> 32) as u32,
+            ],
             cursor,
         )
     }
@@ -223,9 +231,9 @@ impl Saved {
         }
         let bias = self.bias.filter(|b| b.requires_grad);
         if self.w.requires_grad || bias.is_some() {
-            let gw = s.alloc::<f32>("dense weight grad", self.w.shape)?;
+            let gw = s.grad_buffer(&self.w, "dense weight grad")?;
             let gb = match bias {
-                Some(b) => Some(s.alloc::<f32>("dense bias grad", b.shape)?),
+                Some(b) => Some(s.grad_buffer(&b, "dense bias grad")?),
                 None => None,
             };
             match s.uses(&[

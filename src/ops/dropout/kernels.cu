@@ -13,9 +13,9 @@ __device__ __forceinline__ bool dropout_keep(unsigned long long seed, unsigned l
 // With a step cursor, the seed is the step's (`cursor_step_seed`), drawn on
 // the device so that a replayed graph drops a fresh mask every step.
 extern "C" __global__ void dropout_apply(const float* x, float* out, unsigned int n, float p, float scale,
-                                         unsigned long long seed, const unsigned int* cursor) {
+                                         unsigned long long seed, const unsigned int* cursor, unsigned int first) {
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     if (cursor != 0) seed = cursor_step_seed(seed, cursor);
-    out[i] = dropout_keep(seed, i, p) ? x[i] * scale : 0.0f;
+    out[i] = dropout_keep(seed, (unsigned long long)first + i, p) ? x[i] * scale : 0.0f;
 }

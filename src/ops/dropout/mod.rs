@@ -34,8 +34,11 @@ pub enum DropoutSeed {
     /// This seed, whatever the step.
     Fixed(u64),
     /// A fresh seed each training step, [`step_seed`]`(base, global step)`,
-    /// with the step read from the cursor where the kernel runs.
-    PerStep { base: u64, cursor: StepCursor },
+    /// with the step read from the cursor where the kernel runs; element
+    /// `i` takes draw `first + i`. A data-parallel rank whose rows start at
+    /// row `r` of the global batch passes `r × features`, so the ranks
+    /// together drop exactly what one device with the whole batch drops.
+    PerStep { base: u64, cursor: StepCursor, first: u32 },
 }
 
 impl DropoutSeed {
@@ -44,6 +47,27 @@ impl DropoutSeed {
         match self {
             Self::Fixed(_) => Buf::default(),
             Self::PerStep { cursor, .. } => cursor.buf,
+        }
+    }
+
+    /// The same draws, starting `draws` further on (for a tensor holding
+    /// the later rows of a batch).
+    pub fn shifted(self, draws: u32) -> Self {
+        match self {
+            Self::Fixed(seed) => Self::Fixed(seed),
+            Self::PerStep { base, cursor, first } => Self::PerStep {
+                base,
+                cursor,
+                first: first + draws,
+            },
+        }
+    }
+
+    /// The draw of the tensor's first element.
+    pub(crate) fn first(&self) -> u32 {
+        match self {
+            Self::Fixed(_) => 0,
+            Self::PerStep { first, .. } => *first,
         }
     }
 }
@@ -70,8 +94,8 @@ impl<'s> Tensor<'s> {
         let y = s.output("dropout output", self.shape(), &[&self])?;
         match s.uses(&[self.buf().into(), y.buf().into(), seed.cursor_buf().into()]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
-                let seed = cpu_seed(v, seed)?;
-                cpu::apply(v.read(self.buf())?, v.write(y.buf())?, p, seed);
+                let (first, seed) = (seed.first(), cpu_seed(v, seed)?);
+                cpu::apply(v.read(self.buf())?, v.write(y.buf())?, p, seed, first);
                 Ok(())
             })?,
             Backend::Cuda(gpu) => cuda_apply(gpu, self.buf(), y.buf(), p, seed)?,
@@ -100,7 +124,7 @@ impl Saved {
             // The mask is linear in its input: backward is the same map.
             Backend::Cpu(cpu) => cpu.run(|v, _| {
                 let seed = cpu_seed(v, self.seed)?;
-                cpu::apply(v.read(gy)?, v.write(gx)?, self.p, seed);
+                cpu::apply(v.read(gy)?, v.write(gx)?, self.p, seed, self.seed.first());
                 Ok(())
             })?,
             Backend::Cuda(gpu) => cuda_apply(gpu, gy, gx, self.p, self.seed)?,
@@ -120,9 +144,10 @@ fn cuda_apply(
     seed: DropoutSeed,
 ) -> std::result::Result<(), crate::backend::BackendError> {
     let n = out.len();
+    let first = seed.first();
     let (seed, cursor) = match seed {
         DropoutSeed::Fixed(seed) => (seed, Arg::Null),
-        DropoutSeed::PerStep { base, cursor } => (base, Arg::from(cursor.buf)),
+        DropoutSeed::PerStep { base, cursor, .. } => (base, Arg::from(cursor.buf)),
     };
     gpu.launch(
         Kernel::Dropout,
@@ -135,6 +160,7 @@ fn cuda_apply(
             Arg::F32(1.0 / (1.0 - p)),
             Arg::U64(seed),
             cursor,
+            Arg::U32(first),
         ],
     )
 }
@@ -147,6 +173,6 @@ pub(crate) fn cpu_seed(
 ) -> std::result::Result<u64, crate::backend::BackendError> {
     Ok(match seed {
         DropoutSeed::Fixed(seed) => seed,
-        DropoutSeed::PerStep { base, cursor } => step_seed(base, StepCursor::global_step(v.read(cursor.buf)?)),
+        DropoutSeed::PerStep { base, cursor, .. } => step_seed(base, StepCursor::global_step(v.read(cursor.buf)?)),
     })
 }

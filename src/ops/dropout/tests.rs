@@ -56,9 +56,26 @@ fn a_per_step_seed_is_the_fixed_seed_of_that_step() {
             .unwrap()
     };
     cursor.set(&mut arena, 0, 17).unwrap();
-    let per_step = run(&mut arena, DropoutSeed::PerStep { base: 9, cursor });
+    let per_step = run(
+        &mut arena,
+        DropoutSeed::PerStep {
+            base: 9,
+            cursor,
+            first: 0,
+        },
+    );
     let fixed = run(&mut arena, DropoutSeed::Fixed(step_seed(9, 17)));
     assert_eq!(per_step, fixed);
     cursor.set(&mut arena, 0, 18).unwrap();
-    assert_ne!(run(&mut arena, DropoutSeed::PerStep { base: 9, cursor }), fixed);
+    assert_ne!(
+        run(
+            &mut arena,
+            DropoutSeed::PerStep {
+                base: 9,
+                cursor,
+                first: 0
+            }
+        ),
+        fixed
+    );
 }

@@ -20,7 +20,7 @@ extern "C" __global__ void gather_labels(const unsigned char* labels, const unsi
 // past the order or the data set yields NaN pixels and label 0xffffffff, so
 // the loss turns NaN and training stops with the step named.
 struct GatherDims {
-    unsigned int n, size, stride, count, order_len;
+    unsigned int n, size, stride, count, order_len, offset;
 };
 
 extern "C" __global__ void gather_batch(const unsigned char* pixels, const unsigned char* labels,
@@ -29,7 +29,7 @@ extern "C" __global__ void gather_batch(const unsigned char* pixels, const unsig
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= d.n * d.size) return;
     unsigned int example = i / d.size, k = i % d.size;
-    unsigned long long pos = (unsigned long long)cursor[0] * d.stride + example;
+    unsigned long long pos = (unsigned long long)cursor[0] * d.stride + d.offset + example;
     unsigned int idx = pos < d.order_len ? order[pos] : 0xffffffffu;
     if (idx >= d.count) {
         x[i] = __int_as_float(0x7fc00000);

@@ -24,9 +24,9 @@ pub struct Normalize {
 }
 
 /// The batch a training step reads: `len` examples of an epoch's shuffled
-/// `order` (in the persistent region), starting at the step cursor's step
-/// times `stride`. Read on the device, so a replayed step graph gathers the
-/// next batch without the host.
+/// `order` (in the persistent region), starting `offset` past the step
+/// cursor's step times `stride`. Read on the device, so a replayed step
+/// graph gathers the next batch without the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchAt {
     pub order: Buf<u32>,
@@ -35,6 +35,9 @@ pub struct BatchAt {
     pub stride: usize,
     /// Examples in this step (the last step of an epoch may have fewer).
     pub len: usize,
+    /// Examples of the step skipped before this batch: a data-parallel
+    /// rank's shard starts past the shards of the ranks before it.
+    pub offset: usize,
 }
 
 /// Images of one shape stored as bytes: `count` of `[channels, rows, cols]`.
@@ -127,10 +130,13 @@ impl<'s> Step<'s> {
                 ),
             ));
         }
-        if at.len == 0 || at.len > at.stride {
+        if at.len == 0 || at.offset + at.len > at.stride {
             return Err(Error::shape(
                 "gather_batch",
-                format!("1 to {} examples per step, got {}", at.stride, at.len),
+                format!(
+                    "1 to {} examples per step, got {} starting at {}",
+                    at.stride, at.len, at.offset
+                ),
             ));
         }
         let d = set.image.dims();
@@ -147,7 +153,7 @@ impl<'s> Step<'s> {
         ]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
                 let cursor = v.read(at.cursor.buf)?;
-                let start = cursor[0] as usize * at.stride;
+                let start = cursor[0] as usize * at.stride + at.offset;
                 let order = v.read(at.order)?;
                 let indices = order.get(start..start + at.len).ok_or(BackendError::Index {
                     index: (start + at.len) as u32,
@@ -164,6 +170,7 @@ impl<'s> Step<'s> {
                     at.stride as u32,
                     set.count as u32,
                     at.order.len() as u32,
+                    at.offset as u32,
                 ];
                 gpu.launch(
                     Kernel::GatherBatch,

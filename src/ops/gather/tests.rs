@@ -59,6 +59,7 @@ fn gather_batch_reads_the_cursors_slice_of_the_order() {
         cursor,
         stride: 2,
         len,
+        offset: 0,
     };
     // Step 1 of a batch-2 epoch is examples order[2..4] = [0, 3]; the same
     // images gather_images returns for those indices.
@@ -76,6 +77,30 @@ fn gather_batch_reads_the_cursors_slice_of_the_order() {
         .unwrap();
     assert_eq!(x, by_index);
     assert_eq!(y, [0, 3]);
+    // A data-parallel shard: the second example of step 1 alone.
+    let shard = BatchAt {
+        len: 1,
+        offset: 1,
+        ..at(1)
+    };
+    let label = arena
+        .step(|s| {
+            let (_, l) = s.gather_batch(&set, labels, shard, norm)?;
+            let mut host = [0u32; 1];
+            s.backend().download(l.buf, &mut host)?;
+            Ok(host[0])
+        })
+        .unwrap();
+    assert_eq!(label, 3);
+    let past = BatchAt {
+        len: 2,
+        offset: 1,
+        ..at(1)
+    };
+    let err = arena
+        .step(|s| s.gather_batch(&set, labels, past, norm).map(|_| ()))
+        .unwrap_err();
+    assert!(err.to_string().contains("starting at 1"), "{err}");
     // The last, shorter step; then one past the order is an error.
     cursor.set(&mut arena, 2, 0).unwrap();
     arena

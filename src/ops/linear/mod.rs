@@ -149,7 +149,7 @@ impl Saved {
             s.accumulate(&self.x, gx)?;
         }
         if self.w.requires_grad {
-            let gw = s.alloc::<f32>("linear weight grad", self.w.shape)?;
+            let gw = s.grad_buffer(&self.w, "linear weight grad")?;
             match s.uses(&[
                 gy.into(),
                 self.x.buf.into(),
@@ -181,7 +181,7 @@ impl Saved {
             s.accumulate(&self.w, gw)?;
         }
         if let Some(b) = self.bias.filter(|b| b.requires_grad) {
-            let gb = s.alloc::<f32>("linear bias grad", b.shape)?;
+            let gb = s.grad_buffer(&b, "linear bias grad")?;
             match s.uses(&[gy.into(), gb.into()]) {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {
                     cpu::bias_grad(dims, v.read(gy)?, v.write(gb)?);

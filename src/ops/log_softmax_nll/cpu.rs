@@ -3,6 +3,7 @@ use crate::tensor::Shape;
 
 pub(super) fn forward(
     x: Shape,
+    over: usize,
     logits: &[f32],
     labels: &[u32],
     log_probs: &mut [f32],
@@ -29,13 +30,13 @@ pub(super) fn forward(
         out.iter_mut().zip(row).for_each(|(o, v)| *o = v - lse);
         total -= out[label as usize] as f64;
     }
-    loss[0] = (total / x.dim(0) as f64) as f32;
+    loss[0] = (total / over as f64) as f32;
     Ok(())
 }
 
-pub(super) fn backward(x: Shape, log_probs: &[f32], labels: &[u32], gloss: &[f32], gx: &mut [f32]) {
+pub(super) fn backward(x: Shape, over: usize, log_probs: &[f32], labels: &[u32], gloss: &[f32], gx: &mut [f32]) {
     let c = x.dim(1);
-    let scale = gloss[0] / x.dim(0) as f32;
+    let scale = gloss[0] / over as f32;
     for ((g, lp), &label) in gx.chunks_exact_mut(c).zip(log_probs.chunks_exact(c)).zip(labels) {
         g.iter_mut().zip(lp).for_each(|(g, lp)| *g = lp.exp() * scale);
         g[label as usize] -= scale;

@@ -3,7 +3,7 @@
 // memory. A label outside [0, c) makes the loss NaN, which training reports.
 
 extern "C" __global__ void nll_forward(const float* logits, const unsigned int* labels, float* log_probs,
-                                       float* loss, unsigned int n, unsigned int c) {
+                                       float* loss, unsigned int n, unsigned int c, unsigned int over) {
     __shared__ float partial[256];
     float total = 0.0f;
     for (unsigned int row = threadIdx.x; row < n; row += blockDim.x) {
@@ -24,15 +24,16 @@ extern "C" __global__ void nll_forward(const float* logits, const unsigned int* 
         if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
         __syncthreads();
     }
-    if (threadIdx.x == 0) loss[0] = partial[0] / (float)n;
+    if (threadIdx.x == 0) loss[0] = partial[0] / (float)over;
 }
 
-// gx = (softmax(x) - onehot(label)) * gloss / n.
+// gx = (softmax(x) - onehot(label)) * gloss / over (over = n unless the batch
+// is a data-parallel shard of a larger one).
 extern "C" __global__ void nll_backward(const float* log_probs, const unsigned int* labels, const float* gloss,
-                                        float* gx, unsigned int n, unsigned int c) {
+                                        float* gx, unsigned int n, unsigned int c, unsigned int over) {
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n * c) return;
-    float scale = gloss[0] / (float)n;
+    float scale = gloss[0] / (float)over;
     float g = expf(log_probs[i]) * scale;
     if (labels[i / c] == i % c) g -= scale;
     gx[i] = g;

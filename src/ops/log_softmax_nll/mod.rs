@@ -22,16 +22,33 @@ pub(crate) struct Saved {
     loss: TensorRef,
     log_probs: Buf<f32>,
     labels: Buf<u32>,
+    /// The examples the mean is over (N, or more for a shard of a batch).
+    over: usize,
 }
 
 impl<'s> Tensor<'s> {
     /// Mean NLL of `log_softmax(self)` `[N, C]` at `labels` (N of them, < C).
     pub fn log_softmax_nll(self, s: &mut Step<'s>, labels: Labels<'s>) -> Result<Tensor<'s>> {
+        let n = self.shape().dim(0);
+        self.log_softmax_nll_over(s, labels, n)
+    }
+
+    /// The NLL summed over this batch and divided by `over` ≥ N: this
+    /// batch's share of the mean over a larger one. Data-parallel ranks each
+    /// take a shard of a global batch; their shares (and gradients) sum to
+    /// the global batch's mean loss (and its gradient).
+    pub fn log_softmax_nll_over(self, s: &mut Step<'s>, labels: Labels<'s>, over: usize) -> Result<Tensor<'s>> {
         let x = self.shape();
         if x.rank() != 2 || x.dim(0) != labels.len() || x.dim(0) == 0 {
             return Err(Error::shape(
                 "log_softmax_nll",
                 format!("logits [N, C] and N labels, got {x} and {} labels", labels.len()),
+            ));
+        }
+        if over < x.dim(0) {
+            return Err(Error::shape(
+                "log_softmax_nll",
+                format!("a mean over at least the batch's {} examples, got {over}", x.dim(0)),
             ));
         }
         let log_probs = s.alloc::<f32>("log-softmax", x)?;
@@ -45,6 +62,7 @@ impl<'s> Tensor<'s> {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
                 cpu::forward(
                     x,
+                    over,
                     v.read(self.buf())?,
                     v.read(labels.buf)?,
                     v.write(log_probs)?,
@@ -61,6 +79,7 @@ impl<'s> Tensor<'s> {
                     loss.buf().into(),
                     Arg::U32(x.dim(0) as u32),
                     Arg::U32(x.dim(1) as u32),
+                    Arg::U32(over as u32),
                 ],
             )?,
             Backend::Dry(_) => {}
@@ -71,6 +90,7 @@ impl<'s> Tensor<'s> {
                 loss: loss.inner,
                 log_probs,
                 labels: labels.buf,
+                over,
             }));
         }
         Ok(loss)
@@ -87,6 +107,7 @@ impl Saved {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
                 cpu::backward(
                     self.logits.shape,
+                    self.over,
                     v.read(self.log_probs)?,
                     v.read(self.labels)?,
                     v.read(gloss)?,
@@ -106,6 +127,7 @@ impl Saved {
                         gx.into(),
                         Arg::U32(x.dim(0) as u32),
                         Arg::U32(x.dim(1) as u32),
+                        Arg::U32(self.over as u32),
                     ],
                 )?
             }

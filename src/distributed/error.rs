@@ -1,0 +1,50 @@
+//! Everything that can go wrong forming or keeping a group of ranks, or
+//! launching their processes.
+
+/// A data-parallel failure. These reach the user of the CLI directly, so
+/// every message says what happened and what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum DistError {
+    #[error("environment variable {var}={value:?} is not usable: {reason}")]
+    Env { var: String, value: String, reason: String },
+
+    #[error(
+        "cannot listen on {addr} for the rendezvous: {source} — pick another port (BUMPGRAD_RENDEZVOUS, or \
+         MASTER_PORT under torchrun) or stop whatever holds this one (an earlier run?)"
+    )]
+    Bind { addr: String, source: std::io::Error },
+
+    #[error(
+        "the rendezvous at {addr} timed out after {waited_s:.1} s with {joined} of {world_size} ranks joined — \
+         check that every rank was started with the same address and world size and that rank 0 is reachable \
+         from the others, or wait longer with --rendezvous-timeout"
+    )]
+    RendezvousTimeout {
+        addr: String,
+        waited_s: f64,
+        joined: usize,
+        world_size: usize,
+    },
+
+    /// A peer that does not follow the protocol, or a group that cannot be
+    /// formed as configured (wrong magic, world size mismatch, duplicate
+    /// rank). The text says which and what to change.
+    #[error("the rendezvous failed: {0}")]
+    Protocol(String),
+
+    #[error("rank 0 could not make the group's id: {0} — fix that on rank 0's host and restart every rank")]
+    Payload(String),
+
+    #[error(
+        "{what}: {source} — check the network between the ranks and this host's limits on open files and \
+         processes, then start every rank again"
+    )]
+    Io { what: String, source: std::io::Error },
+
+    #[error("cannot start a rank: {source} — check that the program exists and is executable")]
+    Spawn { source: std::io::Error },
+
+    /// A complete sentence naming the rank that was lost.
+    #[error("{0}")]
+    PeerLost(String),
+}
