@@ -13,7 +13,10 @@ cd "$(dirname "$0")/.."
 
 case "${1:-}" in
 test)
-    exec cargo test --release --locked --test gpu -- --test-threads=1
+    # The data-parallel tests (NCCL, 1 and 2 GPUs) run in a process of their
+    # own, after the others.
+    cargo test --release --locked --test gpu -- --test-threads=1 --skip data_parallel_
+    exec cargo test --release --locked --test gpu -- --test-threads=1 data_parallel_
     ;;
 stage)
     cargo build --release --locked --bin bumpgrad
@@ -32,7 +35,8 @@ for line in sys.stdin:
     ;;
 run)
     [ -x .gpu/gpu-tests ] || { echo "no staged GPU tests: run 'scripts/gpu.sh stage' where cargo is" >&2; exit 2; }
-    exec .gpu/gpu-tests --test-threads=1
+    .gpu/gpu-tests --test-threads=1 --skip data_parallel_
+    exec .gpu/gpu-tests --test-threads=1 data_parallel_
     ;;
 *)
     sed -n '2,11p' "$0" >&2
