@@ -164,6 +164,18 @@ def wait_for_epochs(proc, n, timeout):
     return seen
 
 
+def finish(proc, timeout):
+    """Waits for proc; one still running after `timeout` s is killed and
+    reported as hung. Returns (status, stderr)."""
+    try:
+        _, err = proc.communicate(timeout=timeout)
+        return proc.returncode, err
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        return f"hung (killed after {timeout} s)", err
+
+
 def kill_rank(binary):
     cmd = [binary, "train", "--device", "cuda", "--json", "--checkpoint-every", "off", "--epochs", "200", "--gpus", "2"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -172,13 +184,7 @@ def kill_rank(binary):
     t0 = time.monotonic()
     if 1 in pids:
         os.kill(pids[1], signal.SIGKILL)
-    try:
-        _, err = proc.communicate(timeout=120)
-        status = proc.returncode
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err = proc.communicate()
-        status = "hung (killed after 120 s)"
+    status, err = finish(proc, 120)
     res = {"epochs_before_kill": seen, "rank_pids": pids, "seconds_to_exit": round(time.monotonic() - t0, 2),
            "status": status, "stderr_tail": err.strip().splitlines()[-6:]}
     print("kill:", json.dumps(res), flush=True)
@@ -203,13 +209,7 @@ def kill_no_launcher(binary):
     seen = wait_for_epochs(procs[0], 2, 120)
     t0 = time.monotonic()
     procs[1].kill()
-    try:
-        _, err = procs[0].communicate(timeout=120)
-        status = procs[0].returncode
-    except subprocess.TimeoutExpired:
-        procs[0].kill()
-        _, err = procs[0].communicate()
-        status = "hung (killed after 120 s)"
+    status, err = finish(procs[0], 120)
     procs[1].communicate()
     res = {"epochs_before_kill": seen, "seconds_to_exit": round(time.monotonic() - t0, 2), "status": status,
            "stderr_tail": err.strip().splitlines()[-4:]}
@@ -220,13 +220,7 @@ def kill_no_launcher(binary):
 def rendezvous_alone(binary):
     t0 = time.monotonic()
     procs = manual_ranks(binary, ["--epochs", "1", "--rendezvous-timeout", "5"], only=[0])
-    try:
-        _, err = procs[0].communicate(timeout=60)
-        status = procs[0].returncode
-    except subprocess.TimeoutExpired:
-        procs[0].kill()
-        _, err = procs[0].communicate()
-        status = "hung"
+    status, err = finish(procs[0], 60)
     res = {"seconds": round(time.monotonic() - t0, 2), "status": status, "stderr_tail": err.strip().splitlines()[-3:]}
     print("rendezvous:", json.dumps(res), flush=True)
     return res
@@ -240,13 +234,7 @@ def interrupt(binary):
     seen = wait_for_epochs(proc, 2, 120)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    try:
-        _, err = proc.communicate(timeout=120)
-        status = proc.returncode
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err = proc.communicate()
-        status = "hung"
+    status, err = finish(proc, 120)
     files = sorted(os.listdir(d))
     resumed, _ = run([binary, "train", "--device", "cuda", "--json", "--epochs", "4", "--gpus", "2", "--resume", d,
                       "--checkpoint-every", "off"], 300)
