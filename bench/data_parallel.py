@@ -262,11 +262,14 @@ def main():
     commit = REPO / ".gpu" / "commit"
     if commit.exists():
         result["commit"] = commit.read_text().strip()
-    gpus = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                          capture_output=True, text=True)
-    result["gpus"] = gpus.stdout.strip().splitlines()
-    topo = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True)
-    result["topology"] = topo.stdout.strip().splitlines()[:4]
+    def smi(*args):
+        try:
+            return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True).stdout.strip().splitlines()
+        except OSError as e:  # no driver here: the runs will say so too
+            return [f"nvidia-smi: {e}"]
+
+    result["gpus"] = smi("--query-gpu=name,driver_version", "--format=csv,noheader")
+    result["topology"] = smi("topo", "-m")[:4]
     steps = {
         "throughput": lambda: throughput(a.binary, [int(b) for b in a.batches.split(",")], a.epochs, a.repeats,
                                          [int(k) for k in a.bucket_kibs.split(",") if k]),
