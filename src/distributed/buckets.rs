@@ -48,7 +48,7 @@ impl Buckets {
         let mut groups: Vec<Vec<Param>> = Vec::new();
         let mut fill = 0;
         for param in params.iter().rev() {
-            let len = param.shape().numel().next_multiple_of(SLOT_ALIGN);
+            let len = slot_len(param);
             match groups.last_mut() {
                 Some(group) if fill + len <= cap => group.push(*param),
                 _ => {
@@ -66,10 +66,7 @@ impl Buckets {
         }
         let mut buckets = Vec::with_capacity(groups.len());
         for group in groups {
-            let total = group
-                .iter()
-                .map(|q| q.shape().numel().next_multiple_of(SLOT_ALIGN))
-                .sum();
+            let total = group.iter().map(slot_len).sum();
             let buf = p.zeros::<f32>("gradient bucket", Shape::new(&[total]))?;
             let mut at = 0;
             let mut slots = Vec::with_capacity(group.len());
@@ -79,7 +76,7 @@ impl Buckets {
                     .slice(at, n)
                     .ok_or(Error::Config("internal error: a gradient slot past its bucket".into()))?;
                 slots.push((param, slot));
-                at += n.next_multiple_of(SLOT_ALIGN);
+                at += slot_len(&param);
             }
             buckets.push(Bucket { buf, slots });
         }
@@ -143,6 +140,11 @@ impl Buckets {
         self.queue_ready(s, queued)?;
         Ok(s.backend().join_collectives()?)
     }
+}
+
+/// Elements a parameter's slot spans, up to where the next slot starts.
+fn slot_len(param: &Param) -> usize {
+    param.shape().numel().next_multiple_of(SLOT_ALIGN)
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use crate::backend::cuda::OpTime;
 use crate::checkpoint::{momentum_buffer_name, Checkpoint, NamedTensor};
 use crate::data::{shuffle_into, MnistHost, ResidentMnist};
 use crate::distributed::buckets::{Buckets, Queued};
-use crate::distributed::{DataParallel, World};
+use crate::distributed::World;
 use crate::memory::{Arena, Buf, StepGraph};
 use crate::models::{MnistCnn, Mode};
 use crate::ops::cursor::StepCursor;
@@ -101,9 +101,9 @@ pub struct Session {
     logits: Vec<f32>,
     /// Examples per step on this rank (a step is `batch × world.size`).
     batch: usize,
-    /// Data-parallel training: the rank, and where its gradients are summed.
-    data_parallel: Option<DataParallel>,
+    /// This rank of a data-parallel run (0 of 1 alone).
     world: World,
+    /// Where a data-parallel rank's gradients are summed; `None` alone.
     buckets: Option<Buckets>,
     /// A rank's wish to stop, summed over the ranks so all stop together.
     stop_vote: Buf<f32>,
@@ -186,7 +186,6 @@ impl Session {
             test_order: (0..test_len).collect(),
             logits: vec![0.0; cfg.batch * MnistCnn::CLASSES],
             batch: cfg.batch,
-            data_parallel: cfg.data_parallel,
             world,
             buckets,
             stop_vote,
@@ -273,7 +272,7 @@ impl Session {
     /// Whether any rank asked to stop (alone: whether this one did). Every
     /// rank must ask at the same steps.
     fn agree_stop(&mut self, asked: bool) -> Result<bool> {
-        if self.data_parallel.is_none() {
+        if !self.data_parallel() {
             return Ok(asked);
         }
         self.arena.write_persistent(self.stop_vote, &[asked as u32 as f32])?;
@@ -461,19 +460,30 @@ impl Session {
         Ok(())
     }
 
-    /// The losses of steps `range` of the current epoch (waits for them);
-    /// on a data-parallel rank, its share of each.
+    /// The losses of steps `range` of the current epoch (waits for them).
+    /// On a data-parallel rank each is the rank's share of the step's loss
+    /// until the epoch loop reads it back, which sums the shares in place.
     pub fn losses(&mut self, range: std::ops::Range<usize>) -> Result<&[f32]> {
         // Only the slots asked for cross to the host.
-        let slots = self.losses.slice(range.start, range.len()).ok_or_else(|| {
+        let slots = self.loss_slots(range.clone())?;
+        let host = &mut self.host_losses[range];
+        self.arena.read_persistent(slots, host)?;
+        Ok(host)
+    }
+
+    /// Where the losses of steps `range` of the current epoch are.
+    fn loss_slots(&self, range: std::ops::Range<usize>) -> Result<Buf<f32>> {
+        self.losses.slice(range.start, range.len()).ok_or_else(|| {
             Error::Config(format!(
                 "steps {range:?} are past the epoch's {} steps",
                 self.host_losses.len()
             ))
-        })?;
-        let host = &mut self.host_losses[range];
-        self.arena.read_persistent(slots, host)?;
-        Ok(host)
+        })
+    }
+
+    /// Whether this session is a rank of a data-parallel run.
+    fn data_parallel(&self) -> bool {
+        self.buckets.is_some()
     }
 
     /// Fraction of the test set the model classifies correctly.
@@ -567,7 +577,7 @@ impl Session {
             // data-parallel ranks settle it at the next read-back, which all
             // reach after the same step, so all stop together.
             let boundary = step + 1 - read >= READBACK || step + 1 == steps || due;
-            let readback = boundary || (asked && self.data_parallel.is_none());
+            let readback = boundary || (asked && !self.data_parallel());
             let stopping = readback && self.agree_stop(asked)?;
             if readback {
                 // A checkpoint is written only after its steps' losses were
@@ -671,12 +681,9 @@ impl Session {
     ) -> Result<f64> {
         let first = steps.start;
         let mut sum = 0.0;
-        if self.data_parallel.is_some() {
+        if self.data_parallel() {
             // Each rank holds its share of every step's loss.
-            let slots = self
-                .losses
-                .slice(steps.start, steps.len())
-                .ok_or(Error::Config("internal error: losses read past the epoch".into()))?;
+            let slots = self.loss_slots(steps.clone())?;
             self.arena.all_reduce_persistent(slots)?;
         }
         for (i, &loss) in self.losses(steps)?.iter().enumerate() {

@@ -75,7 +75,7 @@ impl Observer for Printer {
             ByteSize(a.persistent_bytes),
             ByteSize(a.capacity_bytes - a.persistent_bytes),
         ));
-        if info.world.size > 1 || !info.buckets.is_empty() {
+        if !info.buckets.is_empty() {
             let buckets: Vec<String> = info
                 .buckets
                 .iter()
