@@ -107,6 +107,8 @@ fn bad_settings_are_refused_with_what_to_pass() {
         (&["--keep-checkpoints", "0"], 1, "--keep-checkpoints must be at least 1"),
         (&["--resume", "/nonexistent/ckpts"], 1, "/nonexistent/ckpts"),
         (&["--resume", garbage.as_str()], 1, "reads cleanly"),
+        (&["--gpus", "0"], 1, "--gpus must be at least 1"),
+        (&["--gpus", "2"], 1, "drop --device cpu"),
     ];
     for (flags, status, needle) in table {
         let out = train(flags);

@@ -215,7 +215,7 @@ impl TrainArgs {
 static STOP: AtomicBool = AtomicBool::new(false);
 
 /// Exit status of a run stopped by a signal (as a shell reports SIGINT).
-const INTERRUPTED: u8 = 130;
+const INTERRUPTED: u8 = launcher::INTERRUPTED as u8;
 
 /// The first signal asks the loop to stop after the current step and write
 /// a checkpoint; a second one ends the process at once.
@@ -386,5 +386,21 @@ fn main() -> ExitCode {
                 _ => ExitCode::FAILURE,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_gpus;
+    use std::ffi::OsString;
+
+    #[test]
+    fn the_ranks_command_line_is_the_launchers_without_gpus() {
+        let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+        let given = args(&["train", "--gpus", "2", "--batch", "50", "--gpus=4", "--json"]);
+        assert_eq!(
+            without_gpus(given.into_iter()),
+            args(&["train", "--batch", "50", "--json"])
+        );
     }
 }
