@@ -5,30 +5,11 @@
 //! whose name contains FILTER, if given.
 
 use bumpgrad::backend::cpu::sgemm::{gemm_nn, gemm_nt};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+#[path = "../tests/support/counting_alloc.rs"]
+mod counting_alloc;
 
 const CALLS: usize = 2000;
 const REPEATS: usize = 5;
@@ -190,13 +171,13 @@ fn time_pair(mut ours: impl FnMut(), mut theirs: impl FnMut()) -> [(f64, f64); 2
     let mut allocs = [0; 2];
     for round in &mut rounds {
         for (which, f) in [&mut ours as &mut dyn FnMut(), &mut theirs].into_iter().enumerate() {
-            let before = ALLOCATIONS.load(Ordering::Relaxed);
+            let before = counting_alloc::allocations();
             let start = Instant::now();
             for _ in 0..CALLS {
                 f();
             }
             round[which] = start.elapsed().as_nanos() as f64 / CALLS as f64;
-            allocs[which] += ALLOCATIONS.load(Ordering::Relaxed) - before;
+            allocs[which] += counting_alloc::allocations() - before;
         }
     }
     [0, 1].map(|which| {

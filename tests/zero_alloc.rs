@@ -4,33 +4,9 @@
 
 use bumpgrad::backend::DeviceRequest;
 use bumpgrad::train::{prepare, TrainConfig};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
 
 #[test]
 fn training_steps_after_the_first_allocate_nothing() {
@@ -50,14 +26,14 @@ fn training_steps_after_the_first_allocate_nothing() {
         session.losses(0..1).expect("first loss");
         session.evaluate().expect("first evaluation");
 
-        let before = ALLOCATIONS.load(Ordering::SeqCst);
+        let before = counting_alloc::allocations();
         for step in 1..10 {
             session.train_step(step).expect("step");
         }
         let mut losses = [0.0f32; 9];
         losses.copy_from_slice(session.losses(1..10).expect("losses"));
         let accuracy = session.evaluate().expect("evaluation");
-        (losses, accuracy, ALLOCATIONS.load(Ordering::SeqCst) - before)
+        (losses, accuracy, counting_alloc::allocations() - before)
     });
 
     assert!(losses.iter().all(|l| l.is_finite() && *l > 0.0), "{losses:?}");
