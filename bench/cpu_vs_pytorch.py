@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+from cli_args import positive_int
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PYTORCH_SCRIPT = REPO_ROOT / "bench" / "pytorch_mnist.py"
 # "pytorch-cl" is PyTorch with channels-last (NHWC) convolutions: about twice
@@ -63,13 +65,6 @@ def parse_order(text):
     if not order:
         raise argparse.ArgumentTypeError("--order is empty")
     return order
-
-
-def positive_int(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def default_out_path():

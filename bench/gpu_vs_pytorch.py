@@ -54,6 +54,7 @@ import time
 from pathlib import Path
 
 from gpu_chart import render_svg
+from cli_args import positive_int
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PYTORCH_SCRIPT = REPO_ROOT / "bench" / "pytorch_gpu.py"
@@ -95,13 +96,6 @@ def int_list(text):
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
     return values
-
-
-def positive_int(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def parse_args(argv=None):

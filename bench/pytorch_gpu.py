@@ -79,6 +79,7 @@ import torch
 import torch.nn.functional as F
 
 # bench/ is not a package: run as a script, this file's folder is on sys.path.
+from cli_args import positive_int
 from pytorch_mnist import (MNIST_MEAN, MNIST_STD, REPO_ROOT, TEST_IMAGES,
                            TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS,
                            LanternMnistCnn, log, read_idx, sync)
@@ -356,13 +357,6 @@ def versions(device):
 # --------------------------------------------------------------------------
 # CLI
 # --------------------------------------------------------------------------
-
-def positive_int(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(
