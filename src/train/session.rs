@@ -700,7 +700,6 @@ impl Session {
         Ok(sum)
     }
 
-    /// One training step and one evaluation step, for sizing on a dry arena.
     /// One step of every kind the run will take (a full and a last, shorter
     /// training and evaluation batch), for sizing and planning on a dry arena.
     pub(crate) fn probe(&mut self) -> Result<()> {
