@@ -247,10 +247,11 @@ impl Session {
 
     /// Makes every rank start from rank 0's parameters and momentum: the
     /// others zero theirs and all sum (exact: x + 0 = x). Then sums each
-    /// (still zero) gradient bucket once, so that NCCL sets up every
-    /// connection the step's sums need now, outside the step: set up during
-    /// a graph capture, it would not be part of the graph. Alone, nothing
-    /// to do.
+    /// (still zero) gradient bucket once, a precaution: NCCL may set up
+    /// connections lazily, at the first sum of a size, and that first sum
+    /// is better made here than inside the step's graph capture. (It was
+    /// added while chasing a hang whose cause turned out to be elsewhere;
+    /// whether NCCL 2.28 needs it was not isolated.) Alone, nothing to do.
     pub fn sync_replicas(&mut self) -> Result<()> {
         if self.world.size < 2 {
             return Ok(());
