@@ -22,8 +22,9 @@ pub use error::DistError;
 /// a bucket of its own, summed as soon as backward produced it, while the
 /// layers below are still in backward. On 2 H200s, MNIST CNN at batch 100 a
 /// GPU, 4 KiB buckets (4 sums a step) ran 1.785× one GPU's throughput and
-/// 128 KiB (one sum of all 86 KiB at the end of backward) 1.756×
-/// (`bench/data_parallel.py`, 2026-11-30).
+/// 128 KiB (one sum of all 86 KiB at the end of backward) 1.765×
+/// (`bench/data_parallel.py --only throughput --batches 100 --epochs 4
+/// --repeats 3 --bucket-kibs 4`, 2026-11-30).
 pub const DEFAULT_BUCKET_BYTES: usize = 4 << 10;
 
 /// A rank's place in a data-parallel run.
