@@ -7,12 +7,23 @@
 #                           for a GPU machine without cargo
 #   scripts/gpu.sh run      there, in the repository root: runs the staged GPU tests
 #
-# Where no GPU is usable every GPU test prints "SKIPPED <test>: no usable GPU (...)".
+# Where no GPU is usable every GPU test prints "SKIPPED <test>: no usable GPU (...)"
+# and passes (so CI, which has none, runs them as no-ops). This script is for GPU
+# machines: it sets BUMPGRAD_REQUIRE_GPU to the GPUs nvidia-smi lists (at least 1),
+# under which the skip of any test needing no more GPUs than that is a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+require_gpus() {
+    local n
+    n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+    export BUMPGRAD_REQUIRE_GPU="${BUMPGRAD_REQUIRE_GPU:-$((n > 1 ? n : 1))}"
+    echo "BUMPGRAD_REQUIRE_GPU=$BUMPGRAD_REQUIRE_GPU: a test that needs that many GPUs or fewer fails rather than skips" >&2
+}
+
 case "${1:-}" in
 test)
+    require_gpus
     # The data-parallel tests (NCCL, 1 and 2 GPUs) run in a process of their
     # own, after the others.
     cargo test --release --locked --test gpu -- --test-threads=1 --skip data_parallel_
@@ -35,6 +46,7 @@ for line in sys.stdin:
     ;;
 run)
     [ -x .gpu/gpu-tests ] || { echo "no staged GPU tests: run 'scripts/gpu.sh stage' where cargo is" >&2; exit 2; }
+    require_gpus
     .gpu/gpu-tests --test-threads=1 --skip data_parallel_
     exec .gpu/gpu-tests --test-threads=1 data_parallel_
     ;;

@@ -97,10 +97,13 @@ impl Device {
             DeviceRequest::Cuda => Ok((Self::Cuda(cuda::open(ordinal)?), None)),
             DeviceRequest::Auto => match cuda::open(ordinal) {
                 Ok(gpu) => Ok((Self::Cuda(gpu), None)),
-                Err(why) => Ok((
+                Err(why) if why.is_unavailable() => Ok((
                     Self::cpu(threads)?,
                     Some(format!("no usable GPU ({}); training on the CPU", why.reason())),
                 )),
+                // A GPU is there but our kernels or its libraries failed on
+                // it: falling back would hide a defect behind a slow run.
+                Err(broken) => Err(broken.into()),
             },
         }
     }

@@ -18,6 +18,14 @@ pub enum CudaError {
 }
 
 impl CudaError {
+    /// Whether the GPU is absent rather than broken: no driver, no device,
+    /// a library missing. Only these let `--device auto` fall back to the
+    /// CPU, and only these let a GPU test skip; a kernel that does not
+    /// compile or a handle that cannot be made is a defect to report.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Self::MissingLibrary { .. } | Self::NoDevice { .. })
+    }
+
     /// The cause alone, without the hint (for `--device auto`'s one line).
     pub fn reason(&self) -> String {
         match self {
@@ -34,5 +42,36 @@ impl CudaError {
             op,
             detail: detail.to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CudaError;
+
+    #[test]
+    fn only_an_absent_gpu_counts_as_unavailable() {
+        let absent = [
+            CudaError::MissingLibrary {
+                library: "cuDNN",
+                hint: "install it",
+            },
+            CudaError::NoDevice { detail: "none".into() },
+        ];
+        let broken = [
+            CudaError::Compile {
+                log: "syntax error".into(),
+            },
+            CudaError::failed("creating the stream", "out of memory"),
+            CudaError::Poisoned {
+                op: "relu",
+                first: "conv2d",
+            },
+        ];
+        assert!(absent.iter().all(CudaError::is_unavailable));
+        assert!(
+            !broken.iter().any(CudaError::is_unavailable),
+            "a broken GPU must not be skipped"
+        );
     }
 }
