@@ -43,6 +43,8 @@ pub enum BackendError {
     Internal(&'static str),
     #[error("internal error: a kernel touched {bytes} bytes at offset {offset} that its op did not declare")]
     Undeclared { offset: usize, bytes: usize },
+    #[error("internal error: adding a buffer of {src} elements onto one of {dst}")]
+    LengthMismatch { dst: usize, src: usize },
     #[error("internal error: host buffer of {host} elements for a device buffer of {device}")]
     HostLength { host: usize, device: usize },
     #[error(
@@ -348,7 +350,15 @@ impl Backend {
     }
 
     /// `dst += src`, elementwise: how gradients of a tensor used twice meet.
+    /// Buffers of different lengths are an error, on every backend: adding
+    /// the shorter prefix would hide a shape bug behind a plausible result.
     pub(crate) fn add_assign(&mut self, dst: Buf<f32>, src: Buf<f32>) -> Result<(), BackendError> {
+        if dst.len() != src.len() {
+            return Err(BackendError::LengthMismatch {
+                dst: dst.len(),
+                src: src.len(),
+            });
+        }
         match self {
             Self::Cpu(cpu) => cpu.run_unchecked(|v| {
                 let (d, s) = (v.write(dst)?, v.read(src)?);
@@ -358,5 +368,32 @@ impl Backend {
             Self::Cuda(gpu) => gpu.add_assign(dst, src),
             Self::Dry(_) => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adding_buffers_of_different_lengths_is_an_error_not_a_prefix() {
+        let mut cpu = Backend::new(Device::cpu(1).unwrap(), 4096).unwrap();
+        let (dst, src) = (Buf::<f32>::new(0, 8), Buf::<f32>::new(256, 4));
+        cpu.upload(dst, &[1.0; 8]).unwrap();
+        cpu.upload(src, &[2.0; 4]).unwrap();
+        assert!(matches!(
+            cpu.add_assign(dst, src),
+            Err(BackendError::LengthMismatch { dst: 8, src: 4 })
+        ));
+        let mut after = [0.0; 8];
+        cpu.download(dst, &mut after).unwrap();
+        assert_eq!(after, [1.0; 8], "nothing was added");
+        let same = Buf::<f32>::new(512, 8);
+        cpu.upload(same, &[0.5; 8]).unwrap();
+        cpu.add_assign(dst, same).unwrap();
+        cpu.download(dst, &mut after).unwrap();
+        assert_eq!(after, [1.5; 8]);
+        let mut dry = Backend::dry_like(&Device::cpu(1).unwrap());
+        assert!(dry.add_assign(dst, src).is_err(), "the dry run refuses it too");
     }
 }

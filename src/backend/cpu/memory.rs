@@ -40,7 +40,8 @@ impl CpuMemory {
 
     /// Starts handing out views; at most one `Views` exists at a time because
     /// it borrows the memory mutably.
-    pub(crate) fn views(&mut self, declared: super::Declared) -> Views<'_> {
+    /// With `declared`, every view must lie inside one of those ranges.
+    pub(crate) fn views<'m>(&'m mut self, declared: Option<&'m [(usize, usize)]>) -> Views<'m> {
         Views {
             memory: self,
             taken: [(0, 0, false); MAX_VIEWS],
@@ -67,7 +68,7 @@ pub struct Views<'m> {
     taken: [(usize, usize, bool); MAX_VIEWS],
     count: usize,
     /// When set, every view must lie inside one of these ranges.
-    declared: super::Declared,
+    declared: Option<&'m [(usize, usize)]>,
 }
 
 impl<'m> Views<'m> {
@@ -83,8 +84,8 @@ impl<'m> Views<'m> {
         if self.count == MAX_VIEWS {
             return Err(BackendError::TooManyViews);
         }
-        if let Some((list, n)) = &self.declared {
-            if !list[..*n].iter().any(|&(s, e)| s <= range.start && range.end <= e) {
+        if let Some(list) = self.declared {
+            if !list.iter().any(|&(s, e)| s <= range.start && range.end <= e) {
                 return Err(BackendError::Undeclared {
                     offset: buf.offset(),
                     bytes: buf.bytes(),

@@ -61,25 +61,24 @@ impl CpuDevice {
 pub struct CpuBackend {
     memory: CpuMemory,
     pool: Arc<rayon::ThreadPool>,
-    /// The byte ranges the current op declared ([`crate::Step::uses`]); an
-    /// op's kernels may touch nothing else, which keeps the declarations
-    /// (and the memory plan built from them) honest.
-    declared: Declared,
+    /// The `(start, end)` byte ranges the current op declared
+    /// ([`crate::Step::uses`]); an op's kernels may touch nothing else, which
+    /// keeps the declarations (and the memory plan built from them) honest.
+    /// However many an op declares, all are checked: the vector keeps its
+    /// capacity, so after the first step declaring allocates nothing.
+    declared: Vec<(usize, usize)>,
+    /// Whether any op has declared yet (before that, kernels run unchecked).
+    checking: bool,
     group: Option<LocalPeer>,
 }
-
-/// Up to [`MAX_DECLARED`] `(start, end)` ranges; `None` before any op
-/// declared (then kernels are not checked).
-pub(crate) type Declared = Option<([(usize, usize); MAX_DECLARED], usize)>;
-
-pub(crate) const MAX_DECLARED: usize = 16;
 
 impl CpuBackend {
     pub(crate) fn new(device: CpuDevice, capacity: usize) -> Result<Self, BackendError> {
         Ok(Self {
             memory: CpuMemory::new(capacity)?,
             pool: device.pool,
-            declared: None,
+            declared: Vec::new(),
+            checking: false,
             group: device.group,
         })
     }
@@ -106,18 +105,9 @@ impl CpuBackend {
 
     /// The ranges the next kernels may touch.
     pub(crate) fn declare(&mut self, ranges: impl Iterator<Item = (usize, usize)>) {
-        let mut list = [(0, 0); MAX_DECLARED];
-        let mut n = 0;
-        for r in ranges {
-            if n == MAX_DECLARED {
-                // More than a table holds: stop checking rather than refuse.
-                self.declared = None;
-                return;
-            }
-            list[n] = r;
-            n += 1;
-        }
-        self.declared = Some((list, n));
+        self.declared.clear();
+        self.declared.extend(ranges);
+        self.checking = true;
     }
 
     /// Runs one kernel of an op on the pool with views of the arena, which
@@ -128,7 +118,8 @@ impl CpuBackend {
         kernel: impl FnOnce(&mut Views<'_>, usize) -> Result<R, BackendError> + Send,
     ) -> Result<R, BackendError> {
         let threads = self.pool.current_num_threads();
-        let (memory, declared) = (&mut self.memory, self.declared);
+        let declared = self.checking.then_some(&self.declared[..]);
+        let memory = &mut self.memory;
         self.pool.install(move || kernel(&mut memory.views(declared), threads))
     }
 
@@ -140,5 +131,27 @@ impl CpuBackend {
     ) -> Result<R, BackendError> {
         let memory = &mut self.memory;
         self.pool.install(move || kernel(&mut memory.views(None)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The check holds however many ranges an op declares (it once lapsed
+    /// past 16, leaving the memory plan's premise unchecked).
+    #[test]
+    fn an_undeclared_range_is_refused_past_many_declared_ones() {
+        let mut cpu = CpuBackend::new(CpuDevice::new(1).unwrap(), 64 << 10).unwrap();
+        let declared: Vec<(usize, usize)> = (0..40).map(|i| (i * 1024, i * 1024 + 256)).collect();
+        cpu.declare(declared.iter().copied());
+        let last = Buf::<f32>::new(39 * 1024, 64);
+        cpu.run(|v, _| v.read(last).map(|_| ()))
+            .expect("the 40th declared range is usable");
+        let between = Buf::<f32>::new(39 * 1024 + 512, 64);
+        assert!(matches!(
+            cpu.run(|v, _| v.write(between).map(|_| ())),
+            Err(BackendError::Undeclared { offset, .. }) if offset == 39 * 1024 + 512
+        ));
     }
 }

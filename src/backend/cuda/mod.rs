@@ -374,9 +374,10 @@ impl CudaBackend {
         self.finish("fill", r)
     }
 
-    /// `dst += src`.
-    pub fn add_assign(&mut self, dst: Buf<f32>, src: Buf<f32>) -> Result<(), BackendError> {
-        let n = dst.len().min(src.len());
+    /// `dst += src`, for buffers of one length ([`super::Backend::add_assign`]
+    /// checks it).
+    pub(crate) fn add_assign(&mut self, dst: Buf<f32>, src: Buf<f32>) -> Result<(), BackendError> {
+        let n = dst.len();
         self.launch(
             Kernel::AddAssign,
             Grid::over(n),
