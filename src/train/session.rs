@@ -536,6 +536,11 @@ impl Session {
     /// one [`Session::on_workers`] call, as [`super::train`] does: then no
     /// step touches the heap, and one thread runs the loop from start to end.
     pub fn epoch(&mut self, epoch: usize, observer: &mut dyn Observer) -> Result<EpochReport> {
+        if epoch == 0 {
+            return Err(Error::Config(
+                "epochs are numbered from 1; epoch 0 does not exist".into(),
+            ));
+        }
         let stop = AtomicBool::new(false);
         let control = Control {
             stop: &stop,
@@ -727,4 +732,26 @@ fn argmax(row: &[f32]) -> usize {
         }
     }
     best
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::DeviceRequest;
+    use crate::train::{prepare, Quiet, TrainConfig};
+    use crate::Error;
+
+    #[test]
+    fn epoch_zero_is_an_error_not_an_underflow() {
+        let cfg = TrainConfig {
+            device: DeviceRequest::Cpu,
+            threads: 1,
+            data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
+            train_limit: Some(200),
+            test_limit: Some(100),
+            ..TrainConfig::default()
+        };
+        let (mut session, _) = prepare(&cfg).expect("session");
+        assert!(matches!(session.epoch(0, &mut Quiet), Err(Error::Config(_))));
+        session.epoch(1, &mut Quiet).expect("epoch 1 runs");
+    }
 }

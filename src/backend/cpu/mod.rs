@@ -1,12 +1,14 @@
 //! The CPU backend: one host allocation and a rayon pool of `--threads`
 //! workers. Kernels receive slices from [`memory::Views`] and stay safe code.
 
-pub mod matmul;
+// The product panics on shapes that disagree (a kernel's bug, never the
+// user's input), so it stays inside the crate, behind the ops that check.
+pub(crate) mod matmul;
 pub mod memory;
 pub mod sgemm;
 pub mod simd;
 
-pub use matmul::{matmul, Mat};
+pub(crate) use matmul::{matmul, Mat};
 pub use memory::{CpuMemory, Views};
 
 use super::BackendError;

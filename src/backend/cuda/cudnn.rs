@@ -34,8 +34,37 @@ impl ConvDims {
     pub fn filter_len(&self) -> usize {
         self.f * self.c * self.kh * self.kw
     }
+    /// Zero where the kernel does not fit the input (no output position).
     pub fn output_len(&self) -> usize {
-        self.n * self.f * (self.h - self.kh + 1) * (self.w - self.kw + 1)
+        let (oh, ow) = (
+            (self.h + 1).saturating_sub(self.kh),
+            (self.w + 1).saturating_sub(self.kw),
+        );
+        self.n * self.f * oh * ow
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ConvDims;
+
+    #[test]
+    fn a_kernel_larger_than_its_input_has_no_output() {
+        let dims = |kh, kw| ConvDims {
+            n: 2,
+            c: 1,
+            h: 4,
+            w: 5,
+            f: 3,
+            kh,
+            kw,
+        };
+        assert_eq!(dims(5, 5).output_len(), 0);
+        assert_eq!(dims(4, 6).output_len(), 0);
+        assert_eq!(dims(9, 3).output_len(), 0);
+        assert_eq!(dims(3, 11).output_len(), 0);
+        assert_eq!(dims(4, 5).output_len(), 2 * 3);
+        assert_eq!(dims(3, 3).output_len(), 2 * 3 * 2 * 3);
     }
 }
 
