@@ -212,7 +212,10 @@ impl<'s> Step<'s> {
 
     /// Sends `param`'s gradient in this step to `dest` (persistent memory
     /// of its shape) instead of the step region. Call before backward.
+    /// A destination above the mark is refused: it would be a step buffer
+    /// that a later step writes while someone still holds it.
     pub fn grad_into(&mut self, param: &Param, dest: Buf<f32>) -> Result<()> {
+        self.arena.check_persistent(dest)?;
         if dest.len() != param.shape.numel() {
             return Err(Error::shape(
                 "grad_into",
@@ -317,10 +320,54 @@ impl<'s> Step<'s> {
         Some(self.alias(buf, t.shape(), false))
     }
 
-    /// The gradient of a parameter used in this step.
-    pub fn param_grad(&mut self, _proof: &Grads<'s>, param: &Param) -> Option<Buf<f32>> {
+    /// The gradient of a parameter used in this step, branded with the
+    /// step: it may lie in the step region, so it must not outlive the step.
+    pub fn param_grad(&mut self, _proof: &Grads<'s>, param: &Param) -> Option<Tensor<'s>> {
         let tape = self.arena.tape();
-        let (_, id) = tape.leaves.iter().find(|(b, _)| *b == param.buf)?;
-        tape.grads.get(*id as usize).copied().flatten()
+        let &(_, id) = tape.leaves.iter().find(|(b, _)| *b == param.buf)?;
+        let buf = tape.grads.get(id as usize).copied().flatten()?;
+        Some(self.alias(buf, param.shape, false))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::memory::{Arena, ArenaError};
+    use crate::{Device, Error, Shape};
+
+    #[test]
+    fn a_gradient_destination_in_the_step_region_is_refused() {
+        let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+        let mut p = arena.persistent();
+        let w = p.param("w", Shape::new(&[1, 4]), &[0.5; 4]).unwrap();
+        let slot = p.zeros::<f32>("w grad slot", Shape::new(&[1, 4])).unwrap();
+        arena
+            .step(|s| {
+                let above_mark = s.alloc::<f32>("scratch", Shape::new(&[4]))?;
+                assert!(matches!(
+                    s.grad_into(&w, above_mark),
+                    Err(Error::Arena(ArenaError::Backend(_)))
+                ));
+                s.grad_into(&w, slot)?;
+                // The weight gradient of `x · wᵀ` is `x`.
+                let x = s.input("x", Shape::new(&[1, 4]), &[1.0, 2.0, 3.0, 4.0])?;
+                let w_in_step = s.param(&w);
+                let y = x.linear(s, w_in_step, None)?;
+                let one = s.input("upstream", y.shape(), &[1.0])?;
+                let grads = s.backward_from(y, one)?;
+                let g = s.param_grad(&grads, &w).expect("w has a gradient");
+                let mut host = [0.0; 4];
+                s.read(g, &mut host)?;
+                assert_eq!(host, [1.0, 2.0, 3.0, 4.0]);
+                Ok(())
+            })
+            .unwrap();
+        let mut landed = [0.0; 4];
+        arena.read_persistent(slot, &mut landed).unwrap();
+        assert_eq!(
+            landed,
+            [1.0, 2.0, 3.0, 4.0],
+            "the gradient was written into its persistent slot"
+        );
     }
 }

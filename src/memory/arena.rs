@@ -625,7 +625,7 @@ impl Arena {
         Ok(self.backend.download(buf, out)?)
     }
 
-    fn check_persistent<T: Element>(&self, buf: Buf<T>) -> Result<(), ArenaError> {
+    pub(crate) fn check_persistent<T: Element>(&self, buf: Buf<T>) -> Result<(), ArenaError> {
         if buf.byte_range().end > self.mark {
             return Err(BackendError::Internal("a persistent-region access outside the persistent region").into());
         }

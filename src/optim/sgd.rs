@@ -82,7 +82,9 @@ impl Sgd {
         let mu = self.momentum;
         let mut table = Table::default();
         for (param, velocity) in &self.velocity {
-            let Some(g) = s.param_grad(grads, param) else { continue };
+            let Some(g) = s.param_grad(grads, param).map(|g| g.buf()) else {
+                continue;
+            };
             match s.uses(&[
                 param.buf().into(),
                 g.into(),
