@@ -148,7 +148,22 @@ impl Session {
         let profile = cfg.profile && arena.enable_op_timing(TIMED_OPS)?;
         let train_len = host.train_images.count;
         let world = cfg.data_parallel.map_or(World::ALONE, |d| d.world);
-        let global = cfg.batch * world.size;
+        // Checked before anything is sized by it: a step larger than the
+        // training set would only size host and arena buffers for examples
+        // that do not exist (a huge --batch once aborted the process).
+        let global = match cfg.batch.checked_mul(world.size) {
+            Some(global) if global <= train_len => global,
+            _ => {
+                let step = match world.size {
+                    1 => format!("a batch of {}", cfg.batch),
+                    n => format!("a step of {n} ranks × {} examples", cfg.batch),
+                };
+                return Err(Error::Config(format!(
+                    "{step} is larger than the {train_len} training images; pass --batch {} or less",
+                    (train_len / world.size).max(1)
+                )));
+            }
+        };
         let tail = train_len % global;
         if tail != 0 && tail < world.size {
             return Err(Error::Config(format!(
@@ -753,5 +768,30 @@ mod tests {
         let (mut session, _) = prepare(&cfg).expect("session");
         assert!(matches!(session.epoch(0, &mut Quiet), Err(Error::Config(_))));
         session.epoch(1, &mut Quiet).expect("epoch 1 runs");
+    }
+
+    #[test]
+    fn a_batch_larger_than_the_training_set_is_refused_before_anything_is_sized_by_it() {
+        let cfg = |batch| TrainConfig {
+            device: DeviceRequest::Cpu,
+            threads: 1,
+            batch,
+            data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
+            train_limit: Some(100),
+            test_limit: Some(100),
+            ..TrainConfig::default()
+        };
+        for batch in [101, 99_999_999_999, usize::MAX] {
+            match prepare(&cfg(batch)) {
+                Err(Error::Config(m)) => assert!(
+                    m.contains(&format!("a batch of {batch} is larger than the 100 training images"))
+                        && m.contains("100 or less"),
+                    "{m}"
+                ),
+                Err(other) => panic!("batch {batch}: {other}"),
+                Ok(_) => panic!("batch {batch} was accepted for 100 images"),
+            }
+        }
+        prepare(&cfg(100)).expect("a batch of the whole training set is fine");
     }
 }
