@@ -1,5 +1,7 @@
 //! Why the GPU cannot be used, or stopped being usable.
 
+use cudarc::driver::DriverError;
+
 /// Failures of the CUDA backend. Every variant says what to do next.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CudaError {
@@ -37,17 +39,69 @@ impl CudaError {
         }
     }
 
-    pub(crate) fn failed(op: &'static str, detail: impl std::fmt::Display) -> Self {
+    pub(crate) fn failed(op: &'static str, detail: impl Sentence) -> Self {
         Self::Failed {
             op,
-            detail: detail.to_string(),
+            detail: detail.sentence(),
         }
+    }
+
+    /// The driver could not open a GPU.
+    pub(crate) fn no_device(e: DriverError) -> Self {
+        Self::NoDevice { detail: e.sentence() }
+    }
+}
+
+/// A library's error as people read it: "no CUDA-capable device is detected
+/// (CUDA_ERROR_NO_DEVICE)", not cudarc's `Debug` form
+/// (`DriverError(CUDA_ERROR_NO_DEVICE, ...)`).
+pub(crate) trait Sentence {
+    fn sentence(&self) -> String;
+}
+
+impl Sentence for DriverError {
+    fn sentence(&self) -> String {
+        // The variant's name needs no call into the driver; the text does,
+        // and cudarc panics on a call into a library it cannot load.
+        let name = format!("{:?}", self.0);
+        // SAFETY: only tries to dlopen the driver and closes it.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return name;
+        }
+        match self.error_string() {
+            Ok(text) => format!("{} ({name})", text.to_string_lossy()),
+            Err(_) => name,
+        }
+    }
+}
+
+impl Sentence for cudarc::cudnn::result::CudnnError {
+    fn sentence(&self) -> String {
+        format!("cuDNN returned {:?}", self.0)
+    }
+}
+
+impl Sentence for cudarc::cublas::result::CublasError {
+    fn sentence(&self) -> String {
+        format!("cuBLAS returned {:?}", self.0)
+    }
+}
+
+impl Sentence for &str {
+    fn sentence(&self) -> String {
+        (*self).to_owned()
+    }
+}
+
+impl Sentence for String {
+    fn sentence(&self) -> String {
+        self.clone()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::CudaError;
+    use super::{CudaError, DriverError};
 
     #[test]
     fn only_an_absent_gpu_counts_as_unavailable() {
@@ -69,6 +123,13 @@ mod tests {
             },
         ];
         assert!(absent.iter().all(CudaError::is_unavailable));
+        let no_device = CudaError::no_device(DriverError(cudarc::driver::sys::cudaError_enum::CUDA_ERROR_NO_DEVICE));
+        let text = no_device.to_string();
+        assert!(
+            text.contains("(CUDA_ERROR_NO_DEVICE)") || text.contains("no usable GPU (CUDA_ERROR_NO_DEVICE)"),
+            "{text}"
+        );
+        assert!(!text.contains("DriverError"), "a sentence, not Debug output: {text}");
         assert!(
             !broken.iter().any(CudaError::is_unavailable),
             "a broken GPU must not be skipped"

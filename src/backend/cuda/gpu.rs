@@ -90,7 +90,7 @@ impl Gpu {
         check_libraries()?;
         let count = driver::init()
             .and_then(|()| driver::device::get_count())
-            .map_err(|e| CudaError::NoDevice { detail: e.to_string() })?;
+            .map_err(CudaError::no_device)?;
         if count < 1 {
             return Err(CudaError::NoDevice {
                 detail: "the driver sees no GPU".into(),
@@ -101,7 +101,7 @@ impl Gpu {
                 detail: format!("GPU {ordinal} was asked for, but the driver sees {count}"),
             });
         }
-        let ctx = CudaContext::new(ordinal).map_err(|e| CudaError::NoDevice { detail: e.to_string() })?;
+        let ctx = CudaContext::new(ordinal).map_err(CudaError::no_device)?;
         // SAFETY: we never use cudarc's owning slices, whose cross-stream
         // ordering these events exist for; all our work is on one stream.
         unsafe { ctx.disable_event_tracking() };

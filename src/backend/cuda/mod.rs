@@ -19,6 +19,7 @@ mod timing;
 
 pub use cudnn::{ConvDims, ConvPass, WORKSPACE_LIMIT};
 pub use error::CudaError;
+use error::Sentence;
 pub use gpu::Gpu;
 pub use graph::CapturedGraph;
 pub use kernels::Kernel;
@@ -219,7 +220,7 @@ impl CudaBackend {
 
     /// Checks a raw call's result; with BUMPGRAD_CUDA_SYNC set, also waits
     /// for the work to finish so an asynchronous error is blamed on `op`.
-    fn check<E: std::fmt::Display>(&mut self, op: &'static str, r: Result<(), E>) -> Result<(), BackendError> {
+    fn check<E: Sentence>(&mut self, op: &'static str, r: Result<(), E>) -> Result<(), BackendError> {
         if let Err(e) = r {
             return Err(self.poison(op, CudaError::failed(op, e)));
         }
@@ -322,7 +323,7 @@ impl CudaBackend {
     }
 
     /// After an op was queued: count it, close its timing bracket, check it.
-    fn finish<E: std::fmt::Display>(&mut self, op: &'static str, r: Result<(), E>) -> Result<(), BackendError> {
+    fn finish<E: Sentence>(&mut self, op: &'static str, r: Result<(), E>) -> Result<(), BackendError> {
         self.ops_queued += 1;
         self.timer.after(&self.gpu);
         self.check(op, r)
@@ -499,7 +500,7 @@ impl CudaBackend {
         let r = unsafe { plan.run(libs.cudnn, pass, pa, pb, pw, po) };
         drop(libs);
         match r {
-            Ok(()) => self.finish::<CudaError>(op, Ok(())),
+            Ok(()) => self.finish::<&str>(op, Ok(())),
             Err(e) => Err(self.poison(op, e)),
         }
     }
@@ -529,7 +530,7 @@ impl CudaBackend {
         };
         self.ops_queued += 1;
         match r {
-            Ok(()) => self.check::<CudaError>("ncclAllReduce", Ok(())),
+            Ok(()) => self.check::<&str>("ncclAllReduce", Ok(())),
             Err(e) => Err(self.poison("ncclAllReduce", e)),
         }
     }
