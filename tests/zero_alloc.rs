@@ -1,10 +1,10 @@
-//! After the first steps, training makes no heap allocation: the tape's
+//! After the first step, training makes no heap allocation: the tape's
 //! vectors keep their capacity, tensors are handles, and every byte a step
 //! needs comes from the arena. A counting global allocator proves it over
 //! two whole epochs run by `Session::epoch_from`, as `bumpgrad train` runs
 //! them: full steps and a shorter last one, SGD with momentum, the step
 //! region poisoned after every step, read-backs, evaluation with its own
-//! shorter last batch, the epoch reports, and checkpoints every few steps.
+//! shorter last batch, the epoch reports, and a checkpoint after every step.
 
 use bumpgrad::backend::DeviceRequest;
 use bumpgrad::train::{prepare, CheckpointPolicy, Control, EpochReport, Every, Observer, Position, TrainConfig};
@@ -23,7 +23,7 @@ mod counting_alloc;
 /// (`step`, the last thing the loop does before writing) to the moment the
 /// checkpoint is written (`checkpoint_written`); everything else from the
 /// first checkpoint to the end of the second epoch is counted. Before the
-/// first checkpoint is the warm-up: the first steps size the tape's and the
+/// first checkpoint is the warm-up: the first step sizes the tape's and the
 /// trace's vectors.
 ///
 /// The observer itself allocates nothing: it only reads the counter and
@@ -67,7 +67,9 @@ fn two_epochs_allocate_nothing_between_checkpoints() {
     let _ = std::fs::remove_dir_all(&dir);
     let policy = CheckpointPolicy {
         dir: dir.clone(),
-        every: Some(Every::Steps(3)),
+        // After every step but an epoch's last (which the epoch's end
+        // follows), so the warm-up is the first step alone.
+        every: Some(Every::Steps(1)),
         keep: 2,
     };
     let cfg = TrainConfig {
@@ -115,11 +117,12 @@ fn two_epochs_allocate_nothing_between_checkpoints() {
     let since = counter.since.expect("a checkpoint was written");
     counter.counted += end - since;
 
-    // Checkpoints after global steps 3, 6, 9 (epoch 1), 12, 15, 18, 21
-    // (epoch 2): steps 9 to 12 span epoch 1's short last step, its
-    // evaluation and report, and the start of epoch 2; steps 21 to 22 are
-    // epoch 2's last, short step, evaluation and report.
-    assert_eq!(counter.checkpoints, 7);
+    // Checkpoints after steps 1 to 10 of each epoch. Counted: steps 2 to
+    // 22; between the checkpoints after steps 10 and 12 lie epoch 1's short
+    // last step, its evaluation (two full batches and a short one) and
+    // report, and the start of epoch 2; after the last checkpoint, epoch
+    // 2's short step, evaluation and report.
+    assert_eq!(counter.checkpoints, 20);
     assert_eq!(counter.steps_heard, 22);
     assert_eq!(session.steps_done(), 22);
     for (i, &(epoch, steps, loss, accuracy)) in counter.reports.iter().enumerate() {
@@ -129,7 +132,7 @@ fn two_epochs_allocate_nothing_between_checkpoints() {
     }
     assert_eq!(
         counter.counted, 0,
-        "19 training steps, 2 evaluations and 2 epoch reports made {} heap allocations",
+        "21 training steps, 2 evaluations and 2 epoch reports made {} heap allocations",
         counter.counted
     );
     let _ = std::fs::remove_dir_all(&dir);
