@@ -17,6 +17,9 @@ use bumpgrad::{Arena, ArenaError, Device, Error, Shape, Step, Tensor};
 use std::io::Write;
 use std::sync::Mutex;
 
+#[path = "support/used_twice.rs"]
+mod used_twice;
+
 /// GPU tests run one at a time: the free-memory test reads a device-wide
 /// figure that another test's arena would change.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -214,16 +217,11 @@ fn linear_matches_the_cpu() {
     });
 }
 
-/// A tensor used twice gets the sum of both gradients: `x` is both the
-/// input and the weight of one product, so backward adds its second
-/// gradient onto the first (`Step::accumulate`, the GPU's `add_assign`).
+/// A tensor used twice gets the sum of both gradients (`Step::accumulate`,
+/// the GPU's `add_assign`): the body `tests/accumulate.rs` checks on the CPU.
 #[test]
 fn a_tensor_used_twice_accumulates_its_gradients_as_on_the_cpu() {
-    same_on_both("used twice", &|s| {
-        let x = s.variable("x", Shape::new(&[6, 11]), &values(66, 17))?;
-        let y = x.linear(s, x, None)?;
-        with_grads(s, y, &[("x grad", x)])
-    });
+    same_on_both("used twice", &used_twice::body);
 }
 
 #[test]

@@ -1,11 +1,19 @@
 //! The step memory plan on the reference model: no two buffers alive at the
-//! same time share a byte, the plan is within 5% of the lower bound, and
-//! training follows the same path with and without it.
+//! same time share a byte, the plan is within 5% of the lower bound and
+//! holds about half the bytes of bump allocation, and training follows the
+//! same path with and without it.
 
 use bumpgrad::backend::{Device, DeviceRequest};
 use bumpgrad::data::MnistHost;
-use bumpgrad::memory::StepPlan;
-use bumpgrad::train::{measure, train, Quiet, TrainConfig};
+use bumpgrad::memory::{PlannedBuf, StepPlan};
+use bumpgrad::train::{measure, train, Quiet, StepKind, TrainConfig};
+
+/// "Half the bytes of bump allocation" (README: the training step's plan
+/// holds 3.82 of bump allocation's 7.32 MiB on the H200 at batch 100, 0.52;
+/// on the CPU it is 0.515 at batch 100 and at 1000). A training step's plan
+/// must stay within this band, which a plan that reused fewer dead bytes
+/// (or a trace that lost buffers) would leave.
+const HALF: std::ops::RangeInclusive<f64> = 0.49..=0.54;
 
 fn config(batch: usize) -> TrainConfig {
     TrainConfig {
@@ -29,6 +37,35 @@ fn plans(batch: usize) -> Vec<StepPlan> {
     measure(&cfg, &host, &Device::cpu(2).unwrap()).unwrap().plans
 }
 
+/// Op by op, from the traced lifetimes alone (not through the planner's own
+/// `Lifetime::overlaps`): at each op the buffers alive, sorted by offset,
+/// each end before the next begins, and all lie below the plan's peak.
+/// Returns the most bytes alive at any one op.
+fn assert_disjoint_at_every_op(batch: usize, plan: &StepPlan) -> usize {
+    let last = plan.bufs.iter().map(|b| b.life.last).max().unwrap_or(0);
+    let mut most = 0;
+    for t in 0..=last {
+        let mut live: Vec<&PlannedBuf> = plan
+            .bufs
+            .iter()
+            .filter(|b| b.size > 0 && b.life.born <= t && t <= b.life.last)
+            .collect();
+        live.sort_by_key(|b| b.offset);
+        for pair in live.windows(2) {
+            assert!(
+                pair[0].end() <= pair[1].offset,
+                "batch {batch}, plan {}, op {t}: {:?} and {:?} are both alive and share bytes",
+                plan.key,
+                pair[0],
+                pair[1]
+            );
+        }
+        assert!(live.iter().all(|b| b.end() <= plan.peak));
+        most = most.max(live.iter().map(|b| b.size).sum());
+    }
+    most
+}
+
 #[test]
 fn buffers_alive_together_never_share_bytes_and_the_peak_is_near_the_bound() {
     for batch in [100, 1000] {
@@ -36,17 +73,9 @@ fn buffers_alive_together_never_share_bytes_and_the_peak_is_near_the_bound() {
         // A full and a last, shorter step of training and of evaluation.
         assert_eq!(plans.len(), 4, "batch {batch}");
         for plan in &plans {
-            for (i, a) in plan.bufs.iter().enumerate() {
-                for b in &plan.bufs[i + 1..] {
-                    if a.life.overlaps(&b.life) && a.size > 0 && b.size > 0 {
-                        assert!(
-                            a.end() <= b.offset || b.end() <= a.offset,
-                            "batch {batch}, plan {}: {a:?} and {b:?} share bytes while both alive",
-                            plan.key
-                        );
-                    }
-                }
-            }
+            assert!(plan.bufs.len() > 10, "batch {batch}, plan {}", plan.key);
+            let most_alive = assert_disjoint_at_every_op(batch, plan);
+            assert_eq!(most_alive, plan.lower_bound, "batch {batch}, plan {}", plan.key);
             assert!(plan.peak >= plan.lower_bound);
             assert!(
                 plan.peak as f64 <= 1.05 * plan.lower_bound as f64,
@@ -57,6 +86,14 @@ fn buffers_alive_together_never_share_bytes_and_the_peak_is_near_the_bound() {
             );
             assert!(plan.peak < plan.bump_bytes, "planning saves memory");
         }
+        let train = plans.iter().find(|p| p.key == StepKind::Train as u32).unwrap();
+        let ratio = train.peak as f64 / train.bump_bytes as f64;
+        assert!(
+            HALF.contains(&ratio),
+            "batch {batch}: the training step's plan holds {} bytes, {ratio:.3} of bump allocation's {}",
+            train.peak,
+            train.bump_bytes
+        );
     }
 }
 
@@ -77,5 +114,8 @@ fn training_is_the_same_with_and_without_the_plan() {
         planned[0].arena.step_high_water_bytes,
         bumped[0].arena.step_high_water_bytes,
     );
-    assert!(p < b, "planned step {p} bytes, bump {b}");
+    // The high-water marks are the largest plan's peak and the largest
+    // step's bump bytes: the training step's, both.
+    let ratio = p as f64 / b as f64;
+    assert!(HALF.contains(&ratio), "planned step {p} bytes, bump {b}: {ratio:.3}");
 }

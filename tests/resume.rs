@@ -1,6 +1,7 @@
-//! Checkpoints and resume on the CPU: an interrupted run, resumed, ends with
-//! exactly the parameters of an uninterrupted one, and a damaged checkpoint
-//! is skipped for the one before it.
+//! Checkpoints and resume on the CPU: an interrupted run, resumed, starts
+//! where it stopped (it does not run the steps before again) and from there
+//! on gives exactly the losses, reports, parameters and momentum of an
+//! uninterrupted one; a damaged checkpoint is skipped for the one before it.
 
 use bumpgrad::backend::DeviceRequest;
 use bumpgrad::checkpoint::{self, Checkpoint};
@@ -42,19 +43,29 @@ fn newest(dir: &Path) -> Checkpoint {
         .checkpoint
 }
 
-/// Collects reports and notes; sets `stop` once it has seen step `stop_after`.
+/// Collects what a run reports: every step's loss as read back, where each
+/// epoch started, notes and epoch reports; sets `stop` once it has seen step
+/// `stop_after`.
 struct Watch<'a> {
     stop: &'a AtomicBool,
     stop_after: Option<usize>,
+    /// (epoch, step in epoch, loss), in the order heard.
+    steps: Vec<(usize, usize, f32)>,
+    /// (epoch, first step) of every epoch the run entered.
+    starts: Vec<(usize, usize)>,
     notes: Vec<String>,
     reports: Vec<EpochReport>,
 }
 
 impl Observer for Watch<'_> {
-    fn step(&mut self, _epoch: usize, step: usize, _loss: f32) {
+    fn step(&mut self, epoch: usize, step: usize, loss: f32) {
+        self.steps.push((epoch, step, loss));
         if Some(step) == self.stop_after {
             self.stop.store(true, Ordering::SeqCst);
         }
+    }
+    fn resumed_at(&mut self, epoch: usize, step: usize) {
+        self.starts.push((epoch, step));
     }
     fn note(&mut self, line: &str) {
         self.notes.push(line.to_string());
@@ -68,25 +79,95 @@ fn watch(stop: &AtomicBool, stop_after: Option<usize>) -> Watch<'_> {
     Watch {
         stop,
         stop_after,
+        steps: Vec::new(),
+        starts: Vec::new(),
         notes: Vec::new(),
         reports: Vec::new(),
     }
 }
 
-fn assert_same_state(a: &Checkpoint, b: &Checkpoint) {
+/// A run straight through, watched.
+fn run_straight(cfg: &TrainConfig) -> Watch<'static> {
+    static NEVER: AtomicBool = AtomicBool::new(false);
+    let mut seen = watch(&NEVER, None);
+    train_until(cfg, &mut seen, &NEVER).unwrap();
+    seen
+}
+
+/// The model's six parameters, and with momentum their six momentum buffers.
+const PARAMS: [&str; 6] = [
+    "conv1.weight",
+    "conv2.weight",
+    "fc1.weight",
+    "fc1.bias",
+    "fc2.weight",
+    "fc2.bias",
+];
+
+/// `a` and `b` hold the same tensors (the model's parameters and, with
+/// momentum, their momentum buffers), bit for bit.
+fn assert_same_state(a: &Checkpoint, b: &Checkpoint, momentum: bool) {
     assert_eq!(a.step, b.step);
-    assert_eq!(a.tensors.len(), b.tensors.len());
+    let want = if momentum { 2 * PARAMS.len() } else { PARAMS.len() };
+    assert_eq!(
+        a.tensors.len(),
+        want,
+        "{:?}",
+        a.tensors.iter().map(|t| &t.name).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        b.tensors.len(),
+        want,
+        "{:?}",
+        b.tensors.iter().map(|t| &t.name).collect::<Vec<_>>()
+    );
     for (x, y) in a.tensors.iter().zip(&b.tensors) {
         assert_eq!(x.name, y.name);
+        assert_eq!(x.shape, y.shape, "{}", x.name);
+        assert_eq!(x.values.len(), y.values.len(), "{}", x.name);
         let same = x.values.iter().zip(&y.values).all(|(p, q)| p.to_bits() == q.to_bits());
         assert!(same, "{} differs", x.name);
+    }
+    for name in PARAMS {
+        assert!(a.tensor(name).is_some(), "{name} missing");
+        let buffer = a.tensor(&checkpoint::momentum_buffer_name(name));
+        assert_eq!(buffer.is_some(), momentum, "{name}'s momentum buffer");
+        if let Some(buffer) = buffer {
+            assert!(
+                buffer.values.iter().any(|v| *v != 0.0),
+                "{name}'s momentum buffer is all zeros"
+            );
+        }
+    }
+}
+
+/// A resumed run's epoch reports, and every step it ran, equal those of the
+/// straight run from where it resumed on, bit for bit.
+fn assert_same_from(straight: &Watch<'_>, resumed: &Watch<'_>, epoch: usize, step: usize) {
+    let later = |&&(e, s, _): &&(usize, usize, f32)| (e, s) >= (epoch, step);
+    let want: Vec<_> = straight.steps.iter().filter(later).collect();
+    let got: Vec<_> = resumed.steps.iter().collect();
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "steps run after resuming at epoch {epoch} step {step}"
+    );
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!((g.0, g.1, g.2.to_bits()), (w.0, w.1, w.2.to_bits()), "{g:?} vs {w:?}");
+    }
+    let want: Vec<_> = straight.reports.iter().filter(|r| r.epoch >= epoch).collect();
+    assert_eq!(resumed.reports.len(), want.len());
+    for (g, w) in resumed.reports.iter().zip(want) {
+        assert_eq!(g.epoch, w.epoch);
+        assert_eq!(g.train_loss.to_bits(), w.train_loss.to_bits(), "epoch {}", g.epoch);
+        assert_eq!(g.test_accuracy, w.test_accuracy, "epoch {}", g.epoch);
     }
 }
 
 #[test]
 fn one_epoch_then_resume_equals_two_epochs_straight_bit_for_bit() {
     let (straight, split) = (scratch("straight"), scratch("split"));
-    let reports = train(&config(&straight, 2, Every::Epochs(1)), &mut bumpgrad::train::Quiet).unwrap();
+    let straight_run = run_straight(&config(&straight, 2, Every::Epochs(1)));
     train(&config(&split, 1, Every::Epochs(1)), &mut bumpgrad::train::Quiet).unwrap();
     let stop = AtomicBool::new(false);
     let mut seen = watch(&stop, None);
@@ -100,32 +181,28 @@ fn one_epoch_then_resume_equals_two_epochs_straight_bit_for_bit() {
         "{:?}",
         seen.notes
     );
-    assert_eq!(seen.reports.len(), 1, "only epoch 2 runs again");
-    assert_eq!(seen.reports[0].train_loss, reports[1].train_loss);
-    assert_same_state(&newest(&straight), &newest(&split));
-    let names: Vec<_> = newest(&split).tensors.iter().map(|t| t.name.clone()).collect();
-    for want in [
-        "conv1.weight",
-        "conv2.weight",
-        "fc1.weight",
-        "fc1.bias",
-        "fc2.weight",
-        "fc2.bias",
-    ] {
-        assert!(names.iter().any(|n| n == want), "{want} missing from {names:?}");
-    }
+    assert_eq!(seen.starts, [(2, 0)], "only epoch 2 runs again");
+    assert_same_from(&straight_run, &seen, 2, 0);
+    assert_same_state(&newest(&straight), &newest(&split), false);
 }
 
-#[test]
-fn a_stop_mid_epoch_checkpoints_and_the_resumed_run_ends_identically() {
-    let (straight, stopped) = (scratch("mid-straight"), scratch("mid-stopped"));
+/// Stops a run after step 8 of 20 in epoch 1 and resumes it: the resumed
+/// run starts at step 8 and from there on hears every loss, ends every
+/// epoch and writes every tensor exactly as a run straight through.
+fn stop_mid_epoch_then_resume(name: &str, momentum: f32) {
+    let (straight, stopped) = (scratch(&format!("{name}-straight")), scratch(name));
     let every = Every::Steps(7);
-    train(&config(&straight, 2, every), &mut bumpgrad::train::Quiet).unwrap();
+    let cfg = |dir: &Path| TrainConfig {
+        momentum,
+        ..config(dir, 2, every)
+    };
+    let straight_run = run_straight(&cfg(&straight));
+    assert_eq!(straight_run.steps.len(), 40);
     // The observer hears of steps at each read-back (here each checkpoint,
     // every 7 steps); the loop stops after the step it is running then.
     let stop = AtomicBool::new(false);
     let mut seen = watch(&stop, Some(5));
-    let err = train_until(&config(&stopped, 2, every), &mut seen, &stop).unwrap_err();
+    let err = train_until(&cfg(&stopped), &mut seen, &stop).unwrap_err();
     let Error::Interrupted {
         epoch,
         step,
@@ -143,17 +220,39 @@ fn a_stop_mid_epoch_checkpoints_and_the_resumed_run_ends_identically() {
     let mut seen = watch(&stop, None);
     let resumed = TrainConfig {
         resume: Some(stopped.clone()),
-        ..config(&stopped, 2, every)
+        ..cfg(&stopped)
     };
     train_until(&resumed, &mut seen, &stop).unwrap();
+    assert!(
+        seen.notes
+            .iter()
+            .any(|n| n.contains("resuming from") && n.contains("0 epochs and 8 steps")),
+        "{:?}",
+        seen.notes
+    );
+    // Steps 0..8 are not run again: 12 of epoch 1, then all 20 of epoch 2.
+    assert_eq!(seen.starts, [(1, 8), (2, 0)]);
+    assert_same_from(&straight_run, &seen, 1, 8);
     // Both runs' last checkpoints are at step 35 (every 7 of 40 steps).
-    assert_same_state(&newest(&straight), &newest(&stopped));
+    assert_same_state(&newest(&straight), &newest(&stopped), momentum > 0.0);
+}
+
+#[test]
+fn a_stop_mid_epoch_checkpoints_and_the_resumed_run_ends_identically() {
+    stop_mid_epoch_then_resume("mid", 0.0);
+}
+
+#[test]
+fn with_momentum_a_stop_mid_epoch_resumes_bit_for_bit() {
+    // The momentum buffers go into the checkpoint and come back from it:
+    // without them the resumed steps would take other values.
+    stop_mid_epoch_then_resume("mid-momentum", 0.9);
 }
 
 #[test]
 fn a_damaged_newest_checkpoint_is_skipped_for_the_one_before() {
     let (straight, damaged) = (scratch("dmg-straight"), scratch("dmg"));
-    train(&config(&straight, 2, Every::Epochs(1)), &mut bumpgrad::train::Quiet).unwrap();
+    let straight_run = run_straight(&config(&straight, 2, Every::Epochs(1)));
     train(&config(&damaged, 2, Every::Epochs(1)), &mut bumpgrad::train::Quiet).unwrap();
     // Cut the newest (epoch 2) in half: a crash mid-copy, a full disk.
     let newest_path = checkpoint::latest_valid(&damaged).unwrap().unwrap().path;
@@ -173,8 +272,14 @@ fn a_damaged_newest_checkpoint_is_skipped_for_the_one_before() {
         "{:?}",
         seen.notes
     );
-    assert_eq!(seen.reports.len(), 1, "epoch 2 runs again from epoch 1's checkpoint");
-    assert_same_state(&newest(&straight), &newest(&damaged));
+    assert!(
+        seen.notes.iter().any(|n| n.contains("resuming from")),
+        "{:?}",
+        seen.notes
+    );
+    assert_eq!(seen.starts, [(2, 0)], "epoch 2 runs again from epoch 1's checkpoint");
+    assert_same_from(&straight_run, &seen, 2, 0);
+    assert_same_state(&newest(&straight), &newest(&damaged), false);
 }
 
 #[test]

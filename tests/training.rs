@@ -20,7 +20,10 @@ fn config(train_limit: usize, test_limit: usize, epochs: usize) -> TrainConfig {
 fn loss_falls_on_a_2000_image_subset() {
     let reports: Vec<EpochReport> = train(&config(2000, 1000, 3), &mut Quiet).expect("training");
     let losses: Vec<f64> = reports.iter().map(|r| r.train_loss).collect();
-    assert!(losses[0] < 2.30, "the first epoch already learns: {losses:?}");
+    // Chance is ln 10 = 2.3026; the first epoch's mean loss is 2.199 here
+    // (2 threads), 0.10 below chance. Asking for half of that margin fails
+    // a run that barely learns, and is not a figure float rounding moves.
+    assert!(losses[0] < 2.25, "the first epoch already learns: {losses:?}");
     assert!(
         losses.windows(2).all(|w| w[1] < w[0]),
         "loss falls every epoch: {losses:?}"

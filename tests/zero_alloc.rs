@@ -1,45 +1,139 @@
-//! After the first step, a training step makes no heap allocation: the
-//! tape's vectors keep their capacity, tensors are handles, and every byte a
-//! step needs comes from the arena. A counting global allocator proves it.
+//! After the first step, training makes no heap allocation: the tape's
+//! vectors keep their capacity, tensors are handles, and every byte a step
+//! needs comes from the arena. A counting global allocator proves it over
+//! two whole epochs run by `Session::epoch_from`, as `bumpgrad train` runs
+//! them: full steps and a shorter last one, SGD with momentum, the step
+//! region poisoned after every step, read-backs, evaluation with its own
+//! shorter last batch, the epoch reports, and a checkpoint after every step.
 
 use bumpgrad::backend::DeviceRequest;
-use bumpgrad::train::{prepare, TrainConfig};
+use bumpgrad::train::{prepare, CheckpointPolicy, Control, EpochReport, Every, Observer, Position, TrainConfig};
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
 
+/// Counts the allocations made between checkpoints.
+///
+/// Writing a checkpoint allocates, and must: it reads the parameters and
+/// momentum into host vectors, serialises them, and creates, renames and
+/// deletes files. So the count leaves out, for every checkpoint, exactly
+/// the span from the last step whose loss the loop reported before it
+/// (`step`, the last thing the loop does before writing) to the moment the
+/// checkpoint is written (`checkpoint_written`); everything else from the
+/// first checkpoint to the end of the second epoch is counted. Before the
+/// first checkpoint is the warm-up: the first step sizes the tape's and the
+/// trace's vectors.
+///
+/// The observer itself allocates nothing: it only reads the counter and
+/// keeps fixed-size records.
+struct Counter {
+    /// Where counting started again after the last checkpoint; `None`
+    /// before the first.
+    since: Option<usize>,
+    /// The counter at the last step reported.
+    at_step: usize,
+    counted: usize,
+    checkpoints: usize,
+    steps_heard: usize,
+    /// Epoch, steps, train loss and test accuracy of each epoch report.
+    reports: [(usize, usize, f64, f64); 2],
+    epochs: usize,
+}
+
+impl Observer for Counter {
+    fn step(&mut self, _epoch: usize, _step: usize, loss: f32) {
+        assert!(loss.is_finite());
+        self.at_step = counting_alloc::allocations();
+        self.steps_heard += 1;
+    }
+    fn checkpoint_written(&mut self, _path: &Path) {
+        if let Some(since) = self.since {
+            self.counted += self.at_step - since;
+        }
+        self.checkpoints += 1;
+        self.since = Some(counting_alloc::allocations());
+    }
+    fn epoch(&mut self, r: &EpochReport) {
+        self.reports[self.epochs] = (r.epoch, r.steps, r.train_loss, r.test_accuracy);
+        self.epochs += 1;
+    }
+}
+
 #[test]
-fn training_steps_after_the_first_allocate_nothing() {
+fn two_epochs_allocate_nothing_between_checkpoints() {
+    let dir = std::env::temp_dir().join(format!("bumpgrad-zero-alloc-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let policy = CheckpointPolicy {
+        dir: dir.clone(),
+        // After every step but an epoch's last (which the epoch's end
+        // follows), so the warm-up is the first step alone.
+        every: Some(Every::Steps(1)),
+        keep: 2,
+    };
     let cfg = TrainConfig {
         device: DeviceRequest::Cpu,
         threads: 2,
         data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
-        train_limit: Some(1000),
-        test_limit: Some(200),
+        // 11 steps an epoch at batch 100, the last of 50 examples; 3
+        // evaluation steps, the last of 50.
+        batch: 100,
+        train_limit: Some(1050),
+        test_limit: Some(250),
+        momentum: 0.9,
+        poison_step: Some(true),
+        checkpoints: Some(policy.clone()),
         ..TrainConfig::default()
     };
-    let (mut session, _) = prepare(&cfg).expect("session");
-    // The training loop runs on the device's workers, as `Session::epoch` does.
-    let (losses, accuracy, during) = session.on_workers(|session| {
-        session.begin_epoch(1, 0).expect("epoch order");
-        session.train_step(0).expect("first step");
-        session.losses(0..1).expect("first loss");
-        session.evaluate().expect("first evaluation");
-
-        let before = counting_alloc::allocations();
-        for step in 1..10 {
-            session.train_step(step).expect("step");
+    let (mut session, info) = prepare(&cfg).expect("session");
+    assert_eq!(info.steps_per_epoch, 11);
+    assert_eq!(session.sgd().velocities().count(), 6, "momentum is on");
+    assert!(session.arena().poisons_steps(), "poisoning is on");
+    let stop = AtomicBool::new(false);
+    let control = Control {
+        stop: &stop,
+        checkpoints: Some(&policy),
+        config_json: "{}",
+        progress: None,
+    };
+    let mut counter = Counter {
+        since: None,
+        at_step: 0,
+        counted: 0,
+        checkpoints: 0,
+        steps_heard: 0,
+        reports: [(0, 0, 0.0, 0.0); 2],
+        epochs: 0,
+    };
+    // The epoch loop runs on the device's workers, as `bumpgrad train` runs it.
+    let end = session.on_workers(|session| {
+        for epoch in 1..=2 {
+            let start = Position::epoch_start(epoch - 1);
+            session.epoch_from(epoch, start, &mut counter, &control).expect("epoch");
         }
-        let mut losses = [0.0f32; 9];
-        losses.copy_from_slice(session.losses(1..10).expect("losses"));
-        let accuracy = session.evaluate().expect("evaluation");
-        (losses, accuracy, counting_alloc::allocations() - before)
+        counting_alloc::allocations()
     });
+    let since = counter.since.expect("a checkpoint was written");
+    counter.counted += end - since;
 
-    assert!(losses.iter().all(|l| l.is_finite() && *l > 0.0), "{losses:?}");
-    assert!((0.0..=1.0).contains(&accuracy));
+    // Checkpoints after steps 1 to 10 of each epoch. Counted: steps 2 to
+    // 22; between the checkpoints after steps 10 and 12 lie epoch 1's short
+    // last step, its evaluation (two full batches and a short one) and
+    // report, and the start of epoch 2; after the last checkpoint, epoch
+    // 2's short step, evaluation and report.
+    assert_eq!(counter.checkpoints, 20);
+    assert_eq!(counter.steps_heard, 22);
+    assert_eq!(session.steps_done(), 22);
+    for (i, &(epoch, steps, loss, accuracy)) in counter.reports.iter().enumerate() {
+        assert_eq!((epoch, steps), (i + 1, 11));
+        assert!(loss.is_finite() && loss > 0.0, "{loss}");
+        assert!((0.0..=1.0).contains(&accuracy));
+    }
     assert_eq!(
-        during, 0,
-        "9 training steps and an evaluation made {during} heap allocations"
+        counter.counted, 0,
+        "21 training steps, 2 evaluations and 2 epoch reports made {} heap allocations",
+        counter.counted
     );
+    let _ = std::fs::remove_dir_all(&dir);
 }

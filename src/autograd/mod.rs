@@ -13,3 +13,6 @@ mod tape;
 pub use step::{Grads, Step};
 pub(crate) use tape::Node;
 pub use tape::Tape;
+
+#[cfg(test)]
+mod tests;

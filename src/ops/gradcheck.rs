@@ -1,6 +1,9 @@
 //! Finite-difference gradient checks, shared by every op's tests: the
 //! analytic vector–Jacobian product of backward is compared with central
-//! differences of `dot(f(x), g)` for a random upstream gradient `g`.
+//! differences of `dot(f(x), g)` for a random upstream gradient `g`, at
+//! every element of every differentiable input (the tensors are small, and
+//! a sample with a stride skips whole columns: the right-hand element of a
+//! max-pool window, all but one column of a weight).
 
 use crate::autograd::Step;
 use crate::backend::Device;
@@ -21,15 +24,21 @@ pub(crate) fn values(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
         .collect()
 }
 
+/// The step of the central differences: an input moves by `±EPS`, so a
+/// kink (relu at 0) or a tie (max-pool) closer than that to an input makes
+/// the numeric gradient a mix of two slopes; inputs must keep clear of both.
+pub(crate) const EPS: f32 = 1e-2;
+
 /// Distinct values at least `gap` apart (for max-pool, whose gradient jumps
-/// where two inputs tie), in a shuffled order.
+/// where two inputs tie), in a shuffled order, on both sides of 0 and half a
+/// gap clear of it (a relu's kink), for any `n`.
 pub(crate) fn distinct(n: usize, seed: u64, gap: f32) -> Vec<f32> {
     let keys = values(n, seed, 0.0, 1.0);
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by(|&a, &b| keys[a].total_cmp(&keys[b]));
     let mut out = vec![0.0; n];
     for (rank, &i) in order.iter().enumerate() {
-        out[i] = (rank as f32 - n as f32 / 2.0) * gap;
+        out[i] = (rank as f32 - (n / 2) as f32 + 0.5) * gap;
     }
     out
 }
@@ -57,7 +66,14 @@ fn forward(arena: &mut Arena, shapes: &[Shape], inputs: &[Vec<f32>], f: &Body) -
         .expect("forward")
 }
 
-fn analytic(arena: &mut Arena, shapes: &[Shape], inputs: &[Vec<f32>], gy: &[f32], f: &Body) -> Vec<Vec<f32>> {
+fn analytic(
+    arena: &mut Arena,
+    shapes: &[Shape],
+    inputs: &[Vec<f32>],
+    differentiable: &[usize],
+    gy: &[f32],
+    f: &Body,
+) -> Vec<Vec<f32>> {
     arena
         .step(|s| {
             let xs = shapes
@@ -69,9 +85,13 @@ fn analytic(arena: &mut Arena, shapes: &[Shape], inputs: &[Vec<f32>], gy: &[f32]
             let g = s.input("upstream gradient", y.shape(), gy)?;
             let grads = s.backward_from(y, g)?;
             let mut out = Vec::new();
-            for x in &xs {
+            for (i, x) in xs.iter().enumerate() {
+                // A missing gradient is a failure, never zeros: zeros would
+                // pass wherever the true gradient is small.
                 let mut host = vec![0.0; x.shape().numel()];
-                if let Some(gx) = s.grad(&grads, *x) {
+                if differentiable.contains(&i) {
+                    let gx = s.grad(&grads, *x);
+                    let gx = gx.unwrap_or_else(|| panic!("backward gave input {i} no gradient"));
                     s.read(gx, &mut host)?;
                 }
                 out.push(host);
@@ -85,20 +105,17 @@ fn dot(a: &[f32], b: &[f32]) -> f64 {
     a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum()
 }
 
-/// Checks the gradient of `f` with respect to every input listed in
-/// `differentiable` (indices into `inputs`), at up to `samples` elements each.
+/// Checks the gradient of `f` with respect to every element of every input
+/// listed in `differentiable` (indices into `inputs`).
 pub(crate) fn check(shapes: &[Shape], inputs: &[Vec<f32>], differentiable: &[usize], f: &Body) {
-    const EPS: f32 = 1e-2;
-    const SAMPLES: usize = 48;
+    const ABSOLUTE: f64 = 3e-3;
     let mut arena = arena();
     let y = forward(&mut arena, shapes, inputs, f);
     let gy = values(y.len(), 99, -1.0, 1.0);
-    let grads = analytic(&mut arena, shapes, inputs, &gy, f);
-    let mut checked = 0;
+    let grads = analytic(&mut arena, shapes, inputs, differentiable, &gy, f);
     for &i in differentiable {
-        let n = inputs[i].len();
-        let stride = n.div_ceil(SAMPLES).max(1);
-        for j in (0..n).step_by(stride) {
+        let mut largest: f64 = 0.0;
+        for j in 0..inputs[i].len() {
             let mut plus = inputs.to_vec();
             plus[i][j] += EPS;
             let mut minus = inputs.to_vec();
@@ -107,13 +124,31 @@ pub(crate) fn check(shapes: &[Shape], inputs: &[Vec<f32>], differentiable: &[usi
                 - dot(&forward(&mut arena, shapes, &minus, f), &gy))
                 / (2.0 * EPS as f64);
             let analytic = grads[i][j] as f64;
-            let tolerance = 3e-3 + 1e-2 * numeric.abs().max(analytic.abs());
+            let tolerance = ABSOLUTE + 1e-2 * numeric.abs().max(analytic.abs());
             assert!(
                 (numeric - analytic).abs() <= tolerance,
                 "input {i} element {j}: analytic {analytic} vs numeric {numeric}"
             );
-            checked += 1;
+            largest = largest.max(numeric.abs());
+        }
+        // Gradients all within the absolute tolerance of 0 could not tell a
+        // right backward from one that wrote nothing.
+        assert!(
+            largest > 10.0 * ABSOLUTE,
+            "input {i}: the largest gradient is {largest}, too small to check"
+        );
+    }
+}
+
+#[test]
+fn distinct_values_are_a_gap_apart_and_clear_of_zero() {
+    for n in [1, 2, 7, 180, 181] {
+        let mut v = distinct(n, 3, 0.05);
+        v.sort_by(f32::total_cmp);
+        assert!(v.iter().all(|x| x.abs() >= 0.025 - 1e-6), "n = {n}: {v:?}");
+        assert!(v.windows(2).all(|w| w[1] - w[0] >= 0.05 - 1e-6), "n = {n}");
+        if n > 1 {
+            assert!(v[0] < 0.0 && v[n - 1] > 0.0, "n = {n}: both sides of 0");
         }
     }
-    assert!(checked > 0, "nothing was checked");
 }

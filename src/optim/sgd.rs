@@ -176,3 +176,99 @@ impl Table {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Device;
+
+    /// A `[values.len(), 1]` parameter and a second, `[2, 1]`, that no step
+    /// uses, with an SGD over both.
+    fn setup(values: &[f32], lr: f32, momentum: f32) -> (Arena, Param, Param, Sgd) {
+        let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 16).unwrap();
+        let mut p = arena.persistent();
+        let w = p.param("w", Shape::new(&[values.len(), 1]), values).unwrap();
+        let idle = p.param("idle", Shape::new(&[2, 1]), &[3.0, -3.0]).unwrap();
+        let sgd = Sgd::new(&[w, idle], &mut p, lr, momentum).unwrap();
+        (arena, w, idle, sgd)
+    }
+
+    /// One step whose gradient for `w` is exactly `g`: `y = x · wᵀ` with
+    /// `x = [[1]]` makes `∂⟨y, g⟩/∂w = g`. Returns `w` after the update.
+    fn step(arena: &mut Arena, sgd: &Sgd, w: &Param, g: &[f32]) -> Vec<f32> {
+        arena
+            .step(|s| {
+                let x = s.input("x", Shape::new(&[1, 1]), &[1.0])?;
+                let weight = s.param(w);
+                let y = x.linear(s, weight, None)?;
+                let upstream = s.input("g", y.shape(), g)?;
+                let grads = s.backward_from(y, upstream)?;
+                sgd.update(s, &grads)
+            })
+            .unwrap();
+        let mut out = vec![0.0; w.shape().numel()];
+        arena.read_param(w, &mut out).unwrap();
+        out
+    }
+
+    fn velocity(arena: &mut Arena, sgd: &Sgd, w: &Param) -> Vec<f32> {
+        let (_, v) = sgd
+            .velocities()
+            .find(|(p, _)| p.buf() == w.buf())
+            .expect("a momentum buffer");
+        let mut out = vec![0.0; v.len()];
+        arena.read_persistent(v, &mut out).unwrap();
+        out
+    }
+
+    // Every figure below is exact in binary, so the updates are compared
+    // bit for bit with the hand-computed sequence.
+
+    #[test]
+    fn plain_sgd_subtracts_lr_times_the_gradient() {
+        let (mut arena, w, idle, sgd) = setup(&[1.0, -2.0, 0.5], 0.5, 0.0);
+        assert_eq!(sgd.velocities().count(), 0, "no momentum, no buffers");
+        // p1 = p0 - 0.5 g1;  p2 = p1 - 0.5 g2.
+        assert_eq!(step(&mut arena, &sgd, &w, &[1.0, -1.0, 0.25]), [0.5, -1.5, 0.375]);
+        assert_eq!(step(&mut arena, &sgd, &w, &[2.0, 0.0, -0.5]), [-0.5, -1.5, 0.625]);
+        let mut untouched = [0.0; 2];
+        arena.read_param(&idle, &mut untouched).unwrap();
+        assert_eq!(untouched, [3.0, -3.0], "a parameter without a gradient is not updated");
+    }
+
+    #[test]
+    fn momentum_follows_pytorchs_rule() {
+        // v = 0.5 v + g;  p -= 0.5 v.
+        let (mut arena, w, idle, sgd) = setup(&[1.0, 4.0], 0.5, 0.5);
+        assert_eq!(sgd.velocities().count(), 2, "one buffer per parameter");
+        // v1 = g1 = [1, -2];            p1 = [0.5, 5]
+        assert_eq!(step(&mut arena, &sgd, &w, &[1.0, -2.0]), [0.5, 5.0]);
+        assert_eq!(velocity(&mut arena, &sgd, &w), [1.0, -2.0]);
+        // v2 = [0.5, -1] + [1, 1] = [1.5, 0];   p2 = [-0.25, 5]
+        assert_eq!(step(&mut arena, &sgd, &w, &[1.0, 1.0]), [-0.25, 5.0]);
+        assert_eq!(velocity(&mut arena, &sgd, &w), [1.5, 0.0]);
+        // v3 = [0.75, 0] + [0, 0] = [0.75, 0]: momentum moves p with no gradient.
+        assert_eq!(step(&mut arena, &sgd, &w, &[0.0, 0.0]), [-0.625, 5.0]);
+        assert_eq!(velocity(&mut arena, &sgd, &w), [0.75, 0.0]);
+        assert_eq!(velocity(&mut arena, &sgd, &idle), [0.0, 0.0], "unused, never decayed");
+    }
+
+    #[test]
+    fn set_lr_changes_the_next_update_and_nothing_before_it() {
+        let (mut arena, w, _, mut sgd) = setup(&[1.0], 0.5, 0.5);
+        assert_eq!(step(&mut arena, &sgd, &w, &[1.0]), [0.5]); // v = 1
+        sgd.set_lr(&mut arena, 0.25).unwrap();
+        assert_eq!(sgd.lr(), 0.25);
+        assert_eq!(
+            velocity(&mut arena, &sgd, &w),
+            [1.0],
+            "set_lr leaves the momentum alone"
+        );
+        // v = 0.5 + 1 = 1.5;  p = 0.5 - 0.25 · 1.5
+        assert_eq!(step(&mut arena, &sgd, &w, &[1.0]), [0.125]);
+        let err = sgd.set_lr(&mut arena, 0.0).unwrap_err().to_string();
+        assert!(err.contains("learning rate must be positive"), "{err}");
+        assert_eq!(sgd.lr(), 0.25, "a refused rate changes nothing");
+        assert_eq!(step(&mut arena, &sgd, &w, &[0.0]), [0.125 - 0.25 * 0.75]);
+    }
+}

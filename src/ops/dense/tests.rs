@@ -1,6 +1,6 @@
 use super::Epilogue;
 use crate::ops::dropout::DropoutSeed;
-use crate::ops::gradcheck::{check, values};
+use crate::ops::gradcheck::{check, values, EPS};
 use crate::tensor::Shape;
 
 fn shapes() -> [Shape; 3] {
@@ -15,8 +15,25 @@ fn inputs() -> Vec<Vec<f32>> {
     ]
 }
 
+/// Every pre-activation `x · Wᵀ + b` is further from the relu's kink than
+/// one finite-difference step of any input can move it (every input is in
+/// [-1, 1], so a step moves a pre-activation by at most `EPS`).
+fn assert_clear_of_the_kink(v: &[Vec<f32>]) {
+    assert!(v.iter().flatten().all(|x| x.abs() <= 1.0));
+    for n in 0..7 {
+        for o in 0..6 {
+            let z: f32 = (0..13).map(|k| v[0][n * 13 + k] * v[1][o * 13 + k]).sum::<f32>() + v[2][o];
+            assert!(
+                z.abs() > 2.0 * EPS,
+                "pre-activation [{n}, {o}] = {z} is within reach of the kink"
+            );
+        }
+    }
+}
+
 #[test]
 fn dense_gradient_matches_finite_differences_for_every_epilogue() {
+    assert_clear_of_the_kink(&inputs());
     let epilogues = [
         Epilogue::default(),
         Epilogue {

@@ -1,0 +1,61 @@
+//! A tensor used twice gets the sum of both uses' gradients, on the CPU
+//! (the body is shared with the GPU tests: `support/used_twice.rs`).
+
+use bumpgrad::{Arena, Device};
+
+#[path = "support/used_twice.rs"]
+mod used_twice;
+use used_twice::{COLS, ROWS};
+
+/// `a · b` for row-major `[ROWS, ROWS]` a (transposed first when asked)
+/// and `[ROWS, COLS]` b, in f64.
+fn product(a: &[f32], transpose: bool, b: &[f32]) -> Vec<f64> {
+    let mut out = vec![0.0; ROWS * COLS];
+    for i in 0..ROWS {
+        for k in 0..ROWS {
+            let aik = if transpose { a[k * ROWS + i] } else { a[i * ROWS + k] } as f64;
+            for j in 0..COLS {
+                out[i * COLS + j] += aik * b[k * COLS + j] as f64;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn x_times_x_transposed_gets_the_sum_of_its_input_and_weight_gradients() {
+    let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+    arena.set_poison_step(true);
+    let read = arena
+        .step(|s| {
+            let mut read = Vec::new();
+            for (name, t) in used_twice::body(s)? {
+                let mut host = vec![0.0; t.shape().numel()];
+                s.read(t, &mut host)?;
+                read.push((name, host));
+            }
+            Ok(read)
+        })
+        .unwrap();
+    let (x, g) = (used_twice::x_values(), used_twice::upstream());
+    assert_eq!(read[1].0, "x grad");
+    let got = &read[1].1;
+    // As the input, x receives g · x; as the weight, gᵀ · x.
+    let as_input = product(&g, false, &x);
+    let as_weight = product(&g, true, &x);
+    for i in 0..ROWS * COLS {
+        let want = as_input[i] + as_weight[i];
+        assert!(
+            (got[i] as f64 - want).abs() <= 1e-5,
+            "x grad[{i}]: {} vs g·x + gᵀ·x = {want}",
+            got[i]
+        );
+    }
+    // Either contribution alone is far from the sum: the check needs both.
+    let off = |part: &[f64]| {
+        (0..ROWS * COLS)
+            .map(|i| (part[i] - got[i] as f64).abs())
+            .fold(0.0, f64::max)
+    };
+    assert!(off(&as_input) > 0.1 && off(&as_weight) > 0.1);
+}
