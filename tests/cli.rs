@@ -26,11 +26,15 @@ const QUICK: [&str; 10] = [
     "off",
 ];
 
-fn train(extra: &[&str]) -> Output {
+fn train_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec!["train"];
     args.extend_from_slice(&QUICK);
     args.extend_from_slice(extra);
-    bumpgrad(&args)
+    args
+}
+
+fn train(extra: &[&str]) -> Output {
+    bumpgrad(&train_args(extra))
 }
 
 #[test]
@@ -85,39 +89,159 @@ fn bad_settings_are_refused_with_what_to_pass() {
     std::fs::create_dir_all(&garbage).unwrap();
     std::fs::write(garbage.join("ckpt-000000000010.safetensors"), b"not a checkpoint").unwrap();
     let garbage = garbage.to_str().unwrap().to_string();
-    // (flags, exit status, what the message must say); 2 is clap's status
-    // for a flag it cannot parse, 1 ours for a setting that cannot train.
+    // A path that can be written, for a row whose flags clash instead.
+    let report_ok = std::env::temp_dir().join(format!("bumpgrad-cli-report-{}.svg", std::process::id()));
+    let report_ok = report_ok.to_str().unwrap();
+    // (flags, exit status, what the message must say: the remedy the README
+    // promises, "Errors say what to do"); 2 is clap's status for a flag it
+    // cannot parse, 1 ours for a setting that cannot train.
     let table: &[(&[&str], i32, &str)] = &[
         (&["--batch", "0"], 1, "--batch must be at least 1"),
-        (&["--batch", "-5"], 2, "unexpected argument '-5'"),
+        (&["--batch", "-5"], 2, "'--batch <BATCH>': expected a whole number"),
         (&["--lr", "-1"], 1, "--lr must be a positive number"),
         (&["--lr", "nan"], 1, "--lr must be a positive number"),
         (&["--epochs", "0"], 1, "--epochs must be at least 1"),
         (&["--momentum", "1.5"], 1, "--momentum must be in [0, 1)"),
-        (&["--arena-size", "lots"], 2, "cannot read \"lots\" as a size"),
-        (&["--arena-size", "1KiB"], 1, "arena exhausted"),
-        (&["--device", "tpu"], 2, "invalid value 'tpu'"),
-        (&["--graph", "on"], 1, "--graph on needs the GPU"),
+        (&["--arena-size", "lots"], 2, "(examples: 64MiB, 2GiB"),
+        (
+            &["--arena-size", "1KiB"],
+            1,
+            "would fit (pass --arena-size 5MiB or more)",
+        ),
+        (&["--device", "tpu"], 2, "[possible values: auto, cpu, cuda]"),
+        (&["--graph", "on"], 1, "pass --graph off or --device cuda"),
         (&["--train-limit", "0"], 1, "--train-limit must be at least 1"),
         (&["--test-limit", "0"], 1, "--test-limit must be at least 1"),
-        (&["--data", "/nonexistent/mnist"], 1, "--data"),
-        (&["--data", "Cargo.toml"], 1, "--data"),
-        (&["--checkpoint-every", "0"], 2, "at least 1"),
-        (&["--checkpoint-every", "5fortnights"], 2, "unknown unit"),
+        (
+            &["--data", "/nonexistent/mnist"],
+            1,
+            "download MNIST there or point --data at it",
+        ),
+        (&["--data", "Cargo.toml"], 1, "check the path given with --data"),
+        (&["--checkpoint-every", "0"], 2, "at least 1 (500steps, 1epoch)"),
+        (
+            &["--checkpoint-every", "5fortnights"],
+            2,
+            "write e.g. 500steps or 2epochs",
+        ),
         (&["--keep-checkpoints", "0"], 1, "--keep-checkpoints must be at least 1"),
-        (&["--resume", "/nonexistent/ckpts"], 1, "/nonexistent/ckpts"),
-        (&["--resume", garbage.as_str()], 1, "reads cleanly"),
+        (
+            &["--resume", "/nonexistent/ckpts"],
+            1,
+            "start without resuming; it is the directory given with --resume",
+        ),
+        (
+            &["--resume", garbage.as_str()],
+            1,
+            "restore one from a backup, or move them away to start from scratch",
+        ),
+        // Unwritable even for root, who passes every permission check: a
+        // path under a regular file, and /proc. Refused before training,
+        // though these runs (--checkpoint-every off) would write only when
+        // stopped by a signal: that checkpoint must not be the first to know.
+        (
+            &["--checkpoint-dir", "Cargo.toml/sub"],
+            1,
+            "pass --checkpoint-dir a directory you can write to",
+        ),
+        (
+            &["--checkpoint-dir", "/proc"],
+            1,
+            "pass --checkpoint-dir a directory you can write to",
+        ),
+        (
+            &["--memory-report", "Cargo.toml/timeline.svg"],
+            1,
+            "pass --memory-report a file in a directory you can write to",
+        ),
+        (
+            &["--memory-report", report_ok, "--memory-plan", "off"],
+            1,
+            "--memory-plan off turns off; drop one of the two",
+        ),
+        // Data-parallel settings are refused on a run alone too: the same
+        // command line with --gpus would fail only once the GPUs were busy.
+        (&["--bucket-kib", "0"], 1, "--bucket-kib must be at least 1"),
+        (
+            &["--rendezvous-timeout", "0"],
+            1,
+            "--rendezvous-timeout must be at least 1 second",
+        ),
+        (
+            &["--collective-timeout", "0"],
+            1,
+            "--collective-timeout must be at least 1 second",
+        ),
         (&["--gpus", "0"], 1, "--gpus must be at least 1"),
         (&["--gpus", "2"], 1, "drop --device cpu"),
     ];
     for (flags, status, needle) in table {
-        let out = train(flags);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(*status), "{flags:?}: {stderr}");
-        assert!(stderr.contains(needle), "{flags:?}: expected {needle:?} in: {stderr}");
-        assert!(!stderr.contains("panicked"), "{flags:?}: {stderr}");
+        refused(&train_args(flags), *status, needle);
     }
     let _ = std::fs::remove_dir_all(&garbage);
+    let _ = std::fs::remove_file(report_ok);
+}
+
+/// `bumpgrad memory` takes `train`'s flags and refuses what `train` refuses,
+/// though it never trains: a plan for settings that cannot run would mislead.
+#[test]
+fn memory_refuses_bad_flags_as_train_does() {
+    let table: &[(&[&str], i32, &str)] = &[
+        (&["--batch", "0"], 1, "--batch must be at least 1"),
+        (
+            &["--threads", "-2"],
+            2,
+            "'--threads <THREADS>': expected a whole number",
+        ),
+        (&["--bach", "100"], 2, "a similar argument exists: '--batch'"),
+        (&["--arena-size", "lots"], 2, "(examples: 64MiB, 2GiB"),
+        (
+            &["--arena-size", "3MiB"],
+            1,
+            "would fit (pass --arena-size 5MiB or more)",
+        ),
+        (&["--graph", "on"], 1, "pass --graph off or --device cuda"),
+        (
+            &["--data", "/nonexistent/mnist"],
+            1,
+            "download MNIST there or point --data at it",
+        ),
+        (
+            &["--train-limit", "70000"],
+            1,
+            "pass a value from 1 to 60000, or omit the flag",
+        ),
+        (
+            &["--memory-report", "Cargo.toml/timeline.svg"],
+            1,
+            "pass --memory-report a file in a directory you can write to",
+        ),
+        (&["--gpus", "0"], 1, "--gpus must be at least 1"),
+        (&["--bucket-kib", "0"], 1, "--bucket-kib must be at least 1"),
+    ];
+    for (flags, status, needle) in table {
+        let mut args = vec!["memory"];
+        args.extend_from_slice(&QUICK);
+        args.extend_from_slice(flags);
+        refused(&args, *status, needle);
+    }
+}
+
+/// Runs bumpgrad with `args` and checks it is refused the way the README
+/// says: `status`, a message holding `needle`, no panic, and nothing trained.
+fn refused(args: &[&str], status: i32, needle: &str) {
+    let out = bumpgrad(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(status), "{args:?}: {stderr}");
+    assert!(stderr.contains(needle), "{args:?}: expected {needle:?} in: {stderr}");
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    // A cause is said once, inside the message, before what to do.
+    assert!(stderr.matches("(os error").count() <= 1, "{args:?}: {stderr}");
+    assert!(
+        !stdout.contains("epoch "),
+        "{args:?} trained before it was refused: {stdout}"
+    );
 }
 
 #[test]
