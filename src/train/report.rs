@@ -138,9 +138,10 @@ pub trait Observer {
 pub struct Quiet;
 impl Observer for Quiet {}
 
-/// The process's resident set size, from `/proc/self/statm` (Linux only).
+/// The process's resident set size, from `/proc/self/statm` (Linux only),
+/// which counts it in pages of the system's size.
 pub fn resident_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * 4096)
+    pages.checked_mul(crate::backend::cpu::page_size()? as u64)
 }
