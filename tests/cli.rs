@@ -1,7 +1,11 @@
 //! The `bumpgrad` binary as a user meets it: JSON on stdout, and a clear
 //! message with a non-zero status for every bad input, never a panic.
 
-use std::process::{Command, Output};
+use std::io::BufRead;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 fn bumpgrad(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_bumpgrad"))
@@ -26,11 +30,15 @@ const QUICK: [&str; 10] = [
     "off",
 ];
 
-fn train(extra: &[&str]) -> Output {
+fn train_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec!["train"];
     args.extend_from_slice(&QUICK);
     args.extend_from_slice(extra);
-    bumpgrad(&args)
+    args
+}
+
+fn train(extra: &[&str]) -> Output {
+    bumpgrad(&train_args(extra))
 }
 
 #[test]
@@ -85,39 +93,159 @@ fn bad_settings_are_refused_with_what_to_pass() {
     std::fs::create_dir_all(&garbage).unwrap();
     std::fs::write(garbage.join("ckpt-000000000010.safetensors"), b"not a checkpoint").unwrap();
     let garbage = garbage.to_str().unwrap().to_string();
-    // (flags, exit status, what the message must say); 2 is clap's status
-    // for a flag it cannot parse, 1 ours for a setting that cannot train.
+    // A path that can be written, for a row whose flags clash instead.
+    let report_ok = std::env::temp_dir().join(format!("bumpgrad-cli-report-{}.svg", std::process::id()));
+    let report_ok = report_ok.to_str().unwrap();
+    // (flags, exit status, what the message must say: the remedy the README
+    // promises, "Errors say what to do"); 2 is clap's status for a flag it
+    // cannot parse, 1 ours for a setting that cannot train.
     let table: &[(&[&str], i32, &str)] = &[
         (&["--batch", "0"], 1, "--batch must be at least 1"),
-        (&["--batch", "-5"], 2, "unexpected argument '-5'"),
+        (&["--batch", "-5"], 2, "'--batch <BATCH>': expected a whole number"),
         (&["--lr", "-1"], 1, "--lr must be a positive number"),
         (&["--lr", "nan"], 1, "--lr must be a positive number"),
         (&["--epochs", "0"], 1, "--epochs must be at least 1"),
         (&["--momentum", "1.5"], 1, "--momentum must be in [0, 1)"),
-        (&["--arena-size", "lots"], 2, "cannot read \"lots\" as a size"),
-        (&["--arena-size", "1KiB"], 1, "arena exhausted"),
-        (&["--device", "tpu"], 2, "invalid value 'tpu'"),
-        (&["--graph", "on"], 1, "--graph on needs the GPU"),
+        (&["--arena-size", "lots"], 2, "(examples: 64MiB, 2GiB"),
+        (
+            &["--arena-size", "1KiB"],
+            1,
+            "would fit (pass --arena-size 5MiB or more)",
+        ),
+        (&["--device", "tpu"], 2, "[possible values: auto, cpu, cuda]"),
+        (&["--graph", "on"], 1, "pass --graph off or --device cuda"),
         (&["--train-limit", "0"], 1, "--train-limit must be at least 1"),
         (&["--test-limit", "0"], 1, "--test-limit must be at least 1"),
-        (&["--data", "/nonexistent/mnist"], 1, "--data"),
-        (&["--data", "Cargo.toml"], 1, "--data"),
-        (&["--checkpoint-every", "0"], 2, "at least 1"),
-        (&["--checkpoint-every", "5fortnights"], 2, "unknown unit"),
+        (
+            &["--data", "/nonexistent/mnist"],
+            1,
+            "download MNIST there or point --data at it",
+        ),
+        (&["--data", "Cargo.toml"], 1, "check the path given with --data"),
+        (&["--checkpoint-every", "0"], 2, "at least 1 (500steps, 1epoch)"),
+        (
+            &["--checkpoint-every", "5fortnights"],
+            2,
+            "write e.g. 500steps or 2epochs",
+        ),
         (&["--keep-checkpoints", "0"], 1, "--keep-checkpoints must be at least 1"),
-        (&["--resume", "/nonexistent/ckpts"], 1, "/nonexistent/ckpts"),
-        (&["--resume", garbage.as_str()], 1, "reads cleanly"),
+        (
+            &["--resume", "/nonexistent/ckpts"],
+            1,
+            "start without resuming; it is the directory given with --resume",
+        ),
+        (
+            &["--resume", garbage.as_str()],
+            1,
+            "restore one from a backup, or move them away to start from scratch",
+        ),
+        // Unwritable even for root, who passes every permission check: a
+        // path under a regular file, and /proc. Refused before training,
+        // though these runs (--checkpoint-every off) would write only when
+        // stopped by a signal: that checkpoint must not be the first to know.
+        (
+            &["--checkpoint-dir", "Cargo.toml/sub"],
+            1,
+            "pass --checkpoint-dir a directory you can write to",
+        ),
+        (
+            &["--checkpoint-dir", "/proc"],
+            1,
+            "pass --checkpoint-dir a directory you can write to",
+        ),
+        (
+            &["--memory-report", "Cargo.toml/timeline.svg"],
+            1,
+            "pass --memory-report a file in a directory you can write to",
+        ),
+        (
+            &["--memory-report", report_ok, "--memory-plan", "off"],
+            1,
+            "--memory-plan off turns off; drop one of the two",
+        ),
+        // Data-parallel settings are refused on a run alone too: the same
+        // command line with --gpus would fail only once the GPUs were busy.
+        (&["--bucket-kib", "0"], 1, "--bucket-kib must be at least 1"),
+        (
+            &["--rendezvous-timeout", "0"],
+            1,
+            "--rendezvous-timeout must be at least 1 second",
+        ),
+        (
+            &["--collective-timeout", "0"],
+            1,
+            "--collective-timeout must be at least 1 second",
+        ),
         (&["--gpus", "0"], 1, "--gpus must be at least 1"),
         (&["--gpus", "2"], 1, "drop --device cpu"),
     ];
     for (flags, status, needle) in table {
-        let out = train(flags);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(*status), "{flags:?}: {stderr}");
-        assert!(stderr.contains(needle), "{flags:?}: expected {needle:?} in: {stderr}");
-        assert!(!stderr.contains("panicked"), "{flags:?}: {stderr}");
+        refused(&train_args(flags), *status, needle);
     }
     let _ = std::fs::remove_dir_all(&garbage);
+    let _ = std::fs::remove_file(report_ok);
+}
+
+/// `bumpgrad memory` takes `train`'s flags and refuses what `train` refuses,
+/// though it never trains: a plan for settings that cannot run would mislead.
+#[test]
+fn memory_refuses_bad_flags_as_train_does() {
+    let table: &[(&[&str], i32, &str)] = &[
+        (&["--batch", "0"], 1, "--batch must be at least 1"),
+        (
+            &["--threads", "-2"],
+            2,
+            "'--threads <THREADS>': expected a whole number",
+        ),
+        (&["--bach", "100"], 2, "a similar argument exists: '--batch'"),
+        (&["--arena-size", "lots"], 2, "(examples: 64MiB, 2GiB"),
+        (
+            &["--arena-size", "3MiB"],
+            1,
+            "would fit (pass --arena-size 5MiB or more)",
+        ),
+        (&["--graph", "on"], 1, "pass --graph off or --device cuda"),
+        (
+            &["--data", "/nonexistent/mnist"],
+            1,
+            "download MNIST there or point --data at it",
+        ),
+        (
+            &["--train-limit", "70000"],
+            1,
+            "pass a value from 1 to 60000, or omit the flag",
+        ),
+        (
+            &["--memory-report", "Cargo.toml/timeline.svg"],
+            1,
+            "pass --memory-report a file in a directory you can write to",
+        ),
+        (&["--gpus", "0"], 1, "--gpus must be at least 1"),
+        (&["--bucket-kib", "0"], 1, "--bucket-kib must be at least 1"),
+    ];
+    for (flags, status, needle) in table {
+        let mut args = vec!["memory"];
+        args.extend_from_slice(&QUICK);
+        args.extend_from_slice(flags);
+        refused(&args, *status, needle);
+    }
+}
+
+/// Runs bumpgrad with `args` and checks it is refused the way the README
+/// says: `status`, a message holding `needle`, no panic, and nothing trained.
+fn refused(args: &[&str], status: i32, needle: &str) {
+    let out = bumpgrad(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(status), "{args:?}: {stderr}");
+    assert!(stderr.contains(needle), "{args:?}: expected {needle:?} in: {stderr}");
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    // A cause is said once, inside the message, before what to do.
+    assert!(stderr.matches("(os error").count() <= 1, "{args:?}: {stderr}");
+    assert!(
+        !stdout.contains("epoch "),
+        "{args:?} trained before it was refused: {stdout}"
+    );
 }
 
 #[test]
@@ -149,45 +277,183 @@ fn a_train_limit_past_the_data_is_refused() {
     );
 }
 
-/// Sends SIGINT to a child process (through `kill`, to stay free of libc).
-fn interrupt(child: &std::process::Child) {
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success());
+/// A training run in a child process whose stderr is read line by line as
+/// it comes, so that a test waits for what the run says, not for a clock.
+/// With `--json` every human line goes to stderr.
+struct Run {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
 }
 
-fn spawn_train(extra: &[&str]) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_bumpgrad"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["train", "--device", "cpu", "--threads", "2", "--test-limit", "100"])
-        .args(extra)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start bumpgrad")
+impl Run {
+    fn start(extra: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_bumpgrad"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args([
+                "train",
+                "--device",
+                "cpu",
+                "--threads",
+                "2",
+                "--test-limit",
+                "100",
+                "--json",
+            ])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start bumpgrad");
+        let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let (send, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    fn stderr(&self) -> String {
+        self.seen.join("\n")
+    }
+
+    /// Waits for a line holding `needle`; `limit` only keeps a broken run
+    /// from hanging the test.
+    fn wait_for(&mut self, needle: &str, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            match self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(line) => {
+                    let found = line.contains(needle);
+                    self.seen.push(line);
+                    if found {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let _ = self.child.kill();
+                    panic!("no line with {needle:?} ({e:?}); stderr so far:\n{}", self.stderr());
+                }
+            }
+        }
+    }
+
+    /// Sends `signal` to the run.
+    fn signal(&self, signal: libc::c_int) {
+        assert_eq!(kill(self.child.id(), signal), 0, "kill({}, {signal})", self.child.id());
+    }
+
+    /// Waits for the run to end, at most `limit` (then kills it and fails),
+    /// and returns how it ended and all it wrote to stderr.
+    fn finish(mut self, limit: Duration) -> (ExitStatus, String) {
+        let pid = self.child.id();
+        let (send, exited) = mpsc::channel();
+        let mut child = self.child;
+        std::thread::spawn(move || {
+            let _ = send.send(child.wait());
+        });
+        let status = match exited.recv_timeout(limit) {
+            Ok(status) => status.expect("wait for bumpgrad"),
+            Err(_) => {
+                kill(pid, libc::SIGKILL);
+                panic!(
+                    "the run was still going {limit:?} later (killed now); stderr:\n{}",
+                    self.seen.join("\n")
+                );
+            }
+        };
+        // The pipe closes with the process: the rest of stderr is all here.
+        self.seen.extend(self.lines.iter());
+        (status, self.seen.join("\n"))
+    }
+}
+
+/// Sends `signal` to process `pid`, a child of this test not yet waited for
+/// (so its pid cannot have been reused).
+fn kill(pid: u32, signal: libc::c_int) -> libc::c_int {
+    let pid = libc::pid_t::try_from(pid).unwrap();
+    // SAFETY: kill takes no pointer and has no precondition.
+    unsafe { libc::kill(pid, signal) }
+}
+
+/// The line the run prints once it is about to train; the signal handlers
+/// are installed before it (`catch_signals` runs before the session starts).
+const STARTED: &str = "steps per epoch";
+
+/// The files in `dir` (none when it does not exist).
+fn files_in(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Stops a run of 600 steps an epoch with `signal` as soon as it trains,
+/// and checks what the README promises for Ctrl-C and SIGTERM alike: the
+/// current step finishes, a checkpoint is written in the middle of epoch 1
+/// (not at its end), status 130 and the line to resume with. Returns the
+/// checkpoint directory.
+fn a_signal_stops_after_the_step_with_a_checkpoint(signal: libc::c_int, name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("bumpgrad-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut run = Run::start(&[
+        "--epochs",
+        "50",
+        "--checkpoint-dir",
+        dir.to_str().unwrap(),
+        "--checkpoint-every",
+        "off",
+    ]);
+    run.wait_for(STARTED, Duration::from_secs(120));
+    run.signal(signal);
+    // One step and one checkpoint: milliseconds; the bound is a guard only.
+    let (status, stderr) = run.finish(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(130), "{status:?}: {stderr}");
+    assert!(
+        stderr.contains("stopping after this step to write a checkpoint"),
+        "{stderr}"
+    );
+    let resume = format!("continue with --resume {}", dir.display());
+    assert!(
+        stderr.contains("stopped by a signal") && stderr.contains(&resume),
+        "{stderr}"
+    );
+    let latest = bumpgrad::checkpoint::latest_valid(&dir).unwrap().expect("a checkpoint");
+    let ckpt = &latest.checkpoint;
+    let in_epoch: u64 = ckpt.extra["step_in_epoch"].parse().unwrap();
+    assert_eq!(ckpt.epoch, 0, "stopped after a step, not at the end of an epoch");
+    assert!(
+        (1..600).contains(&in_epoch) && ckpt.step == in_epoch,
+        "step {} of the run, {in_epoch} of its epoch",
+        ckpt.step
+    );
+    assert_eq!(
+        files_in(&dir),
+        [bumpgrad::checkpoint::file_name(ckpt.step)],
+        "one checkpoint, nothing else"
+    );
+    dir
 }
 
 #[test]
 fn ctrl_c_finishes_the_step_writes_a_checkpoint_and_resume_continues() {
-    let dir = std::env::temp_dir().join(format!("bumpgrad-cli-sigint-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = a_signal_stops_after_the_step_with_a_checkpoint(libc::SIGINT, "sigint");
     let d = dir.to_str().unwrap();
-    let child = spawn_train(&["--epochs", "50", "--checkpoint-dir", d, "--checkpoint-every", "off"]);
-    // Data loading takes under a second; by 3 s it is training.
-    std::thread::sleep(std::time::Duration::from_secs(3));
-    interrupt(&child);
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{stderr}");
-    assert!(
-        stderr.contains("stopped by a signal") && stderr.contains("--resume"),
-        "{stderr}"
-    );
-    let latest = bumpgrad::checkpoint::latest_valid(&dir).unwrap().expect("a checkpoint");
-    assert!(latest.checkpoint.step > 0);
-
     let out = bumpgrad(&[
         "train",
         "--device",
@@ -209,13 +475,19 @@ fn ctrl_c_finishes_the_step_writes_a_checkpoint_and_resume_continues() {
 }
 
 #[test]
-fn a_second_ctrl_c_exits_at_once() {
+fn sigterm_finishes_the_step_and_writes_a_checkpoint_as_ctrl_c_does() {
+    let dir = a_signal_stops_after_the_step_with_a_checkpoint(libc::SIGTERM, "sigterm");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_second_ctrl_c_exits_at_once_and_writes_nothing() {
     let dir = std::env::temp_dir().join(format!("bumpgrad-cli-sigint2-{}", std::process::id()));
-    // Steps of 10,000 images take far longer than the 100 ms between the
-    // two signals, so the second always arrives while the run is still
-    // loading or in its first step: the first asks for a checkpoint after
-    // the current step, the second must not wait for it.
-    let child = spawn_train(&[
+    let _ = std::fs::remove_dir_all(&dir);
+    // Steps of 10,000 images (about half a second each here), so the second
+    // signal, sent as soon as the run has acknowledged the first, lands
+    // while the step the first one waits for is still running.
+    let mut run = Run::start(&[
         "--epochs",
         "50",
         "--batch",
@@ -224,15 +496,30 @@ fn a_second_ctrl_c_exits_at_once() {
         "20000",
         "--checkpoint-dir",
         dir.to_str().unwrap(),
+        "--checkpoint-every",
+        "off",
     ]);
-    std::thread::sleep(std::time::Duration::from_millis(150));
-    interrupt(&child);
-    std::thread::sleep(std::time::Duration::from_millis(100));
-    interrupt(&child);
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{stderr}");
-    assert!(stderr.contains("second interrupt"), "{stderr}");
+    run.wait_for(STARTED, Duration::from_secs(120));
+    let before = files_in(&dir);
+    run.signal(libc::SIGINT);
+    run.wait_for("interrupt again to quit at once", Duration::from_secs(60));
+    run.signal(libc::SIGINT);
+    // "At once": no step to finish, no checkpoint to write. Seconds of margin
+    // for a loaded machine; a run that went on would be stopped here and
+    // fail the test.
+    let (status, stderr) = run.finish(Duration::from_secs(5));
+    assert_eq!(status.code(), Some(130), "{status:?}: {stderr}");
+    assert!(
+        stderr.contains("second interrupt: exiting now without a checkpoint"),
+        "{stderr}"
+    );
+    // Nothing written, whole or in part: the directory is as it was.
+    assert_eq!(files_in(&dir), before, "files in {}: {stderr}", dir.display());
+    assert!(before.is_empty(), "{before:?}");
+    assert!(
+        !stderr.contains("stopped by a signal after step"),
+        "the run went on to stop by itself: {stderr}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

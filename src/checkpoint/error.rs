@@ -148,6 +148,17 @@ pub enum CheckpointError {
     },
 
     #[error(
+        "cannot write in checkpoint directory {}: {source} — check its permissions and that its file \
+         system is writable, or choose another directory",
+        dir.display()
+    )]
+    NotWritable {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error(
         "no space left writing checkpoint {}: {source} — free space on that disk or choose another \
          checkpoint directory; earlier checkpoints there are intact",
         path.display()
@@ -234,9 +245,11 @@ impl CheckpointError {
             | DiskFull { path, .. }
             | Write { path, .. }
             | Prune { path, .. } => Some(path),
-            CreateDir { dir, .. } | MissingDir { dir } | ListDir { dir, .. } | NoValidCheckpoint { dir, .. } => {
-                Some(dir)
-            }
+            CreateDir { dir, .. }
+            | NotWritable { dir, .. }
+            | MissingDir { dir }
+            | ListDir { dir, .. }
+            | NoValidCheckpoint { dir, .. } => Some(dir),
             Invalid { .. } => None,
         }
     }

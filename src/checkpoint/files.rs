@@ -4,6 +4,7 @@
 use std::fs::{self, File};
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::format::{encode, parse};
 use super::{Checkpoint, CheckpointError};
@@ -82,6 +83,34 @@ pub fn write_atomic(dir: &Path, ckpt: &Checkpoint, keep: usize) -> Result<PathBu
     sync_dir(dir).map_err(|source| write_error(&path, "fsync the directory", source))?;
     prune(dir, &path, ckpt.step, keep)?;
     Ok(path)
+}
+
+/// Probes made by this process so far: with the process id, each probe's
+/// name is its own, so runs starting together in one directory (tests do)
+/// never remove each other's.
+static PROBES: AtomicU64 = AtomicU64::new(0);
+
+/// Makes sure checkpoints can be written in `dir` before a run depends on
+/// it: creates `dir` if missing, then creates and removes a probe file in
+/// it. Checking the permission bits would not do: root passes them on a
+/// read-only file system, and a path under a regular file has none to check.
+/// Without this a run would learn at its first checkpoint — an epoch in, or
+/// at the Ctrl-C meant to save it — that its work cannot be kept.
+pub fn ensure_writable(dir: &Path) -> Result<(), CheckpointError> {
+    fs::create_dir_all(dir).map_err(|source| CheckpointError::CreateDir {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
+    let not_writable = |source| CheckpointError::NotWritable {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    // Named unlike any checkpoint, so one left by a killed process is never
+    // taken for one.
+    let n = PROBES.fetch_add(1, Ordering::Relaxed);
+    let probe = dir.join(format!(".bumpgrad-write-probe-{}-{n}{TMP_SUFFIX}", std::process::id()));
+    File::create(&probe).map_err(not_writable)?;
+    fs::remove_file(&probe).map_err(not_writable)
 }
 
 fn write_then_rename(bytes: &[u8], tmp: &Path, path: &Path) -> Result<(), CheckpointError> {

@@ -780,3 +780,35 @@ fn a_full_disk_is_disk_full_and_loses_nothing() {
     assert!(!dir.path().join(file_name(2)).exists());
     assert_same(&read(&good).unwrap(), &sample(1));
 }
+
+#[test]
+fn a_checkpoint_directory_is_checked_before_a_run_needs_it() {
+    let dir = TempDir::new("ckpt-writable");
+    // Missing: made, and left with nothing in it but what was there.
+    let fresh = dir.path().join("a").join("b");
+    ensure_writable(&fresh).unwrap();
+    assert!(fresh.is_dir());
+    assert_eq!(
+        std::fs::read_dir(&fresh).unwrap().count(),
+        0,
+        "the probe was left behind"
+    );
+    // Under a regular file: no directory can be made there, even by root.
+    let file = dir.write("plain-file", b"");
+    match ensure_writable(&file.join("sub")) {
+        Err(e @ CheckpointError::CreateDir { .. }) => {
+            assert_eq!(e.path(), Some(file.join("sub").as_path()));
+            assert!(e.to_string().contains("choose another directory"), "{e}");
+        }
+        other => panic!("expected CreateDir, got {other:?}"),
+    }
+    // A directory that exists but takes no files, even from root: /proc.
+    #[cfg(target_os = "linux")]
+    match ensure_writable(Path::new("/proc")) {
+        Err(e @ CheckpointError::NotWritable { .. }) => {
+            assert_eq!(e.path(), Some(Path::new("/proc")));
+            assert!(e.to_string().contains("choose another directory"), "{e}");
+        }
+        other => panic!("expected NotWritable, got {other:?}"),
+    }
+}

@@ -14,7 +14,7 @@ pub use checkpoints::{CheckpointPolicy, Every, Position};
 pub use report::{resident_bytes, EpochReport, Observer, Quiet, RunInfo, StepProfile};
 pub use session::{Control, Session, StepKind, MNIST_NORMALIZE, READBACK};
 
-use crate::backend::{Device, DeviceRequest, Group};
+use crate::backend::{Device, DeviceKind, DeviceRequest, Group};
 use crate::data::MnistHost;
 use crate::distributed::DataParallel;
 use crate::memory::{Arena, ArenaError, MemoryReport};
@@ -178,6 +178,63 @@ fn load_data(cfg: &TrainConfig) -> Result<MnistHost> {
     Ok(host)
 }
 
+/// The arena's capacity: what `needs` measured, or `--arena-size` when it
+/// holds that; a given size too small is refused with the buffers that do
+/// not fit and the size that would.
+fn capacity(cfg: &TrainConfig, host: &MnistHost, device: &Device, needs: &ArenaNeeds) -> Result<usize> {
+    match cfg.arena_size {
+        None => Ok(needs.total()),
+        Some(given) if given >= needs.total() => Ok(given),
+        Some(given) if given >= needs.persistent_bytes && cfg.memory_plan => {
+            // The step does not fit: name the buffers alive at the plan's
+            // peak, and the size that fits.
+            let plan = needs.plans.iter().max_by_key(|p| p.peak);
+            let top = plan.map(|p| p.top_live(4)).unwrap_or_default();
+            Err(Error::Arena(ArenaError::StepTooLarge {
+                step_bytes: needs.step_bytes,
+                persistent_bytes: needs.persistent_bytes,
+                capacity: given,
+                would_fit: needs.total(),
+                live: top.iter().map(|b| (b.what, b.size)).collect(),
+            }))
+        }
+        Some(given) => {
+            // Replay on a dry arena of the given size to name the allocation
+            // that fails, then report the size that fits the whole step.
+            let replay = Session::new(cfg, host, Arena::dry(device, Some(given))).and_then(|mut s| s.probe());
+            let err = match replay {
+                Err(e) => e,
+                Ok(()) => Error::Config(format!(
+                    "--arena-size {given} is below the {} bytes this run needs",
+                    needs.total()
+                )),
+            };
+            Err(match err {
+                Error::Arena(ArenaError::Exhausted {
+                    region,
+                    what,
+                    shape,
+                    requested,
+                    in_use,
+                    capacity,
+                    live,
+                    ..
+                }) => Error::Arena(ArenaError::Exhausted {
+                    region,
+                    what,
+                    shape,
+                    requested,
+                    in_use,
+                    capacity,
+                    would_fit: needs.total(),
+                    live,
+                }),
+                other => other,
+            })
+        }
+    }
+}
+
 /// The memory plan of a run without running it (and without allocating the
 /// arena): what `bumpgrad memory` prints. On the device `cfg` asks for, so
 /// cuDNN's workspaces are the GPU's when one is used.
@@ -185,14 +242,18 @@ pub fn memory_report(cfg: &TrainConfig) -> Result<(MemoryReport, String)> {
     cfg.validate()?;
     let host = load_data(cfg)?;
     let (device, _) = Device::open(cfg.device, cfg.threads)?;
-    let needs = measure(
-        &TrainConfig {
-            memory_plan: true,
-            ..cfg.clone()
-        },
-        &host,
-        &device,
-    )?;
+    // What training with these settings would refuse, this refuses too.
+    let kind = match &device {
+        Device::Cpu(_) => DeviceKind::Cpu,
+        Device::Cuda(_) => DeviceKind::Cuda,
+    };
+    session::use_graph(cfg, kind)?;
+    let planned = TrainConfig {
+        memory_plan: true,
+        ..cfg.clone()
+    };
+    let needs = measure(&planned, &host, &device)?;
+    capacity(&planned, &host, &device, &needs)?;
     Ok((MemoryReport::new(&needs.persistent, &needs.plans), device.describe()))
 }
 
@@ -219,57 +280,7 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
     let threads = device.threads();
     let device_name = device.describe();
     let needs = measure(cfg, &host, &device)?;
-    let capacity = match cfg.arena_size {
-        None => needs.total(),
-        Some(given) if given >= needs.total() => given,
-        Some(given) if given >= needs.persistent_bytes && cfg.memory_plan => {
-            // The step does not fit: name the buffers alive at the plan's
-            // peak, and the size that fits.
-            let plan = needs.plans.iter().max_by_key(|p| p.peak);
-            let top = plan.map(|p| p.top_live(4)).unwrap_or_default();
-            return Err(Error::Arena(ArenaError::StepTooLarge {
-                step_bytes: needs.step_bytes,
-                persistent_bytes: needs.persistent_bytes,
-                capacity: given,
-                would_fit: needs.total(),
-                live: top.iter().map(|b| (b.what, b.size)).collect(),
-            }));
-        }
-        Some(given) => {
-            // Replay on a dry arena of the given size to name the allocation
-            // that fails, then report the size that fits the whole step.
-            let replay = Session::new(cfg, &host, Arena::dry(&device, Some(given))).and_then(|mut s| s.probe());
-            let err = match replay {
-                Err(e) => e,
-                Ok(()) => Error::Config(format!(
-                    "--arena-size {given} is below the {} bytes this run needs",
-                    needs.total()
-                )),
-            };
-            return Err(match err {
-                Error::Arena(ArenaError::Exhausted {
-                    region,
-                    what,
-                    shape,
-                    requested,
-                    in_use,
-                    capacity,
-                    live,
-                    ..
-                }) => Error::Arena(ArenaError::Exhausted {
-                    region,
-                    what,
-                    shape,
-                    requested,
-                    in_use,
-                    capacity,
-                    would_fit: needs.total(),
-                    live,
-                }),
-                other => other,
-            });
-        }
-    };
+    let capacity = capacity(cfg, &host, &device, &needs)?;
     let mut arena = Arena::new(device, capacity)?;
     if cfg.memory_plan {
         arena.adopt_plans(&needs.plans);
@@ -353,10 +364,22 @@ fn run(
     progress: Option<&AtomicU64>,
     keep: &mut (dyn FnMut(EpochReport) + Send),
 ) -> Result<()> {
+    cfg.validate()?;
+    // Before anything is loaded: the checkpoint to resume from, then whether
+    // checkpoints can be written at all (in that order, so that a --resume
+    // directory that does not exist is reported, not made).
+    let latest = match &cfg.resume {
+        Some(dir) => Some(crate::checkpoint::latest_valid(dir)?),
+        None => None,
+    };
+    let writes_checkpoints = cfg.data_parallel.is_none_or(|dp| dp.world.rank == 0);
+    if let Some(policy) = cfg.checkpoints.as_ref().filter(|_| writes_checkpoints) {
+        crate::checkpoint::ensure_writable(&policy.dir)?;
+    }
     let (mut session, info) = prepare_in(cfg, join)?;
     let mut start = Position::default();
-    if let Some(dir) = &cfg.resume {
-        match crate::checkpoint::latest_valid(dir)? {
+    if let (Some(dir), Some(latest)) = (&cfg.resume, latest) {
+        match latest {
             Some(latest) => {
                 for (path, why) in &latest.skipped {
                     observer.note(&format!("skipped {}: {why}", path.display()));

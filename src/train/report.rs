@@ -138,9 +138,10 @@ pub trait Observer {
 pub struct Quiet;
 impl Observer for Quiet {}
 
-/// The process's resident set size, from `/proc/self/statm` (Linux only).
-/// Read into the stack: every epoch report calls this, and the epoch loop
-/// makes no heap allocation (`tests/zero_alloc.rs`).
+/// The process's resident set size, from `/proc/self/statm` (Linux only),
+/// which counts it in pages of the system's size. Read into the stack:
+/// every epoch report calls this, and the epoch loop makes no heap
+/// allocation (`tests/zero_alloc.rs`).
 pub fn resident_bytes() -> Option<u64> {
     use std::io::Read;
     // Seven decimal numbers: far below 256 bytes, read whole at once.
@@ -148,5 +149,5 @@ pub fn resident_bytes() -> Option<u64> {
     let n = std::fs::File::open("/proc/self/statm").ok()?.read(&mut buf).ok()?;
     let statm = std::str::from_utf8(&buf[..n]).ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * 4096)
+    pages.checked_mul(crate::backend::cpu::page_size()? as u64)
 }

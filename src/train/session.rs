@@ -130,21 +130,27 @@ pub struct Session {
     first_step_free: Option<usize>,
 }
 
+/// Whether full steps run as replays of a captured CUDA graph on `device`;
+/// `--graph on` is refused anywhere but on the GPU (a dry arena, which only
+/// measures, takes it either way).
+pub(crate) fn use_graph(cfg: &TrainConfig, device: crate::backend::DeviceKind) -> Result<bool> {
+    use crate::backend::DeviceKind;
+    let on_gpu = device == DeviceKind::Cuda;
+    match cfg.graph {
+        Some(true) if !on_gpu && device != DeviceKind::Dry => Err(Error::Config(
+            "--graph on needs the GPU (CUDA graphs); pass --graph off or --device cuda".into(),
+        )),
+        Some(on) => Ok(on && on_gpu),
+        None => Ok(on_gpu),
+    }
+}
+
 impl Session {
     /// Fills `arena`'s persistent region: parameters, optimizer state, both
     /// splits of the data set, the step cursor, the epoch order and losses.
     pub fn new(cfg: &TrainConfig, host: &MnistHost, mut arena: Arena) -> Result<Self> {
         cfg.validate()?;
-        let on_gpu = arena.device() == crate::backend::DeviceKind::Cuda;
-        let use_graph = match cfg.graph {
-            Some(true) if !on_gpu && arena.device() != crate::backend::DeviceKind::Dry => {
-                return Err(Error::Config(
-                    "--graph on needs the GPU (CUDA graphs); pass --graph off or --device cuda".into(),
-                ))
-            }
-            Some(on) => on && on_gpu,
-            None => on_gpu,
-        };
+        let use_graph = use_graph(cfg, arena.device())?;
         let profile = cfg.profile && arena.enable_op_timing(TIMED_OPS)?;
         let train_len = host.train_images.count;
         let world = cfg.data_parallel.map_or(World::ALONE, |d| d.world);

@@ -3,7 +3,7 @@ use bumpgrad::{Arena, Device, Shape};
 
 fn main() -> bumpgrad::Result<()> {
     let mut arena = Arena::new(Device::cpu(1)?, 1 << 16)?;
-    let kept = arena.step(|s| s.input("x", Shape::new(&[1]), &[1.0]))?;
+    let kept = arena.step(|s| s.input("x", Shape::new(&[1]), &[1.0]))?; //~ ERROR lifetime may not live long enough
     println!("{kept:?}");
     Ok(())
 }

@@ -6,7 +6,7 @@ fn main() -> bumpgrad::Result<()> {
     let mut carried: Vec<Tensor<'_>> = Vec::new();
     for _ in 0..2 {
         arena.step(|s| {
-            if let Some(old) = carried.pop() {
+            if let Some(old) = carried.pop() { //~ ERROR E0521
                 old.relu(s)?;
             }
             carried.push(s.input("x", Shape::new(&[1]), &[1.0])?);

@@ -29,6 +29,16 @@ fn touch_stack() {
     std::hint::black_box(&mut page);
 }
 
+/// The size of a page of host memory as the system reports it: 4 KiB on
+/// most x86-64 Linux, 16 or 64 KiB on some ARM systems, so never assumed.
+#[cfg(unix)]
+pub fn page_size() -> Option<usize> {
+    // SAFETY: sysconf reads a configuration value; it takes no pointer and
+    // has no precondition.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size).ok().filter(|&s| s > 0)
+}
+
 /// A CPU that has not yet received its arena.
 pub struct CpuDevice {
     pool: Arc<rayon::ThreadPool>,

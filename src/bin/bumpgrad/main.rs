@@ -62,10 +62,10 @@ struct TrainArgs {
     #[arg(long, value_enum, default_value = "auto")]
     device: DeviceArg,
     /// Passes over the training set.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = count::<usize>, allow_negative_numbers = true)]
     epochs: usize,
     /// Examples per step (training and evaluation).
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = count::<usize>, allow_negative_numbers = true)]
     batch: usize,
     /// SGD learning rate.
     #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
@@ -74,7 +74,7 @@ struct TrainArgs {
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     momentum: f32,
     /// Seeds the initial weights, the epoch order and dropout.
-    #[arg(long, default_value_t = 42)]
+    #[arg(long, default_value_t = 42, value_parser = count::<u64>, allow_negative_numbers = true)]
     seed: u64,
     /// Directory holding the four MNIST IDX files (gzip or raw).
     #[arg(long, default_value = "data/mnist")]
@@ -83,13 +83,13 @@ struct TrainArgs {
     #[arg(long, default_value = "auto", value_parser = parse_arena_size)]
     arena_size: ArenaSize,
     /// CPU worker threads; 0 uses every core.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = count::<usize>, allow_negative_numbers = true)]
     threads: usize,
     /// Train on the first N training images only.
-    #[arg(long)]
+    #[arg(long, value_parser = count::<usize>, allow_negative_numbers = true)]
     train_limit: Option<usize>,
     /// Evaluate on the first N test images only.
-    #[arg(long)]
+    #[arg(long, value_parser = count::<usize>, allow_negative_numbers = true)]
     test_limit: Option<usize>,
     /// Capture the first full training step as a CUDA graph and replay it for every later one.
     #[arg(long, value_enum, default_value = "auto")]
@@ -109,7 +109,7 @@ struct TrainArgs {
     #[arg(long, default_value = "1epoch", value_parser = parse_every)]
     checkpoint_every: EveryArg,
     /// How many of the newest checkpoints to keep.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = count::<usize>, allow_negative_numbers = true)]
     keep_checkpoints: usize,
     /// Continue from the newest valid checkpoint in DIR (damaged newer ones are reported and skipped).
     #[arg(long, value_name = "DIR")]
@@ -127,18 +127,18 @@ struct TrainArgs {
     /// Train data-parallel on N GPUs of this host, one process per GPU, each with --batch
     /// examples per step (a step is N × --batch). On several hosts, start one process per GPU
     /// yourself with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT set, as torchrun does.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = count::<usize>, allow_negative_numbers = true)]
     gpus: Option<usize>,
     /// Data-parallel gradient bucket size in KiB: each bucket is summed across the GPUs as soon as
     /// backward has produced it.
-    #[arg(long, value_name = "KIB", default_value_t = 4)]
+    #[arg(long, value_name = "KIB", default_value_t = 4, value_parser = count::<usize>, allow_negative_numbers = true)]
     bucket_kib: usize,
     /// Seconds the processes of a data-parallel run wait for each other to start.
-    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    #[arg(long, value_name = "SECS", default_value_t = 120, value_parser = count::<u64>, allow_negative_numbers = true)]
     rendezvous_timeout: u64,
     /// Seconds a data-parallel process may go without finishing a step before the whole run is
     /// ended (another process stuck or gone).
-    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = count::<u64>, allow_negative_numbers = true)]
     collective_timeout: u64,
 }
 
@@ -158,6 +158,14 @@ fn parse_every(s: &str) -> Result<EveryArg, String> {
     s.parse::<Every>().map(|e| EveryArg(Some(e)))
 }
 
+/// A count or a number of seconds. Negative numbers reach this parser
+/// rather than being taken for a flag, so `--batch -5` is told what the flag
+/// takes, not "unexpected argument '-5'".
+fn count<T: std::str::FromStr>(s: &str) -> Result<T, String> {
+    s.parse()
+        .map_err(|_| format!("expected a whole number (0, 1, 2, ...), got {s:?}"))
+}
+
 #[derive(Clone, Copy)]
 struct ArenaSize(Option<usize>);
 
@@ -171,6 +179,37 @@ fn parse_arena_size(s: &str) -> Result<ArenaSize, String> {
 }
 
 impl TrainArgs {
+    /// Refuses values no run can use, whether or not this run would reach
+    /// the code that reads them (a data-parallel setting on a run alone),
+    /// the same for `train` and `memory`. Values that depend on the data or
+    /// the device are the library's to refuse.
+    fn check(&self) -> anyhow::Result<()> {
+        if self.gpus == Some(0) {
+            anyhow::bail!("--gpus must be at least 1");
+        }
+        if self.gpus.is_some() && matches!(self.device, DeviceArg::Cpu) {
+            anyhow::bail!(
+                "--gpus trains on GPUs (through NCCL); drop --device cpu, or drop --gpus to train on the CPU"
+            );
+        }
+        if self.bucket_kib == 0 {
+            anyhow::bail!("--bucket-kib must be at least 1 (KiB of gradients summed at once; the default is 4)");
+        }
+        if self.rendezvous_timeout == 0 {
+            anyhow::bail!("--rendezvous-timeout must be at least 1 second (the default is 120)");
+        }
+        if self.collective_timeout == 0 {
+            anyhow::bail!("--collective-timeout must be at least 1 second (the default is 300)");
+        }
+        if self.memory_report.is_some() && self.memory_plan == Switch::Off {
+            // The timeline draws the plan; without one there is nothing to draw.
+            anyhow::bail!(
+                "--memory-report draws the step's memory plan, which --memory-plan off turns off; drop one of the two"
+            );
+        }
+        Ok(())
+    }
+
     fn config(&self) -> TrainConfig {
         TrainConfig {
             device: match self.device {
@@ -236,7 +275,30 @@ fn catch_signals() {
 /// or the group stopped making progress.
 const PEER_LOST: i32 = 3;
 
+/// Makes sure `--memory-report`'s file can be written before the work that
+/// fills it: a bad path is refused at once, not after planning (`memory`)
+/// or as a warning once training has started (`train`). An existing file is
+/// not truncated here.
+fn check_report_path(path: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map(drop)
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot write the memory timeline to {}: {e}; pass --memory-report a file in a directory you can write to",
+                path.display()
+            )
+        })
+}
+
 fn run_train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
+    args.check()?;
+    if let Some(path) = &args.memory_report {
+        check_report_path(path)?;
+    }
     if let Some(gpus) = args.gpus {
         return launch(args, gpus);
     }
@@ -256,12 +318,6 @@ fn run_train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
 
 /// `--gpus N`: this process starts and supervises one process per GPU.
 fn launch(args: &TrainArgs, gpus: usize) -> anyhow::Result<ExitCode> {
-    if gpus == 0 {
-        anyhow::bail!("--gpus must be at least 1");
-    }
-    if matches!(args.device, DeviceArg::Cpu) {
-        anyhow::bail!("--gpus trains on GPUs (through NCCL); drop --device cpu, or drop --gpus to train on the CPU");
-    }
     let exe = std::env::current_exe().context("finding this program to start one process per GPU")?;
     let rank_args = without_gpus(std::env::args_os().skip(1));
     // Every interrupt is the launcher's to pass on (see launcher::launch).
@@ -353,13 +409,21 @@ fn run_rank(args: &TrainArgs, rv: RendezvousConfig) -> anyhow::Result<ExitCode> 
 }
 
 fn run_memory(args: &TrainArgs) -> anyhow::Result<()> {
+    args.check()?;
+    if let Some(path) = &args.memory_report {
+        check_report_path(path)?;
+    }
     let cfg = args.config();
     let (report, device) =
         train::memory_report(&cfg).with_context(|| format!("planning memory for {}", cfg.data_dir.display()))?;
     if let Some(path) = &args.memory_report {
         let title = format!("bumpgrad step memory: MNIST CNN, batch {}, {device}", cfg.batch);
-        std::fs::write(path, report.svg(&title))
-            .with_context(|| format!("writing the memory timeline to {}", path.display()))?;
+        std::fs::write(path, report.svg(&title)).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot write the memory timeline to {}: {e}; pass --memory-report a file in a directory you can write to",
+                path.display()
+            )
+        })?;
         eprintln!("bumpgrad: wrote the step's memory timeline to {}", path.display());
     }
     if args.json {
@@ -380,12 +444,47 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            let hint = err.downcast_ref::<bumpgrad::Error>().and_then(flag_hint);
+            eprintln!("error: {}{}", describe(&err), hint.unwrap_or_default());
             match err.downcast_ref::<bumpgrad::Error>() {
                 Some(bumpgrad::Error::Interrupted { .. }) => ExitCode::from(INTERRUPTED),
                 _ => ExitCode::FAILURE,
             }
         }
+    }
+}
+
+/// The error and its causes as anyhow's `{:#}` joins them, less any cause
+/// the message before it already quotes: our typed errors name their cause
+/// inline, before what to do, and the remedy should end the line.
+fn describe(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    let mut previous = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if !previous.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+        previous = text;
+    }
+    line
+}
+
+/// The flag that sets what a library error is about, where the library's
+/// message (which names no flags) leaves the user to guess it.
+fn flag_hint(err: &bumpgrad::Error) -> Option<&'static str> {
+    use bumpgrad::checkpoint::CheckpointError as C;
+    match err {
+        bumpgrad::Error::Checkpoint(C::CreateDir { .. } | C::NotWritable { .. }) => {
+            Some("; pass --checkpoint-dir a directory you can write to")
+        }
+        bumpgrad::Error::Checkpoint(C::MissingDir { .. } | C::ListDir { .. }) => {
+            Some("; it is the directory given with --resume")
+        }
+        _ => None,
     }
 }
 
