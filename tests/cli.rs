@@ -102,6 +102,12 @@ fn bad_settings_are_refused_with_what_to_pass() {
     let table: &[(&[&str], i32, &str)] = &[
         (&["--batch", "0"], 1, "--batch must be at least 1"),
         (&["--batch", "-5"], 2, "'--batch <BATCH>': expected a whole number"),
+        // Once aborted the process sizing a 4 TB host buffer.
+        (
+            &["--batch", "99999999999"],
+            1,
+            "a batch of 99999999999 is larger than the 300 training images; pass --batch 300 or less",
+        ),
         (&["--lr", "-1"], 1, "--lr must be a positive number"),
         (&["--lr", "nan"], 1, "--lr must be a positive number"),
         (&["--epochs", "0"], 1, "--epochs must be at least 1"),
