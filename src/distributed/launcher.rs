@@ -3,8 +3,9 @@
 //! The launcher starts every rank with its place in the group in the
 //! environment (`BUMPGRAD_RANK`, `BUMPGRAD_WORLD_SIZE`,
 //! `BUMPGRAD_LOCAL_RANK`, `BUMPGRAD_RENDEZVOUS`, `BUMPGRAD_LAUNCHED=1`,
-//! `BUMPGRAD_RENDEZVOUS_TIMEOUT`; the rest of its own environment, NCCL_*
-//! included, passes through), then supervises them until all have exited.
+//! `BUMPGRAD_RENDEZVOUS_TIMEOUT`, `BUMPGRAD_RENDEZVOUS_TOKEN`; the rest of
+//! its own environment, NCCL_* included, passes through), then supervises
+//! them until all have exited.
 //!
 //! # Invariants
 //!
@@ -18,8 +19,11 @@
 //!   reaped (or, after SIGKILL, found unkillable).
 //! - Only children not yet reaped are signalled, so a process group id
 //!   cannot have been reused by the time it is signalled.
+//! - Every launch has a rendezvous token (the caller's, or a new random
+//!   one), so only the ranks it started can join their group.
 
 use super::error::DistError;
+use super::token::{Token, TOKEN_VAR};
 use std::ffi::OsString;
 use std::io;
 use std::net::TcpListener;
@@ -51,6 +55,9 @@ pub struct LaunchOptions {
     /// After one rank fails, how long the others have between SIGTERM
     /// (stop after this step) and SIGKILL.
     pub grace: Duration,
+    /// Passed to every rank as BUMPGRAD_RENDEZVOUS_TOKEN; `None`: a new
+    /// random one for this launch.
+    pub token: Option<Token>,
 }
 
 impl Default for LaunchOptions {
@@ -59,6 +66,7 @@ impl Default for LaunchOptions {
             gpus: 1,
             rendezvous_timeout: super::rendezvous::DEFAULT_TIMEOUT,
             grace: Duration::from_secs(10),
+            token: None,
         }
     }
 }
@@ -91,6 +99,10 @@ pub fn launch(
         });
     }
     let addr = format!("127.0.0.1:{}", free_port()?);
+    let token = match &opts.token {
+        Some(token) => token.clone(),
+        None => Token::generate()?,
+    };
     let mut ranks = Ranks(Vec::with_capacity(opts.gpus));
     for rank in 0..opts.gpus {
         let mut child = Command::new(exe)
@@ -100,6 +112,7 @@ pub fn launch(
             .env("BUMPGRAD_LOCAL_RANK", rank.to_string())
             .env("BUMPGRAD_RENDEZVOUS", &addr)
             .env("BUMPGRAD_LAUNCHED", "1")
+            .env(TOKEN_VAR, token.secret())
             .env(
                 "BUMPGRAD_RENDEZVOUS_TIMEOUT",
                 opts.rendezvous_timeout.as_secs_f64().to_string(),
@@ -357,6 +370,7 @@ mod tests {
             gpus,
             rendezvous_timeout: Duration::from_secs(7),
             grace: Duration::from_millis(grace_ms),
+            token: None,
         }
     }
 

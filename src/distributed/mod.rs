@@ -3,18 +3,23 @@
 //! across them after every backward.
 //!
 //! - [`rendezvous`]: how the ranks find each other (rank 0 listens; the
-//!   others connect and receive NCCL's id) and then watch each other, so a
-//!   rank that dies ends the others within a bounded time;
+//!   others connect, prove they know the job's [`token`], and receive
+//!   NCCL's id) and then watch each other, so a rank that dies ends the
+//!   others within a bounded time; strangers on the port are dropped;
+//! - [`env`]: a rank's place in the group from its environment (bumpgrad's
+//!   launcher, torchrun, Open MPI, Slurm);
 //! - [`launcher`]: `bumpgrad train --gpus N`, one child process per GPU;
 //! - [`buckets`]: the gradients in the persistent region, summed bucket by
 //!   bucket while backward runs;
 //! - [`local`]: an in-process group of threads with the same arithmetic.
 
 pub mod buckets;
+pub mod env;
 pub mod error;
 pub mod launcher;
 pub mod local;
 pub mod rendezvous;
+pub mod token;
 
 pub use error::DistError;
 

@@ -4,6 +4,7 @@ mod progress;
 
 use anyhow::Context;
 use bumpgrad::backend::{DeviceRequest, Group};
+use bumpgrad::distributed::env::{env_var, token_from};
 use bumpgrad::distributed::launcher::{self, LaunchOptions};
 use bumpgrad::distributed::rendezvous::{rendezvous, RendezvousConfig, WatchOptions};
 use bumpgrad::distributed::{DataParallel, World};
@@ -136,6 +137,10 @@ struct TrainArgs {
     /// Seconds the processes of a data-parallel run wait for each other to start.
     #[arg(long, value_name = "SECS", default_value_t = 120)]
     rendezvous_timeout: u64,
+    /// File holding this job's rendezvous token (instead of BUMPGRAD_RENDEZVOUS_TOKEN): only
+    /// processes that know it can join the run. --gpus makes one itself.
+    #[arg(long, value_name = "FILE")]
+    rendezvous_token_file: Option<PathBuf>,
     /// Seconds a data-parallel process may go without finishing a step before the whole run is
     /// ended (another process stuck or gone).
     #[arg(long, value_name = "SECS", default_value_t = 300)]
@@ -241,9 +246,10 @@ fn run_train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
         return launch(args, gpus);
     }
     let timeout = Duration::from_secs(args.rendezvous_timeout);
-    let ranked = RendezvousConfig::from_lookup(|var| std::env::var(var).ok(), timeout)
-        .context("reading the data-parallel environment")?;
-    if let Some(rank) = ranked {
+    let ranked = RendezvousConfig::from_lookup(env_var, timeout).context("reading the data-parallel environment")?;
+    if let Some(mut rank) = ranked {
+        rank.token =
+            token_from(env_var, args.rendezvous_token_file.as_deref()).context("reading --rendezvous-token-file")?;
         return run_rank(args, rank);
     }
     let cfg = args.config();
@@ -262,6 +268,8 @@ fn launch(args: &TrainArgs, gpus: usize) -> anyhow::Result<ExitCode> {
     if matches!(args.device, DeviceArg::Cpu) {
         anyhow::bail!("--gpus trains on GPUs (through NCCL); drop --device cpu, or drop --gpus to train on the CPU");
     }
+    let token =
+        token_from(env_var, args.rendezvous_token_file.as_deref()).context("reading --rendezvous-token-file")?;
     let exe = std::env::current_exe().context("finding this program to start one process per GPU")?;
     let rank_args = without_gpus(std::env::args_os().skip(1));
     // Every interrupt is the launcher's to pass on (see launcher::launch).
@@ -271,6 +279,7 @@ fn launch(args: &TrainArgs, gpus: usize) -> anyhow::Result<ExitCode> {
     let opts = LaunchOptions {
         gpus,
         rendezvous_timeout: Duration::from_secs(args.rendezvous_timeout),
+        token,
         ..LaunchOptions::default()
     };
     let code = launcher::launch(&exe, &rank_args, &opts, &STOP, &mut |line| {
@@ -311,8 +320,24 @@ fn run_rank(args: &TrainArgs, rv: RendezvousConfig) -> anyhow::Result<ExitCode> 
         world: World { rank, size },
         bucket_bytes: args.bucket_kib.saturating_mul(1024),
     });
+    if rank == 0 {
+        eprintln!(
+            "bumpgrad: rank 0 of {size} (GPU {} of its host), placed by {}; rendezvous at {}",
+            rv.local_rank(),
+            rv.source,
+            rv.addr
+        );
+        if rv.token.is_none() {
+            eprintln!(
+                "bumpgrad: warning: no rendezvous token (BUMPGRAD_RENDEZVOUS_TOKEN or --rendezvous-token-file): any \
+                 process that can reach {} can join this run as a rank, or stop it",
+                rv.addr
+            );
+        }
+    }
     // Until the group has formed, an interrupt simply ends the process.
-    let (id, links) = rendezvous(&rv, || bumpgrad::backend::cuda::unique_id().map_err(|e| e.to_string()))
+    let make_id = || bumpgrad::backend::cuda::unique_id().map_err(|e| e.to_string());
+    let (id, links) = rendezvous(&rv, make_id, &mut |line| eprintln!("bumpgrad: rank {rank}: {line}"))
         .with_context(|| format!("rank {rank} of {size} joining the others at {}", rv.addr))?;
     catch_signals();
     let progress = Arc::new(AtomicU64::new(0));
