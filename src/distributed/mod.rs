@@ -49,9 +49,15 @@ impl World {
         if len == per_rank * self.size {
             (self.rank * per_rank, per_rank)
         } else {
-            let (a, b) = (self.rank * len / self.size, (self.rank + 1) * len / self.size);
-            (a, b - a)
+            self.share(len)
         }
+    }
+
+    /// This rank's contiguous share of `len` items, `(first, count)`: the
+    /// ranks' shares cover them once, in order, as evenly as they can.
+    pub fn share(&self, len: usize) -> (usize, usize) {
+        let (a, b) = (self.rank * len / self.size, (self.rank + 1) * len / self.size);
+        (a, b - a)
     }
 }
 
@@ -83,5 +89,23 @@ mod tests {
         }
         assert_eq!(World { rank: 1, size: 2 }.shard(100, 50), (50, 50));
         assert_eq!(World { rank: 1, size: 3 }.shard(10, 50), (3, 3));
+    }
+
+    #[test]
+    fn shares_cover_every_item_once_even_with_fewer_items_than_ranks() {
+        for size in 1..6 {
+            for len in [0, 1, size - 1, size, 7, 10_000] {
+                let mut next = 0;
+                for rank in 0..size {
+                    let (first, count) = World { rank, size }.share(len);
+                    assert_eq!(first, next, "size {size} len {len} rank {rank}");
+                    assert!(count <= len.div_ceil(size), "even: size {size} len {len}");
+                    next += count;
+                }
+                assert_eq!(next, len);
+            }
+        }
+        assert_eq!(World { rank: 2, size: 3 }.share(10_000), (6666, 3334));
+        assert_eq!(World::ALONE.share(200), (0, 200));
     }
 }
