@@ -479,3 +479,141 @@ fn a_stop_asked_of_one_rank_stops_every_rank_after_the_same_step() {
     assert_eq!(written, 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Variables a cluster launcher or the CI's own environment might have set
+/// in this process, which the ranks below must not inherit.
+const PLACEMENT_VARS: [&str; 19] = [
+    "BUMPGRAD_RANK",
+    "BUMPGRAD_WORLD_SIZE",
+    "BUMPGRAD_LOCAL_RANK",
+    "BUMPGRAD_RENDEZVOUS",
+    "BUMPGRAD_LAUNCHED",
+    "BUMPGRAD_RENDEZVOUS_TOKEN",
+    "BUMPGRAD_RENDEZVOUS_TIMEOUT",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_STEP_ID",
+    "SLURM_JOB_NODELIST",
+];
+
+/// Starts `bumpgrad train` twice, as ranks 0 and 1 with `env(rank)`;
+/// returns each one's exit status and stderr.
+fn cluster_ranks(env: impl Fn(usize) -> Vec<(&'static str, String)>) -> Vec<(Option<i32>, String)> {
+    let children: Vec<_> = (0..2)
+        .map(|rank| {
+            let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_bumpgrad"));
+            cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
+                .args(["train", "--train-limit", "100", "--test-limit", "100", "--epochs", "1"])
+                .args(["--checkpoint-every", "off", "--rendezvous-timeout", "60"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped());
+            for var in PLACEMENT_VARS
+                .iter()
+                .chain(&["SLURM_LOCALID", "SLURM_JOB_ID", "SLURM_STEPID"])
+            {
+                cmd.env_remove(var);
+            }
+            cmd.envs(env(rank));
+            cmd.spawn().expect("start bumpgrad")
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|child| {
+            let out = child.wait_with_output().unwrap();
+            (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+        })
+        .collect()
+}
+
+/// A port of 127.0.0.1 that was free a moment ago.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[test]
+fn ranks_started_by_srun_or_mpirun_find_each_other() {
+    if bumpgrad::backend::cuda::open(0).is_ok() {
+        // With a GPU the ranks would go on to train on GPUs 0 and 1; this
+        // checks placement and rendezvous, which need none.
+        eprintln!("SKIPPED ranks_started_by_srun_or_mpirun_find_each_other: this machine has a usable GPU");
+        return;
+    }
+    // Slurm: a port derived from the job id (20000 + id % 10000), picked
+    // so that it is free; the address is the node list's first host.
+    let port = (0..100)
+        .map(|_| free_port())
+        .find(|p| (20000..30000).contains(p))
+        .unwrap_or_else(|| {
+            (20000..30000)
+                .find(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok())
+                .expect("a free port from 20000 to 29999")
+        });
+    let job_id = (7_000_000 + u32::from(port) - 20000).to_string();
+    let started = Instant::now();
+    let ranks = cluster_ranks(|rank| {
+        vec![
+            ("SLURM_PROCID", rank.to_string()),
+            ("SLURM_NTASKS", "2".into()),
+            ("SLURM_LOCALID", rank.to_string()),
+            ("SLURM_STEP_ID", "0".into()),
+            ("SLURM_JOB_ID", job_id.clone()),
+            ("SLURM_JOB_NODELIST", "127.0.0.[1-2],gpu[01-04]".into()),
+            ("BUMPGRAD_RENDEZVOUS_TOKEN", "a job's secret".into()),
+        ]
+    });
+    let placed = format!(
+        "rank 0 of 2 (GPU 0 of its host), placed by Slurm (srun): rank SLURM_PROCID, world size SLURM_NTASKS, \
+         local rank SLURM_LOCALID, address SLURM_JOB_NODELIST (first host), port from SLURM_JOB_ID; rendezvous \
+         at 127.0.0.1:{port}"
+    );
+    assert!(ranks[0].1.contains(&placed), "{}", ranks[0].1);
+    assert!(!ranks[0].1.contains("no rendezvous token"), "{}", ranks[0].1);
+    // Both reached the group: rank 0 could make no NCCL id on this machine
+    // and told rank 1 so over the rendezvous connection.
+    for (rank, (code, stderr)) in ranks.iter().enumerate() {
+        assert_eq!(*code, Some(1), "rank {rank}: {stderr}");
+        assert!(
+            stderr.contains("rank 0 could not make the group's id"),
+            "rank {rank}: {stderr}"
+        );
+    }
+
+    // Open MPI, with the address given; no token.
+    let port = free_port();
+    let ranks = cluster_ranks(|rank| {
+        vec![
+            ("OMPI_COMM_WORLD_RANK", rank.to_string()),
+            ("OMPI_COMM_WORLD_SIZE", "2".into()),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", rank.to_string()),
+            ("MASTER_ADDR", "127.0.0.1".into()),
+            ("MASTER_PORT", port.to_string()),
+        ]
+    });
+    let placed = "placed by Open MPI (mpirun): rank OMPI_COMM_WORLD_RANK, world size OMPI_COMM_WORLD_SIZE, local \
+                  rank OMPI_COMM_WORLD_LOCAL_RANK, address MASTER_ADDR and MASTER_PORT";
+    assert!(ranks[0].1.contains(placed), "{}", ranks[0].1);
+    assert!(
+        ranks[0].1.contains(&format!(
+            "any process that can reach 127.0.0.1:{port} can join this run"
+        )),
+        "{}",
+        ranks[0].1
+    );
+    for (rank, (code, stderr)) in ranks.iter().enumerate() {
+        assert_eq!(*code, Some(1), "rank {rank}: {stderr}");
+        assert!(
+            stderr.contains("rank 0 could not make the group's id"),
+            "rank {rank}: {stderr}"
+        );
+    }
+    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+}
