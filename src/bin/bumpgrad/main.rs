@@ -7,6 +7,7 @@ use bumpgrad::backend::{DeviceRequest, Group};
 use bumpgrad::distributed::env::{env_var, token_from};
 use bumpgrad::distributed::launcher::{self, LaunchOptions};
 use bumpgrad::distributed::rendezvous::{rendezvous, RendezvousConfig, WatchOptions};
+use bumpgrad::distributed::token::Token;
 use bumpgrad::distributed::{DataParallel, World};
 use bumpgrad::memory::ByteSize;
 use bumpgrad::train::{self, CheckpointPolicy, Every, Join, TrainConfig};
@@ -242,15 +243,17 @@ fn catch_signals() {
 const PEER_LOST: i32 = 3;
 
 fn run_train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
+    // Read even where no group forms, so that a wrong path shows now, not
+    // in the next data-parallel run.
+    let token =
+        token_from(env_var, args.rendezvous_token_file.as_deref()).context("reading --rendezvous-token-file")?;
     if let Some(gpus) = args.gpus {
-        return launch(args, gpus);
+        return launch(args, gpus, token);
     }
     let timeout = Duration::from_secs(args.rendezvous_timeout);
     let ranked = RendezvousConfig::from_lookup(env_var, timeout).context("reading the data-parallel environment")?;
-    if let Some(mut rank) = ranked {
-        rank.token =
-            token_from(env_var, args.rendezvous_token_file.as_deref()).context("reading --rendezvous-token-file")?;
-        return run_rank(args, rank);
+    if let Some(rank) = ranked {
+        return run_rank(args, rank.with_token(token));
     }
     let cfg = args.config();
     let mut printer = progress::Printer::new(args.json, args.memory_report.clone());
@@ -261,15 +264,13 @@ fn run_train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `--gpus N`: this process starts and supervises one process per GPU.
-fn launch(args: &TrainArgs, gpus: usize) -> anyhow::Result<ExitCode> {
+fn launch(args: &TrainArgs, gpus: usize, token: Option<Token>) -> anyhow::Result<ExitCode> {
     if gpus == 0 {
         anyhow::bail!("--gpus must be at least 1");
     }
     if matches!(args.device, DeviceArg::Cpu) {
         anyhow::bail!("--gpus trains on GPUs (through NCCL); drop --device cpu, or drop --gpus to train on the CPU");
     }
-    let token =
-        token_from(env_var, args.rendezvous_token_file.as_deref()).context("reading --rendezvous-token-file")?;
     let exe = std::env::current_exe().context("finding this program to start one process per GPU")?;
     let rank_args = without_gpus(std::env::args_os().skip(1));
     // Every interrupt is the launcher's to pass on (see launcher::launch).
