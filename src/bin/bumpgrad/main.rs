@@ -127,8 +127,8 @@ struct TrainArgs {
     #[arg(long)]
     json: bool,
     /// Train data-parallel on N GPUs of this host, one process per GPU, each with --batch
-    /// examples per step (a step is N × --batch). On several hosts, start one process per GPU
-    /// yourself with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT set, as torchrun does.
+    /// examples per step (a step is N × --batch). On several hosts, start one process per GPU with
+    /// srun, mpirun, or RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT set as torchrun does.
     #[arg(long, value_name = "N")]
     gpus: Option<usize>,
     /// Data-parallel gradient bucket size in KiB: each bucket is summed across the GPUs as soon as
