@@ -26,9 +26,10 @@ pub enum DistError {
         world_size: usize,
     },
 
-    /// A peer that does not follow the protocol, or a group that cannot be
-    /// formed as configured (wrong magic, world size mismatch, duplicate
-    /// rank). The text says which and what to change.
+    /// A group that cannot be formed as configured (a world size mismatch,
+    /// a duplicate rank), or a rank 0 that speaks another protocol. The
+    /// text says which and what to change. (Strangers on rank 0's port are
+    /// dropped, not errors.)
     #[error("the rendezvous failed: {0}")]
     Protocol(String),
 

@@ -67,7 +67,7 @@
 
 use super::env::Source;
 use super::error::DistError;
-use super::token::{random_bytes, Token, NONCE_LEN, PROOF_LEN};
+use super::token::{Nonces, Token, NONCE_LEN, PROOF_LEN};
 use std::collections::VecDeque;
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -262,6 +262,7 @@ fn lead(
         conns: VecDeque::new(),
         cap: MAX_WAITING.max(cfg.world_size),
         drops: Drops::default(),
+        nonces: Nonces::new()?,
     };
     while joined.count < cfg.world_size {
         let now = Instant::now();
@@ -407,6 +408,7 @@ struct Waiting {
     /// The most that may wait at once.
     cap: usize,
     drops: Drops,
+    nonces: Nonces,
 }
 
 impl Waiting {
@@ -441,7 +443,7 @@ impl Waiting {
                     return Err(io_error(format!("accepting ranks on {addr}"), source));
                 }
             };
-            match Conn::challenge(stream, from, token_required, now)? {
+            match Conn::challenge(stream, from, self.nonces.next(), token_required, now) {
                 Ok(conn) => self.conns.push_back(conn),
                 Err(reason) => self.drops.report(from, &reason, log),
             }
@@ -525,16 +527,15 @@ enum Heard {
 }
 
 impl Conn {
-    /// Sends a new connection its challenge. The inner `Err` says why the
-    /// connection is dropped at once; the outer one, that no nonce could
-    /// be made (rank 0's own failure).
+    /// Sends a new connection its challenge; `Err` says why the connection
+    /// is dropped at once.
     fn challenge(
         stream: TcpStream,
         from: SocketAddr,
+        nonce: [u8; NONCE_LEN],
         token_required: bool,
         now: Instant,
-    ) -> Result<Result<Self, String>, DistError> {
-        let nonce: [u8; NONCE_LEN] = random_bytes()?;
+    ) -> Result<Self, String> {
         let mut frame = [0u8; CHALLENGE_LEN];
         frame[0] = CHALLENGE;
         frame[1..5].copy_from_slice(&MAGIC);
@@ -544,7 +545,7 @@ impl Conn {
         // on Linux, but other systems differ: set it either way.
         let sent = stream.set_nonblocking(true).and_then(|()| (&stream).write(&frame));
         let _ = stream.set_nodelay(true);
-        Ok(match sent {
+        match sent {
             Ok(CHALLENGE_LEN) => Ok(Self {
                 stream,
                 from,
@@ -555,7 +556,7 @@ impl Conn {
             }),
             Ok(_) => Err("its connection took only part of the challenge".into()),
             Err(e) => Err(format!("the challenge could not be sent ({e})")),
-        })
+        }
     }
 
     /// Reads what has arrived, never more than the rest of one hello.

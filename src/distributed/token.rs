@@ -119,6 +119,32 @@ fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; PROOF_LEN] {
     outer.finalize().into()
 }
 
+/// Rank 0's nonces: SHA-256 of a random seed and a counter, so each
+/// connection gets a fresh one that nobody without the seed can predict,
+/// without a read of the system's random source per connection (which a
+/// flood of connections could make fail, for want of file descriptors).
+pub(crate) struct Nonces {
+    seed: [u8; 32],
+    next: u64,
+}
+
+impl Nonces {
+    pub(crate) fn new() -> Result<Self, DistError> {
+        Ok(Self {
+            seed: random_bytes()?,
+            next: 0,
+        })
+    }
+
+    pub(crate) fn next(&mut self) -> [u8; NONCE_LEN] {
+        self.next += 1;
+        let mut hash = Sha256::new();
+        hash.update(self.seed);
+        hash.update(self.next.to_le_bytes());
+        hash.finalize().into()
+    }
+}
+
 /// `N` bytes from the system's random source.
 pub(crate) fn random_bytes<const N: usize>() -> Result<[u8; N], DistError> {
     let mut bytes = [0u8; N];
@@ -181,6 +207,18 @@ mod tests {
         let mut flipped = proof;
         flipped[0] ^= 0x80;
         assert!(!token.verify(&nonce, 1, 4, &flipped));
+    }
+
+    #[test]
+    fn nonces_differ_per_connection_and_per_rank_0() {
+        let mut a = Nonces::new().unwrap();
+        let mut b = Nonces::new().unwrap();
+        let from_a: Vec<_> = (0..100).map(|_| a.next()).collect();
+        let mut unique = from_a.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), 100);
+        assert_ne!(b.next(), from_a[0], "another seed, other nonces");
     }
 
     #[test]
