@@ -184,6 +184,16 @@ fn bad_settings_are_refused_with_what_to_pass() {
         ),
         (&["--gpus", "0"], 1, "--gpus must be at least 1"),
         (&["--gpus", "2"], 1, "drop --device cpu"),
+        (
+            &["--rendezvous-token-file", "/nonexistent/token"],
+            1,
+            "--rendezvous-token-file: cannot use /nonexistent/token as the rendezvous token: cannot open it",
+        ),
+        (
+            &["--rendezvous-token-file", "/dev/null"],
+            1,
+            "it is empty; put one line of secret text in it",
+        ),
     ];
     for (flags, status, needle) in table {
         refused(&train_args(flags), *status, needle);

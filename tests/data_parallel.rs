@@ -4,16 +4,29 @@
 //! path itself is checked on GPUs (`tests/gpu.rs`, `scripts/gpu.sh`).
 //!
 //! - one rank through the data-parallel path trains exactly as a plain run;
-//! - N ranks × batch B follow one device with batch N × B (float tolerance);
-//! - a rank that fails ends the others with an error, not a hang;
-//! - a stop asked of one rank stops all after the same step.
+//! - N ranks × batch B follow one device with batch N × B (float tolerance),
+//!   every rank ending with the same parameters, bit for bit;
+//! - each rank evaluates its share of the test set;
+//! - a rank that fails, while loading or mid-training, ends the others
+//!   with an error, not a hang;
+//! - a stop asked of one rank stops all after the same step;
+//! - strangers on the rendezvous port neither stop the group from forming
+//!   nor disturb its training.
 
 use bumpgrad::backend::{DeviceRequest, Group};
-use bumpgrad::distributed::{local, DataParallel, World, DEFAULT_BUCKET_BYTES};
-use bumpgrad::train::{train_rank, CheckpointPolicy, EpochReport, Every, Join, Quiet, TrainConfig};
+use bumpgrad::checkpoint::NamedTensor;
+use bumpgrad::distributed::rendezvous::{rendezvous, RendezvousConfig, WatchOptions};
+use bumpgrad::distributed::token::Token;
+use bumpgrad::distributed::{local, DataParallel, DistError, World, DEFAULT_BUCKET_BYTES};
+use bumpgrad::train::{
+    prepare_in, train_rank, CheckpointPolicy, EpochReport, Every, Join, Observer, Quiet, TrainConfig,
+};
 use bumpgrad::Error;
-use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 fn config(batch: usize, train_limit: usize, epochs: usize) -> TrainConfig {
@@ -68,6 +81,53 @@ fn run_group(
     })
 }
 
+/// A rank's reports and, at the end, its parameters and momentum.
+type Kept = Result<(Vec<EpochReport>, Vec<NamedTensor>), Error>;
+
+/// [`run_group`] through the session's own epoch loop, keeping each rank's
+/// final state to compare.
+fn run_group_keeping_state(size: usize, per_rank: impl Fn(usize) -> TrainConfig + Sync) -> Vec<Kept> {
+    let peers = local::group(size, Duration::from_secs(60));
+    std::thread::scope(|s| {
+        let handles: Vec<_> = peers
+            .into_iter()
+            .enumerate()
+            .map(|(rank, peer)| {
+                let cfg = per_rank(rank);
+                s.spawn(move || -> Kept {
+                    let join = Join {
+                        group: Group::Local(peer),
+                        ordinal: 0,
+                    };
+                    let (mut session, _) = prepare_in(&cfg, Some(join))?;
+                    session.sync_replicas()?;
+                    let reports = session.on_workers(|s| {
+                        (1..=cfg.epochs)
+                            .map(|epoch| s.epoch(epoch, &mut Quiet))
+                            .collect::<Result<Vec<_>, _>>()
+                    })?;
+                    Ok((reports, session.state_tensors()?))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("rank thread")).collect()
+    })
+}
+
+/// Asserts that two ranks' tensors are the same, bit for bit.
+fn assert_same_bits(rank: usize, ours: &[NamedTensor], rank0: &[NamedTensor]) {
+    assert_eq!(ours.len(), rank0.len(), "rank {rank}: tensor count");
+    for (a, b) in ours.iter().zip(rank0) {
+        assert_eq!((&a.name, &a.shape), (&b.name, &b.shape), "rank {rank}");
+        if let Some(i) = (0..a.values.len()).find(|&i| a.values[i].to_bits() != b.values[i].to_bits()) {
+            panic!(
+                "rank {rank}: {}[{i}] is {:e}, rank 0's {:e}",
+                a.name, a.values[i], b.values[i]
+            );
+        }
+    }
+}
+
 fn no_stops(n: usize) -> Vec<AtomicBool> {
     (0..n).map(|_| AtomicBool::new(false)).collect()
 }
@@ -94,12 +154,13 @@ fn one_rank_through_the_data_parallel_path_is_the_plain_run_bit_for_bit() {
 fn matches_one_device(size: usize, batch: usize, train_limit: usize, bucket_bytes: usize) {
     let one = bumpgrad::train::train(&config(size * batch, train_limit, 2), &mut Quiet).expect("one device");
     let cfg = config(batch, train_limit, 2);
-    let results = run_group(size, |r| ranked(&cfg, r, size, bucket_bytes), &no_stops(size));
-    let ranks: Vec<Vec<EpochReport>> = results.into_iter().map(|r| r.expect("rank")).collect();
-    for (rank, reports) in ranks.iter().enumerate() {
-        // Every rank sees the summed losses and holds the same parameters.
-        assert_eq!(losses(reports), losses(&ranks[0]), "rank {rank}");
-        assert_eq!(reports[1].test_accuracy, ranks[0][1].test_accuracy, "rank {rank}");
+    let results = run_group_keeping_state(size, |r| ranked(&cfg, r, size, bucket_bytes));
+    let (ranks, states): (Vec<Vec<EpochReport>>, Vec<Vec<NamedTensor>>) =
+        results.into_iter().map(|r| r.expect("rank")).unzip();
+    // Every rank ends with rank 0's parameters, bit for bit: the same
+    // summed gradients applied the same way.
+    for (rank, state) in states.iter().enumerate() {
+        assert_same_bits(rank, state, &states[0]);
     }
     for (a, b) in losses(&one).iter().zip(losses(&ranks[0])) {
         assert!(
@@ -161,6 +222,230 @@ fn a_rank_that_fails_ends_the_others_promptly() {
     assert!(results[1].is_err());
 }
 
+/// Counts the training steps it is told of and the checkpoints written;
+/// once it has seen `sabotage_at` steps, replaces the checkpoint directory
+/// with a file, so that the next checkpoint cannot be written.
+struct Sabotage {
+    steps: usize,
+    checkpoints: usize,
+    sabotage_at: Option<(usize, PathBuf)>,
+}
+
+impl Observer for Sabotage {
+    fn step(&mut self, _epoch: usize, _step: usize, _loss: f32) {
+        self.steps += 1;
+        if let Some((at, dir)) = &self.sabotage_at {
+            if self.steps == *at {
+                std::fs::remove_dir_all(dir).expect("checkpoints written so far");
+                std::fs::write(dir, "not a directory").unwrap();
+            }
+        }
+    }
+
+    fn checkpoint_written(&mut self, _path: &Path) {
+        self.checkpoints += 1;
+    }
+}
+
+#[test]
+fn a_rank_failing_mid_training_ends_the_others_promptly() {
+    let dir = std::env::temp_dir().join(format!("bumpgrad-dp-midfail-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // 2 × 25 a step, 40 steps; a checkpoint every 5. Rank 0 (the writer)
+    // loses its checkpoint directory after step 7, so the checkpoint after
+    // step 10 fails: rank 0 ends with that error, mid-epoch.
+    let mut cfg = config(25, 2000, 1);
+    cfg.checkpoints = Some(CheckpointPolicy {
+        dir: dir.clone(),
+        every: Some(Every::Steps(5)),
+        keep: 3,
+    });
+    let peers = local::group(2, Duration::from_secs(60));
+    let started = Instant::now();
+    let results: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = peers
+            .into_iter()
+            .enumerate()
+            .map(|(rank, peer)| {
+                let cfg = ranked(&cfg, rank, 2, DEFAULT_BUCKET_BYTES);
+                let dir = dir.clone();
+                s.spawn(move || {
+                    let mut observer = Sabotage {
+                        steps: 0,
+                        checkpoints: 0,
+                        sabotage_at: (rank == 0).then_some((7, dir)),
+                    };
+                    let join = Join {
+                        group: Group::Local(peer),
+                        ordinal: 0,
+                    };
+                    let result = train_rank(&cfg, Some(join), &mut observer, &AtomicBool::new(false), None);
+                    (result, observer.steps, observer.checkpoints)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("rank thread")).collect()
+    });
+    let _ = std::fs::remove_file(&dir);
+    // Far below the group's 60 s timeout: rank 1 learnt that rank 0 left.
+    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+    let (rank0, rank1) = (&results[0], &results[1]);
+    let err0 = rank0.0.as_ref().expect_err("rank 0 must fail").to_string();
+    assert!(
+        err0.contains(dir.to_str().unwrap()),
+        "rank 0 fails on its checkpoint: {err0}"
+    );
+    assert_eq!(
+        (rank0.1, rank0.2),
+        (10, 1),
+        "rank 0 trained 10 steps and wrote 1 checkpoint"
+    );
+    let err1 = rank1.0.as_ref().expect_err("rank 1 must fail").to_string();
+    assert!(err1.contains("rank 0 left the group"), "{err1}");
+    assert_eq!(rank1.1, 10, "rank 1 was training when rank 0 failed");
+}
+
+#[test]
+fn each_rank_evaluates_its_share_of_the_test_set() {
+    // 3 ranks × 30, 900 images: 10 steps. 200 test images: shares of 66,
+    // 67 and 67, so 3 evaluation steps of at most 30 on each rank where
+    // the whole set would take 7. The arena resets once per step.
+    let mut cfg = config(30, 900, 1);
+    cfg.test_limit = Some(200);
+    let results = run_group(3, |r| ranked(&cfg, r, 3, DEFAULT_BUCKET_BYTES), &no_stops(3));
+    let reports: Vec<EpochReport> = results.into_iter().map(|r| r.expect("rank").remove(0)).collect();
+    for report in &reports {
+        assert_eq!(report.steps, 10);
+        assert_eq!(report.arena.resets, 10 + 3, "rank {}", report.rank);
+        assert_eq!(report.test_accuracy, reports[0].test_accuracy, "the counts are summed");
+    }
+    // Fewer test images than ranks: rank 0's share is empty.
+    cfg.test_limit = Some(2);
+    let results = run_group(3, |r| ranked(&cfg, r, 3, DEFAULT_BUCKET_BYTES), &no_stops(3));
+    let reports: Vec<EpochReport> = results.into_iter().map(|r| r.expect("rank").remove(0)).collect();
+    let resets: Vec<u64> = reports.iter().map(|r| r.arena.resets).collect();
+    assert_eq!(resets, [10, 11, 11]);
+    for report in &reports {
+        assert!(
+            [0.0, 0.5, 1.0].contains(&report.test_accuracy),
+            "{}",
+            report.test_accuracy
+        );
+        assert_eq!(report.test_accuracy, reports[0].test_accuracy);
+    }
+}
+
+#[test]
+fn strangers_on_the_rendezvous_port_neither_stop_the_group_nor_its_training() {
+    let addr = {
+        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().to_string()
+    };
+    let token = Token::new("this job's secret");
+    let member = |rank| RendezvousConfig::new(rank, 2, addr.clone(), Duration::from_secs(30)).with_token(token.clone());
+    let (log, logged) = mpsc::channel::<String>();
+    let rank0 = {
+        let cfg = member(0);
+        std::thread::spawn(move || {
+            rendezvous(&cfg, || Ok([7; 128]), &mut |line| {
+                let _ = log.send(line.to_string());
+            })
+        })
+    };
+    let connect = || {
+        let start = Instant::now();
+        loop {
+            match TcpStream::connect(&addr) {
+                Ok(stream) => return stream,
+                Err(e) => assert!(start.elapsed() < Duration::from_secs(10), "rank 0 never listened: {e}"),
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let dropped = |stream: &TcpStream| {
+        let from = stream.local_addr().unwrap().to_string();
+        loop {
+            let line = logged
+                .recv_timeout(Duration::from_secs(30))
+                .expect("a report of the drop");
+            if line.contains(&from) {
+                return line;
+            }
+        }
+    };
+    // Random bytes; a hello (tag 1, magic BGR2) claiming a 4 GiB body.
+    let noise: Vec<u8> = (0..4096u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 | 0x80)
+        .collect();
+    let huge = [&[1u8][..], b"BGR2", &u32::MAX.to_le_bytes()].concat();
+    for (bytes, reason) in [
+        (&noise[..], "wrong magic"),
+        (&huge[..], "claims a body of 4294967295 bytes"),
+    ] {
+        let mut stranger = connect();
+        stranger.write_all(bytes).unwrap();
+        stranger.shutdown(Shutdown::Write).unwrap();
+        assert!(dropped(&stranger).contains(reason));
+    }
+    // A silent connection, held open until the end; 200 opened and closed.
+    let silent = connect();
+    for _ in 0..200 {
+        drop(connect());
+    }
+    // A bumpgrad with the wrong token, as rank 1.
+    let impostor = member(1).with_token(Token::new("a guess"));
+    let refused = rendezvous(&impostor, || Ok([0; 128]), &mut |_| {}).map(|_| ());
+    assert!(matches!(refused, Err(DistError::NotAdmitted { .. })), "{refused:?}");
+
+    let rank1 = rendezvous(&member(1), || Ok([0; 128]), &mut |_| {});
+    let (id0, links0) = rank0.join().unwrap().expect("rank 0 formed the group");
+    let (id1, links1) = rank1.expect("rank 1 joined");
+    assert_eq!((id0, id1), ([7; 128], [7; 128]));
+    // The silent one got its challenge (tag 7, magic, token flag, nonce),
+    // perhaps a request to retry (tag 8, when newer ones crowded it out or
+    // its 3 s ran out), and then its connection closed: never a place.
+    let mut seen = Vec::new();
+    (&silent).read_to_end(&mut seen).unwrap();
+    assert_eq!((seen[0], &seen[1..5], seen[5]), (7, &b"BGR2"[..], 1), "{seen:?}");
+    assert!(seen.len() == 38 || (seen.len() == 39 && seen[38] == 8), "{seen:?}");
+
+    // The group trains, watched over its links.
+    let cfg = config(25, 1000, 1);
+    let peers = local::group(2, Duration::from_secs(60));
+    let results: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = peers
+            .into_iter()
+            .zip([links0, links1])
+            .enumerate()
+            .map(|(rank, (peer, links))| {
+                let cfg = ranked(&cfg, rank, 2, DEFAULT_BUCKET_BYTES);
+                s.spawn(move || {
+                    let (failed, failure) = mpsc::channel();
+                    let watch = links.watch(Arc::new(AtomicU64::new(0)), WatchOptions::default(), move |why| {
+                        let _ = failed.send(why);
+                    });
+                    let join = Join {
+                        group: Group::Local(peer),
+                        ordinal: 0,
+                    };
+                    let trained = train_rank(&cfg, Some(join), &mut Quiet, &AtomicBool::new(false), None);
+                    watch.finish();
+                    (trained, failure.try_recv().ok())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("rank thread")).collect()
+    });
+    for (rank, (trained, failure)) in results.into_iter().enumerate() {
+        assert_eq!(failure, None, "rank {rank}'s watch");
+        let reports = trained.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        assert!(
+            reports[0].train_loss.is_finite() && reports[0].train_loss < 2.3,
+            "{reports:?}"
+        );
+    }
+}
+
 #[test]
 fn a_stop_asked_of_one_rank_stops_every_rank_after_the_same_step() {
     let dir = std::env::temp_dir().join(format!("bumpgrad-dp-stop-{}", std::process::id()));
@@ -193,4 +478,142 @@ fn a_stop_asked_of_one_rank_stops_every_rank_after_the_same_step() {
     let written = std::fs::read_dir(&dir).expect("checkpoint dir").count();
     assert_eq!(written, 1);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Variables a cluster launcher or the CI's own environment might have set
+/// in this process, which the ranks below must not inherit.
+const PLACEMENT_VARS: [&str; 19] = [
+    "BUMPGRAD_RANK",
+    "BUMPGRAD_WORLD_SIZE",
+    "BUMPGRAD_LOCAL_RANK",
+    "BUMPGRAD_RENDEZVOUS",
+    "BUMPGRAD_LAUNCHED",
+    "BUMPGRAD_RENDEZVOUS_TOKEN",
+    "BUMPGRAD_RENDEZVOUS_TIMEOUT",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_STEP_ID",
+    "SLURM_JOB_NODELIST",
+];
+
+/// Starts `bumpgrad train` twice, as ranks 0 and 1 with `env(rank)`;
+/// returns each one's exit status and stderr.
+fn cluster_ranks(env: impl Fn(usize) -> Vec<(&'static str, String)>) -> Vec<(Option<i32>, String)> {
+    let children: Vec<_> = (0..2)
+        .map(|rank| {
+            let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_bumpgrad"));
+            cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
+                .args(["train", "--train-limit", "100", "--test-limit", "100", "--epochs", "1"])
+                .args(["--checkpoint-every", "off", "--rendezvous-timeout", "60"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped());
+            for var in PLACEMENT_VARS
+                .iter()
+                .chain(&["SLURM_LOCALID", "SLURM_JOB_ID", "SLURM_STEPID"])
+            {
+                cmd.env_remove(var);
+            }
+            cmd.envs(env(rank));
+            cmd.spawn().expect("start bumpgrad")
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|child| {
+            let out = child.wait_with_output().unwrap();
+            (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+        })
+        .collect()
+}
+
+/// A port of 127.0.0.1 that was free a moment ago.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[test]
+fn ranks_started_by_srun_or_mpirun_find_each_other() {
+    if bumpgrad::backend::cuda::open(0).is_ok() {
+        // With a GPU the ranks would go on to train on GPUs 0 and 1; this
+        // checks placement and rendezvous, which need none.
+        eprintln!("SKIPPED ranks_started_by_srun_or_mpirun_find_each_other: this machine has a usable GPU");
+        return;
+    }
+    // Slurm: a port derived from the job id (20000 + id % 10000), picked
+    // so that it is free; the address is the node list's first host.
+    let port = (0..100)
+        .map(|_| free_port())
+        .find(|p| (20000..30000).contains(p))
+        .unwrap_or_else(|| {
+            (20000..30000)
+                .find(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok())
+                .expect("a free port from 20000 to 29999")
+        });
+    let job_id = (7_000_000 + u32::from(port) - 20000).to_string();
+    let started = Instant::now();
+    let ranks = cluster_ranks(|rank| {
+        vec![
+            ("SLURM_PROCID", rank.to_string()),
+            ("SLURM_NTASKS", "2".into()),
+            ("SLURM_LOCALID", rank.to_string()),
+            ("SLURM_STEP_ID", "0".into()),
+            ("SLURM_JOB_ID", job_id.clone()),
+            ("SLURM_JOB_NODELIST", "127.0.0.[1-2],gpu[01-04]".into()),
+            ("BUMPGRAD_RENDEZVOUS_TOKEN", "a job's secret".into()),
+        ]
+    });
+    let placed = format!(
+        "rank 0 of 2 (GPU 0 of its host), placed by Slurm (srun): rank SLURM_PROCID, world size SLURM_NTASKS, \
+         local rank SLURM_LOCALID, address SLURM_JOB_NODELIST (first host), port from SLURM_JOB_ID; rendezvous \
+         at 127.0.0.1:{port}"
+    );
+    assert!(ranks[0].1.contains(&placed), "{}", ranks[0].1);
+    assert!(!ranks[0].1.contains("no rendezvous token"), "{}", ranks[0].1);
+    // Both reached the group: rank 0 could make no NCCL id on this machine
+    // and told rank 1 so over the rendezvous connection.
+    for (rank, (code, stderr)) in ranks.iter().enumerate() {
+        assert_eq!(*code, Some(1), "rank {rank}: {stderr}");
+        assert!(
+            stderr.contains("rank 0 could not make the group's id"),
+            "rank {rank}: {stderr}"
+        );
+    }
+
+    // Open MPI, with the address given; no token.
+    let port = free_port();
+    let ranks = cluster_ranks(|rank| {
+        vec![
+            ("OMPI_COMM_WORLD_RANK", rank.to_string()),
+            ("OMPI_COMM_WORLD_SIZE", "2".into()),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", rank.to_string()),
+            ("MASTER_ADDR", "127.0.0.1".into()),
+            ("MASTER_PORT", port.to_string()),
+        ]
+    });
+    let placed = "placed by Open MPI (mpirun): rank OMPI_COMM_WORLD_RANK, world size OMPI_COMM_WORLD_SIZE, local \
+                  rank OMPI_COMM_WORLD_LOCAL_RANK, address MASTER_ADDR and MASTER_PORT";
+    assert!(ranks[0].1.contains(placed), "{}", ranks[0].1);
+    assert!(
+        ranks[0].1.contains(&format!(
+            "any process that can reach 127.0.0.1:{port} can join this run"
+        )),
+        "{}",
+        ranks[0].1
+    );
+    for (rank, (code, stderr)) in ranks.iter().enumerate() {
+        assert_eq!(*code, Some(1), "rank {rank}: {stderr}");
+        assert!(
+            stderr.contains("rank 0 could not make the group's id"),
+            "rank {rank}: {stderr}"
+        );
+    }
+    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
 }

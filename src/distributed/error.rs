@@ -26,11 +26,23 @@ pub enum DistError {
         world_size: usize,
     },
 
-    /// A peer that does not follow the protocol, or a group that cannot be
-    /// formed as configured (wrong magic, world size mismatch, duplicate
-    /// rank). The text says which and what to change.
+    /// A group that cannot be formed as configured (a world size mismatch,
+    /// a duplicate rank), or a rank 0 that speaks another protocol. The
+    /// text says which and what to change. (Strangers on rank 0's port are
+    /// dropped, not errors.)
     #[error("the rendezvous failed: {0}")]
     Protocol(String),
+
+    /// Rank 0 turned this rank away: it could not prove that it knows the
+    /// job's token, or the two disagree on whether there is one.
+    #[error(
+        "rank 0 at {addr} did not admit this rank: {reason} — give every rank of the job the same \
+         BUMPGRAD_RENDEZVOUS_TOKEN (or token file), or none to any of them"
+    )]
+    NotAdmitted { addr: String, reason: String },
+
+    #[error("cannot use {path} as the rendezvous token: {reason}")]
+    TokenFile { path: std::path::PathBuf, reason: String },
 
     #[error("rank 0 could not make the group's id: {0} — fix that on rank 0's host and restart every rank")]
     Payload(String),

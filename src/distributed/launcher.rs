@@ -3,8 +3,9 @@
 //! The launcher starts every rank with its place in the group in the
 //! environment (`BUMPGRAD_RANK`, `BUMPGRAD_WORLD_SIZE`,
 //! `BUMPGRAD_LOCAL_RANK`, `BUMPGRAD_RENDEZVOUS`, `BUMPGRAD_LAUNCHED=1`,
-//! `BUMPGRAD_RENDEZVOUS_TIMEOUT`; the rest of its own environment, NCCL_*
-//! included, passes through), then supervises them until all have exited.
+//! `BUMPGRAD_RENDEZVOUS_TIMEOUT`, `BUMPGRAD_RENDEZVOUS_TOKEN`; the rest of
+//! its own environment, NCCL_* included, passes through), then supervises
+//! them until all have exited.
 //!
 //! # Invariants
 //!
@@ -18,8 +19,11 @@
 //!   reaped (or, after SIGKILL, found unkillable).
 //! - Only children not yet reaped are signalled, so a process group id
 //!   cannot have been reused by the time it is signalled.
+//! - Every launch has a rendezvous token (the caller's, or a new random
+//!   one), so only the ranks it started can join their group.
 
 use super::error::DistError;
+use super::token::{Token, TOKEN_VAR};
 use std::ffi::OsString;
 use std::io;
 use std::net::TcpListener;
@@ -51,6 +55,9 @@ pub struct LaunchOptions {
     /// After one rank fails, how long the others have between SIGTERM
     /// (stop after this step) and SIGKILL.
     pub grace: Duration,
+    /// Passed to every rank as BUMPGRAD_RENDEZVOUS_TOKEN; `None`: a new
+    /// random one for this launch.
+    pub token: Option<Token>,
 }
 
 impl Default for LaunchOptions {
@@ -59,6 +66,7 @@ impl Default for LaunchOptions {
             gpus: 1,
             rendezvous_timeout: super::rendezvous::DEFAULT_TIMEOUT,
             grace: Duration::from_secs(10),
+            token: None,
         }
     }
 }
@@ -91,6 +99,10 @@ pub fn launch(
         });
     }
     let addr = format!("127.0.0.1:{}", free_port()?);
+    let token = match &opts.token {
+        Some(token) => token.clone(),
+        None => Token::generate()?,
+    };
     let mut ranks = Ranks(Vec::with_capacity(opts.gpus));
     for rank in 0..opts.gpus {
         let mut child = Command::new(exe)
@@ -100,6 +112,7 @@ pub fn launch(
             .env("BUMPGRAD_LOCAL_RANK", rank.to_string())
             .env("BUMPGRAD_RENDEZVOUS", &addr)
             .env("BUMPGRAD_LAUNCHED", "1")
+            .env(TOKEN_VAR, token.secret())
             .env(
                 "BUMPGRAD_RENDEZVOUS_TIMEOUT",
                 opts.rendezvous_timeout.as_secs_f64().to_string(),
@@ -357,6 +370,7 @@ mod tests {
             gpus,
             rendezvous_timeout: Duration::from_secs(7),
             grace: Duration::from_millis(grace_ms),
+            token: None,
         }
     }
 
@@ -388,21 +402,30 @@ mod tests {
         assert_eq!(lines.len(), 1, "only the start line: {lines:?}");
     }
 
-    #[test]
-    fn ranks_see_their_place_in_the_group() {
+    /// What each of `gpus` ranks launched with `opts` saw of its
+    /// environment: rank, world size, local rank, address, launched,
+    /// timeout, PATH, token.
+    fn environments(opts: &LaunchOptions) -> (Vec<Vec<String>>, Vec<String>) {
         let dir = scratch("launch-env");
-        let script = r#"printf '%s|%s|%s|%s|%s|%s|%s' "$BUMPGRAD_RANK" "$BUMPGRAD_WORLD_SIZE" "$BUMPGRAD_LOCAL_RANK" \
-            "$BUMPGRAD_RENDEZVOUS" "$BUMPGRAD_LAUNCHED" "$BUMPGRAD_RENDEZVOUS_TIMEOUT" "$PATH" > "$1/rank-$BUMPGRAD_RANK""#;
+        let script = r#"printf '%s|%s|%s|%s|%s|%s|%s|%s' "$BUMPGRAD_RANK" "$BUMPGRAD_WORLD_SIZE" "$BUMPGRAD_LOCAL_RANK" \
+            "$BUMPGRAD_RENDEZVOUS" "$BUMPGRAD_LAUNCHED" "$BUMPGRAD_RENDEZVOUS_TIMEOUT" "$PATH" \
+            "$BUMPGRAD_RENDEZVOUS_TOKEN" > "$1/rank-$BUMPGRAD_RANK""#;
         let dir_arg = dir.to_str().unwrap();
-        let (code, lines, _) = run(&sh(script, &[dir_arg]), &opts(2, 1000), &AtomicBool::new(false));
+        let (code, lines, _) = run(&sh(script, &[dir_arg]), opts, &AtomicBool::new(false));
         assert_eq!(code, 0, "{lines:?}");
-        let seen: Vec<Vec<String>> = (0..2)
+        let seen = (0..opts.gpus)
             .map(|r| {
                 let text = std::fs::read_to_string(dir.join(format!("rank-{r}"))).unwrap();
                 text.split('|').map(str::to_string).collect()
             })
             .collect();
         std::fs::remove_dir_all(&dir).ok();
+        (seen, lines)
+    }
+
+    #[test]
+    fn ranks_see_their_place_in_the_group() {
+        let (seen, lines) = environments(&opts(2, 1000));
         for (r, vars) in seen.iter().enumerate() {
             assert_eq!(vars[0], r.to_string());
             assert_eq!(vars[1], "2");
@@ -420,11 +443,32 @@ mod tests {
     }
 
     #[test]
+    fn every_launch_gives_its_ranks_one_token_of_its_own() {
+        let (first, lines) = environments(&opts(2, 1000));
+        let token = &first[0][7];
+        assert_eq!(token.len(), 64, "{token:?}");
+        assert!(token.chars().all(|c| c.is_ascii_hexdigit()), "{token:?}");
+        assert_eq!(&first[1][7], token, "one token for the group");
+        assert!(
+            !lines.iter().any(|l| l.contains(token.as_str())),
+            "never logged: {lines:?}"
+        );
+        let (second, _) = environments(&opts(2, 1000));
+        assert_ne!(&second[0][7], token, "a new one each launch");
+        let given = LaunchOptions {
+            token: Token::new("the user's own"),
+            ..opts(2, 1000)
+        };
+        let (third, _) = environments(&given);
+        assert!(third.iter().all(|vars| vars[7] == "the user's own"), "{third:?}");
+    }
+
+    #[test]
     fn first_failure_stops_the_others_and_is_returned() {
         let script = r#"if [ "$BUMPGRAD_RANK" = 1 ]; then exit 3; fi; sleep 30"#;
         let (code, lines, took) = run(&sh(script, &[]), &opts(3, 5000), &AtomicBool::new(false));
         assert_eq!(code, 3, "{lines:?}");
-        assert!(took < Duration::from_secs(10), "took {took:?}");
+        assert!(took < Duration::from_secs(25), "took {took:?}");
         assert!(
             lines.iter().any(|l| l.starts_with("rank 1 (pid ") && l.ends_with("exited with status 3; stopping the other ranks")),
             "{lines:?}"
@@ -440,13 +484,15 @@ mod tests {
         let dir = scratch("launch-grace");
         let script = r#"trap '' TERM
             if [ "$BUMPGRAD_RANK" = 1 ]; then touch "$1/ready"; exec sleep 30; fi
-            n=0; while [ ! -e "$1/ready" ] && [ $n -lt 250 ]; do sleep 0.02; n=$((n + 1)); done
+            n=0; while [ ! -e "$1/ready" ] && [ $n -lt 1000 ]; do sleep 0.02; n=$((n + 1)); done
             kill -USR1 $$"#;
         let args = sh(script, &[dir.to_str().unwrap()]);
+        // Rank 1 ignores SIGTERM for sure once `ready` exists, so the short
+        // grace races nothing: it only bounds how long the test waits.
         let (code, lines, took) = run(&args, &opts(2, 300), &AtomicBool::new(false));
         std::fs::remove_dir_all(&dir).ok();
         assert_eq!(code, 128 + libc::SIGUSR1, "{lines:?}");
-        assert!(took < Duration::from_secs(10), "took {took:?}");
+        assert!(took < Duration::from_secs(30), "took {took:?}");
         let killed_by = format!("was killed by signal {}; stopping the other ranks", libc::SIGUSR1);
         assert!(
             lines.iter().any(|l| l.starts_with("rank 0") && l.ends_with(&killed_by)),
@@ -460,26 +506,46 @@ mod tests {
         );
     }
 
+    /// Waits until `dir` holds `ready-0` to `ready-{n-1}`, at most 20 s.
+    fn wait_ready(dir: &Path, n: usize) {
+        let start = Instant::now();
+        while !(0..n).all(|r| dir.join(format!("ready-{r}")).exists()) && start.elapsed().as_secs() < 20 {
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     #[test]
     fn an_interrupt_asks_every_rank_to_stop() {
-        let script = "trap 'exit 130' TERM; sleep 30 & wait";
+        // Each rank says it is ready once its trap is set, so the interrupt
+        // cannot arrive before the rank can answer it.
+        let dir = scratch("launch-stop");
+        let script = r#"trap 'exit 130' TERM; touch "$1/ready-$BUMPGRAD_RANK"; sleep 30 & wait"#;
+        let args = sh(script, &[dir.to_str().unwrap()]);
         let stop = AtomicBool::new(false);
         let (code, lines, took) = thread::scope(|s| {
             s.spawn(|| {
-                thread::sleep(Duration::from_millis(300));
+                wait_ready(&dir, 2);
                 stop.store(true, Ordering::SeqCst);
             });
-            run(&sh(script, &[]), &opts(2, 5000), &stop)
+            run(&args, &opts(2, 5000), &stop)
         });
+        std::fs::remove_dir_all(&dir).ok();
         assert_eq!(code, INTERRUPTED, "{lines:?}");
-        assert!(took < Duration::from_secs(10), "took {took:?}");
+        assert!(took < Duration::from_secs(30), "took {took:?}");
         assert!(
             lines
                 .iter()
                 .any(|l| l == "stopping: asked every rank to checkpoint and exit"),
             "{lines:?}"
         );
-        assert!(!lines.iter().any(|l| l.contains("killing")), "{lines:?}");
+        // Each rank answered the request itself (status 130), none was
+        // killed or ended otherwise.
+        assert!(
+            !lines
+                .iter()
+                .any(|l| l.contains("killing") || l.contains("while stopping")),
+            "{lines:?}"
+        );
     }
 
     #[test]
@@ -491,23 +557,20 @@ mod tests {
         let (code, lines, took) = thread::scope(|s| {
             s.spawn(|| {
                 // Both ranks ignore SIGTERM before the first interrupt.
-                let ready = Instant::now();
-                while !(dir.join("ready-0").exists() && dir.join("ready-1").exists()) && ready.elapsed().as_secs() < 5 {
-                    thread::sleep(Duration::from_millis(10));
-                }
+                wait_ready(&dir, 2);
                 stop.store(true, Ordering::SeqCst);
                 // The launcher takes the first interrupt before the second.
-                while stop.load(Ordering::SeqCst) && ready.elapsed().as_secs() < 10 {
+                let taken = Instant::now();
+                while stop.load(Ordering::SeqCst) && taken.elapsed().as_secs() < 20 {
                     thread::sleep(Duration::from_millis(10));
                 }
-                thread::sleep(Duration::from_millis(200));
                 stop.store(true, Ordering::SeqCst);
             });
             run(&args, &opts(2, 60_000), &stop)
         });
         std::fs::remove_dir_all(&dir).ok();
         assert_eq!(code, INTERRUPTED, "{lines:?}");
-        assert!(took < Duration::from_secs(10), "took {took:?}");
+        assert!(took < Duration::from_secs(30), "took {took:?}");
         let stopping = lines
             .iter()
             .position(|l| l == "stopping: asked every rank to checkpoint and exit");

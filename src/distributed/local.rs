@@ -147,26 +147,44 @@ mod tests {
 
     #[test]
     fn every_rank_gets_the_same_sum_in_rank_order() {
-        let peers = group(3, Duration::from_secs(10));
+        // In f32, 1e8 + 1 rounds back to 1e8, so a sum of three values
+        // depends on which two are added first. Each column gives 1 for
+        // one pair added first and 0 for the other two: rank order,
+        // (v0 + v1) + v2, sums the columns to [1, 0, 0]; adding v0 and v2
+        // first gives [0, 0, 1], v1 and v2 first [0, 1, 0]. So a rank
+        // summing in any order but rank order gets another result.
+        let columns: [[f32; 3]; 3] = [[1e8, -1e8, 1.0], [1.0, 1e8, -1e8], [1e8, 1.0, -1e8]];
+        let in_rank_order = [1.0, 0.0, 0.0];
+        let in_other_orders = [[0.0, 0.0], [0.0, 1.0], [1.0, 0.0]];
+        for (c, column) in columns.iter().enumerate() {
+            let sum = |a: usize, b: usize, c: usize| (column[a] + column[b]) + column[c];
+            assert_eq!(sum(0, 1, 2), in_rank_order[c]);
+            assert_eq!([sum(0, 2, 1), sum(1, 2, 0)], in_other_orders[c], "column {c}");
+        }
+        let peers = group(3, Duration::from_secs(60));
         let out: Vec<Vec<f32>> = std::thread::scope(|s| {
             let handles: Vec<_> = peers
                 .into_iter()
                 .map(|peer| {
                     s.spawn(move || {
-                        let r = peer.rank() as f32;
-                        let mut data = vec![r, 1e8 * (r - 1.0), 0.25 * r];
+                        let mut data: Vec<f32> = columns.iter().map(|c| c[peer.rank()]).collect();
                         peer.all_reduce_sum(&mut data).unwrap();
+                        let first = data.clone();
+                        // A second sum through the same slots: three
+                        // copies of the first.
                         peer.all_reduce_sum(&mut data).unwrap();
-                        data
+                        (first, data)
                     })
                 })
                 .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        // First sum: [3, 0, 0.75]; the second sums three copies of it.
-        let expect = vec![9.0, (-1e8f32 + 0.0 + 1e8) * 3.0, 2.25];
-        for data in &out {
-            assert_eq!(data, &expect);
+            handles.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
+        })
+        .into_iter()
+        .flat_map(|(first, second)| [first, second])
+        .collect();
+        for (rank, data) in out.chunks(2).enumerate() {
+            assert_eq!(data[0], in_rank_order, "rank {rank}");
+            assert_eq!(data[1], [3.0, 0.0, 0.0], "rank {rank}");
         }
     }
 
@@ -176,12 +194,17 @@ mod tests {
         let second = peers.pop().unwrap();
         let first = peers.pop().unwrap();
         let started = Instant::now();
+        let shared = first.shared.clone();
         let waiter = std::thread::spawn(move || first.all_reduce_sum(&mut [1.0]));
-        std::thread::sleep(Duration::from_millis(50));
+        // Rank 0 is waiting in the sum before rank 1 leaves.
+        while lock(&shared.state).arrived == 0 {
+            assert!(started.elapsed() < Duration::from_secs(20), "rank 0 never arrived");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         drop(second);
         let err = waiter.join().unwrap().unwrap_err().to_string();
         assert!(err.contains("rank 1 left the group"), "{err}");
-        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(started.elapsed() < Duration::from_secs(25));
     }
 
     #[test]
@@ -194,20 +217,34 @@ mod tests {
     }
 
     #[test]
-    fn mismatched_lengths_are_refused() {
-        let peers = group(2, Duration::from_secs(10));
-        let errs: Vec<_> = std::thread::scope(|s| {
+    fn mismatched_lengths_are_refused_on_every_rank() {
+        let peers = group(3, Duration::from_secs(60));
+        let results: Vec<_> = std::thread::scope(|s| {
             let handles: Vec<_> = peers
                 .into_iter()
                 .map(|peer| {
                     s.spawn(move || {
-                        let mut data = vec![1.0; 2 + peer.rank()];
-                        peer.all_reduce_sum(&mut data).is_err()
+                        // Ranks 0 and 1 agree; rank 2 sums one value more.
+                        let mut data = vec![1.0; 2 + peer.rank() / 2];
+                        peer.all_reduce_sum(&mut data).map(|()| data)
                     })
                 })
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
-        assert!(errs.iter().any(|&e| e));
+        // No rank may go on with a sum of garbage, not even those that
+        // agree with each other.
+        for (rank, result) in results.into_iter().enumerate() {
+            match result {
+                Err(BackendError::Group(why)) => {
+                    let expected = match rank {
+                        2 => "rank 2 summed 3 values where rank 0 summed 2".to_string(),
+                        _ => format!("rank {rank} summed 2 values where rank 2 summed 3"),
+                    };
+                    assert_eq!(why, format!("{expected}: the ranks fell out of step"));
+                }
+                other => panic!("rank {rank}: expected an error, got {other:?}"),
+            }
+        }
     }
 }

@@ -3,18 +3,23 @@
 //! across them after every backward.
 //!
 //! - [`rendezvous`]: how the ranks find each other (rank 0 listens; the
-//!   others connect and receive NCCL's id) and then watch each other, so a
-//!   rank that dies ends the others within a bounded time;
+//!   others connect, prove they know the job's [`token`], and receive
+//!   NCCL's id) and then watch each other, so a rank that dies ends the
+//!   others within a bounded time; strangers on the port are dropped;
+//! - [`env`]: a rank's place in the group from its environment (bumpgrad's
+//!   launcher, torchrun, Open MPI, Slurm);
 //! - [`launcher`]: `bumpgrad train --gpus N`, one child process per GPU;
 //! - [`buckets`]: the gradients in the persistent region, summed bucket by
 //!   bucket while backward runs;
 //! - [`local`]: an in-process group of threads with the same arithmetic.
 
 pub mod buckets;
+pub mod env;
 pub mod error;
 pub mod launcher;
 pub mod local;
 pub mod rendezvous;
+pub mod token;
 
 pub use error::DistError;
 
@@ -44,9 +49,15 @@ impl World {
         if len == per_rank * self.size {
             (self.rank * per_rank, per_rank)
         } else {
-            let (a, b) = (self.rank * len / self.size, (self.rank + 1) * len / self.size);
-            (a, b - a)
+            self.share(len)
         }
+    }
+
+    /// This rank's contiguous share of `len` items, `(first, count)`: the
+    /// ranks' shares cover them once, in order, as evenly as they can.
+    pub fn share(&self, len: usize) -> (usize, usize) {
+        let (a, b) = (self.rank * len / self.size, (self.rank + 1) * len / self.size);
+        (a, b - a)
     }
 }
 
@@ -78,5 +89,23 @@ mod tests {
         }
         assert_eq!(World { rank: 1, size: 2 }.shard(100, 50), (50, 50));
         assert_eq!(World { rank: 1, size: 3 }.shard(10, 50), (3, 3));
+    }
+
+    #[test]
+    fn shares_cover_every_item_once_even_with_fewer_items_than_ranks() {
+        for size in 1..6 {
+            for len in [0, 1, size - 1, size, 7, 10_000] {
+                let mut next = 0;
+                for rank in 0..size {
+                    let (first, count) = World { rank, size }.share(len);
+                    assert_eq!(first, next, "size {size} len {len} rank {rank}");
+                    assert!(count <= len.div_ceil(size), "even: size {size} len {len}");
+                    next += count;
+                }
+                assert_eq!(next, len);
+            }
+        }
+        assert_eq!(World { rank: 2, size: 3 }.share(10_000), (6666, 3334));
+        assert_eq!(World::ALONE.share(200), (0, 200));
     }
 }

@@ -1,21 +1,43 @@
 //! Forming a group of ranks over TCP, and watching it while it trains.
 //!
-//! Rank 0 listens on the rendezvous address; every other rank connects to
-//! it, says who it is, and receives the 128-byte payload (the NCCL unique
-//! id) that rank 0 makes once, after every rank has joined. The star of
-//! connections then stays open for [`Links::watch`]: heartbeats both ways,
-//! a goodbye on a clean end, and a failure notice when a rank stops the
-//! group, which rank 0 relays to everyone else by closing every link.
+//! Rank 0 listens on the rendezvous address and sends every connection a
+//! challenge: a fresh random nonce. A rank answers with a hello saying who
+//! it is and proving that it knows the job's token (see [`super::token`]),
+//! and once every rank has joined it receives the 128-byte payload (the
+//! NCCL unique id) that rank 0 makes once. The star of connections then
+//! stays open for [`Links::watch`]: heartbeats both ways, a goodbye on a
+//! clean end, and a failure notice when a rank stops the group, which rank
+//! 0 relays to everyone else by closing every link.
+//!
+//! # Who can connect
+//!
+//! Anything that reaches the port: port scanners, health checks, a rank of
+//! another job. Such a stranger is dropped, never fatal: a connection that
+//! sends the wrong magic, a malformed hello, a proof that does not check
+//! out, or no whole hello within [`HELLO_WAIT`] is closed and reported once
+//! through the caller's log, and rank 0 goes on waiting for the real ranks
+//! until its own timeout. What strangers can cost is bounded: at most
+//! [`MAX_WAITING`] connections (or the world size, if larger) wait for their
+//! hello at once, a new one beyond that evicting the oldest; each waits at
+//! most [`HELLO_WAIT`]; its bytes go to a fixed buffer of one hello, so no
+//! length a stranger sends sizes any allocation. A hello with a good proof
+//! (or, without a token, any well-formed hello) is a rank of this job: a
+//! world size or a rank that does not fit is this job's misconfiguration
+//! and fails the whole group. Once the group has formed the listener is
+//! closed, so later connections are refused: the links carry only the ranks
+//! that joined. Without a token, anything that reaches the port and speaks
+//! this protocol can join as a rank, or fail the group.
 //!
 //! # Invariants
 //!
 //! - Nothing here blocks past the configured timeout (plus [`REPLY_SLACK`]):
-//!   every read and write has a deadline, every retry loop a bound.
+//!   every read and write has a deadline, every retry loop a bound; rank 0
+//!   never blocks on a connection that has not joined.
 //! - `make_payload` runs at most once, on rank 0, and only once the whole
 //!   group has joined, so a group that never forms never makes an id.
 //! - A group that cannot form (timeout, a duplicate rank, a world size
-//!   mismatch, a stranger on the port) fails on every rank that reached
-//!   rank 0, not only on rank 0: rank 0 tells each joined rank why.
+//!   mismatch) fails on every rank that reached rank 0, not only on rank 0:
+//!   rank 0 tells each joined rank why.
 //! - A rank's connection closing is a failure unless that rank said
 //!   goodbye first.
 //!
@@ -24,24 +46,32 @@
 //! Every message is a one-byte tag and a body; integers are little-endian,
 //! texts UTF-8 (at most [`MAX_TEXT`] bytes).
 //!
-//! | tag | name        | body                                                      | sent                                                    |
-//! |-----|-------------|-----------------------------------------------------------|---------------------------------------------------------|
-//! | 1   | `HELLO`     | magic `b"BGR1"`, rank `u32`, world size `u32`             | joiner → rank 0, first thing after connecting           |
-//! | 2   | `PAYLOAD`   | 128 bytes                                                 | rank 0 → joiner, once the whole group has joined        |
-//! | 3   | `REFUSE`    | kind `u8`, joined `u32`, length `u16`, text               | rank 0 → joiner, instead of `PAYLOAD`: no group forms   |
-//! | 4   | `HEARTBEAT` | —                                                         | both ways, about every second, while watched            |
-//! | 5   | `BYE`       | —                                                         | both ways: a clean end; the close that follows is fine  |
-//! | 6   | `FAIL`      | origin rank `u32`, length `u16`, text                     | both ways: the sender stops the group, and why          |
+//! | tag | name        | body                                                                   | sent                                                           |
+//! |-----|-------------|------------------------------------------------------------------------|----------------------------------------------------------------|
+//! | 7   | `CHALLENGE` | magic `b"BGR2"`, token required `u8`, nonce (32 bytes)                 | rank 0 → every connection, as soon as it is accepted           |
+//! | 1   | `HELLO`     | magic `b"BGR2"`, body length `u32` (40), rank `u32`, world size `u32`, proof (32 bytes) | joiner → rank 0, answering the challenge      |
+//! | 2   | `PAYLOAD`   | 128 bytes                                                              | rank 0 → joiner, once the whole group has joined               |
+//! | 3   | `REFUSE`    | kind `u8`, joined `u32`, length `u16`, text                            | rank 0 → joiner, instead of `PAYLOAD`                          |
+//! | 8   | `RETRY`     | —                                                                      | rank 0 → a connection it drops before a whole hello: a rank connects again |
+//! | 4   | `HEARTBEAT` | —                                                                      | both ways, about every second, while watched                   |
+//! | 5   | `BYE`       | —                                                                      | both ways: a clean end; the close that follows is fine         |
+//! | 6   | `FAIL`      | origin rank `u32`, length `u16`, text                                  | both ways: the sender stops the group, and why                 |
 //!
+//! The proof is HMAC-SHA-256 keyed by the token over a fixed label, the
+//! nonce, the rank and the world size; zeros when there is no token.
 //! `REFUSE` kinds: 0 the rendezvous timed out (joined = how many ranks had
-//! joined), 1 a protocol error, 2 rank 0 could not make the payload. The
-//! magic carries the protocol's version: a bumpgrad speaking another one is
-//! refused as a stranger, never misread.
+//! joined), 1 a protocol error, 2 rank 0 could not make the payload (no
+//! group forms for any of these), 3 this connection is not admitted (its
+//! proof did not check out; the others go on). The magic carries the
+//! protocol's version: a bumpgrad speaking another one is a stranger.
 
+use super::env::Source;
 use super::error::DistError;
+use super::token::{Nonces, Token, NONCE_LEN, PROOF_LEN};
+use std::collections::VecDeque;
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{self, JoinHandle};
@@ -52,29 +82,45 @@ pub const PAYLOAD_LEN: usize = 128;
 /// How long [`RendezvousConfig::from_env`] waits for the group when
 /// `BUMPGRAD_RENDEZVOUS_TIMEOUT` is not set.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// A connection that has not sent a whole hello this long after it was
+/// accepted is dropped (and told to retry, should it be a slow rank).
+pub const HELLO_WAIT: Duration = Duration::from_secs(3);
+/// Connections that may wait for their hello at once (or the world size,
+/// if larger); one more evicts the oldest.
+pub const MAX_WAITING: usize = 64;
 
-const MAGIC: [u8; 4] = *b"BGR1";
+const MAGIC: [u8; 4] = *b"BGR2";
+/// The magic of the protocol before tokens, named when a rank speaks it.
+const OLD_MAGIC: [u8; 4] = *b"BGR1";
 const HELLO: u8 = 1;
 const PAYLOAD: u8 = 2;
 const REFUSE: u8 = 3;
 const HEARTBEAT: u8 = 4;
 const BYE: u8 = 5;
 const FAIL: u8 = 6;
-const HELLO_LEN: usize = 1 + 4 + 4 + 4;
+const CHALLENGE: u8 = 7;
+const RETRY: u8 = 8;
+const CHALLENGE_LEN: usize = 1 + 4 + 1 + NONCE_LEN;
+/// What follows the hello's length field: rank, world size, proof.
+const HELLO_BODY: usize = 4 + 4 + PROOF_LEN;
+const HELLO_LEN: usize = 1 + 4 + 4 + HELLO_BODY;
 
 const REFUSED_TIMEOUT: u8 = 0;
 const REFUSED_PROTOCOL: u8 = 1;
 const REFUSED_PAYLOAD: u8 = 2;
+const REFUSED_NOT_ADMITTED: u8 = 3;
 
 /// Longest text a `REFUSE` or `FAIL` carries; longer ones are cut.
 const MAX_TEXT: usize = 1024;
+/// Dropped connections reported one by one; past this many, only counted.
+const MAX_REPORTED: usize = 20;
+/// Connections taken from the listener per look, so that a flood of them
+/// cannot keep rank 0 from reading the hellos it has.
+const ACCEPT_BATCH: usize = 256;
 /// Between a joiner's connection attempts while rank 0 is not listening yet.
 const CONNECT_RETRY: Duration = Duration::from_millis(100);
-/// Between rank 0's looks for new connections.
+/// Between rank 0's looks for new connections and hellos.
 const ACCEPT_POLL: Duration = Duration::from_millis(10);
-/// A connection that sends no hello this long is not a rank (a port
-/// scanner, a health check) and is dropped, so it cannot hold up the rest.
-const HELLO_WAIT: Duration = Duration::from_secs(2);
 /// How long past its own deadline a joiner waits for rank 0's answer, so
 /// that rank 0, timing out at about the same moment, can say how many
 /// ranks had joined.
@@ -83,7 +129,6 @@ const REPLY_SLACK: Duration = Duration::from_secs(1);
 const SEND_TIMEOUT: Duration = Duration::from_secs(1);
 /// The watch thread's period: how soon a closed link or a finish is seen.
 const POLL: Duration = Duration::from_millis(50);
-const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 /// Longer timeouts are cut to this, so that no deadline overflows.
 const MAX_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
 
@@ -101,10 +146,16 @@ pub struct RendezvousConfig {
     pub launched: bool,
     /// The GPU this rank uses on its host.
     pub local_rank: usize,
+    /// The job's secret: rank 0 admits only ranks that prove they know
+    /// it. `None`: any process that reaches rank 0 can join.
+    pub token: Option<Token>,
+    /// Where this configuration was read from, for the run to say.
+    pub source: Source,
 }
 
 impl RendezvousConfig {
-    /// A rank of a group on explicit terms, not launched, using GPU `rank`.
+    /// A rank of a group on explicit terms, not launched, using GPU `rank`,
+    /// with no token.
     pub fn new(rank: usize, world_size: usize, addr: impl Into<String>, timeout: Duration) -> Self {
         Self {
             rank,
@@ -113,186 +164,20 @@ impl RendezvousConfig {
             timeout,
             launched: false,
             local_rank: rank,
+            token: None,
+            source: Source::PROGRAM,
         }
     }
 
-    /// Reads BUMPGRAD_RANK / BUMPGRAD_WORLD_SIZE / BUMPGRAD_RENDEZVOUS
-    /// (host:port) / BUMPGRAD_LAUNCHED=1 / BUMPGRAD_LOCAL_RANK /
-    /// BUMPGRAD_RENDEZVOUS_TIMEOUT (seconds), falling back to torchrun's
-    /// RANK / WORLD_SIZE / MASTER_ADDR + MASTER_PORT / LOCAL_RANK, with
-    /// [`DEFAULT_TIMEOUT`]. `Ok(None)` for a plain single-process run.
-    pub fn from_env() -> Result<Option<Self>, DistError> {
-        let get = |name: &str| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned());
-        Self::from_lookup(get, DEFAULT_TIMEOUT)
-    }
-
-    /// [`from_env`](Self::from_env) reading variables through `get`, so
-    /// tests need not mutate the process environment. `timeout` applies
-    /// unless BUMPGRAD_RENDEZVOUS_TIMEOUT is set (the launcher sets it to
-    /// its own, so every rank it starts waits as long as it was told).
-    ///
-    /// An empty value counts as unset (`export RANK=` in a script). Each
-    /// BUMPGRAD_ variable wins over its torchrun counterpart.
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>, timeout: Duration) -> Result<Option<Self>, DistError> {
-        let lookup = Lookup(&get);
-        let rank = lookup.first(&["BUMPGRAD_RANK", "RANK"]);
-        let world = lookup.first(&["BUMPGRAD_WORLD_SIZE", "WORLD_SIZE"]);
-        let (rank, world) = match (rank, world) {
-            (None, None) => return Ok(None),
-            (Some(rank), None) => {
-                return Err(rank.invalid(
-                    "the world size is not set: set BUMPGRAD_WORLD_SIZE (or WORLD_SIZE) too, or neither \
-                     for a single-process run",
-                ))
-            }
-            (None, Some(world)) => {
-                return Err(world.invalid(
-                    "the rank is not set: set BUMPGRAD_RANK (or RANK) too, or neither for a single-process run",
-                ))
-            }
-            (Some(rank), Some(world)) => (rank, world),
-        };
-        let world_size = world.count()?;
-        if world_size == 0 {
-            return Err(world.invalid("a group needs at least 1 rank"));
-        }
-        let rank_n = rank.count()?;
-        if rank_n >= world_size {
-            return Err(rank.invalid(&format!(
-                "ranks run from 0 to {} in a group of {world_size} (from {}); give every process a distinct \
-                 rank below the world size",
-                world_size - 1,
-                world.name
-            )));
-        }
-        let local_rank = match lookup.first(&["BUMPGRAD_LOCAL_RANK", "LOCAL_RANK"]) {
-            Some(local) => local.count()?,
-            None => rank_n,
-        };
-        let addr = match lookup.rendezvous_addr()? {
-            Some(addr) => addr,
-            None if world_size == 1 => String::new(),
-            None => {
-                return Err(DistError::Env {
-                    var: "BUMPGRAD_RENDEZVOUS".into(),
-                    value: String::new(),
-                    reason: format!(
-                        "a group of {world_size} ranks needs rank 0's address: set BUMPGRAD_RENDEZVOUS=host:port \
-                         (or MASTER_ADDR and MASTER_PORT)"
-                    ),
-                })
-            }
-        };
-        let launched = match lookup.get("BUMPGRAD_LAUNCHED") {
-            None => false,
-            Some(v) if v.value.trim() == "1" => true,
-            Some(v) if v.value.trim() == "0" => false,
-            Some(v) => return Err(v.invalid("expected 1 (started by the launcher) or 0")),
-        };
-        let timeout = match lookup.get("BUMPGRAD_RENDEZVOUS_TIMEOUT") {
-            None => timeout,
-            Some(v) => v.seconds()?,
-        };
-        Ok(Some(Self {
-            rank: rank_n,
-            world_size,
-            addr,
-            timeout,
-            launched,
-            local_rank,
-        }))
+    /// This configuration admitting only ranks that know `token`.
+    pub fn with_token(self, token: Option<Token>) -> Self {
+        Self { token, ..self }
     }
 
     /// The GPU this rank uses on its host: BUMPGRAD_LOCAL_RANK or
-    /// LOCAL_RANK, else the rank.
+    /// LOCAL_RANK, else the cluster launcher's local rank, else the rank.
     pub fn local_rank(&self) -> usize {
         self.local_rank
-    }
-}
-
-/// Environment variables read through a caller's lookup function.
-struct Lookup<'a, F>(&'a F);
-
-/// One variable that is set, and its value.
-struct Var {
-    name: String,
-    value: String,
-}
-
-impl<F: Fn(&str) -> Option<String>> Lookup<'_, F> {
-    fn get(&self, name: &str) -> Option<Var> {
-        let value = (self.0)(name).filter(|v| !v.trim().is_empty())?;
-        Some(Var {
-            name: name.to_string(),
-            value,
-        })
-    }
-
-    /// The first of `names` that is set.
-    fn first(&self, names: &[&str]) -> Option<Var> {
-        names.iter().find_map(|name| self.get(name))
-    }
-
-    /// BUMPGRAD_RENDEZVOUS, else MASTER_ADDR:MASTER_PORT, checked.
-    fn rendezvous_addr(&self) -> Result<Option<String>, DistError> {
-        if let Some(var) = self.get("BUMPGRAD_RENDEZVOUS") {
-            let addr = var.value.trim();
-            let port = addr
-                .rsplit_once(':')
-                .filter(|(host, _)| !host.is_empty())
-                .map(|(_, port)| port);
-            if !port.is_some_and(|p| p.parse::<u16>().is_ok_and(|p| p != 0)) {
-                return Err(var.invalid(
-                    "expected host:port of rank 0's listener with a port from 1 to 65535, e.g. 10.0.0.1:29500",
-                ));
-            }
-            return Ok(Some(addr.to_string()));
-        }
-        match (self.get("MASTER_ADDR"), self.get("MASTER_PORT")) {
-            (None, None) => Ok(None),
-            (Some(host), None) => Err(host.invalid("MASTER_PORT is not set: set it too (torchrun sets both)")),
-            (None, Some(port)) => Err(port.invalid("MASTER_ADDR is not set: set it too (torchrun sets both)")),
-            (Some(host), Some(port)) => {
-                if !port.value.trim().parse::<u16>().is_ok_and(|p| p != 0) {
-                    return Err(port.invalid("expected a port from 1 to 65535, e.g. 29500"));
-                }
-                let host = host.value.trim();
-                // A bare IPv6 address needs brackets before a port.
-                let host = if host.contains(':') && !host.starts_with('[') {
-                    format!("[{host}]")
-                } else {
-                    host.to_string()
-                };
-                Ok(Some(format!("{host}:{}", port.value.trim())))
-            }
-        }
-    }
-}
-
-impl Var {
-    fn invalid(&self, reason: &str) -> DistError {
-        DistError::Env {
-            var: self.name.clone(),
-            value: self.value.clone(),
-            reason: reason.to_string(),
-        }
-    }
-
-    fn count(&self) -> Result<usize, DistError> {
-        self.value
-            .trim()
-            .parse()
-            .map_err(|_| self.invalid("expected a whole number (0, 1, 2, ...)"))
-    }
-
-    fn seconds(&self) -> Result<Duration, DistError> {
-        self.value
-            .trim()
-            .parse::<f64>()
-            .ok()
-            .filter(|s| s.is_finite() && *s > 0.0)
-            .and_then(|s| Duration::try_from_secs_f64(s).ok())
-            .ok_or_else(|| self.invalid("expected a positive number of seconds, e.g. 300"))
     }
 }
 
@@ -316,14 +201,17 @@ struct Peer {
 /// each; every other rank connects (retrying while rank 0 is not up yet),
 /// says hello and receives them. Both return the payload and the links
 /// for [`Links::watch`]. A group of one makes its payload and has no links.
+/// Rank 0 tells `log` about each connection it drops (see the module's doc).
 ///
 /// Fails, never hangs past `cfg.timeout` (plus about a second on joiners):
 /// [`DistError::RendezvousTimeout`], [`DistError::Protocol`] for a
-/// duplicate rank, a world size mismatch or a stranger on the port,
-/// [`DistError::Bind`] when rank 0 cannot listen.
+/// duplicate rank or a world size mismatch, [`DistError::NotAdmitted`] for
+/// a joiner whose token is not rank 0's, [`DistError::Bind`] when rank 0
+/// cannot listen.
 pub fn rendezvous(
     cfg: &RendezvousConfig,
     make_payload: impl FnOnce() -> Result<[u8; PAYLOAD_LEN], String>,
+    log: &mut dyn FnMut(&str),
 ) -> Result<([u8; PAYLOAD_LEN], Links), DistError> {
     if cfg.rank >= cfg.world_size {
         return Err(DistError::Protocol(format!(
@@ -341,7 +229,7 @@ pub fn rendezvous(
         return Ok((payload, links));
     }
     if cfg.rank == 0 {
-        lead(cfg, make_payload)
+        lead(cfg, make_payload, log)
     } else {
         join(cfg)
     }
@@ -351,6 +239,7 @@ pub fn rendezvous(
 fn lead(
     cfg: &RendezvousConfig,
     make_payload: impl FnOnce() -> Result<[u8; PAYLOAD_LEN], String>,
+    log: &mut dyn FnMut(&str),
 ) -> Result<([u8; PAYLOAD_LEN], Links), DistError> {
     let start = Instant::now();
     let deadline = start + cfg.timeout.min(MAX_WAIT);
@@ -360,7 +249,8 @@ fn lead(
         addr: cfg.addr.clone(),
         source,
     })?;
-    // Non-blocking so that the deadline is checked between connections.
+    // Non-blocking so that one thread can watch the deadline, the listener
+    // and every waiting connection in turn.
     listener
         .set_nonblocking(true)
         .map_err(|source| io_error(format!("setting up the rendezvous listener on {}", cfg.addr), source))?;
@@ -368,54 +258,83 @@ fn lead(
         streams: (0..cfg.world_size).map(|_| None).collect(),
         count: 1,
     };
+    let mut waiting = Waiting {
+        conns: VecDeque::new(),
+        cap: MAX_WAITING.max(cfg.world_size),
+        drops: Drops::default(),
+        nonces: Nonces::new()?,
+    };
     while joined.count < cfg.world_size {
-        let (stream, from) = match listener.accept() {
-            Ok(connection) => connection,
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
-                let now = Instant::now();
-                if now >= deadline {
-                    joined.refuse_all(REFUSED_TIMEOUT, "");
-                    return Err(DistError::RendezvousTimeout {
-                        addr: cfg.addr.clone(),
-                        waited_s: start.elapsed().as_secs_f64(),
-                        joined: joined.count,
-                        world_size: cfg.world_size,
-                    });
-                }
-                thread::sleep(ACCEPT_POLL.min(deadline - now));
-                continue;
-            }
-            Err(source) => {
-                let err = io_error(format!("accepting ranks on {}", cfg.addr), source);
-                joined.refuse_all(REFUSED_PROTOCOL, &err.to_string());
-                return Err(err);
-            }
-        };
-        let hello = match read_hello(&stream, deadline) {
-            Ok(hello) => hello,
-            Err(Silent) => continue,
-        };
-        let problem = match hello {
-            Hello::Stranger => Some(format!(
-                "a connection from {from} to {} does not speak bumpgrad's rendezvous protocol (wrong magic) — \
-                 another program is using this port, or that rank runs another bumpgrad version; pick a free \
-                 port and start every rank from the same build",
-                cfg.addr
-            )),
-            Hello::Rank { rank, world_size } => joined.problem(rank, world_size),
-        };
-        if let Some(reason) = problem {
-            refuse(&stream, REFUSED_PROTOCOL, joined.count, &reason);
-            joined.refuse_all(REFUSED_PROTOCOL, &reason);
-            return Err(DistError::Protocol(reason));
+        let now = Instant::now();
+        if let Err(err) = waiting.accept(&listener, cfg.token.is_some(), now, log) {
+            joined.refuse_all(REFUSED_PROTOCOL, &err.to_string());
+            return Err(err);
         }
-        if let Hello::Rank { rank, .. } = hello {
-            // Small messages go out at once rather than waiting to be merged.
-            let _ = stream.set_nodelay(true);
-            joined.streams[rank] = Some(stream);
+        let mut i = 0;
+        // Once the group is whole, later hellos are not read: they are
+        // dropped with the listener, not taken for duplicates.
+        while i < waiting.conns.len() && joined.count < cfg.world_size {
+            let (rank, world_size, proof) = match waiting.conns[i].poll(now) {
+                Heard::Nothing => {
+                    i += 1;
+                    continue;
+                }
+                Heard::Stranger { reason, retry } => {
+                    waiting.drop_at(i, &reason, retry.then_some(&[RETRY][..]), log);
+                    continue;
+                }
+                Heard::Hello {
+                    rank,
+                    world_size,
+                    proof,
+                } => (rank, world_size, proof),
+            };
+            if let Some(token) = &cfg.token {
+                if !token.verify(&waiting.conns[i].nonce, rank, world_size, &proof) {
+                    let notice = refuse_frame(
+                        REFUSED_NOT_ADMITTED,
+                        joined.count,
+                        "this rank's proof of the job's token did not check out: its token is not rank 0's",
+                    );
+                    let reason = format!(
+                        "its hello as rank {rank} of {world_size} does not prove knowledge of this job's token"
+                    );
+                    waiting.drop_at(i, &reason, Some(&notice), log);
+                    continue;
+                }
+            }
+            let Some(conn) = waiting.conns.remove(i) else { break };
+            let (rank, world_size) = (rank as usize, world_size as usize);
+            if let Some(reason) = joined.problem(rank, world_size) {
+                refuse(&conn.stream, REFUSED_PROTOCOL, joined.count, &reason);
+                joined.refuse_all(REFUSED_PROTOCOL, &reason);
+                return Err(DistError::Protocol(reason));
+            }
+            joined.streams[rank] = Some(conn.stream);
             joined.count += 1;
         }
+        if joined.count == cfg.world_size {
+            break;
+        }
+        if now >= deadline {
+            joined.refuse_all(REFUSED_TIMEOUT, "");
+            waiting.drops.summary(log);
+            return Err(DistError::RendezvousTimeout {
+                addr: cfg.addr.clone(),
+                waited_s: start.elapsed().as_secs_f64(),
+                joined: joined.count,
+                world_size: cfg.world_size,
+            });
+        }
+        thread::sleep(ACCEPT_POLL.min(deadline - now));
     }
+    // The group is whole: nobody else gets in. Connections still in the
+    // listener's queue are refused as it closes.
+    drop(listener);
+    while !waiting.conns.is_empty() {
+        waiting.drop_at(0, "the group formed before it sent a whole hello", None, log);
+    }
+    waiting.drops.summary(log);
     let payload = match make_payload() {
         Ok(payload) => payload,
         Err(reason) => {
@@ -482,29 +401,231 @@ impl Joined {
     }
 }
 
-enum Hello {
-    Rank { rank: usize, world_size: usize },
-    Stranger,
+/// The connections rank 0 has accepted that have not said a whole hello.
+struct Waiting {
+    /// Oldest first.
+    conns: VecDeque<Conn>,
+    /// The most that may wait at once.
+    cap: usize,
+    drops: Drops,
+    nonces: Nonces,
 }
 
-/// A connection that closed or said nothing: not a rank.
-struct Silent;
-
-fn read_hello(stream: &TcpStream, deadline: Instant) -> Result<Hello, Silent> {
-    // Accepted sockets do not inherit the listener's non-blocking mode on
-    // Linux, but other systems differ.
-    stream.set_nonblocking(false).map_err(|_| Silent)?;
-    let wait = deadline.saturating_duration_since(Instant::now()).min(HELLO_WAIT);
-    let mut buf = [0u8; HELLO_LEN];
-    let until = Instant::now() + wait.max(Duration::from_millis(1));
-    read_exact_until(stream, &mut buf, until).map_err(|_| Silent)?;
-    if buf[0] != HELLO || buf[1..5] != MAGIC {
-        return Ok(Hello::Stranger);
+impl Waiting {
+    /// Takes what the listener has queued (at most [`ACCEPT_BATCH`]),
+    /// challenging each; over the cap, the oldest waiting one makes room.
+    /// `Err` only for a failure of the listener itself.
+    fn accept(
+        &mut self,
+        listener: &TcpListener,
+        token_required: bool,
+        now: Instant,
+        log: &mut dyn FnMut(&str),
+    ) -> Result<(), DistError> {
+        for _ in 0..ACCEPT_BATCH {
+            let (stream, from) = match listener.accept() {
+                Ok(connection) => connection,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => return Ok(()),
+                // Gone before it was accepted: nothing to drop.
+                Err(e) if matches!(e.kind(), ErrorKind::ConnectionAborted | ErrorKind::ConnectionReset) => continue,
+                // Out of descriptors (a flood): the waiting ones time out
+                // or are evicted, freeing some, and rank 0 goes on.
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                    ) =>
+                {
+                    return Ok(())
+                }
+                Err(source) => {
+                    let addr = listener.local_addr().map_or_else(|_| "?".into(), |a| a.to_string());
+                    return Err(io_error(format!("accepting ranks on {addr}"), source));
+                }
+            };
+            match Conn::challenge(stream, from, self.nonces.next(), token_required, now) {
+                Ok(conn) => self.conns.push_back(conn),
+                Err(reason) => self.drops.report(from, &reason, log),
+            }
+            if self.conns.len() > self.cap {
+                let reason = format!(
+                    "it was the oldest of more than {} connections waiting for their hello",
+                    self.cap
+                );
+                self.drop_at(0, &reason, Some(&[RETRY]), log);
+            }
+        }
+        Ok(())
     }
-    Ok(Hello::Rank {
-        rank: u32_at(&buf, 5) as usize,
-        world_size: u32_at(&buf, 9) as usize,
-    })
+
+    /// Closes waiting connection `i`, having sent it `notice` if it takes
+    /// it at once, and reports why.
+    fn drop_at(&mut self, i: usize, reason: &str, notice: Option<&[u8]>, log: &mut dyn FnMut(&str)) {
+        let Some(conn) = self.conns.remove(i) else { return };
+        if let Some(notice) = notice {
+            // Never waits: a stranger that does not read gets nothing.
+            let _ = (&conn.stream).write(notice);
+        }
+        let _ = conn.stream.shutdown(Shutdown::Both);
+        self.drops.report(conn.from, reason, log);
+    }
+}
+
+/// Connections dropped so far, for reports that a flood cannot multiply
+/// without bound.
+#[derive(Default)]
+struct Drops {
+    count: usize,
+}
+
+impl Drops {
+    fn report(&mut self, from: SocketAddr, reason: &str, log: &mut dyn FnMut(&str)) {
+        self.count += 1;
+        if self.count <= MAX_REPORTED {
+            log(&format!("dropped a connection from {from}: {reason}"));
+        }
+        if self.count == MAX_REPORTED {
+            log("further connections that are not ranks of this run are dropped and counted, not reported one by one");
+        }
+    }
+
+    fn summary(&self, log: &mut dyn FnMut(&str)) {
+        if self.count > MAX_REPORTED {
+            log(&format!(
+                "dropped {} connections in all that were not ranks of this run",
+                self.count
+            ));
+        }
+    }
+}
+
+/// An accepted connection that has not yet said a whole hello.
+struct Conn {
+    stream: TcpStream,
+    from: SocketAddr,
+    accepted: Instant,
+    /// The nonce of this connection's challenge.
+    nonce: [u8; NONCE_LEN],
+    /// The hello so far: never more than one hello is read.
+    hello: [u8; HELLO_LEN],
+    filled: usize,
+}
+
+/// What a waiting connection has said.
+enum Heard {
+    Nothing,
+    /// Not a rank: drop it, telling it to retry should it be a slow one.
+    Stranger {
+        reason: String,
+        retry: bool,
+    },
+    Hello {
+        rank: u32,
+        world_size: u32,
+        proof: [u8; PROOF_LEN],
+    },
+}
+
+impl Conn {
+    /// Sends a new connection its challenge; `Err` says why the connection
+    /// is dropped at once.
+    fn challenge(
+        stream: TcpStream,
+        from: SocketAddr,
+        nonce: [u8; NONCE_LEN],
+        token_required: bool,
+        now: Instant,
+    ) -> Result<Self, String> {
+        let mut frame = [0u8; CHALLENGE_LEN];
+        frame[0] = CHALLENGE;
+        frame[1..5].copy_from_slice(&MAGIC);
+        frame[5] = token_required as u8;
+        frame[6..].copy_from_slice(&nonce);
+        // Accepted sockets do not inherit the listener's non-blocking mode
+        // on Linux, but other systems differ: set it either way.
+        let sent = stream.set_nonblocking(true).and_then(|()| (&stream).write(&frame));
+        let _ = stream.set_nodelay(true);
+        match sent {
+            Ok(CHALLENGE_LEN) => Ok(Self {
+                stream,
+                from,
+                accepted: now,
+                nonce,
+                hello: [0; HELLO_LEN],
+                filled: 0,
+            }),
+            Ok(_) => Err("its connection took only part of the challenge".into()),
+            Err(e) => Err(format!("the challenge could not be sent ({e})")),
+        }
+    }
+
+    /// Reads what has arrived, never more than the rest of one hello.
+    fn poll(&mut self, now: Instant) -> Heard {
+        let stranger = |reason: String| Heard::Stranger { reason, retry: false };
+        while self.filled < HELLO_LEN {
+            match (&self.stream).read(&mut self.hello[self.filled..]) {
+                Ok(0) if self.filled == 0 => return stranger("it closed the connection without a hello".into()),
+                Ok(0) => {
+                    return stranger(format!(
+                        "it closed the connection {} bytes into a hello of {HELLO_LEN}",
+                        self.filled
+                    ))
+                }
+                Ok(n) => {
+                    self.filled += n;
+                    if let Some(reason) = self.malformed() {
+                        return stranger(reason);
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return stranger(format!("its connection failed ({e})")),
+            }
+        }
+        if self.filled == HELLO_LEN {
+            let mut proof = [0u8; PROOF_LEN];
+            proof.copy_from_slice(&self.hello[HELLO_LEN - PROOF_LEN..]);
+            return Heard::Hello {
+                rank: u32_at(&self.hello, 9),
+                world_size: u32_at(&self.hello, 13),
+                proof,
+            };
+        }
+        if now.duration_since(self.accepted) >= HELLO_WAIT {
+            return Heard::Stranger {
+                reason: format!("it sent no whole hello within {} s", seconds(HELLO_WAIT)),
+                retry: true,
+            };
+        }
+        Heard::Nothing
+    }
+
+    /// Why the bytes read so far cannot begin a hello, as soon as they show it.
+    fn malformed(&self) -> Option<String> {
+        let got = &self.hello[..self.filled];
+        let mut head = [HELLO; 5];
+        head[1..].copy_from_slice(&MAGIC);
+        let n = got.len().min(head.len());
+        if got[..n] != head[..n] {
+            if got.len() >= 5 && got[0] == HELLO && got[1..5] == OLD_MAGIC {
+                return Some(
+                    "it speaks an older version of bumpgrad's rendezvous protocol (BGR1): start every rank from \
+                     the same build"
+                        .into(),
+                );
+            }
+            return Some("it does not speak bumpgrad's rendezvous protocol (wrong magic)".into());
+        }
+        if got.len() >= 9 {
+            let claimed = u32_at(got, 5);
+            if claimed as usize != HELLO_BODY {
+                return Some(format!(
+                    "its hello claims a body of {claimed} bytes where this version's has {HELLO_BODY}"
+                ));
+            }
+        }
+        None
+    }
 }
 
 /// A non-zero rank's side of the rendezvous.
@@ -523,66 +644,131 @@ fn join(cfg: &RendezvousConfig) -> Result<([u8; PAYLOAD_LEN], Links), DistError>
         .to_socket_addrs()
         .map_err(|source| io_error(format!("resolving the rendezvous address {:?}", cfg.addr), source))?
         .collect();
-    let stream = loop {
-        if let Some(stream) = connect_any(&targets, deadline) {
-            break stream;
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(timed_out(1));
-        }
-        thread::sleep(CONNECT_RETRY.min(deadline - now));
-    };
-    let _ = stream.set_nodelay(true);
-    let mut hello = [0u8; HELLO_LEN];
-    hello[0] = HELLO;
-    hello[1..5].copy_from_slice(&MAGIC);
-    hello[5..9].copy_from_slice(&wire_u32(cfg.rank).to_le_bytes());
-    hello[9..13].copy_from_slice(&wire_u32(cfg.world_size).to_le_bytes());
-    send(&stream, &hello).map_err(|source| io_error(format!("saying hello to rank 0 at {}", cfg.addr), source))?;
-
-    let until = deadline + REPLY_SLACK;
-    let answer_lost = |e: io::Error| match e.kind() {
-        ErrorKind::TimedOut => timed_out(2),
-        ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted => {
-            DistError::PeerLost(format!(
-                "rank 0 at {} closed the connection before the group formed; see rank 0's output for why.",
-                cfg.addr
-            ))
-        }
-        _ => io_error(format!("waiting for rank 0's answer from {}", cfg.addr), e),
-    };
-    let mut tag = [0u8; 1];
-    read_exact_until(&stream, &mut tag, until).map_err(answer_lost)?;
-    match tag[0] {
-        PAYLOAD => {
-            let mut payload = [0u8; PAYLOAD_LEN];
-            read_exact_until(&stream, &mut payload, until).map_err(answer_lost)?;
+    loop {
+        let stream = loop {
+            if let Some(stream) = connect_any(&targets, deadline) {
+                break stream;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(timed_out(1));
+            }
+            thread::sleep(CONNECT_RETRY.min(deadline - now));
+        };
+        let _ = stream.set_nodelay(true);
+        if let Some(payload) = handshake(cfg, &stream, deadline + REPLY_SLACK, &timed_out)? {
             let links = Links {
                 rank: cfg.rank,
                 world_size: cfg.world_size,
                 peers: vec![Peer { rank: 0, stream }],
             };
-            Ok((payload, links))
+            return Ok((payload, links));
         }
+        // Rank 0 dropped this connection before its hello was whole (it
+        // was slow, or strangers crowded the port): connect again.
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(timed_out(1));
+        }
+        thread::sleep(CONNECT_RETRY.min(deadline - now));
+    }
+}
+
+/// One attempt at joining over `stream`: rank 0's challenge, this rank's
+/// hello, rank 0's answer. `Ok(None)`: rank 0 asked for another attempt.
+fn handshake(
+    cfg: &RendezvousConfig,
+    stream: &TcpStream,
+    until: Instant,
+    timed_out: &dyn Fn(usize) -> DistError,
+) -> Result<Option<[u8; PAYLOAD_LEN]>, DistError> {
+    let addr = &cfg.addr;
+    let lost = |e: io::Error| match e.kind() {
+        ErrorKind::TimedOut => timed_out(2),
+        ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted => DistError::PeerLost(
+            format!("rank 0 at {addr} closed the connection before the group formed; see rank 0's output for why."),
+        ),
+        _ => io_error(format!("waiting for rank 0's answer from {addr}"), e),
+    };
+    let unknown = |tag: u8| {
+        DistError::Protocol(format!(
+            "rank 0 at {addr} answered with an unknown message (tag {tag}) — another program is listening on that \
+             port, or rank 0 runs another bumpgrad version; pick a free port and start every rank from the same \
+             build"
+        ))
+    };
+    let mut tag = [0u8; 1];
+    read_exact_until(stream, &mut tag, until).map_err(lost)?;
+    match tag[0] {
+        CHALLENGE => {}
+        RETRY => return Ok(None),
+        other => return Err(unknown(other)),
+    }
+    let mut challenge = [0u8; CHALLENGE_LEN - 1];
+    read_exact_until(stream, &mut challenge, until).map_err(lost)?;
+    if challenge[..4] != MAGIC {
+        return Err(DistError::Protocol(format!(
+            "rank 0 at {addr} speaks another version of bumpgrad's rendezvous protocol — start every rank from the \
+             same build"
+        )));
+    }
+    let mut nonce = [0u8; NONCE_LEN];
+    nonce.copy_from_slice(&challenge[5..]);
+    let (rank, world_size) = (wire_u32(cfg.rank), wire_u32(cfg.world_size));
+    let proof = match (&cfg.token, challenge[4] != 0) {
+        (Some(token), true) => token.prove(&nonce, rank, world_size),
+        (None, false) => [0; PROOF_LEN],
+        (None, true) => {
+            return Err(DistError::NotAdmitted {
+                addr: addr.clone(),
+                reason: "rank 0 admits only ranks that know the job's token, and this rank has none".into(),
+            })
+        }
+        (Some(_), false) => {
+            return Err(DistError::NotAdmitted {
+                addr: addr.clone(),
+                reason: "this rank has a token but rank 0 has none, so any process could take a rank's place".into(),
+            })
+        }
+    };
+    let mut hello = [0u8; HELLO_LEN];
+    hello[0] = HELLO;
+    hello[1..5].copy_from_slice(&MAGIC);
+    hello[5..9].copy_from_slice(&(HELLO_BODY as u32).to_le_bytes());
+    hello[9..13].copy_from_slice(&rank.to_le_bytes());
+    hello[13..17].copy_from_slice(&world_size.to_le_bytes());
+    hello[17..].copy_from_slice(&proof);
+    send(stream, &hello).map_err(|source| io_error(format!("saying hello to rank 0 at {addr}"), source))?;
+
+    read_exact_until(stream, &mut tag, until).map_err(lost)?;
+    match tag[0] {
+        PAYLOAD => {
+            let mut payload = [0u8; PAYLOAD_LEN];
+            read_exact_until(stream, &mut payload, until).map_err(lost)?;
+            Ok(Some(payload))
+        }
+        RETRY => Ok(None),
         REFUSE => {
             let mut head = [0u8; 1 + 4 + 2];
-            read_exact_until(&stream, &mut head, until).map_err(answer_lost)?;
-            let mut text = vec![0u8; u16::from_le_bytes([head[5], head[6]]) as usize];
-            read_exact_until(&stream, &mut text, until).map_err(answer_lost)?;
-            let text = String::from_utf8_lossy(&text).into_owned();
+            read_exact_until(stream, &mut head, until).map_err(lost)?;
+            let len = u16::from_le_bytes([head[5], head[6]]) as usize;
+            if len > MAX_TEXT {
+                return Err(unknown(REFUSE));
+            }
+            let mut text = [0u8; MAX_TEXT];
+            read_exact_until(stream, &mut text[..len], until).map_err(lost)?;
+            let text = String::from_utf8_lossy(&text[..len]).into_owned();
             Err(match head[0] {
                 REFUSED_TIMEOUT => timed_out(u32_at(&head, 1) as usize),
                 REFUSED_PAYLOAD => DistError::Payload(text),
+                REFUSED_NOT_ADMITTED => DistError::NotAdmitted {
+                    addr: addr.clone(),
+                    reason: text,
+                },
                 _ => DistError::Protocol(text),
             })
         }
-        other => Err(DistError::Protocol(format!(
-            "rank 0 at {} answered with an unknown message (tag {other}) — another program is listening on that \
-             port, or rank 0 runs another bumpgrad version; pick a free port and start every rank from the same \
-             build",
-            cfg.addr
-        ))),
+        other => Err(unknown(other)),
     }
 }
 
@@ -630,13 +816,17 @@ fn send(mut stream: &TcpStream, frame: &[u8]) -> io::Result<()> {
 /// Tells a joined rank why the group will not form; best effort, since
 /// the rank learns it from the closed connection anyway.
 fn refuse(stream: &TcpStream, kind: u8, joined: usize, text: &str) {
+    let _ = send(stream, &refuse_frame(kind, joined, text));
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+fn refuse_frame(kind: u8, joined: usize, text: &str) -> Vec<u8> {
     let text = clip(text);
     let mut frame = vec![REFUSE, kind];
     frame.extend_from_slice(&wire_u32(joined).to_le_bytes());
     frame.extend_from_slice(&(text.len() as u16).to_le_bytes());
     frame.extend_from_slice(text.as_bytes());
-    let _ = send(stream, &frame);
-    let _ = stream.shutdown(Shutdown::Both);
+    frame
 }
 
 fn fail_frame(origin: usize, reason: &str) -> Vec<u8> {
@@ -683,8 +873,10 @@ fn seconds(d: Duration) -> String {
 /// What [`Links::watch`] looks for besides closed links.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchOptions {
-    /// A peer silent this long is lost (heartbeats go out every second).
+    /// A peer silent this long is lost.
     pub heartbeat_timeout: Duration,
+    /// How often this rank sends each peer a heartbeat.
+    pub heartbeat_every: Duration,
     /// Training progress unchanged this long stops the group; `None`: never.
     pub stall_timeout: Option<Duration>,
     /// Watch stdin: its end means the launcher is gone.
@@ -695,6 +887,7 @@ impl Default for WatchOptions {
     fn default() -> Self {
         Self {
             heartbeat_timeout: Duration::from_secs(30),
+            heartbeat_every: Duration::from_secs(1),
             stall_timeout: None,
             launched: false,
         }
@@ -751,7 +944,7 @@ impl Links {
     ) -> Watch {
         let now = Instant::now();
         let mut broken = None;
-        let peers = self
+        let peers: Vec<Watched> = self
             .peers
             .into_iter()
             .map(|peer| {
@@ -770,7 +963,9 @@ impl Links {
             })
             .collect();
         let on_failure = Arc::new(Mutex::new(Some(on_failure)));
+        let watching = Arc::new(AtomicUsize::new(peers.len()));
         let watcher = Watcher {
+            watching: watching.clone(),
             rank: self.rank,
             peers,
             progress: progress.clone(),
@@ -789,6 +984,7 @@ impl Links {
             Ok(thread) => Watch {
                 ends: Some(ends),
                 thread: Some(thread),
+                watching,
             },
             Err(e) => {
                 // The watcher, and with it every link, is gone: the peers
@@ -801,6 +997,7 @@ impl Links {
                 Watch {
                     ends: None,
                     thread: None,
+                    watching,
                 }
             }
         }
@@ -813,6 +1010,8 @@ pub struct Watch {
     /// Sending [`End::Finish`] ends cleanly; dropping it, without a goodbye.
     ends: Option<mpsc::Sender<End>>,
     thread: Option<JoinHandle<()>>,
+    /// Peers still watched: a peer that said goodbye and closed is not.
+    watching: Arc<AtomicUsize>,
 }
 
 enum End {
@@ -820,6 +1019,12 @@ enum End {
 }
 
 impl Watch {
+    /// How many peers this rank still watches (those that have not said
+    /// goodbye and closed their link).
+    pub fn watching(&self) -> usize {
+        self.watching.load(Ordering::SeqCst)
+    }
+
     /// The clean end: says goodbye to the peers, closes the links and joins
     /// the thread. `on_failure` is not called after this returns.
     pub fn finish(mut self) {
@@ -950,6 +1155,10 @@ fn parse(inbox: &[u8]) -> Option<(Message, usize)> {
         FAIL => {
             let head = inbox.get(..7)?;
             let len = u16::from_le_bytes([head[5], head[6]]) as usize;
+            if len > MAX_TEXT {
+                // Not what any bumpgrad sends: do not wait for it to arrive.
+                return Some((Message::Unexpected(FAIL), inbox.len()));
+            }
             let text = inbox.get(7..7 + len)?;
             let reason = String::from_utf8_lossy(text).into_owned();
             Some((
@@ -972,6 +1181,8 @@ struct Watcher<F> {
     /// The progress value last seen to change, and when.
     last_progress: (u64, Instant),
     last_beat: Instant,
+    /// Shared with the [`Watch`]: `peers.len()`.
+    watching: Arc<AtomicUsize>,
     opts: WatchOptions,
     launcher_gone: Option<Arc<AtomicBool>>,
     /// A link that could not be set up for watching.
@@ -1015,9 +1226,10 @@ impl<F: FnOnce(String)> Watcher<F> {
             } else {
                 // Closed after its goodbye: nothing more to watch there.
                 self.peers.swap_remove(i);
+                self.watching.store(self.peers.len(), Ordering::SeqCst);
             }
         }
-        if now.duration_since(self.last_beat) >= HEARTBEAT_EVERY {
+        if now.duration_since(self.last_beat) >= self.opts.heartbeat_every {
             self.last_beat = now;
             for peer in self.peers.iter().filter(|p| !p.said_bye) {
                 peer.beat(me)?;

@@ -107,6 +107,8 @@ pub struct Session {
     buckets: Option<Buckets>,
     /// A rank's wish to stop, summed over the ranks so all stop together.
     stop_vote: Buf<f32>,
+    /// A rank's correct test predictions, summed over the ranks.
+    eval_correct: Buf<f32>,
     seed: u64,
     /// Training steps run since the start (the cursor's global step).
     steps_done: u64,
@@ -185,9 +187,12 @@ impl Session {
             Some(dp) => Some(Buckets::new(&model.params(), &mut p, dp.bucket_bytes)?),
             None => None,
         };
-        let stop_vote = match cfg.data_parallel {
-            Some(_) => p.zeros::<f32>("stop vote", Shape::new(&[1]))?,
-            None => Buf::default(),
+        let (stop_vote, eval_correct) = match cfg.data_parallel {
+            Some(_) => (
+                p.zeros::<f32>("stop vote", Shape::new(&[1]))?,
+                p.zeros::<f32>("evaluation count", Shape::new(&[1]))?,
+            ),
+            None => (Buf::default(), Buf::default()),
         };
         let data = host.upload(&mut p)?;
         let cursor = StepCursor::new(&mut p)?;
@@ -210,6 +215,7 @@ impl Session {
             world,
             buckets,
             stop_vote,
+            eval_correct,
             seed: cfg.seed,
             steps_done: 0,
             order_buf,
@@ -508,19 +514,39 @@ impl Session {
         self.buckets.is_some()
     }
 
-    /// Fraction of the test set the model classifies correctly.
+    /// Fraction of the test set the model classifies correctly. A
+    /// data-parallel rank evaluates its share of the test set (see
+    /// [`World::share`]) and the ranks sum their counts, so each gets the
+    /// whole set's figure; alone, the share is the whole set.
     pub fn evaluate(&mut self) -> Result<f64> {
-        let mut correct = 0usize;
         let n = self.test_order.len();
-        for start in (0..n).step_by(self.batch) {
-            correct += self.evaluate_batch(start)?;
+        let shard = self.eval_shard();
+        let mut correct = 0usize;
+        for start in shard.clone().step_by(self.batch) {
+            correct += self.evaluate_batch(start, shard.end)?;
+        }
+        if self.data_parallel() {
+            // Exact: f32 holds every whole number up to 2^24, past any
+            // test set's size.
+            self.arena.write_persistent(self.eval_correct, &[correct as f32])?;
+            self.arena.all_reduce_persistent(self.eval_correct)?;
+            let mut total = [0.0];
+            self.arena.read_persistent(self.eval_correct, &mut total)?;
+            correct = total[0] as usize;
         }
         Ok(correct as f64 / n as f64)
     }
 
-    /// Correct predictions among the test examples from `start` on, one batch.
-    fn evaluate_batch(&mut self, start: usize) -> Result<usize> {
-        let end = (start + self.batch).min(self.test_order.len());
+    /// The test examples this rank evaluates.
+    fn eval_shard(&self) -> std::ops::Range<usize> {
+        let (first, count) = self.world.share(self.test_order.len());
+        first..first + count
+    }
+
+    /// Correct predictions among the test examples from `start` on, one
+    /// batch, not past `limit`.
+    fn evaluate_batch(&mut self, start: usize, limit: usize) -> Result<usize> {
+        let end = (start + self.batch).min(limit);
         let indices = &self.test_order[start..end];
         let logits = &mut self.logits[..indices.len() * MnistCnn::CLASSES];
         let (model, test) = (&self.model, &self.data.test);
@@ -735,10 +761,13 @@ impl Session {
         if steps > 1 && !self.order.len().is_multiple_of(self.global_batch()) {
             self.train_step(steps - 1)?;
         }
-        self.evaluate_batch(0)?;
-        let tests = self.test_order.len();
+        let shard = self.eval_shard();
+        let tests = shard.len();
+        if tests > 0 {
+            self.evaluate_batch(shard.start, shard.end)?;
+        }
         if tests > self.batch && !tests.is_multiple_of(self.batch) {
-            self.evaluate_batch(tests - tests % self.batch)?;
+            self.evaluate_batch(shard.end - tests % self.batch, shard.end)?;
         }
         Ok(())
     }

@@ -4,8 +4,10 @@ mod progress;
 
 use anyhow::Context;
 use bumpgrad::backend::{DeviceRequest, Group};
+use bumpgrad::distributed::env::{env_var, token_from};
 use bumpgrad::distributed::launcher::{self, LaunchOptions};
 use bumpgrad::distributed::rendezvous::{rendezvous, RendezvousConfig, WatchOptions};
+use bumpgrad::distributed::token::Token;
 use bumpgrad::distributed::{DataParallel, World};
 use bumpgrad::memory::ByteSize;
 use bumpgrad::train::{self, CheckpointPolicy, Every, Join, TrainConfig};
@@ -125,8 +127,8 @@ struct TrainArgs {
     #[arg(long)]
     json: bool,
     /// Train data-parallel on N GPUs of this host, one process per GPU, each with --batch
-    /// examples per step (a step is N × --batch). On several hosts, start one process per GPU
-    /// yourself with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT set, as torchrun does.
+    /// examples per step (a step is N × --batch). On several hosts, start one process per GPU with
+    /// srun, mpirun, or RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT set as torchrun does.
     #[arg(long, value_name = "N", value_parser = count::<usize>, allow_negative_numbers = true)]
     gpus: Option<usize>,
     /// Data-parallel gradient bucket size in KiB: each bucket is summed across the GPUs as soon as
@@ -136,6 +138,10 @@ struct TrainArgs {
     /// Seconds the processes of a data-parallel run wait for each other to start.
     #[arg(long, value_name = "SECS", default_value_t = 120, value_parser = count::<u64>, allow_negative_numbers = true)]
     rendezvous_timeout: u64,
+    /// File holding this job's rendezvous token (instead of BUMPGRAD_RENDEZVOUS_TOKEN): only
+    /// processes that know it can join the run. --gpus makes one itself.
+    #[arg(long, value_name = "FILE")]
+    rendezvous_token_file: Option<PathBuf>,
     /// Seconds a data-parallel process may go without finishing a step before the whole run is
     /// ended (another process stuck or gone).
     #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = count::<u64>, allow_negative_numbers = true)]
@@ -299,14 +305,17 @@ fn run_train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.memory_report {
         check_report_path(path)?;
     }
+    // Read even where no group forms, so that a wrong path shows now, not
+    // in the next data-parallel run.
+    let token =
+        token_from(env_var, args.rendezvous_token_file.as_deref()).context("reading --rendezvous-token-file")?;
     if let Some(gpus) = args.gpus {
-        return launch(args, gpus);
+        return launch(args, gpus, token);
     }
     let timeout = Duration::from_secs(args.rendezvous_timeout);
-    let ranked = RendezvousConfig::from_lookup(|var| std::env::var(var).ok(), timeout)
-        .context("reading the data-parallel environment")?;
+    let ranked = RendezvousConfig::from_lookup(env_var, timeout).context("reading the data-parallel environment")?;
     if let Some(rank) = ranked {
-        return run_rank(args, rank);
+        return run_rank(args, rank.with_token(token));
     }
     let cfg = args.config();
     let mut printer = progress::Printer::new(args.json, args.memory_report.clone());
@@ -317,7 +326,7 @@ fn run_train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `--gpus N`: this process starts and supervises one process per GPU.
-fn launch(args: &TrainArgs, gpus: usize) -> anyhow::Result<ExitCode> {
+fn launch(args: &TrainArgs, gpus: usize, token: Option<Token>) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("finding this program to start one process per GPU")?;
     let rank_args = without_gpus(std::env::args_os().skip(1));
     // Every interrupt is the launcher's to pass on (see launcher::launch).
@@ -327,6 +336,7 @@ fn launch(args: &TrainArgs, gpus: usize) -> anyhow::Result<ExitCode> {
     let opts = LaunchOptions {
         gpus,
         rendezvous_timeout: Duration::from_secs(args.rendezvous_timeout),
+        token,
         ..LaunchOptions::default()
     };
     let code = launcher::launch(&exe, &rank_args, &opts, &STOP, &mut |line| {
@@ -367,8 +377,24 @@ fn run_rank(args: &TrainArgs, rv: RendezvousConfig) -> anyhow::Result<ExitCode> 
         world: World { rank, size },
         bucket_bytes: args.bucket_kib.saturating_mul(1024),
     });
+    if rank == 0 {
+        eprintln!(
+            "bumpgrad: rank 0 of {size} (GPU {} of its host), placed by {}; rendezvous at {}",
+            rv.local_rank(),
+            rv.source,
+            rv.addr
+        );
+        if rv.token.is_none() {
+            eprintln!(
+                "bumpgrad: warning: no rendezvous token (BUMPGRAD_RENDEZVOUS_TOKEN or --rendezvous-token-file): any \
+                 process that can reach {} can join this run as a rank, or stop it",
+                rv.addr
+            );
+        }
+    }
     // Until the group has formed, an interrupt simply ends the process.
-    let (id, links) = rendezvous(&rv, || bumpgrad::backend::cuda::unique_id().map_err(|e| e.to_string()))
+    let make_id = || bumpgrad::backend::cuda::unique_id().map_err(|e| e.to_string());
+    let (id, links) = rendezvous(&rv, make_id, &mut |line| eprintln!("bumpgrad: rank {rank}: {line}"))
         .with_context(|| format!("rank {rank} of {size} joining the others at {}", rv.addr))?;
     catch_signals();
     let progress = Arc::new(AtomicU64::new(0));
