@@ -85,6 +85,19 @@ fn cuda_without_a_gpu_is_a_clear_error() {
         return;
     }
     fails_with(train(&["--device", "cuda"]), 1, "or pass --device cpu");
+    // Counted before any rank starts, not found out by a failing rank.
+    let counted = bumpgrad(&[
+        "train",
+        "--gpus",
+        "2",
+        "--train-limit",
+        "300",
+        "--checkpoint-every",
+        "off",
+    ]);
+    fails_with(counted.clone(), 1, "--gpus 2 needs 2 GPUs, but none is usable");
+    let stderr = String::from_utf8_lossy(&counted.stderr);
+    assert!(!stderr.contains("rank"), "no rank was started: {stderr}");
 }
 
 #[test]

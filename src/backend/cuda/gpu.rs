@@ -82,6 +82,21 @@ fn check_libraries() -> Result<(), CudaError> {
     Ok(())
 }
 
+/// How many GPUs the driver sees (after CUDA_VISIBLE_DEVICES), without
+/// opening any: a launcher counts before it starts a process per GPU.
+pub fn device_count() -> Result<usize, CudaError> {
+    // SAFETY: only tries to dlopen the driver and closes it.
+    require(
+        unsafe { cudarc::driver::sys::is_culib_present() },
+        "the CUDA driver (libcuda.so)",
+        "install the NVIDIA driver, or pass --device cpu",
+    )?;
+    let count = driver::init()
+        .and_then(|()| driver::device::get_count())
+        .map_err(CudaError::no_device)?;
+    Ok(count.max(0) as usize)
+}
+
 impl Gpu {
     /// Opens GPU `ordinal`: checks the libraries, creates the context, the
     /// stream and the library handles, and compiles the kernels for its

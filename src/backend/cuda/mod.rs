@@ -39,6 +39,8 @@ use std::sync::Arc;
 /// products of our models need little.
 pub const BLAS_WORKSPACE: usize = 256 << 10;
 
+pub use gpu::device_count;
+
 /// Opens GPU `ordinal`, or says why it cannot be used.
 pub fn open(ordinal: usize) -> Result<CudaDevice, CudaError> {
     Ok(CudaDevice {

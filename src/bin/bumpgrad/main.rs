@@ -327,6 +327,19 @@ fn run_train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
 
 /// `--gpus N`: this process starts and supervises one process per GPU.
 fn launch(args: &TrainArgs, gpus: usize, token: Option<Token>) -> anyhow::Result<ExitCode> {
+    // Counted before any rank starts: a rank without a GPU of its own would
+    // only fail after the others had loaded their data and joined.
+    let none = |why: String| {
+        anyhow::anyhow!("--gpus {gpus} needs {gpus} GPUs, but none is usable ({why}); drop --gpus to train on the CPU")
+    };
+    match bumpgrad::backend::cuda::device_count() {
+        Err(why) => return Err(none(why.reason())),
+        Ok(0) => return Err(none("the driver sees no GPU".into())),
+        Ok(found) if found < gpus => anyhow::bail!(
+            "--gpus {gpus} needs {gpus} GPUs, but this host has {found} (check CUDA_VISIBLE_DEVICES); pass --gpus {found} or fewer"
+        ),
+        Ok(_) => {}
+    }
     let exe = std::env::current_exe().context("finding this program to start one process per GPU")?;
     let rank_args = without_gpus(std::env::args_os().skip(1));
     // Every interrupt is the launcher's to pass on (see launcher::launch).
