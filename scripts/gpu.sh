@@ -26,8 +26,10 @@ test)
     require_gpus
     # The data-parallel tests (NCCL, 1 and 2 GPUs) run in a process of their
     # own, after the others.
-    cargo test --release --locked --test gpu -- --test-threads=1 --skip data_parallel_
-    exec cargo test --release --locked --test gpu -- --test-threads=1 data_parallel_
+    status=0
+    cargo test --release --locked --test gpu -- --test-threads=1 --skip data_parallel_ || status=$?
+    cargo test --release --locked --test gpu -- --test-threads=1 data_parallel_ || status=$?
+    exit "$status"
     ;;
 stage)
     cargo build --release --locked --bin bumpgrad
@@ -47,8 +49,11 @@ for line in sys.stdin:
 run)
     [ -x .gpu/gpu-tests ] || { echo "no staged GPU tests: run 'scripts/gpu.sh stage' where cargo is" >&2; exit 2; }
     require_gpus
-    .gpu/gpu-tests --test-threads=1 --skip data_parallel_
-    exec .gpu/gpu-tests --test-threads=1 data_parallel_
+    # Both processes run, whatever the first one's result.
+    status=0
+    .gpu/gpu-tests --test-threads=1 --skip data_parallel_ || status=$?
+    .gpu/gpu-tests --test-threads=1 data_parallel_ || status=$?
+    exit "$status"
     ;;
 *)
     sed -n '2,11p' "$0" >&2

@@ -110,6 +110,15 @@ impl Device {
         }
     }
 
+    /// Whether convolutions use deterministic algorithms only, so that a
+    /// run repeats bit for bit (see [`cuda::Gpu::set_deterministic`]); the
+    /// CPU's kernels always are.
+    pub fn set_deterministic(&self, on: bool) {
+        if let Self::Cuda(gpu) = self {
+            gpu.gpu().set_deterministic(on);
+        }
+    }
+
     /// What the device is, for people: "cpu (2 threads)", "NVIDIA H200 (sm_90)".
     pub fn describe(&self) -> String {
         match self {

@@ -52,6 +52,9 @@ pub struct TrainConfig {
     /// Place step buffers by a liveness plan (reusing the bytes of dead
     /// ones) rather than bump-allocating every one until the reset.
     pub memory_plan: bool,
+    /// Convolutions by deterministic algorithms only, so that a GPU run
+    /// repeats bit for bit (slower; the CPU is deterministic anyway).
+    pub deterministic: bool,
     /// This process is one rank of a data-parallel run; `batch` is then
     /// the examples per step on each rank.
     pub data_parallel: Option<DataParallel>,
@@ -84,6 +87,7 @@ impl Default for TrainConfig {
             checkpoints: None,
             resume: None,
             memory_plan: true,
+            deterministic: false,
             data_parallel: None,
         }
     }
@@ -242,6 +246,7 @@ pub fn memory_report(cfg: &TrainConfig) -> Result<(MemoryReport, String)> {
     cfg.validate()?;
     let host = load_data(cfg)?;
     let (device, _) = Device::open(cfg.device, cfg.threads)?;
+    device.set_deterministic(cfg.deterministic);
     // What training with these settings would refuse, this refuses too.
     let kind = match &device {
         Device::Cpu(_) => DeviceKind::Cpu,
@@ -270,6 +275,7 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
     let host = load_data(cfg)?;
     let ordinal = join.as_ref().map_or(0, |j| j.ordinal);
     let (mut device, device_note) = Device::open_on(cfg.device, cfg.threads, ordinal)?;
+    device.set_deterministic(cfg.deterministic);
     if let Some(join) = join {
         device.join(join.group)?;
     }

@@ -125,10 +125,10 @@ fn int(v: usize) -> Result<i32, CudaError> {
         .map_err(|_| CudaError::failed("describing a convolution", format!("size {v} exceeds cuDNN's range")))
 }
 
-/// The first algorithm of cuDNN's ranking that ran, uses FMA math and fits
-/// the workspace limit.
+/// The first algorithm of cuDNN's ranking that ran, uses FMA math, fits
+/// the workspace limit and, when asked, is deterministic.
 macro_rules! choose {
-    ($perf:ty, $count:expr, $get:expr, $size:expr, $what:literal) => {{
+    ($perf:ty, $count:expr, $get:expr, $size:expr, $deterministic:expr, $what:literal) => {{
         // Used inside an unsafe block. Zero is a valid bit pattern of each field of the perf
         // structs (every enum has a variant 0, the rest are numbers).
         let mut perf: [$perf; $count] = std::mem::zeroed();
@@ -137,6 +137,7 @@ macro_rules! choose {
         let ok = perf[..returned.max(0) as usize].iter().find(|p| {
             p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS
                 && p.memory <= WORKSPACE_LIMIT
+                && (!$deterministic || p.determinism == sys::cudnnDeterminism_t::CUDNN_DETERMINISTIC)
                 && !matches!(
                     p.mathType,
                     sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH
@@ -151,7 +152,9 @@ macro_rules! choose {
 }
 
 impl ConvPlan {
-    pub(crate) fn new(handle: sys::cudnnHandle_t, d: ConvDims) -> Result<Self, CudaError> {
+    /// `deterministic`: only algorithms that sum in a fixed order (no
+    /// atomics), so a run is reproducible bit for bit, at a cost in speed.
+    pub(crate) fn new(handle: sys::cudnnHandle_t, d: ConvDims, deterministic: bool) -> Result<Self, CudaError> {
         let float = sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
         let nchw = sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
         let (oh, ow) = (d.h - d.kh + 1, d.w - d.kw + 1);
@@ -189,6 +192,7 @@ impl ConvPlan {
                 8,
                 |n, r, p| dnn::get_convolution_forward_algorithm(handle, x.0, w.0, conv.0, y.0, n, r, p),
                 |a| dnn::get_convolution_forward_workspace_size(handle, x.0, w.0, conv.0, y.0, a),
+                deterministic,
                 "choosing the convolution forward algorithm"
             );
             let data = choose!(
@@ -196,6 +200,7 @@ impl ConvPlan {
                 6,
                 |n, r, p| dnn::get_convolution_backward_data_algorithm(handle, w.0, y.0, conv.0, x.0, n, r, p),
                 |a| dnn::get_convolution_backward_data_workspace_size(handle, w.0, y.0, conv.0, x.0, a),
+                deterministic,
                 "choosing the convolution input-gradient algorithm"
             );
             let filter = choose!(
@@ -203,6 +208,7 @@ impl ConvPlan {
                 7,
                 |n, r, p| dnn::get_convolution_backward_filter_algorithm(handle, x.0, y.0, conv.0, w.0, n, r, p),
                 |a| dnn::get_convolution_backward_filter_workspace_size(handle, x.0, y.0, conv.0, w.0, a),
+                deterministic,
                 "choosing the convolution weight-gradient algorithm"
             );
             Ok(Self {
