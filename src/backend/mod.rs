@@ -139,7 +139,7 @@ impl Device {
 
     /// Joins the device to a data-parallel group (before its arena is
     /// made): a GPU joins a NCCL communicator, a CPU an in-process group of
-    /// threads (see [`crate::distributed::local`]).
+    /// threads (see [`cpu::collective`]).
     pub fn join(&mut self, group: Group) -> Result<(), BackendError> {
         match (self, group) {
             (Self::Cuda(gpu), Group::Nccl { id, rank, world }) => Ok(gpu.join(id, rank, world)?),
@@ -170,7 +170,7 @@ pub enum Group {
     Nccl { id: [u8; 128], rank: usize, world: usize },
     /// Threads of this process, each with a CPU arena (tests of the
     /// data-parallel logic without GPUs).
-    Local(crate::distributed::local::LocalPeer),
+    Local(cpu::collective::LocalPeer),
 }
 
 /// What a step's temporaries must be sized for: the CPU kernels' scratch

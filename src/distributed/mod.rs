@@ -17,7 +17,9 @@ pub mod buckets;
 pub mod env;
 pub mod error;
 pub mod launcher;
-pub mod local;
+/// The CPU's in-process collective, which lives with the CPU backend (a
+/// device owns its collectives); named here too, where ranks are made.
+pub use crate::backend::cpu::collective as local;
 pub mod rendezvous;
 pub mod token;
 

@@ -3,6 +3,7 @@
 
 // The product panics on shapes that disagree (a kernel's bug, never the
 // user's input), so it stays inside the crate, behind the ops that check.
+pub mod collective;
 pub(crate) mod matmul;
 pub mod memory;
 pub mod sgemm;
@@ -12,8 +13,8 @@ pub(crate) use matmul::{matmul, Mat};
 pub use memory::{CpuMemory, Views};
 
 use super::BackendError;
-use crate::distributed::local::LocalPeer;
 use crate::memory::Buf;
+use collective::LocalPeer;
 use std::sync::Arc;
 
 /// Stack every worker touches once when it starts.
