@@ -191,8 +191,9 @@ fn parse_arena_size(s: &str) -> Result<ArenaSize, String> {
 impl TrainArgs {
     /// Refuses values no run can use, whether or not this run would reach
     /// the code that reads them (a data-parallel setting on a run alone),
-    /// the same for `train` and `memory`. Values that depend on the data or
-    /// the device are the library's to refuse.
+    /// the same for `train` and `memory`, and a `--memory-report` file that
+    /// cannot be written. Values that depend on the data or the device are
+    /// the library's to refuse.
     fn check(&self) -> anyhow::Result<()> {
         if self.gpus == Some(0) {
             anyhow::bail!("--gpus must be at least 1");
@@ -216,6 +217,9 @@ impl TrainArgs {
             anyhow::bail!(
                 "--memory-report draws the step's memory plan, which --memory-plan off turns off; drop one of the two"
             );
+        }
+        if let Some(path) = &self.memory_report {
+            check_report_path(path)?;
         }
         Ok(())
     }
@@ -297,19 +301,19 @@ fn check_report_path(path: &std::path::Path) -> anyhow::Result<()> {
         .truncate(false)
         .open(path)
         .map(drop)
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot write the memory timeline to {}: {e}; pass --memory-report a file in a directory you can write to",
-                path.display()
-            )
-        })
+        .map_err(|e| report_unwritable(path, e))
+}
+
+/// The one message for a memory timeline that cannot be written.
+fn report_unwritable(path: &std::path::Path, e: std::io::Error) -> anyhow::Error {
+    anyhow::anyhow!(
+        "cannot write the memory timeline to {}: {e}; pass --memory-report a file in a directory you can write to",
+        path.display()
+    )
 }
 
 fn run_train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
     args.check()?;
-    if let Some(path) = &args.memory_report {
-        check_report_path(path)?;
-    }
     // Read even where no group forms, so that a wrong path shows now, not
     // in the next data-parallel run.
     let token =
@@ -454,20 +458,12 @@ fn run_rank(args: &TrainArgs, rv: RendezvousConfig) -> anyhow::Result<ExitCode> 
 
 fn run_memory(args: &TrainArgs) -> anyhow::Result<()> {
     args.check()?;
-    if let Some(path) = &args.memory_report {
-        check_report_path(path)?;
-    }
     let cfg = args.config();
     let (report, device) =
         train::memory_report(&cfg).with_context(|| format!("planning memory for {}", cfg.data_dir.display()))?;
     if let Some(path) = &args.memory_report {
         let title = format!("bumpgrad step memory: MNIST CNN, batch {}, {device}", cfg.batch);
-        std::fs::write(path, report.svg(&title)).map_err(|e| {
-            anyhow::anyhow!(
-                "cannot write the memory timeline to {}: {e}; pass --memory-report a file in a directory you can write to",
-                path.display()
-            )
-        })?;
+        std::fs::write(path, report.svg(&title)).map_err(|e| report_unwritable(path, e))?;
         eprintln!("bumpgrad: wrote the step's memory timeline to {}", path.display());
     }
     if args.json {
