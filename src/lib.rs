@@ -15,8 +15,10 @@
 //! - [`tensor`]: shapes, step tensors and persistent parameters;
 //! - [`autograd`]: the step scope, the tape and backward;
 //! - [`ops`]: one folder per op — forward, backward, kernels, tests;
-//! - [`models`]: networks built from ops (the MNIST CNN);
-//! - [`optim`]: optimizers updating parameters in place;
+//! - [`nn`]: parameters with names in slabs (`ParamBuilder`,
+//!   `ParamStore`), and the `Model` and `Optimizer` traits;
+//! - [`models`]: networks built from ops and `nn` (the MNIST CNN);
+//! - [`optim`]: optimizers updating the parameter slab in place;
 //! - [`data`]: IDX files, MNIST, the epoch's shuffled order;
 //! - [`checkpoint`]: a run's state as atomic, checksummed safetensors files;
 //! - [`train`]: sizing, the training loop, checkpoints and resume, reports,
@@ -24,16 +26,23 @@
 //! - [`distributed`]: data-parallel training — rendezvous, the `--gpus`
 //!   launcher, gradient buckets summed during backward.
 //!
-//! A step in miniature: one parameter, three steps of SGD.
+//! A step in miniature: one named parameter in a store, three steps of SGD.
 //!
 //! ```
-//! use bumpgrad::optim::Sgd;
+//! use bumpgrad::nn::{Init, OptimizerConfig, ParamStore};
+//! use bumpgrad::ops::{cursor::StepCursor, lr::LrAt};
+//! use bumpgrad::optim::SgdConfig;
 //! use bumpgrad::{Arena, Device, Shape};
 //!
 //! let mut arena = Arena::new(Device::cpu(1)?, 1 << 20)?;
 //! let mut p = arena.persistent();
-//! let w = p.param("fc.weight", Shape::new(&[2, 2]), &[0.5, -0.5, 0.25, 0.0])?;
-//! let sgd = Sgd::new(&[w], &mut p, 0.5, 0.0)?;
+//! // Parameters are declared by name; the store lays them out in one slab.
+//! let (store, w) = ParamStore::build(&mut p, 42, |pb| {
+//!     pb.pp("fc").param("weight", Shape::new(&[2, 2]), Init::Constant(0.25))
+//! })?;
+//! let cursor = StepCursor::new(&mut p)?;
+//! let lr = LrAt { table: p.upload("learning rate", Shape::new(&[1]), &[0.5])?, cursor };
+//! let sgd = SgdConfig::default().build(&store, &mut p, lr)?;
 //! let mut losses = Vec::new();
 //! for _ in 0..3 {
 //!     let loss: f32 = arena.step(|s| {
@@ -41,14 +50,15 @@
 //!         let weight = s.param(&w);
 //!         let labels = s.labels(&[1])?;
 //!         let loss = x.linear(s, weight, None)?.log_softmax_nll(s, labels)?;
-//!         let grads = s.backward(loss)?;
-//!         sgd.update(s, &grads)?;
+//!         let grads = s.backward(loss)?; // into the gradient slab
+//!         sgd.update(s, &store, &grads)?;
 //!         s.scalar(loss) // the f32 leaves the step; no tensor can
 //!     })?; // the step region is reset to the mark here
 //!     losses.push(loss);
 //! }
 //! assert!(losses[2] < losses[1] && losses[1] < losses[0]);
 //! assert_eq!(arena.stats().resets, 3);
+//! assert_eq!(store.name(&w), "fc.weight");
 //! # Ok::<(), bumpgrad::Error>(())
 //! ```
 
@@ -60,6 +70,7 @@ pub mod distributed;
 mod error;
 pub mod memory;
 pub mod models;
+pub mod nn;
 pub mod ops;
 pub mod optim;
 pub mod tensor;

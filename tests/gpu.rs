@@ -9,8 +9,9 @@
 //! no cargo, see `scripts/gpu-tests.sh`.
 
 use bumpgrad::backend::{BackendError, DeviceRequest};
-use bumpgrad::data::MnistHost;
-use bumpgrad::models::{MnistCnn, Mode};
+use bumpgrad::data::ImageSet;
+use bumpgrad::models::{MnistCnn, MnistCnnConfig};
+use bumpgrad::nn::{Input, Mode, Model, ParamStore};
 use bumpgrad::ops::gather::Normalize;
 use bumpgrad::train::{self, EpochReport, Observer, TrainConfig};
 use bumpgrad::{Arena, ArenaError, Device, Error, Shape, Step, Tensor};
@@ -371,13 +372,22 @@ fn step_cursor_batch_dropout_and_losses_match_the_cpu() {
 /// The model's logits, loss and every parameter gradient for one batch of
 /// real MNIST, gathered from the resident data set (dropout off).
 fn cnn_step(device: Device) -> Vec<(&'static str, Vec<f32>)> {
-    let mut host = MnistHost::load(&data_dir()).expect("data");
+    let mut host = ImageSet::load(&data_dir()).expect("data");
     host.limit_train(300).expect("limit");
     host.limit_test(100).expect("limit");
     let mut arena = Arena::new(device, 64 << 20).expect("arena");
     arena.set_poison_step(true);
     let mut p = arena.persistent();
-    let model = MnistCnn::init(&mut p, 7).expect("init");
+    let input = Input {
+        example: MnistCnn::INPUT,
+        classes: 10,
+    };
+    let (store, model) = ParamStore::build(&mut p, 7, |pb| MnistCnn::new(&MnistCnnConfig, input, pb)).expect("init");
+    // The names outlive the store: the test compares them after the step.
+    let names: Vec<&'static str> = store
+        .params()
+        .map(|p| &*String::leak(store.name(&p).to_string()))
+        .collect();
     let data = host.upload(&mut p).expect("upload");
     let indices: Vec<u32> = (0..100).map(|i| (i * 37 % 300) as u32).collect();
     let norm = Normalize {
@@ -388,16 +398,13 @@ fn cnn_step(device: Device) -> Vec<(&'static str, Vec<f32>)> {
         .step(|s| {
             let x = s.gather_images(&data.train.images, &indices, norm)?;
             let labels = s.gather_labels(data.train.labels, &indices)?;
-            let logits = model.forward(s, x, Mode::Eval)?;
+            let logits = Model::forward(&model, s, x, Mode::Eval)?;
             let loss = logits.log_softmax_nll(s, labels)?;
             let grads = s.backward(loss)?;
             let mut out = vec![("input batch", x), ("logits", logits), ("loss", loss)];
-            for param in model.params() {
+            for (param, name) in store.params().zip(&names) {
                 let t = s.param(&param);
-                out.push((
-                    param.name(),
-                    s.grad(&grads, t).expect("every parameter gets a gradient"),
-                ));
+                out.push((*name, s.grad(&grads, t).expect("every parameter gets a gradient")));
             }
             let mut read = Vec::new();
             for (name, t) in out {

@@ -4,7 +4,7 @@
 //! same path with and without it.
 
 use bumpgrad::backend::{Device, DeviceRequest};
-use bumpgrad::data::MnistHost;
+use bumpgrad::data::ImageSet;
 use bumpgrad::memory::{PlannedBuf, StepPlan};
 use bumpgrad::train::{measure, train, Quiet, StepKind, TrainConfig};
 
@@ -31,7 +31,7 @@ fn config(batch: usize) -> TrainConfig {
 
 fn plans(batch: usize) -> Vec<StepPlan> {
     let cfg = config(batch);
-    let mut host = MnistHost::load(&cfg.data_dir).unwrap();
+    let mut host = ImageSet::load(&cfg.data_dir).unwrap();
     host.limit_train(2050).unwrap();
     host.limit_test(1010).unwrap();
     measure(&cfg, &host, &Device::cpu(2).unwrap()).unwrap().plans

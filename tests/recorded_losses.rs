@@ -9,6 +9,7 @@
 //! the test says so and compares nothing.
 
 use bumpgrad::backend::DeviceRequest;
+use bumpgrad::optim::SgdConfig;
 use bumpgrad::train::{train, Observer, TrainConfig};
 
 #[derive(Default)]
@@ -26,7 +27,11 @@ fn losses(momentum: f32) -> Vec<u32> {
         threads: 2,
         epochs: 2,
         batch: 100,
-        momentum,
+        optimizer: SgdConfig {
+            momentum,
+            ..SgdConfig::default()
+        }
+        .choice(),
         data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
         train_limit: Some(1050),
         test_limit: Some(100),

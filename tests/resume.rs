@@ -5,6 +5,7 @@
 
 use bumpgrad::backend::DeviceRequest;
 use bumpgrad::checkpoint::{self, Checkpoint};
+use bumpgrad::optim::SgdConfig;
 use bumpgrad::train::{train, train_until, CheckpointPolicy, EpochReport, Every, Observer, TrainConfig};
 use bumpgrad::Error;
 use std::path::{Path, PathBuf};
@@ -193,7 +194,11 @@ fn stop_mid_epoch_then_resume(name: &str, momentum: f32) {
     let (straight, stopped) = (scratch(&format!("{name}-straight")), scratch(name));
     let every = Every::Steps(7);
     let cfg = |dir: &Path| TrainConfig {
-        momentum,
+        optimizer: SgdConfig {
+            momentum,
+            ..SgdConfig::default()
+        }
+        .choice(),
         ..config(dir, 2, every)
     };
     let straight_run = run_straight(&cfg(&straight));

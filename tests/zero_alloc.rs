@@ -7,6 +7,7 @@
 //! shorter last batch, the epoch reports, and a checkpoint after every step.
 
 use bumpgrad::backend::DeviceRequest;
+use bumpgrad::optim::SgdConfig;
 use bumpgrad::train::{prepare, CheckpointPolicy, Control, EpochReport, Every, Observer, Position, TrainConfig};
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -81,14 +82,18 @@ fn two_epochs_allocate_nothing_between_checkpoints() {
         batch: 100,
         train_limit: Some(1050),
         test_limit: Some(250),
-        momentum: 0.9,
+        optimizer: SgdConfig {
+            momentum: 0.9,
+            ..SgdConfig::default()
+        }
+        .choice(),
         poison_step: Some(true),
         checkpoints: Some(policy.clone()),
         ..TrainConfig::default()
     };
     let (mut session, info) = prepare(&cfg).expect("session");
     assert_eq!(info.steps_per_epoch, 11);
-    assert_eq!(session.sgd().velocities().count(), 6, "momentum is on");
+    assert_eq!(session.optimizer().state().len(), 1, "momentum is on");
     assert!(session.arena().poisons_steps(), "poisoning is on");
     let stop = AtomicBool::new(false);
     let control = Control {

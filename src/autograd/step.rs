@@ -111,8 +111,8 @@ impl<'s> Step<'s> {
             .tape()
             .leaves
             .iter()
-            .find(|(b, _)| *b == param.buf)
-            .map(|&(_, id)| id);
+            .find(|(b, _, _)| *b == param.buf)
+            .map(|&(_, _, id)| id);
         if let Some(id) = known {
             return Tensor::from_ref(TensorRef {
                 id,
@@ -124,7 +124,7 @@ impl<'s> Step<'s> {
         let requires_grad = self.grad_enabled();
         let t = self.alias(param.buf, param.shape, requires_grad);
         if requires_grad {
-            self.arena.tape().leaves.push((param.buf, t.inner.id));
+            self.arena.tape().leaves.push((param.buf, param.grad, t.inner.id));
         }
         t
     }
@@ -210,49 +210,27 @@ impl<'s> Step<'s> {
         self.backward_seeded(loss, seed, after_node)
     }
 
-    /// Sends `param`'s gradient in this step to `dest` (persistent memory
-    /// of its shape) instead of the step region. Call before backward.
-    /// A destination above the mark is refused: it would be a step buffer
-    /// that a later step writes while someone still holds it.
-    pub fn grad_into(&mut self, param: &Param, dest: Buf<f32>) -> Result<()> {
-        self.arena.check_persistent(dest)?;
-        if dest.len() != param.shape.numel() {
-            return Err(Error::shape(
-                "grad_into",
-                format!(
-                    "{} elements for {}'s gradient of shape {}",
-                    dest.len(),
-                    param.name(),
-                    param.shape
-                ),
-            ));
-        }
-        let tape = self.arena.tape();
-        tape.grad_into.retain(|(p, _)| *p != param.buf);
-        tape.grad_into.push((param.buf, dest));
-        Ok(())
-    }
-
-    /// Memory for a gradient contribution to `t`: its destination (see
-    /// [`Step::grad_into`]) when `t` is a parameter that has one and has no
-    /// gradient yet, else a new step buffer. A first contribution is kept
-    /// as is (see [`Step::accumulate`]), so it may be written in place.
+    /// Memory for a gradient contribution to `t`: its slot of the gradient
+    /// slab when `t` is a parameter that has no gradient yet, else a new
+    /// step buffer. A first contribution is kept as is (see
+    /// [`Step::accumulate`]), so it may be written in place.
     pub(crate) fn grad_buffer(&mut self, t: &TensorRef, what: &'static str) -> Result<Buf<f32>> {
         let tape = self.arena.tape();
         let first = tape.grads.get(t.id as usize).is_some_and(|g| g.is_none());
-        let leaf = tape.leaves.iter().any(|&(b, id)| b == t.buf && id == t.id);
-        if first && leaf {
-            if let Some(&(_, dest)) = tape.grad_into.iter().find(|(p, _)| *p == t.buf) {
-                return Ok(dest);
+        if first {
+            let slot = tape.leaves.iter().find(|&&(b, _, id)| b == t.buf && id == t.id);
+            if let Some(&(_, grad, _)) = slot.filter(|(_, g, _)| g.len() == t.shape.numel()) {
+                return Ok(grad);
             }
         }
         self.alloc(what, t.shape)
     }
 
-    /// Whether backward has produced a gradient for `param` so far.
-    pub(crate) fn has_param_grad(&mut self, param: &Param) -> bool {
+    /// Whether backward has produced a gradient for `param` so far in this
+    /// step (then it is in `param`'s gradient slot).
+    pub fn has_param_grad(&mut self, param: &Param) -> bool {
         let tape = self.arena.tape();
-        let Some(&(_, id)) = tape.leaves.iter().find(|(b, _)| *b == param.buf) else {
+        let Some(&(_, _, id)) = tape.leaves.iter().find(|(b, _, _)| *b == param.buf) else {
             return false;
         };
         tape.grads.get(id as usize).is_some_and(|g| g.is_some())
@@ -324,7 +302,7 @@ impl<'s> Step<'s> {
     /// step: it may lie in the step region, so it must not outlive the step.
     pub fn param_grad(&mut self, _proof: &Grads<'s>, param: &Param) -> Option<Tensor<'s>> {
         let tape = self.arena.tape();
-        let &(_, id) = tape.leaves.iter().find(|(b, _)| *b == param.buf)?;
+        let &(_, _, id) = tape.leaves.iter().find(|(b, _, _)| *b == param.buf)?;
         let buf = tape.grads.get(id as usize).copied().flatten()?;
         Some(self.alias(buf, param.shape, false))
     }
@@ -332,29 +310,31 @@ impl<'s> Step<'s> {
 
 #[cfg(test)]
 mod tests {
-    use crate::memory::{Arena, ArenaError};
-    use crate::{Device, Error, Shape};
+    use crate::memory::Arena;
+    use crate::nn::{Init, ParamStore};
+    use crate::{Device, Shape};
 
     #[test]
-    fn a_gradient_destination_in_the_step_region_is_refused() {
+    fn a_parameter_gradient_lands_in_its_persistent_slot() {
         let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
-        let mut p = arena.persistent();
-        let w = p.param("w", Shape::new(&[1, 4]), &[0.5; 4]).unwrap();
-        let slot = p.zeros::<f32>("w grad slot", Shape::new(&[1, 4])).unwrap();
+        let (store, w) = ParamStore::build(&mut arena.persistent(), 1, |pb| {
+            pb.pp("fc").param("weight", Shape::new(&[1, 4]), Init::Constant(0.5))
+        })
+        .unwrap();
+        assert!(
+            w.grad().byte_range().end <= arena.stats().persistent_bytes,
+            "below the mark"
+        );
+        assert_eq!(store.name(&w), "fc.weight");
         arena
             .step(|s| {
-                let above_mark = s.alloc::<f32>("scratch", Shape::new(&[4]))?;
-                assert!(matches!(
-                    s.grad_into(&w, above_mark),
-                    Err(Error::Arena(ArenaError::Backend(_)))
-                ));
-                s.grad_into(&w, slot)?;
                 // The weight gradient of `x · wᵀ` is `x`.
                 let x = s.input("x", Shape::new(&[1, 4]), &[1.0, 2.0, 3.0, 4.0])?;
                 let w_in_step = s.param(&w);
                 let y = x.linear(s, w_in_step, None)?;
                 let one = s.input("upstream", y.shape(), &[1.0])?;
                 let grads = s.backward_from(y, one)?;
+                assert!(s.has_param_grad(&w));
                 let g = s.param_grad(&grads, &w).expect("w has a gradient");
                 let mut host = [0.0; 4];
                 s.read(g, &mut host)?;
@@ -363,11 +343,11 @@ mod tests {
             })
             .unwrap();
         let mut landed = [0.0; 4];
-        arena.read_persistent(slot, &mut landed).unwrap();
+        arena.read_persistent(w.grad(), &mut landed).unwrap();
         assert_eq!(
             landed,
             [1.0, 2.0, 3.0, 4.0],
-            "the gradient was written into its persistent slot"
+            "the gradient was written into its slot of the gradient slab"
         );
     }
 }

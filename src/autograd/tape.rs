@@ -25,13 +25,10 @@ pub struct Tape {
     pub(crate) nodes: Vec<Node>,
     /// Gradient of each tensor of the step, by tensor id.
     pub(crate) grads: Vec<Option<Buf<f32>>>,
-    /// Parameters used in the step: (parameter buffer, tensor id).
-    pub(crate) leaves: Vec<(Buf<f32>, u32)>,
-    /// Where a parameter's gradient goes instead of the step region:
-    /// (parameter buffer, persistent destination). Data-parallel training
-    /// points these into its gradient buckets, so backward writes each
-    /// gradient where the all-reduce reads it.
-    pub(crate) grad_into: Vec<(Buf<f32>, Buf<f32>)>,
+    /// Parameters used in the step: (parameter buffer, its slot in the
+    /// gradient slab, tensor id). Backward writes a parameter's gradient
+    /// into its slot, where the optimizer and the data-parallel sums read it.
+    pub(crate) leaves: Vec<(Buf<f32>, Buf<f32>, u32)>,
     pub(crate) next_id: u32,
     pub(crate) recording: bool,
 }
@@ -42,7 +39,6 @@ impl Default for Tape {
             nodes: Vec::new(),
             grads: Vec::new(),
             leaves: Vec::new(),
-            grad_into: Vec::new(),
             next_id: 0,
             recording: true,
         }
@@ -54,7 +50,6 @@ impl Tape {
         self.nodes.clear();
         self.grads.clear();
         self.leaves.clear();
-        self.grad_into.clear();
         self.next_id = 0;
         self.recording = true;
     }

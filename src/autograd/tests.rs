@@ -3,6 +3,7 @@
 
 use crate::backend::Device;
 use crate::memory::Arena;
+use crate::nn::{Init, ParamStore};
 use crate::ops::gradcheck::{check, values, EPS};
 use crate::tensor::Shape;
 
@@ -38,7 +39,8 @@ fn a_parameter_asked_for_twice_gets_the_sum_of_both_uses() {
     let g = values(6, 64, -1.0, 1.0);
     let w0 = values(9, 65, -1.0, 1.0);
     let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
-    let w = arena.persistent().param("w", ws, &w0).unwrap();
+    let (_, w) = ParamStore::build(&mut arena.persistent(), 1, |pb| pb.param("w", ws, Init::Constant(0.0))).unwrap();
+    arena.write_persistent(w.buf(), &w0).unwrap();
     // ⟨z, g⟩ at the parameter's current values, and its gradient.
     let run = |arena: &mut Arena, values: &[f32]| {
         arena.write_persistent(w.buf(), values).unwrap();

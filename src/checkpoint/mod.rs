@@ -134,5 +134,11 @@ impl Checkpoint {
 
 /// Where a parameter's SGD momentum goes: `optimizer.<param>.momentum_buffer`.
 pub fn momentum_buffer_name(param: &str) -> String {
-    format!("optimizer.{param}.momentum_buffer")
+    optimizer_state_name(param, "momentum_buffer")
+}
+
+/// Where a checkpoint keeps optimizer state `state` (`exp_avg`, …) of
+/// parameter `param`.
+pub fn optimizer_state_name(param: &str, state: &str) -> String {
+    format!("optimizer.{param}.{state}")
 }

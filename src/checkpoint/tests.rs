@@ -6,6 +6,7 @@ use serde_json::json;
 use super::*;
 use crate::data::testutil::TempDir;
 use crate::models::MnistCnn;
+use crate::nn::{Input, ParamStore};
 use crate::{Arena, Device};
 
 const HERE: &str = "test.safetensors";
@@ -95,19 +96,31 @@ fn ours() -> serde_json::Value {
     json!({"format": FORMAT, "version": "1"})
 }
 
+/// The MNIST CNN's parameters, declared in a store in `arena`.
+fn mnist_store(arena: &mut Arena, seed: u64) -> ParamStore {
+    let input = Input {
+        example: MnistCnn::INPUT,
+        classes: 10,
+    };
+    let choice = MnistCnn::choice();
+    ParamStore::build(&mut arena.persistent(), seed, |pb| choice.build(input, pb))
+        .unwrap()
+        .0
+}
+
 /// The MNIST CNN's parameters as the model initialises them, read out of an
 /// arena, with a momentum buffer for each.
 fn mnist_checkpoint() -> Checkpoint {
     let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
-    let model = MnistCnn::init(&mut arena.persistent(), 42).unwrap();
+    let store = mnist_store(&mut arena, 42);
     let mut tensors = Vec::new();
-    for p in model.params() {
+    for p in store.params() {
         let mut values = vec![0.0; p.shape().numel()];
-        arena.read_param(&p, &mut values).unwrap();
+        arena.read_persistent(p.buf(), &mut values).unwrap();
         let momentum = values.iter().map(|v| v * 0.1).collect();
-        tensors.push(NamedTensor::new(p.name(), p.shape().dims(), values));
+        tensors.push(NamedTensor::new(store.name(&p), p.shape().dims(), values));
         tensors.push(NamedTensor::new(
-            momentum_buffer_name(p.name()),
+            momentum_buffer_name(store.name(&p)),
             p.shape().dims(),
             momentum,
         ));
@@ -191,11 +204,10 @@ fn the_safetensors_crate_reads_what_we_write() {
 #[test]
 fn mnist_names_and_shapes_match_a_pytorch_state_dict() {
     let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
-    let model = MnistCnn::init(&mut arena.persistent(), 1).unwrap();
-    let params: Vec<(&str, Vec<usize>)> = model
+    let store = mnist_store(&mut arena, 1);
+    let params: Vec<(&str, Vec<usize>)> = store
         .params()
-        .iter()
-        .map(|p| (p.name(), p.shape().dims().to_vec()))
+        .map(|p| (store.name(&p), p.shape().dims().to_vec()))
         .collect();
     let expected: Vec<(&str, Vec<usize>)> = PYTORCH_STATE_DICT.iter().map(|(n, s)| (*n, s.to_vec())).collect();
     assert_eq!(params, expected);

@@ -2,8 +2,8 @@
 //! them against `SHA256SUMS` when one is present, parses them, and proves
 //! the result is MNIST-shaped before anyone trains on it.
 //!
-//! Invariants of a [`MnistHost`] (established by [`MnistHost::load`], kept by
-//! [`MnistHost::limit_train`]):
+//! Invariants of a MNIST's [`ImageSet`] (established by [`load`], kept by
+//! [`ImageSet::limit_train`]):
 //! - every image is 28×28 and each set holds at least one image;
 //! - each set has exactly one label per image, and every label is below 10;
 //! - a file listed in `SHA256SUMS` was hashed over its stored bytes (still
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::idx::{self, Images};
-use super::DataError;
+use super::{DataError, ImageSet};
 
 pub const IMAGE_ROWS: usize = 28;
 pub const IMAGE_COLS: usize = 28;
@@ -29,75 +29,37 @@ const TRAIN_LABELS: &str = "train-labels-idx1-ubyte";
 const TEST_IMAGES: &str = "t10k-images-idx3-ubyte";
 const TEST_LABELS: &str = "t10k-labels-idx1-ubyte";
 
-/// The whole data set, validated, in host memory.
-#[derive(Debug, Clone)]
-pub struct MnistHost {
-    pub train_images: Images,
-    pub train_labels: Vec<u8>,
-    pub test_images: Images,
-    pub test_labels: Vec<u8>,
-}
+/// MNIST's pixel statistics (of pixels scaled to [0, 1]), as every MNIST
+/// example normalises with: (mean, standard deviation).
+pub const NORMALIZE: (f32, f32) = (0.1307, 0.3081);
 
-impl MnistHost {
-    /// Loads the four MNIST files from `dir`, each as `<name>.gz` or raw
-    /// `<name>` (the gzipped one wins if both exist).
-    pub fn load(dir: &Path) -> Result<Self, DataError> {
-        // Locate everything first so a missing file is reported before any
-        // time is spent hashing or decompressing the others.
-        let paths = [TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES, TEST_LABELS].map(|name| locate(dir, name));
-        let [train_images_path, train_labels_path, test_images_path, test_labels_path] = paths;
-        let (train_images_path, train_labels_path) = (train_images_path?, train_labels_path?);
-        let (test_images_path, test_labels_path) = (test_images_path?, test_labels_path?);
+/// Loads the four MNIST files from `dir`, each as `<name>.gz` or raw
+/// `<name>` (the gzipped one wins if both exist).
+pub fn load(dir: &Path) -> Result<ImageSet, DataError> {
+    // Locate everything first so a missing file is reported before any
+    // time is spent hashing or decompressing the others.
+    let paths = [TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES, TEST_LABELS].map(|name| locate(dir, name));
+    let [train_images_path, train_labels_path, test_images_path, test_labels_path] = paths;
+    let (train_images_path, train_labels_path) = (train_images_path?, train_labels_path?);
+    let (test_images_path, test_labels_path) = (test_images_path?, test_labels_path?);
 
-        let sums = Checksums::load(dir)?;
-        let train_images = idx::images_from_file(sums.read(&train_images_path)?, &train_images_path)?;
-        let train_labels = idx::labels_from_file(sums.read(&train_labels_path)?, &train_labels_path)?;
-        let test_images = idx::images_from_file(sums.read(&test_images_path)?, &test_images_path)?;
-        let test_labels = idx::labels_from_file(sums.read(&test_labels_path)?, &test_labels_path)?;
+    let sums = Checksums::load(dir)?;
+    let train_images = idx::images_from_file(sums.read(&train_images_path)?, &train_images_path)?;
+    let train_labels = idx::labels_from_file(sums.read(&train_labels_path)?, &train_labels_path)?;
+    let test_images = idx::images_from_file(sums.read(&test_images_path)?, &test_images_path)?;
+    let test_labels = idx::labels_from_file(sums.read(&test_labels_path)?, &test_labels_path)?;
 
-        check_set(&train_images, &train_images_path, &train_labels, &train_labels_path)?;
-        check_set(&test_images, &test_images_path, &test_labels, &test_labels_path)?;
-        Ok(MnistHost {
-            train_images,
-            train_labels,
-            test_images,
-            test_labels,
-        })
-    }
-
-    /// Keeps only the first `n` training images and labels (`--train-limit`).
-    /// `n` must be between 1 and the current training-set size.
-    pub fn limit_train(&mut self, n: usize) -> Result<(), DataError> {
-        let available = self.train_images.count;
-        if n == 0 || n > available {
-            return Err(DataError::TrainLimit {
-                requested: n,
-                available,
-            });
-        }
-        keep_first(&mut self.train_images, &mut self.train_labels, n);
-        Ok(())
-    }
-
-    /// Keeps only the first `n` test images and labels (`--test-limit`).
-    pub fn limit_test(&mut self, n: usize) -> Result<(), DataError> {
-        let available = self.test_images.count;
-        if n == 0 || n > available {
-            return Err(DataError::TestLimit {
-                requested: n,
-                available,
-            });
-        }
-        keep_first(&mut self.test_images, &mut self.test_labels, n);
-        Ok(())
-    }
-}
-
-fn keep_first(images: &mut Images, labels: &mut Vec<u8>, n: usize) {
-    let image_len = images.image_len();
-    images.count = n;
-    images.pixels.truncate(n * image_len);
-    labels.truncate(n);
+    check_set(&train_images, &train_images_path, &train_labels, &train_labels_path)?;
+    check_set(&test_images, &test_images_path, &test_labels, &test_labels_path)?;
+    Ok(ImageSet {
+        name: "MNIST",
+        train_images,
+        train_labels,
+        test_images,
+        test_labels,
+        classes: CLASSES,
+        normalize: NORMALIZE,
+    })
 }
 
 /// `dir/<name>.gz` if it exists, else `dir/<name>`; if neither, the error
@@ -270,7 +232,7 @@ mod tests {
     }
 
     fn load_err(dir: &TempDir) -> DataError {
-        match MnistHost::load(dir.path()) {
+        match load(dir.path()) {
             Ok(_) => panic!("load unexpectedly succeeded"),
             Err(e) => e,
         }
@@ -281,7 +243,7 @@ mod tests {
         for gzipped in [true, false] {
             let dir = TempDir::new("mnist-happy");
             write_set(&dir, gzipped);
-            let host = MnistHost::load(dir.path()).unwrap();
+            let host = load(dir.path()).unwrap();
             assert_eq!(host.train_images.count, TRAIN_N);
             assert_eq!(host.train_images.pixels, ramp_pixels(TRAIN_N, 28, 28));
             assert_eq!(host.train_labels, vec![0, 1, 2, 3, 4]);
@@ -367,7 +329,7 @@ mod tests {
             other => panic!("expected MissingFile, got {other:?}"),
         }
         let nowhere = dir.path().join("no-such-dir");
-        assert!(matches!(MnistHost::load(&nowhere), Err(DataError::MissingFile { .. })));
+        assert!(matches!(load(&nowhere), Err(DataError::MissingFile { .. })));
     }
 
     /// Writes `SHA256SUMS` listing the set's gzip files with their true
@@ -396,7 +358,7 @@ mod tests {
         let dir = TempDir::new("mnist-sums-ok");
         write_set(&dir, true);
         write_sums(&dir, None);
-        assert!(MnistHost::load(dir.path()).is_ok());
+        assert!(load(dir.path()).is_ok());
     }
 
     #[test]
@@ -450,7 +412,7 @@ mod tests {
     fn limit_train_keeps_the_first_n() {
         let dir = TempDir::new("mnist-limit");
         write_set(&dir, true);
-        let mut host = MnistHost::load(dir.path()).unwrap();
+        let mut host = load(dir.path()).unwrap();
         let full = host.clone();
         host.limit_train(2).unwrap();
         assert_eq!(host.train_images.count, 2);
@@ -465,7 +427,7 @@ mod tests {
     fn limit_train_rejects_zero_and_too_many() {
         let dir = TempDir::new("mnist-limit-bad");
         write_set(&dir, true);
-        let mut host = MnistHost::load(dir.path()).unwrap();
+        let mut host = load(dir.path()).unwrap();
         for n in [0, TRAIN_N + 1] {
             match host.limit_train(n) {
                 Err(DataError::TrainLimit { requested, available }) => assert_eq!((requested, available), (n, TRAIN_N)),
@@ -496,7 +458,7 @@ mod tests {
     #[test]
     fn loads_the_shipped_mnist() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/mnist");
-        let host = MnistHost::load(&dir).unwrap();
+        let host = load(&dir).unwrap();
         assert_eq!(host.train_images.count, 60_000);
         assert_eq!(host.test_images.count, 10_000);
         assert_eq!(host.train_images.pixels.len(), 60_000 * 784);

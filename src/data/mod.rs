@@ -7,14 +7,15 @@
 //!
 //! Invariants:
 //! - Every [`Images`] satisfies `pixels.len() == count * rows * cols`.
-//! - A loaded [`MnistHost`] has 28×28 images, one label per image, and every
-//!   label below 10; [`MnistHost::limit_train`] preserves all of that.
+//! - A loaded MNIST [`ImageSet`] has 28×28 images, one label per image, and every
+//!   label below 10; [`ImageSet::limit_train`] preserves all of that.
 //! - [`shuffle_into`] writes a permutation of `0..len` that depends only on
 //!   `(seed, epoch)`, identically on every platform, and allocates nothing.
 //! - Malformed input never panics: every failure is a [`DataError`] that
 //!   names the offending file (where one is involved) and says what to do.
 
 pub mod idx;
+mod image_set;
 pub mod mnist;
 pub mod order;
 pub mod resident;
@@ -22,9 +23,9 @@ pub mod resident;
 use std::path::PathBuf;
 
 pub use idx::{parse_images, parse_labels, read_images, read_labels, Images};
-pub use mnist::MnistHost;
+pub use image_set::ImageSet;
 pub use order::{shuffle_into, SplitMix64};
-pub use resident::{ResidentMnist, ResidentSplit};
+pub use resident::{ResidentSet, ResidentSplit};
 
 /// Everything that can go wrong between a data directory and validated host
 /// buffers. Each message ends with the remedy, because these reach the user

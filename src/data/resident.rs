@@ -1,7 +1,7 @@
 //! The data set resident in the arena's persistent region: pixels as bytes,
 //! labels as bytes, uploaded once, gathered by index every step.
 
-use super::mnist::{MnistHost, CLASSES};
+use super::ImageSet;
 use super::Images;
 use crate::memory::{ArenaError, Buf, Persistent};
 use crate::ops::gather::ByteImages;
@@ -47,18 +47,18 @@ impl ResidentSplit {
     }
 }
 
-/// MNIST in the persistent region.
+/// A data set in the persistent region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ResidentMnist {
+pub struct ResidentSet {
     pub train: ResidentSplit,
     pub test: ResidentSplit,
     pub classes: usize,
 }
 
-impl MnistHost {
+impl ImageSet {
     /// Copies both splits into the persistent region.
-    pub fn upload(&self, p: &mut Persistent<'_>) -> Result<ResidentMnist, ArenaError> {
-        Ok(ResidentMnist {
+    pub fn upload(&self, p: &mut Persistent<'_>) -> Result<ResidentSet, ArenaError> {
+        Ok(ResidentSet {
             train: ResidentSplit::upload(
                 p,
                 ("train images", "train labels"),
@@ -66,7 +66,7 @@ impl MnistHost {
                 &self.train_labels,
             )?,
             test: ResidentSplit::upload(p, ("test images", "test labels"), &self.test_images, &self.test_labels)?,
-            classes: CLASSES,
+            classes: self.classes,
         })
     }
 }

@@ -2,8 +2,9 @@
 //! buffers of the persistent region, each summed across the ranks by one
 //! all-reduce.
 //!
-//! Backward writes each parameter's gradient straight into its slot of a
-//! bucket (see [`Step::grad_into`]), so no copy precedes the sum. Buckets
+//! A bucket is a run of consecutive slots of the gradient slab
+//! ([`ParamStore::grads`]), where backward writes each parameter's
+//! gradient, so no copy precedes the sum. Buckets
 //! are filled in the order backward produces gradients (the reverse of the
 //! model's parameter order), and a bucket's sum is queued as soon as
 //! backward has produced all of it, while backward goes on with the layers
@@ -15,13 +16,10 @@
 //! contribution to one of them would miss the sum.
 
 use crate::autograd::Step;
-use crate::memory::{Buf, Persistent};
-use crate::tensor::{Param, Shape};
+use crate::memory::Buf;
+use crate::nn::ParamStore;
+use crate::tensor::Param;
 use crate::{Error, Result};
-
-/// Elements each slot starts on a multiple of (256 bytes, the arena's
-/// alignment), so every gradient is as aligned as a buffer of its own.
-const SLOT_ALIGN: usize = 64;
 
 /// At most this many buckets (a bit mask tracks which were queued).
 pub const MAX_BUCKETS: usize = 64;
@@ -31,9 +29,10 @@ pub struct Buckets {
 }
 
 struct Bucket {
+    /// Its slice of the gradient slab.
     buf: Buf<f32>,
-    /// Each parameter and its slot in `buf`.
-    slots: Vec<(Param, Buf<f32>)>,
+    /// Its parameters, in backward's order.
+    params: Vec<Param>,
 }
 
 /// Which buckets of the current step are queued (bit i: bucket i).
@@ -42,17 +41,19 @@ pub struct Queued(u64);
 
 impl Buckets {
     /// Buckets of at most `cap_bytes` (a larger parameter gets one of its
-    /// own) for `params`, given in the model's order.
-    pub fn new(params: &[Param], p: &mut Persistent<'_>, cap_bytes: usize) -> Result<Self> {
+    /// own), each a run of consecutive slots of `store`'s gradient slab,
+    /// taken in the order backward fills them (the reverse of the model's).
+    pub fn new(store: &ParamStore, cap_bytes: usize) -> Result<Self> {
         let cap = cap_bytes / 4;
         let mut groups: Vec<Vec<Param>> = Vec::new();
         let mut fill = 0;
-        for param in params.iter().rev() {
-            let len = slot_len(param);
+        for param in store.params().rev() {
+            // The slot with its padding (slots start 64 elements apart).
+            let len = param.shape().numel().next_multiple_of(64);
             match groups.last_mut() {
-                Some(group) if fill + len <= cap => group.push(*param),
+                Some(group) if fill + len <= cap => group.push(param),
                 _ => {
-                    groups.push(vec![*param]);
+                    groups.push(vec![param]);
                     fill = 0;
                 }
             }
@@ -60,62 +61,52 @@ impl Buckets {
         }
         if groups.len() > MAX_BUCKETS {
             return Err(Error::Config(format!(
-                "{} gradient buckets of {cap_bytes} bytes; pass a larger --bucket-kib (at most {MAX_BUCKETS} buckets)",
+                "{} gradient buckets of {cap_bytes} bytes: more than the {MAX_BUCKETS} a step can sum",
                 groups.len()
             )));
         }
-        let mut buckets = Vec::with_capacity(groups.len());
-        for group in groups {
-            let total = group.iter().map(slot_len).sum();
-            let buf = p.zeros::<f32>("gradient bucket", Shape::new(&[total]))?;
-            let mut at = 0;
-            let mut slots = Vec::with_capacity(group.len());
-            for param in group {
-                let n = param.shape().numel();
-                let slot = buf
-                    .slice(at, n)
-                    .ok_or(Error::Config("internal error: a gradient slot past its bucket".into()))?;
-                slots.push((param, slot));
-                at += slot_len(&param);
-            }
-            buckets.push(Bucket { buf, slots });
-        }
+        let grads = store.grads();
+        let buckets = groups
+            .into_iter()
+            .map(|params| {
+                let (first, last) = (params[params.len() - 1], params[0]);
+                let buf = store.span(grads, &first, &last).ok_or(Error::Config(
+                    "internal error: a gradient bucket outside the gradient slab".into(),
+                ))?;
+                Ok(Bucket { buf, params })
+            })
+            .collect::<Result<_>>()?;
         Ok(Self { buckets })
     }
 
     /// The buckets, each as its parameters' names and its bytes.
-    pub fn layout(&self) -> Vec<(Vec<&'static str>, usize)> {
+    pub fn layout(&self, store: &ParamStore) -> Vec<(Vec<String>, usize)> {
         self.buckets
             .iter()
-            .map(|b| (b.slots.iter().map(|(p, _)| p.name()).collect(), b.buf.bytes()))
+            .map(|b| {
+                (
+                    b.params.iter().map(|p| store.name(p).to_string()).collect(),
+                    b.buf.bytes(),
+                )
+            })
             .collect()
     }
 
-    /// The buckets' buffers, in the order their sums are queued.
+    /// The buckets' slices of the gradient slab, in the order their sums
+    /// are queued.
     pub fn bufs(&self) -> Vec<Buf<f32>> {
         self.buckets.iter().map(|b| b.buf).collect()
-    }
-
-    /// Points every parameter's gradient at its slot. Call in each step
-    /// before backward.
-    pub fn direct(&self, s: &mut Step<'_>) -> Result<()> {
-        for bucket in &self.buckets {
-            for (param, slot) in &bucket.slots {
-                s.grad_into(param, *slot)?;
-            }
-        }
-        Ok(())
     }
 
     /// Queues the sum of each bucket whose gradients are all produced, in
     /// bucket order (every rank must queue its sums in the same order).
     /// Call after each node of backward.
-    pub fn queue_ready(&self, s: &mut Step<'_>, queued: &mut Queued) -> Result<()> {
+    pub fn queue_ready(&self, s: &mut Step<'_>, _store: &ParamStore, queued: &mut Queued) -> Result<()> {
         for (i, bucket) in self.buckets.iter().enumerate() {
             if queued.0 & (1 << i) != 0 {
                 continue;
             }
-            if !bucket.slots.iter().all(|(param, _)| s.has_param_grad(param)) {
+            if !bucket.params.iter().all(|param| s.has_param_grad(param)) {
                 // A later bucket must wait for this one, whose sum comes first.
                 return Ok(());
             }
@@ -126,54 +117,61 @@ impl Buckets {
     }
 
     /// Queues any sum not queued yet and orders every sum before what
-    /// follows (the optimizer). A parameter backward gave no gradient gets
-    /// its slot's stale value: that is refused.
-    pub fn finish(&self, s: &mut Step<'_>, queued: &mut Queued) -> Result<()> {
+    /// follows (the optimizer). A parameter backward gave no gradient would
+    /// be summed from its slot's stale value: that is refused.
+    pub fn finish(&self, s: &mut Step<'_>, store: &ParamStore, queued: &mut Queued) -> Result<()> {
         for bucket in &self.buckets {
-            if let Some((param, _)) = bucket.slots.iter().find(|(p, _)| !s.has_param_grad(p)) {
+            if let Some(param) = bucket.params.iter().find(|p| !s.has_param_grad(p)) {
                 return Err(Error::Config(format!(
                     "data-parallel training needs a gradient for every parameter, and backward gave {} none",
-                    param.name()
+                    store.name(param)
                 )));
             }
         }
-        self.queue_ready(s, queued)?;
+        self.queue_ready(s, store, queued)?;
         Ok(s.backend().join_collectives()?)
     }
-}
-
-/// Elements a parameter's slot spans, up to where the next slot starts.
-fn slot_len(param: &Param) -> usize {
-    param.shape().numel().next_multiple_of(SLOT_ALIGN)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::models::MnistCnn;
+    use crate::nn::Input;
     use crate::{Arena, Device};
 
-    fn layout(cap: usize) -> Vec<(Vec<&'static str>, usize)> {
+    fn layout(cap: usize) -> Vec<(Vec<String>, usize)> {
         let mut arena = Arena::new(Device::cpu(1).unwrap(), 4 << 20).unwrap();
-        let mut p = arena.persistent();
-        let model = MnistCnn::init(&mut p, 1).unwrap();
-        let buckets = Buckets::new(&model.params(), &mut p, cap).unwrap();
+        let input = Input {
+            example: MnistCnn::INPUT,
+            classes: 10,
+        };
+        let choice = MnistCnn::choice();
+        let (store, _) = ParamStore::build(&mut arena.persistent(), 1, |pb| choice.build(input, pb)).unwrap();
+        let buckets = Buckets::new(&store, cap).unwrap();
+        let grads = store.grads().byte_range();
+        let mut end = grads.end;
         for b in &buckets.buckets {
-            let mut end = b.buf.offset();
-            for (param, slot) in &b.slots {
-                // Each slot: its parameter's size, 256-byte aligned, after the last.
-                assert_eq!(slot.len(), param.shape().numel());
-                assert!(slot.offset() >= end && slot.offset() % 256 == 0, "{}", param.name());
-                end = slot.byte_range().end;
+            // Each bucket: a slice of the gradient slab holding exactly its
+            // parameters' slots, below the bucket before it.
+            let range = b.buf.byte_range();
+            assert!(range.start >= grads.start && range.end <= end && range.start % 256 == 0);
+            for param in &b.params {
+                let slot = param.grad().byte_range();
+                assert!(
+                    slot.start >= range.start && slot.end <= range.end,
+                    "{}",
+                    store.name(param)
+                );
             }
-            assert!(end <= b.buf.byte_range().end);
+            end = range.start;
         }
-        buckets.layout()
+        buckets.layout(&store)
     }
 
     #[test]
     fn buckets_follow_backwards_order_and_their_cap() {
-        let names = |l: Vec<(Vec<&'static str>, usize)>| l.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+        let names = |l: Vec<(Vec<String>, usize)>| l.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
         assert_eq!(
             names(layout(4 << 10)),
             vec![
@@ -186,7 +184,8 @@ mod tests {
         let one = layout(1 << 20);
         assert_eq!(one.len(), 1);
         assert_eq!(one[0].0.len(), 6);
-        // 21,840 values, each slot rounded up to 64.
-        assert_eq!(one[0].1, (64 + 512 + 64 + 16000 + 5056 + 256) * 4);
+        // From conv1.weight's slot to fc2.bias's last element: 21,810
+        // values, every slot but the last rounded up to 64.
+        assert_eq!(one[0].1, (256 + 5056 + 16000 + 64 + 512 + 10) * 4);
     }
 }

@@ -680,12 +680,6 @@ impl Persistent<'_> {
         self.arena.backend.upload(buf, values)?;
         Ok(buf)
     }
-
-    /// A trainable parameter initialised to `values`.
-    pub fn param(&mut self, name: &'static str, shape: Shape, values: &[f32]) -> Result<Param, ArenaError> {
-        let buf = self.upload(name, shape, values)?;
-        Ok(Param { name, buf, shape })
-    }
 }
 
 #[cfg(test)]
@@ -892,18 +886,6 @@ mod tests {
                 ..
             }
         ));
-    }
-
-    #[test]
-    fn params_round_trip() {
-        let mut arena = cpu_arena(4096);
-        let p = arena
-            .persistent()
-            .param("fc.bias", Shape::new(&[3]), &[1.0, 2.0, 3.0])
-            .unwrap();
-        let mut out = [0.0; 3];
-        arena.read_param(&p, &mut out).unwrap();
-        assert_eq!(out, [1.0, 2.0, 3.0]);
     }
 
     #[test]

@@ -1,79 +1,70 @@
 //! Lantern's MNIST CNN: conv 1→10 5×5 (no bias) → max-pool 2 → relu →
 //! conv 10→20 5×5 (no bias) → max-pool 2 → relu → flatten 320 →
-//! linear 320→50 → relu → dropout 0.5 → linear 50→10. The loss
-//! (log-softmax + NLL) is applied by the caller.
+//! linear 320→50 → relu → dropout 0.5 → linear 50→classes. The loss
+//! (log-softmax + NLL) is the task's.
 
-use super::init::uniform_fan_in;
 use crate::autograd::Step;
-use crate::data::SplitMix64;
-use crate::memory::Persistent;
+use crate::nn::{Init, Input, Mode, Model, ModelChoice, ParamBuilder};
 use crate::ops::dense::Epilogue;
-use crate::ops::dropout::DropoutSeed;
 use crate::tensor::{Param, Shape, Tensor};
-use crate::Result;
-
-/// Training draws a dropout mask from `dropout`; evaluation does not drop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// `first_row`: where this batch starts in the step's whole batch (a
-    /// data-parallel shard), so its rows draw the masks they would draw on
-    /// one device.
-    Train {
-        dropout: DropoutSeed,
-        first_row: usize,
-    },
-    Eval,
-}
+use crate::{Error, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MnistCnn {
-    pub conv1: Param,
-    pub conv2: Param,
-    pub fc1_weight: Param,
-    pub fc1_bias: Param,
-    pub fc2_weight: Param,
-    pub fc2_bias: Param,
+    conv1: Param,
+    conv2: Param,
+    fc1_weight: Param,
+    fc1_bias: Param,
+    fc2_weight: Param,
+    fc2_bias: Param,
 }
 
+/// The network has no settings; the classes come from the data set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MnistCnnConfig;
+
 impl MnistCnn {
-    /// One example: `[channels, rows, cols]`.
+    /// What `--model` calls it.
+    pub const NAME: &'static str = "mnist-cnn";
+    /// The one example shape it takes: `[channels, rows, cols]`.
     pub const INPUT: Shape = Shape::new(&[1, 28, 28]);
-    pub const CLASSES: usize = 10;
     pub const DROPOUT: f32 = 0.5;
     /// Features of the hidden layer (fc1's outputs, where dropout applies).
     pub const HIDDEN: usize = 50;
 
-    /// Parameters in the persistent region, initialised from `seed`.
-    pub fn init(p: &mut Persistent<'_>, seed: u64) -> Result<Self> {
-        let mut rng = SplitMix64::new(seed);
-        let mut param = |name, dims: &[usize], fan_in| {
-            let shape = Shape::new(dims);
-            p.param(name, shape, &uniform_fan_in(&mut rng, fan_in, shape.numel()))
+    pub fn choice() -> ModelChoice {
+        ModelChoice::new::<Self>(Self::NAME, MnistCnnConfig)
+    }
+}
+
+impl Model for MnistCnn {
+    type Config = MnistCnnConfig;
+
+    fn new(_: &MnistCnnConfig, input: Input, pb: &ParamBuilder<'_>) -> Result<Self> {
+        if input.example != Self::INPUT {
+            return Err(Error::Config(format!(
+                "{} takes {} images, and the data set's are {}",
+                Self::NAME,
+                Self::INPUT,
+                input.example
+            )));
+        }
+        let (h, classes) = (Self::HIDDEN, input.classes);
+        let (conv1, conv2, fc1, fc2) = (pb.pp("conv1"), pb.pp("conv2"), pb.pp("fc1"), pb.pp("fc2"));
+        let weight = |pb: &ParamBuilder<'_>, dims: &[usize], fan_in| {
+            pb.param("weight", Shape::new(dims), Init::UniformFanIn(fan_in))
         };
         Ok(Self {
-            conv1: param("conv1.weight", &[10, 1, 5, 5], 25)?,
-            conv2: param("conv2.weight", &[20, 10, 5, 5], 250)?,
-            fc1_weight: param("fc1.weight", &[Self::HIDDEN, 320], 320)?,
-            fc1_bias: param("fc1.bias", &[Self::HIDDEN], 320)?,
-            fc2_weight: param("fc2.weight", &[Self::CLASSES, Self::HIDDEN], 50)?,
-            fc2_bias: param("fc2.bias", &[Self::CLASSES], 50)?,
+            conv1: weight(&conv1, &[10, 1, 5, 5], 25)?,
+            conv2: weight(&conv2, &[20, 10, 5, 5], 250)?,
+            fc1_weight: weight(&fc1, &[h, 320], 320)?,
+            fc1_bias: fc1.param("bias", Shape::new(&[h]), Init::UniformFanIn(320))?,
+            fc2_weight: weight(&fc2, &[classes, h], h)?,
+            fc2_bias: fc2.param("bias", Shape::new(&[classes]), Init::UniformFanIn(h))?,
         })
     }
 
-    /// In the order of a PyTorch `state_dict` of the same model.
-    pub fn params(&self) -> [Param; 6] {
-        [
-            self.conv1,
-            self.conv2,
-            self.fc1_weight,
-            self.fc1_bias,
-            self.fc2_weight,
-            self.fc2_bias,
-        ]
-    }
-
-    /// Logits `[N, 10]` for images `[N, 1, 28, 28]`.
-    pub fn forward<'s>(&self, s: &mut Step<'s>, x: Tensor<'s>, mode: Mode) -> Result<Tensor<'s>> {
+    fn forward<'s>(&self, s: &mut Step<'s>, x: Tensor<'s>, mode: Mode) -> Result<Tensor<'s>> {
         let conv1 = s.param(&self.conv1);
         let conv2 = s.param(&self.conv2);
         let (w1, b1) = (s.param(&self.fc1_weight), s.param(&self.fc1_bias));

@@ -1,7 +1,13 @@
-//! Networks built from ops, their parameters in the persistent region.
+//! Networks built from ops and `nn`, each a [`crate::nn::Model`]. Adding
+//! one: a file here, and a line in the CLI's list of models.
 
-mod init;
 mod mnist_cnn;
 
-pub use init::uniform_fan_in;
-pub use mnist_cnn::{MnistCnn, Mode};
+pub use mnist_cnn::{MnistCnn, MnistCnnConfig};
+
+/// The network a run trains when none is named: Lantern's MNIST CNN.
+impl Default for crate::nn::ModelChoice {
+    fn default() -> Self {
+        MnistCnn::choice()
+    }
+}

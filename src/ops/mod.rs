@@ -12,6 +12,7 @@ pub mod dropout;
 pub mod gather;
 pub mod linear;
 pub mod log_softmax_nll;
+pub mod lr;
 pub mod maxpool2d;
 pub mod relu;
 pub mod reshape;

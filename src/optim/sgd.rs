@@ -1,274 +1,159 @@
-//! Stochastic gradient descent, PyTorch's update rule:
-//! `v = μ·v + g; p -= lr·v` (with `μ = 0`, plainly `p -= lr·g`).
+//! Stochastic gradient descent, exactly `torch.optim.SGD`'s update
+//! (dampening 0): `d = g + wd·p; v = μ·v + d; d = nesterov ? d + μ·v : v;
+//! p -= lr·d`, with `v` starting at zero (so the first step's `v` is `d`).
 //!
-//! The learning rate lives in the persistent region, so kernels read it
-//! there: a captured step graph then follows a change made between steps.
-//! On a GPU every parameter is updated by one launch (a table of up to
-//! eight tensors per launch).
+//! The momentum buffers are one slab laid out like the parameters, so the
+//! update is one flat launch over the slabs.
 
 use crate::autograd::{Grads, Step};
 use crate::backend::cuda::{Arg, Grid, Kernel};
 use crate::backend::Backend;
-use crate::memory::{Arena, ArenaError, Buf, Persistent, Touch};
+use crate::memory::{Buf, Persistent};
+use crate::nn::{runs_with_grads, Optimizer, OptimizerChoice, OptimizerConfig, ParamStore};
+use crate::ops::lr::LrAt;
 use crate::ops::CHUNK;
-use crate::tensor::{Param, Shape};
 use crate::{Error, Result};
 use rayon::prelude::*;
 
 pub(crate) const CUDA_SOURCE: &str = include_str!("sgd.cu");
 
-/// Tensors per GPU launch: the kernel's table size.
-const TABLE: usize = 8;
+/// SGD's settings (the rate is the run's, read from its schedule).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct SgdConfig {
+    pub momentum: f32,
+    pub nesterov: bool,
+    pub weight_decay: f32,
+}
+
+impl SgdConfig {
+    pub fn choice(self) -> OptimizerChoice {
+        OptimizerChoice::new(Sgd::NAME, self)
+    }
+}
 
 pub struct Sgd {
-    lr: f32,
-    /// The learning rate where kernels read it.
-    lr_buf: Buf<f32>,
-    momentum: f32,
-    /// Per parameter: its velocity, when momentum is on.
-    velocity: Vec<(Param, Option<Buf<f32>>)>,
+    config: SgdConfig,
+    lr: LrAt,
+    /// One momentum buffer per parameter, in one slab; `None` without momentum.
+    velocity: Option<Buf<f32>>,
 }
 
 impl Sgd {
-    /// `lr` must be positive and finite, `momentum` in `[0, 1)`.
-    pub fn new(params: &[Param], p: &mut Persistent<'_>, lr: f32, momentum: f32) -> Result<Self> {
-        if !(lr.is_finite() && lr > 0.0) {
-            return Err(Error::Config(format!("learning rate must be positive, got {lr}")));
+    pub const NAME: &'static str = "sgd";
+}
+
+impl OptimizerConfig for SgdConfig {
+    fn validate(&self) -> Result<()> {
+        if !(0.0..1.0).contains(&self.momentum) {
+            return Err(Error::Config(format!(
+                "momentum must be in [0, 1), got {}",
+                self.momentum
+            )));
         }
-        if !(0.0..1.0).contains(&momentum) {
-            return Err(Error::Config(format!("momentum must be in [0, 1), got {momentum}")));
+        if self.nesterov && self.momentum == 0.0 {
+            return Err(Error::Config("Nesterov momentum needs a momentum above 0".into()));
         }
-        let lr_buf = p.upload("sgd learning rate", Shape::new(&[1]), &[lr])?;
-        let velocity = params
-            .iter()
-            .map(|param| {
-                let v = if momentum > 0.0 {
-                    Some(p.zeros::<f32>("sgd momentum", param.shape())?)
-                } else {
-                    None
-                };
-                Ok((*param, v))
-            })
-            .collect::<Result<_>>()?;
-        Ok(Self {
+        if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
+            return Err(Error::Config(format!(
+                "weight decay must be 0 or more, got {}",
+                self.weight_decay
+            )));
+        }
+        Ok(())
+    }
+
+    fn build(&self, store: &ParamStore, p: &mut Persistent<'_>, lr: LrAt) -> Result<Box<dyn Optimizer>> {
+        self.validate()?;
+        let velocity = match self.momentum > 0.0 {
+            true => Some(store.zeros_like_values(p, "sgd momentum")?),
+            false => None,
+        };
+        Ok(Box::new(Sgd {
+            config: *self,
             lr,
-            lr_buf,
-            momentum,
             velocity,
+        }))
+    }
+}
+
+impl Optimizer for Sgd {
+    fn update<'s>(&self, s: &mut Step<'s>, store: &ParamStore, _grads: &Grads<'s>) -> Result<()> {
+        let (values, grads) = (store.values(), store.grads());
+        runs_with_grads(s, store, &mut |s, first, last| {
+            let span = |slab| {
+                store
+                    .span(slab, &first, &last)
+                    .ok_or_else(|| Error::Config("internal error: a parameter run outside its slab".into()))
+            };
+            let p = span(values)?;
+            let g = span(grads)?;
+            let v = self.velocity.map(span).transpose()?;
+            self.apply(s, p, g, v)
         })
     }
 
-    pub fn lr(&self) -> f32 {
-        self.lr
+    fn state(&self) -> Vec<(&'static str, Buf<f32>)> {
+        self.velocity.map(|v| ("momentum_buffer", v)).into_iter().collect()
     }
+}
 
-    /// Changes the learning rate for the following steps (captured ones too).
-    pub fn set_lr(&mut self, arena: &mut Arena, lr: f32) -> Result<()> {
-        if !(lr.is_finite() && lr > 0.0) {
-            return Err(Error::Config(format!("learning rate must be positive, got {lr}")));
-        }
-        arena.write_persistent(self.lr_buf, &[lr])?;
-        self.lr = lr;
-        Ok(())
-    }
-
-    /// The momentum buffers, by parameter (for checkpoints).
-    pub fn velocities(&self) -> impl Iterator<Item = (Param, Buf<f32>)> + '_ {
-        self.velocity.iter().filter_map(|(p, v)| v.map(|v| (*p, v)))
-    }
-
-    /// Updates every parameter that received a gradient in this step.
-    pub fn update<'s>(&self, s: &mut Step<'s>, grads: &Grads<'s>) -> Result<()> {
-        let mu = self.momentum;
-        let mut table = Table::default();
-        for (param, velocity) in &self.velocity {
-            let Some(g) = s.param_grad(grads, param).map(|g| g.buf()) else {
-                continue;
-            };
-            match s.uses(&[
-                param.buf().into(),
-                g.into(),
-                self.lr_buf.into(),
-                velocity.unwrap_or_default().into(),
-            ]) {
-                Backend::Cpu(cpu) => cpu.run(|v, _| {
-                    let lr = v.read(self.lr_buf)?[0];
-                    let (p, g) = (v.write(param.buf())?, v.read(g)?);
-                    match velocity {
-                        Some(vel) => {
-                            let vel = v.write(*vel)?;
-                            p.par_chunks_mut(CHUNK)
-                                .zip(g.par_chunks(CHUNK).zip(vel.par_chunks_mut(CHUNK)))
-                                .for_each(|(p, (g, vel))| {
-                                    for ((p, g), vel) in p.iter_mut().zip(g).zip(vel) {
-                                        *vel = mu * *vel + g;
-                                        *p -= lr * *vel;
-                                    }
-                                });
-                        }
-                        None => p
-                            .par_chunks_mut(CHUNK)
-                            .zip(g.par_chunks(CHUNK))
-                            .for_each(|(p, g)| p.iter_mut().zip(g).for_each(|(p, g)| *p -= lr * g)),
+impl Sgd {
+    fn apply(&self, s: &mut Step<'_>, param: Buf<f32>, g: Buf<f32>, velocity: Option<Buf<f32>>) -> Result<()> {
+        let mu = self.config.momentum;
+        let lr_buf = self.lr.table;
+        match s.uses(&[
+            param.into(),
+            g.into(),
+            lr_buf.into(),
+            velocity.unwrap_or_default().into(),
+        ]) {
+            Backend::Cpu(cpu) => cpu.run(|v, _| {
+                let lr = v.read(lr_buf)?[0];
+                let (p, g) = (v.write(param)?, v.read(g)?);
+                match velocity {
+                    Some(vel) => {
+                        let vel = v.write(vel)?;
+                        p.par_chunks_mut(CHUNK)
+                            .zip(g.par_chunks(CHUNK).zip(vel.par_chunks_mut(CHUNK)))
+                            .for_each(|(p, (g, vel))| {
+                                for ((p, g), vel) in p.iter_mut().zip(g).zip(vel) {
+                                    *vel = mu * *vel + g;
+                                    *p -= lr * *vel;
+                                }
+                            });
                     }
-                    Ok(())
-                })?,
-                Backend::Cuda(_) => {
-                    table.push(param.buf(), g, velocity.unwrap_or(param.buf()));
-                    if table.count == TABLE {
-                        table.launch(s, self.lr_buf, mu)?;
-                    }
+                    None => p
+                        .par_chunks_mut(CHUNK)
+                        .zip(g.par_chunks(CHUNK))
+                        .for_each(|(p, g)| p.iter_mut().zip(g).for_each(|(p, g)| *p -= lr * g)),
                 }
-                Backend::Dry(_) => {}
+                Ok(())
+            })?,
+            Backend::Cuda(gpu) => {
+                let mut params = [Buf::default(); 8];
+                let mut grads = [Buf::default(); 8];
+                let mut vel = [Buf::default(); 8];
+                let mut start = [0u32; 10];
+                params[0] = param;
+                grads[0] = g;
+                vel[0] = velocity.unwrap_or(param);
+                start[1] = param.len() as u32;
+                gpu.launch(
+                    Kernel::SgdMulti,
+                    Grid::over(param.len()),
+                    &[
+                        Arg::Addresses(&params),
+                        Arg::Addresses(&grads),
+                        Arg::Addresses(&vel),
+                        Arg::U32s(&start),
+                        Arg::U32(1),
+                        lr_buf.into(),
+                        Arg::F32(mu),
+                    ],
+                )?
             }
-        }
-        if table.count > 0 {
-            table.launch(s, self.lr_buf, mu)?;
+            Backend::Dry(_) => {}
         }
         Ok(())
-    }
-}
-
-/// Up to [`TABLE`] (parameter, gradient, velocity) triples for one launch.
-#[derive(Default)]
-struct Table {
-    params: [Buf<f32>; TABLE],
-    grads: [Buf<f32>; TABLE],
-    velocity: [Buf<f32>; TABLE],
-    /// Prefix sums of the tensors' lengths.
-    start: [u32; TABLE + 2],
-    count: usize,
-}
-
-impl Table {
-    fn push(&mut self, param: Buf<f32>, grad: Buf<f32>, velocity: Buf<f32>) {
-        let k = self.count;
-        self.params[k] = param;
-        self.grads[k] = grad;
-        self.velocity[k] = velocity;
-        self.start[k + 1] = self.start[k] + param.len() as u32;
-        self.count += 1;
-    }
-
-    fn launch(&mut self, s: &mut Step<'_>, lr: Buf<f32>, mu: f32) -> Result<(), ArenaError> {
-        let total = self.start[self.count] as usize;
-        let mut touches = [Touch::from(lr); 3 * TABLE + 1];
-        let tensors = self.params.iter().chain(&self.grads).chain(&self.velocity);
-        for (t, b) in touches.iter_mut().zip(tensors) {
-            *t = (*b).into();
-        }
-        if let Backend::Cuda(gpu) = s.uses(&touches) {
-            gpu.launch(
-                Kernel::SgdMulti,
-                Grid::over(total),
-                &[
-                    Arg::Addresses(&self.params),
-                    Arg::Addresses(&self.grads),
-                    Arg::Addresses(&self.velocity),
-                    Arg::U32s(&self.start),
-                    Arg::U32(self.count as u32),
-                    lr.into(),
-                    Arg::F32(mu),
-                ],
-            )?;
-        }
-        *self = Self::default();
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::backend::Device;
-
-    /// A `[values.len(), 1]` parameter and a second, `[2, 1]`, that no step
-    /// uses, with an SGD over both.
-    fn setup(values: &[f32], lr: f32, momentum: f32) -> (Arena, Param, Param, Sgd) {
-        let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 16).unwrap();
-        let mut p = arena.persistent();
-        let w = p.param("w", Shape::new(&[values.len(), 1]), values).unwrap();
-        let idle = p.param("idle", Shape::new(&[2, 1]), &[3.0, -3.0]).unwrap();
-        let sgd = Sgd::new(&[w, idle], &mut p, lr, momentum).unwrap();
-        (arena, w, idle, sgd)
-    }
-
-    /// One step whose gradient for `w` is exactly `g`: `y = x · wᵀ` with
-    /// `x = [[1]]` makes `∂⟨y, g⟩/∂w = g`. Returns `w` after the update.
-    fn step(arena: &mut Arena, sgd: &Sgd, w: &Param, g: &[f32]) -> Vec<f32> {
-        arena
-            .step(|s| {
-                let x = s.input("x", Shape::new(&[1, 1]), &[1.0])?;
-                let weight = s.param(w);
-                let y = x.linear(s, weight, None)?;
-                let upstream = s.input("g", y.shape(), g)?;
-                let grads = s.backward_from(y, upstream)?;
-                sgd.update(s, &grads)
-            })
-            .unwrap();
-        let mut out = vec![0.0; w.shape().numel()];
-        arena.read_param(w, &mut out).unwrap();
-        out
-    }
-
-    fn velocity(arena: &mut Arena, sgd: &Sgd, w: &Param) -> Vec<f32> {
-        let (_, v) = sgd
-            .velocities()
-            .find(|(p, _)| p.buf() == w.buf())
-            .expect("a momentum buffer");
-        let mut out = vec![0.0; v.len()];
-        arena.read_persistent(v, &mut out).unwrap();
-        out
-    }
-
-    // Every figure below is exact in binary, so the updates are compared
-    // bit for bit with the hand-computed sequence.
-
-    #[test]
-    fn plain_sgd_subtracts_lr_times_the_gradient() {
-        let (mut arena, w, idle, sgd) = setup(&[1.0, -2.0, 0.5], 0.5, 0.0);
-        assert_eq!(sgd.velocities().count(), 0, "no momentum, no buffers");
-        // p1 = p0 - 0.5 g1;  p2 = p1 - 0.5 g2.
-        assert_eq!(step(&mut arena, &sgd, &w, &[1.0, -1.0, 0.25]), [0.5, -1.5, 0.375]);
-        assert_eq!(step(&mut arena, &sgd, &w, &[2.0, 0.0, -0.5]), [-0.5, -1.5, 0.625]);
-        let mut untouched = [0.0; 2];
-        arena.read_param(&idle, &mut untouched).unwrap();
-        assert_eq!(untouched, [3.0, -3.0], "a parameter without a gradient is not updated");
-    }
-
-    #[test]
-    fn momentum_follows_pytorchs_rule() {
-        // v = 0.5 v + g;  p -= 0.5 v.
-        let (mut arena, w, idle, sgd) = setup(&[1.0, 4.0], 0.5, 0.5);
-        assert_eq!(sgd.velocities().count(), 2, "one buffer per parameter");
-        // v1 = g1 = [1, -2];            p1 = [0.5, 5]
-        assert_eq!(step(&mut arena, &sgd, &w, &[1.0, -2.0]), [0.5, 5.0]);
-        assert_eq!(velocity(&mut arena, &sgd, &w), [1.0, -2.0]);
-        // v2 = [0.5, -1] + [1, 1] = [1.5, 0];   p2 = [-0.25, 5]
-        assert_eq!(step(&mut arena, &sgd, &w, &[1.0, 1.0]), [-0.25, 5.0]);
-        assert_eq!(velocity(&mut arena, &sgd, &w), [1.5, 0.0]);
-        // v3 = [0.75, 0] + [0, 0] = [0.75, 0]: momentum moves p with no gradient.
-        assert_eq!(step(&mut arena, &sgd, &w, &[0.0, 0.0]), [-0.625, 5.0]);
-        assert_eq!(velocity(&mut arena, &sgd, &w), [0.75, 0.0]);
-        assert_eq!(velocity(&mut arena, &sgd, &idle), [0.0, 0.0], "unused, never decayed");
-    }
-
-    #[test]
-    fn set_lr_changes_the_next_update_and_nothing_before_it() {
-        let (mut arena, w, _, mut sgd) = setup(&[1.0], 0.5, 0.5);
-        assert_eq!(step(&mut arena, &sgd, &w, &[1.0]), [0.5]); // v = 1
-        sgd.set_lr(&mut arena, 0.25).unwrap();
-        assert_eq!(sgd.lr(), 0.25);
-        assert_eq!(
-            velocity(&mut arena, &sgd, &w),
-            [1.0],
-            "set_lr leaves the momentum alone"
-        );
-        // v = 0.5 + 1 = 1.5;  p = 0.5 - 0.25 · 1.5
-        assert_eq!(step(&mut arena, &sgd, &w, &[1.0]), [0.125]);
-        let err = sgd.set_lr(&mut arena, 0.0).unwrap_err().to_string();
-        assert!(err.contains("learning rate must be positive"), "{err}");
-        assert_eq!(sgd.lr(), 0.25, "a refused rate changes nothing");
-        assert_eq!(step(&mut arena, &sgd, &w, &[0.0]), [0.125 - 0.25 * 0.75]);
     }
 }

@@ -77,25 +77,32 @@ impl Labels<'_> {
     }
 }
 
-/// A trainable tensor in the persistent region (a weight or a bias).
+/// A tensor of a model in the persistent region (a weight, a bias, or a
+/// non-trainable buffer), as a [`crate::nn::ParamStore`] hands it out: its
+/// values, and the slot of the gradient slab backward writes its gradient
+/// into. Its name is the store's ([`crate::nn::ParamStore::name`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Param {
-    pub(crate) name: &'static str,
+    /// The entry's position in its store.
+    pub(crate) index: u32,
     pub(crate) buf: Buf<f32>,
+    /// Empty for a buffer, which gets no gradient.
+    pub(crate) grad: Buf<f32>,
     pub(crate) shape: Shape,
 }
 
 impl Param {
-    /// The name a PyTorch `state_dict` of the same model would use.
-    pub fn name(&self) -> &'static str {
-        self.name
-    }
-
     pub fn shape(&self) -> Shape {
         self.shape
     }
 
+    /// Where its values are.
     pub fn buf(&self) -> Buf<f32> {
         self.buf
+    }
+
+    /// Where backward writes its gradient.
+    pub fn grad(&self) -> Buf<f32> {
+        self.grad
     }
 }

@@ -76,15 +76,22 @@ const STEP_IN_EPOCH: &str = "step_in_epoch";
 const LOSS_SUM: &str = "epoch_loss_sum";
 /// Settings a resumed run must share with the checkpoint's run, or its
 /// batches would not be the ones the checkpoint's run would have drawn.
-const SAME: [&str; 4] = ["batch", "train_limit", "momentum", "model"];
+/// The model and optimizer are recorded with their settings, so a
+/// checkpoint resumes only into the network and optimizer that wrote it.
+const SAME: [&str; 4] = ["batch", "train_limit", "model", "optimizer"];
 
 /// Values of the settings in [`SAME`], as the checkpoint records them.
-pub(crate) fn fingerprint(batch: usize, train_limit: Option<usize>, momentum: f32) -> [(&'static str, String); 4] {
-    [
+pub(crate) fn fingerprint(
+    batch: usize,
+    train_limit: Option<usize>,
+    model: &str,
+    optimizer: &str,
+) -> Vec<(&'static str, String)> {
+    vec![
         (SAME[0], batch.to_string()),
         (SAME[1], train_limit.map_or("all".into(), |n| n.to_string())),
-        (SAME[2], momentum.to_string()),
-        (SAME[3], "mnist-cnn".into()),
+        (SAME[2], model.to_string()),
+        (SAME[3], optimizer.to_string()),
     ]
 }
 
@@ -176,7 +183,7 @@ mod tests {
 
     #[test]
     fn a_position_round_trips_and_other_settings_are_refused() {
-        let fp = fingerprint(100, None, 0.0);
+        let fp = fingerprint(100, None, "mnist-cnn", "sgd");
         let at = Position {
             epochs_done: 3,
             step_in_epoch: 17,
@@ -185,7 +192,7 @@ mod tests {
         let ckpt = make(Vec::new(), at, 317, 42, "{}".into(), &fp);
         assert_eq!(position(&ckpt, 42, &fp).unwrap(), at);
         assert!(position(&ckpt, 43, &fp).unwrap_err().to_string().contains("--seed 42"));
-        let other = fingerprint(50, None, 0.0);
+        let other = fingerprint(50, None, "mnist-cnn", "sgd");
         assert!(position(&ckpt, 42, &other).unwrap_err().to_string().contains("--batch"));
     }
 }

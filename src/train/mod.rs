@@ -9,15 +9,18 @@
 mod checkpoints;
 mod report;
 mod session;
+mod task;
 
 pub use checkpoints::{CheckpointPolicy, Every, Position};
 pub use report::{resident_bytes, EpochReport, Observer, Quiet, RunInfo, StepProfile};
-pub use session::{Control, Session, StepKind, MNIST_NORMALIZE, READBACK};
+pub use session::{Control, Session, StepKind, READBACK};
+pub use task::{Classification, Task};
 
 use crate::backend::{Device, DeviceKind, DeviceRequest, Group};
-use crate::data::MnistHost;
+use crate::data::ImageSet;
 use crate::distributed::DataParallel;
 use crate::memory::{Arena, ArenaError, MemoryReport};
+use crate::nn::{ModelChoice, OptimizerChoice};
 use crate::{Error, Result};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -28,8 +31,12 @@ pub struct TrainConfig {
     pub device: DeviceRequest,
     pub epochs: usize,
     pub batch: usize,
+    /// The network to train.
+    pub model: ModelChoice,
+    /// The optimizer and its settings.
+    pub optimizer: OptimizerChoice,
+    /// The base learning rate.
     pub lr: f32,
-    pub momentum: f32,
     pub seed: u64,
     pub data_dir: PathBuf,
     /// `None`: measured from a dry run of one step.
@@ -73,8 +80,9 @@ impl Default for TrainConfig {
             device: DeviceRequest::Auto,
             epochs: 4,
             batch: 100,
+            model: ModelChoice::default(),
+            optimizer: OptimizerChoice::default(),
             lr: 0.05,
-            momentum: 0.0,
             seed: 42,
             data_dir: PathBuf::from("data/mnist"),
             arena_size: None,
@@ -106,9 +114,7 @@ impl TrainConfig {
         if !(self.lr.is_finite() && self.lr > 0.0) {
             return bad(format!("--lr must be a positive number, got {}", self.lr));
         }
-        if !(0.0..1.0).contains(&self.momentum) {
-            return bad(format!("--momentum must be in [0, 1), got {}", self.momentum));
-        }
+        self.optimizer.validate()?;
         if self.test_limit == Some(0) {
             return bad("--test-limit must be at least 1".into());
         }
@@ -137,7 +143,7 @@ impl TrainConfig {
 /// measured by running one step of every kind it will run (full and last
 /// training and evaluation batches) on a dry arena; with the memory plan
 /// on, also the plans of those steps, for the real arena to follow.
-pub fn measure(cfg: &TrainConfig, host: &MnistHost, device: &Device) -> Result<ArenaNeeds> {
+pub fn measure(cfg: &TrainConfig, host: &ImageSet, device: &Device) -> Result<ArenaNeeds> {
     let mut session = Session::new(cfg, host, Arena::dry(device, None))?;
     session.probe()?;
     let arena = session.arena();
@@ -171,8 +177,8 @@ impl ArenaNeeds {
 }
 
 /// The data set `cfg` names, cut to its limits.
-fn load_data(cfg: &TrainConfig) -> Result<MnistHost> {
-    let mut host = MnistHost::load(&cfg.data_dir)?;
+fn load_data(cfg: &TrainConfig) -> Result<ImageSet> {
+    let mut host = ImageSet::load(&cfg.data_dir)?;
     if let Some(n) = cfg.train_limit {
         host.limit_train(n)?;
     }
@@ -185,7 +191,7 @@ fn load_data(cfg: &TrainConfig) -> Result<MnistHost> {
 /// The arena's capacity: what `needs` measured, or `--arena-size` when it
 /// holds that; a given size too small is refused with the buffers that do
 /// not fit and the size that would.
-fn capacity(cfg: &TrainConfig, host: &MnistHost, device: &Device, needs: &ArenaNeeds) -> Result<usize> {
+fn capacity(cfg: &TrainConfig, host: &ImageSet, device: &Device, needs: &ArenaNeeds) -> Result<usize> {
     match cfg.arena_size {
         None => Ok(needs.total()),
         Some(given) if given >= needs.total() => Ok(given),
@@ -308,6 +314,7 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
         memory: (!needs.plans.is_empty()).then(|| MemoryReport::new(&needs.persistent, &needs.plans)),
         world: session.world(),
         batch: cfg.batch,
+        model: cfg.model.name(),
         buckets: session.bucket_layout(),
         nccl_bytes,
     };

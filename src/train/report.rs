@@ -27,8 +27,10 @@ pub struct RunInfo {
     pub world: crate::distributed::World,
     /// Examples per step on this rank.
     pub batch: usize,
+    /// The network trained (as `--model` names it).
+    pub model: &'static str,
     /// Data-parallel gradient buckets: each one's parameters and bytes.
-    pub buckets: Vec<(Vec<&'static str>, usize)>,
+    pub buckets: Vec<(Vec<String>, usize)>,
     /// Device memory NCCL took for its communicator, outside the arena.
     pub nccl_bytes: Option<usize>,
 }

@@ -12,29 +12,24 @@
 
 use super::checkpoints::{self, CheckpointPolicy, Every, Position};
 use super::report::{resident_bytes, EpochReport, Observer, StepProfile};
+use super::task::{Classification, Task};
 use super::TrainConfig;
 use crate::backend::cuda::OpTime;
-use crate::checkpoint::{momentum_buffer_name, Checkpoint, NamedTensor};
-use crate::data::{shuffle_into, MnistHost, ResidentMnist};
+use crate::checkpoint::{optimizer_state_name, Checkpoint, NamedTensor};
+use crate::data::{shuffle_into, ImageSet};
 use crate::distributed::buckets::{Buckets, Queued};
 use crate::distributed::World;
 use crate::memory::{Arena, Buf, StepGraph};
-use crate::models::{MnistCnn, Mode};
+use crate::nn::{Mode, Network, Optimizer, ParamStore};
 use crate::ops::cursor::StepCursor;
 use crate::ops::dropout::DropoutSeed;
-use crate::ops::gather::{BatchAt, Normalize};
-use crate::optim::Sgd;
+use crate::ops::gather::BatchAt;
+use crate::ops::lr::LrAt;
 use crate::tensor::Shape;
 use crate::{Error, Result};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
-
-/// MNIST's pixel statistics, as every MNIST example normalises with.
-pub const MNIST_NORMALIZE: Normalize = Normalize {
-    mean: 0.1307,
-    std: 0.3081,
-};
 
 /// Steps between two reads of the losses: each read waits for the device,
 /// so reading every step would forfeit the queue of graph launches.
@@ -91,11 +86,14 @@ pub struct Session {
     graph: Option<StepGraph>,
     arena: Arena,
     /// Settings a resume must match (see `checkpoints::fingerprint`).
-    fingerprint: [(&'static str, String); 4],
-    model: MnistCnn,
-    sgd: Sgd,
-    data: ResidentMnist,
-    test_labels: Vec<u8>,
+    fingerprint: Vec<(&'static str, String)>,
+    model: Box<dyn Network>,
+    /// The model's parameters, gradients and buffers.
+    store: ParamStore,
+    optimizer: Box<dyn Optimizer>,
+    task: Box<dyn Task>,
+    /// The learning rate of every step of the run, where kernels read it.
+    lr_table: Buf<f32>,
     order: Vec<u32>,
     test_order: Vec<u32>,
     logits: Vec<f32>,
@@ -150,7 +148,7 @@ pub(crate) fn use_graph(cfg: &TrainConfig, device: crate::backend::DeviceKind) -
 impl Session {
     /// Fills `arena`'s persistent region: parameters, optimizer state, both
     /// splits of the data set, the step cursor, the epoch order and losses.
-    pub fn new(cfg: &TrainConfig, host: &MnistHost, mut arena: Arena) -> Result<Self> {
+    pub fn new(cfg: &TrainConfig, host: &ImageSet, mut arena: Arena) -> Result<Self> {
         cfg.validate()?;
         let use_graph = use_graph(cfg, arena.device())?;
         let profile = cfg.profile && arena.enable_op_timing(TIMED_OPS)?;
@@ -181,10 +179,21 @@ impl Session {
         }
         let steps = train_len.div_ceil(global);
         let mut p = arena.persistent();
-        let model = MnistCnn::init(&mut p, cfg.seed)?;
-        let sgd = Sgd::new(&model.params(), &mut p, cfg.lr, cfg.momentum)?;
+        let input = Classification::input_of(host);
+        let (store, model) = ParamStore::build(&mut p, cfg.seed, |pb| cfg.model.build(input, pb))?;
+        let cursor = StepCursor::new(&mut p)?;
+        let rates = vec![cfg.lr];
+        let lr_table = p.upload("learning rates", Shape::new(&[rates.len()]), &rates)?;
+        let optimizer = cfg.optimizer.build(
+            &store,
+            &mut p,
+            LrAt {
+                table: lr_table,
+                cursor,
+            },
+        )?;
         let buckets = match cfg.data_parallel {
-            Some(dp) => Some(Buckets::new(&model.params(), &mut p, dp.bucket_bytes)?),
+            Some(dp) => Some(Buckets::new(&store, dp.bucket_bytes)?),
             None => None,
         };
         let (stop_vote, eval_correct) = match cfg.data_parallel {
@@ -194,23 +203,29 @@ impl Session {
             ),
             None => (Buf::default(), Buf::default()),
         };
-        let data = host.upload(&mut p)?;
-        let cursor = StepCursor::new(&mut p)?;
+        let task: Box<dyn Task> = Box::new(Classification::upload(host, &mut p)?);
         let order_buf = p.zeros::<u32>("epoch order", Shape::new(&[train_len]))?;
         let losses = p.zeros::<f32>("step losses", Shape::new(&[steps]))?;
-        let test_len = data.test.len() as u32;
+        let test_len = task.test_len() as u32;
+        let classes = input.classes;
         Ok(Self {
             arena,
             // A checkpoint is bound to the step's whole batch, not to how
             // it is shared: 2 GPUs × 50 may resume 1 GPU × 100.
-            fingerprint: checkpoints::fingerprint(global, cfg.train_limit, cfg.momentum),
+            fingerprint: checkpoints::fingerprint(
+                global,
+                cfg.train_limit,
+                &cfg.model.describe(),
+                &cfg.optimizer.describe(),
+            ),
             model,
-            sgd,
-            data,
-            test_labels: host.test_labels.clone(),
+            store,
+            optimizer,
+            task,
+            lr_table,
             order: (0..train_len as u32).collect(),
             test_order: (0..test_len).collect(),
-            logits: vec![0.0; cfg.batch * MnistCnn::CLASSES],
+            logits: vec![0.0; cfg.batch * classes],
             batch: cfg.batch,
             world,
             buckets,
@@ -238,12 +253,19 @@ impl Session {
         &self.arena
     }
 
-    pub fn model(&self) -> &MnistCnn {
-        &self.model
+    /// The model's parameters, gradients and buffers.
+    pub fn store(&self) -> &ParamStore {
+        &self.store
     }
 
-    pub fn sgd(&self) -> &Sgd {
-        &self.sgd
+    pub fn optimizer(&self) -> &dyn Optimizer {
+        self.optimizer.as_ref()
+    }
+
+    /// Where the run's per-step learning rates are (one per global step;
+    /// the last holds for every later step).
+    pub fn lr_table(&self) -> Buf<f32> {
+        self.lr_table
     }
 
     /// Whether full steps run as replays of a captured CUDA graph.
@@ -268,28 +290,29 @@ impl Session {
 
     /// The gradient buckets of a data-parallel run: each one's parameters
     /// and bytes.
-    pub fn bucket_layout(&self) -> Vec<(Vec<&'static str>, usize)> {
-        self.buckets.as_ref().map(Buckets::layout).unwrap_or_default()
+    pub fn bucket_layout(&self) -> Vec<(Vec<String>, usize)> {
+        self.buckets.as_ref().map(|b| b.layout(&self.store)).unwrap_or_default()
     }
 
-    /// Makes every rank start from rank 0's parameters and momentum: the
-    /// others zero theirs and all sum (exact: x + 0 = x). Then sums each
-    /// (still zero) gradient bucket once, a precaution: NCCL may set up
-    /// connections lazily, at the first sum of a size, and that first sum
-    /// is better made here than inside the step's graph capture. (It was
-    /// added while chasing a hang whose cause turned out to be elsewhere;
-    /// whether NCCL 2.28 needs it was not isolated.) Alone, nothing to do.
+    /// Makes every rank start from rank 0's parameters, buffers and
+    /// optimizer state: the others zero theirs and all sum each slab once
+    /// (exact: x + 0 = x). Then sums each (still zero) gradient bucket
+    /// once, a precaution: NCCL may set up connections lazily, at the first
+    /// sum of a size, and that first sum is better made here than inside
+    /// the step's graph capture. (It was added while chasing a hang whose
+    /// cause turned out to be elsewhere; whether NCCL 2.28 needs it was not
+    /// isolated.) Alone, nothing to do.
     pub fn sync_replicas(&mut self) -> Result<()> {
         if self.world.size < 2 {
             return Ok(());
         }
-        let mut bufs: Vec<Buf<f32>> = self.model.params().iter().map(|p| p.buf()).collect();
-        bufs.extend(self.sgd.velocities().map(|(_, v)| v));
-        for buf in bufs {
+        let mut slabs = vec![self.store.values(), self.store.buffers()];
+        slabs.extend(self.optimizer.state().into_iter().map(|(_, slab)| slab));
+        for slab in slabs.into_iter().filter(|s| !s.is_empty()) {
             if self.world.rank != 0 {
-                self.arena.write_persistent(buf, &vec![0.0; buf.len()])?;
+                self.arena.write_persistent(slab, &vec![0.0; slab.len()])?;
             }
-            self.arena.all_reduce_persistent(buf)?;
+            self.arena.all_reduce_persistent(slab)?;
         }
         for bucket in self.buckets.as_ref().map(Buckets::bufs).unwrap_or_default() {
             self.arena.all_reduce_persistent(bucket)?;
@@ -324,24 +347,35 @@ impl Session {
         self.steps_done
     }
 
-    /// The parameters and momentum buffers, read from the arena and named as
-    /// a PyTorch `state_dict` names them.
+    /// Every tensor a checkpoint holds, each with its persistent buffer:
+    /// the model's parameters and buffers by their `state_dict` names, then
+    /// the optimizer's state per parameter (`optimizer.<name>.<state>`).
+    fn checkpointed(&self) -> Vec<(String, Shape, Buf<f32>)> {
+        let mut out = Vec::new();
+        self.store
+            .visit(&mut |entry, param| out.push((entry.name.clone(), entry.shape, param.buf())));
+        for (state, slab) in self.optimizer.state() {
+            for param in self.store.params() {
+                if let Some(slot) = self.store.slot_in(slab, &param) {
+                    out.push((
+                        optimizer_state_name(self.store.name(&param), state),
+                        param.shape(),
+                        slot,
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// The model's tensors and the optimizer's state, read from the arena
+    /// and named as PyTorch's `state_dict`s name them.
     pub fn state_tensors(&mut self) -> Result<Vec<NamedTensor>> {
         let mut out = Vec::new();
-        let velocities: Vec<_> = self.sgd.velocities().collect();
-        for param in self.model.params() {
-            let mut values = vec![0.0; param.shape().numel()];
-            self.arena.read_param(&param, &mut values)?;
-            out.push(NamedTensor::new(param.name(), param.shape().dims(), values));
-        }
-        for (param, velocity) in velocities {
-            let mut values = vec![0.0; param.shape().numel()];
-            self.arena.read_persistent(velocity, &mut values)?;
-            out.push(NamedTensor::new(
-                momentum_buffer_name(param.name()),
-                param.shape().dims(),
-                values,
-            ));
+        for (name, shape, buf) in self.checkpointed() {
+            let mut values = vec![0.0; shape.numel()];
+            self.arena.read_persistent(buf, &mut values)?;
+            out.push(NamedTensor::new(name, shape.dims(), values));
         }
         Ok(out)
     }
@@ -365,14 +399,7 @@ impl Session {
     /// so a refused checkpoint leaves the session as it was.
     pub fn resume(&mut self, ckpt: &Checkpoint) -> Result<Position> {
         let at = checkpoints::position(ckpt, self.seed, &self.fingerprint)?;
-        let velocities: Vec<_> = self.sgd.velocities().collect();
-        let mut writes = Vec::new();
-        for param in self.model.params() {
-            writes.push((param.name().to_string(), param.shape(), param.buf()));
-        }
-        for (param, velocity) in velocities {
-            writes.push((momentum_buffer_name(param.name()), param.shape(), velocity));
-        }
+        let writes = self.checkpointed();
         for (name, shape, _) in &writes {
             match ckpt.tensor(name) {
                 Some(t) if t.shape == shape.dims() => {}
@@ -415,23 +442,22 @@ impl Session {
             cursor: self.cursor,
             first: 0,
         };
-        let (model, sgd, train) = (&self.model, &self.sgd, &self.data.train);
+        let (model, optimizer, task, store) = (&self.model, &self.optimizer, &self.task, &self.store);
         let (losses, cursor, buckets) = (self.losses, self.cursor, self.buckets.as_ref());
         let body = |s: &mut crate::Step<'_>| {
-            let (x, labels) = s.gather_batch(&train.images, train.labels, at, MNIST_NORMALIZE)?;
+            let (x, labels) = task.train_batch(s, at)?;
             let logits = model.forward(s, x, Mode::Train { dropout, first_row })?;
-            let loss = logits.log_softmax_nll_over(s, labels, step_len)?;
+            let loss = task.loss(s, logits, labels, step_len)?;
             let grads = match buckets {
                 Some(buckets) => {
-                    buckets.direct(s)?;
                     let mut queued = Queued::default();
-                    let grads = s.backward_with(loss, &mut |s| buckets.queue_ready(s, &mut queued))?;
-                    buckets.finish(s, &mut queued)?;
+                    let grads = s.backward_with(loss, &mut |s| buckets.queue_ready(s, store, &mut queued))?;
+                    buckets.finish(s, store, &mut queued)?;
                     grads
                 }
                 None => s.backward(loss)?,
             };
-            sgd.update(s, &grads)?;
+            optimizer.update(s, store, &grads)?;
             s.finish_step(loss, losses, cursor)
         };
         // --profile: with a graph, the captured step carries the events, so
@@ -548,11 +574,12 @@ impl Session {
     fn evaluate_batch(&mut self, start: usize, limit: usize) -> Result<usize> {
         let end = (start + self.batch).min(limit);
         let indices = &self.test_order[start..end];
-        let logits = &mut self.logits[..indices.len() * MnistCnn::CLASSES];
-        let (model, test) = (&self.model, &self.data.test);
+        let classes = self.task.input().classes;
+        let logits = &mut self.logits[..indices.len() * classes];
+        let (model, task) = (&self.model, &self.task);
         let body = |s: &mut crate::Step<'_>| {
             s.set_grad_enabled(false);
-            let x = s.gather_images(&test.images, indices, MNIST_NORMALIZE)?;
+            let x = task.test_batch(s, indices)?;
             let y = model.forward(s, x, Mode::Eval)?;
             s.read(y, logits)
         };
@@ -565,11 +592,7 @@ impl Session {
             true => self.arena.planned_step(kind as u32, body)?,
             false => self.arena.step(body)?,
         }
-        let predictions = logits.chunks_exact(MnistCnn::CLASSES).map(argmax);
-        Ok(predictions
-            .zip(&self.test_labels[start..end])
-            .filter(|(p, &label)| *p == label as usize)
-            .count())
+        Ok(self.task.correct(logits, start))
     }
 
     /// Runs `body` on the device's workers (see [`crate::backend::Workers`]):
@@ -771,17 +794,6 @@ impl Session {
         }
         Ok(())
     }
-}
-
-/// Index of the largest value; the first on ties, as PyTorch's argmax.
-fn argmax(row: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &v) in row.iter().enumerate() {
-        if v > row[best] {
-            best = i;
-        }
-    }
-    best
 }
 
 #[cfg(test)]

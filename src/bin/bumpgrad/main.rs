@@ -1,5 +1,6 @@
 //! The `bumpgrad` command: parses flags, calls the library, prints.
 
+mod choices;
 mod progress;
 
 use anyhow::Context;
@@ -33,13 +34,23 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Train Lantern's MNIST CNN and report loss, test accuracy and memory per epoch.
+    /// Train a network (Lantern's MNIST CNN by default) and report loss, test accuracy and
+    /// memory per epoch.
     #[command(args_override_self = true)]
     Train(TrainArgs),
     /// Print where every byte of the arena would go (the persistent region and each step's
     /// liveness plan) without training and without allocating it; same flags as `train`.
     #[command(args_override_self = true)]
     Memory(TrainArgs),
+    /// List the models `--model` takes, with their parameter counts for the data set.
+    Models(ModelsArgs),
+}
+
+#[derive(clap::Args)]
+struct ModelsArgs {
+    /// The data set whose image shape and classes the models are counted for.
+    #[arg(long, default_value = "data/mnist")]
+    data: PathBuf,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -69,16 +80,28 @@ struct TrainArgs {
     /// Examples per step (training and evaluation).
     #[arg(long, default_value_t = 100, value_parser = count::<usize>, allow_negative_numbers = true)]
     batch: usize,
-    /// SGD learning rate.
+    /// The network to train (`bumpgrad models` lists them).
+    #[arg(long, default_value = choices::MODELS[0].0, value_parser = choices::model)]
+    model: bumpgrad::nn::ModelChoice,
+    /// The optimizer.
+    #[arg(long, value_enum, default_value = "sgd")]
+    optimizer: choices::OptimizerArg,
+    /// Base learning rate.
     #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
     lr: f32,
     /// SGD momentum, in [0, 1).
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     momentum: f32,
+    /// SGD with Nesterov momentum (needs --momentum above 0).
+    #[arg(long)]
+    nesterov: bool,
+    /// L2 penalty added to the gradient (SGD) or decoupled decay (AdamW).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    weight_decay: f32,
     /// Seeds the initial weights, the epoch order and dropout.
     #[arg(long, default_value_t = 42, value_parser = count::<u64>, allow_negative_numbers = true)]
     seed: u64,
-    /// Directory holding the four MNIST IDX files (gzip or raw).
+    /// The data set's directory: MNIST's four IDX files (gzip or raw).
     #[arg(long, default_value = "data/mnist")]
     data: PathBuf,
     /// Arena size (64MiB, 2GiB, ...), or `auto` to measure exactly what the run needs.
@@ -203,6 +226,15 @@ impl TrainArgs {
                 "--gpus trains on GPUs (through NCCL); drop --device cpu, or drop --gpus to train on the CPU"
             );
         }
+        if !(0.0..1.0).contains(&self.momentum) {
+            anyhow::bail!("--momentum must be in [0, 1), got {}", self.momentum);
+        }
+        if self.nesterov && self.momentum == 0.0 {
+            anyhow::bail!("--nesterov needs a --momentum above 0 (e.g. --momentum 0.9)");
+        }
+        if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
+            anyhow::bail!("--weight-decay must be 0 or more, got {}", self.weight_decay);
+        }
         if self.bucket_kib == 0 {
             anyhow::bail!("--bucket-kib must be at least 1 (KiB of gradients summed at once; the default is 4)");
         }
@@ -233,8 +265,16 @@ impl TrainArgs {
             },
             epochs: self.epochs,
             batch: self.batch,
+            model: self.model.clone(),
+            optimizer: choices::optimizer(
+                self.optimizer,
+                &choices::OptimizerFlags {
+                    momentum: self.momentum,
+                    nesterov: self.nesterov,
+                    weight_decay: self.weight_decay,
+                },
+            ),
             lr: self.lr,
-            momentum: self.momentum,
             seed: self.seed,
             data_dir: self.data.clone(),
             arena_size: self.arena_size.0,
@@ -462,15 +502,47 @@ fn run_memory(args: &TrainArgs) -> anyhow::Result<()> {
     let (report, device) =
         train::memory_report(&cfg).with_context(|| format!("planning memory for {}", cfg.data_dir.display()))?;
     if let Some(path) = &args.memory_report {
-        let title = format!("bumpgrad step memory: MNIST CNN, batch {}, {device}", cfg.batch);
+        let title = format!(
+            "bumpgrad step memory: {}, batch {}, {device}",
+            cfg.model.name(),
+            cfg.batch
+        );
         std::fs::write(path, report.svg(&title)).map_err(|e| report_unwritable(path, e))?;
         eprintln!("bumpgrad: wrote the step's memory timeline to {}", path.display());
     }
     if args.json {
         println!("{}", serde_json::to_string(&report).context("encoding the report")?);
     } else {
-        println!("bumpgrad memory: MNIST CNN, batch {}, on {device}", cfg.batch);
+        println!(
+            "bumpgrad memory: {}, batch {}, on {device}",
+            cfg.model.name(),
+            cfg.batch
+        );
         print!("{}", report.table(train::StepKind::name));
+    }
+    Ok(())
+}
+
+fn run_models(args: &ModelsArgs) -> anyhow::Result<()> {
+    let set = bumpgrad::data::ImageSet::load(&args.data)
+        .with_context(|| format!("reading the data set in {}", args.data.display()))?;
+    let input = bumpgrad::nn::Input {
+        example: bumpgrad::Shape::new(&[1, set.train_images.rows, set.train_images.cols]),
+        classes: set.classes,
+    };
+    println!(
+        "parameters for {}'s {} images and {} classes ({}):",
+        set.name,
+        input.example,
+        input.classes,
+        args.data.display()
+    );
+    for (name, make) in choices::MODELS {
+        let model = make();
+        match bumpgrad::nn::count_params(|pb| model.build(input, pb)) {
+            Ok(n) => println!("  {name:<12} {n:>12}"),
+            Err(why) => println!("  {name:<12} {:>12}  ({why})", "-"),
+        }
     }
     Ok(())
 }
@@ -480,6 +552,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Train(args) => run_train(args),
         Command::Memory(args) => run_memory(args).map(|()| ExitCode::SUCCESS),
+        Command::Models(args) => run_models(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

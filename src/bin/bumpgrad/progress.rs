@@ -102,7 +102,7 @@ impl Observer for Printer {
                 ByteSize(m.bump_bytes)
             ));
             if let Some(path) = &self.memory_report {
-                let title = format!("bumpgrad step memory: MNIST CNN, {}", info.device_name);
+                let title = format!("bumpgrad step memory: {}, {}", info.model, info.device_name);
                 match std::fs::write(path, m.svg(&title)) {
                     Ok(()) => self.say(&format!("memory timeline: {}", path.display())),
                     Err(e) => eprintln!("bumpgrad: warning: could not write {}: {e}", path.display()),

@@ -1,0 +1,14 @@
+//! Networks as the engine sees them: parameters with names in slabs
+//! ([`ParamBuilder`], [`ParamStore`]), the [`Model`] trait, and the
+//! [`Optimizer`] trait. Models and optimizers are written against this
+//! module and [`crate::ops`] only, never against a backend.
+
+mod init;
+mod model;
+mod optimizer;
+mod params;
+
+pub use init::uniform_fan_in;
+pub use model::{Input, Mode, Model, ModelChoice, Network};
+pub use optimizer::{runs_with_grads, Optimizer, OptimizerChoice, OptimizerConfig};
+pub use params::{count_params, Entry, Init, Kind, ParamBuilder, ParamStore};

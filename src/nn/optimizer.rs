@@ -1,0 +1,114 @@
+//! What an optimizer is to the engine: state in the persistent region laid
+//! out like the parameter slab, an update queued inside the step (so a
+//! captured graph replays it), its state named for checkpoints.
+
+use super::params::ParamStore;
+use crate::autograd::{Grads, Step};
+use crate::memory::{Buf, Persistent};
+use crate::ops::lr::LrAt;
+use crate::Result;
+use std::fmt;
+use std::sync::Arc;
+
+/// An optimizer built for one [`ParamStore`].
+pub trait Optimizer: Send + Sync {
+    /// Updates every parameter that received a gradient in this step, as
+    /// one flat launch over the slabs where all did (or one per run of
+    /// consecutive parameters that did, as PyTorch skips a parameter whose
+    /// gradient is `None`). The rate is read where `LrAt` says, on the device.
+    fn update<'s>(&self, s: &mut Step<'s>, store: &ParamStore, grads: &Grads<'s>) -> Result<()>;
+
+    /// The state slabs, each laid out like the parameter slab, with the
+    /// name PyTorch's optimizer `state_dict` gives that state per parameter
+    /// (`momentum_buffer`, `exp_avg`, `exp_avg_sq`).
+    fn state(&self) -> Vec<(&'static str, Buf<f32>)>;
+}
+
+/// An optimizer's settings, before it is built.
+pub trait OptimizerConfig: fmt::Debug + Clone + Send + Sync + 'static {
+    /// Allocates the state in `p` and returns the optimizer.
+    fn build(&self, store: &ParamStore, p: &mut Persistent<'_>, lr: LrAt) -> Result<Box<dyn Optimizer>>;
+
+    /// Refuses settings that cannot train, saying which and why.
+    fn validate(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+type Build = dyn Fn(&ParamStore, &mut Persistent<'_>, LrAt) -> Result<Box<dyn Optimizer>> + Send + Sync;
+
+/// An optimizer picked by name with its settings, not yet built.
+#[derive(Clone)]
+pub struct OptimizerChoice {
+    name: &'static str,
+    settings: String,
+    validate: Arc<dyn Fn() -> Result<()> + Send + Sync>,
+    build: Arc<Build>,
+}
+
+impl OptimizerChoice {
+    pub fn new<C: OptimizerConfig>(name: &'static str, config: C) -> Self {
+        let settings = format!("{config:?}");
+        let check = config.clone();
+        Self {
+            name,
+            settings,
+            validate: Arc::new(move || check.validate()),
+            build: Arc::new(move |store, p, lr| config.build(store, p, lr)),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The name and every setting, as a checkpoint's fingerprint records them.
+    pub fn describe(&self) -> String {
+        format!("{} {}", self.name, self.settings)
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        (self.validate)()
+    }
+
+    pub fn build(&self, store: &ParamStore, p: &mut Persistent<'_>, lr: LrAt) -> Result<Box<dyn Optimizer>> {
+        (self.build)(store, p, lr)
+    }
+}
+
+impl fmt::Debug for OptimizerChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+impl serde::Serialize for OptimizerChoice {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.describe())
+    }
+}
+
+/// Runs of consecutive parameters (in store order) that received a
+/// gradient in this step, as `(first, last)` entry handles; calls `f` on
+/// each. Where every parameter did, that is one run over the whole slab.
+pub fn runs_with_grads<'s>(
+    s: &mut Step<'s>,
+    store: &ParamStore,
+    f: &mut dyn FnMut(&mut Step<'s>, crate::tensor::Param, crate::tensor::Param) -> Result<()>,
+) -> Result<()> {
+    let mut run: Option<(crate::tensor::Param, crate::tensor::Param)> = None;
+    for param in store.params() {
+        if s.has_param_grad(&param) {
+            run = Some(match run {
+                Some((first, _)) => (first, param),
+                None => (param, param),
+            });
+        } else if let Some((first, last)) = run.take() {
+            f(s, first, last)?;
+        }
+    }
+    if let Some((first, last)) = run {
+        f(s, first, last)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,368 @@
+//! Parameters with names, in slabs.
+//!
+//! A model declares its parameters on a [`ParamBuilder`] as it is built:
+//! `pb.pp("layer1").pp("0").pp("conv1").param("weight", …)` names one
+//! `layer1.0.conv1.weight`, the name PyTorch's `state_dict` gives it, with no
+//! hand-kept list. [`ParamStore::build`] builds the model twice: once to
+//! learn every declaration (names, shapes, initialisers), then, after
+//! allocating, to hand out the real handles. So a dry arena sizes the
+//! parameters before a real arena allocates them.
+//!
+//! The store puts every trainable parameter in one persistent slab, every
+//! gradient in a second slab of the same layout, and the non-trainable
+//! buffers (batch-norm running statistics) in a third (llm.c's layout).
+//! Each entry starts on a 256-byte boundary and the padding between entries
+//! is zero, in values and gradients alike. So an optimizer is one flat
+//! launch over the slab, a data-parallel gradient bucket is a slice of it,
+//! and replicas are synchronised by one sum per slab. Backward writes each
+//! parameter's gradient straight into its slot ([`Param::grad`]).
+
+use super::init::uniform_fan_in;
+use crate::data::SplitMix64;
+use crate::memory::{ArenaError, Buf, Persistent, ALIGN};
+use crate::tensor::{Param, Shape};
+use crate::{Error, Result};
+use std::cell::RefCell;
+
+/// Elements per alignment unit: every entry starts on a multiple.
+const SLOT: usize = ALIGN / 4;
+
+/// How a declared tensor gets its first values.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Init {
+    /// `U(-1/√fan_in, 1/√fan_in)`, PyTorch's default for linear and
+    /// convolution weights and biases, drawn from the store's generator in
+    /// declaration order.
+    UniformFanIn(usize),
+    /// Every element the same (batch-norm weight 1, bias 0, running
+    /// variance 1).
+    Constant(f32),
+}
+
+/// Whether an entry is trained or only kept (and checkpointed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Param,
+    Buffer,
+}
+
+/// One declared tensor and where it lies in its slab.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub name: String,
+    pub shape: Shape,
+    pub kind: Kind,
+    pub init: Init,
+    /// Elements from the start of its slab (a multiple of 64: 256 bytes).
+    pub start: usize,
+}
+
+impl Entry {
+    pub fn len(&self) -> usize {
+        self.shape.numel()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The declarations of a model, in order.
+#[derive(Debug, Default, Clone)]
+struct Layout {
+    entries: Vec<Entry>,
+    /// Elements each slab spans so far.
+    params: usize,
+    buffers: usize,
+}
+
+/// Where the slabs are once allocated.
+#[derive(Debug, Clone, Copy)]
+struct Slabs {
+    values: Buf<f32>,
+    grads: Buf<f32>,
+    buffers: Buf<f32>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    layout: Layout,
+    /// `None` while only declarations are collected.
+    slabs: Option<Slabs>,
+    /// The next entry, when handing out handles of a known layout.
+    next: usize,
+}
+
+/// Declares a model's parameters under a prefix; [`ParamBuilder::pp`] makes
+/// a child with a longer one. Builders of one model share one layout.
+pub struct ParamBuilder<'a> {
+    shared: &'a RefCell<Shared>,
+    prefix: String,
+}
+
+impl<'a> ParamBuilder<'a> {
+    /// A builder whose names start with `self`'s prefix, then `name`.
+    pub fn pp(&self, name: impl std::fmt::Display) -> ParamBuilder<'a> {
+        let prefix = match self.prefix.is_empty() {
+            true => name.to_string(),
+            false => format!("{}.{name}", self.prefix),
+        };
+        ParamBuilder {
+            shared: self.shared,
+            prefix,
+        }
+    }
+
+    /// The full name `name` gets under this builder's prefix.
+    pub fn name(&self, name: &str) -> String {
+        match self.prefix.is_empty() {
+            true => name.to_string(),
+            false => format!("{}.{name}", self.prefix),
+        }
+    }
+
+    /// A trainable parameter `name` of `shape`, initialised by `init`.
+    pub fn param(&self, name: &str, shape: Shape, init: Init) -> Result<Param> {
+        self.declare(name, shape, init, Kind::Param)
+    }
+
+    /// A non-trainable buffer (saved in checkpoints, never given a gradient).
+    pub fn buffer(&self, name: &str, shape: Shape, init: Init) -> Result<Param> {
+        self.declare(name, shape, init, Kind::Buffer)
+    }
+
+    fn declare(&self, name: &str, shape: Shape, init: Init, kind: Kind) -> Result<Param> {
+        let full = self.name(name);
+        let mut shared = self.shared.borrow_mut();
+        let index = match shared.slabs {
+            None => {
+                if shared.layout.entries.iter().any(|e| e.name == full) {
+                    return Err(Error::Config(format!("the model declares {full} twice")));
+                }
+                let layout = &mut shared.layout;
+                let fill = match kind {
+                    Kind::Param => &mut layout.params,
+                    Kind::Buffer => &mut layout.buffers,
+                };
+                let start = *fill;
+                *fill += shape.numel().next_multiple_of(SLOT);
+                layout.entries.push(Entry {
+                    name: full,
+                    shape,
+                    kind,
+                    init,
+                    start,
+                });
+                layout.entries.len() - 1
+            }
+            Some(_) => {
+                let index = shared.next;
+                match shared.layout.entries.get(index) {
+                    Some(e) if e.name == full && e.shape == shape && e.kind == kind => {}
+                    _ => {
+                        return Err(Error::Config(format!(
+                            "the model declared {full} {shape} where its first build had another tensor: a model must declare the same parameters every time it is built"
+                        )))
+                    }
+                }
+                shared.next += 1;
+                index
+            }
+        };
+        Ok(handle(&shared, index))
+    }
+}
+
+/// The handle of entry `index`: real buffers once the slabs exist, empty
+/// ones while declarations are only collected.
+fn handle(shared: &Shared, index: usize) -> Param {
+    let e = &shared.layout.entries[index];
+    let (buf, grad) = match (shared.slabs, e.kind) {
+        (None, _) => (Buf::default(), Buf::default()),
+        (Some(s), Kind::Param) => (slot(s.values, e), slot(s.grads, e)),
+        (Some(s), Kind::Buffer) => (slot(s.buffers, e), Buf::default()),
+    };
+    Param {
+        index: index as u32,
+        buf,
+        grad,
+        shape: e.shape,
+    }
+}
+
+fn slot(slab: Buf<f32>, e: &Entry) -> Buf<f32> {
+    slab.slice(e.start, e.len())
+        .expect("an entry lies inside its slab by construction")
+}
+
+/// Every parameter, gradient and buffer of a model, in the persistent region.
+#[derive(Debug)]
+pub struct ParamStore {
+    entries: Vec<Entry>,
+    slabs: Slabs,
+}
+
+impl ParamStore {
+    /// Builds a model with `build`, declaring its parameters on a builder,
+    /// allocates the slabs in `p`, fills them (initialisers drawn from
+    /// `seed`, in declaration order; gradients zero), and builds the model
+    /// again with handles into them.
+    pub fn build<M>(
+        p: &mut Persistent<'_>,
+        seed: u64,
+        build: impl Fn(&ParamBuilder<'_>) -> Result<M>,
+    ) -> Result<(Self, M)> {
+        let shared = RefCell::new(Shared::default());
+        build(&ParamBuilder {
+            shared: &shared,
+            prefix: String::new(),
+        })?;
+        let layout = shared.borrow().layout.clone();
+        let mut values = vec![0.0; layout.params];
+        let mut buffers = vec![0.0; layout.buffers];
+        let mut rng = SplitMix64::new(seed);
+        for e in &layout.entries {
+            let slab = match e.kind {
+                Kind::Param => &mut values,
+                Kind::Buffer => &mut buffers,
+            };
+            let dst = &mut slab[e.start..e.start + e.len()];
+            match e.init {
+                Init::UniformFanIn(fan_in) => dst.copy_from_slice(&uniform_fan_in(&mut rng, fan_in, e.len())),
+                Init::Constant(v) => dst.fill(v),
+            }
+        }
+        let slabs = Slabs {
+            values: p.upload("parameters", Shape::new(&[layout.params]), &values)?,
+            grads: p.zeros::<f32>("gradients", Shape::new(&[layout.params]))?,
+            buffers: p.upload("buffers", Shape::new(&[layout.buffers]), &buffers)?,
+        };
+        {
+            let mut s = shared.borrow_mut();
+            s.slabs = Some(slabs);
+            s.next = 0;
+        }
+        let model = build(&ParamBuilder {
+            shared: &shared,
+            prefix: String::new(),
+        })?;
+        let s = shared.borrow();
+        if s.next != layout.entries.len() {
+            return Err(Error::Config(format!(
+                "the model declared {} tensors on its second build and {} on its first: a model must declare the same parameters every time it is built",
+                s.next,
+                layout.entries.len()
+            )));
+        }
+        Ok((
+            Self {
+                entries: layout.entries,
+                slabs,
+            },
+            model,
+        ))
+    }
+
+    /// Every declared tensor, in declaration order.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// The trainable parameters, in declaration order (a PyTorch
+    /// `state_dict`'s order for a model declared in its module order).
+    pub fn params(&self) -> impl DoubleEndedIterator<Item = Param> + '_ {
+        (0..self.entries.len())
+            .filter(|&i| self.entries[i].kind == Kind::Param)
+            .map(|i| self.handle(i))
+    }
+
+    /// The handle of entry `index`.
+    pub fn handle(&self, index: usize) -> Param {
+        let e = &self.entries[index];
+        let (buf, grad) = match e.kind {
+            Kind::Param => (slot(self.slabs.values, e), slot(self.slabs.grads, e)),
+            Kind::Buffer => (slot(self.slabs.buffers, e), Buf::default()),
+        };
+        Param {
+            index: index as u32,
+            buf,
+            grad,
+            shape: e.shape,
+        }
+    }
+
+    /// The name of a parameter or buffer of this store.
+    pub fn name(&self, param: &Param) -> &str {
+        self.entries.get(param.index as usize).map_or("?", |e| &e.name)
+    }
+
+    /// Walks every parameter and buffer by name: its values, and its
+    /// gradient slot (empty for a buffer). Checkpoints, replica
+    /// synchronisation and reports all walk this.
+    pub fn visit(&self, f: &mut dyn FnMut(&Entry, Param)) {
+        for (i, e) in self.entries.iter().enumerate() {
+            f(e, self.handle(i));
+        }
+    }
+
+    /// Every parameter's values, padding included.
+    pub fn values(&self) -> Buf<f32> {
+        self.slabs.values
+    }
+
+    /// Every parameter's gradient slot, padding included (zero).
+    pub fn grads(&self) -> Buf<f32> {
+        self.slabs.grads
+    }
+
+    /// Every buffer's values.
+    pub fn buffers(&self) -> Buf<f32> {
+        self.slabs.buffers
+    }
+
+    /// Trainable elements (without padding).
+    pub fn param_count(&self) -> usize {
+        self.entries
+            .iter()
+            .filter(|e| e.kind == Kind::Param)
+            .map(Entry::len)
+            .sum()
+    }
+
+    /// A slab shaped like the parameter slab, for optimizer state (zeros).
+    pub fn zeros_like_values(&self, p: &mut Persistent<'_>, what: &'static str) -> Result<Buf<f32>, ArenaError> {
+        p.zeros::<f32>(what, Shape::new(&[self.slabs.values.len()]))
+    }
+
+    /// The part of `slab` (laid out like the parameter slab) that holds `param`.
+    pub fn slot_in(&self, slab: Buf<f32>, param: &Param) -> Option<Buf<f32>> {
+        let e = self.entries.get(param.index as usize)?;
+        (e.kind == Kind::Param).then(|| slab.slice(e.start, e.len())).flatten()
+    }
+
+    /// The range of `slab` from `first`'s slot to the end of `last`'s
+    /// (parameters in declaration order): several entries as one slice.
+    pub fn span(&self, slab: Buf<f32>, first: &Param, last: &Param) -> Option<Buf<f32>> {
+        let (a, b) = (
+            self.entries.get(first.index as usize)?,
+            self.entries.get(last.index as usize)?,
+        );
+        slab.slice(a.start, (b.start + b.len()).checked_sub(a.start)?)
+    }
+}
+
+/// Counts a model's trainable elements without an arena (`bumpgrad models`).
+pub fn count_params<M>(build: impl Fn(&ParamBuilder<'_>) -> Result<M>) -> Result<usize> {
+    let shared = RefCell::new(Shared::default());
+    build(&ParamBuilder {
+        shared: &shared,
+        prefix: String::new(),
+    })?;
+    let layout = &shared.borrow().layout;
+    Ok(layout
+        .entries
+        .iter()
+        .filter(|e| e.kind == Kind::Param)
+        .map(Entry::len)
+        .sum())
+}
