@@ -366,3 +366,134 @@ pub fn count_params<M>(build: impl Fn(&ParamBuilder<'_>) -> Result<M>) -> Result
         .map(Entry::len)
         .sum())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Device;
+    use crate::memory::Arena;
+
+    /// A block like ResNet's: two convolutions and a batch-norm's buffer,
+    /// declared under prefixes.
+    fn block(pb: &ParamBuilder<'_>) -> Result<Vec<Param>> {
+        let conv = pb.pp("conv1");
+        let bn = pb.pp("bn1");
+        Ok(vec![
+            conv.param("weight", Shape::new(&[4, 3, 3, 3]), Init::UniformFanIn(27))?,
+            bn.param("weight", Shape::new(&[4]), Init::Constant(1.0))?,
+            bn.buffer("running_var", Shape::new(&[4]), Init::Constant(1.0))?,
+            bn.param("bias", Shape::new(&[4]), Init::Constant(0.0))?,
+            pb.pp("conv2")
+                .param("weight", Shape::new(&[65]), Init::Constant(-2.0))?,
+        ])
+    }
+
+    fn store() -> (Arena, ParamStore, Vec<Param>) {
+        let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+        let (store, params) =
+            ParamStore::build(&mut arena.persistent(), 3, |pb| block(&pb.pp("layer1").pp(0))).unwrap();
+        (arena, store, params)
+    }
+
+    #[test]
+    fn names_follow_the_prefixes_in_declaration_order() {
+        let (_, store, params) = store();
+        let names: Vec<&str> = params.iter().map(|p| store.name(p)).collect();
+        assert_eq!(
+            names,
+            [
+                "layer1.0.conv1.weight",
+                "layer1.0.bn1.weight",
+                "layer1.0.bn1.running_var",
+                "layer1.0.bn1.bias",
+                "layer1.0.conv2.weight",
+            ]
+        );
+        let mut visited = Vec::new();
+        store.visit(&mut |e, p| visited.push((e.name.clone(), e.kind, p)));
+        assert_eq!(visited.len(), 5, "visit walks parameters and buffers");
+        assert_eq!(visited[2].1, Kind::Buffer);
+        assert_eq!(visited.iter().map(|v| v.2).collect::<Vec<_>>(), params);
+        let trainable: Vec<Param> = store.params().collect();
+        assert_eq!(trainable, [params[0], params[1], params[3], params[4]]);
+        assert_eq!(store.param_count(), 108 + 4 + 4 + 65);
+    }
+
+    #[test]
+    fn parameters_and_gradients_lie_in_two_slabs_of_one_layout() {
+        let (mut arena, store, params) = store();
+        let (values, grads) = (store.values(), store.grads());
+        let mut end = 0;
+        for p in store.params() {
+            let (v, g) = (p.buf(), p.grad());
+            assert_eq!((v.len(), g.len()), (p.shape().numel(), p.shape().numel()));
+            assert_eq!(v.offset() % ALIGN, 0, "each entry is 256-byte aligned");
+            assert!(v.offset() >= end, "in order, without overlap");
+            end = v.byte_range().end;
+            assert!(values.byte_range().contains(&v.offset()) && v.byte_range().end <= values.byte_range().end);
+            assert_eq!(v.offset() - values.offset(), g.offset() - grads.offset(), "same layout");
+        }
+        // 108 → 128, 4 → 64, 4 → 64, 65 → 128.
+        assert_eq!(values.len(), 128 + 64 + 64 + 128);
+        let buffer = params[2];
+        assert!(buffer.grad().is_empty(), "a buffer has no gradient slot");
+        assert!(store.buffers().byte_range().contains(&buffer.buf().offset()));
+
+        let mut host = vec![f32::NAN; values.len()];
+        arena.read_persistent(values, &mut host).unwrap();
+        let conv1 = &host[..108];
+        assert!(conv1.iter().all(|v| v.abs() <= 1.0 / 27f32.sqrt() && *v != 0.0));
+        assert!(host[108..128].iter().all(|&v| v == 0.0), "padding is zero");
+        assert_eq!(&host[128..132], [1.0; 4]);
+        assert_eq!(&host[192..196], [0.0; 4]);
+        assert_eq!(&host[256..321], [-2.0; 65]);
+        assert!(host[321..].iter().all(|&v| v == 0.0));
+        let mut g = vec![f32::NAN; grads.len()];
+        arena.read_persistent(grads, &mut g).unwrap();
+        assert!(g.iter().all(|&v| v == 0.0), "gradients start at zero");
+        let mut b = vec![0.0; 4];
+        arena.read_persistent(buffer.buf(), &mut b).unwrap();
+        assert_eq!(b, [1.0; 4]);
+    }
+
+    #[test]
+    fn a_name_declared_twice_is_refused() {
+        let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+        let twice = ParamStore::build(&mut arena.persistent(), 1, |pb| {
+            pb.pp("fc").param("weight", Shape::new(&[2]), Init::Constant(0.0))?;
+            pb.pp("fc").param("weight", Shape::new(&[2]), Init::Constant(0.0))
+        });
+        let err = twice.unwrap_err().to_string();
+        assert!(err.contains("declares fc.weight twice"), "{err}");
+    }
+
+    #[test]
+    fn a_model_that_declares_otherwise_the_second_time_is_refused() {
+        let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+        let calls = std::cell::Cell::new(0);
+        let fickle = ParamStore::build(&mut arena.persistent(), 1, |pb| {
+            calls.set(calls.get() + 1);
+            pb.param("w", Shape::new(&[calls.get()]), Init::Constant(0.0))
+        });
+        let err = fickle.unwrap_err().to_string();
+        assert!(err.contains("same parameters every time"), "{err}");
+    }
+
+    #[test]
+    fn the_same_seed_draws_the_same_values() {
+        let draw = |seed| {
+            let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+            let (store, _) = ParamStore::build(&mut arena.persistent(), seed, block).unwrap();
+            let mut host = vec![0.0; store.values().len()];
+            arena.read_persistent(store.values(), &mut host).unwrap();
+            host
+        };
+        assert_eq!(draw(5), draw(5));
+        assert_ne!(draw(5), draw(6));
+    }
+
+    #[test]
+    fn counting_needs_no_arena() {
+        assert_eq!(count_params(block).unwrap(), 108 + 4 + 4 + 65);
+    }
+}
