@@ -23,6 +23,15 @@ pub enum Error {
     NoGradient,
     #[error("invalid setting: {0}")]
     Config(String),
+    /// A run setting that cannot work, named as a setting (not as a flag:
+    /// the command-line tool adds which flag sets it and `fix`).
+    #[error("invalid setting: {problem}")]
+    Setting {
+        setting: Setting,
+        problem: String,
+        /// A value that would work, where one can be named.
+        fix: Option<String>,
+    },
     #[error("training diverged: the loss became {loss} at epoch {epoch}, step {step}; lower --lr (the last checkpoint written, if any, is from before it)")]
     Diverged { epoch: usize, step: usize, loss: f32 },
     #[error(
@@ -39,7 +48,34 @@ pub enum Error {
     },
 }
 
+/// The settings of a run that an [`Error::Setting`] can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    Epochs,
+    Batch,
+    LearningRate,
+    Seed,
+    TrainLimit,
+    TestLimit,
+    KeepCheckpoints,
+    Graph,
+    ArenaSize,
+    BucketSize,
+    Ranks,
+    Model,
+    Optimizer,
+    Schedule,
+}
+
 impl Error {
+    pub(crate) fn setting(setting: Setting, problem: impl Into<String>, fix: Option<String>) -> Self {
+        Self::Setting {
+            setting,
+            problem: problem.into(),
+            fix,
+        }
+    }
+
     pub(crate) fn shape(op: &'static str, detail: String) -> Self {
         Self::Shape { op, detail }
     }

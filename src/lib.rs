@@ -78,6 +78,6 @@ pub mod train;
 
 pub use autograd::{Grads, Step};
 pub use backend::{Device, DeviceRequest};
-pub use error::{Error, Result};
+pub use error::{Error, Result, Setting};
 pub use memory::{Arena, ArenaError, ArenaStats, ByteSize};
 pub use tensor::{Labels, Param, Shape, Tensor};

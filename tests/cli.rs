@@ -113,7 +113,7 @@ fn bad_settings_are_refused_with_what_to_pass() {
     // promises, "Errors say what to do"); 2 is clap's status for a flag it
     // cannot parse, 1 ours for a setting that cannot train.
     let table: &[(&[&str], i32, &str)] = &[
-        (&["--batch", "0"], 1, "--batch must be at least 1"),
+        (&["--batch", "0"], 1, "the batch must be at least 1; pass --batch 1"),
         (&["--batch", "-5"], 2, "'--batch <BATCH>': expected a whole number"),
         // Once aborted the process sizing a 4 TB host buffer.
         (
@@ -121,9 +121,21 @@ fn bad_settings_are_refused_with_what_to_pass() {
             1,
             "a batch of 99999999999 is larger than the 300 training images; pass --batch 300 or less",
         ),
-        (&["--lr", "-1"], 1, "--lr must be a positive number"),
-        (&["--lr", "nan"], 1, "--lr must be a positive number"),
-        (&["--epochs", "0"], 1, "--epochs must be at least 1"),
+        (
+            &["--lr", "-1"],
+            1,
+            "must be a positive number, got -1; pass --lr a positive number",
+        ),
+        (
+            &["--lr", "nan"],
+            1,
+            "must be a positive number, got NaN; pass --lr a positive number",
+        ),
+        (
+            &["--epochs", "0"],
+            1,
+            "the number of epochs must be at least 1; pass --epochs 1",
+        ),
         (&["--momentum", "1.5"], 1, "--momentum must be in [0, 1)"),
         (&["--arena-size", "lots"], 2, "(examples: 64MiB, 2GiB"),
         (
@@ -133,8 +145,16 @@ fn bad_settings_are_refused_with_what_to_pass() {
         ),
         (&["--device", "tpu"], 2, "[possible values: auto, cpu, cuda]"),
         (&["--graph", "on"], 1, "pass --graph off or --device cuda"),
-        (&["--train-limit", "0"], 1, "--train-limit must be at least 1"),
-        (&["--test-limit", "0"], 1, "--test-limit must be at least 1"),
+        (
+            &["--train-limit", "0"],
+            1,
+            "limit must be at least 1; pass --train-limit 1",
+        ),
+        (
+            &["--test-limit", "0"],
+            1,
+            "limit must be at least 1; pass --test-limit 1",
+        ),
         (
             &["--data", "/nonexistent/mnist"],
             1,
@@ -220,7 +240,7 @@ fn bad_settings_are_refused_with_what_to_pass() {
 #[test]
 fn memory_refuses_bad_flags_as_train_does() {
     let table: &[(&[&str], i32, &str)] = &[
-        (&["--batch", "0"], 1, "--batch must be at least 1"),
+        (&["--batch", "0"], 1, "the batch must be at least 1; pass --batch 1"),
         (
             &["--threads", "-2"],
             2,

@@ -9,7 +9,7 @@
 //! run continues bit for bit where the interrupted one stopped.
 
 use crate::checkpoint::{self, Checkpoint, NamedTensor};
-use crate::{Error, Result};
+use crate::{Error, Result, Setting};
 use std::path::PathBuf;
 use std::str::FromStr;
 
@@ -121,23 +121,41 @@ pub(crate) fn make(
 
 /// Where `ckpt` says its run stood; refuses one made with other settings.
 pub(crate) fn position(ckpt: &Checkpoint, seed: u64, fingerprint: &[(&'static str, String)]) -> Result<Position> {
-    let refuse = |what: String| Err(Error::Config(format!("cannot resume from this checkpoint: {what}")));
+    let refuse = |setting, what: String, fix: String| {
+        Err(Error::setting(
+            setting,
+            format!("cannot resume from this checkpoint: {what}"),
+            Some(fix),
+        ))
+    };
     if ckpt.seed != seed {
-        return refuse(format!(
-            "it was made with --seed {}, this run has --seed {seed}; pass the same seed",
-            ckpt.seed
-        ));
+        return refuse(
+            Setting::Seed,
+            format!("it was made with seed {}, this run has seed {seed}", ckpt.seed),
+            ckpt.seed.to_string(),
+        );
     }
     for (key, want) in fingerprint {
         match ckpt.extra.get(*key) {
             Some(found) if found == want => {}
             Some(found) => {
-                return refuse(format!(
-                    "it was made with {key} {found}, this run has {want}; pass the same --{}",
-                    key.replace('_', "-")
-                ))
+                let setting = match *key {
+                    "batch" => Setting::Batch,
+                    "train_limit" => Setting::TrainLimit,
+                    "model" => Setting::Model,
+                    _ => Setting::Optimizer,
+                };
+                return refuse(
+                    setting,
+                    format!("it was made with {key} {found}, this run has {want}"),
+                    found.clone(),
+                );
             }
-            None => return refuse(format!("it records no {key}")),
+            None => {
+                return Err(Error::Config(format!(
+                    "cannot resume from this checkpoint: it records no {key}"
+                )))
+            }
         }
     }
     let number = |key: &str| ckpt.extra.get(key).cloned();
@@ -191,8 +209,30 @@ mod tests {
         };
         let ckpt = make(Vec::new(), at, 317, 42, "{}".into(), &fp);
         assert_eq!(position(&ckpt, 42, &fp).unwrap(), at);
-        assert!(position(&ckpt, 43, &fp).unwrap_err().to_string().contains("--seed 42"));
+        assert!(matches!(
+            position(&ckpt, 43, &fp),
+            Err(Error::Setting { setting: Setting::Seed, fix: Some(f), .. }) if f == "42"
+        ));
         let other = fingerprint(50, None, "mnist-cnn", "sgd");
-        assert!(position(&ckpt, 42, &other).unwrap_err().to_string().contains("--batch"));
+        assert!(matches!(
+            position(&ckpt, 42, &other),
+            Err(Error::Setting { setting: Setting::Batch, fix: Some(f), .. }) if f == "100"
+        ));
+        let adamw = fingerprint(100, None, "mnist-cnn", "adamw");
+        let err = position(&ckpt, 42, &adamw).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Setting {
+                    setting: Setting::Optimizer,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("made with optimizer sgd, this run has adamw"),
+            "{err}"
+        );
     }
 }

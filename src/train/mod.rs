@@ -21,7 +21,7 @@ use crate::data::ImageSet;
 use crate::distributed::DataParallel;
 use crate::memory::{Arena, ArenaError, MemoryReport};
 use crate::nn::{ModelChoice, OptimizerChoice};
-use crate::{Error, Result};
+use crate::{Error, Result, Setting};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 
@@ -102,37 +102,53 @@ impl Default for TrainConfig {
 }
 
 impl TrainConfig {
-    /// Rejects settings that cannot train, with what to pass instead.
+    /// Rejects settings that cannot train, naming the setting and a value
+    /// that works.
     pub fn validate(&self) -> Result<()> {
-        let bad = |m: String| Err(Error::Config(m));
+        let at_least_one = |setting, what: &str| {
+            Err(Error::setting(
+                setting,
+                format!("{what} must be at least 1"),
+                Some("1".into()),
+            ))
+        };
         if self.epochs == 0 {
-            return bad("--epochs must be at least 1".into());
+            return at_least_one(Setting::Epochs, "the number of epochs");
         }
         if self.batch == 0 {
-            return bad("--batch must be at least 1".into());
+            return at_least_one(Setting::Batch, "the batch");
         }
         if !(self.lr.is_finite() && self.lr > 0.0) {
-            return bad(format!("--lr must be a positive number, got {}", self.lr));
+            return Err(Error::setting(
+                Setting::LearningRate,
+                format!("the learning rate must be a positive number, got {}", self.lr),
+                Some("a positive number such as 0.05".into()),
+            ));
         }
         self.optimizer.validate()?;
         if self.test_limit == Some(0) {
-            return bad("--test-limit must be at least 1".into());
+            return at_least_one(Setting::TestLimit, "the test-set limit");
         }
         if self.train_limit == Some(0) {
-            return bad("--train-limit must be at least 1".into());
+            return at_least_one(Setting::TrainLimit, "the training-set limit");
         }
         if self.checkpoints.as_ref().is_some_and(|p| p.keep == 0) {
-            return bad("--keep-checkpoints must be at least 1".into());
+            return at_least_one(Setting::KeepCheckpoints, "the number of checkpoints kept");
         }
         if let Some(dp) = &self.data_parallel {
             if dp.world.size == 0 || dp.world.rank >= dp.world.size {
-                return bad(format!(
-                    "rank {} of {} ranks does not exist",
-                    dp.world.rank, dp.world.size
+                return Err(Error::setting(
+                    Setting::Ranks,
+                    format!("rank {} of {} ranks does not exist", dp.world.rank, dp.world.size),
+                    None,
                 ));
             }
             if dp.bucket_bytes < 4 {
-                return bad("--bucket-kib must be at least 1".into());
+                return Err(Error::setting(
+                    Setting::BucketSize,
+                    "a gradient bucket must hold at least one value",
+                    None,
+                ));
             }
         }
         Ok(())
@@ -214,10 +230,14 @@ fn capacity(cfg: &TrainConfig, host: &ImageSet, device: &Device, needs: &ArenaNe
             let replay = Session::new(cfg, host, Arena::dry(device, Some(given))).and_then(|mut s| s.probe());
             let err = match replay {
                 Err(e) => e,
-                Ok(()) => Error::Config(format!(
-                    "--arena-size {given} is below the {} bytes this run needs",
-                    needs.total()
-                )),
+                Ok(()) => Error::setting(
+                    Setting::ArenaSize,
+                    format!(
+                        "an arena of {given} bytes is below the {} bytes this run needs",
+                        needs.total()
+                    ),
+                    Some(crate::memory::suggest(needs.total())),
+                ),
             };
             Err(match err {
                 Error::Arena(ArenaError::Exhausted {

@@ -26,7 +26,7 @@ use crate::ops::dropout::DropoutSeed;
 use crate::ops::gather::BatchAt;
 use crate::ops::lr::LrAt;
 use crate::tensor::Shape;
-use crate::{Error, Result};
+use crate::{Error, Result, Setting};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
@@ -137,8 +137,10 @@ pub(crate) fn use_graph(cfg: &TrainConfig, device: crate::backend::DeviceKind) -
     use crate::backend::DeviceKind;
     let on_gpu = device == DeviceKind::Cuda;
     match cfg.graph {
-        Some(true) if !on_gpu && device != DeviceKind::Dry => Err(Error::Config(
-            "--graph on needs the GPU (CUDA graphs); pass --graph off or --device cuda".into(),
+        Some(true) if !on_gpu && device != DeviceKind::Dry => Err(Error::setting(
+            Setting::Graph,
+            "whole-step graphs need the GPU (CUDA graphs)",
+            Some("off or --device cuda".into()),
         )),
         Some(on) => Ok(on && on_gpu),
         None => Ok(on_gpu),
@@ -164,18 +166,23 @@ impl Session {
                     1 => format!("a batch of {}", cfg.batch),
                     n => format!("a step of {n} ranks × {} examples", cfg.batch),
                 };
-                return Err(Error::Config(format!(
-                    "{step} is larger than the {train_len} training images; pass --batch {} or less",
-                    (train_len / world.size).max(1)
-                )));
+                return Err(Error::setting(
+                    Setting::Batch,
+                    format!("{step} is larger than the {train_len} training images"),
+                    Some(format!("{} or less", (train_len / world.size).max(1))),
+                ));
             }
         };
         let tail = train_len % global;
         if tail != 0 && tail < world.size {
-            return Err(Error::Config(format!(
-                "the epoch's last step has {tail} examples, too few to give each of the {} GPUs one; pass another --batch or --train-limit",
-                world.size
-            )));
+            return Err(Error::setting(
+                Setting::Batch,
+                format!(
+                    "the epoch's last step has {tail} examples, too few to give each of the {} GPUs one (another batch or training-set limit avoids it)",
+                    world.size
+                ),
+                None,
+            ));
         }
         let steps = train_len.div_ceil(global);
         let mut p = arena.persistent();
@@ -800,7 +807,7 @@ impl Session {
 mod tests {
     use crate::backend::DeviceRequest;
     use crate::train::{prepare, Quiet, TrainConfig};
-    use crate::Error;
+    use crate::{Error, Setting};
 
     #[test]
     fn epoch_zero_is_an_error_not_an_underflow() {
@@ -830,11 +837,17 @@ mod tests {
         };
         for batch in [101, 99_999_999_999, usize::MAX] {
             match prepare(&cfg(batch)) {
-                Err(Error::Config(m)) => assert!(
-                    m.contains(&format!("a batch of {batch} is larger than the 100 training images"))
-                        && m.contains("100 or less"),
-                    "{m}"
-                ),
+                Err(Error::Setting {
+                    setting: Setting::Batch,
+                    problem,
+                    fix,
+                }) => {
+                    assert!(
+                        problem.contains(&format!("a batch of {batch} is larger than the 100 training images")),
+                        "{problem}"
+                    );
+                    assert_eq!(fix.as_deref(), Some("100 or less"));
+                }
                 Err(other) => panic!("batch {batch}: {other}"),
                 Ok(_) => panic!("batch {batch} was accepted for 100 images"),
             }

@@ -588,16 +588,44 @@ fn describe(err: &anyhow::Error) -> String {
 
 /// The flag that sets what a library error is about, where the library's
 /// message (which names no flags) leaves the user to guess it.
-fn flag_hint(err: &bumpgrad::Error) -> Option<&'static str> {
+fn flag_hint(err: &bumpgrad::Error) -> Option<String> {
     use bumpgrad::checkpoint::CheckpointError as C;
     match err {
         bumpgrad::Error::Checkpoint(C::CreateDir { .. } | C::NotWritable { .. }) => {
-            Some("; pass --checkpoint-dir a directory you can write to")
+            Some("; pass --checkpoint-dir a directory you can write to".into())
         }
         bumpgrad::Error::Checkpoint(C::MissingDir { .. } | C::ListDir { .. }) => {
-            Some("; it is the directory given with --resume")
+            Some("; it is the directory given with --resume".into())
+        }
+        bumpgrad::Error::Setting { setting, fix, .. } => {
+            let flag = setting_flag(*setting);
+            Some(match fix {
+                Some(value) => format!("; pass {flag} {value}"),
+                None => format!("; check {flag}"),
+            })
         }
         _ => None,
+    }
+}
+
+/// The flag (or variables) that set a run's setting.
+fn setting_flag(setting: bumpgrad::Setting) -> &'static str {
+    use bumpgrad::Setting as S;
+    match setting {
+        S::Epochs => "--epochs",
+        S::Batch => "--batch",
+        S::LearningRate => "--lr",
+        S::Seed => "--seed",
+        S::TrainLimit => "--train-limit",
+        S::TestLimit => "--test-limit",
+        S::KeepCheckpoints => "--keep-checkpoints",
+        S::Graph => "--graph",
+        S::ArenaSize => "--arena-size",
+        S::BucketSize => "--bucket-kib",
+        S::Ranks => "RANK and WORLD_SIZE",
+        S::Model => "--model",
+        S::Optimizer => "--optimizer and its settings",
+        S::Schedule => "--schedule and --warmup-epochs",
     }
 }
 
