@@ -76,7 +76,7 @@ fn fails_with(out: Output, code: i32, needle: &str) {
 
 #[test]
 fn cuda_without_a_gpu_is_a_clear_error() {
-    if bumpgrad::backend::cuda::open(0).is_ok() {
+    if bumpgrad::backend::cuda::open(0, bumpgrad::ops::KERNELS).is_ok() {
         use std::io::Write;
         let _ = writeln!(
             std::io::stderr(),

@@ -12,6 +12,7 @@ pub mod cpu;
 pub mod cuda;
 
 use crate::memory::{Buf, Element};
+pub use cuda::KernelSource;
 use std::fmt;
 use std::sync::Arc;
 
@@ -82,10 +83,15 @@ impl Device {
         Ok(Self::Cpu(cpu::CpuDevice::new(threads)?))
     }
 
-    /// Resolves `--device`. Returns the device and, when `auto` fell back to
-    /// the CPU, the one line saying why.
-    pub fn open(request: DeviceRequest, threads: usize) -> Result<(Self, Option<String>), BackendError> {
-        Self::open_on(request, threads, 0)
+    /// Resolves `--device`; a GPU compiles `kernels` (the ops' sources,
+    /// `ops::KERNELS`) when it opens, the CPU needs none. Returns the device
+    /// and, when `auto` fell back to the CPU, the one line saying why.
+    pub fn open(
+        request: DeviceRequest,
+        threads: usize,
+        kernels: &[KernelSource],
+    ) -> Result<(Self, Option<String>), BackendError> {
+        Self::open_on(request, threads, 0, kernels)
     }
 
     /// [`Device::open`] with GPU `ordinal` (a data-parallel rank's own GPU).
@@ -93,11 +99,12 @@ impl Device {
         request: DeviceRequest,
         threads: usize,
         ordinal: usize,
+        kernels: &[KernelSource],
     ) -> Result<(Self, Option<String>), BackendError> {
         match request {
             DeviceRequest::Cpu => Ok((Self::cpu(threads)?, None)),
-            DeviceRequest::Cuda => Ok((Self::Cuda(cuda::open(ordinal)?), None)),
-            DeviceRequest::Auto => match cuda::open(ordinal) {
+            DeviceRequest::Cuda => Ok((Self::Cuda(cuda::open(ordinal, kernels)?), None)),
+            DeviceRequest::Auto => match cuda::open(ordinal, kernels) {
                 Ok(gpu) => Ok((Self::Cuda(gpu), None)),
                 Err(why) if why.is_unavailable() => Ok((
                     Self::cpu(threads)?,

@@ -7,7 +7,7 @@
 //! eight tensors per launch).
 
 use crate::autograd::{Grads, Step};
-use crate::backend::cuda::{Arg, Grid, Kernel};
+use crate::backend::cuda::{Arg, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::memory::{Arena, ArenaError, Buf, Persistent, Touch};
 use crate::ops::CHUNK;
@@ -15,7 +15,14 @@ use crate::tensor::{Param, Shape};
 use crate::{Error, Result};
 use rayon::prelude::*;
 
-pub(crate) const CUDA_SOURCE: &str = include_str!("sgd.cu");
+/// Its CUDA kernel, handed to a GPU when it opens: `ops::KERNELS` lists it
+/// until SGD's update becomes an op of its own.
+pub(crate) const KERNELS: KernelSource = KernelSource {
+    owner: "sgd",
+    source: include_str!("sgd.cu"),
+    entries: &[SGD_MULTI],
+};
+const SGD_MULTI: &str = "sgd_multi";
 
 /// Tensors per GPU launch: the kernel's table size.
 const TABLE: usize = 8;
@@ -159,7 +166,7 @@ impl Table {
         }
         if let Backend::Cuda(gpu) = s.uses(&touches) {
             gpu.launch(
-                Kernel::SgdMulti,
+                SGD_MULTI,
                 Grid::over(total),
                 &[
                     Arg::Addresses(&self.params),

@@ -245,7 +245,7 @@ fn capacity(cfg: &TrainConfig, host: &MnistHost, device: &Device, needs: &ArenaN
 pub fn memory_report(cfg: &TrainConfig) -> Result<(MemoryReport, String)> {
     cfg.validate()?;
     let host = load_data(cfg)?;
-    let (device, _) = Device::open(cfg.device, cfg.threads)?;
+    let (device, _) = Device::open(cfg.device, cfg.threads, crate::ops::KERNELS)?;
     device.set_deterministic(cfg.deterministic);
     // What training with these settings would refuse, this refuses too.
     let kind = match &device {
@@ -274,7 +274,7 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
     cfg.validate()?;
     let host = load_data(cfg)?;
     let ordinal = join.as_ref().map_or(0, |j| j.ordinal);
-    let (mut device, device_note) = Device::open_on(cfg.device, cfg.threads, ordinal)?;
+    let (mut device, device_note) = Device::open_on(cfg.device, cfg.threads, ordinal, crate::ops::KERNELS)?;
     device.set_deterministic(cfg.deterministic);
     if let Some(join) = join {
         device.join(join.group)?;

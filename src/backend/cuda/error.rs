@@ -13,6 +13,14 @@ pub enum CudaError {
     Failed { op: &'static str, detail: String },
     #[error("internal error: the CUDA kernels did not compile: {log}")]
     Compile { log: String },
+    #[error("internal error: no CUDA kernel named `{name}` was handed to the device when it was opened")]
+    UnknownKernel { name: &'static str },
+    #[error("internal error: the CUDA kernel `{name}` is registered twice, by {first} and by {second}")]
+    DuplicateKernel {
+        name: &'static str,
+        first: &'static str,
+        second: &'static str,
+    },
     #[error(
         "the GPU backend refused {op}: an earlier CUDA error in {first} left its state untrusted; start a new run"
     )]
@@ -36,6 +44,8 @@ impl CudaError {
             Self::Failed { op, detail } => format!("{op} failed: {detail}"),
             Self::Compile { .. } => "the CUDA kernels did not compile".into(),
             Self::Poisoned { first, .. } => format!("an earlier CUDA error in {first}"),
+            Self::UnknownKernel { name } => format!("no CUDA kernel named `{name}`"),
+            Self::DuplicateKernel { name, .. } => format!("the CUDA kernel `{name}` is registered twice"),
         }
     }
 
