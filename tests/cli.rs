@@ -242,7 +242,7 @@ fn memory_refuses_bad_flags_as_train_does() {
         (
             &["--train-limit", "70000"],
             1,
-            "pass a value from 1 to 60000, or omit the flag",
+            "pass --train-limit from 1 to 60000, or omit the flag",
         ),
         (
             &["--memory-report", "Cargo.toml/timeline.svg"],
@@ -302,7 +302,7 @@ fn a_train_limit_past_the_data_is_refused() {
     fails_with(
         train(&["--train-limit", "70000"]),
         1,
-        "--train-limit 70000 is out of range",
+        "a limit of 70000 training images is out of range: the training set has 60000 — pass --train-limit from 1 to 60000",
     );
 }
 

@@ -213,7 +213,8 @@ fn stop_mid_epoch_then_resume(name: &str, momentum: f32) {
     };
     assert_eq!((*epoch, *step), (1, 8), "{err}");
     assert!(checkpoint.as_ref().is_some_and(|p| p.exists()), "{err}");
-    assert!(err.to_string().contains("--resume"), "{err}");
+    let path = checkpoint.as_ref().unwrap().display().to_string();
+    assert!(err.to_string().contains(&path), "{err} should name {path}");
     assert_eq!(newest(&stopped).step, 8);
 
     let stop = AtomicBool::new(false);

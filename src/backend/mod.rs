@@ -19,12 +19,10 @@ use std::sync::Arc;
 /// Failures below the op layer.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
-    #[error(
-        "could not allocate {bytes} bytes of host memory for the arena; pass a smaller --arena-size or free memory"
-    )]
+    #[error("could not allocate {bytes} bytes of host memory for the arena")]
     HostAllocation { bytes: usize },
     #[error(
-        "could not allocate the arena's {} on the GPU ({} free); pass a smaller --arena-size or --batch, or free GPU memory",
+        "could not allocate the arena's {} on the GPU ({} free)",
         crate::memory::ByteSize(*.bytes), crate::memory::ByteSize(*.free)
     )]
     DeviceAllocation { bytes: usize, free: usize },
@@ -56,6 +54,8 @@ pub enum BackendError {
     Index { index: u32, count: usize },
     #[error("data-parallel training: {0}")]
     Group(String),
+    #[error("data-parallel training across processes needs GPUs (NCCL); this device is the CPU")]
+    ProcessGroupOnCpu,
     #[error(transparent)]
     Cuda(#[from] cuda::CudaError),
 }
@@ -154,9 +154,7 @@ impl Device {
                 cpu.group = Some(peer);
                 Ok(())
             }
-            (Self::Cpu(_), Group::Nccl { .. }) => Err(BackendError::Group(
-                "data-parallel training across processes needs GPUs (NCCL); pass --device cuda".into(),
-            )),
+            (Self::Cpu(_), Group::Nccl { .. }) => Err(BackendError::ProcessGroupOnCpu),
             (Self::Cuda(_), Group::Local(_)) => Err(BackendError::Group(
                 "an in-process group of threads is for the CPU backend only".into(),
             )),

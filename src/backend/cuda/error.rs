@@ -7,7 +7,7 @@ use cudarc::driver::DriverError;
 pub enum CudaError {
     #[error("{library} was not found: {hint}")]
     MissingLibrary { library: &'static str, hint: &'static str },
-    #[error("no CUDA GPU is usable ({detail}); check `nvidia-smi` and CUDA_VISIBLE_DEVICES, or pass --device cpu")]
+    #[error("no CUDA GPU is usable ({detail}); check `nvidia-smi` and CUDA_VISIBLE_DEVICES")]
     NoDevice { detail: String },
     #[error("CUDA error in {op}: {detail}; the GPU's state is no longer trusted, so the run stops (rerun with BUMPGRAD_CUDA_SYNC=1 to pin the failing op down)")]
     Failed { op: &'static str, detail: String },

@@ -65,22 +65,22 @@ fn check_libraries() -> Result<(), CudaError> {
         require(
             cudarc::driver::sys::is_culib_present(),
             "the CUDA driver (libcuda.so)",
-            "install the NVIDIA driver, or pass --device cpu",
+            "install the NVIDIA driver",
         )?;
         require(
             cudarc::nvrtc::sys::is_culib_present(),
             "NVRTC (libnvrtc.so)",
-            "install the CUDA toolkit's NVRTC (13.x) or add its folder to LD_LIBRARY_PATH, or pass --device cpu",
+            "install the CUDA toolkit's NVRTC (13.x) or add its folder to LD_LIBRARY_PATH",
         )?;
         require(
             cudarc::cublas::sys::is_culib_present(),
             "cuBLAS (libcublas.so)",
-            "install cuBLAS 13 or add its folder to LD_LIBRARY_PATH, or pass --device cpu",
+            "install cuBLAS 13 or add its folder to LD_LIBRARY_PATH",
         )?;
         require(
             cudarc::cudnn::sys::is_culib_present(),
             "cuDNN (libcudnn.so.9)",
-            "install cuDNN 9 or add its folder to LD_LIBRARY_PATH, or pass --device cpu",
+            "install cuDNN 9 or add its folder to LD_LIBRARY_PATH",
         )?;
     }
     Ok(())
@@ -93,7 +93,7 @@ pub fn device_count() -> Result<usize, CudaError> {
     require(
         unsafe { cudarc::driver::sys::is_culib_present() },
         "the CUDA driver (libcuda.so)",
-        "install the NVIDIA driver, or pass --device cpu",
+        "install the NVIDIA driver",
     )?;
     let count = driver::init()
         .and_then(|()| driver::device::get_count())

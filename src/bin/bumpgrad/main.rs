@@ -1,5 +1,6 @@
 //! The `bumpgrad` command: parses flags, calls the library, prints.
 
+mod hints;
 mod progress;
 
 use anyhow::Context;
@@ -484,47 +485,12 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            let hint = err.downcast_ref::<bumpgrad::Error>().and_then(flag_hint);
-            eprintln!("error: {}{}", describe(&err), hint.unwrap_or_default());
+            eprintln!("error: {}", hints::line(&err));
             match err.downcast_ref::<bumpgrad::Error>() {
                 Some(bumpgrad::Error::Interrupted { .. }) => ExitCode::from(INTERRUPTED),
                 _ => ExitCode::FAILURE,
             }
         }
-    }
-}
-
-/// The error and its causes as anyhow's `{:#}` joins them, less any cause
-/// the message before it already quotes: our typed errors name their cause
-/// inline, before what to do, and the remedy should end the line.
-fn describe(err: &anyhow::Error) -> String {
-    let mut line = String::new();
-    let mut previous = String::new();
-    for cause in err.chain() {
-        let text = cause.to_string();
-        if !previous.contains(&text) {
-            if !line.is_empty() {
-                line.push_str(": ");
-            }
-            line.push_str(&text);
-        }
-        previous = text;
-    }
-    line
-}
-
-/// The flag that sets what a library error is about, where the library's
-/// message (which names no flags) leaves the user to guess it.
-fn flag_hint(err: &bumpgrad::Error) -> Option<&'static str> {
-    use bumpgrad::checkpoint::CheckpointError as C;
-    match err {
-        bumpgrad::Error::Checkpoint(C::CreateDir { .. } | C::NotWritable { .. }) => {
-            Some("; pass --checkpoint-dir a directory you can write to")
-        }
-        bumpgrad::Error::Checkpoint(C::MissingDir { .. } | C::ListDir { .. }) => {
-            Some("; it is the directory given with --resume")
-        }
-        _ => None,
     }
 }
 
