@@ -32,13 +32,13 @@ pub enum Error {
         /// A value that would work, where one can be named.
         fix: Option<String>,
     },
-    #[error("training diverged: the loss became {loss} at epoch {epoch}, step {step}; lower --lr (the last checkpoint written, if any, is from before it)")]
+    #[error("training diverged: the loss became {loss} at epoch {epoch}, step {step} (the last checkpoint written, if any, is from before it)")]
     Diverged { epoch: usize, step: usize, loss: f32 },
     #[error(
         "stopped by a signal after step {step} of epoch {epoch}; {}",
         match checkpoint {
-            Some(path) => format!("checkpoint written to {}; continue with --resume {}", path.display(), path.parent().map_or_else(|| ".".into(), |d| d.display().to_string())),
-            None => "no checkpoint was written (no --checkpoint-dir)".into(),
+            Some(path) => format!("checkpoint written to {}", path.display()),
+            None => "no checkpoint was written (no checkpoint directory was set)".into(),
         }
     )]
     Interrupted {

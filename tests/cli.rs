@@ -76,7 +76,7 @@ fn fails_with(out: Output, code: i32, needle: &str) {
 
 #[test]
 fn cuda_without_a_gpu_is_a_clear_error() {
-    if bumpgrad::backend::cuda::open(0).is_ok() {
+    if bumpgrad::backend::cuda::open(0, bumpgrad::ops::KERNELS).is_ok() {
         use std::io::Write;
         let _ = writeln!(
             std::io::stderr(),
@@ -167,7 +167,11 @@ fn bad_settings_are_refused_with_what_to_pass() {
             2,
             "write e.g. 500steps or 2epochs",
         ),
-        (&["--keep-checkpoints", "0"], 1, "--keep-checkpoints must be at least 1"),
+        (
+            &["--keep-checkpoints", "0"],
+            1,
+            "checkpoints kept must be at least 1; pass --keep-checkpoints 1",
+        ),
         (
             &["--resume", "/nonexistent/ckpts"],
             1,
@@ -262,7 +266,7 @@ fn memory_refuses_bad_flags_as_train_does() {
         (
             &["--train-limit", "70000"],
             1,
-            "pass a value from 1 to 60000, or omit the flag",
+            "pass --train-limit from 1 to 60000, or omit the flag",
         ),
         (
             &["--memory-report", "Cargo.toml/timeline.svg"],
@@ -322,7 +326,7 @@ fn a_train_limit_past_the_data_is_refused() {
     fails_with(
         train(&["--train-limit", "70000"]),
         1,
-        "--train-limit 70000 is out of range",
+        "a limit of 70000 training images is out of range: the training set has 60000 — pass --train-limit from 1 to 60000",
     );
 }
 

@@ -541,7 +541,7 @@ fn free_port() -> u16 {
 
 #[test]
 fn ranks_started_by_srun_or_mpirun_find_each_other() {
-    if bumpgrad::backend::cuda::open(0).is_ok() {
+    if bumpgrad::backend::cuda::open(0, bumpgrad::ops::KERNELS).is_ok() {
         // With a GPU the ranks would go on to train on GPUs 0 and 1; this
         // checks placement and rendezvous, which need none.
         eprintln!("SKIPPED ranks_started_by_srun_or_mpirun_find_each_other: this machine has a usable GPU");

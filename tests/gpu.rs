@@ -57,7 +57,7 @@ fn skip(test: &str, needs: usize, why: &str) {
 /// GPU that is there but fails to open (our kernels do not compile, a
 /// library handle cannot be made) fails the test, since that is a defect.
 fn open_gpu(test: &str, ordinal: usize, needs: usize) -> Option<Device> {
-    match bumpgrad::backend::cuda::open(ordinal) {
+    match bumpgrad::backend::cuda::open(ordinal, bumpgrad::ops::KERNELS) {
         Ok(gpu) => Some(Device::Cuda(gpu)),
         Err(why) if why.is_unavailable() => {
             skip(test, needs, &format!("no usable GPU ({})", why.reason()));

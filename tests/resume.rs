@@ -8,6 +8,7 @@ use bumpgrad::checkpoint::{self, Checkpoint};
 use bumpgrad::optim::SgdConfig;
 use bumpgrad::train::{train, train_until, CheckpointPolicy, EpochReport, Every, Observer, TrainConfig};
 use bumpgrad::Error;
+use bumpgrad::Setting;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -218,7 +219,8 @@ fn stop_mid_epoch_then_resume(name: &str, momentum: f32) {
     };
     assert_eq!((*epoch, *step), (1, 8), "{err}");
     assert!(checkpoint.as_ref().is_some_and(|p| p.exists()), "{err}");
-    assert!(err.to_string().contains("--resume"), "{err}");
+    let path = checkpoint.as_ref().unwrap().display().to_string();
+    assert!(err.to_string().contains(&path), "{err} should name {path}");
     assert_eq!(newest(&stopped).step, 8);
 
     let stop = AtomicBool::new(false);
@@ -296,8 +298,35 @@ fn a_checkpoint_from_other_settings_is_refused() {
         resume: Some(dir.clone()),
         ..config(&dir, 2, Every::Epochs(1))
     };
-    let err = train(&other, &mut bumpgrad::train::Quiet).unwrap_err().to_string();
-    assert!(err.contains("--batch") && err.contains("cannot resume"), "{err}");
+    let err = train(&other, &mut bumpgrad::train::Quiet).unwrap_err();
+    assert!(err.to_string().contains("cannot resume"), "{err}");
+    assert!(
+        matches!(&err, Error::Setting { setting: Setting::Batch, fix: Some(f), .. } if f == "50"),
+        "{err:?}"
+    );
+    // Another optimizer, or the same with other settings, is refused too:
+    // its state would not be the one the checkpoint holds.
+    let momentum = TrainConfig {
+        optimizer: SgdConfig {
+            momentum: 0.9,
+            ..SgdConfig::default()
+        }
+        .choice(),
+        resume: Some(dir.clone()),
+        ..config(&dir, 2, Every::Epochs(1))
+    };
+    let err = train(&momentum, &mut bumpgrad::train::Quiet).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::Setting {
+                setting: Setting::Optimizer,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("momentum: 0.9"), "{err}");
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 use bumpgrad::backend::DeviceRequest;
 use bumpgrad::train::{prepare, train, EpochReport, Quiet, TrainConfig};
+use bumpgrad::{ArenaError, Error};
 
 fn config(train_limit: usize, test_limit: usize, epochs: usize) -> TrainConfig {
     TrainConfig {
@@ -56,11 +57,21 @@ fn an_arena_too_small_names_the_allocation_and_the_size_that_fits() {
         ..config(300, 100, 1)
     };
     let err = match prepare(&cfg) {
-        Err(e) => e.to_string(),
+        Err(e) => e,
         Ok(_) => panic!("a 4 MiB arena cannot hold the data set and a step"),
     };
-    assert!(err.contains("arena exhausted") && err.contains("--arena-size"), "{err}");
+    let text = err.to_string();
+    let would_fit = match err {
+        Error::Arena(ArenaError::Exhausted { would_fit, .. } | ArenaError::StepTooLarge { would_fit, .. }) => would_fit,
+        other => panic!("expected exhaustion, got {other}"),
+    };
+    // The size that fits is the one an automatic size measures; the CLI
+    // turns it into "pass --arena-size ..." (tests/cli.rs).
     let measured = prepare(&config(300, 100, 1)).expect("auto size").1.arena.capacity_bytes;
-    let suggested = bumpgrad::memory::suggest(measured);
-    assert!(err.contains(&suggested), "{err} should suggest {suggested}");
+    assert_eq!(would_fit, measured, "{text}");
+    let fits = format!("an arena of {} would fit", bumpgrad::ByteSize(measured));
+    assert!(
+        text.contains("arena exhausted") && text.contains(&fits),
+        "{text} should say {fits}"
+    );
 }

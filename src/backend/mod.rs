@@ -12,18 +12,17 @@ pub mod cpu;
 pub mod cuda;
 
 use crate::memory::{Buf, Element};
+pub use cuda::KernelSource;
 use std::fmt;
 use std::sync::Arc;
 
 /// Failures below the op layer.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
-    #[error(
-        "could not allocate {bytes} bytes of host memory for the arena; pass a smaller --arena-size or free memory"
-    )]
+    #[error("could not allocate {bytes} bytes of host memory for the arena")]
     HostAllocation { bytes: usize },
     #[error(
-        "could not allocate the arena's {} on the GPU ({} free); pass a smaller --arena-size or --batch, or free GPU memory",
+        "could not allocate the arena's {} on the GPU ({} free)",
         crate::memory::ByteSize(*.bytes), crate::memory::ByteSize(*.free)
     )]
     DeviceAllocation { bytes: usize, free: usize },
@@ -55,6 +54,8 @@ pub enum BackendError {
     Index { index: u32, count: usize },
     #[error("data-parallel training: {0}")]
     Group(String),
+    #[error("data-parallel training across processes needs GPUs (NCCL); this device is the CPU")]
+    ProcessGroupOnCpu,
     #[error(transparent)]
     Cuda(#[from] cuda::CudaError),
 }
@@ -82,10 +83,15 @@ impl Device {
         Ok(Self::Cpu(cpu::CpuDevice::new(threads)?))
     }
 
-    /// Resolves `--device`. Returns the device and, when `auto` fell back to
-    /// the CPU, the one line saying why.
-    pub fn open(request: DeviceRequest, threads: usize) -> Result<(Self, Option<String>), BackendError> {
-        Self::open_on(request, threads, 0)
+    /// Resolves `--device`; a GPU compiles `kernels` (the ops' sources,
+    /// `ops::KERNELS`) when it opens, the CPU needs none. Returns the device
+    /// and, when `auto` fell back to the CPU, the one line saying why.
+    pub fn open(
+        request: DeviceRequest,
+        threads: usize,
+        kernels: &[KernelSource],
+    ) -> Result<(Self, Option<String>), BackendError> {
+        Self::open_on(request, threads, 0, kernels)
     }
 
     /// [`Device::open`] with GPU `ordinal` (a data-parallel rank's own GPU).
@@ -93,11 +99,12 @@ impl Device {
         request: DeviceRequest,
         threads: usize,
         ordinal: usize,
+        kernels: &[KernelSource],
     ) -> Result<(Self, Option<String>), BackendError> {
         match request {
             DeviceRequest::Cpu => Ok((Self::cpu(threads)?, None)),
-            DeviceRequest::Cuda => Ok((Self::Cuda(cuda::open(ordinal)?), None)),
-            DeviceRequest::Auto => match cuda::open(ordinal) {
+            DeviceRequest::Cuda => Ok((Self::Cuda(cuda::open(ordinal, kernels)?), None)),
+            DeviceRequest::Auto => match cuda::open(ordinal, kernels) {
                 Ok(gpu) => Ok((Self::Cuda(gpu), None)),
                 Err(why) if why.is_unavailable() => Ok((
                     Self::cpu(threads)?,
@@ -147,9 +154,7 @@ impl Device {
                 cpu.group = Some(peer);
                 Ok(())
             }
-            (Self::Cpu(_), Group::Nccl { .. }) => Err(BackendError::Group(
-                "data-parallel training across processes needs GPUs (NCCL); pass --device cuda".into(),
-            )),
+            (Self::Cpu(_), Group::Nccl { .. }) => Err(BackendError::ProcessGroupOnCpu),
             (Self::Cuda(_), Group::Local(_)) => Err(BackendError::Group(
                 "an in-process group of threads is for the CPU backend only".into(),
             )),

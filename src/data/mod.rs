@@ -28,12 +28,12 @@ pub use order::{shuffle_into, SplitMix64};
 pub use resident::{ResidentSet, ResidentSplit};
 
 /// Everything that can go wrong between a data directory and validated host
-/// buffers. Each message ends with the remedy, because these reach the user
-/// of the CLI directly.
+/// buffers. Each message says what is wrong and, where it needs no flag, the
+/// remedy; the CLI adds the flags to pass (its hints).
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
     #[error(
-        "cannot read {}: {source} — check the path given with --data and the file's permissions",
+        "cannot read {}: {source}",
         path.display()
     )]
     Io {
@@ -55,7 +55,7 @@ pub enum DataError {
 
     #[error(
         "{} has magic number {found:#010x}, expected {expected:#010x} — it is not the IDX file \
-         this slot needs (images and labels swapped?); check the file names in --data",
+         this slot needs (images and labels swapped?)",
         path.display()
     )]
     BadMagic { path: PathBuf, found: u32, expected: u32 },
@@ -103,7 +103,7 @@ pub enum DataError {
     #[error(
         "{} not found — the data directory must hold train-images-idx3-ubyte, \
          train-labels-idx1-ubyte, t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte (each raw, \
-         or gzipped with a .gz suffix); download MNIST there or point --data at it",
+         or gzipped with a .gz suffix); download MNIST there",
         path.display()
     )]
     MissingFile { path: PathBuf },
@@ -128,8 +128,7 @@ pub enum DataError {
     EmptySet { path: PathBuf },
 
     #[error(
-        "{} holds {rows}×{cols} images but the model expects {expected_rows}×{expected_cols} — \
-         point --data at MNIST (not another IDX data set)",
+        "{} holds {rows}×{cols} images but the model expects {expected_rows}×{expected_cols}",
         path.display()
     )]
     ImageSize {
@@ -152,15 +151,9 @@ pub enum DataError {
         classes: usize,
     },
 
-    #[error(
-        "--train-limit {requested} is out of range: the training set has {available} images — \
-         pass a value from 1 to {available}, or omit the flag"
-    )]
+    #[error("a limit of {requested} training images is out of range: the training set has {available}")]
     TrainLimit { requested: usize, available: usize },
-    #[error(
-        "--test-limit {requested} is out of range: the test set has {available} images — \
-         pass a value from 1 to {available}, or omit the flag"
-    )]
+    #[error("a limit of {requested} test images is out of range: the test set has {available}")]
     TestLimit { requested: usize, available: usize },
 }
 

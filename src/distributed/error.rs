@@ -17,7 +17,7 @@ pub enum DistError {
     #[error(
         "the rendezvous at {addr} timed out after {waited_s:.1} s with {joined} of {world_size} ranks joined — \
          check that every rank was started with the same address and world size and that rank 0 is reachable \
-         from the others, or wait longer with --rendezvous-timeout"
+         from the others"
     )]
     RendezvousTimeout {
         addr: String,

@@ -95,7 +95,10 @@ pub fn launch(
 ) -> Result<i32, DistError> {
     if opts.gpus == 0 {
         return Err(DistError::Spawn {
-            source: io::Error::new(io::ErrorKind::InvalidInput, "no ranks to launch (--gpus 0)"),
+            source: io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no ranks to launch (0 GPUs were asked for)",
+            ),
         });
     }
     let addr = format!("127.0.0.1:{}", free_port()?);

@@ -50,8 +50,8 @@ pub enum ArenaError {
     /// would have held everything allocated so far plus this request; the
     /// trainer replaces it with the exact size a whole step needs.
     #[error(
-        "arena exhausted: {what} {shape} needs {} in the {region} region, but {} of the arena's {} are in use{}; an arena of {} would fit (pass --arena-size {} or more)",
-        ByteSize(*.requested), ByteSize(*.in_use), ByteSize(*.capacity), largest(live), ByteSize(*.would_fit), suggest(*.would_fit)
+        "arena exhausted: {what} {shape} needs {} in the {region} region, but {} of the arena's {} are in use{}; an arena of {} would fit",
+        ByteSize(*.requested), ByteSize(*.in_use), ByteSize(*.capacity), largest(live), ByteSize(*.would_fit)
     )]
     Exhausted {
         region: Region,
@@ -66,8 +66,8 @@ pub enum ArenaError {
     },
     /// A planned step does not fit above the persistent region.
     #[error(
-        "arena exhausted: a step needs {} above the persistent region's {}, but the arena holds {}{}; an arena of {} would fit (pass --arena-size {} or more)",
-        ByteSize(*.step_bytes), ByteSize(*.persistent_bytes), ByteSize(*.capacity), largest(live), ByteSize(*.would_fit), suggest(*.would_fit)
+        "arena exhausted: a step needs {} above the persistent region's {}, but the arena holds {}{}; an arena of {} would fit",
+        ByteSize(*.step_bytes), ByteSize(*.persistent_bytes), ByteSize(*.capacity), largest(live), ByteSize(*.would_fit)
     )]
     StepTooLarge {
         step_bytes: usize,
@@ -291,11 +291,7 @@ impl Arena {
     ) -> crate::Result<StepGraph> {
         match &mut self.backend {
             Backend::Cuda(gpu) => gpu.begin_capture()?,
-            _ => {
-                return Err(crate::Error::Config(
-                    "whole-step graphs need the CUDA backend; pass --graph off".into(),
-                ))
-            }
+            _ => return Err(crate::Error::Config("whole-step graphs need the CUDA backend".into())),
         }
         let resets = self.counters.resets;
         let ran = match key {
@@ -855,9 +851,12 @@ mod tests {
         assert_eq!(would_fit, 1024 + 512_000);
         let text = err_text(2048);
         assert!(
-            text.contains("conv2d output [100, 20, 8, 8]") && text.contains("--arena-size 1MiB"),
+            text.contains("conv2d output [100, 20, 8, 8]")
+                && text.contains(&format!("an arena of {} would fit", ByteSize(1024 + 512_000))),
             "{text}"
         );
+        // The flag to pass is the CLI's to add (its hints).
+        assert!(!text.contains("--"), "{text}");
     }
 
     fn err_text(capacity: usize) -> String {

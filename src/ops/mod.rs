@@ -20,6 +20,48 @@ pub mod reshape;
 #[cfg(test)]
 pub(crate) mod gradcheck;
 
+use crate::backend::KernelSource;
+
+/// Every op's CUDA kernels, one line per op: what a GPU compiles when it
+/// opens (`Device::open(request, threads, ops::KERNELS)`). An op's kernels
+/// are launched by the names registered here.
+pub const KERNELS: &[KernelSource] = &[
+    cursor::KERNELS,
+    gather::KERNELS,
+    relu::KERNELS,
+    maxpool2d::KERNELS,
+    dropout::KERNELS,
+    log_softmax_nll::KERNELS,
+    linear::KERNELS,
+    conv2d::KERNELS,
+    dense::KERNELS,
+    // SGD's update is not an op yet; its kernel is registered here meanwhile
+    // (the one import of `optim` from `ops`).
+    crate::optim::sgd::KERNELS,
+];
+
 /// Rows per rayon task in elementwise kernels: big enough that scheduling is
 /// noise, small enough that two cores share a 100-image batch.
 pub(crate) const CHUNK: usize = 1 << 14;
+
+#[cfg(test)]
+mod tests {
+    use super::KERNELS;
+    use crate::backend::cuda::kernels::tests::registration_errors;
+    use crate::backend::cuda::kernels::KernelTable;
+
+    /// A kernel a source defines but nobody registered, or a name registered
+    /// that its source does not define, fails here, on a machine without a
+    /// GPU, rather than when a GPU first opens.
+    #[test]
+    fn every_kernel_is_registered_exactly_as_its_source_defines_it() {
+        let errors: Vec<String> = KERNELS.iter().flat_map(registration_errors).collect();
+        assert!(
+            errors.is_empty(),
+            "kernel registrations disagree with their sources:\n{}",
+            errors.join("\n")
+        );
+        let table = KernelTable::new(KERNELS, |_| Ok(()));
+        assert!(table.is_ok(), "{:?}", table.err());
+    }
+}

@@ -6,7 +6,7 @@
 //! update is one flat launch over the slabs.
 
 use crate::autograd::{Grads, Step};
-use crate::backend::cuda::{Arg, Grid, Kernel};
+use crate::backend::cuda::{Arg, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::memory::{Buf, Persistent};
 use crate::nn::{runs_with_grads, Optimizer, OptimizerChoice, OptimizerConfig, ParamStore};
@@ -15,7 +15,14 @@ use crate::ops::CHUNK;
 use crate::{Error, Result};
 use rayon::prelude::*;
 
-pub(crate) const CUDA_SOURCE: &str = include_str!("sgd.cu");
+/// Its CUDA kernel, handed to a GPU when it opens: `ops::KERNELS` lists it
+/// until SGD's update becomes an op of its own.
+pub(crate) const KERNELS: KernelSource = KernelSource {
+    owner: "sgd",
+    source: include_str!("sgd.cu"),
+    entries: &[SGD_MULTI],
+};
+const SGD_MULTI: &str = "sgd_multi";
 
 /// SGD's settings (the rate is the run's, read from its schedule).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -139,7 +146,7 @@ impl Sgd {
                 vel[0] = velocity.unwrap_or(param);
                 start[1] = param.len() as u32;
                 gpu.launch(
-                    Kernel::SgdMulti,
+                    SGD_MULTI,
                     Grid::over(param.len()),
                     &[
                         Arg::Addresses(&params),

@@ -271,7 +271,7 @@ fn capacity(cfg: &TrainConfig, host: &ImageSet, device: &Device, needs: &ArenaNe
 pub fn memory_report(cfg: &TrainConfig) -> Result<(MemoryReport, String)> {
     cfg.validate()?;
     let host = load_data(cfg)?;
-    let (device, _) = Device::open(cfg.device, cfg.threads)?;
+    let (device, _) = Device::open(cfg.device, cfg.threads, crate::ops::KERNELS)?;
     device.set_deterministic(cfg.deterministic);
     // What training with these settings would refuse, this refuses too.
     let kind = match &device {
@@ -300,7 +300,7 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
     cfg.validate()?;
     let host = load_data(cfg)?;
     let ordinal = join.as_ref().map_or(0, |j| j.ordinal);
-    let (mut device, device_note) = Device::open_on(cfg.device, cfg.threads, ordinal)?;
+    let (mut device, device_note) = Device::open_on(cfg.device, cfg.threads, ordinal, crate::ops::KERNELS)?;
     device.set_deterministic(cfg.deterministic);
     if let Some(join) = join {
         device.join(join.group)?;
@@ -444,7 +444,7 @@ fn run(
     observer.started(&info);
     if start.epochs_done >= cfg.epochs {
         observer.note(&format!(
-            "the checkpoint has {} epochs done already; pass --epochs {} or more to train further",
+            "the checkpoint has {} epochs done already, all this run asks for; ask for {} or more to train further",
             start.epochs_done,
             start.epochs_done + 1
         ));

@@ -140,7 +140,7 @@ pub(crate) fn use_graph(cfg: &TrainConfig, device: crate::backend::DeviceKind) -
         Some(true) if !on_gpu && device != DeviceKind::Dry => Err(Error::setting(
             Setting::Graph,
             "whole-step graphs need the GPU (CUDA graphs)",
-            Some("off or --device cuda".into()),
+            None,
         )),
         Some(on) => Ok(on && on_gpu),
         None => Ok(on_gpu),

@@ -7,12 +7,20 @@ use cudarc::driver::DriverError;
 pub enum CudaError {
     #[error("{library} was not found: {hint}")]
     MissingLibrary { library: &'static str, hint: &'static str },
-    #[error("no CUDA GPU is usable ({detail}); check `nvidia-smi` and CUDA_VISIBLE_DEVICES, or pass --device cpu")]
+    #[error("no CUDA GPU is usable ({detail}); check `nvidia-smi` and CUDA_VISIBLE_DEVICES")]
     NoDevice { detail: String },
     #[error("CUDA error in {op}: {detail}; the GPU's state is no longer trusted, so the run stops (rerun with BUMPGRAD_CUDA_SYNC=1 to pin the failing op down)")]
     Failed { op: &'static str, detail: String },
     #[error("internal error: the CUDA kernels did not compile: {log}")]
     Compile { log: String },
+    #[error("internal error: no CUDA kernel named `{name}` was handed to the device when it was opened")]
+    UnknownKernel { name: &'static str },
+    #[error("internal error: the CUDA kernel `{name}` is registered twice, by {first} and by {second}")]
+    DuplicateKernel {
+        name: &'static str,
+        first: &'static str,
+        second: &'static str,
+    },
     #[error(
         "the GPU backend refused {op}: an earlier CUDA error in {first} left its state untrusted; start a new run"
     )]
@@ -36,6 +44,8 @@ impl CudaError {
             Self::Failed { op, detail } => format!("{op} failed: {detail}"),
             Self::Compile { .. } => "the CUDA kernels did not compile".into(),
             Self::Poisoned { first, .. } => format!("an earlier CUDA error in {first}"),
+            Self::UnknownKernel { name } => format!("no CUDA kernel named `{name}`"),
+            Self::DuplicateKernel { name, .. } => format!("the CUDA kernel `{name}` is registered twice"),
         }
     }
 

@@ -9,7 +9,7 @@
 //! answer, so the measurement asks the device.
 
 use super::cudnn::{ConvDims, ConvPlan};
-use super::kernels::Kernels;
+use super::kernels::{KernelSource, Kernels};
 use super::CudaError;
 use cudarc::cublas::sys as blas_sys;
 use cudarc::cudnn::sys as dnn_sys;
@@ -65,22 +65,22 @@ fn check_libraries() -> Result<(), CudaError> {
         require(
             cudarc::driver::sys::is_culib_present(),
             "the CUDA driver (libcuda.so)",
-            "install the NVIDIA driver, or pass --device cpu",
+            "install the NVIDIA driver",
         )?;
         require(
             cudarc::nvrtc::sys::is_culib_present(),
             "NVRTC (libnvrtc.so)",
-            "install the CUDA toolkit's NVRTC (13.x) or add its folder to LD_LIBRARY_PATH, or pass --device cpu",
+            "install the CUDA toolkit's NVRTC (13.x) or add its folder to LD_LIBRARY_PATH",
         )?;
         require(
             cudarc::cublas::sys::is_culib_present(),
             "cuBLAS (libcublas.so)",
-            "install cuBLAS 13 or add its folder to LD_LIBRARY_PATH, or pass --device cpu",
+            "install cuBLAS 13 or add its folder to LD_LIBRARY_PATH",
         )?;
         require(
             cudarc::cudnn::sys::is_culib_present(),
             "cuDNN (libcudnn.so.9)",
-            "install cuDNN 9 or add its folder to LD_LIBRARY_PATH, or pass --device cpu",
+            "install cuDNN 9 or add its folder to LD_LIBRARY_PATH",
         )?;
     }
     Ok(())
@@ -93,7 +93,7 @@ pub fn device_count() -> Result<usize, CudaError> {
     require(
         unsafe { cudarc::driver::sys::is_culib_present() },
         "the CUDA driver (libcuda.so)",
-        "install the NVIDIA driver, or pass --device cpu",
+        "install the NVIDIA driver",
     )?;
     let count = driver::init()
         .and_then(|()| driver::device::get_count())
@@ -103,9 +103,9 @@ pub fn device_count() -> Result<usize, CudaError> {
 
 impl Gpu {
     /// Opens GPU `ordinal`: checks the libraries, creates the context, the
-    /// stream and the library handles, and compiles the kernels for its
-    /// architecture.
-    pub fn open(ordinal: usize) -> Result<Arc<Self>, CudaError> {
+    /// stream and the library handles, and compiles the backend's kernels
+    /// and `kernels` for its architecture.
+    pub fn open(ordinal: usize, kernels: &[KernelSource]) -> Result<Arc<Self>, CudaError> {
         check_libraries()?;
         let count = driver::init()
             .and_then(|()| driver::device::get_count())
@@ -131,7 +131,7 @@ impl Gpu {
             .compute_capability()
             .map_err(failed("reading the compute capability"))?;
         let libs = Libs::new(&stream)?;
-        let kernels = Kernels::compile(capability)?;
+        let kernels = Kernels::compile(capability, kernels)?;
         Ok(Arc::new(Self {
             plans: Mutex::new(Vec::new()),
             kernels,

@@ -1,77 +1,80 @@
-//! Our own CUDA kernels: their sources live beside their ops
-//! (`src/ops/<op>/kernels.cu`); here they are compiled once, with NVRTC, for
-//! the GPU's architecture, when the device is opened, and looked up by name.
+//! The device runs what it is handed: each op owns its CUDA source and the
+//! names of the kernels in it (a [`KernelSource`]), `ops` hands the list to
+//! the device when it opens, and here the sources are compiled once, with
+//! NVRTC, for the GPU's architecture, and their kernels looked up by name.
+//! The backend knows no op: its own source is `common.cu` alone.
 
 use super::CudaError;
 use cudarc::driver::{result as driver, sys};
 use std::ffi::CString;
 
-macro_rules! kernels {
-    ($($variant:ident => $name:literal),* $(,)?) => {
-        /// Every kernel of ours, by the name it has in its `.cu` file.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        pub enum Kernel {
-            $($variant),*
-        }
+/// One owner's CUDA kernels: a source file and the `extern "C" __global__`
+/// functions in it that are launched by name.
+#[derive(Debug, Clone, Copy)]
+pub struct KernelSource {
+    /// Who owns it (an op's name), for errors.
+    pub owner: &'static str,
+    /// CUDA C++; every source handed to a device is compiled in one
+    /// translation unit, after the backend's own.
+    pub source: &'static str,
+    /// The names of its kernels, as the source spells them.
+    pub entries: &'static [&'static str],
+}
 
-        impl Kernel {
-            const ALL: &'static [Kernel] = &[$(Kernel::$variant),*];
+/// The backend's own kernels: gradients of a tensor used twice meet here.
+pub(crate) const ADD_ASSIGN: &str = "add_assign";
+pub(crate) const BACKEND_KERNELS: KernelSource = KernelSource {
+    owner: "backend",
+    source: include_str!("common.cu"),
+    entries: &[ADD_ASSIGN],
+};
 
-            pub fn name(self) -> &'static str {
-                match self {
-                    $(Kernel::$variant => $name),*
-                }
+/// Every kernel of `sources` (the backend's own first), by name, each with
+/// what `resolve` made of it; sorted so that a launch finds its kernel by
+/// binary search, touching no heap.
+#[derive(Debug)]
+pub(crate) struct KernelTable<F> {
+    by_name: Vec<(&'static str, F)>,
+}
+
+impl<F: Copy> KernelTable<F> {
+    pub fn new(
+        sources: &[KernelSource],
+        mut resolve: impl FnMut(&'static str) -> Result<F, CudaError>,
+    ) -> Result<Self, CudaError> {
+        let mut by_name = Vec::new();
+        let mut owners = Vec::new();
+        for source in std::iter::once(&BACKEND_KERNELS).chain(sources) {
+            for &name in source.entries {
+                by_name.push((name, resolve(name)?));
+                owners.push((name, source.owner));
             }
         }
-    };
+        owners.sort_unstable();
+        if let Some(pair) = owners.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(CudaError::DuplicateKernel {
+                name: pair[0].0,
+                first: pair[0].1,
+                second: pair[1].1,
+            });
+        }
+        by_name.sort_unstable_by_key(|&(name, _)| name);
+        Ok(Self { by_name })
+    }
+
+    /// The kernel registered as `name`.
+    pub fn get(&self, name: &'static str) -> Result<F, CudaError> {
+        self.by_name
+            .binary_search_by_key(&name, |&(n, _)| n)
+            .map(|i| self.by_name[i].1)
+            .map_err(|_| CudaError::UnknownKernel { name })
+    }
 }
 
-kernels! {
-    AddAssign => "add_assign",
-    GatherImages => "gather_images",
-    GatherLabels => "gather_labels",
-    ReluForward => "relu_forward",
-    ReluBackward => "relu_backward",
-    MaxPoolForward => "maxpool_forward",
-    MaxPoolBackward => "maxpool_backward",
-    Dropout => "dropout_apply",
-    NllForward => "nll_forward",
-    NllBackward => "nll_backward",
-    BiasRows => "bias_rows",
-    BiasRowsGrad => "bias_rows_grad",
-    ConvBiasAdd => "conv_bias_add",
-    ConvBiasGrad => "conv_bias_grad",
-    FinishStep => "finish_step",
-    GatherBatch => "gather_batch",
-    MaxPoolReluForward => "maxpool_relu_forward",
-    SgdMulti => "sgd_multi",
-    DenseForward => "dense_forward",
-    DenseInputGrad => "dense_input_grad",
-    DenseWeightGrad => "dense_weight_grad",
-}
-
-/// The sources, in one translation unit: each op's file, then the backend's.
-fn source() -> String {
-    [
-        include_str!("common.cu"),
-        crate::ops::cursor::CUDA_SOURCE,
-        crate::ops::gather::CUDA_SOURCE,
-        crate::ops::relu::CUDA_SOURCE,
-        crate::ops::maxpool2d::CUDA_SOURCE,
-        crate::ops::dropout::CUDA_SOURCE,
-        crate::ops::log_softmax_nll::CUDA_SOURCE,
-        crate::ops::linear::CUDA_SOURCE,
-        crate::ops::conv2d::CUDA_SOURCE,
-        crate::ops::dense::CUDA_SOURCE,
-        crate::optim::sgd::CUDA_SOURCE,
-    ]
-    .join("\n")
-}
-
-/// The loaded module and a function handle per [`Kernel`].
+/// The loaded module and a function handle per registered kernel.
 pub(crate) struct Kernels {
     module: sys::CUmodule,
-    functions: Vec<sys::CUfunction>,
+    functions: KernelTable<sys::CUfunction>,
 }
 
 // SAFETY: a loaded module and its function handles are immutable and may be
@@ -80,15 +83,24 @@ unsafe impl Send for Kernels {}
 unsafe impl Sync for Kernels {}
 
 impl Kernels {
-    /// Compiles every kernel for compute capability `major.minor` and loads
-    /// them into the current context.
-    pub fn compile((major, minor): (i32, i32)) -> Result<Self, CudaError> {
+    /// Compiles the backend's kernels and `sources` for compute capability
+    /// `major.minor`, in one translation unit, and loads them into the
+    /// current context.
+    pub fn compile((major, minor): (i32, i32), sources: &[KernelSource]) -> Result<Self, CudaError> {
+        let text: String = std::iter::once(&BACKEND_KERNELS)
+            .chain(sources)
+            .map(|s| s.source)
+            .collect::<Vec<_>>()
+            .join("\n");
         let options = cudarc::nvrtc::CompileOptions {
-            options: vec![format!("--gpu-architecture=compute_{major}{minor}")],
+            // NVRTC's short form of its architecture option (as CuPy passes
+            // it): the long one reads like one of our flags to the test that
+            // keeps flag names out of the library's text.
+            options: vec![format!("-arch=compute_{major}{minor}")],
             name: Some("bumpgrad.cu".into()),
             ..Default::default()
         };
-        let ptx = cudarc::nvrtc::compile_ptx_with_opts(source(), options).map_err(|e| CudaError::Compile {
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(text, options).map_err(|e| CudaError::Compile {
             log: match e {
                 cudarc::nvrtc::CompileError::CompileError { log, .. } => log.to_string_lossy().into_owned(),
                 other => format!("{other:?}"),
@@ -101,22 +113,27 @@ impl Kernels {
         // call; the driver copies what it needs.
         let module = unsafe { driver::module::load_data(text.as_ptr().cast()) }
             .map_err(|e| CudaError::failed("loading the compiled kernels", e))?;
-        let mut kernels = Self {
-            module,
-            functions: Vec::with_capacity(Kernel::ALL.len()),
-        };
-        for kernel in Kernel::ALL {
-            let name = CString::new(kernel.name()).expect("kernel names have no NUL");
-            // SAFETY: the module was loaded above and is still loaded.
-            let f = unsafe { driver::module::get_function(kernels.module, name) }
-                .map_err(|e| CudaError::failed(kernel.name(), e))?;
-            kernels.functions.push(f);
+        let functions = KernelTable::new(sources, |name| {
+            let c_name = CString::new(name).map_err(|_| CudaError::Compile {
+                log: format!("the kernel name {name:?} holds a NUL byte"),
+            })?;
+            // SAFETY: the module was loaded above and is still loaded (it is
+            // unloaded below if the table cannot be made).
+            unsafe { driver::module::get_function(module, c_name) }.map_err(|e| CudaError::failed(name, e))
+        });
+        match functions {
+            Ok(functions) => Ok(Self { module, functions }),
+            Err(e) => {
+                // SAFETY: loaded above; no handle from it escapes.
+                let _ = unsafe { driver::module::unload(module) };
+                Err(e)
+            }
         }
-        Ok(kernels)
     }
 
-    pub fn function(&self, kernel: Kernel) -> sys::CUfunction {
-        self.functions[kernel as usize]
+    /// The kernel registered as `name`: a binary search, no allocation.
+    pub fn function(&self, name: &'static str) -> Result<sys::CUfunction, CudaError> {
+        self.functions.get(name)
     }
 }
 
@@ -125,5 +142,192 @@ impl Drop for Kernels {
         // SAFETY: loaded once in `compile`, unloaded once here; the function
         // handles go with it and are never used again.
         let _ = unsafe { driver::module::unload(self.module) };
+    }
+}
+
+/// The names of the `__global__` functions `source` defines, in order,
+/// comments skipped: what a [`KernelSource`]'s entries must list exactly.
+/// Tests hold every registration to it, on machines without a GPU.
+#[cfg(test)]
+pub(crate) fn global_functions(source: &str) -> Vec<String> {
+    let code = strip_comments(source);
+    let mut names = Vec::new();
+    let mut rest = code.as_str();
+    while let Some(at) = rest.find("__global__") {
+        rest = &rest[at + "__global__".len()..];
+        // `__global__ void name(`, with any spacing; the launch bounds an
+        // entry may carry come after `void`.
+        let after_void = rest.trim_start().strip_prefix("void").map(str::trim_start);
+        let Some(mut signature) = after_void else { continue };
+        if let Some(bounds) = signature.strip_prefix("__launch_bounds__") {
+            signature = bounds.find(')').map_or("", |close| bounds[close + 1..].trim_start());
+        }
+        let name: String = signature
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if !name.is_empty() && signature[name.len()..].trim_start().starts_with('(') {
+            names.push(name);
+        }
+    }
+    names
+}
+
+/// `source` with its `//` and `/* */` comments replaced by spaces.
+#[cfg(test)]
+fn strip_comments(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    loop {
+        let line = rest.find("//");
+        let block = rest.find("/*");
+        let (start, end_marker) = match (line, block) {
+            (Some(l), Some(b)) if l < b => (l, "\n"),
+            (Some(l), None) => (l, "\n"),
+            (_, Some(b)) => (b, "*/"),
+            (None, None) => {
+                out.push_str(rest);
+                return out;
+            }
+        };
+        out.push_str(&rest[..start]);
+        out.push(' ');
+        match rest[start + 2..].find(end_marker) {
+            Some(end) => rest = &rest[start + 2 + end + end_marker.len()..],
+            None => return out,
+        }
+        if end_marker == "\n" {
+            out.push('\n');
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Holds `source`'s registration to its `__global__` functions: every
+    /// entry is defined there, every kernel defined there is an entry.
+    pub(crate) fn registration_errors(source: &KernelSource) -> Vec<String> {
+        let defined = global_functions(source.source);
+        let mut errors = Vec::new();
+        for entry in source.entries {
+            if !defined.iter().any(|d| d == entry) {
+                errors.push(format!(
+                    "{}: registers `{entry}`, which its source defines as no `__global__` function (defined: {defined:?})",
+                    source.owner
+                ));
+            }
+        }
+        for name in &defined {
+            if !source.entries.contains(&name.as_str()) {
+                errors.push(format!(
+                    "{}: its source defines `__global__ {name}`, which is not registered",
+                    source.owner
+                ));
+            }
+        }
+        errors
+    }
+
+    #[test]
+    fn the_backends_own_kernels_are_registered_exactly() {
+        assert_eq!(registration_errors(&BACKEND_KERNELS), Vec::<String>::new());
+    }
+
+    #[test]
+    fn global_functions_are_found_in_any_spelling_and_not_in_comments() {
+        let source = r#"
+            // __global__ void commented_out(int x) {}
+            /* extern "C" __global__ void also_commented(int x) {} */
+            extern "C" __global__ void plain(float* x) {}
+            extern "C"
+            __global__
+            void   spread_out  (float* x) {}
+            __global__ void __launch_bounds__(256) bounded(float* x) {}
+            __device__ float helper(float x) { return x; }
+            __global__ void no_extern(unsigned int n) {}
+        "#;
+        assert_eq!(
+            global_functions(source),
+            ["plain", "spread_out", "bounded", "no_extern"]
+        );
+    }
+
+    #[test]
+    fn a_registration_that_misses_a_kernel_or_names_a_missing_one_is_reported() {
+        let forgotten = KernelSource {
+            owner: "relu",
+            source: "extern \"C\" __global__ void relu_forward(float* x) {}\n\
+                     extern \"C\" __global__ void relu_backward(float* x) {}",
+            entries: &["relu_forward"],
+        };
+        let errors = registration_errors(&forgotten);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].contains("`__global__ relu_backward`, which is not registered"),
+            "{errors:?}"
+        );
+        let typo = KernelSource {
+            entries: &["relu_forward", "relu_backwrd"],
+            ..forgotten
+        };
+        let errors = registration_errors(&typo);
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors[0].contains("registers `relu_backwrd`"), "{errors:?}");
+    }
+
+    const RELU: KernelSource = KernelSource {
+        owner: "relu",
+        source: "",
+        entries: &["relu_forward", "relu_backward"],
+    };
+
+    #[test]
+    fn kernels_are_found_by_name_and_an_unregistered_name_is_an_error() {
+        let mut resolved = Vec::new();
+        let table = KernelTable::new(&[RELU], |name| {
+            resolved.push(name);
+            Ok(resolved.len())
+        })
+        .unwrap();
+        assert_eq!(resolved, [ADD_ASSIGN, "relu_forward", "relu_backward"]);
+        assert_eq!(table.get(ADD_ASSIGN).unwrap(), 1);
+        assert_eq!(table.get("relu_forward").unwrap(), 2);
+        assert_eq!(table.get("relu_backward").unwrap(), 3);
+        let unknown = table.get("relu_sideways").unwrap_err();
+        assert!(
+            matches!(unknown, CudaError::UnknownKernel { name: "relu_sideways" }),
+            "{unknown:?}"
+        );
+        assert!(
+            !unknown.is_unavailable(),
+            "a missing kernel is a defect, not an absent GPU"
+        );
+    }
+
+    #[test]
+    fn a_name_registered_twice_is_an_error() {
+        let again = KernelSource { owner: "relu2", ..RELU };
+        let err = KernelTable::new(&[RELU, again], |_| Ok(())).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                CudaError::DuplicateKernel {
+                    name: "relu_backward",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let err = KernelTable::new(
+            &[KernelSource {
+                entries: &[ADD_ASSIGN],
+                ..RELU
+            }],
+            |_| Ok(()),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("add_assign"), "{err}");
     }
 }

@@ -12,7 +12,7 @@ mod cudnn;
 mod error;
 mod gpu;
 mod graph;
-mod kernels;
+pub(crate) mod kernels;
 mod memory;
 mod nccl;
 mod timing;
@@ -22,7 +22,7 @@ pub use error::CudaError;
 use error::Sentence;
 pub use gpu::Gpu;
 pub use graph::CapturedGraph;
-pub use kernels::Kernel;
+pub use kernels::KernelSource;
 pub use nccl::{unique_id, Nccl};
 pub use timing::OpTime;
 
@@ -41,10 +41,11 @@ pub const BLAS_WORKSPACE: usize = 256 << 10;
 
 pub use gpu::device_count;
 
-/// Opens GPU `ordinal`, or says why it cannot be used.
-pub fn open(ordinal: usize) -> Result<CudaDevice, CudaError> {
+/// Opens GPU `ordinal` and compiles `kernels` (the ops' sources, see
+/// `ops::KERNELS`) for it, or says why it cannot be used.
+pub fn open(ordinal: usize, kernels: &[KernelSource]) -> Result<CudaDevice, CudaError> {
     Ok(CudaDevice {
-        gpu: Gpu::open(ordinal)?,
+        gpu: Gpu::open(ordinal, kernels)?,
         nccl: None,
     })
 }
@@ -249,10 +250,11 @@ impl CudaBackend {
         self.ops_queued
     }
 
-    /// Launches one of our kernels.
-    pub fn launch(&mut self, kernel: Kernel, grid: Grid, args: &[Arg<'_>]) -> Result<(), BackendError> {
-        let op = kernel.name();
+    /// Launches the kernel registered as `op` when the device was
+    /// opened (an unregistered name is [`CudaError::UnknownKernel`]).
+    pub fn launch(&mut self, op: &'static str, grid: Grid, args: &[Arg<'_>]) -> Result<(), BackendError> {
         self.enter(op)?;
+        let f = self.gpu.kernels.function(op)?;
         if args.len() > MAX_ARGS {
             return Err(BackendError::TooManyViews);
         }
@@ -302,7 +304,6 @@ impl CudaBackend {
         for (param, &start) in params.iter_mut().zip(&starts).take(args.len()) {
             *param = storage[start..].as_mut_ptr().cast();
         }
-        let f = self.gpu.kernels.function(kernel);
         self.timer.before(&self.gpu, op, self.capturing);
         // SAFETY: `f` is a loaded kernel of ours; `params` holds one pointer
         // per parameter, in order, to a value of the parameter's size and
@@ -382,7 +383,7 @@ impl CudaBackend {
     pub(crate) fn add_assign(&mut self, dst: Buf<f32>, src: Buf<f32>) -> Result<(), BackendError> {
         let n = dst.len();
         self.launch(
-            Kernel::AddAssign,
+            kernels::ADD_ASSIGN,
             Grid::over(n),
             &[dst.into(), src.into(), Arg::U32(n as u32)],
         )

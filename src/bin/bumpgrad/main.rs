@@ -1,6 +1,7 @@
 //! The `bumpgrad` command: parses flags, calls the library, prints.
 
 mod choices;
+mod hints;
 mod progress;
 
 use anyhow::Context;
@@ -557,75 +558,12 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            let hint = err.downcast_ref::<bumpgrad::Error>().and_then(flag_hint);
-            eprintln!("error: {}{}", describe(&err), hint.unwrap_or_default());
+            eprintln!("error: {}", hints::line(&err));
             match err.downcast_ref::<bumpgrad::Error>() {
                 Some(bumpgrad::Error::Interrupted { .. }) => ExitCode::from(INTERRUPTED),
                 _ => ExitCode::FAILURE,
             }
         }
-    }
-}
-
-/// The error and its causes as anyhow's `{:#}` joins them, less any cause
-/// the message before it already quotes: our typed errors name their cause
-/// inline, before what to do, and the remedy should end the line.
-fn describe(err: &anyhow::Error) -> String {
-    let mut line = String::new();
-    let mut previous = String::new();
-    for cause in err.chain() {
-        let text = cause.to_string();
-        if !previous.contains(&text) {
-            if !line.is_empty() {
-                line.push_str(": ");
-            }
-            line.push_str(&text);
-        }
-        previous = text;
-    }
-    line
-}
-
-/// The flag that sets what a library error is about, where the library's
-/// message (which names no flags) leaves the user to guess it.
-fn flag_hint(err: &bumpgrad::Error) -> Option<String> {
-    use bumpgrad::checkpoint::CheckpointError as C;
-    match err {
-        bumpgrad::Error::Checkpoint(C::CreateDir { .. } | C::NotWritable { .. }) => {
-            Some("; pass --checkpoint-dir a directory you can write to".into())
-        }
-        bumpgrad::Error::Checkpoint(C::MissingDir { .. } | C::ListDir { .. }) => {
-            Some("; it is the directory given with --resume".into())
-        }
-        bumpgrad::Error::Setting { setting, fix, .. } => {
-            let flag = setting_flag(*setting);
-            Some(match fix {
-                Some(value) => format!("; pass {flag} {value}"),
-                None => format!("; check {flag}"),
-            })
-        }
-        _ => None,
-    }
-}
-
-/// The flag (or variables) that set a run's setting.
-fn setting_flag(setting: bumpgrad::Setting) -> &'static str {
-    use bumpgrad::Setting as S;
-    match setting {
-        S::Epochs => "--epochs",
-        S::Batch => "--batch",
-        S::LearningRate => "--lr",
-        S::Seed => "--seed",
-        S::TrainLimit => "--train-limit",
-        S::TestLimit => "--test-limit",
-        S::KeepCheckpoints => "--keep-checkpoints",
-        S::Graph => "--graph",
-        S::ArenaSize => "--arena-size",
-        S::BucketSize => "--bucket-kib",
-        S::Ranks => "RANK and WORLD_SIZE",
-        S::Model => "--model",
-        S::Optimizer => "--optimizer and its settings",
-        S::Schedule => "--schedule and --warmup-epochs",
     }
 }
 

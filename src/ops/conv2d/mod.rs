@@ -17,13 +17,20 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, ConvDims, ConvPass, Grid, Kernel};
+use crate::backend::cuda::{Arg, ConvDims, ConvPass, Grid, KernelSource};
 use crate::backend::{Backend, BackendError, Sizing};
 use crate::memory::Buf;
 use crate::tensor::{Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
-pub(crate) const CUDA_SOURCE: &str = include_str!("kernels.cu");
+/// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
+pub(crate) const KERNELS: KernelSource = KernelSource {
+    owner: "conv2d",
+    source: include_str!("kernels.cu"),
+    entries: &[CONV_BIAS_ADD, CONV_BIAS_GRAD],
+};
+const CONV_BIAS_ADD: &str = "conv_bias_add";
+const CONV_BIAS_GRAD: &str = "conv_bias_grad";
 
 /// Sizes of one convolution, checked once when the op is recorded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,7 +154,7 @@ impl<'s> Tensor<'s> {
                 gpu.conv(g.dims(), ConvPass::Forward, self.buf(), weight.buf(), packed, y.buf())?;
                 if let Some(b) = bias {
                     gpu.launch(
-                        Kernel::ConvBiasAdd,
+                        CONV_BIAS_ADD,
                         Grid::over(g.output().numel()),
                         &[
                             b.buf().into(),
@@ -207,7 +214,7 @@ impl Saved {
                     Ok(())
                 })?,
                 Backend::Cuda(gpu) => gpu.launch(
-                    Kernel::ConvBiasGrad,
+                    CONV_BIAS_GRAD,
                     Grid::blocks(g.f, 256),
                     &[
                         gy.into(),

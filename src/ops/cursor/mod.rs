@@ -9,13 +9,19 @@
 mod tests;
 
 use crate::autograd::Step;
-use crate::backend::cuda::{Arg, Grid, Kernel};
+use crate::backend::cuda::{Arg, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::memory::{Arena, ArenaError, Buf, Persistent};
 use crate::tensor::{Shape, Tensor};
 use crate::{Error, Result};
 
-pub(crate) const CUDA_SOURCE: &str = include_str!("kernels.cu");
+/// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
+pub(crate) const KERNELS: KernelSource = KernelSource {
+    owner: "cursor",
+    source: include_str!("kernels.cu"),
+    entries: &[FINISH_STEP],
+};
+const FINISH_STEP: &str = "finish_step";
 
 /// `[step in epoch, global step low, global step high, 0]` as `u32`s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +84,7 @@ impl<'s> Step<'s> {
                 Ok(())
             })?,
             Backend::Cuda(gpu) => gpu.launch(
-                Kernel::FinishStep,
+                FINISH_STEP,
                 Grid::blocks(1, 32),
                 &[
                     loss.buf().into(),

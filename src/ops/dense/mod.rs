@@ -14,14 +14,22 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, Grid, Kernel};
+use crate::backend::cuda::{Arg, Grid, KernelSource};
 use crate::backend::{Backend, BackendError, Sizing};
 use crate::memory::Buf;
 use crate::ops::dropout::{cpu_seed, DropoutSeed};
 use crate::tensor::{Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
-pub(crate) const CUDA_SOURCE: &str = include_str!("kernels.cu");
+/// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
+pub(crate) const KERNELS: KernelSource = KernelSource {
+    owner: "dense",
+    source: include_str!("kernels.cu"),
+    entries: &[DENSE_FORWARD, DENSE_INPUT_GRAD, DENSE_WEIGHT_GRAD],
+};
+const DENSE_FORWARD: &str = "dense_forward";
+const DENSE_INPUT_GRAD: &str = "dense_input_grad";
+const DENSE_WEIGHT_GRAD: &str = "dense_weight_grad";
 
 /// The GPU kernels' tile edge.
 const TILE: u32 = 16;
@@ -137,7 +145,7 @@ impl<'s> Tensor<'s> {
             Backend::Cuda(gpu) => {
                 let (e, cursor) = epilogue.gpu();
                 gpu.launch(
-                    Kernel::DenseForward,
+                    DENSE_FORWARD,
                     Grid::tiles(n, out, TILE),
                     &[
                         self.buf().into(),
@@ -211,7 +219,7 @@ impl Saved {
                     Ok(())
                 })?,
                 Backend::Cuda(gpu) => gpu.launch(
-                    Kernel::DenseInputGrad,
+                    DENSE_INPUT_GRAD,
                     Grid::tiles(n, inp, TILE),
                     &[
                         gy.into(),
@@ -256,7 +264,7 @@ impl Saved {
                 Backend::Cuda(gpu) => {
                     let cols = if gb.is_some() { inp + 1 } else { inp };
                     gpu.launch(
-                        Kernel::DenseWeightGrad,
+                        DENSE_WEIGHT_GRAD,
                         Grid::tiles(out, cols, TILE),
                         &[
                             gy.into(),

@@ -8,7 +8,7 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, Grid, Kernel};
+use crate::backend::cuda::{Arg, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::memory::Buf;
 use crate::ops::cursor::{step_seed, StepCursor};
@@ -26,7 +26,13 @@ pub fn keep(seed: u64, index: u64, p: f32) -> bool {
     ((z >> 40) as f32) * (1.0 / (1u64 << 24) as f32) >= p
 }
 
-pub(crate) const CUDA_SOURCE: &str = include_str!("kernels.cu");
+/// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
+pub(crate) const KERNELS: KernelSource = KernelSource {
+    owner: "dropout",
+    source: include_str!("kernels.cu"),
+    entries: &[DROPOUT_APPLY],
+};
+const DROPOUT_APPLY: &str = "dropout_apply";
 
 /// Where a dropout mask's seed comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,7 +156,7 @@ fn cuda_apply(
         DropoutSeed::PerStep { base, cursor, .. } => (base, Arg::from(cursor.buf)),
     };
     gpu.launch(
-        Kernel::Dropout,
+        DROPOUT_APPLY,
         Grid::over(n),
         &[
             x.into(),

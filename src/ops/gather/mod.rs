@@ -7,14 +7,22 @@ mod cpu;
 mod tests;
 
 use crate::autograd::Step;
-use crate::backend::cuda::{Arg, Grid, Kernel};
+use crate::backend::cuda::{Arg, Grid, KernelSource};
 use crate::backend::{Backend, BackendError};
 use crate::memory::Buf;
 use crate::ops::cursor::StepCursor;
 use crate::tensor::{Labels, Shape, Tensor};
 use crate::{Error, Result};
 
-pub(crate) const CUDA_SOURCE: &str = include_str!("kernels.cu");
+/// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
+pub(crate) const KERNELS: KernelSource = KernelSource {
+    owner: "gather",
+    source: include_str!("kernels.cu"),
+    entries: &[GATHER_IMAGES, GATHER_LABELS, GATHER_BATCH],
+};
+const GATHER_IMAGES: &str = "gather_images";
+const GATHER_LABELS: &str = "gather_labels";
+const GATHER_BATCH: &str = "gather_batch";
 
 /// `pixel / 255`, then `(value - mean) / std`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -70,7 +78,7 @@ impl<'s> Step<'s> {
                 let size = set.image.numel();
                 let (scale, shift) = norm.scale_shift();
                 gpu.launch(
-                    Kernel::GatherImages,
+                    GATHER_IMAGES,
                     Grid::over(indices.len() * size),
                     &[
                         set.pixels.into(),
@@ -96,7 +104,7 @@ impl<'s> Step<'s> {
         match self.uses(&[labels.into(), out.into(), on_device.unwrap_or_default().into()]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| cpu::labels(v.read(labels)?, indices, v.write(out)?))?,
             Backend::Cuda(gpu) => gpu.launch(
-                Kernel::GatherLabels,
+                GATHER_LABELS,
                 Grid::over(indices.len()),
                 &[
                     labels.into(),
@@ -173,7 +181,7 @@ impl<'s> Step<'s> {
                     at.offset as u32,
                 ];
                 gpu.launch(
-                    Kernel::GatherBatch,
+                    GATHER_BATCH,
                     Grid::over(at.len * size),
                     &[
                         set.pixels.into(),

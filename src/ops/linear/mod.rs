@@ -6,13 +6,20 @@ pub(crate) mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, Gemm, Grid, Kernel, BLAS_WORKSPACE};
+use crate::backend::cuda::{Arg, Gemm, Grid, KernelSource, BLAS_WORKSPACE};
 use crate::backend::{Backend, BackendError, Sizing};
 use crate::memory::Buf;
 use crate::tensor::{Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
-pub(crate) const CUDA_SOURCE: &str = include_str!("kernels.cu");
+/// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
+pub(crate) const KERNELS: KernelSource = KernelSource {
+    owner: "linear",
+    source: include_str!("kernels.cu"),
+    entries: &[BIAS_ROWS, BIAS_ROWS_GRAD],
+};
+const BIAS_ROWS: &str = "bias_rows";
+const BIAS_ROWS_GRAD: &str = "bias_rows_grad";
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {
@@ -70,7 +77,7 @@ impl<'s> Tensor<'s> {
             Backend::Cuda(gpu) => {
                 if let Some(b) = bias {
                     gpu.launch(
-                        Kernel::BiasRows,
+                        BIAS_ROWS,
                         Grid::over(n * out),
                         &[b.buf().into(), y.buf().into(), Arg::U32(n as u32), Arg::U32(out as u32)],
                     )?;
@@ -188,7 +195,7 @@ impl Saved {
                     Ok(())
                 })?,
                 Backend::Cuda(gpu) => gpu.launch(
-                    Kernel::BiasRowsGrad,
+                    BIAS_ROWS_GRAD,
                     Grid::over(out),
                     &[gy.into(), gb.into(), Arg::U32(n as u32), Arg::U32(out as u32)],
                 )?,

@@ -8,13 +8,20 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, Grid, Kernel};
+use crate::backend::cuda::{Arg, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::memory::Buf;
 use crate::tensor::{Labels, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
-pub(crate) const CUDA_SOURCE: &str = include_str!("kernels.cu");
+/// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
+pub(crate) const KERNELS: KernelSource = KernelSource {
+    owner: "log_softmax_nll",
+    source: include_str!("kernels.cu"),
+    entries: &[NLL_FORWARD, NLL_BACKWARD],
+};
+const NLL_FORWARD: &str = "nll_forward";
+const NLL_BACKWARD: &str = "nll_backward";
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {
@@ -70,7 +77,7 @@ impl<'s> Tensor<'s> {
                 )
             })?,
             Backend::Cuda(gpu) => gpu.launch(
-                Kernel::NllForward,
+                NLL_FORWARD,
                 Grid::blocks(1, 256),
                 &[
                     self.buf().into(),
@@ -118,7 +125,7 @@ impl Saved {
             Backend::Cuda(gpu) => {
                 let x = self.logits.shape;
                 gpu.launch(
-                    Kernel::NllBackward,
+                    NLL_BACKWARD,
                     Grid::over(x.numel()),
                     &[
                         self.log_probs.into(),

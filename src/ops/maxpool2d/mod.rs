@@ -11,13 +11,21 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, Grid, Kernel};
+use crate::backend::cuda::{Arg, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::memory::Buf;
 use crate::tensor::{Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
-pub(crate) const CUDA_SOURCE: &str = include_str!("kernels.cu");
+/// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
+pub(crate) const KERNELS: KernelSource = KernelSource {
+    owner: "maxpool2d",
+    source: include_str!("kernels.cu"),
+    entries: &[MAXPOOL_FORWARD, MAXPOOL_RELU_FORWARD, MAXPOOL_BACKWARD],
+};
+const MAXPOOL_FORWARD: &str = "maxpool_forward";
+const MAXPOOL_RELU_FORWARD: &str = "maxpool_relu_forward";
+const MAXPOOL_BACKWARD: &str = "maxpool_backward";
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {
@@ -63,11 +71,7 @@ impl<'s> Tensor<'s> {
                 Ok(())
             })?,
             Backend::Cuda(gpu) => gpu.launch(
-                if relu {
-                    Kernel::MaxPoolReluForward
-                } else {
-                    Kernel::MaxPoolForward
-                },
+                if relu { MAXPOOL_RELU_FORWARD } else { MAXPOOL_FORWARD },
                 Grid::over(out.numel()),
                 &[
                     self.buf().into(),
@@ -109,7 +113,7 @@ impl Saved {
                 let x = self.x.shape;
                 let relu_of = if self.relu { Arg::from(self.y.buf) } else { Arg::Null };
                 gpu.launch(
-                    Kernel::MaxPoolBackward,
+                    MAXPOOL_BACKWARD,
                     Grid::over(x.numel()),
                     &[
                         gy.into(),

@@ -5,12 +5,19 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, Grid, Kernel};
+use crate::backend::cuda::{Arg, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::tensor::{Tensor, TensorRef};
 use crate::Result;
 
-pub(crate) const CUDA_SOURCE: &str = include_str!("kernels.cu");
+/// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
+pub(crate) const KERNELS: KernelSource = KernelSource {
+    owner: "relu",
+    source: include_str!("kernels.cu"),
+    entries: &[RELU_FORWARD, RELU_BACKWARD],
+};
+const RELU_FORWARD: &str = "relu_forward";
+const RELU_BACKWARD: &str = "relu_backward";
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {
@@ -26,7 +33,7 @@ impl<'s> Tensor<'s> {
             Backend::Cuda(gpu) => {
                 let n = y.shape().numel();
                 gpu.launch(
-                    Kernel::ReluForward,
+                    RELU_FORWARD,
                     Grid::over(n),
                     &[self.buf().into(), y.buf().into(), Arg::U32(n as u32)],
                 )?
@@ -55,7 +62,7 @@ impl Saved {
             Backend::Cuda(gpu) => {
                 let n = gx.len();
                 gpu.launch(
-                    Kernel::ReluBackward,
+                    RELU_BACKWARD,
                     Grid::over(n),
                     &[self.y.buf.into(), gy.into(), gx.into(), Arg::U32(n as u32)],
                 )?
