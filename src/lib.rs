@@ -18,6 +18,8 @@
 //! - [`models`]: networks built from ops (the MNIST CNN);
 //! - [`optim`]: optimizers updating parameters in place;
 //! - [`data`]: IDX files, MNIST, the epoch's shuffled order;
+//! - [`rng`]: the small PRNG that initialisation, shuffling and dropout
+//!   share, below every layer that draws numbers;
 //! - [`checkpoint`]: a run's state as atomic, checksummed safetensors files;
 //! - [`train`]: sizing, the training loop, checkpoints and resume, reports,
 //!   used by the CLI;
@@ -62,6 +64,7 @@ pub mod memory;
 pub mod models;
 pub mod ops;
 pub mod optim;
+pub mod rng;
 pub mod tensor;
 pub mod train;
 

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 
 pub use idx::{parse_images, parse_labels, read_images, read_labels, Images};
 pub use mnist::MnistHost;
-pub use order::{shuffle_into, SplitMix64};
+pub use order::shuffle_into;
 pub use resident::{ResidentMnist, ResidentSplit};
 
 /// Everything that can go wrong between a data directory and validated host

@@ -258,7 +258,7 @@ mod tests {
 
     #[test]
     fn random_traces_never_overlap_and_stay_near_the_lower_bound() {
-        let mut rng = crate::data::SplitMix64::new(7);
+        let mut rng = crate::rng::SplitMix64::new(7);
         let mut worst: f64 = 1.0;
         for _ in 0..300 {
             let n = 1 + rng.below(40) as usize;

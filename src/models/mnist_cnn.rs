@@ -5,10 +5,10 @@
 
 use super::init::uniform_fan_in;
 use crate::autograd::Step;
-use crate::data::SplitMix64;
 use crate::memory::Persistent;
 use crate::ops::dense::Epilogue;
 use crate::ops::dropout::DropoutSeed;
+use crate::rng::SplitMix64;
 use crate::tensor::{Param, Shape, Tensor};
 use crate::Result;
 
