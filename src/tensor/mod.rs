@@ -3,7 +3,9 @@
 //! [`Tensor<'s>`] lives in a step's region and carries the step's brand
 //! `'s`, which is invariant and higher-ranked, so a step tensor cannot be
 //! stored anywhere that outlives the step (see `Arena::step`). [`Param`]
-//! lives in the persistent region and carries no brand: it outlives steps.
+//! lives in the persistent region and carries no brand: it outlives steps,
+//! as does [`ByteImages`], a data set resident there (data uploads it, the
+//! gather op reads it).
 
 mod shape;
 
@@ -98,4 +100,13 @@ impl Param {
     pub fn buf(&self) -> Buf<f32> {
         self.buf
     }
+}
+
+/// Images of one shape stored as bytes in the persistent region: `count` of
+/// `[channels, rows, cols]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteImages {
+    pub pixels: Buf<u8>,
+    pub count: usize,
+    pub image: Shape,
 }
