@@ -17,10 +17,9 @@
 //!   brand that cannot escape its closure, and only then resets.
 
 use super::plan::{self, StepPlan, Trace};
-use super::{align_up, Buf, ByteSize, Element};
+use super::{align_up, Buf, ByteSize, Element, Shape};
 use crate::autograd::{Step, Tape};
 use crate::backend::{Backend, BackendError, Device, DeviceKind, Workers};
-use crate::tensor::{Param, Shape};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -631,11 +630,6 @@ impl Arena {
         }
         Ok(())
     }
-
-    /// Copies a parameter's values to the host (checkpoints, tests).
-    pub fn read_param(&mut self, param: &Param, out: &mut [f32]) -> Result<(), ArenaError> {
-        Ok(self.backend.download(param.buf, out)?)
-    }
 }
 
 /// One training step's device work captured as a CUDA graph, bound to the
@@ -679,12 +673,6 @@ impl Persistent<'_> {
         let buf = self.alloc(what, shape)?;
         self.arena.backend.upload(buf, values)?;
         Ok(buf)
-    }
-
-    /// A trainable parameter initialised to `values`.
-    pub fn param(&mut self, name: &'static str, shape: Shape, values: &[f32]) -> Result<Param, ArenaError> {
-        let buf = self.upload(name, shape, values)?;
-        Ok(Param { name, buf, shape })
     }
 }
 
@@ -892,18 +880,6 @@ mod tests {
                 ..
             }
         ));
-    }
-
-    #[test]
-    fn params_round_trip() {
-        let mut arena = cpu_arena(4096);
-        let p = arena
-            .persistent()
-            .param("fc.bias", Shape::new(&[3]), &[1.0, 2.0, 3.0])
-            .unwrap();
-        let mut out = [0.0; 3];
-        arena.read_param(&p, &mut out).unwrap();
-        assert_eq!(out, [1.0, 2.0, 3.0]);
     }
 
     #[test]

@@ -7,11 +7,9 @@
 //! as does [`ByteImages`], a data set resident there (data uploads it, the
 //! gather op reads it).
 
-mod shape;
+pub use crate::memory::{Shape, MAX_RANK};
 
-pub use shape::{Shape, MAX_RANK};
-
-use crate::memory::Buf;
+use crate::memory::{Arena, ArenaError, Buf, Persistent};
 use std::marker::PhantomData;
 
 /// The brand: invariant in `'s`, so `Tensor<'a>` never converts to
@@ -102,6 +100,23 @@ impl Param {
     }
 }
 
+// Parameters are made and read through the arena's byte-level services; the
+// arena itself knows no `Param`.
+impl Persistent<'_> {
+    /// A trainable parameter initialised to `values`.
+    pub fn param(&mut self, name: &'static str, shape: Shape, values: &[f32]) -> Result<Param, ArenaError> {
+        let buf = self.upload(name, shape, values)?;
+        Ok(Param { name, buf, shape })
+    }
+}
+
+impl Arena {
+    /// Copies a parameter's values to the host (checkpoints, tests).
+    pub fn read_param(&mut self, param: &Param, out: &mut [f32]) -> Result<(), ArenaError> {
+        self.read_persistent(param.buf, out)
+    }
+}
+
 /// Images of one shape stored as bytes in the persistent region: `count` of
 /// `[channels, rows, cols]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,4 +124,22 @@ pub struct ByteImages {
     pub pixels: Buf<u8>,
     pub count: usize,
     pub image: Shape,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Device;
+
+    #[test]
+    fn params_round_trip() {
+        let mut arena = Arena::new(Device::cpu(1).unwrap(), 4096).unwrap();
+        let p = arena
+            .persistent()
+            .param("fc.bias", Shape::new(&[3]), &[1.0, 2.0, 3.0])
+            .unwrap();
+        let mut out = [0.0; 3];
+        arena.read_param(&p, &mut out).unwrap();
+        assert_eq!(out, [1.0, 2.0, 3.0]);
+    }
 }
