@@ -19,7 +19,7 @@
 use super::plan::{self, StepPlan, Trace};
 use super::{align_up, Buf, ByteSize, Element, Shape};
 use crate::autograd::{Step, Tape};
-use crate::backend::{Backend, BackendError, Device, DeviceKind, Workers};
+use crate::backend::{Backend, BackendError, CapturedGraph, Device, DeviceKind, OpTime, Workers};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -288,14 +288,7 @@ impl Arena {
         key: Option<u32>,
         body: impl for<'s> FnOnce(&mut Step<'s>) -> crate::Result<()>,
     ) -> crate::Result<StepGraph> {
-        match &mut self.backend {
-            Backend::Cuda(gpu) => gpu.begin_capture()?,
-            _ => {
-                return Err(crate::Error::Config(
-                    "whole-step graphs need the CUDA backend; pass --graph off".into(),
-                ))
-            }
-        }
+        self.backend.begin_capture()?;
         let resets = self.counters.resets;
         let ran = match key {
             Some(key) => self.planned_step(key, body),
@@ -303,10 +296,7 @@ impl Arena {
         };
         // A capture queues nothing: it is not a step the arena ran.
         self.counters.resets = resets;
-        let graph = match &mut self.backend {
-            Backend::Cuda(gpu) => gpu.end_capture(),
-            _ => Err(BackendError::Internal("the backend changed during a capture")),
-        };
+        let graph = self.backend.end_capture();
         ran?;
         let c = &self.counters;
         Ok(StepGraph {
@@ -328,10 +318,7 @@ impl Arena {
                     .into(),
             ));
         }
-        match &mut self.backend {
-            Backend::Cuda(gpu) => gpu.replay(&graph.graph)?,
-            _ => return Err(BackendError::Internal("a step graph on a backend without graphs").into()),
-        }
+        self.backend.replay(&graph.graph)?;
         let c = &mut self.counters;
         c.step_high_water = c.step_high_water.max(graph.step_bytes);
         c.last_step_bytes = graph.step_bytes;
@@ -343,10 +330,7 @@ impl Arena {
     /// Work items the device has queued so far (GPU only): kernels, library
     /// calls, copies, graph launches.
     pub fn ops_queued(&self) -> Option<u64> {
-        match &self.backend {
-            Backend::Cuda(gpu) => Some(gpu.ops_queued()),
-            _ => None,
-        }
+        self.backend.ops_queued()
     }
 
     /// Resets the step region to the mark and records the step's figures.
@@ -538,9 +522,8 @@ impl Arena {
                 }
             }
         }
-        if let Backend::Cpu(cpu) = &mut self.backend {
-            cpu.declare(touches.iter().map(|t| (t.offset, t.offset + t.bytes)));
-        }
+        self.backend
+            .declare(touches.iter().map(|t| (t.offset, t.offset + t.bytes)));
     }
 
     pub(crate) fn backend(&mut self) -> &mut Backend {
@@ -565,36 +548,25 @@ impl Arena {
     /// Prepares to time up to `ops` ops of one step (GPU only; false on the
     /// CPU). Call at start-up: the events it creates may take device memory.
     pub fn enable_op_timing(&mut self, ops: usize) -> Result<bool, ArenaError> {
-        match &mut self.backend {
-            Backend::Cuda(gpu) => gpu.enable_timing(ops).map(|()| true).map_err(Into::into),
-            _ => Ok(false),
-        }
+        Ok(self.backend.enable_timing(ops)?)
     }
 
     /// Brackets every device op queued from now with events (GPU only,
     /// after [`Arena::enable_op_timing`]), until [`Arena::pause_op_timing`].
     /// Ops queued while a step is captured keep their events in the graph.
     pub fn start_op_timing(&mut self) -> bool {
-        match &mut self.backend {
-            Backend::Cuda(gpu) => gpu.start_timing(),
-            _ => false,
-        }
+        self.backend.start_timing()
     }
 
     pub fn pause_op_timing(&mut self) {
-        if let Backend::Cuda(gpu) = &mut self.backend {
-            gpu.pause_timing();
-        }
+        self.backend.pause_timing();
     }
 
     /// Waits for the device and reads the bracketed ops' latest times, and
     /// the GPU time from the first op's start to the last op's end.
-    pub fn read_op_times(&mut self, times: &mut Vec<crate::backend::cuda::OpTime>) -> Result<Option<f64>, ArenaError> {
+    pub fn read_op_times(&mut self, times: &mut Vec<OpTime>) -> Result<Option<f64>, ArenaError> {
         times.clear();
-        match &mut self.backend {
-            Backend::Cuda(gpu) => Ok(gpu.finish_timing(times)?),
-            _ => Ok(None),
-        }
+        Ok(self.backend.finish_timing(times)?)
     }
 
     /// Overwrites a persistent buffer between steps (`&mut self`: no step
@@ -635,7 +607,7 @@ impl Arena {
 /// One training step's device work captured as a CUDA graph, bound to the
 /// arena and the mark it was captured at.
 pub struct StepGraph {
-    graph: crate::backend::cuda::CapturedGraph,
+    graph: CapturedGraph,
     arena: u64,
     mark: usize,
     step_bytes: usize,
