@@ -110,3 +110,34 @@ fn a_planned_step_reuses_dead_bytes_and_replans_a_new_sequence() {
     assert_eq!(arena.take_replanned(), vec![7]);
     assert_eq!(arena.plans()[0].peak, 2 * 2048);
 }
+
+/// Capture is a device capability: on the CPU it is refused, typed, before
+/// the step runs, and the arena is left as it was.
+#[test]
+fn capturing_a_step_on_the_cpu_is_refused_before_it_runs() {
+    let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 16).unwrap();
+    let mut ran = false;
+    let err = arena
+        .capture_step(None, |s| {
+            ran = true;
+            s.input("x", Shape::new(&[4]), &[1.0; 4]).map(drop)
+        })
+        .err()
+        .expect("no graph on the CPU");
+    assert!(
+        matches!(
+            err,
+            crate::Error::Backend(crate::backend::BackendError::NeedsCuda {
+                what: "whole-step graphs",
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    assert!(!ran, "the step body ran although nothing could capture it");
+    assert_eq!(arena.stats().resets, 0);
+    arena
+        .step(|s| s.input("x", Shape::new(&[4]), &[1.0; 4]).map(drop))
+        .unwrap();
+    assert_eq!(arena.stats().resets, 1);
+}
