@@ -9,11 +9,12 @@
 //!
 //! The crate, from the bottom up:
 //! - [`memory`]: the arena, its regions, statistics, liveness plans, the
-//!   memory report and typed handles;
+//!   memory report, typed handles and shapes: bytes only, reaching device
+//!   capabilities (graphs, timing) through methods of the backend;
 //! - [`backend`]: where memory lives and kernels run (CPU, CUDA, and a dry
 //!   backend that measures) — the only home of `unsafe`;
-//! - [`tensor`]: shapes, step tensors and persistent parameters;
-//! - [`autograd`]: the step scope, the tape and backward;
+//! - [`tensor`]: step tensors, persistent parameters and data sets;
+//! - [`autograd`]: the step scope (`Arena::step`), the tape and backward;
 //! - [`ops`]: one folder per op — forward, backward, kernels, tests;
 //! - [`models`]: networks built from ops (the MNIST CNN);
 //! - [`optim`]: optimizers updating parameters in place;
