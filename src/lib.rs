@@ -9,17 +9,20 @@
 //!
 //! The crate, from the bottom up:
 //! - [`memory`]: the arena, its regions, statistics, liveness plans, the
-//!   memory report and typed handles;
+//!   memory report, typed handles and shapes: bytes only, reaching device
+//!   capabilities (graphs, timing) through methods of the backend;
 //! - [`backend`]: where memory lives and kernels run (CPU, CUDA, and a dry
 //!   backend that measures) — the only home of `unsafe`;
-//! - [`tensor`]: shapes, step tensors and persistent parameters;
-//! - [`autograd`]: the step scope, the tape and backward;
+//! - [`tensor`]: step tensors, persistent parameters and data sets;
+//! - [`autograd`]: the step scope (`Arena::step`), the tape and backward;
 //! - [`ops`]: one folder per op — forward, backward, kernels, tests;
 //! - [`nn`]: parameters with names in slabs (`ParamBuilder`,
 //!   `ParamStore`), and the `Model` and `Optimizer` traits;
 //! - [`models`]: networks built from ops and `nn` (the MNIST CNN);
 //! - [`optim`]: optimizers updating the parameter slab in place;
 //! - [`data`]: IDX files, MNIST, the epoch's shuffled order;
+//! - [`rng`]: the small PRNG that initialisation, shuffling and dropout
+//!   share, below every layer that draws numbers;
 //! - [`checkpoint`]: a run's state as atomic, checksummed safetensors files;
 //! - [`train`]: sizing, the training loop, checkpoints and resume, reports,
 //!   used by the CLI;
@@ -73,6 +76,7 @@ pub mod models;
 pub mod nn;
 pub mod ops;
 pub mod optim;
+pub mod rng;
 pub mod tensor;
 pub mod train;
 

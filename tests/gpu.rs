@@ -78,7 +78,7 @@ fn data_dir() -> std::path::PathBuf {
 
 /// Deterministic values in [-1, 1).
 fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut rng = bumpgrad::data::SplitMix64::new(seed);
+    let mut rng = bumpgrad::rng::SplitMix64::new(seed);
     (0..n)
         .map(|_| (rng.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
         .collect()

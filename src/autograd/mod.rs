@@ -1,5 +1,6 @@
-//! Reverse-mode automatic differentiation whose tape lives beside the arena
-//! and whose gradients live in the step region.
+//! Reverse-mode automatic differentiation whose gradients live in the step
+//! region, and the step scope itself (`Arena::step`, in `scope.rs`): the
+//! tape is autograd's, kept by the arena between steps as opaque host state.
 //!
 //! Ops record a small `Copy` node when the step records and an input wants a
 //! gradient; `Step::backward` walks the nodes in reverse, each node asking
@@ -7,12 +8,12 @@
 //! tensors that need none are never computed (the input image, for one).
 
 mod backward;
+mod scope;
 mod step;
 mod tape;
 
 pub use step::{Grads, Step};
 pub(crate) use tape::Node;
-pub use tape::Tape;
 
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,7 @@
 //! A step: the scope in which tensors exist. It hands out step-region memory,
 //! records ops on the tape, and runs backward.
 
-use super::tape::Node;
+use super::tape::{Node, Tape};
 use crate::backend::Backend;
 use crate::memory::{Arena, Buf, Element, Touch};
 use crate::tensor::{Brand, Labels, Param, Shape, Tensor, TensorRef};
@@ -11,6 +11,7 @@ use std::marker::PhantomData;
 /// One step of work on an arena. `'s` brands every tensor made here.
 pub struct Step<'s> {
     arena: &'s mut Arena,
+    tape: &'s mut Tape,
     _brand: Brand<'s>,
 }
 
@@ -21,9 +22,10 @@ pub struct Grads<'s> {
 }
 
 impl<'s> Step<'s> {
-    pub(crate) fn new(arena: &'s mut Arena) -> Self {
+    pub(crate) fn new(arena: &'s mut Arena, tape: &'s mut Tape) -> Self {
         Self {
             arena,
+            tape,
             _brand: PhantomData,
         }
     }
@@ -54,16 +56,16 @@ impl<'s> Step<'s> {
 
     /// Whether ops are being recorded for backward.
     pub fn grad_enabled(&mut self) -> bool {
-        self.arena.tape().recording
+        self.tape.recording
     }
 
     /// Turns recording off (evaluation) or on for the rest of the step.
     pub fn set_grad_enabled(&mut self, on: bool) {
-        self.arena.tape().recording = on;
+        self.tape.recording = on;
     }
 
     fn next_id(&mut self) -> u32 {
-        let tape = self.arena.tape();
+        let tape = &mut *self.tape;
         let id = tape.next_id;
         tape.next_id += 1;
         id
@@ -95,7 +97,7 @@ impl<'s> Step<'s> {
     }
 
     pub(crate) fn record(&mut self, node: Node) {
-        let tape = self.arena.tape();
+        let tape = &mut *self.tape;
         if tape.recording {
             tape.nodes.push(node);
         }
@@ -107,8 +109,7 @@ impl<'s> Step<'s> {
     /// can be looked up with [`Step::grad`].
     pub fn param(&mut self, param: &Param) -> Tensor<'s> {
         let known = self
-            .arena
-            .tape()
+            .tape
             .leaves
             .iter()
             .find(|(b, _, _)| *b == param.buf)
@@ -124,7 +125,7 @@ impl<'s> Step<'s> {
         let requires_grad = self.grad_enabled();
         let t = self.alias(param.buf, param.shape, requires_grad);
         if requires_grad {
-            self.arena.tape().leaves.push((param.buf, param.grad, t.inner.id));
+            self.tape.leaves.push((param.buf, param.grad, t.inner.id));
         }
         t
     }
@@ -215,7 +216,7 @@ impl<'s> Step<'s> {
     /// step buffer. A first contribution is kept as is (see
     /// [`Step::accumulate`]), so it may be written in place.
     pub(crate) fn grad_buffer(&mut self, t: &TensorRef, what: &'static str) -> Result<Buf<f32>> {
-        let tape = self.arena.tape();
+        let tape = &*self.tape;
         let first = tape.grads.get(t.id as usize).is_some_and(|g| g.is_none());
         if first {
             let slot = tape.leaves.iter().find(|&&(b, _, id)| b == t.buf && id == t.id);
@@ -229,7 +230,7 @@ impl<'s> Step<'s> {
     /// Whether backward has produced a gradient for `param` so far in this
     /// step (then it is in `param`'s gradient slot).
     pub fn has_param_grad(&mut self, param: &Param) -> bool {
-        let tape = self.arena.tape();
+        let tape = &*self.tape;
         let Some(&(_, _, id)) = tape.leaves.iter().find(|(b, _, _)| *b == param.buf) else {
             return false;
         };
@@ -261,16 +262,16 @@ impl<'s> Step<'s> {
         if !y.requires_grad() {
             return Err(Error::NoGradient);
         }
-        let tape = self.arena.tape();
+        let tape = &mut *self.tape;
         tape.recording = false;
         let n = tape.next_id as usize;
         tape.grads.clear();
         tape.grads.resize(n, None);
         tape.grads[y.inner.id as usize] = Some(seed);
-        let mut i = self.arena.tape().nodes.len();
+        let mut i = self.tape.nodes.len();
         while i > 0 {
             i -= 1;
-            let node = self.arena.tape().nodes[i];
+            let node = self.tape.nodes[i];
             super::backward::run(self, node)?;
             after_node(self)?;
         }
@@ -279,14 +280,14 @@ impl<'s> Step<'s> {
 
     /// The gradient reaching `t`'s output during backward, if any.
     pub(crate) fn grad_of(&mut self, t: &TensorRef) -> Option<Buf<f32>> {
-        self.arena.tape().grads.get(t.id as usize).copied().flatten()
+        self.tape.grads.get(t.id as usize).copied().flatten()
     }
 
     /// Adds `g` to the gradient of `t`; the first contribution is kept as is.
     pub(crate) fn accumulate(&mut self, t: &TensorRef, g: Buf<f32>) -> Result<()> {
-        let slot = self.arena.tape().grads[t.id as usize];
+        let slot = self.tape.grads[t.id as usize];
         match slot {
-            None => self.arena.tape().grads[t.id as usize] = Some(g),
+            None => self.tape.grads[t.id as usize] = Some(g),
             Some(existing) => self.uses(&[existing.into(), g.into()]).add_assign(existing, g)?,
         }
         Ok(())
@@ -301,7 +302,7 @@ impl<'s> Step<'s> {
     /// The gradient of a parameter used in this step, branded with the
     /// step: it may lie in the step region, so it must not outlive the step.
     pub fn param_grad(&mut self, _proof: &Grads<'s>, param: &Param) -> Option<Tensor<'s>> {
-        let tape = self.arena.tape();
+        let tape = &*self.tape;
         let &(_, _, id) = tape.leaves.iter().find(|(b, _, _)| *b == param.buf)?;
         let buf = tape.grads.get(id as usize).copied().flatten()?;
         Some(self.alias(buf, param.shape, false))

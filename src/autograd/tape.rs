@@ -1,7 +1,8 @@
 //! The tape: what a step recorded, in order, and the gradients backward
-//! produced. It lives on the host beside the arena and is cleared, never
-//! freed, at every reset: after the first step its vectors have the capacity
-//! they need and recording allocates nothing.
+//! produced. It lives on the host; between steps the arena keeps it as
+//! opaque host state (see `scope.rs`), and each step clears it, never frees
+//! it: after the first step its vectors have the capacity they need and
+//! recording allocates nothing.
 
 use crate::memory::Buf;
 use crate::ops;
@@ -21,7 +22,7 @@ pub(crate) enum Node {
 }
 
 #[derive(Debug)]
-pub struct Tape {
+pub(crate) struct Tape {
     pub(crate) nodes: Vec<Node>,
     /// Gradient of each tensor of the step, by tensor id.
     pub(crate) grads: Vec<Option<Buf<f32>>>,

@@ -1,5 +1,6 @@
 //! Gradients of a tensor used more than once add up (`Step::accumulate`):
-//! the first contribution is kept, later ones are added into it.
+//! the first contribution is kept, later ones are added into it. And the
+//! step scope on the arena: a planned step with tensors follows its plan.
 
 use crate::backend::Device;
 use crate::memory::Arena;
@@ -74,4 +75,71 @@ fn a_parameter_asked_for_twice_gets_the_sum_of_both_uses() {
             "w[{j}]: analytic {a} vs numeric {numeric}"
         );
     }
+}
+
+/// `Arena::planned_step` runs a step with tensors on the arena's memory plan.
+#[test]
+fn a_planned_step_reuses_dead_bytes_and_replans_a_new_sequence() {
+    let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+    let run = |arena: &mut Arena, n: usize| {
+        arena
+            .planned_step(7, |s| {
+                // a dies when b is made from it; b and c are alive together.
+                let a = s.input("a", Shape::new(&[n]), &vec![1.0; n])?;
+                let b = a.relu(s)?;
+                let c = b.relu(s)?;
+                let mut out = vec![0.0; n];
+                s.read(c, &mut out)?;
+                Ok((a.buf().offset(), c.buf().offset(), out))
+            })
+            .unwrap()
+    };
+    let first = run(&mut arena, 256);
+    assert_eq!(arena.plans().len(), 1);
+    let plan = arena.plans()[0].clone();
+    assert_eq!(plan.bump_bytes, 3 * 1024);
+    assert_eq!(plan.peak, 2 * 1024, "a's bytes go to c");
+    assert_eq!(plan.lower_bound, 2 * 1024);
+    let planned = run(&mut arena, 256);
+    assert_eq!(planned.0, planned.1, "c takes a's bytes under the plan");
+    assert_eq!(planned.2, first.2);
+    assert_eq!(arena.stats().last_step_bytes, 2 * 1024);
+    assert!(arena.take_replanned().is_empty());
+    // Another sequence under the same key: finished above the plan,
+    // then re-planned, never following the stale plan.
+    let other = run(&mut arena, 512);
+    assert!(other.2.iter().all(|&v| v == 1.0));
+    assert_eq!(arena.take_replanned(), vec![7]);
+    assert_eq!(arena.plans()[0].peak, 2 * 2048);
+}
+
+/// Capture is a device capability: on the CPU it is refused, typed, before
+/// the step runs, and the arena is left as it was.
+#[test]
+fn capturing_a_step_on_the_cpu_is_refused_before_it_runs() {
+    let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 16).unwrap();
+    let mut ran = false;
+    let err = arena
+        .capture_step(None, |s| {
+            ran = true;
+            s.input("x", Shape::new(&[4]), &[1.0; 4]).map(drop)
+        })
+        .err()
+        .expect("no graph on the CPU");
+    assert!(
+        matches!(
+            err,
+            crate::Error::Backend(crate::backend::BackendError::NeedsCuda {
+                what: "whole-step graphs",
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    assert!(!ran, "the step body ran although nothing could capture it");
+    assert_eq!(arena.stats().resets, 0);
+    arena
+        .step(|s| s.input("x", Shape::new(&[4]), &[1.0; 4]).map(drop))
+        .unwrap();
+    assert_eq!(arena.stats().resets, 1);
 }

@@ -8,8 +8,11 @@
 //! cuDNN workspace sizes), it replays a step's allocations to measure the
 //! arena a run needs before the real allocation is made.
 
+mod capabilities;
 pub mod cpu;
 pub mod cuda;
+
+pub use cuda::{CapturedGraph, OpTime};
 
 use crate::memory::{Buf, Element};
 pub use cuda::KernelSource;
@@ -56,6 +59,9 @@ pub enum BackendError {
     Group(String),
     #[error("data-parallel training across processes needs GPUs (NCCL); this device is the CPU")]
     ProcessGroupOnCpu,
+    /// A capability only the CUDA backend has (see `capabilities.rs`).
+    #[error("{what} need the CUDA backend (this arena is on the {on} device)")]
+    NeedsCuda { what: &'static str, on: DeviceKind },
     #[error(transparent)]
     Cuda(#[from] cuda::CudaError),
 }

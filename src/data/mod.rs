@@ -24,7 +24,7 @@ use std::path::PathBuf;
 
 pub use idx::{parse_images, parse_labels, read_images, read_labels, Images};
 pub use image_set::ImageSet;
-pub use order::{shuffle_into, SplitMix64};
+pub use order::shuffle_into;
 pub use resident::{ResidentSet, ResidentSplit};
 
 /// Everything that can go wrong between a data directory and validated host

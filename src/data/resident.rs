@@ -4,8 +4,7 @@
 use super::ImageSet;
 use super::Images;
 use crate::memory::{ArenaError, Buf, Persistent};
-use crate::ops::gather::ByteImages;
-use crate::tensor::Shape;
+use crate::tensor::{ByteImages, Shape};
 
 /// One split (training or test) in the persistent region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,12 +15,18 @@
 //!   may grow between steps (the mark moves up with it);
 //! - a step's tensors cannot outlive the step: `Arena::step` hands them a
 //!   brand that cannot escape its closure, and only then resets.
+//!
+//! The arena knows bytes only. The step scope, its tape and backward are
+//! autograd's (`Arena::step`, `planned_step` and `capture_step` are written
+//! there); they reach the arena through the crate-only services here: step
+//! allocation, a step run between a begin and a reset ([`Arena::run_step`]),
+//! on a plan ([`Arena::run_planned`]) or captured ([`Arena::run_captured`]),
+//! declared ranges, and a slot for the host-side state of the layer above.
 
 use super::plan::{self, StepPlan, Trace};
-use super::{align_up, Buf, ByteSize, Element};
-use crate::autograd::{Step, Tape};
-use crate::backend::{Backend, BackendError, Device, DeviceKind, Workers};
-use crate::tensor::{Param, Shape};
+use super::{align_up, Buf, ByteSize, Element, Shape};
+use crate::backend::{Backend, BackendError, CapturedGraph, Device, DeviceKind, OpTime, Workers};
+use std::any::Any;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -77,6 +83,9 @@ pub enum ArenaError {
         /// The largest buffers alive at the step's peak.
         live: Vec<(&'static str, usize)>,
     },
+    /// A step graph replayed where its addresses no longer hold.
+    #[error("a step graph was replayed on another arena, or after the persistent region grew; capture it again")]
+    StaleGraph,
     #[error(transparent)]
     Backend(#[from] BackendError),
 }
@@ -134,8 +143,10 @@ pub struct Arena {
     mark: usize,
     top: usize,
     counters: Counters,
-    /// Host-side bookkeeping of a step; cleared, never freed, at each reset.
-    tape: Tape,
+    /// Host-side bookkeeping the layer above keeps for its steps (autograd's
+    /// tape), typed by that layer: kept here between steps so its vectors
+    /// keep their capacity, and a step allocates nothing on the heap.
+    host_state: Option<Box<dyn Any + Send>>,
     /// Fill the step region with NaNs at every reset (`--poison-step`).
     poison: bool,
     /// Every persistent allocation, for the memory report.
@@ -207,7 +218,7 @@ impl Arena {
             mark: 0,
             top: 0,
             counters: Counters::default(),
-            tape: Tape::default(),
+            host_state: None,
             poison: cfg!(debug_assertions) || cfg!(test),
             persistent_log: Vec::new(),
             trace: Trace::default(),
@@ -265,45 +276,33 @@ impl Arena {
         Persistent { arena: self }
     }
 
-    /// Runs one step. Everything the step allocates is released when `body`
-    /// returns, successfully or not. The higher-ranked `'s` keeps every
-    /// `Tensor<'s>` inside `body`: only `R`, which cannot name `'s`, escapes.
-    pub fn step<R>(&mut self, body: impl for<'s> FnOnce(&mut Step<'s>) -> crate::Result<R>) -> crate::Result<R> {
+    /// Runs `run` as one step: the step region is empty when it starts and
+    /// reset to the mark when it returns, successfully or not. How a step
+    /// uses the region is up to `run` (autograd's `Arena::step`).
+    pub(crate) fn run_step<R, E: From<BackendError>>(
+        &mut self,
+        run: impl FnOnce(&mut Self) -> Result<R, E>,
+    ) -> Result<R, E> {
         debug_assert_eq!(self.top, self.mark, "a step began with a non-empty step region");
-        self.tape.clear();
-        let result = body(&mut Step::new(self));
+        let result = run(self);
         let reset = self.reset();
         let r = result?;
         reset?;
         Ok(r)
     }
 
-    /// Records one step's device work as a CUDA graph, without running it:
-    /// replay it with [`Arena::replay_step`] (once right away, to perform
-    /// this step). `body` runs as a normal step on the host (the tape, the
-    /// bump allocations); it must not read from the device. During capture
-    /// the driver refuses any device allocation, so a graph that captures
-    /// at all allocates nothing when replayed either.
-    pub fn capture_step(
+    /// Records the device work of `run` (one step) as a graph, without
+    /// running it: see autograd's `Arena::capture_step`.
+    pub(crate) fn run_captured<E: From<BackendError>>(
         &mut self,
-        key: Option<u32>,
-        body: impl for<'s> FnOnce(&mut Step<'s>) -> crate::Result<()>,
-    ) -> crate::Result<StepGraph> {
-        match &mut self.backend {
-            Backend::Cuda(gpu) => gpu.begin_capture()?,
-            _ => return Err(crate::Error::Config("whole-step graphs need the CUDA backend".into())),
-        }
+        run: impl FnOnce(&mut Self) -> Result<(), E>,
+    ) -> Result<StepGraph, E> {
+        self.backend.begin_capture()?;
         let resets = self.counters.resets;
-        let ran = match key {
-            Some(key) => self.planned_step(key, body),
-            None => self.step(body),
-        };
+        let ran = run(self);
         // A capture queues nothing: it is not a step the arena ran.
         self.counters.resets = resets;
-        let graph = match &mut self.backend {
-            Backend::Cuda(gpu) => gpu.end_capture(),
-            _ => Err(BackendError::Internal("the backend changed during a capture")),
-        };
+        let graph = self.backend.end_capture();
         ran?;
         let c = &self.counters;
         Ok(StepGraph {
@@ -318,17 +317,11 @@ impl Arena {
     /// Queues one replay of a step captured on this arena. Refused if the
     /// persistent region has grown since: the graph's step addresses would
     /// then overlap it.
-    pub fn replay_step(&mut self, graph: &StepGraph) -> crate::Result<()> {
+    pub fn replay_step(&mut self, graph: &StepGraph) -> Result<(), ArenaError> {
         if graph.arena != self.id || graph.mark != self.mark {
-            return Err(crate::Error::Config(
-                "a step graph was replayed on another arena, or after the persistent region grew; capture it again"
-                    .into(),
-            ));
+            return Err(ArenaError::StaleGraph);
         }
-        match &mut self.backend {
-            Backend::Cuda(gpu) => gpu.replay(&graph.graph)?,
-            _ => return Err(BackendError::Internal("a step graph on a backend without graphs").into()),
-        }
+        self.backend.replay(&graph.graph)?;
         let c = &mut self.counters;
         c.step_high_water = c.step_high_water.max(graph.step_bytes);
         c.last_step_bytes = graph.step_bytes;
@@ -340,10 +333,7 @@ impl Arena {
     /// Work items the device has queued so far (GPU only): kernels, library
     /// calls, copies, graph launches.
     pub fn ops_queued(&self) -> Option<u64> {
-        match &self.backend {
-            Backend::Cuda(gpu) => Some(gpu.ops_queued()),
-            _ => None,
-        }
+        self.backend.ops_queued()
     }
 
     /// Resets the step region to the mark and records the step's figures.
@@ -368,7 +358,6 @@ impl Arena {
         c.step_padding = 0;
         c.resets += 1;
         self.top = self.mark;
-        self.tape.clear();
         poisoned
     }
 
@@ -446,16 +435,17 @@ impl Arena {
         Ok(buf)
     }
 
-    /// Runs one step of kind `key` on the memory plan of that kind: every
-    /// buffer at its planned offset, the bytes of dead buffers reused. The
-    /// first step of a kind runs bump-allocated and traced, and its plan is
-    /// made from the trace; a step that leaves its plan is finished above
-    /// it and re-planned ([`Arena::take_replanned`] says which).
-    pub fn planned_step<R>(
+    /// Runs `run` (one step, through [`Arena::run_step`]) as a step of kind
+    /// `key` on the memory plan of that kind: every step buffer at its
+    /// planned offset, the bytes of dead buffers reused. The first step of a
+    /// kind runs bump-allocated and traced, and its plan is made from the
+    /// trace; a step that leaves its plan is finished above it and
+    /// re-planned ([`Arena::take_replanned`] says which).
+    pub(crate) fn run_planned<R, E: From<ArenaError>>(
         &mut self,
         key: u32,
-        body: impl for<'s> FnOnce(&mut Step<'s>) -> crate::Result<R>,
-    ) -> crate::Result<R> {
+        run: impl FnOnce(&mut Self) -> Result<R, E>,
+    ) -> Result<R, E> {
         let index = self.plans.iter().position(|p| p.key == key);
         if let Some(i) = index {
             let need = self.mark + self.plans[i].peak;
@@ -476,7 +466,7 @@ impl Arena {
         self.off_plan = false;
         self.trace.clear();
         self.tracing = true;
-        let ran = self.step(body);
+        let ran = run(self);
         self.tracing = false;
         if ran.is_ok() && (index.is_none() || self.off_plan) {
             let plan = plan::plan(key, &self.trace.bufs);
@@ -535,17 +525,26 @@ impl Arena {
                 }
             }
         }
-        if let Backend::Cpu(cpu) = &mut self.backend {
-            cpu.declare(touches.iter().map(|t| (t.offset, t.offset + t.bytes)));
-        }
+        self.backend
+            .declare(touches.iter().map(|t| (t.offset, t.offset + t.bytes)));
     }
 
     pub(crate) fn backend(&mut self) -> &mut Backend {
         &mut self.backend
     }
 
-    pub(crate) fn tape(&mut self) -> &mut Tape {
-        &mut self.tape
+    /// Takes the host-side state the layer above kept here (a new one the
+    /// first time); hand it back with [`Arena::keep_host_state`]. Moving the
+    /// box in and out allocates nothing.
+    pub(crate) fn take_host_state<T: Any + Send + Default>(&mut self) -> Box<T> {
+        self.host_state
+            .take()
+            .and_then(|state| state.downcast().ok())
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn keep_host_state<T: Any + Send>(&mut self, state: Box<T>) {
+        self.host_state = Some(state);
     }
 
     /// Free device memory as the driver reports it, on a GPU; `None` on the
@@ -562,36 +561,25 @@ impl Arena {
     /// Prepares to time up to `ops` ops of one step (GPU only; false on the
     /// CPU). Call at start-up: the events it creates may take device memory.
     pub fn enable_op_timing(&mut self, ops: usize) -> Result<bool, ArenaError> {
-        match &mut self.backend {
-            Backend::Cuda(gpu) => gpu.enable_timing(ops).map(|()| true).map_err(Into::into),
-            _ => Ok(false),
-        }
+        Ok(self.backend.enable_timing(ops)?)
     }
 
     /// Brackets every device op queued from now with events (GPU only,
     /// after [`Arena::enable_op_timing`]), until [`Arena::pause_op_timing`].
     /// Ops queued while a step is captured keep their events in the graph.
     pub fn start_op_timing(&mut self) -> bool {
-        match &mut self.backend {
-            Backend::Cuda(gpu) => gpu.start_timing(),
-            _ => false,
-        }
+        self.backend.start_timing()
     }
 
     pub fn pause_op_timing(&mut self) {
-        if let Backend::Cuda(gpu) = &mut self.backend {
-            gpu.pause_timing();
-        }
+        self.backend.pause_timing();
     }
 
     /// Waits for the device and reads the bracketed ops' latest times, and
     /// the GPU time from the first op's start to the last op's end.
-    pub fn read_op_times(&mut self, times: &mut Vec<crate::backend::cuda::OpTime>) -> Result<Option<f64>, ArenaError> {
+    pub fn read_op_times(&mut self, times: &mut Vec<OpTime>) -> Result<Option<f64>, ArenaError> {
         times.clear();
-        match &mut self.backend {
-            Backend::Cuda(gpu) => Ok(gpu.finish_timing(times)?),
-            _ => Ok(None),
-        }
+        Ok(self.backend.finish_timing(times)?)
     }
 
     /// Overwrites a persistent buffer between steps (`&mut self`: no step
@@ -627,17 +615,12 @@ impl Arena {
         }
         Ok(())
     }
-
-    /// Copies a parameter's values to the host (checkpoints, tests).
-    pub fn read_param(&mut self, param: &Param, out: &mut [f32]) -> Result<(), ArenaError> {
-        Ok(self.backend.download(param.buf, out)?)
-    }
 }
 
 /// One training step's device work captured as a CUDA graph, bound to the
 /// arena and the mark it was captured at.
 pub struct StepGraph {
-    graph: crate::backend::cuda::CapturedGraph,
+    graph: CapturedGraph,
     arena: u64,
     mark: usize,
     step_bytes: usize,
@@ -683,8 +666,17 @@ mod tests {
     use super::*;
     use crate::memory::ALIGN;
 
+    // These tests drive the arena through its byte-level services alone
+    // (`run_step`, `alloc_step`, the backend); steps with tensors and ops
+    // are tested in autograd, which builds them on these services.
+
     fn cpu_arena(bytes: usize) -> Arena {
         Arena::new(Device::cpu(1).unwrap(), bytes).unwrap()
+    }
+
+    /// One step that only allocates.
+    fn step<R>(arena: &mut Arena, run: impl FnOnce(&mut Arena) -> Result<R, ArenaError>) -> Result<R, ArenaError> {
+        arena.run_step(run)
     }
 
     #[test]
@@ -698,14 +690,13 @@ mod tests {
             assert_eq!(off % ALIGN, 0);
         }
         assert!(a.byte_range().end <= b.offset() && b.byte_range().end <= c.offset());
-        arena
-            .step(|s| {
-                let x = s.alloc::<f32>("x", Shape::new(&[7]))?;
-                assert_eq!(x.offset() % ALIGN, 0);
-                assert!(x.offset() >= c.byte_range().end, "step memory starts above the mark");
-                Ok(())
-            })
-            .unwrap();
+        step(&mut arena, |a| {
+            let x = a.alloc_step::<f32>("x", Shape::new(&[7]))?;
+            assert_eq!(x.offset() % ALIGN, 0);
+            assert!(x.offset() >= c.byte_range().end, "step memory starts above the mark");
+            Ok(())
+        })
+        .unwrap();
     }
 
     #[test]
@@ -716,13 +707,12 @@ mod tests {
         assert_eq!(mark, ALIGN);
         let mut first = None;
         for _ in 0..3 {
-            let off = arena
-                .step(|s| {
-                    let a = s.alloc::<f32>("a", Shape::new(&[64]))?; // exactly 256 bytes
-                    let b = s.alloc::<f32>("b", Shape::new(&[65]))?; // 260 -> 512
-                    Ok((a.offset(), b.offset()))
-                })
-                .unwrap();
+            let off = step(&mut arena, |arena| {
+                let a = arena.alloc_step::<f32>("a", Shape::new(&[64]))?; // exactly 256 bytes
+                let b = arena.alloc_step::<f32>("b", Shape::new(&[65]))?; // 260 -> 512
+                Ok((a.offset(), b.offset()))
+            })
+            .unwrap();
             assert_eq!(*first.get_or_insert(off), off, "same sequence, same addresses");
         }
         let stats = arena.stats();
@@ -742,22 +732,20 @@ mod tests {
         for poison in [false, true] {
             let mut arena = cpu_arena(1 << 16);
             arena.set_poison_step(poison);
-            arena
-                .step(|s| {
-                    let x = s.input("written", Shape::new(&[8]), &[1.5; 8])?;
-                    x.relu(s).map(|_| ())
-                })
-                .unwrap();
+            step(&mut arena, |a| {
+                let x = a.alloc_step::<f32>("written", Shape::new(&[8]))?;
+                Ok(a.backend().upload(x, &[1.5; 8])?)
+            })
+            .unwrap();
             // The planted bug: a step reads a buffer it never wrote, at the
             // address the last step's input had.
-            let stale = arena
-                .step(|s| {
-                    let buf = s.alloc::<f32>("never written", Shape::new(&[8]))?;
-                    let mut out = [0.0; 8];
-                    s.backend().download(buf, &mut out)?;
-                    Ok(out)
-                })
-                .unwrap();
+            let stale = step(&mut arena, |a| {
+                let buf = a.alloc_step::<f32>("never written", Shape::new(&[8]))?;
+                let mut out = [0.0; 8];
+                a.backend().download(buf, &mut out)?;
+                Ok(out)
+            })
+            .unwrap();
             if poison {
                 assert!(stale.iter().all(|v| v.is_nan()), "{stale:?}");
             } else {
@@ -767,53 +755,19 @@ mod tests {
     }
 
     #[test]
-    fn a_planned_step_reuses_dead_bytes_and_replans_a_new_sequence() {
-        let mut arena = cpu_arena(1 << 20);
-        let run = |arena: &mut Arena, n: usize| {
-            arena
-                .planned_step(7, |s| {
-                    // a dies when b is made from it; b and c are alive together.
-                    let a = s.input("a", Shape::new(&[n]), &vec![1.0; n])?;
-                    let b = a.relu(s)?;
-                    let c = b.relu(s)?;
-                    let mut out = vec![0.0; n];
-                    s.read(c, &mut out)?;
-                    Ok((a.buf().offset(), c.buf().offset(), out))
-                })
-                .unwrap()
-        };
-        let first = run(&mut arena, 256);
-        assert_eq!(arena.plans().len(), 1);
-        let plan = arena.plans()[0].clone();
-        assert_eq!(plan.bump_bytes, 3 * 1024);
-        assert_eq!(plan.peak, 2 * 1024, "a's bytes go to c");
-        assert_eq!(plan.lower_bound, 2 * 1024);
-        let planned = run(&mut arena, 256);
-        assert_eq!(planned.0, planned.1, "c takes a's bytes under the plan");
-        assert_eq!(planned.2, first.2);
-        assert_eq!(arena.stats().last_step_bytes, 2 * 1024);
-        assert!(arena.take_replanned().is_empty());
-        // Another sequence under the same key: finished above the plan,
-        // then re-planned, never following the stale plan.
-        let other = run(&mut arena, 512);
-        assert!(other.2.iter().all(|&v| v == 1.0));
-        assert_eq!(arena.take_replanned(), vec![7]);
-        assert_eq!(arena.plans()[0].peak, 2 * 2048);
-    }
-
-    #[test]
     fn a_failed_step_still_resets() {
         let mut arena = cpu_arena(4096);
-        let err = arena.step(|s| {
-            s.alloc::<f32>("big", Shape::new(&[100]))?;
-            s.alloc::<f32>("too big", Shape::new(&[10_000]))?;
+        let err = step(&mut arena, |a| {
+            a.alloc_step::<f32>("big", Shape::new(&[100]))?;
+            a.alloc_step::<f32>("too big", Shape::new(&[10_000]))?;
             Ok(())
         });
         assert!(err.is_err());
         assert_eq!(arena.stats().last_step_bytes, 512);
-        arena
-            .step(|s| s.alloc::<f32>("again", Shape::new(&[100])).map(|_| ()))
-            .unwrap();
+        step(&mut arena, |a| {
+            a.alloc_step::<f32>("again", Shape::new(&[100])).map(|_| ())
+        })
+        .unwrap();
     }
 
     #[test]
@@ -823,13 +777,12 @@ mod tests {
             .persistent()
             .alloc::<f32>("conv1.weight", Shape::new(&[250]))
             .unwrap(); // 1000 -> 1024
-        let err = arena
-            .step(|s| {
-                s.alloc::<f32>("conv2d output", Shape::new(&[100, 20, 8, 8]))
-                    .map(|_| ())
-            })
-            .unwrap_err();
-        let crate::Error::Arena(ArenaError::Exhausted {
+        let err = step(&mut arena, |a| {
+            a.alloc_step::<f32>("conv2d output", Shape::new(&[100, 20, 8, 8]))
+                .map(|_| ())
+        })
+        .unwrap_err();
+        let ArenaError::Exhausted {
             region,
             what,
             shape,
@@ -838,7 +791,7 @@ mod tests {
             capacity,
             would_fit,
             ..
-        }) = err
+        } = err
         else {
             panic!("expected exhaustion, got {err}");
         };
@@ -862,13 +815,12 @@ mod tests {
     fn err_text(capacity: usize) -> String {
         let mut arena = cpu_arena(capacity);
         arena.persistent().alloc::<f32>("w", Shape::new(&[250])).unwrap();
-        arena
-            .step(|s| {
-                s.alloc::<f32>("conv2d output", Shape::new(&[100, 20, 8, 8]))
-                    .map(|_| ())
-            })
-            .unwrap_err()
-            .to_string()
+        step(&mut arena, |a| {
+            a.alloc_step::<f32>("conv2d output", Shape::new(&[100, 20, 8, 8]))
+                .map(|_| ())
+        })
+        .unwrap_err()
+        .to_string()
     }
 
     #[test]
@@ -892,10 +844,24 @@ mod tests {
         let device = Device::cpu(1).unwrap();
         let mut dry = Arena::dry(&device, None);
         dry.persistent().alloc::<u8>("data", Shape::new(&[1 << 30])).unwrap();
-        dry.step(|s| s.alloc::<f32>("x", Shape::new(&[1000])).map(|_| ()))
-            .unwrap();
+        step(&mut dry, |a| a.alloc_step::<f32>("x", Shape::new(&[1000])).map(|_| ())).unwrap();
         let stats = dry.stats();
         assert_eq!(stats.persistent_bytes, 1 << 30);
         assert_eq!(stats.step_high_water_bytes, align_up(4000));
+    }
+
+    #[test]
+    fn host_state_is_kept_between_steps_for_its_owner_alone() {
+        let mut arena = cpu_arena(4096);
+        let mut kept: Box<Vec<u32>> = arena.take_host_state();
+        assert!(kept.is_empty(), "a new one the first time");
+        kept.extend([1, 2, 3]);
+        arena.keep_host_state(kept);
+        step(&mut arena, |a| a.alloc_step::<f32>("x", Shape::new(&[4])).map(|_| ())).unwrap();
+        let again: Box<Vec<u32>> = arena.take_host_state();
+        assert_eq!(*again, [1, 2, 3]);
+        arena.keep_host_state(again);
+        let other: Box<Vec<u8>> = arena.take_host_state();
+        assert!(other.is_empty(), "state of another type is not handed out as this one");
     }
 }

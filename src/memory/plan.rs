@@ -12,7 +12,7 @@
 //! against the lower bound no placement can beat: the most bytes alive at
 //! any one tick.
 
-use crate::tensor::Shape;
+use super::Shape;
 
 /// One step allocation as traced: its aligned size, where it was placed,
 /// and the ticks it is alive.
@@ -258,7 +258,7 @@ mod tests {
 
     #[test]
     fn random_traces_never_overlap_and_stay_near_the_lower_bound() {
-        let mut rng = crate::data::SplitMix64::new(7);
+        let mut rng = crate::rng::SplitMix64::new(7);
         let mut worst: f64 = 1.0;
         for _ in 0..300 {
             let n = 1 + rng.below(40) as usize;

@@ -1,7 +1,7 @@
 //! PyTorch's default initialisation, reproduced so that models start where
 //! PyTorch's would (in distribution, not bit for bit: the generators differ).
 
-use crate::data::SplitMix64;
+use crate::rng::SplitMix64;
 
 /// `U(-1/√fan_in, 1/√fan_in)`. This is both PyTorch's default for biases and
 /// what its Kaiming-uniform with `a = √5` gives for weights:

@@ -18,8 +18,8 @@
 //! parameter's gradient straight into its slot ([`Param::grad`]).
 
 use super::init::uniform_fan_in;
-use crate::data::SplitMix64;
 use crate::memory::{ArenaError, Buf, Persistent, ALIGN};
+use crate::rng::SplitMix64;
 use crate::tensor::{Param, Shape};
 use crate::{Error, Result};
 use std::cell::RefCell;

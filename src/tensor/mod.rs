@@ -3,11 +3,11 @@
 //! [`Tensor<'s>`] lives in a step's region and carries the step's brand
 //! `'s`, which is invariant and higher-ranked, so a step tensor cannot be
 //! stored anywhere that outlives the step (see `Arena::step`). [`Param`]
-//! lives in the persistent region and carries no brand: it outlives steps.
+//! lives in the persistent region and carries no brand: it outlives steps,
+//! as does [`ByteImages`], a data set resident there (data uploads it, the
+//! gather op reads it).
 
-mod shape;
-
-pub use shape::{Shape, MAX_RANK};
+pub use crate::memory::{Shape, MAX_RANK};
 
 use crate::memory::Buf;
 use std::marker::PhantomData;
@@ -105,4 +105,13 @@ impl Param {
     pub fn grad(&self) -> Buf<f32> {
         self.grad
     }
+}
+
+/// Images of one shape stored as bytes in the persistent region: `count` of
+/// `[channels, rows, cols]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteImages {
+    pub pixels: Buf<u8>,
+    pub count: usize,
+    pub image: Shape,
 }

@@ -120,6 +120,8 @@ fn arena(err: &ArenaError) -> Option<String> {
             Some(format!(" (pass --arena-size {} or more)", suggest(*would_fit)))
         }
         ArenaError::Backend(e) => backend(e),
+        // A defect of the caller, not of a setting.
+        ArenaError::StaleGraph => None,
     }
 }
 

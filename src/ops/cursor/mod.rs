@@ -31,7 +31,7 @@ pub struct StepCursor {
 
 /// The dropout seed of global step `step` of a run seeded with `base`.
 pub fn step_seed(base: u64, step: u64) -> u64 {
-    crate::data::SplitMix64::new(base ^ step.wrapping_mul(0xD6E8_FEB8_6659_FD93)).next_u64()
+    crate::rng::SplitMix64::new(base ^ step.wrapping_mul(0xD6E8_FEB8_6659_FD93)).next_u64()
 }
 
 impl StepCursor {

@@ -11,6 +11,7 @@ use crate::backend::cuda::{Arg, Grid, KernelSource};
 use crate::backend::{Backend, BackendError};
 use crate::memory::Buf;
 use crate::ops::cursor::StepCursor;
+pub use crate::tensor::ByteImages;
 use crate::tensor::{Labels, Shape, Tensor};
 use crate::{Error, Result};
 
@@ -46,14 +47,6 @@ pub struct BatchAt {
     /// Examples of the step skipped before this batch: a data-parallel
     /// rank's shard starts past the shards of the ranks before it.
     pub offset: usize,
-}
-
-/// Images of one shape stored as bytes: `count` of `[channels, rows, cols]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ByteImages {
-    pub pixels: Buf<u8>,
-    pub count: usize,
-    pub image: Shape,
 }
 
 impl<'s> Step<'s> {
