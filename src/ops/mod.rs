@@ -5,6 +5,7 @@
 //! its outputs in the step region, dispatches on the backend in one `match`,
 //! and records what its backward needs.
 
+pub mod adamw_update;
 pub mod conv2d;
 pub mod cursor;
 pub mod dense;
@@ -12,9 +13,11 @@ pub mod dropout;
 pub mod gather;
 pub mod linear;
 pub mod log_softmax_nll;
+pub mod lr;
 pub mod maxpool2d;
 pub mod relu;
 pub mod reshape;
+pub mod sgd_update;
 
 #[cfg(test)]
 pub(crate) mod gradcheck;

@@ -48,6 +48,8 @@ kernels! {
     DenseForward => "dense_forward",
     DenseInputGrad => "dense_input_grad",
     DenseWeightGrad => "dense_weight_grad",
+    SgdUpdate => "sgd_update",
+    AdamwUpdate => "adamw_update",
 }
 
 /// The sources, in one translation unit: each op's file, then the backend's.
@@ -63,6 +65,8 @@ fn source() -> String {
         crate::ops::linear::CUDA_SOURCE,
         crate::ops::conv2d::CUDA_SOURCE,
         crate::ops::dense::CUDA_SOURCE,
+        crate::ops::sgd_update::CUDA_SOURCE,
+        crate::ops::adamw_update::CUDA_SOURCE,
         crate::optim::sgd::CUDA_SOURCE,
     ]
     .join("\n")
