@@ -21,6 +21,9 @@ use std::sync::Mutex;
 #[path = "support/used_twice.rs"]
 mod used_twice;
 
+#[path = "support/optim_fixtures.rs"]
+mod optim_fixtures;
+
 /// GPU tests run one at a time: the free-memory test reads a device-wide
 /// figure that another test's arena would change.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -427,6 +430,21 @@ fn mnist_cnn_logits_and_every_gradient_match_the_cpu() {
     assert_same_names("mnist_cnn", &on_cpu, &on_gpu);
     for ((name, c), (_, g)) in on_cpu.iter().zip(&on_gpu) {
         assert_close(&format!("mnist_cnn: {name}"), c, g);
+    }
+}
+
+/// The optimizer ops on the GPU against PyTorch's SGD and AdamW, every case
+/// of `tests/fixtures/optim/` through the body the CPU test runs
+/// (`tests/optimizers.rs`): parameters and state within 1e-6 relative after
+/// each of six updates, the padding of the slabs still zero.
+#[test]
+fn optimizers_match_pytorchs_fixtures_on_the_gpu() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(gpu) = gpu("optimizer fixtures") else { return };
+    let mut arena = Arena::new(gpu, 4 << 20).expect("arena");
+    arena.set_poison_step(true);
+    for (name, _) in optim_fixtures::CASES {
+        optim_fixtures::check(&mut arena, name, &optim_fixtures::case(name));
     }
 }
 

@@ -5,6 +5,7 @@
 //! its outputs in the step region, dispatches on the backend in one `match`,
 //! and records what its backward needs.
 
+pub mod adamw_update;
 pub mod conv2d;
 pub mod cursor;
 pub mod dense;
@@ -16,6 +17,7 @@ pub mod lr;
 pub mod maxpool2d;
 pub mod relu;
 pub mod reshape;
+pub mod sgd_update;
 
 #[cfg(test)]
 pub(crate) mod gradcheck;
@@ -35,9 +37,8 @@ pub const KERNELS: &[KernelSource] = &[
     linear::KERNELS,
     conv2d::KERNELS,
     dense::KERNELS,
-    // SGD's update is not an op yet; its kernel is registered here meanwhile
-    // (the one import of `optim` from `ops`).
-    crate::optim::sgd::KERNELS,
+    sgd_update::KERNELS,
+    adamw_update::KERNELS,
 ];
 
 /// Rows per rayon task in elementwise kernels: big enough that scheduling is

@@ -21,6 +21,7 @@ use crate::data::ImageSet;
 use crate::distributed::DataParallel;
 use crate::memory::{Arena, ArenaError, MemoryReport};
 use crate::nn::{ModelChoice, OptimizerChoice};
+use crate::optim::Schedule;
 use crate::{Error, Result, Setting};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -37,6 +38,10 @@ pub struct TrainConfig {
     pub optimizer: OptimizerChoice,
     /// The base learning rate.
     pub lr: f32,
+    /// How the rate changes over the run (with any warm-up); every step's
+    /// rate is computed before the first and read by the update on the device.
+    #[serde(serialize_with = "as_text")]
+    pub schedule: Schedule,
     pub seed: u64,
     pub data_dir: PathBuf,
     /// `None`: measured from a dry run of one step.
@@ -67,6 +72,11 @@ pub struct TrainConfig {
     pub data_parallel: Option<DataParallel>,
 }
 
+/// A setting written as the text it is parsed from.
+fn as_text<T: std::fmt::Display, S: serde::Serializer>(value: &T, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&value.to_string())
+}
+
 /// How a rank's device joins its data-parallel group before its arena is
 /// made: the group, and which GPU of the host the rank uses.
 pub struct Join {
@@ -83,6 +93,7 @@ impl Default for TrainConfig {
             model: ModelChoice::default(),
             optimizer: OptimizerChoice::default(),
             lr: 0.05,
+            schedule: Schedule::default(),
             seed: 42,
             data_dir: PathBuf::from("data/mnist"),
             arena_size: None,

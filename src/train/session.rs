@@ -189,7 +189,7 @@ impl Session {
         let input = Classification::input_of(host);
         let (store, model) = ParamStore::build(&mut p, cfg.seed, |pb| cfg.model.build(input, pb))?;
         let cursor = StepCursor::new(&mut p)?;
-        let rates = vec![cfg.lr];
+        let rates = cfg.schedule.table(cfg.lr, steps, cfg.epochs);
         let lr_table = p.upload("learning rates", Shape::new(&[rates.len()]), &rates)?;
         let optimizer = cfg.optimizer.build(
             &store,

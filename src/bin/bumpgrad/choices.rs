@@ -4,7 +4,7 @@
 
 use bumpgrad::models::MnistCnn;
 use bumpgrad::nn::{ModelChoice, OptimizerChoice};
-use bumpgrad::optim::SgdConfig;
+use bumpgrad::optim::{AdamWConfig, SgdConfig};
 
 /// A model's name as `--model` takes it, and how to make its choice.
 type Named = (&'static str, fn() -> ModelChoice);
@@ -17,24 +17,58 @@ pub const MODELS: &[Named] = &[(MnistCnn::NAME, MnistCnn::choice)];
 pub enum OptimizerArg {
     /// Stochastic gradient descent (torch.optim.SGD): --momentum, --nesterov, --weight-decay.
     Sgd,
+    /// AdamW (torch.optim.AdamW): --betas, --eps, --weight-decay (default 0.01).
+    Adamw,
 }
 
-/// The optimizer's settings, as the flags give them.
+/// The optimizer's settings, as the flags give them (`None`: not given).
 pub struct OptimizerFlags {
-    pub momentum: f32,
+    pub momentum: Option<f32>,
     pub nesterov: bool,
-    pub weight_decay: f32,
+    pub weight_decay: Option<f64>,
+    pub betas: Option<(f64, f64)>,
+    pub eps: Option<f64>,
 }
 
-pub fn optimizer(arg: OptimizerArg, f: &OptimizerFlags) -> OptimizerChoice {
+/// The optimizer the flags describe, or which flag does not belong to it.
+pub fn optimizer(arg: OptimizerArg, f: &OptimizerFlags) -> Result<OptimizerChoice, String> {
     match arg {
-        OptimizerArg::Sgd => SgdConfig {
-            momentum: f.momentum,
-            nesterov: f.nesterov,
-            weight_decay: f.weight_decay,
+        OptimizerArg::Sgd => {
+            if f.betas.is_some() || f.eps.is_some() {
+                return Err("--betas and --eps are AdamW's; pass --optimizer adamw, or drop them".into());
+            }
+            Ok(SgdConfig {
+                momentum: f.momentum.unwrap_or(0.0),
+                nesterov: f.nesterov,
+                weight_decay: f.weight_decay.unwrap_or(0.0) as f32,
+            }
+            .choice())
         }
-        .choice(),
+        OptimizerArg::Adamw => {
+            if f.momentum.is_some() || f.nesterov {
+                return Err("--momentum and --nesterov are SGD's; AdamW's moments are set with --betas".into());
+            }
+            let d = AdamWConfig::default();
+            let (beta1, beta2) = f.betas.unwrap_or((d.beta1, d.beta2));
+            Ok(AdamWConfig {
+                beta1,
+                beta2,
+                eps: f.eps.unwrap_or(d.eps),
+                weight_decay: f.weight_decay.unwrap_or(d.weight_decay),
+            }
+            .choice())
+        }
     }
+}
+
+/// `--betas B1,B2`.
+pub fn betas(text: &str) -> Result<(f64, f64), String> {
+    let bad = || format!("cannot read {text:?} as two betas; write e.g. 0.9,0.999");
+    let (a, b) = text.split_once(',').ok_or_else(bad)?;
+    Ok((
+        a.trim().parse().map_err(|_| bad())?,
+        b.trim().parse().map_err(|_| bad())?,
+    ))
 }
 
 /// The model `name` names, or the list of names.

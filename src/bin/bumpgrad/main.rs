@@ -87,18 +87,32 @@ struct TrainArgs {
     /// The optimizer.
     #[arg(long, value_enum, default_value = "sgd")]
     optimizer: choices::OptimizerArg,
-    /// Base learning rate.
+    /// Base learning rate (the schedule scales it step by step).
     #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
     lr: f32,
-    /// SGD momentum, in [0, 1).
+    /// How the rate changes: constant, step:EPOCHS,GAMMA (times GAMMA every EPOCHS epochs) or
+    /// cosine (to 0 at the end of the run).
+    #[arg(long, default_value = "constant")]
+    schedule: bumpgrad::optim::Schedule,
+    /// Epochs of linear warm-up (from lr/W to lr over the first W steps) before the schedule.
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    momentum: f32,
+    warmup_epochs: f64,
+    /// SGD momentum, in [0, 1) (default 0).
+    #[arg(long, allow_negative_numbers = true)]
+    momentum: Option<f32>,
     /// SGD with Nesterov momentum (needs --momentum above 0).
     #[arg(long)]
     nesterov: bool,
-    /// L2 penalty added to the gradient (SGD) or decoupled decay (AdamW).
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    weight_decay: f32,
+    /// Weight decay: an L2 term added to the gradient (SGD, default 0) or decoupled decay
+    /// (AdamW, default 0.01).
+    #[arg(long, allow_negative_numbers = true)]
+    weight_decay: Option<f64>,
+    /// AdamW's betas (default 0.9,0.999).
+    #[arg(long, value_parser = choices::betas, allow_negative_numbers = true)]
+    betas: Option<(f64, f64)>,
+    /// AdamW's eps, above 0 (default 1e-8).
+    #[arg(long, allow_negative_numbers = true)]
+    eps: Option<f64>,
     /// Seeds the initial weights, the epoch order and dropout.
     #[arg(long, default_value_t = 42, value_parser = count::<u64>, allow_negative_numbers = true)]
     seed: u64,
@@ -227,15 +241,28 @@ impl TrainArgs {
                 "--gpus trains on GPUs (through NCCL); drop --device cpu, or drop --gpus to train on the CPU"
             );
         }
-        if !(0.0..1.0).contains(&self.momentum) {
-            anyhow::bail!("--momentum must be in [0, 1), got {}", self.momentum);
+        if let Some(m) = self.momentum.filter(|m| !(0.0..1.0).contains(m)) {
+            anyhow::bail!("--momentum must be in [0, 1), got {m}");
         }
-        if self.nesterov && self.momentum == 0.0 {
+        if self.nesterov && self.momentum.unwrap_or(0.0) == 0.0 {
             anyhow::bail!("--nesterov needs a --momentum above 0 (e.g. --momentum 0.9)");
         }
-        if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
-            anyhow::bail!("--weight-decay must be 0 or more, got {}", self.weight_decay);
+        if let Some(wd) = self.weight_decay.filter(|wd| !(wd.is_finite() && *wd >= 0.0)) {
+            anyhow::bail!("--weight-decay must be 0 or more, got {wd}");
         }
+        if let Some((b1, b2)) = self
+            .betas
+            .filter(|(a, b)| !((0.0..1.0).contains(a) && (0.0..1.0).contains(b)))
+        {
+            anyhow::bail!("--betas must both be in [0, 1), got {b1},{b2}");
+        }
+        if let Some(eps) = self.eps.filter(|e| !(e.is_finite() && *e > 0.0)) {
+            anyhow::bail!("--eps must be above 0, got {eps}");
+        }
+        if !(self.warmup_epochs.is_finite() && self.warmup_epochs >= 0.0) {
+            anyhow::bail!("--warmup-epochs must be 0 or more, got {}", self.warmup_epochs);
+        }
+        self.optimizer_choice()?;
         if self.bucket_kib == 0 {
             anyhow::bail!("--bucket-kib must be at least 1 (KiB of gradients summed at once; the default is 4)");
         }
@@ -257,6 +284,18 @@ impl TrainArgs {
         Ok(())
     }
 
+    /// The optimizer and its settings, or which flag does not belong to it.
+    fn optimizer_choice(&self) -> anyhow::Result<bumpgrad::nn::OptimizerChoice> {
+        let flags = choices::OptimizerFlags {
+            momentum: self.momentum,
+            nesterov: self.nesterov,
+            weight_decay: self.weight_decay,
+            betas: self.betas,
+            eps: self.eps,
+        };
+        choices::optimizer(self.optimizer, &flags).map_err(anyhow::Error::msg)
+    }
+
     fn config(&self) -> TrainConfig {
         TrainConfig {
             device: match self.device {
@@ -267,15 +306,10 @@ impl TrainArgs {
             epochs: self.epochs,
             batch: self.batch,
             model: self.model.clone(),
-            optimizer: choices::optimizer(
-                self.optimizer,
-                &choices::OptimizerFlags {
-                    momentum: self.momentum,
-                    nesterov: self.nesterov,
-                    weight_decay: self.weight_decay,
-                },
-            ),
+            // Checked in `check`, which every command runs first.
+            optimizer: self.optimizer_choice().unwrap_or_default(),
             lr: self.lr,
+            schedule: self.schedule.with_warmup(self.warmup_epochs).unwrap_or(self.schedule),
             seed: self.seed,
             data_dir: self.data.clone(),
             arena_size: self.arena_size.0,

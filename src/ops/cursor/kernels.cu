@@ -5,6 +5,14 @@ __device__ __forceinline__ unsigned long long cursor_global_step(const unsigned 
     return (unsigned long long)cursor[1] | ((unsigned long long)cursor[2] << 32);
 }
 
+// The learning rate of the step the cursor is at (`ops::lr::LrAt`): a
+// schedule's table holds one rate per global step, its last one holding for
+// every step past its end (a constant rate is a table of one).
+__device__ __forceinline__ float cursor_lr(const float* table, unsigned int len, const unsigned int* cursor) {
+    unsigned long long step = cursor_global_step(cursor);
+    return table[step < len ? step : len - 1];
+}
+
 // The dropout seed of a step: SplitMix64 seeded with base ^ step * C, as
 // `cursor::step_seed` on the host.
 __device__ __forceinline__ unsigned long long cursor_step_seed(unsigned long long base, const unsigned int* cursor) {
