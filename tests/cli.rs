@@ -137,6 +137,38 @@ fn bad_settings_are_refused_with_what_to_pass() {
             "the number of epochs must be at least 1; pass --epochs 1",
         ),
         (&["--momentum", "1.5"], 1, "--momentum must be in [0, 1)"),
+        (&["--nesterov"], 1, "--nesterov needs a --momentum above 0"),
+        (&["--weight-decay", "-1"], 1, "--weight-decay must be 0 or more"),
+        (
+            &["--optimizer", "adamw", "--momentum", "0.9"],
+            1,
+            "--momentum and --nesterov are SGD's",
+        ),
+        (
+            &["--betas", "0.9,0.999"],
+            1,
+            "--betas and --eps are AdamW's; pass --optimizer adamw",
+        ),
+        (&["--optimizer", "adamw", "--betas", "0.9"], 2, "write e.g. 0.9,0.999"),
+        (
+            &["--optimizer", "adamw", "--betas", "0.9,1.5"],
+            1,
+            "--betas must both be in [0, 1)",
+        ),
+        (&["--optimizer", "adamw", "--eps", "0"], 1, "--eps must be above 0"),
+        (&["--optimizer", "lion"], 2, "[possible values: sgd, adamw]"),
+        (
+            &["--schedule", "cosinus"],
+            2,
+            "unknown schedule 'cosinus'; expected constant",
+        ),
+        (&["--schedule", "step:0,0.1"], 2, "step:EPOCHS,GAMMA"),
+        (&["--warmup-epochs", "-1"], 1, "--warmup-epochs must be 0 or more"),
+        (
+            &["--model", "resnet9000"],
+            2,
+            "unknown model \"resnet9000\"; the models are mnist-cnn",
+        ),
         (&["--arena-size", "lots"], 2, "(examples: 64MiB, 2GiB"),
         (
             &["--arena-size", "1KiB"],
@@ -611,4 +643,49 @@ fn memory_prints_the_plan_as_json_without_training() {
         report["arena_bytes"].as_u64().unwrap(),
         report["persistent_bytes"].as_u64().unwrap() + peak.max(report["plans"][1]["peak"].as_u64().unwrap_or(0))
     );
+}
+
+#[test]
+fn models_lists_every_model_with_its_parameter_count() {
+    let out = bumpgrad(&["models"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("MNIST's [1, 28, 28] images and 10 classes"), "{text}");
+    // 250 + 5,000 + 16,000 + 50 + 500 + 10: conv1, conv2, fc1, fc2.
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("mnist-cnn"))
+        .expect(&text);
+    assert_eq!(row.split_whitespace().collect::<Vec<_>>(), ["mnist-cnn", "21810"]);
+    let missing = bumpgrad(&["models", "--data", "/nonexistent/mnist"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("--data"));
+}
+
+#[test]
+fn adamw_with_a_cosine_schedule_trains() {
+    let mut args = vec!["train"];
+    args.extend(QUICK);
+    args.extend([
+        "--epochs",
+        "2",
+        "--optimizer",
+        "adamw",
+        "--lr",
+        "0.002",
+        "--schedule",
+        "cosine",
+        "--warmup-epochs",
+        "0.5",
+        "--json",
+    ]);
+    let out = bumpgrad(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let losses: Vec<f64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|v| v["train_loss"].as_f64().unwrap())
+        .collect();
+    assert_eq!(losses.len(), 2);
+    assert!(losses[1] < losses[0] && losses[0] < 2.3, "{losses:?}");
 }

@@ -13,6 +13,7 @@ use bumpgrad::data::ImageSet;
 use bumpgrad::models::{MnistCnn, MnistCnnConfig};
 use bumpgrad::nn::{Input, Mode, Model, ParamStore};
 use bumpgrad::ops::gather::Normalize;
+use bumpgrad::optim::{AdamWConfig, Schedule};
 use bumpgrad::train::{self, EpochReport, Observer, TrainConfig};
 use bumpgrad::{Arena, ArenaError, Device, Error, Shape, Step, Tensor};
 use std::io::Write;
@@ -565,6 +566,27 @@ fn replaying_a_captured_step_gives_the_uncaptured_runs_loss_curve() {
             g.epoch
         );
     }
+    // Every step's rate is read from the schedule's table at the step
+    // cursor, and AdamW's update count from the cursor: a replay follows
+    // both (a rate baked into the capture would part the runs after the
+    // first replayed step).
+    let scheduled = |graph| TrainConfig {
+        optimizer: AdamWConfig::default().choice(),
+        lr: 2e-3,
+        schedule: "cosine".parse::<Schedule>().unwrap().with_warmup(0.5).unwrap(),
+        ..cfg(graph, true)
+    };
+    let graph = train_on(&scheduled(true));
+    assert_eq!(
+        bits(&graph),
+        bits(&train_on(&scheduled(false))),
+        "a replay follows the schedule and AdamW's step count, bit for bit"
+    );
+    let constant = train_on(&TrainConfig {
+        schedule: Schedule::default(),
+        ..scheduled(true)
+    });
+    assert_ne!(bits(&constant), bits(&graph), "the schedule changes the run");
     // The README's count, for the default (fastest) algorithms: every
     // kernel of the MNIST CNN's step, cuDNN's and cuBLAS's included;
     // poisoning (on in these tests) adds the step region's NaN fill as one

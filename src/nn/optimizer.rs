@@ -112,3 +112,51 @@ pub fn runs_with_grads<'s>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Device;
+    use crate::memory::Arena;
+    use crate::nn::Init;
+    use crate::tensor::{Param, Shape};
+
+    /// Three `[2, 2]` parameters; a step that uses those `used` names,
+    /// chained as `x · w₁ᵀ · w₂ᵀ …`, and returns the runs with gradients (by
+    /// index).
+    fn runs(used: &[usize]) -> Vec<(usize, usize)> {
+        let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+        let (store, params) = ParamStore::build(&mut arena.persistent(), 1, |pb| {
+            (0..3)
+                .map(|i| pb.pp(i).param("weight", Shape::new(&[2, 2]), Init::Constant(1.0)))
+                .collect::<Result<Vec<Param>>>()
+        })
+        .unwrap();
+        arena
+            .step(|s| {
+                let mut h = s.variable("x", Shape::new(&[1, 2]), &[1.0, 2.0])?;
+                for &i in used {
+                    let w = s.param(&params[i]);
+                    h = h.linear(s, w, None)?;
+                }
+                let one = s.input("upstream", h.shape(), &[1.0, 1.0])?;
+                s.backward_from(h, one)?;
+                let mut found = Vec::new();
+                let index = |p: Param| params.iter().position(|q| *q == p).unwrap();
+                runs_with_grads(s, &store, &mut |_, first, last| {
+                    found.push((index(first), index(last)));
+                    Ok(())
+                })?;
+                Ok(found)
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn parameters_with_gradients_are_updated_in_runs_and_the_rest_skipped() {
+        assert_eq!(runs(&[0, 1, 2]), [(0, 2)], "all: one flat update");
+        assert_eq!(runs(&[0, 2]), [(0, 0), (2, 2)]);
+        assert_eq!(runs(&[1, 2]), [(1, 2)]);
+        assert_eq!(runs(&[]), []);
+    }
+}

@@ -92,3 +92,66 @@ impl Optimizer for Sgd {
         self.velocity.map(|v| ("momentum_buffer", v)).into_iter().collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Device;
+    use crate::memory::Arena;
+    use crate::nn::Init;
+    use crate::ops::cursor::StepCursor;
+    use crate::tensor::{Param, Shape};
+
+    /// Every figure is exact in binary: updates compare bit for bit.
+    #[test]
+    fn a_parameter_without_a_gradient_keeps_its_values_and_its_momentum() {
+        let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+        let mut p = arena.persistent();
+        let (store, (used, idle)) = ParamStore::build(&mut p, 1, |pb| {
+            Ok((
+                pb.param("used", Shape::new(&[1, 2]), Init::Constant(1.0))?,
+                pb.param("idle", Shape::new(&[2]), Init::Constant(3.0))?,
+            ))
+        })
+        .unwrap();
+        let cursor = StepCursor::new(&mut p).unwrap();
+        let table = p.upload("lr", Shape::new(&[1]), &[0.5]).unwrap();
+        let config = SgdConfig {
+            momentum: 0.5,
+            ..SgdConfig::default()
+        };
+        let sgd = config.build(&store, &mut p, LrAt::new(table, cursor)).unwrap();
+        let step = |arena: &mut Arena, w: &Param| {
+            arena
+                .step(|s| {
+                    // ∂(x · wᵀ)/∂w = x = [1, 2].
+                    let x = s.input("x", Shape::new(&[1, 2]), &[1.0, 2.0])?;
+                    let weight = s.param(w);
+                    let y = x.linear(s, weight, None)?;
+                    let one = s.input("upstream", y.shape(), &[1.0])?;
+                    let grads = s.backward_from(y, one)?;
+                    sgd.update(s, &store, &grads)
+                })
+                .unwrap();
+        };
+        let read = |arena: &mut Arena, buf: Buf<f32>| {
+            let mut out = vec![0.0; buf.len()];
+            arena.read_persistent(buf, &mut out).unwrap();
+            out
+        };
+        let velocity = sgd.state()[0].1;
+        // What an earlier step that used `idle` would have left in its
+        // gradient slot: stale from now on, and never to be applied.
+        arena.write_persistent(idle.grad(), &[7.0, 7.0]).unwrap();
+        step(&mut arena, &used);
+        // v = [1, 2]; p = 1 - 0.5 v.
+        assert_eq!(read(&mut arena, used.buf()), [0.5, 0.0]);
+        step(&mut arena, &used);
+        // v = 0.5 [1, 2] + [1, 2] = [1.5, 3]; p = [0.5, 0] - 0.5 v.
+        assert_eq!(read(&mut arena, used.buf()), [-0.25, -1.5]);
+        assert_eq!(read(&mut arena, idle.buf()), [3.0, 3.0], "no gradient, no update");
+        let slot = store.slot_in(velocity, &idle).unwrap();
+        assert_eq!(read(&mut arena, slot), [0.0, 0.0], "and no momentum");
+        assert_eq!(sgd.state()[0].0, "momentum_buffer");
+    }
+}
