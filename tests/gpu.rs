@@ -387,11 +387,17 @@ fn cnn_step(device: Device) -> Vec<(&'static str, Vec<f32>)> {
         classes: 10,
     };
     let (store, model) = ParamStore::build(&mut p, 7, |pb| MnistCnn::new(&MnistCnnConfig, input, pb)).expect("init");
-    // The names outlive the store: the test compares them after the step.
-    let names: Vec<&'static str> = store
-        .params()
-        .map(|p| &*String::leak(store.name(&p).to_string()))
-        .collect();
+    // PyTorch's names, in its state_dict's order, are the store's.
+    const NAMES: [&str; 6] = [
+        "conv1.weight",
+        "conv2.weight",
+        "fc1.weight",
+        "fc1.bias",
+        "fc2.weight",
+        "fc2.bias",
+    ];
+    let names: Vec<&str> = store.params().map(|p| store.name(&p)).collect();
+    assert_eq!(names, NAMES);
     let data = host.upload(&mut p).expect("upload");
     let indices: Vec<u32> = (0..100).map(|i| (i * 37 % 300) as u32).collect();
     let norm = Normalize {
@@ -406,9 +412,9 @@ fn cnn_step(device: Device) -> Vec<(&'static str, Vec<f32>)> {
             let loss = logits.log_softmax_nll(s, labels)?;
             let grads = s.backward(loss)?;
             let mut out = vec![("input batch", x), ("logits", logits), ("loss", loss)];
-            for (param, name) in store.params().zip(&names) {
+            for (param, name) in store.params().zip(NAMES) {
                 let t = s.param(&param);
-                out.push((*name, s.grad(&grads, t).expect("every parameter gets a gradient")));
+                out.push((name, s.grad(&grads, t).expect("every parameter gets a gradient")));
             }
             let mut read = Vec::new();
             for (name, t) in out {
