@@ -235,7 +235,11 @@ impl ParamStore {
         let slabs = Slabs {
             values: p.upload("parameters", Shape::new(&[layout.params]), &values)?,
             grads: p.zeros::<f32>("gradients", Shape::new(&[layout.params]))?,
-            buffers: p.upload("buffers", Shape::new(&[layout.buffers]), &buffers)?,
+            // A model without buffers has no slab of them.
+            buffers: match layout.buffers {
+                0 => Buf::default(),
+                n => p.upload("buffers", Shape::new(&[n]), &buffers)?,
+            },
         };
         {
             let mut s = shared.borrow_mut();
