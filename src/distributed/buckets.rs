@@ -48,8 +48,9 @@ impl Buckets {
         let mut groups: Vec<Vec<Param>> = Vec::new();
         let mut fill = 0;
         for param in store.params().rev() {
-            // The slot with its padding (slots start 64 elements apart).
-            let len = param.shape().numel().next_multiple_of(64);
+            // The slot with its padding, at most (slots start 512 bytes past
+            // a 1 KiB boundary: up to 256 elements apart).
+            let len = param.shape().numel().next_multiple_of(256);
             match groups.last_mut() {
                 Some(group) if fill + len <= cap => group.push(param),
                 _ => {
@@ -185,7 +186,7 @@ mod tests {
         assert_eq!(one.len(), 1);
         assert_eq!(one[0].0.len(), 6);
         // From conv1.weight's slot to fc2.bias's last element: 21,810
-        // values, every slot but the last rounded up to 64.
-        assert_eq!(one[0].1, (256 + 5056 + 16000 + 64 + 512 + 10) * 4);
+        // values, each slot starting 512 bytes past a 1 KiB boundary.
+        assert_eq!(one[0].1, (256 + 5120 + 16128 + 256 + 512 + 10) * 4);
     }
 }

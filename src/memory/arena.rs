@@ -641,6 +641,13 @@ pub struct Persistent<'a> {
 }
 
 impl Persistent<'_> {
+    /// Where the next allocation starts, in bytes from the arena's start
+    /// (a multiple of 256): for callers that lay out memory with a coarser
+    /// alignment of their own.
+    pub fn offset(&self) -> usize {
+        self.arena.top
+    }
+
     /// Uninitialised-by-contract space (it holds whatever was there before).
     pub fn alloc<T: Element>(&mut self, what: &'static str, shape: Shape) -> Result<Buf<T>, ArenaError> {
         self.arena.bump(Region::Persistent, what, shape)
