@@ -2,7 +2,7 @@
 //! trained for one epoch on the MNIST shipped in the repository:
 //!
 //! ```sh
-//! cargo run --release --example custom_model -- [--train-limit N] [--device cpu|cuda]
+//! cargo run --release --example custom_model -- [--train-limit N] [--device auto|cpu|cuda]
 //! ```
 //!
 //! A two-layer perceptron: flatten → linear 784→128 → relu → linear 128→classes.
@@ -90,9 +90,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--train-limit" => cfg.train_limit = Some(value.parse()?),
             "--device" => {
                 cfg.device = match value.as_str() {
+                    "auto" => DeviceRequest::Auto,
                     "cpu" => DeviceRequest::Cpu,
                     "cuda" => DeviceRequest::Cuda,
-                    _ => DeviceRequest::Auto,
+                    other => return Err(format!("--device {other}: expected auto, cpu or cuda").into()),
                 }
             }
             other => return Err(format!("unknown flag {other}; try --train-limit N or --device cpu").into()),
