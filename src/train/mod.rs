@@ -346,6 +346,9 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
         world: session.world(),
         batch: cfg.batch,
         model: cfg.model.name(),
+        parameters: session.store().param_count(),
+        optimizer: cfg.optimizer.describe(),
+        schedule: format!("lr {} {}", cfg.lr, cfg.schedule),
         buckets: session.bucket_layout(),
         nccl_bytes,
     };

@@ -29,6 +29,11 @@ pub struct RunInfo {
     pub batch: usize,
     /// The network trained (as `--model` names it).
     pub model: &'static str,
+    /// Its trainable values.
+    pub parameters: usize,
+    /// The optimizer with its settings, and the learning-rate schedule.
+    pub optimizer: String,
+    pub schedule: String,
     /// Data-parallel gradient buckets: each one's parameters and bytes.
     pub buckets: Vec<(Vec<String>, usize)>,
     /// Device memory NCCL took for its communicator, outside the arena.

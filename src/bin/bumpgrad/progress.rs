@@ -61,6 +61,10 @@ impl Observer for Printer {
         }
         let a = &info.arena;
         self.say(&format!(
+            "bumpgrad: {} ({} parameters), {}, {}",
+            info.model, info.parameters, info.optimizer, info.schedule
+        ));
+        self.say(&format!(
             "bumpgrad: {}, {} training / {} test images, {} steps per epoch",
             info.device_name, info.train_examples, info.test_examples, info.steps_per_epoch
         ));
