@@ -71,9 +71,7 @@ impl Buckets {
             .into_iter()
             .map(|params| {
                 let (first, last) = (params[params.len() - 1], params[0]);
-                let buf = store.span(grads, &first, &last).ok_or(Error::Config(
-                    "internal error: a gradient bucket outside the gradient slab".into(),
-                ))?;
+                let buf = store.span(grads, &first, &last)?;
                 Ok(Bucket { buf, params })
             })
             .collect::<Result<_>>()?;

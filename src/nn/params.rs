@@ -373,14 +373,18 @@ impl ParamStore {
         (e.kind == Kind::Param).then(|| slab.slice(e.start, e.len())).flatten()
     }
 
-    /// The range of `slab` from `first`'s slot to the end of `last`'s
-    /// (parameters in declaration order): several entries as one slice.
-    pub fn span(&self, slab: Buf<f32>, first: &Param, last: &Param) -> Option<Buf<f32>> {
-        let (a, b) = (
-            self.entries.get(first.index as usize)?,
-            self.entries.get(last.index as usize)?,
-        );
-        slab.slice(a.start, (b.start + b.len()).checked_sub(a.start)?)
+    /// The range of `slab` (laid out like the parameter slab) from
+    /// `first`'s slot to the end of `last`'s, parameters in declaration
+    /// order: several entries as one slice (an optimizer's run, a bucket).
+    pub fn span(&self, slab: Buf<f32>, first: &Param, last: &Param) -> Result<Buf<f32>> {
+        let entry = |p: &Param| self.entries.get(p.index as usize);
+        let slice = match (entry(first), entry(last)) {
+            (Some(a), Some(b)) => (b.start + b.len())
+                .checked_sub(a.start)
+                .and_then(|n| slab.slice(a.start, n)),
+            _ => None,
+        };
+        slice.ok_or_else(|| Error::Config("internal error: a run of parameters outside its slab".into()))
     }
 }
 

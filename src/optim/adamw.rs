@@ -84,11 +84,7 @@ impl Optimizer for AdamW {
     fn update<'s>(&self, s: &mut Step<'s>, store: &ParamStore, _grads: &Grads<'s>) -> Result<()> {
         let (values, grads) = (store.values(), store.grads());
         runs_with_grads(s, store, &mut |s, first, last| {
-            let span = |slab| {
-                store
-                    .span(slab, &first, &last)
-                    .ok_or_else(|| Error::Config("internal error: a parameter run outside its slab".into()))
-            };
+            let span = |slab| store.span(slab, &first, &last);
             s.adamw_update(
                 span(values)?,
                 span(grads)?,

@@ -78,11 +78,7 @@ impl Optimizer for Sgd {
     fn update<'s>(&self, s: &mut Step<'s>, store: &ParamStore, _grads: &Grads<'s>) -> Result<()> {
         let (values, grads) = (store.values(), store.grads());
         runs_with_grads(s, store, &mut |s, first, last| {
-            let span = |slab| {
-                store
-                    .span(slab, &first, &last)
-                    .ok_or_else(|| Error::Config("internal error: a parameter run outside its slab".into()))
-            };
+            let span = |slab| store.span(slab, &first, &last);
             let velocity = self.velocity.map(span).transpose()?;
             s.sgd_update(span(values)?, span(grads)?, velocity, self.lr, self.hyper)
         })
