@@ -22,6 +22,8 @@ use std::sync::Mutex;
 #[path = "support/used_twice.rs"]
 mod used_twice;
 
+#[path = "support/mnist_cnn_names.rs"]
+mod mnist_cnn_names;
 #[path = "support/optim_fixtures.rs"]
 mod optim_fixtures;
 
@@ -388,14 +390,7 @@ fn cnn_step(device: Device) -> Vec<(&'static str, Vec<f32>)> {
     };
     let (store, model) = ParamStore::build(&mut p, 7, |pb| MnistCnn::new(&MnistCnnConfig, input, pb)).expect("init");
     // PyTorch's names, in its state_dict's order, are the store's.
-    const NAMES: [&str; 6] = [
-        "conv1.weight",
-        "conv2.weight",
-        "fc1.weight",
-        "fc1.bias",
-        "fc2.weight",
-        "fc2.bias",
-    ];
+    const NAMES: [&str; 6] = mnist_cnn_names::PARAMS;
     let names: Vec<&str> = store.params().map(|p| store.name(&p)).collect();
     assert_eq!(names, NAMES);
     let data = host.upload(&mut p).expect("upload");

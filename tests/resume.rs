@@ -96,15 +96,10 @@ fn run_straight(cfg: &TrainConfig) -> Watch<'static> {
     seen
 }
 
-/// The model's six parameters, and with momentum their six momentum buffers.
-const PARAMS: [&str; 6] = [
-    "conv1.weight",
-    "conv2.weight",
-    "fc1.weight",
-    "fc1.bias",
-    "fc2.weight",
-    "fc2.bias",
-];
+/// The model's six parameters (with momentum, also their six momentum buffers).
+#[path = "support/mnist_cnn_names.rs"]
+mod mnist_cnn_names;
+use mnist_cnn_names::PARAMS;
 
 /// `a` and `b` hold the same tensors (the model's parameters and, with
 /// momentum, their momentum buffers), bit for bit.
