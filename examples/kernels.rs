@@ -5,6 +5,7 @@
 //! forward and its backward (from an upstream gradient) are timed apart.
 //! Prints the median and the minimum of each, in microseconds.
 
+use bumpgrad::ops::conv2d::Conv2dArgs;
 use bumpgrad::{Arena, Device, Shape, Step, Tensor};
 use std::time::{Duration, Instant};
 
@@ -35,7 +36,7 @@ struct Case {
 }
 
 fn conv<'s>(s: &mut Step<'s>, x: Tensor<'s>, w: Option<Tensor<'s>>) -> bumpgrad::Result<Tensor<'s>> {
-    x.conv2d(s, w.expect("weight"), None)
+    x.conv2d(s, w.expect("weight"), None, Conv2dArgs::default())
 }
 
 fn pool<'s>(s: &mut Step<'s>, x: Tensor<'s>, _: Option<Tensor<'s>>) -> bumpgrad::Result<Tensor<'s>> {

@@ -12,6 +12,7 @@ use bumpgrad::backend::{BackendError, DeviceRequest};
 use bumpgrad::data::ImageSet;
 use bumpgrad::models::{MnistCnn, MnistCnnConfig};
 use bumpgrad::nn::{Input, Mode, Model, ParamStore};
+use bumpgrad::ops::conv2d::Conv2dArgs;
 use bumpgrad::ops::gather::Normalize;
 use bumpgrad::optim::{AdamWConfig, Schedule};
 use bumpgrad::train::{self, EpochReport, Observer, TrainConfig};
@@ -197,7 +198,7 @@ fn conv2d_matches_the_cpu() {
     same_on_both("conv2d", &|s| {
         let x = s.variable("x", Shape::new(&[4, 3, 12, 11]), &values(4 * 3 * 12 * 11, 3))?;
         let w = s.variable("w", Shape::new(&[5, 3, 5, 4]), &values(300, 4))?;
-        let y = x.conv2d(s, w, None)?;
+        let y = x.conv2d(s, w, None, Conv2dArgs::default())?;
         with_grads(s, y, &[("x grad", x), ("w grad", w)])
     });
 }
@@ -208,7 +209,7 @@ fn conv2d_with_bias_matches_the_cpu() {
         let x = s.variable("x", Shape::new(&[3, 2, 9, 9]), &values(486, 5))?;
         let w = s.variable("w", Shape::new(&[4, 2, 3, 3]), &values(72, 6))?;
         let b = s.variable("b", Shape::new(&[4]), &values(4, 7))?;
-        let y = x.conv2d(s, w, Some(b))?;
+        let y = x.conv2d(s, w, Some(b), Conv2dArgs::default())?;
         with_grads(s, y, &[("x grad", x), ("w grad", w), ("b grad", b)])
     });
 }

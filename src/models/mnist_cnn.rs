@@ -5,6 +5,7 @@
 
 use crate::autograd::Step;
 use crate::nn::{Init, Input, Mode, Model, ModelChoice, ParamBuilder};
+use crate::ops::conv2d::Conv2dArgs;
 use crate::ops::dense::Epilogue;
 use crate::tensor::{Param, Shape, Tensor};
 use crate::{Error, Result};
@@ -69,8 +70,8 @@ impl Model for MnistCnn {
         let conv2 = s.param(&self.conv2);
         let (w1, b1) = (s.param(&self.fc1_weight), s.param(&self.fc1_bias));
         let (w2, b2) = (s.param(&self.fc2_weight), s.param(&self.fc2_bias));
-        let h = x.conv2d(s, conv1, None)?.max_pool2d_relu(s)?;
-        let h = h.conv2d(s, conv2, None)?.max_pool2d_relu(s)?;
+        let h = x.conv2d(s, conv1, None, Conv2dArgs::default())?.max_pool2d_relu(s)?;
+        let h = h.conv2d(s, conv2, None, Conv2dArgs::default())?.max_pool2d_relu(s)?;
         // fc1, its relu and dropout in one op; fc2 plain.
         let fc1 = Epilogue {
             relu: true,

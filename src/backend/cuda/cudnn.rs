@@ -15,7 +15,8 @@ use std::ffi::c_void;
 pub const WORKSPACE_LIMIT: usize = 8 << 20;
 
 /// A convolution's sizes: input `[n, c, h, w]`, filters `[f, c, kh, kw]`,
-/// valid padding, stride 1.
+/// the same stride and zero padding in both directions. A plan is made per
+/// distinct value, so stride and padding are part of the cache key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConvDims {
     pub n: usize,
@@ -25,6 +26,8 @@ pub struct ConvDims {
     pub f: usize,
     pub kh: usize,
     pub kw: usize,
+    pub stride: usize,
+    pub padding: usize,
 }
 
 impl ConvDims {
@@ -34,12 +37,19 @@ impl ConvDims {
     pub fn filter_len(&self) -> usize {
         self.f * self.c * self.kh * self.kw
     }
-    /// Zero where the kernel does not fit the input (no output position).
+    /// Output rows and columns, PyTorch's `(h + 2·padding − kh) / stride + 1`;
+    /// zero where the kernel does not fit the padded input (no output
+    /// position) or the stride is 0.
+    pub fn output_hw(&self) -> (usize, usize) {
+        let len = |d: usize, k: usize| match (d + 2 * self.padding).checked_sub(k) {
+            Some(room) if self.stride > 0 => room / self.stride + 1,
+            _ => 0,
+        };
+        (len(self.h, self.kh), len(self.w, self.kw))
+    }
+
     pub fn output_len(&self) -> usize {
-        let (oh, ow) = (
-            (self.h + 1).saturating_sub(self.kh),
-            (self.w + 1).saturating_sub(self.kw),
-        );
+        let (oh, ow) = self.output_hw();
         self.n * self.f * oh * ow
     }
 }
@@ -58,6 +68,8 @@ mod tests {
             f: 3,
             kh,
             kw,
+            stride: 1,
+            padding: 0,
         };
         assert_eq!(dims(5, 5).output_len(), 0);
         assert_eq!(dims(4, 6).output_len(), 0);
@@ -65,6 +77,29 @@ mod tests {
         assert_eq!(dims(3, 11).output_len(), 0);
         assert_eq!(dims(4, 5).output_len(), 2 * 3);
         assert_eq!(dims(3, 3).output_len(), 2 * 3 * 2 * 3);
+    }
+
+    #[test]
+    fn output_sizes_follow_pytorch_with_stride_and_padding() {
+        let dims = |kh, kw, stride, padding| ConvDims {
+            n: 2,
+            c: 1,
+            h: 7,
+            w: 8,
+            f: 3,
+            kh,
+            kw,
+            stride,
+            padding,
+        };
+        assert_eq!(dims(3, 3, 1, 1).output_hw(), (7, 8));
+        assert_eq!(dims(3, 3, 2, 1).output_hw(), (4, 4));
+        assert_eq!(dims(1, 1, 2, 0).output_hw(), (4, 4));
+        assert_eq!(dims(7, 7, 2, 3).output_hw(), (4, 4));
+        assert_eq!(dims(9, 10, 1, 1).output_hw(), (1, 1));
+        assert_eq!(dims(10, 3, 1, 1).output_len(), 0);
+        assert_eq!(dims(3, 3, 0, 1).output_len(), 0);
+        assert_eq!(dims(3, 3, 2, 1).output_len(), 2 * 3 * 4 * 4);
     }
 }
 
@@ -157,7 +192,13 @@ impl ConvPlan {
     pub(crate) fn new(handle: sys::cudnnHandle_t, d: ConvDims, deterministic: bool) -> Result<Self, CudaError> {
         let float = sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
         let nchw = sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
-        let (oh, ow) = (d.h - d.kh + 1, d.w - d.kw + 1);
+        let (oh, ow) = d.output_hw();
+        if oh == 0 || ow == 0 {
+            return Err(CudaError::failed(
+                "describing a convolution",
+                format!("{d:?} has no output position"),
+            ));
+        }
         let x = TensorDesc(dnn::create_tensor_descriptor().map_err(dnn_err("cudnnCreateTensorDescriptor"))?);
         let y = TensorDesc(dnn::create_tensor_descriptor().map_err(dnn_err("cudnnCreateTensorDescriptor"))?);
         let w = FilterDesc(dnn::create_filter_descriptor().map_err(dnn_err("cudnnCreateFilterDescriptor"))?);
@@ -167,6 +208,7 @@ impl ConvPlan {
             [int(d.n)?, int(d.f)?, int(oh)?, int(ow)?],
             [int(d.f)?, int(d.c)?, int(d.kh)?, int(d.kw)?],
         );
+        let (pad, stride) = (int(d.padding)?, int(d.stride)?);
         // SAFETY: every descriptor was created above and is alive; `handle`
         // is the device's cuDNN handle, held under its mutex by the caller.
         unsafe {
@@ -175,10 +217,10 @@ impl ConvPlan {
             dnn::set_filter4d_descriptor(w.0, float, nchw, ws).map_err(dnn_err("cudnnSetFilter4dDescriptor"))?;
             dnn::set_convolution2d_descriptor(
                 conv.0,
-                0,
-                0,
-                1,
-                1,
+                pad,
+                pad,
+                stride,
+                stride,
                 1,
                 1,
                 sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,

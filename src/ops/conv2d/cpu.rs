@@ -1,5 +1,5 @@
-//! Convolution as implicit matrix products: the patch matrix is never
-//! written. An output row of a filter is `LANES`-pixel vectors ("spans"); for
+//! Stride-1, unpadded convolution as implicit matrix products: the patch
+//! matrix is never written (other geometries are `super::im2col`'s). An output row of a filter is `LANES`-pixel vectors ("spans"); for
 //! filter weight `(c, i, j)` the span's input pixels are `LANES` consecutive
 //! values of input row `oh + i` of channel `c`, starting at column `ow + j`,
 //! so every product reads its operands straight from `x`, `y` and `dy`.
@@ -561,6 +561,8 @@ mod tests {
                 kw,
                 oh,
                 ow,
+                stride: 1,
+                pad: 0,
             };
             let (k, p) = (g.k(), g.p());
             let x = values(n * c * h * w, 1);

@@ -1,18 +1,24 @@
-//! conv2d: valid padding, stride 1, NCHW, any channel counts, optional bias.
+//! conv2d: NCHW, any channel counts, any stride, symmetric zero padding,
+//! optional bias. Output sizes are PyTorch's: `(H + 2·padding − KH) / stride + 1`
+//! (rounded down), so the kernel must fit the padded input.
 //!
 //! The CPU kernels compute convolution as matrix products over the patch
-//! matrix without writing it (implicit im2col): per image, `y = W · col` with
-//! `W` the `[F, C·KH·KW]` filters and `col` the `[C·KH·KW, OH·OW]` patches,
-//! whose entries the kernels read from the input in place. Backward forms
-//! `dW = Σ dy · colᵀ` from the saved input the same way, and `dx` as
-//! `col2im(Wᵀ · dy)`, adding each product straight into `dx`. The filters are
-//! repacked per call into small step-region buffers in the order the kernels
-//! broadcast them.
+//! matrix: per image, `y = W · col` with `W` the `[F, C·KH·KW]` filters and
+//! `col` the `[C·KH·KW, OH·OW]` patches (zero where a patch reaches into the
+//! padding). Backward forms `dW = Σ dy · colᵀ` and `dx = col2im(Wᵀ · dy)`.
+//!
+//! Stride 1 without padding (the MNIST CNN) keeps its own kernels in `cpu`:
+//! they never write the patch matrix but read its entries from the input in
+//! place (implicit im2col), and the recorded losses depend on their exact
+//! order of float operations. Every other geometry goes through `im2col`:
+//! each worker writes one image's patch matrix into its own step-region
+//! scratch and hands it to the sgemm.
 //!
 //! On a GPU, cuDNN runs all three passes, each with the algorithm and the
 //! step-region workspace its plan chose; the bias is our own kernel.
 
 mod cpu;
+mod im2col;
 #[cfg(test)]
 mod tests;
 
@@ -32,6 +38,22 @@ pub(crate) const KERNELS: KernelSource = KernelSource {
 const CONV_BIAS_ADD: &str = "conv_bias_add";
 const CONV_BIAS_GRAD: &str = "conv_bias_grad";
 
+/// How a convolution steps over its input. The default, stride 1 and no
+/// padding, is a "valid" convolution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conv2dArgs {
+    /// Rows and columns between consecutive patches (both directions).
+    pub stride: usize,
+    /// Zero rows above and below, zero columns left and right of each image.
+    pub padding: usize,
+}
+
+impl Default for Conv2dArgs {
+    fn default() -> Self {
+        Self { stride: 1, padding: 0 }
+    }
+}
+
 /// Sizes of one convolution, checked once when the op is recorded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Geometry {
@@ -44,10 +66,12 @@ pub(crate) struct Geometry {
     pub kw: usize,
     pub oh: usize,
     pub ow: usize,
+    pub stride: usize,
+    pub pad: usize,
 }
 
 impl Geometry {
-    fn new(x: Shape, w: Shape, bias: Option<Shape>) -> Result<Self> {
+    fn new(x: Shape, w: Shape, bias: Option<Shape>, args: Conv2dArgs) -> Result<Self> {
         let bad = |detail: String| Err(Error::shape("conv2d", detail));
         if x.rank() != 4 || w.rank() != 4 {
             return bad(format!("input [N, C, H, W] and weight [F, C, KH, KW], got {x} and {w}"));
@@ -57,8 +81,17 @@ impl Geometry {
         if c != wc {
             return bad(format!("input has {c} channels but weight {w} expects {wc}"));
         }
-        if kh == 0 || kw == 0 || kh > h || kw > wd {
-            return bad(format!("kernel {kh}×{kw} does not fit input {h}×{wd}"));
+        let Conv2dArgs { stride, padding: pad } = args;
+        if stride == 0 {
+            return bad("stride 0: patches must advance by at least 1".into());
+        }
+        // `None` where the padded size overflows: no real input is that large.
+        let padded = |d: usize| pad.checked_mul(2).and_then(|p| p.checked_add(d));
+        let fits = |k: usize, d: usize| k > 0 && padded(d).is_some_and(|d| k <= d);
+        if !fits(kh, h) || !fits(kw, wd) {
+            return bad(format!(
+                "kernel {kh}×{kw} does not fit input {h}×{wd} with padding {pad}"
+            ));
         }
         if let Some(b) = bias {
             if b != Shape::new(&[f]) {
@@ -73,8 +106,10 @@ impl Geometry {
             f,
             kh,
             kw,
-            oh: h - kh + 1,
-            ow: wd - kw + 1,
+            oh: (h + 2 * pad - kh) / stride + 1,
+            ow: (wd + 2 * pad - kw) / stride + 1,
+            stride,
+            pad,
         })
     }
 
@@ -101,7 +136,14 @@ impl Geometry {
             f: self.f,
             kh: self.kh,
             kw: self.kw,
+            stride: self.stride,
+            padding: self.pad,
         }
+    }
+
+    /// Stride 1 without padding: the geometry of the implicit-im2col kernels.
+    fn is_valid_unit_stride(&self) -> bool {
+        self.stride == 1 && self.pad == 0
     }
 
     /// Images per thread in backward, and so the number of partial sums.
@@ -120,9 +162,17 @@ pub(crate) struct Saved {
 }
 
 impl<'s> Tensor<'s> {
-    /// Convolves `self` `[N, C, H, W]` with `weight` `[F, C, KH, KW]`.
-    pub fn conv2d(self, s: &mut Step<'s>, weight: Tensor<'s>, bias: Option<Tensor<'s>>) -> Result<Tensor<'s>> {
-        let g = Geometry::new(self.shape(), weight.shape(), bias.map(|b| b.shape()))?;
+    /// Convolves `self` `[N, C, H, W]` with `weight` `[F, C, KH, KW]` (plus
+    /// `bias` `[F]`), stepping and padding as `args` say: `[N, F, OH, OW]`.
+    pub fn conv2d(
+        self,
+        s: &mut Step<'s>,
+        weight: Tensor<'s>,
+        bias: Option<Tensor<'s>>,
+        args: Conv2dArgs,
+    ) -> Result<Tensor<'s>> {
+        let g = Geometry::new(self.shape(), weight.shape(), bias.map(|b| b.shape()), args)?;
+        let threads = s.threads();
         let y = match bias {
             Some(b) => s.output("conv2d output", g.output(), &[&self, &weight, &b])?,
             None => s.output("conv2d output", g.output(), &[&self, &weight])?,
@@ -140,14 +190,17 @@ impl<'s> Tensor<'s> {
                     Some(b) => Some(v.read(b.buf())?),
                     None => None,
                 };
-                cpu::forward(
-                    &g,
+                let (x, w, scratch, y) = (
                     v.read(self.buf())?,
                     v.read(weight.buf())?,
-                    b,
                     v.write(packed)?,
                     v.write(y.buf())?,
                 );
+                if g.is_valid_unit_stride() {
+                    cpu::forward(&g, x, w, b, scratch, y);
+                } else {
+                    im2col::forward(&g, g.images_per_group(threads), x, w, b, scratch, y);
+                }
                 Ok(())
             })?,
             Backend::Cuda(gpu) => {
@@ -191,14 +244,13 @@ impl Saved {
             let gw = s.grad_buffer(&self.w, "conv2d weight grad")?;
             match s.uses(&[gy.into(), self.x.buf.into(), partials.into(), gw.into()]) {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {
-                    cpu::weight_grad(
-                        &g,
-                        g.images_per_group(threads),
-                        v.read(gy)?,
-                        v.read(self.x.buf)?,
-                        v.write(partials)?,
-                        v.write(gw)?,
-                    );
+                    let per_group = g.images_per_group(threads);
+                    let (gy, x, scratch, gw) = (v.read(gy)?, v.read(self.x.buf)?, v.write(partials)?, v.write(gw)?);
+                    if g.is_valid_unit_stride() {
+                        cpu::weight_grad(&g, per_group, gy, x, scratch, gw);
+                    } else {
+                        im2col::weight_grad(&g, per_group, gy, x, scratch, gw);
+                    }
                     Ok(())
                 })?,
                 Backend::Cuda(gpu) => gpu.conv(g.dims(), ConvPass::WeightGrad, self.x.buf, gy, partials, gw)?,
@@ -229,11 +281,17 @@ impl Saved {
             s.accumulate(&b, gb)?;
         }
         if self.x.requires_grad {
+            let threads = s.threads();
             let packed = scratch(s, &g, ConvPass::InputGrad)?;
             let gx = s.alloc::<f32>("conv2d input grad", self.x.shape)?;
             match s.uses(&[gy.into(), self.w.buf.into(), packed.into(), gx.into()]) {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {
-                    cpu::input_grad(&g, v.read(gy)?, v.read(self.w.buf)?, v.write(packed)?, v.write(gx)?);
+                    let (gy, w, scratch, gx) = (v.read(gy)?, v.read(self.w.buf)?, v.write(packed)?, v.write(gx)?);
+                    if g.is_valid_unit_stride() {
+                        cpu::input_grad(&g, gy, w, scratch, gx);
+                    } else {
+                        im2col::input_grad(&g, g.images_per_group(threads), gy, w, scratch, gx);
+                    }
                     Ok(())
                 })?,
                 Backend::Cuda(gpu) => gpu.conv(g.dims(), ConvPass::InputGrad, self.w.buf, gy, packed, gx)?,
@@ -246,10 +304,21 @@ impl Saved {
 }
 
 /// A pass's scratch in the step region, sized for the device: the CPU
-/// kernels' packed filters or per-thread partial sums, or cuDNN's workspace
-/// for the algorithm its plan chose.
+/// kernels' packed filters, per-thread partial sums or per-thread patch
+/// matrices, or cuDNN's workspace for the algorithm its plan chose.
 fn scratch(s: &mut Step<'_>, g: &Geometry, pass: ConvPass) -> Result<Buf<f32>> {
     let (what, len) = match s.backend().sizing() {
+        Sizing::Cpu { threads } if !g.is_valid_unit_stride() => {
+            let groups = g.n.div_ceil(g.images_per_group(threads));
+            match pass {
+                ConvPass::Forward => ("conv2d patch matrices", im2col::forward_scratch_len(g, groups)),
+                ConvPass::InputGrad => ("conv2d patch-matrix grads", im2col::input_grad_scratch_len(g, groups)),
+                ConvPass::WeightGrad => (
+                    "conv2d weight-grad partial sums and patch matrices",
+                    im2col::weight_grad_scratch_len(g, groups),
+                ),
+            }
+        }
         Sizing::Cpu { threads } => match pass {
             ConvPass::Forward => ("conv2d packed filters", cpu::forward_packed_len(g)),
             ConvPass::InputGrad => ("conv2d packed filters (input grad)", cpu::input_grad_packed_len(g)),

@@ -1,0 +1,291 @@
+//! Convolutions with a stride or padding (ResNet's 3×3 pad-1 and 1×1
+//! layers, stride 1 or 2) as explicit patch matrices and the sgemm.
+//!
+//! Each worker takes a group of images and owns one `[K, P]` patch matrix
+//! (`K = C·KH·KW` filter weights, `P = OH·OW` output pixels) of step-region
+//! scratch: it writes an image's patches into it (`im2col`, zeros where a
+//! patch covers padding) and multiplies. The input gradient goes the other
+//! way: `Wᵀ · dy` into the matrix, then `col2im` adds each entry back onto
+//! the input pixel it came from. Writing the matrix costs `K·P` per image
+//! against the product's `F·K·P`, so the product dominates.
+//!
+//! Workers share nothing they write: each has its own matrix, its own
+//! images' outputs and, for the weight gradient, its own partial sum; the
+//! partials are added in a fixed order, so results do not depend on timing.
+
+use super::Geometry;
+use crate::backend::cpu::matmul::{matmul, Mat};
+use rayon::prelude::*;
+
+/// The output columns whose input column `ox·stride + j − pad` lies inside
+/// an input row of `len` pixels, for kernel column `j`: `lo..hi` (empty
+/// when none does). The same formula gives the output rows for kernel row `i`.
+fn inside(g: &Geometry, j: usize, len: usize, out: usize) -> (usize, usize) {
+    let lo = g.pad.saturating_sub(j).div_ceil(g.stride).min(out);
+    let hi = (len + g.pad).saturating_sub(j).div_ceil(g.stride).clamp(lo, out);
+    (lo, hi)
+}
+
+/// The patch-matrix row of filter weight `kk`: channel, kernel row, kernel column.
+fn tap(g: &Geometry, kk: usize) -> (usize, usize, usize) {
+    (kk / (g.kh * g.kw), kk / g.kw % g.kh, kk % g.kw)
+}
+
+/// `col[c, i, j][oy·OW + ox] = x[c][oy·s + i − pad][ox·s + j − pad]`, zero
+/// where that lies in the padding. `x` is one image.
+fn im2col(g: &Geometry, x: &[f32], col: &mut [f32]) {
+    let (plane, s) = (g.h * g.w, g.stride);
+    for (kk, row) in col.chunks_exact_mut(g.p()).enumerate() {
+        let (c, i, j) = tap(g, kk);
+        let (rows, cols) = (inside(g, i, g.h, g.oh), inside(g, j, g.w, g.ow));
+        for (oy, out) in row.chunks_exact_mut(g.ow).enumerate() {
+            // (With a large padding a kernel column can miss the input in every patch.)
+            if !(rows.0..rows.1).contains(&oy) || cols.0 == cols.1 {
+                out.fill(0.0);
+                continue;
+            }
+            let src = &x[c * plane + (oy * s + i - g.pad) * g.w..][..g.w];
+            let (before, rest) = out.split_at_mut(cols.0);
+            let (within, after) = rest.split_at_mut(cols.1 - cols.0);
+            before.fill(0.0);
+            after.fill(0.0);
+            // The first input column read, then every `s`-th.
+            let first = cols.0 * s + j - g.pad;
+            for (o, v) in within.iter_mut().zip(src[first..].iter().step_by(s)) {
+                *o = *v;
+            }
+        }
+    }
+}
+
+/// The adjoint of [`im2col`]: `gx` (one image) is overwritten with the sum,
+/// over every patch-matrix entry, of that entry at the input pixel it was
+/// read from; entries in the padding are dropped.
+fn col2im(g: &Geometry, col: &[f32], gx: &mut [f32]) {
+    let (plane, s) = (g.h * g.w, g.stride);
+    gx.fill(0.0);
+    for (kk, row) in col.chunks_exact(g.p()).enumerate() {
+        let (c, i, j) = tap(g, kk);
+        let (rows, cols) = (inside(g, i, g.h, g.oh), inside(g, j, g.w, g.ow));
+        if cols.0 == cols.1 {
+            continue;
+        }
+        for oy in rows.0..rows.1 {
+            let dst = &mut gx[c * plane + (oy * s + i - g.pad) * g.w..][..g.w];
+            let first = cols.0 * s + j - g.pad;
+            let within = &row[oy * g.ow + cols.0..oy * g.ow + cols.1];
+            for (d, v) in dst[first..].iter_mut().step_by(s).zip(within) {
+                *d += v;
+            }
+        }
+    }
+}
+
+/// Elements of one patch matrix.
+fn matrix_len(g: &Geometry) -> usize {
+    g.k() * g.p()
+}
+
+/// Scratch of [`forward`] for `groups` workers: a patch matrix each.
+pub(super) fn forward_scratch_len(g: &Geometry, groups: usize) -> usize {
+    groups * matrix_len(g)
+}
+
+/// Scratch of [`input_grad`]: a patch matrix each.
+pub(super) fn input_grad_scratch_len(g: &Geometry, groups: usize) -> usize {
+    groups * matrix_len(g)
+}
+
+/// Scratch of [`weight_grad`]: a partial `[F, K]` sum and a patch matrix each.
+pub(super) fn weight_grad_scratch_len(g: &Geometry, groups: usize) -> usize {
+    groups * (g.f * g.k() + matrix_len(g))
+}
+
+/// `y = W · col (+ bias)`, image by image; `per_group` images per worker.
+pub(super) fn forward(
+    g: &Geometry,
+    per_group: usize,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    cols: &mut [f32],
+    y: &mut [f32],
+) {
+    let (k, p) = (g.k(), g.p());
+    let (image_x, image_y) = (g.c * g.h * g.w, g.f * p);
+    cols.par_chunks_mut(matrix_len(g))
+        .zip(
+            y.par_chunks_mut(per_group * image_y)
+                .zip(x.par_chunks(per_group * image_x)),
+        )
+        .for_each(|(col, (y, x))| {
+            for (y, x) in y.chunks_exact_mut(image_y).zip(x.chunks_exact(image_x)) {
+                im2col(g, x, col);
+                matmul(y, Mat::rows(w, g.f, k), Mat::rows(col, k, p), false);
+                if let Some(bias) = bias {
+                    for (row, b) in y.chunks_exact_mut(p).zip(bias) {
+                        row.iter_mut().for_each(|v| *v += b);
+                    }
+                }
+            }
+        });
+}
+
+/// `dW = Σₙ dyₙ · colₙᵀ`: each worker sums its images into its own partial,
+/// then the partials are added in order.
+pub(super) fn weight_grad(g: &Geometry, per_group: usize, gy: &[f32], x: &[f32], scratch: &mut [f32], gw: &mut [f32]) {
+    let (k, p) = (g.k(), g.p());
+    let (image_x, image_y) = (g.c * g.h * g.w, g.f * p);
+    let groups = g.n.div_ceil(per_group);
+    let (partials, cols) = scratch.split_at_mut(groups * g.f * k);
+    partials
+        .par_chunks_mut(g.f * k)
+        .zip(cols.par_chunks_mut(matrix_len(g)))
+        .zip(
+            gy.par_chunks(per_group * image_y)
+                .zip(x.par_chunks(per_group * image_x)),
+        )
+        .for_each(|((partial, col), (gy, x))| {
+            for (i, (gy, x)) in gy.chunks_exact(image_y).zip(x.chunks_exact(image_x)).enumerate() {
+                im2col(g, x, col);
+                matmul(partial, Mat::rows(gy, g.f, p), Mat::rows(col, k, p).t(), i > 0);
+            }
+        });
+    gw.copy_from_slice(&partials[..g.f * k]);
+    for partial in partials.chunks_exact(g.f * k).skip(1) {
+        gw.iter_mut().zip(partial).for_each(|(a, b)| *a += b);
+    }
+}
+
+/// `dx = col2im(Wᵀ · dy)`, image by image.
+pub(super) fn input_grad(g: &Geometry, per_group: usize, gy: &[f32], w: &[f32], cols: &mut [f32], gx: &mut [f32]) {
+    let (k, p) = (g.k(), g.p());
+    let (image_x, image_y) = (g.c * g.h * g.w, g.f * p);
+    cols.par_chunks_mut(matrix_len(g))
+        .zip(
+            gx.par_chunks_mut(per_group * image_x)
+                .zip(gy.par_chunks(per_group * image_y)),
+        )
+        .for_each(|(col, (gx, gy))| {
+            for (gx, gy) in gx.chunks_exact_mut(image_x).zip(gy.chunks_exact(image_y)) {
+                matmul(col, Mat::rows(w, g.f, k).t(), Mat::rows(gy, g.f, p), false);
+                col2im(g, col, gx);
+            }
+        });
+}
+
+#[cfg(test)]
+mod tests {
+    //! Every kernel against direct loops over the definition, on geometries
+    //! where patches overhang the padding on each side, strides leave input
+    //! columns unread, and groups hold unequal image counts.
+    use super::*;
+
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        crate::ops::gradcheck::values(n, seed, -0.5, 0.5)
+    }
+
+    fn close(got: &[f32], want: &[f32], what: &str) {
+        assert_eq!(got.len(), want.len());
+        for (i, (a, b)) in got.iter().zip(want).enumerate() {
+            assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{what}[{i}]: {a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn kernels_match_direct_loops() {
+        // (n, c, h, w, f, kh, kw, stride, pad)
+        let cases = [
+            (3, 3, 9, 11, 4, 3, 3, 1, 1),
+            (3, 3, 9, 11, 4, 3, 3, 2, 1),
+            (2, 4, 8, 8, 5, 1, 1, 2, 0),
+            (2, 2, 7, 6, 3, 1, 1, 1, 1),
+            (2, 2, 11, 13, 3, 7, 7, 2, 3),
+            (3, 2, 5, 6, 2, 2, 3, 3, 2),
+            (1, 2, 4, 4, 9, 3, 3, 2, 0),
+            // Padding wider than the kernel: some patches are all zeros.
+            (2, 1, 1, 2, 2, 1, 1, 4, 5),
+        ];
+        for (n, c, h, w, f, kh, kw, stride, pad) in cases {
+            let (oh, ow) = ((h + 2 * pad - kh) / stride + 1, (w + 2 * pad - kw) / stride + 1);
+            let g = Geometry {
+                n,
+                c,
+                h,
+                w,
+                f,
+                kh,
+                kw,
+                oh,
+                ow,
+                stride,
+                pad,
+            };
+            let (k, p) = (g.k(), g.p());
+            let x = values(n * c * h * w, 1);
+            let wt = values(f * k, 2);
+            let bias = values(f, 3);
+            let gy = values(n * f * p, 4);
+            // The input pixel under output pixel `o` for filter weight `kk`, if not padding.
+            let at = |o: usize, kk: usize| {
+                let (cc, i, j) = tap(&g, kk);
+                let (yy, xx) = (
+                    (o / ow * stride + i).checked_sub(pad)?,
+                    (o % ow * stride + j).checked_sub(pad)?,
+                );
+                (yy < h && xx < w).then_some((cc * h + yy) * w + xx)
+            };
+            let image = c * h * w;
+            let per_group = n.div_ceil(2);
+            let groups = n.div_ceil(per_group);
+
+            let mut scratch = vec![f32::NAN; forward_scratch_len(&g, groups)];
+            let mut y = vec![f32::NAN; n * f * p];
+            forward(&g, per_group, &x, &wt, Some(&bias), &mut scratch, &mut y);
+            let mut want = vec![0.0; n * f * p];
+            for (i, want) in want.iter_mut().enumerate() {
+                let (nn, ff, o) = (i / (f * p), i / p % f, i % p);
+                *want = bias[ff];
+                for kk in 0..k {
+                    if let Some(xi) = at(o, kk) {
+                        *want += wt[ff * k + kk] * x[nn * image + xi];
+                    }
+                }
+            }
+            close(&y, &want, "y");
+
+            let mut scratch = vec![f32::NAN; weight_grad_scratch_len(&g, groups)];
+            let mut gw = vec![f32::NAN; f * k];
+            weight_grad(&g, per_group, &gy, &x, &mut scratch, &mut gw);
+            let mut want = vec![0.0; f * k];
+            for (i, want) in want.iter_mut().enumerate() {
+                let (ff, kk) = (i / k, i % k);
+                for nn in 0..n {
+                    for o in 0..p {
+                        if let Some(xi) = at(o, kk) {
+                            *want += gy[(nn * f + ff) * p + o] * x[nn * image + xi];
+                        }
+                    }
+                }
+            }
+            close(&gw, &want, "dW");
+
+            let mut scratch = vec![f32::NAN; input_grad_scratch_len(&g, groups)];
+            let mut gx = vec![f32::NAN; n * image];
+            input_grad(&g, per_group, &gy, &wt, &mut scratch, &mut gx);
+            let mut want = vec![0.0; n * image];
+            for nn in 0..n {
+                for ff in 0..f {
+                    for o in 0..p {
+                        for kk in 0..k {
+                            if let Some(xi) = at(o, kk) {
+                                want[nn * image + xi] += wt[ff * k + kk] * gy[(nn * f + ff) * p + o];
+                            }
+                        }
+                    }
+                }
+            }
+            close(&gx, &want, "dx");
+        }
+    }
+}
