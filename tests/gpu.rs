@@ -23,6 +23,8 @@ use std::sync::Mutex;
 #[path = "support/used_twice.rs"]
 mod used_twice;
 
+#[path = "gpu/conv2d.rs"]
+mod conv2d;
 #[path = "support/mnist_cnn_names.rs"]
 mod mnist_cnn_names;
 #[path = "support/optim_fixtures.rs"]

@@ -1,0 +1,64 @@
+//! conv2d with stride and padding: cuDNN (its descriptor built from the
+//! stride and padding, one plan per geometry) gives the CPU's output and
+//! every gradient, with and without a bias, for ResNet's geometries and the
+//! MNIST CNN's 5×5 valid one.
+
+use super::*;
+
+/// (name, input shape, weight shape, stride, padding): small, odd sizes so
+/// that a stride leaves the last rows and columns unread.
+const GEOMETRIES: [(&str, [usize; 4], [usize; 4], usize, usize); 6] = [
+    ("1x1 s1 p0", [3, 5, 9, 7], [6, 5, 1, 1], 1, 0),
+    ("1x1 s2 p0", [3, 5, 9, 7], [6, 5, 1, 1], 2, 0),
+    ("3x3 s1 p1", [3, 4, 11, 9], [5, 4, 3, 3], 1, 1),
+    ("3x3 s2 p1", [3, 4, 11, 9], [5, 4, 3, 3], 2, 1),
+    ("7x7 s2 p3", [2, 3, 15, 13], [4, 3, 7, 7], 2, 3),
+    ("5x5 s1 p0", [2, 3, 12, 11], [4, 3, 5, 5], 1, 0),
+];
+
+fn compare(bias: bool) {
+    for (i, (name, xs, ws, stride, padding)) in (0u64..).zip(GEOMETRIES) {
+        let test = format!("conv2d {name}{}", if bias { " + bias" } else { "" });
+        same_on_both(&test, &move |s| {
+            let (xs, ws) = (Shape::new(&xs), Shape::new(&ws));
+            let x = s.variable("x", xs, &values(xs.numel(), 40 + i))?;
+            let w = s.variable("w", ws, &values(ws.numel(), 50 + i))?;
+            let args = Conv2dArgs { stride, padding };
+            if bias {
+                let b = s.variable("b", Shape::new(&[ws.dim(0)]), &values(ws.dim(0), 60 + i))?;
+                let y = x.conv2d(s, w, Some(b), args)?;
+                with_grads(s, y, &[("x grad", x), ("w grad", w), ("b grad", b)])
+            } else {
+                let y = x.conv2d(s, w, None, args)?;
+                with_grads(s, y, &[("x grad", x), ("w grad", w)])
+            }
+        });
+    }
+}
+
+#[test]
+fn strided_padded_conv2d_matches_the_cpu_without_bias() {
+    compare(false);
+}
+
+#[test]
+fn strided_padded_conv2d_matches_the_cpu_with_bias() {
+    compare(true);
+}
+
+/// Two geometries that differ only in stride or padding in one step: each
+/// must get its own cuDNN plan (a plan cache keyed without them would hand
+/// the second the first's descriptors and the output sizes would not match).
+#[test]
+fn convolutions_differing_only_in_stride_or_padding_match_the_cpu_in_one_step() {
+    same_on_both("conv2d plans per stride and padding", &|s| {
+        let x = s.variable("x", Shape::new(&[2, 3, 9, 9]), &values(2 * 3 * 81, 70))?;
+        let w = s.variable("w", Shape::new(&[4, 3, 3, 3]), &values(108, 71))?;
+        let mut out = Vec::new();
+        for (name, stride, padding) in [("s1 p0", 1, 0), ("s1 p1", 1, 1), ("s2 p1", 2, 1), ("s2 p0", 2, 0)] {
+            let y = x.conv2d(s, w, None, Conv2dArgs { stride, padding })?;
+            out.push((name, y));
+        }
+        Ok(out)
+    });
+}
