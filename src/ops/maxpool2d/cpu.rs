@@ -107,25 +107,6 @@ pub(super) fn backward(x: Shape, gy: &[f32], relu_of: Option<&[f32]>, winners: &
             }
         });
 }
-/// The range of output positions (along one axis) whose window covers input
-/// position `i`: `o·stride − pad ≤ i < o·stride − pad + k`, within `0..out`.
-/// Shared with the average pool; the CUDA kernels compute the same range.
-#[inline]
-pub(crate) fn covering(i: usize, g: &PoolGeometry, out: usize) -> std::ops::Range<usize> {
-    let lo = (i + g.pad + 1).saturating_sub(g.k).div_ceil(g.stride);
-    let hi = ((i + g.pad) / g.stride + 1).min(out);
-    lo..hi.max(lo)
-}
-
-/// The input rows (or columns) window `o` covers, clipped to `0..len`, and
-/// where the unclipped window starts (padding included, so it may be < 0).
-#[inline]
-pub(crate) fn window(o: usize, g: &PoolGeometry, len: usize) -> (std::ops::Range<usize>, isize) {
-    let start = (o * g.stride) as isize - g.pad as isize;
-    let end = (start + g.k as isize).min(len as isize) as usize;
-    (start.max(0) as usize..end, start)
-}
-
 /// Any window: the winner starts at −∞ with the window's first input, as
 /// PyTorch's does, so padding never wins and a window of −∞ names a real input.
 pub(super) fn window_forward(g: &PoolGeometry, input: &[f32], y: &mut [f32], winner_of: &mut [u8]) {
@@ -135,9 +116,9 @@ pub(super) fn window_forward(g: &PoolGeometry, input: &[f32], y: &mut [f32], win
         .zip(input.par_chunks(plane_in))
         .for_each(|((y, winners), x)| {
             for r in 0..g.oh {
-                let (rows, top) = window(r, g, g.h);
+                let (rows, top) = g.window(r, g.h);
                 for c in 0..g.ow {
-                    let (cols, left) = window(c, g, g.w);
+                    let (cols, left) = g.window(c, g.w);
                     let at =
                         |i: usize, j: usize| ((i as isize - top) as usize * g.k + (j as isize - left) as usize) as u8;
                     let (mut best, mut arg) = (f32::NEG_INFINITY, at(rows.start, cols.start));
@@ -164,12 +145,12 @@ pub(super) fn window_backward(g: &PoolGeometry, gy: &[f32], winners: &[u8], gx: 
         .zip(gy.par_chunks(plane_out).zip(winners.par_chunks(plane_out)))
         .for_each(|(gx, (gy, winners))| {
             for i in 0..g.h {
-                let rows = covering(i, g, g.oh);
+                let rows = g.covering(i, g.oh);
                 for j in 0..g.w {
                     let mut sum = 0.0f32;
                     for r in rows.clone() {
                         let dr = i + g.pad - r * g.stride;
-                        for c in covering(j, g, g.ow) {
+                        for c in g.covering(j, g.ow) {
                             let dc = j + g.pad - c * g.stride;
                             if winners[r * g.ow + c] as usize == dr * g.k + dc {
                                 sum += gy[r * g.ow + c];

@@ -136,6 +136,25 @@ impl PoolGeometry {
         Shape::new(&[x.dim(0), x.dim(1), self.oh, self.ow])
     }
 
+    /// The range of output positions (along one axis) whose window covers
+    /// input position `i`: `o·stride − pad ≤ i < o·stride − pad + k`, within
+    /// `0..out`. The CUDA kernels compute the same range.
+    #[inline]
+    pub(crate) fn covering(&self, i: usize, out: usize) -> std::ops::Range<usize> {
+        let lo = (i + self.pad + 1).saturating_sub(self.k).div_ceil(self.stride);
+        let hi = ((i + self.pad) / self.stride + 1).min(out);
+        lo..hi.max(lo)
+    }
+
+    /// The input rows (or columns) window `o` covers, clipped to `0..len`,
+    /// and where the unclipped window starts (in the padding when < 0).
+    #[inline]
+    pub(crate) fn window(&self, o: usize, len: usize) -> (std::ops::Range<usize>, isize) {
+        let start = (o * self.stride) as isize - self.pad as isize;
+        let end = (start + self.k as isize).min(len as isize) as usize;
+        (start.max(0) as usize..end, start)
+    }
+
     /// The kernels' sizes, in the order every pooling kernel takes them.
     pub(crate) fn args(&self) -> [Arg<'static>; 8] {
         [
