@@ -27,6 +27,8 @@ mod used_twice;
 mod mnist_cnn_names;
 #[path = "support/optim_fixtures.rs"]
 mod optim_fixtures;
+#[path = "gpu/pools.rs"]
+mod pools;
 
 /// GPU tests run one at a time: the free-memory test reads a device-wide
 /// figure that another test's arena would change.
