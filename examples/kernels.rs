@@ -6,6 +6,7 @@
 //! Prints the median and the minimum of each, in microseconds.
 
 use bumpgrad::ops::conv2d::Conv2dArgs;
+use bumpgrad::ops::maxpool2d::Pool2dArgs;
 use bumpgrad::{Arena, Device, Shape, Step, Tensor};
 use std::time::{Duration, Instant};
 
@@ -40,7 +41,7 @@ fn conv<'s>(s: &mut Step<'s>, x: Tensor<'s>, w: Option<Tensor<'s>>) -> bumpgrad:
 }
 
 fn pool<'s>(s: &mut Step<'s>, x: Tensor<'s>, _: Option<Tensor<'s>>) -> bumpgrad::Result<Tensor<'s>> {
-    x.max_pool2d(s)
+    x.max_pool2d(s, Pool2dArgs::new(2, 2))
 }
 
 fn relu<'s>(s: &mut Step<'s>, x: Tensor<'s>, _: Option<Tensor<'s>>) -> bumpgrad::Result<Tensor<'s>> {

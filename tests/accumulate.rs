@@ -59,3 +59,28 @@ fn x_times_x_transposed_gets_the_sum_of_its_input_and_weight_gradients() {
     };
     assert!(off(&as_input) > 0.1 && off(&as_weight) > 0.1);
 }
+
+/// `w + w` for a parameter `w`: the first gradient lands in `w`'s slot of
+/// the gradient slab and the second is added to it there.
+#[test]
+fn a_parameter_added_to_itself_gets_twice_the_gradient_in_its_slot() {
+    use bumpgrad::nn::{Init, ParamStore};
+    use bumpgrad::Shape;
+    let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+    let (_store, w) = ParamStore::build(&mut arena.persistent(), 1, |pb| {
+        pb.param("w", Shape::new(&[3]), Init::Constant(0.5))
+    })
+    .unwrap();
+    arena
+        .step(|s| {
+            let p = s.param(&w);
+            let y = p.add(s, p)?;
+            let gy = s.input("gy", Shape::new(&[3]), &[1.0, -2.0, 0.25])?;
+            s.backward_from(y, gy)?;
+            Ok(())
+        })
+        .unwrap();
+    let mut landed = [0.0; 3];
+    arena.read_persistent(w.grad(), &mut landed).unwrap();
+    assert_eq!(landed, [2.0, -4.0, 0.5]);
+}

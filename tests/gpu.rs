@@ -14,6 +14,7 @@ use bumpgrad::models::{MnistCnn, MnistCnnConfig};
 use bumpgrad::nn::{Input, Mode, Model, ParamStore};
 use bumpgrad::ops::conv2d::Conv2dArgs;
 use bumpgrad::ops::gather::Normalize;
+use bumpgrad::ops::maxpool2d::Pool2dArgs;
 use bumpgrad::optim::{AdamWConfig, Schedule};
 use bumpgrad::train::{self, EpochReport, Observer, TrainConfig};
 use bumpgrad::{Arena, ArenaError, Device, Error, Shape, Step, Tensor};
@@ -29,6 +30,8 @@ mod conv2d;
 mod mnist_cnn_names;
 #[path = "support/optim_fixtures.rs"]
 mod optim_fixtures;
+#[path = "gpu/pools.rs"]
+mod pools;
 
 /// GPU tests run one at a time: the free-memory test reads a device-wide
 /// figure that another test's arena would change.
@@ -181,7 +184,7 @@ fn relu_matches_the_cpu() {
 fn max_pool_matches_the_cpu_with_odd_sizes() {
     same_on_both("max_pool2d", &|s| {
         let x = s.variable("x", Shape::new(&[2, 3, 7, 9]), &values(378, 2))?;
-        let y = x.max_pool2d(s)?;
+        let y = x.max_pool2d(s, Pool2dArgs::new(2, 2))?;
         with_grads(s, y, &[("x grad", x)])
     });
 }

@@ -8,6 +8,10 @@ pub(crate) fn run(s: &mut Step<'_>, node: Node) -> Result<()> {
     match node {
         Node::Conv2d(n) => n.backward(s),
         Node::MaxPool2d(n) => n.backward(s),
+        Node::AvgPool2d(n) => n.backward(s),
+        Node::GlobalAvgPool2d(n) => n.backward(s),
+        Node::Add(n) => n.backward(s),
+        Node::Concat(n) => n.backward(s),
         Node::Relu(n) => n.backward(s),
         Node::Dropout(n) => n.backward(s),
         Node::Linear(n) => n.backward(s),

@@ -13,6 +13,10 @@ use crate::ops;
 pub(crate) enum Node {
     Conv2d(ops::conv2d::Saved),
     MaxPool2d(ops::maxpool2d::Saved),
+    AvgPool2d(ops::avg_pool2d::Saved),
+    GlobalAvgPool2d(ops::global_avg_pool2d::Saved),
+    Add(ops::add::Saved),
+    Concat(ops::concat::Saved),
     Relu(ops::relu::Saved),
     Dropout(ops::dropout::Saved),
     Linear(ops::linear::Saved),

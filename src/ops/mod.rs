@@ -6,11 +6,15 @@
 //! and records what its backward needs.
 
 pub mod adamw_update;
+pub mod add;
+pub mod avg_pool2d;
+pub mod concat;
 pub mod conv2d;
 pub mod cursor;
 pub mod dense;
 pub mod dropout;
 pub mod gather;
+pub mod global_avg_pool2d;
 pub mod linear;
 pub mod log_softmax_nll;
 pub mod lr;
@@ -32,6 +36,10 @@ pub const KERNELS: &[KernelSource] = &[
     gather::KERNELS,
     relu::KERNELS,
     maxpool2d::KERNELS,
+    avg_pool2d::KERNELS,
+    global_avg_pool2d::KERNELS,
+    add::KERNELS,
+    concat::KERNELS,
     dropout::KERNELS,
     log_softmax_nll::KERNELS,
     linear::KERNELS,

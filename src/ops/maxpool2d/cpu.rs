@@ -1,3 +1,4 @@
+use super::PoolGeometry;
 use crate::tensor::Shape;
 use rayon::prelude::*;
 
@@ -106,6 +107,62 @@ pub(super) fn backward(x: Shape, gy: &[f32], relu_of: Option<&[f32]>, winners: &
             }
         });
 }
+/// Any window: the winner starts at −∞ with the window's first input, as
+/// PyTorch's does, so padding never wins and a window of −∞ names a real input.
+pub(super) fn window_forward(g: &PoolGeometry, input: &[f32], y: &mut [f32], winner_of: &mut [u8]) {
+    let (plane_in, plane_out) = (g.h * g.w, g.oh * g.ow);
+    y.par_chunks_mut(plane_out)
+        .zip(winner_of.par_chunks_mut(plane_out))
+        .zip(input.par_chunks(plane_in))
+        .for_each(|((y, winners), x)| {
+            for r in 0..g.oh {
+                let (rows, top) = g.window(r, g.h);
+                for c in 0..g.ow {
+                    let (cols, left) = g.window(c, g.w);
+                    let at =
+                        |i: usize, j: usize| ((i as isize - top) as usize * g.k + (j as isize - left) as usize) as u8;
+                    let (mut best, mut arg) = (f32::NEG_INFINITY, at(rows.start, cols.start));
+                    for i in rows.clone() {
+                        for j in cols.clone() {
+                            let v = x[i * g.w + j];
+                            if v > best || v.is_nan() {
+                                (best, arg) = (v, at(i, j));
+                            }
+                        }
+                    }
+                    y[r * g.ow + c] = best;
+                    winners[r * g.ow + c] = arg;
+                }
+            }
+        });
+}
+
+/// Every input gathers the gradients of the outputs it won, in output order
+/// (as the CUDA kernel does), so no two writers meet.
+pub(super) fn window_backward(g: &PoolGeometry, gy: &[f32], winners: &[u8], gx: &mut [f32]) {
+    let (plane_in, plane_out) = (g.h * g.w, g.oh * g.ow);
+    gx.par_chunks_mut(plane_in)
+        .zip(gy.par_chunks(plane_out).zip(winners.par_chunks(plane_out)))
+        .for_each(|(gx, (gy, winners))| {
+            for i in 0..g.h {
+                let rows = g.covering(i, g.oh);
+                for j in 0..g.w {
+                    let mut sum = 0.0f32;
+                    for r in rows.clone() {
+                        let dr = i + g.pad - r * g.stride;
+                        for c in g.covering(j, g.ow) {
+                            let dc = j + g.pad - c * g.stride;
+                            if winners[r * g.ow + c] as usize == dr * g.k + dc {
+                                sum += gy[r * g.ow + c];
+                            }
+                        }
+                    }
+                    gx[i * g.w + j] = sum;
+                }
+            }
+        });
+}
+
 #[cfg(test)]
 mod tests {
     //! The op's tests use small planes; these cover MNIST-sized planes, odd

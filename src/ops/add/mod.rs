@@ -1,0 +1,106 @@
+//! add: `y = a + b`, elementwise, for two tensors of one shape (a residual
+//! connection). Backward hands `dy` to both inputs.
+//!
+//! Each input's gradient is a copy of `dy` in a buffer of its own (its
+//! parameter slot when it is a parameter), never `dy` itself: two tensors
+//! sharing one gradient buffer would each see the other's later
+//! contributions, and `x.add(s, x)` reaches `2·dy` through `Step::accumulate`
+//! adding the second copy to the first.
+
+mod cpu;
+#[cfg(test)]
+mod tests;
+
+use crate::autograd::{Node, Step};
+use crate::backend::cuda::{Arg, Grid, KernelSource};
+use crate::backend::Backend;
+use crate::tensor::{Tensor, TensorRef};
+use crate::{Error, Result};
+
+/// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
+pub(crate) const KERNELS: KernelSource = KernelSource {
+    owner: "add",
+    source: include_str!("kernels.cu"),
+    entries: &[ADD_FORWARD, ADD_GRAD_COPY],
+};
+const ADD_FORWARD: &str = "add_forward";
+const ADD_GRAD_COPY: &str = "add_grad_copy";
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Saved {
+    a: TensorRef,
+    b: TensorRef,
+    y: TensorRef,
+}
+
+impl<'s> Tensor<'s> {
+    /// `self + other`, elementwise; both must have the same shape.
+    pub fn add(self, s: &mut Step<'s>, other: Tensor<'s>) -> Result<Tensor<'s>> {
+        if self.shape() != other.shape() {
+            return Err(Error::shape(
+                "add",
+                format!("operands of one shape, got {} and {}", self.shape(), other.shape()),
+            ));
+        }
+        let y = s.output("add output", self.shape(), &[&self, &other])?;
+        match s.uses(&[self.buf().into(), other.buf().into(), y.buf().into()]) {
+            Backend::Cpu(cpu) => cpu.run(|v, _| {
+                cpu::forward(v.read(self.buf())?, v.read(other.buf())?, v.write(y.buf())?);
+                Ok(())
+            })?,
+            Backend::Cuda(gpu) => {
+                let n = y.shape().numel();
+                gpu.launch(
+                    ADD_FORWARD,
+                    Grid::over(n),
+                    &[
+                        self.buf().into(),
+                        other.buf().into(),
+                        y.buf().into(),
+                        Arg::U32(n as u32),
+                    ],
+                )?
+            }
+            Backend::Dry(_) => {}
+        }
+        if y.requires_grad() {
+            s.record(Node::Add(Saved {
+                a: self.inner,
+                b: other.inner,
+                y: y.inner,
+            }));
+        }
+        Ok(y)
+    }
+}
+
+impl Saved {
+    pub(crate) fn backward(self, s: &mut Step<'_>) -> Result<()> {
+        let Some(gy) = s.grad_of(&self.y) else { return Ok(()) };
+        // One input after the other: the second's buffer is asked for after
+        // the first's gradient is in place, so `x + x` gets two buffers.
+        for x in [self.a, self.b] {
+            if !x.requires_grad {
+                continue;
+            }
+            let gx = s.grad_buffer(&x, "add input grad")?;
+            match s.uses(&[gy.into(), gx.into()]) {
+                Backend::Cpu(cpu) => cpu.run(|v, _| {
+                    cpu::copy(v.read(gy)?, v.write(gx)?);
+                    Ok(())
+                })?,
+                Backend::Cuda(gpu) => {
+                    let n = gx.len();
+                    gpu.launch(
+                        ADD_GRAD_COPY,
+                        Grid::over(n),
+                        &[gy.into(), gx.into(), Arg::U32(n as u32)],
+                    )?
+                }
+                Backend::Dry(_) => {}
+            }
+            s.accumulate(&x, gx)?;
+        }
+        Ok(())
+    }
+}

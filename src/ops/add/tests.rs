@@ -1,0 +1,53 @@
+use crate::ops::gradcheck::{check, values};
+use crate::tensor::Shape;
+
+#[test]
+fn add_gradient_matches_finite_differences_for_both_inputs() {
+    let shape = Shape::new(&[2, 3, 4, 5]);
+    let (a, b) = (values(120, 1, -1.0, 1.0), values(120, 2, -1.0, 1.0));
+    check(&[shape, shape], &[a, b], &[0, 1], &|s, x| x[0].add(s, x[1]));
+}
+
+#[test]
+fn add_of_a_tensor_to_itself_gradient_matches_finite_differences() {
+    let shape = Shape::new(&[3, 7]);
+    check(&[shape], &[values(21, 3, -1.0, 1.0)], &[0], &|s, x| x[0].add(s, x[0]));
+}
+
+#[test]
+fn add_adds_elementwise_and_gives_x_plus_x_twice_the_gradient() {
+    let mut arena = crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
+    let (y, twice, gx) = arena
+        .step(|s| {
+            let a = s.input("a", Shape::new(&[4]), &[1.0, -2.0, 0.5, 3.0])?;
+            let b = s.input("b", Shape::new(&[4]), &[10.0, 20.0, -0.5, 0.25])?;
+            let y = a.add(s, b)?;
+            let x = s.variable("x", Shape::new(&[4]), &[1.0, 2.0, 3.0, 4.0])?;
+            let xx = x.add(s, x)?;
+            let gy = s.input("gy", Shape::new(&[4]), &[1.0, -1.0, 0.5, 2.0])?;
+            let grads = s.backward_from(xx, gy)?;
+            let gx = s.grad(&grads, x).expect("x has a gradient");
+            let (mut out, mut twice, mut g) = ([0.0; 4], [0.0; 4], [0.0; 4]);
+            s.read(y, &mut out)?;
+            s.read(xx, &mut twice)?;
+            s.read(gx, &mut g)?;
+            Ok((out, twice, g))
+        })
+        .unwrap();
+    assert_eq!(y, [11.0, 18.0, 0.0, 3.25]);
+    assert_eq!(twice, [2.0, 4.0, 6.0, 8.0]);
+    assert_eq!(gx, [2.0, -2.0, 1.0, 4.0]);
+}
+
+#[test]
+fn add_refuses_different_shapes() {
+    let mut arena = crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
+    let err = arena
+        .step(|s| {
+            let a = s.input("a", Shape::new(&[2, 3]), &[0.0; 6])?;
+            let b = s.input("b", Shape::new(&[3, 2]), &[0.0; 6])?;
+            a.add(s, b).map(|_| ())
+        })
+        .unwrap_err();
+    assert!(matches!(err, crate::Error::Shape { op: "add", .. }), "{err}");
+}

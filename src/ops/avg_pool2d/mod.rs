@@ -1,0 +1,104 @@
+//! avg_pool2d: average pooling, NCHW, with PyTorch's `AvgPool2d` semantics
+//! for a square window ([`Pool2dArgs`]): `count_include_pad = true`, so a
+//! window's sum of real inputs is divided by the window's size counting its
+//! padding; in ceil mode a last window that runs past the right padding is
+//! divided by the part of it inside input + padding, as PyTorch clips it.
+//!
+//! Backward gathers, per input, `dy / divisor` of every output whose window
+//! covers it, in output order: each gradient element is written once, with
+//! no atomics, and the CUDA kernels mirror the CPU's arithmetic.
+
+mod cpu;
+#[cfg(test)]
+mod tests;
+
+use crate::autograd::{Node, Step};
+use crate::backend::cuda::{Grid, KernelSource};
+use crate::backend::Backend;
+use crate::ops::maxpool2d::{Pool2dArgs, PoolGeometry};
+use crate::tensor::{Tensor, TensorRef};
+use crate::Result;
+
+/// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
+pub(crate) const KERNELS: KernelSource = KernelSource {
+    owner: "avg_pool2d",
+    source: include_str!("kernels.cu"),
+    entries: &[AVGPOOL_FORWARD, AVGPOOL_BACKWARD],
+};
+const AVGPOOL_FORWARD: &str = "avgpool_forward";
+const AVGPOOL_BACKWARD: &str = "avgpool_backward";
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Saved {
+    x: TensorRef,
+    y: TensorRef,
+    g: PoolGeometry,
+}
+
+/// The divisor of window `o` along one axis of length `len`: the window's
+/// extent clipped to the input and its padding on both sides (PyTorch's
+/// `pool_size` with `count_include_pad`).
+#[inline]
+pub(crate) fn divisor(g: &PoolGeometry, o: usize, len: usize) -> usize {
+    let start = o * g.stride;
+    (start + g.k).min(len + 2 * g.pad) - start
+}
+
+impl<'s> Tensor<'s> {
+    /// Average-pools `self` `[N, C, H, W]`; see [`Pool2dArgs`].
+    pub fn avg_pool2d(self, s: &mut Step<'s>, args: Pool2dArgs) -> Result<Tensor<'s>> {
+        let x = self.shape();
+        let g = args.geometry("avg_pool2d", x)?;
+        let y = s.output("avg-pool output", g.output(x), &[&self])?;
+        match s.uses(&[self.buf().into(), y.buf().into()]) {
+            Backend::Cpu(cpu) => cpu.run(|v, _| {
+                cpu::forward(&g, v.read(self.buf())?, v.write(y.buf())?);
+                Ok(())
+            })?,
+            Backend::Cuda(gpu) => {
+                let [a, b, c, d, e, f, h, i] = g.args();
+                gpu.launch(
+                    AVGPOOL_FORWARD,
+                    Grid::over(y.shape().numel()),
+                    &[self.buf().into(), y.buf().into(), a, b, c, d, e, f, h, i],
+                )?
+            }
+            Backend::Dry(_) => {}
+        }
+        if y.requires_grad() {
+            s.record(Node::AvgPool2d(Saved {
+                x: self.inner,
+                y: y.inner,
+                g,
+            }));
+        }
+        Ok(y)
+    }
+}
+
+impl Saved {
+    pub(crate) fn backward(self, s: &mut Step<'_>) -> Result<()> {
+        let Some(gy) = s.grad_of(&self.y) else { return Ok(()) };
+        if !self.x.requires_grad {
+            return Ok(());
+        }
+        let g = self.g;
+        let gx = s.grad_buffer(&self.x, "avg-pool input grad")?;
+        match s.uses(&[gy.into(), gx.into()]) {
+            Backend::Cpu(cpu) => cpu.run(|v, _| {
+                cpu::backward(&g, v.read(gy)?, v.write(gx)?);
+                Ok(())
+            })?,
+            Backend::Cuda(gpu) => {
+                let [a, b, c, d, e, f, h, i] = g.args();
+                gpu.launch(
+                    AVGPOOL_BACKWARD,
+                    Grid::over(self.x.shape.numel()),
+                    &[gy.into(), gx.into(), a, b, c, d, e, f, h, i],
+                )?
+            }
+            Backend::Dry(_) => {}
+        }
+        s.accumulate(&self.x, gx)
+    }
+}

@@ -1,0 +1,150 @@
+//! concat_channels: parts `[N, Cᵢ, H, W]` of one `N`, `H`, `W` side by side
+//! along the channel dimension, `[N, ΣCᵢ, H, W]` (PyTorch's `cat(dim=1)`).
+//!
+//! The tape's nodes are small and `Copy`, and the number of parts is not
+//! bounded, so each part records a node of its own, naming where its
+//! channels sit in the output; backward copies each part's slice of `dy`
+//! into the part's gradient. One copy kernel per part in each direction.
+
+mod cpu;
+#[cfg(test)]
+mod tests;
+
+use crate::autograd::{Node, Step};
+use crate::backend::cuda::{Arg, Grid, KernelSource};
+use crate::backend::Backend;
+use crate::tensor::{Shape, Tensor, TensorRef};
+use crate::{Error, Result};
+
+/// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
+pub(crate) const KERNELS: KernelSource = KernelSource {
+    owner: "concat",
+    source: include_str!("kernels.cu"),
+    entries: &[CONCAT_FORWARD, CONCAT_BACKWARD],
+};
+const CONCAT_FORWARD: &str = "concat_forward";
+const CONCAT_BACKWARD: &str = "concat_backward";
+
+/// Where one part's channels sit in the output: `channels` of them from
+/// `first`, in an output of `total` channels and planes of `area` elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Slot {
+    pub images: usize,
+    pub channels: usize,
+    pub first: usize,
+    pub total: usize,
+    pub area: usize,
+}
+
+impl Slot {
+    fn args(&self) -> [Arg<'static>; 5] {
+        [self.images, self.channels, self.first, self.total, self.area].map(|v| Arg::U32(v as u32))
+    }
+
+    fn len(&self) -> usize {
+        self.images * self.channels * self.area
+    }
+}
+
+/// One part of a concatenation, for backward.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Saved {
+    part: TensorRef,
+    y: TensorRef,
+    slot: Slot,
+}
+
+impl<'s> Tensor<'s> {
+    /// `parts` concatenated along dimension 1 (channels), in order.
+    pub fn concat_channels(s: &mut Step<'s>, parts: &[Tensor<'s>]) -> Result<Tensor<'s>> {
+        let bad = |detail: String| Err(Error::shape("concat_channels", detail));
+        let Some(first) = parts.first() else {
+            return bad("at least one part, got none".into());
+        };
+        let lead = first.shape();
+        if lead.rank() != 4 {
+            return bad(format!("parts [N, C, H, W], got {lead}"));
+        }
+        let mut total = 0;
+        for (i, p) in parts.iter().enumerate() {
+            let sh = p.shape();
+            if sh.rank() != 4 || sh.dim(0) != lead.dim(0) || sh.dim(2) != lead.dim(2) || sh.dim(3) != lead.dim(3) {
+                return bad(format!(
+                    "every part [{}, C, {}, {}] like part 0, but part {i} is {sh}",
+                    lead.dim(0),
+                    lead.dim(2),
+                    lead.dim(3)
+                ));
+            }
+            total += sh.dim(1);
+        }
+        let (n, area) = (lead.dim(0), lead.dim(2) * lead.dim(3));
+        let out = Shape::new(&[n, total, lead.dim(2), lead.dim(3)]);
+        // The output wants a gradient when any part does: that part stands
+        // for them all (no list on the heap in a training step).
+        let wants = parts.iter().find(|p| p.requires_grad()).unwrap_or(first);
+        let y = s.output("concat output", out, &[wants])?;
+        let mut at = 0;
+        for part in parts {
+            let slot = Slot {
+                images: n,
+                channels: part.shape().dim(1),
+                first: at,
+                total,
+                area,
+            };
+            at += slot.channels;
+            if slot.len() > 0 {
+                match s.uses(&[part.buf().into(), y.buf().into()]) {
+                    Backend::Cpu(cpu) => cpu.run(|v, _| {
+                        cpu::forward(&slot, v.read(part.buf())?, v.write(y.buf())?);
+                        Ok(())
+                    })?,
+                    Backend::Cuda(gpu) => {
+                        let [a, b, c, d, e] = slot.args();
+                        gpu.launch(
+                            CONCAT_FORWARD,
+                            Grid::over(slot.len()),
+                            &[part.buf().into(), y.buf().into(), a, b, c, d, e],
+                        )?
+                    }
+                    Backend::Dry(_) => {}
+                }
+            }
+            if y.requires_grad() && part.requires_grad() {
+                s.record(Node::Concat(Saved {
+                    part: part.inner,
+                    y: y.inner,
+                    slot,
+                }));
+            }
+        }
+        Ok(y)
+    }
+}
+
+impl Saved {
+    pub(crate) fn backward(self, s: &mut Step<'_>) -> Result<()> {
+        let Some(gy) = s.grad_of(&self.y) else { return Ok(()) };
+        let slot = self.slot;
+        let gx = s.grad_buffer(&self.part, "concat part grad")?;
+        if slot.len() > 0 {
+            match s.uses(&[gy.into(), gx.into()]) {
+                Backend::Cpu(cpu) => cpu.run(|v, _| {
+                    cpu::backward(&slot, v.read(gy)?, v.write(gx)?);
+                    Ok(())
+                })?,
+                Backend::Cuda(gpu) => {
+                    let [a, b, c, d, e] = slot.args();
+                    gpu.launch(
+                        CONCAT_BACKWARD,
+                        Grid::over(slot.len()),
+                        &[gy.into(), gx.into(), a, b, c, d, e],
+                    )?
+                }
+                Backend::Dry(_) => {}
+            }
+        }
+        s.accumulate(&self.part, gx)
+    }
+}

@@ -1,0 +1,93 @@
+//! global_avg_pool2d: the mean of each `H × W` plane, `[N, C, H, W]` to
+//! `[N, C]` (PyTorch's `AdaptiveAvgPool2d(1)` then `flatten(1)`). Each mean
+//! is the plane's sum in row-major order divided by `H·W`, on both devices;
+//! backward spreads `dy / (H·W)` over the plane.
+
+mod cpu;
+#[cfg(test)]
+mod tests;
+
+use crate::autograd::{Node, Step};
+use crate::backend::cuda::{Arg, Grid, KernelSource};
+use crate::backend::Backend;
+use crate::tensor::{Shape, Tensor, TensorRef};
+use crate::{Error, Result};
+
+/// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
+pub(crate) const KERNELS: KernelSource = KernelSource {
+    owner: "global_avg_pool2d",
+    source: include_str!("kernels.cu"),
+    entries: &[GLOBAL_AVG_POOL_FORWARD, GLOBAL_AVG_POOL_BACKWARD],
+};
+const GLOBAL_AVG_POOL_FORWARD: &str = "global_avg_pool_forward";
+const GLOBAL_AVG_POOL_BACKWARD: &str = "global_avg_pool_backward";
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Saved {
+    x: TensorRef,
+    y: TensorRef,
+}
+
+impl<'s> Tensor<'s> {
+    /// The mean over `H × W` of `self` `[N, C, H, W]`, as `[N, C]`.
+    pub fn global_avg_pool2d(self, s: &mut Step<'s>) -> Result<Tensor<'s>> {
+        let x = self.shape();
+        if x.rank() != 4 || x.dim(2) == 0 || x.dim(3) == 0 {
+            return Err(Error::shape(
+                "global_avg_pool2d",
+                format!("input [N, C, H ≥ 1, W ≥ 1], got {x}"),
+            ));
+        }
+        let y = s.output("global-avg-pool output", Shape::new(&[x.dim(0), x.dim(1)]), &[&self])?;
+        let (planes, area) = (x.dim(0) * x.dim(1), x.dim(2) * x.dim(3));
+        match s.uses(&[self.buf().into(), y.buf().into()]) {
+            Backend::Cpu(cpu) => cpu.run(|v, _| {
+                cpu::forward(area, v.read(self.buf())?, v.write(y.buf())?);
+                Ok(())
+            })?,
+            Backend::Cuda(gpu) => gpu.launch(
+                GLOBAL_AVG_POOL_FORWARD,
+                Grid::over(planes),
+                &[
+                    self.buf().into(),
+                    y.buf().into(),
+                    Arg::U32(planes as u32),
+                    Arg::U32(area as u32),
+                ],
+            )?,
+            Backend::Dry(_) => {}
+        }
+        if y.requires_grad() {
+            s.record(Node::GlobalAvgPool2d(Saved {
+                x: self.inner,
+                y: y.inner,
+            }));
+        }
+        Ok(y)
+    }
+}
+
+impl Saved {
+    pub(crate) fn backward(self, s: &mut Step<'_>) -> Result<()> {
+        let Some(gy) = s.grad_of(&self.y) else { return Ok(()) };
+        if !self.x.requires_grad {
+            return Ok(());
+        }
+        let x = self.x.shape;
+        let (planes, area) = (x.dim(0) * x.dim(1), x.dim(2) * x.dim(3));
+        let gx = s.grad_buffer(&self.x, "global-avg-pool input grad")?;
+        match s.uses(&[gy.into(), gx.into()]) {
+            Backend::Cpu(cpu) => cpu.run(|v, _| {
+                cpu::backward(area, v.read(gy)?, v.write(gx)?);
+                Ok(())
+            })?,
+            Backend::Cuda(gpu) => gpu.launch(
+                GLOBAL_AVG_POOL_BACKWARD,
+                Grid::over(planes * area),
+                &[gy.into(), gx.into(), Arg::U32(planes as u32), Arg::U32(area as u32)],
+            )?,
+            Backend::Dry(_) => {}
+        }
+        s.accumulate(&self.x, gx)
+    }
+}

@@ -1,0 +1,54 @@
+use crate::ops::gradcheck::{check, values};
+use crate::tensor::Shape;
+
+#[test]
+fn global_avg_pool_gradient_matches_finite_differences() {
+    let shape = Shape::new(&[2, 3, 3, 5]);
+    check(&[shape], &[values(shape.numel(), 4, -1.0, 1.0)], &[0], &|s, x| {
+        x[0].global_avg_pool2d(s)
+    });
+}
+
+#[test]
+fn global_avg_pool_is_the_mean_of_each_plane() {
+    let shape = Shape::new(&[3, 70, 4, 3]);
+    let x = values(shape.numel(), 5, -1.0, 1.0);
+    let mut arena = crate::Arena::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
+    let y = arena
+        .step(|s| {
+            let t = s.input("x", shape, &x)?;
+            let y = t.global_avg_pool2d(s)?;
+            assert_eq!(y.shape(), Shape::new(&[3, 70]));
+            let mut out = vec![0.0; 210];
+            s.read(y, &mut out)?;
+            Ok(out)
+        })
+        .unwrap();
+    for (p, (got, plane)) in y.iter().zip(x.chunks(12)).enumerate() {
+        let mean = plane.iter().map(|&v| v as f64).sum::<f64>() / 12.0;
+        assert!((*got as f64 - mean).abs() < 1e-6, "plane {p}: {got} vs {mean}");
+    }
+}
+
+#[test]
+fn global_avg_pool_refuses_other_ranks() {
+    let mut arena = crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
+    for shape in [Shape::new(&[2, 3, 4]), Shape::new(&[2, 3, 0, 4])] {
+        let err = arena
+            .step(|s| {
+                let x = s.input("x", shape, &vec![0.0; shape.numel()])?;
+                x.global_avg_pool2d(s).map(|_| ())
+            })
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                crate::Error::Shape {
+                    op: "global_avg_pool2d",
+                    ..
+                }
+            ),
+            "{shape}: {err}"
+        );
+    }
+}
