@@ -6,6 +6,7 @@
 //! and records what its backward needs.
 
 pub mod adamw_update;
+pub mod batch_norm2d;
 pub mod conv2d;
 pub mod cursor;
 pub mod dense;
@@ -37,6 +38,7 @@ pub const KERNELS: &[KernelSource] = &[
     linear::KERNELS,
     conv2d::KERNELS,
     dense::KERNELS,
+    batch_norm2d::KERNELS,
     sgd_update::KERNELS,
     adamw_update::KERNELS,
 ];
