@@ -22,6 +22,8 @@ use std::sync::Mutex;
 #[path = "support/used_twice.rs"]
 mod used_twice;
 
+#[path = "gpu/batch_norm2d.rs"]
+mod batch_norm2d;
 #[path = "support/mnist_cnn_names.rs"]
 mod mnist_cnn_names;
 #[path = "support/optim_fixtures.rs"]
