@@ -254,6 +254,16 @@ fn read_grad(arena: &mut Arena, p: Param) -> Vec<f32> {
     out
 }
 
+/// One call's input shape, weight and bias lengths, statistics and settings.
+#[derive(Clone, Copy)]
+struct Case {
+    x: Shape,
+    weight: usize,
+    bias: usize,
+    stats: RunningStats,
+    args: BatchNormArgs,
+}
+
 #[test]
 fn wrong_shapes_and_settings_are_refused_with_typed_errors() {
     let mut arena = arena();
@@ -262,48 +272,73 @@ fn wrong_shapes_and_settings_are_refused_with_typed_errors() {
     let mut scalar_as_vector = running_stats(&mut arena, &[0.0; 3], &[1.0; 3]);
     scalar_as_vector.batches.shape = Shape::new(&[1]);
     let train = BatchNormArgs::train();
-    let cases: [(&str, [usize; 4], usize, usize, RunningStats, BatchNormArgs, &str); 8] = [
-        ("rank 3", [2, 3, 4, 0], 3, 3, stats, train, "[N, C, H, W]"),
-        ("weight", [2, 3, 2, 2], 2, 3, stats, train, "weight [3]"),
-        ("bias", [2, 3, 2, 2], 3, 4, stats, train, "bias [3]"),
-        ("running mean", [2, 3, 2, 2], 3, 3, narrow, train, "running mean [3]"),
+    let usual = Case {
+        x: Shape::new(&[2, 3, 2, 2]),
+        weight: 3,
+        bias: 3,
+        stats,
+        args: train,
+    };
+    let cases = [
+        (
+            "rank 3",
+            Case {
+                x: Shape::new(&[2, 3, 4]),
+                ..usual
+            },
+            "[N, C, H, W]",
+        ),
+        ("weight", Case { weight: 2, ..usual }, "weight [3]"),
+        ("bias", Case { bias: 4, ..usual }, "bias [3]"),
+        ("running mean", Case { stats: narrow, ..usual }, "running mean [3]"),
         (
             "num_batches_tracked",
-            [2, 3, 2, 2],
-            3,
-            3,
-            scalar_as_vector,
-            train,
+            Case {
+                stats: scalar_as_vector,
+                ..usual
+            },
             "shape []",
         ),
-        ("one value", [1, 3, 1, 1], 3, 3, stats, train, "more than one value"),
+        (
+            "one value",
+            Case {
+                x: Shape::new(&[1, 3, 1, 1]),
+                ..usual
+            },
+            "more than one value",
+        ),
         (
             "eps",
-            [2, 3, 2, 2],
-            3,
-            3,
-            stats,
-            BatchNormArgs { eps: 0.0, ..train },
+            Case {
+                args: BatchNormArgs { eps: 0.0, ..train },
+                ..usual
+            },
             "eps",
         ),
         (
             "momentum",
-            [2, 3, 2, 2],
-            3,
-            3,
-            stats,
-            BatchNormArgs {
-                momentum: f32::NAN,
-                ..train
+            Case {
+                args: BatchNormArgs {
+                    momentum: f32::NAN,
+                    ..train
+                },
+                ..usual
             },
             "momentum",
         ),
     ];
-    for (case, dims, wc, bc, stats, args, says) in cases {
-        let shape = match dims[3] {
-            0 => Shape::new(&dims[..3]),
-            _ => Shape::new(&dims),
-        };
+    for (
+        case,
+        Case {
+            x: shape,
+            weight: wc,
+            bias: bc,
+            stats,
+            args,
+        },
+        says,
+    ) in cases
+    {
         let err = arena
             .step(|s| {
                 let x = s.variable("x", shape, &vec![0.5; shape.numel()])?;
