@@ -26,6 +26,8 @@ mod used_twice;
 
 #[path = "gpu/conv2d.rs"]
 mod conv2d;
+#[path = "gpu/batch_norm2d.rs"]
+mod batch_norm2d;
 #[path = "support/mnist_cnn_names.rs"]
 mod mnist_cnn_names;
 #[path = "support/optim_fixtures.rs"]

@@ -18,5 +18,6 @@ pub(crate) fn run(s: &mut Step<'_>, node: Node) -> Result<()> {
         Node::Dense(n) => n.backward(s),
         Node::LogSoftmaxNll(n) => n.backward(s),
         Node::Reshape(n) => n.backward(s),
+        Node::BatchNorm2d(n) => n.backward(s),
     }
 }

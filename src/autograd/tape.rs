@@ -23,6 +23,7 @@ pub(crate) enum Node {
     Dense(ops::dense::Saved),
     LogSoftmaxNll(ops::log_softmax_nll::Saved),
     Reshape(ops::reshape::Saved),
+    BatchNorm2d(ops::batch_norm2d::Saved),
 }
 
 #[derive(Debug)]

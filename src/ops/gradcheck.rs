@@ -45,7 +45,8 @@ pub(crate) fn distinct(n: usize, seed: u64, gap: f32) -> Vec<f32> {
 
 pub(crate) type Body = dyn for<'s> Fn(&mut Step<'s>, &[Tensor<'s>]) -> Result<Tensor<'s>>;
 
-fn arena() -> Arena {
+/// The arena every check runs on: two CPU threads, so the kernels split work.
+pub(crate) fn arena() -> Arena {
     Arena::new(Device::cpu(2).expect("cpu"), 64 << 20).expect("arena")
 }
 
@@ -108,11 +109,16 @@ fn dot(a: &[f32], b: &[f32]) -> f64 {
 /// Checks the gradient of `f` with respect to every element of every input
 /// listed in `differentiable` (indices into `inputs`).
 pub(crate) fn check(shapes: &[Shape], inputs: &[Vec<f32>], differentiable: &[usize], f: &Body) {
+    check_on(&mut arena(), shapes, inputs, differentiable, f)
+}
+
+/// [`check`] on `arena`, for an op that also reads (or writes) persistent
+/// memory `f` captures, such as a batch norm's running statistics.
+pub(crate) fn check_on(arena: &mut Arena, shapes: &[Shape], inputs: &[Vec<f32>], differentiable: &[usize], f: &Body) {
     const ABSOLUTE: f64 = 3e-3;
-    let mut arena = arena();
-    let y = forward(&mut arena, shapes, inputs, f);
+    let y = forward(arena, shapes, inputs, f);
     let gy = values(y.len(), 99, -1.0, 1.0);
-    let grads = analytic(&mut arena, shapes, inputs, differentiable, &gy, f);
+    let grads = analytic(arena, shapes, inputs, differentiable, &gy, f);
     for &i in differentiable {
         let mut largest: f64 = 0.0;
         for j in 0..inputs[i].len() {
@@ -120,8 +126,7 @@ pub(crate) fn check(shapes: &[Shape], inputs: &[Vec<f32>], differentiable: &[usi
             plus[i][j] += EPS;
             let mut minus = inputs.to_vec();
             minus[i][j] -= EPS;
-            let numeric = (dot(&forward(&mut arena, shapes, &plus, f), &gy)
-                - dot(&forward(&mut arena, shapes, &minus, f), &gy))
+            let numeric = (dot(&forward(arena, shapes, &plus, f), &gy) - dot(&forward(arena, shapes, &minus, f), &gy))
                 / (2.0 * EPS as f64);
             let analytic = grads[i][j] as f64;
             let tolerance = ABSOLUTE + 1e-2 * numeric.abs().max(analytic.abs());

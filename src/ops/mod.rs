@@ -8,6 +8,7 @@
 pub mod adamw_update;
 pub mod add;
 pub mod avg_pool2d;
+pub mod batch_norm2d;
 pub mod concat;
 pub mod conv2d;
 pub mod cursor;
@@ -45,6 +46,7 @@ pub const KERNELS: &[KernelSource] = &[
     linear::KERNELS,
     conv2d::KERNELS,
     dense::KERNELS,
+    batch_norm2d::KERNELS,
     sgd_update::KERNELS,
     adamw_update::KERNELS,
 ];

@@ -1,0 +1,368 @@
+use super::{BatchNormArgs, RunningStats};
+use crate::memory::{Arena, Buf};
+use crate::ops::gradcheck::{arena, check_on, values};
+use crate::tensor::{Param, Shape};
+use crate::Error;
+
+/// Running statistics for `c` channels in `arena`'s persistent region,
+/// made as the parameter store makes buffers (no gradient slot) without
+/// reaching up into `nn`.
+fn running_stats(arena: &mut Arena, mean: &[f32], var: &[f32]) -> RunningStats {
+    let c = mean.len();
+    let mut p = arena.persistent();
+    let mut buffer = |what, shape: Shape, values: &[f32]| Param {
+        index: 0,
+        buf: p.upload(what, shape, values).expect("upload"),
+        grad: Buf::default(),
+        shape,
+    };
+    RunningStats {
+        mean: buffer("running_mean", Shape::new(&[c]), mean),
+        var: buffer("running_var", Shape::new(&[c]), var),
+        batches: buffer("num_batches_tracked", Shape::new(&[]), &[0.0]),
+    }
+}
+
+fn read(arena: &mut Arena, p: Param) -> Vec<f32> {
+    let mut out = vec![0.0; p.shape().numel()];
+    arena.read_persistent(p.buf(), &mut out).expect("read");
+    out
+}
+
+/// Per-channel `(mean, biased variance)` of `x` `[n, c, hw]`, in f64.
+fn moments(x: &[f32], c: usize, hw: usize) -> Vec<(f64, f64)> {
+    let n = x.len() / (c * hw);
+    let at = |i: usize, ch: usize, k: usize| x[(i * c + ch) * hw + k] as f64;
+    (0..c)
+        .map(|ch| {
+            let all: Vec<f64> = (0..n)
+                .flat_map(|i| (0..hw).map(move |k| (i, k)))
+                .map(|(i, k)| at(i, ch, k))
+                .collect();
+            let mean = all.iter().sum::<f64>() / all.len() as f64;
+            let var = all.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / all.len() as f64;
+            (mean, var)
+        })
+        .collect()
+}
+
+/// `(x − μ)/√(σ² + eps)·w + b`, written out per element.
+fn reference(x: &[f32], c: usize, hw: usize, stats: &[(f64, f64)], w: &[f32], b: &[f32], eps: f32) -> Vec<f32> {
+    x.iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let ch = (i / hw) % c;
+            let (mean, var) = stats[ch];
+            ((v as f64 - mean) / (var + eps as f64).sqrt() * w[ch] as f64 + b[ch] as f64) as f32
+        })
+        .collect()
+}
+
+fn assert_near(what: &str, got: &[f32], want: &[f32], tol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= tol * w.abs().max(1.0), "{what}[{i}]: {g} vs {w}");
+    }
+}
+
+const X: [usize; 4] = [2, 3, 3, 4];
+
+#[test]
+fn training_gradients_match_finite_differences() {
+    let mut arena = arena();
+    let stats = running_stats(&mut arena, &[0.0; 3], &[1.0; 3]);
+    let shapes = [Shape::new(&X), Shape::new(&[3]), Shape::new(&[3])];
+    let inputs = [
+        values(72, 31, -2.0, 2.0),
+        values(3, 32, 0.5, 1.5),
+        values(3, 33, -0.5, 0.5),
+    ];
+    check_on(&mut arena, &shapes, &inputs, &[0, 1, 2], &move |s, t| {
+        t[0].batch_norm2d(s, t[1], t[2], stats, BatchNormArgs::train())
+    });
+}
+
+#[test]
+fn evaluation_gradients_match_finite_differences() {
+    let mut arena = arena();
+    let stats = running_stats(&mut arena, &[0.3, -0.2, 0.1], &[0.5, 1.3, 2.0]);
+    let shapes = [Shape::new(&X), Shape::new(&[3]), Shape::new(&[3])];
+    let inputs = [
+        values(72, 34, -2.0, 2.0),
+        values(3, 35, 0.5, 1.5),
+        values(3, 36, -0.5, 0.5),
+    ];
+    check_on(&mut arena, &shapes, &inputs, &[0, 1, 2], &move |s, t| {
+        t[0].batch_norm2d(s, t[1], t[2], stats, BatchNormArgs::eval())
+    });
+}
+
+/// One step of `args` on fresh `x`, `w`, `b`; the output.
+fn forward(
+    arena: &mut Arena,
+    stats: RunningStats,
+    x: &[f32],
+    shape: Shape,
+    w: &[f32],
+    b: &[f32],
+    args: BatchNormArgs,
+) -> Vec<f32> {
+    let c = shape.dim(1);
+    arena
+        .step(|s| {
+            let x = s.input("x", shape, x)?;
+            let w = s.input("w", Shape::new(&[c]), w)?;
+            let b = s.input("b", Shape::new(&[c]), b)?;
+            let y = x.batch_norm2d(s, w, b, stats, args)?;
+            let mut out = vec![0.0; shape.numel()];
+            s.read(y, &mut out)?;
+            Ok(out)
+        })
+        .expect("step")
+}
+
+#[test]
+fn training_normalises_with_the_batch_and_updates_the_running_statistics() {
+    // A large offset per channel: a one-pass Σx² − (Σx)² variance would
+    // lose most of its digits here.
+    let (shape, c, hw) = (Shape::new(&[4, 3, 5, 7]), 3, 35);
+    let mut arena = arena();
+    let (rm0, rv0) = ([0.5f32, -1.0, 2.0], [1.5f32, 0.25, 3.0]);
+    let stats = running_stats(&mut arena, &rm0, &rv0);
+    let (w, b) = ([1.5, -0.5, 2.0], [0.1, 0.2, -0.3]);
+    let args = BatchNormArgs {
+        training: true,
+        momentum: 0.2,
+        eps: 1e-3,
+    };
+    let (mut rm, mut rv) = (rm0.map(f64::from), rv0.map(f64::from));
+    for (step, seed) in [(1, 41), (2, 42)] {
+        let x: Vec<f32> = values(shape.numel(), seed, -1.0, 1.0)
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v * (1 + (i / hw) % c) as f32 + 100.0 * ((i / hw) % c) as f32)
+            .collect();
+        let y = forward(&mut arena, stats, &x, shape, &w, &b, args);
+        let batch = moments(&x, c, hw);
+        assert_near("output", &y, &reference(&x, c, hw, &batch, &w, &b, args.eps), 1e-4);
+        let n = (shape.numel() / c) as f64;
+        let m = args.momentum as f64;
+        for (ch, &(mean, var)) in batch.iter().enumerate() {
+            rm[ch] = m * mean + (1.0 - m) * rm[ch];
+            rv[ch] = m * var * n / (n - 1.0) + (1.0 - m) * rv[ch];
+        }
+        let want = |v: [f64; 3]| v.map(|v| v as f32);
+        assert_near(
+            &format!("running mean after {step}"),
+            &read(&mut arena, stats.mean),
+            &want(rm),
+            1e-5,
+        );
+        assert_near(
+            &format!("running var after {step}"),
+            &read(&mut arena, stats.var),
+            &want(rv),
+            1e-5,
+        );
+        assert_eq!(read(&mut arena, stats.batches), [step as f32], "num_batches_tracked");
+    }
+}
+
+#[test]
+fn evaluation_normalises_with_the_running_statistics_and_writes_nothing() {
+    let (shape, c, hw) = (Shape::new(&[3, 2, 4, 3]), 2, 12);
+    let mut arena = arena();
+    let stats = running_stats(&mut arena, &[0.7, -0.4], &[2.5, 0.3]);
+    let (w, b) = ([0.8, 1.7], [-0.2, 0.4]);
+    let x = values(shape.numel(), 43, -3.0, 3.0);
+    let y = forward(&mut arena, stats, &x, shape, &w, &b, BatchNormArgs::eval());
+    let running = [(0.7f32 as f64, 2.5f32 as f64), (-0.4f32 as f64, 0.3f32 as f64)];
+    assert_near("output", &y, &reference(&x, c, hw, &running, &w, &b, 1e-5), 1e-5);
+    assert_eq!(read(&mut arena, stats.mean), [0.7, -0.4]);
+    assert_eq!(read(&mut arena, stats.var), [2.5, 0.3]);
+    assert_eq!(read(&mut arena, stats.batches), [0.0]);
+    // After a training step, evaluation follows the statistics it left.
+    forward(&mut arena, stats, &x, shape, &w, &b, BatchNormArgs::train());
+    let (rm, rv) = (read(&mut arena, stats.mean), read(&mut arena, stats.var));
+    assert_ne!(rm, [0.7, -0.4]);
+    let y = forward(&mut arena, stats, &x, shape, &w, &b, BatchNormArgs::eval());
+    let running: Vec<(f64, f64)> = rm.iter().zip(&rv).map(|(&m, &v)| (m as f64, v as f64)).collect();
+    assert_near(
+        "output after training",
+        &y,
+        &reference(&x, c, hw, &running, &w, &b, 1e-5),
+        1e-5,
+    );
+}
+
+#[test]
+fn parameter_gradients_land_in_their_slots_and_a_plain_input_gets_none() {
+    // The first layer's shape of use: the input needs no gradient, the
+    // weight and bias are parameters (their gradients go to the slab).
+    let mut arena = arena();
+    let stats = running_stats(&mut arena, &[0.0; 2], &[1.0; 2]);
+    let mut p = arena.persistent();
+    let mut param = |values: &[f32]| {
+        let shape = Shape::new(&[values.len()]);
+        Param {
+            index: 0,
+            buf: p.upload("weight", shape, values).expect("upload"),
+            grad: p.zeros("grad", shape).expect("zeros"),
+            shape,
+        }
+    };
+    let (w, b) = (param(&[1.5, 0.5]), param(&[0.0, 1.0]));
+    let shape = Shape::new(&[2, 2, 3, 3]);
+    let x = values(shape.numel(), 44, -1.0, 1.0);
+    let gy = values(shape.numel(), 45, -1.0, 1.0);
+    arena
+        .step(|s| {
+            let input = s.input("x", shape, &x)?;
+            let (wt, bt) = (s.param(&w), s.param(&b));
+            let y = input.batch_norm2d(s, wt, bt, stats, BatchNormArgs::train())?;
+            let upstream = s.input("gy", shape, &gy)?;
+            let grads = s.backward_from(y, upstream)?;
+            assert!(s.grad(&grads, input).is_none(), "the input needs no gradient");
+            Ok(())
+        })
+        .expect("step");
+    let (gw, gb) = (read_grad(&mut arena, w), read_grad(&mut arena, b));
+    // db = Σ dy per channel; dw = Σ dy·x̂.
+    let batch = moments(&x, 2, 9);
+    for ch in 0..2 {
+        let (mut sum, mut sum_xhat) = (0.0f64, 0.0f64);
+        for i in 0..2 {
+            for k in 0..9 {
+                let at = (i * 2 + ch) * 9 + k;
+                let (mean, var) = batch[ch];
+                sum += gy[at] as f64;
+                sum_xhat += gy[at] as f64 * (x[at] as f64 - mean) / (var + 1e-5).sqrt();
+            }
+        }
+        assert!((gb[ch] as f64 - sum).abs() < 1e-5, "db[{ch}]: {} vs {sum}", gb[ch]);
+        assert!(
+            (gw[ch] as f64 - sum_xhat).abs() < 1e-4,
+            "dw[{ch}]: {} vs {sum_xhat}",
+            gw[ch]
+        );
+    }
+}
+
+fn read_grad(arena: &mut Arena, p: Param) -> Vec<f32> {
+    let mut out = vec![0.0; p.shape().numel()];
+    arena.read_persistent(p.grad(), &mut out).expect("read");
+    out
+}
+
+/// One call's input shape, weight and bias lengths, statistics and settings.
+#[derive(Clone, Copy)]
+struct Case {
+    x: Shape,
+    weight: usize,
+    bias: usize,
+    stats: RunningStats,
+    args: BatchNormArgs,
+}
+
+#[test]
+fn wrong_shapes_and_settings_are_refused_with_typed_errors() {
+    let mut arena = arena();
+    let stats = running_stats(&mut arena, &[0.0; 3], &[1.0; 3]);
+    let narrow = running_stats(&mut arena, &[0.0; 2], &[1.0; 2]);
+    let mut scalar_as_vector = running_stats(&mut arena, &[0.0; 3], &[1.0; 3]);
+    scalar_as_vector.batches.shape = Shape::new(&[1]);
+    let train = BatchNormArgs::train();
+    let usual = Case {
+        x: Shape::new(&[2, 3, 2, 2]),
+        weight: 3,
+        bias: 3,
+        stats,
+        args: train,
+    };
+    let cases = [
+        (
+            "rank 3",
+            Case {
+                x: Shape::new(&[2, 3, 4]),
+                ..usual
+            },
+            "[N, C, H, W]",
+        ),
+        ("weight", Case { weight: 2, ..usual }, "weight [3]"),
+        ("bias", Case { bias: 4, ..usual }, "bias [3]"),
+        ("running mean", Case { stats: narrow, ..usual }, "running mean [3]"),
+        (
+            "num_batches_tracked",
+            Case {
+                stats: scalar_as_vector,
+                ..usual
+            },
+            "shape []",
+        ),
+        (
+            "one value",
+            Case {
+                x: Shape::new(&[1, 3, 1, 1]),
+                ..usual
+            },
+            "more than one value",
+        ),
+        (
+            "eps",
+            Case {
+                args: BatchNormArgs { eps: 0.0, ..train },
+                ..usual
+            },
+            "eps",
+        ),
+        (
+            "momentum",
+            Case {
+                args: BatchNormArgs {
+                    momentum: f32::NAN,
+                    ..train
+                },
+                ..usual
+            },
+            "momentum",
+        ),
+    ];
+    for (
+        case,
+        Case {
+            x: shape,
+            weight: wc,
+            bias: bc,
+            stats,
+            args,
+        },
+        says,
+    ) in cases
+    {
+        let err = arena
+            .step(|s| {
+                let x = s.variable("x", shape, &vec![0.5; shape.numel()])?;
+                let w = s.variable("w", Shape::new(&[wc]), &vec![1.0; wc])?;
+                let b = s.variable("b", Shape::new(&[bc]), &vec![0.0; bc])?;
+                x.batch_norm2d(s, w, b, stats, args).map(drop)
+            })
+            .expect_err(case);
+        assert!(
+            matches!(err, Error::Shape { op: "batch_norm2d", .. } | Error::Config(_)),
+            "{case}: {err:?}"
+        );
+        assert!(err.to_string().contains(says), "{case}: {err}");
+    }
+    // A single value per channel is fine in evaluation.
+    let one = Shape::new(&[1, 3, 1, 1]);
+    let y = forward(
+        &mut arena,
+        stats,
+        &[1.0, 2.0, 3.0],
+        one,
+        &[1.0; 3],
+        &[0.0; 3],
+        BatchNormArgs::eval(),
+    );
+    assert_near("one value in evaluation", &y, &[1.0, 2.0, 3.0], 1e-4);
+}

@@ -1,0 +1,118 @@
+//! batch_norm2d on the GPU gives the CPU's output, gradients and running
+//! statistics, in training and in evaluation.
+
+use super::*;
+use bumpgrad::nn::Init;
+use bumpgrad::ops::batch_norm2d::{BatchNormArgs, RunningStats};
+
+/// Two steps of a batch norm in `args`' mode on `device`, weight and bias
+/// parameters of a store and its running statistics buffers: the second
+/// step's output and gradients, then the running statistics after both.
+fn bn_steps(device: Device, shape: Shape, args: BatchNormArgs) -> Vec<(&'static str, Vec<f32>)> {
+    let (c, hw) = (shape.dim(1), shape.dim(2) * shape.dim(3));
+    let mut arena = Arena::new(device, 64 << 20).expect("arena");
+    arena.set_poison_step(true);
+    let (_store, (weight, bias, stats)) = ParamStore::build(&mut arena.persistent(), 3, |pb| {
+        let bn = pb.pp("bn");
+        let channels = Shape::new(&[c]);
+        Ok((
+            bn.param("weight", channels, Init::UniformFanIn(1))?,
+            bn.param("bias", channels, Init::UniformFanIn(1))?,
+            RunningStats {
+                mean: bn.buffer("running_mean", channels, Init::Constant(0.0))?,
+                var: bn.buffer("running_var", channels, Init::Constant(1.0))?,
+                batches: bn.buffer("num_batches_tracked", Shape::new(&[]), Init::Constant(0.0))?,
+            },
+        ))
+    })
+    .expect("store");
+    // Running statistics of their own, so that evaluation visibly uses them.
+    arena.write_persistent(stats.mean.buf(), &values(c, 50)).expect("write");
+    let var: Vec<f32> = values(c, 51).iter().map(|v| 0.5 + v.abs()).collect();
+    arena.write_persistent(stats.var.buf(), &var).expect("write");
+    let mut read = Vec::new();
+    for step in 0..2u64 {
+        let out = arena
+            .step(|s| {
+                // Each channel with a mean and a spread of its own.
+                let xs: Vec<f32> = values(shape.numel(), 60 + step)
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        let ch = ((i / hw) % c) as f32;
+                        v * (1.0 + ch) + 3.0 * ch - 4.0
+                    })
+                    .collect();
+                let x = s.variable("x", shape, &xs)?;
+                let (w, b) = (s.param(&weight), s.param(&bias));
+                let y = x.batch_norm2d(s, w, b, stats, args)?;
+                let named = with_grads(s, y, &[("x grad", x), ("weight grad", w), ("bias grad", b)])?;
+                let mut v = Vec::new();
+                for (name, t) in named {
+                    let mut host = vec![0.0; t.shape().numel()];
+                    s.read(t, &mut host)?;
+                    v.push((name, host));
+                }
+                Ok(v)
+            })
+            .expect("step");
+        if step == 1 {
+            read.extend(out);
+        }
+    }
+    for (name, p) in [
+        ("running_mean", stats.mean),
+        ("running_var", stats.var),
+        ("num_batches_tracked", stats.batches),
+    ] {
+        let mut host = vec![0.0; p.shape().numel()];
+        arena.read_persistent(p.buf(), &mut host).expect("read");
+        read.push((name, host));
+    }
+    read
+}
+
+fn bn_same_on_both(test: &str, shape: Shape, args: BatchNormArgs) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(gpu) = gpu(test) else { return };
+    let on_cpu = bn_steps(Device::cpu(1).expect("cpu"), shape, args);
+    let on_gpu = bn_steps(gpu, shape, args);
+    assert_same_names(test, &on_cpu, &on_gpu);
+    for ((name, c), (_, g)) in on_cpu.iter().zip(&on_gpu) {
+        match *name {
+            // A count: exact, and 0 (all zeros) in evaluation.
+            "num_batches_tracked" => {
+                let want = if args.training { 2.0 } else { 0.0 };
+                assert_eq!((c[0], g[0]), (want, want), "{test}: {name} on the CPU and the GPU");
+            }
+            _ => assert_close(&format!("{test}: {name}"), c, g),
+        }
+    }
+}
+
+#[test]
+fn batch_norm2d_training_matches_the_cpu() {
+    // 1144 values per channel: every thread of a channel's block sums several.
+    bn_same_on_both(
+        "batch_norm2d train",
+        Shape::new(&[8, 6, 13, 11]),
+        BatchNormArgs::train(),
+    );
+}
+
+#[test]
+fn batch_norm2d_training_on_many_values_per_channel_matches_the_cpu() {
+    // 16384 values per channel, one pixel per plane in the second: the f32
+    // trees against the CPU's f64 sums, and planes of one value.
+    let args = BatchNormArgs {
+        momentum: 0.3,
+        ..BatchNormArgs::train()
+    };
+    bn_same_on_both("batch_norm2d train, large", Shape::new(&[16, 3, 32, 32]), args);
+    bn_same_on_both("batch_norm2d train, 1×1 planes", Shape::new(&[40, 5, 1, 1]), args);
+}
+
+#[test]
+fn batch_norm2d_evaluation_matches_the_cpu() {
+    bn_same_on_both("batch_norm2d eval", Shape::new(&[8, 6, 13, 11]), BatchNormArgs::eval());
+}
