@@ -2,8 +2,12 @@
 //! one: a file here, and a line in the CLI's list of models.
 
 mod mnist_cnn;
+mod resnet;
+mod squeezenet;
 
 pub use mnist_cnn::{MnistCnn, MnistCnnConfig};
+pub use resnet::{Depth, ResNet, ResNetConfig};
+pub use squeezenet::{SqueezeNet, SqueezeNetConfig};
 
 /// The network a run trains when none is named: Lantern's MNIST CNN.
 impl Default for crate::nn::ModelChoice {

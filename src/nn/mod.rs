@@ -4,11 +4,13 @@
 //! module and [`crate::ops`] only, never against a backend.
 
 mod init;
+mod layers;
 mod model;
 mod optimizer;
 mod params;
 
-pub use init::uniform_fan_in;
+pub use init::{kaiming_uniform_fan_in, normal, uniform_fan_in};
+pub use layers::{scaled, BatchNorm2d, Conv2d, ConvSpec, Linear};
 pub use model::{Input, Mode, Model, ModelChoice, Network};
 pub use optimizer::{runs_with_grads, Optimizer, OptimizerChoice, OptimizerConfig};
 pub use params::{count_params, Entry, Init, Kind, ParamBuilder, ParamStore};

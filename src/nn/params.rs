@@ -18,7 +18,7 @@
 //! and replicas are synchronised by one sum per slab. Backward writes each
 //! parameter's gradient straight into its slot ([`Param::grad`]).
 
-use super::init::uniform_fan_in;
+use super::init::{kaiming_uniform_fan_in, normal, uniform_fan_in};
 use crate::memory::{ArenaError, Buf, Persistent, ALIGN};
 use crate::rng::SplitMix64;
 use crate::tensor::{Param, Shape};
@@ -55,6 +55,14 @@ pub enum Init {
     /// convolution weights and biases, drawn from the store's generator in
     /// declaration order.
     UniformFanIn(usize),
+    /// `U(-√(6/fan_in), √(6/fan_in))`: `kaiming_uniform_` with its
+    /// defaults (torchvision's SqueezeNet convolutions).
+    KaimingUniformFanIn(usize),
+    /// `N(0, 2/fan_out)`: `kaiming_normal_(mode="fan_out",
+    /// nonlinearity="relu")` (torchvision's ResNet convolutions).
+    KaimingNormalFanOut(usize),
+    /// `N(0, std²)` (SqueezeNet's final convolution: 0.01).
+    Normal(f32),
     /// Every element the same (batch-norm weight 1, bias 0, running
     /// variance 1).
     Constant(f32),
@@ -258,6 +266,13 @@ impl ParamStore {
             let dst = &mut slab[e.start..e.start + e.len()];
             match e.init {
                 Init::UniformFanIn(fan_in) => dst.copy_from_slice(&uniform_fan_in(&mut rng, fan_in, e.len())),
+                Init::KaimingUniformFanIn(fan_in) => {
+                    dst.copy_from_slice(&kaiming_uniform_fan_in(&mut rng, fan_in, e.len()))
+                }
+                Init::KaimingNormalFanOut(fan_out) => {
+                    dst.copy_from_slice(&normal(&mut rng, (2.0 / fan_out as f32).sqrt(), e.len()))
+                }
+                Init::Normal(std) => dst.copy_from_slice(&normal(&mut rng, std, e.len())),
                 Init::Constant(v) => dst.fill(v),
             }
         }

@@ -2,15 +2,34 @@
 //! one place that names them. Adding a model or an optimizer to the
 //! command is one line here.
 
-use bumpgrad::models::MnistCnn;
+use bumpgrad::models::{Depth, MnistCnn, ResNet, SqueezeNet};
 use bumpgrad::nn::{ModelChoice, OptimizerChoice};
 use bumpgrad::optim::{AdamWConfig, SgdConfig};
 
-/// A model's name as `--model` takes it, and how to make its choice.
-type Named = (&'static str, fn() -> ModelChoice);
+/// A model's name as `--model` takes it, and how to make its choice from
+/// `--width-mult` (`None`: not given).
+type Named = (&'static str, fn(Option<f32>) -> Result<ModelChoice, String>);
 
 /// Every model; the first is the default.
-pub const MODELS: &[Named] = &[(MnistCnn::NAME, MnistCnn::choice)];
+pub const MODELS: &[Named] = &[
+    (MnistCnn::NAME, |width| match width {
+        None => Ok(MnistCnn::choice()),
+        Some(_) => Err(format!(
+            "--width-mult scales {}, {} and {}; {} has fixed widths, so drop it",
+            ResNet::NAME_18,
+            ResNet::NAME_50,
+            SqueezeNet::NAME,
+            MnistCnn::NAME
+        )),
+    }),
+    (ResNet::NAME_18, |width| {
+        Ok(ResNet::choice(Depth::R18, width.unwrap_or(1.0)))
+    }),
+    (ResNet::NAME_50, |width| {
+        Ok(ResNet::choice(Depth::R50, width.unwrap_or(1.0)))
+    }),
+    (SqueezeNet::NAME, |width| Ok(SqueezeNet::choice(width.unwrap_or(1.0)))),
+];
 
 /// The optimizers `--optimizer` takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -71,17 +90,29 @@ pub fn betas(text: &str) -> Result<(f64, f64), String> {
     ))
 }
 
-/// The model `name` names, or the list of names.
-pub fn model(name: &str) -> Result<ModelChoice, String> {
-    MODELS
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, make)| make())
-        .ok_or_else(|| {
-            let names: Vec<&str> = MODELS.iter().map(|(n, _)| *n).collect();
-            format!(
-                "unknown model {name:?}; the models are {} (see `bumpgrad models`)",
-                names.join(", ")
-            )
-        })
+/// `--model NAME`: one of [`MODELS`], or the list of names.
+pub fn model_name(name: &str) -> Result<&'static str, String> {
+    MODELS.iter().find(|(n, _)| *n == name).map(|(n, _)| *n).ok_or_else(|| {
+        let names: Vec<&str> = MODELS.iter().map(|(n, _)| *n).collect();
+        format!(
+            "unknown model {name:?}; the models are {} (see `bumpgrad models`)",
+            names.join(", ")
+        )
+    })
+}
+
+/// `--width-mult X`: a positive scale of every channel count.
+pub fn width_mult(text: &str) -> Result<f32, String> {
+    match text.trim().parse::<f32>() {
+        Ok(x) if x > 0.0 && x.is_finite() => Ok(x),
+        _ => Err(format!(
+            "cannot read {text:?} as a width multiplier; write a positive number such as 0.125 or 0.5"
+        )),
+    }
+}
+
+/// The model `name` (from [`model_name`]) with `--width-mult`.
+pub fn model(name: &str, width_mult: Option<f32>) -> Result<ModelChoice, String> {
+    let (_, make) = MODELS.iter().find(|(n, _)| *n == name).ok_or("unknown model")?;
+    make(width_mult)
 }

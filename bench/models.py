@@ -1,0 +1,179 @@
+"""PyTorch definitions of bumpgrad's image networks, for side-by-side runs and
+checkpoint interchange: one definition, used by every script here.
+
+- `resnet(depth, classes, in_channels, width_mult)`: torchvision's ResNet
+  layout (the same module names, so the same `state_dict` keys as
+  `torchvision.models.resnet18/50`) with the CIFAR stem: a 3x3 convolution of
+  stride 1 and no max-pool. BasicBlock [2, 2, 2, 2] or Bottleneck [3, 4, 6, 3]
+  (stride in the 3x3 convolution, torchvision's v1.5), 1x1 convolution +
+  batch-norm shortcuts where the shape changes, global average pool, linear.
+- `squeezenet(classes, in_channels, width_mult)`: torchvision's
+  `squeezenet1_1` with the first convolution 3x3, stride 1, padding 1.
+
+`width_mult` scales every channel count as bumpgrad's `--width-mult` does
+(`max(1, round(c * w))`). Initialisation is torchvision's; bumpgrad draws
+from the same distributions with its own generator.
+"""
+
+import torch
+import torch.nn as nn
+
+
+def scaled(channels, width_mult):
+    # Python's round() rounds half to even, Rust's f32::round half away from
+    # zero: floor(x + 0.5) is the latter for the positive values here.
+    return max(1, int(channels * width_mult + 0.5))
+
+
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, c_in, planes, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = shortcut(c_in, planes, stride)
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        identity = x if self.downsample is None else self.downsample(x)
+        return self.relu(out + identity)
+
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, c_in, planes, stride):
+        super().__init__()
+        out = planes * 4
+        self.conv1 = nn.Conv2d(c_in, planes, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv3 = nn.Conv2d(planes, out, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(out)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = shortcut(c_in, out, stride)
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        identity = x if self.downsample is None else self.downsample(x)
+        return self.relu(out + identity)
+
+
+def shortcut(c_in, c_out, stride):
+    if stride == 1 and c_in == c_out:
+        return None
+    return nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+
+
+class ResNet(nn.Module):
+    def __init__(self, block, layers, classes=10, in_channels=3, width_mult=1.0):
+        super().__init__()
+        w = lambda c: scaled(c, width_mult)  # noqa: E731
+        self.conv1 = nn.Conv2d(in_channels, w(64), 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(w(64))
+        self.relu = nn.ReLU(inplace=True)
+        c_in = w(64)
+        for stage, count in enumerate(layers):
+            planes = w(64 << stage)
+            blocks = []
+            for i in range(count):
+                stride = 2 if stage > 0 and i == 0 else 1
+                blocks.append(block(c_in, planes, stride))
+                c_in = planes * block.expansion
+            setattr(self, f"layer{stage + 1}", nn.Sequential(*blocks))
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(c_in, classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.constant_(m.weight, 1)
+                nn.init.constant_(m.bias, 0)
+
+    def forward(self, x):
+        x = self.relu(self.bn1(self.conv1(x)))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+def resnet(depth, classes=10, in_channels=3, width_mult=1.0):
+    if depth == 18:
+        return ResNet(BasicBlock, [2, 2, 2, 2], classes, in_channels, width_mult)
+    if depth == 50:
+        return ResNet(Bottleneck, [3, 4, 6, 3], classes, in_channels, width_mult)
+    raise ValueError(f"no ResNet-{depth} here; 18 or 50")
+
+
+class Fire(nn.Module):
+    def __init__(self, c_in, squeeze, expand):
+        super().__init__()
+        self.squeeze = nn.Conv2d(c_in, squeeze, 1)
+        self.squeeze_activation = nn.ReLU(inplace=True)
+        self.expand1x1 = nn.Conv2d(squeeze, expand, 1)
+        self.expand1x1_activation = nn.ReLU(inplace=True)
+        self.expand3x3 = nn.Conv2d(squeeze, expand, 3, padding=1)
+        self.expand3x3_activation = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        x = self.squeeze_activation(self.squeeze(x))
+        return torch.cat(
+            [self.expand1x1_activation(self.expand1x1(x)), self.expand3x3_activation(self.expand3x3(x))], 1
+        )
+
+
+class SqueezeNet(nn.Module):
+    def __init__(self, classes=10, in_channels=3, width_mult=1.0):
+        super().__init__()
+        w = lambda c: scaled(c, width_mult)  # noqa: E731
+        pool = lambda: nn.MaxPool2d(3, 2, ceil_mode=True)  # noqa: E731
+        self.features = nn.Sequential(
+            nn.Conv2d(in_channels, w(64), 3, 1, 1),
+            nn.ReLU(inplace=True),
+            pool(),
+            Fire(w(64), w(16), w(64)),
+            Fire(2 * w(64), w(16), w(64)),
+            pool(),
+            Fire(2 * w(64), w(32), w(128)),
+            Fire(2 * w(128), w(32), w(128)),
+            pool(),
+            Fire(2 * w(128), w(48), w(192)),
+            Fire(2 * w(192), w(48), w(192)),
+            Fire(2 * w(192), w(64), w(256)),
+            Fire(2 * w(256), w(64), w(256)),
+        )
+        final = nn.Conv2d(2 * w(256), classes, 1)
+        self.classifier = nn.Sequential(nn.Dropout(0.5), final, nn.ReLU(inplace=True), nn.AdaptiveAvgPool2d(1))
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                if m is final:
+                    nn.init.normal_(m.weight, mean=0.0, std=0.01)
+                else:
+                    nn.init.kaiming_uniform_(m.weight)
+                if m.bias is not None:
+                    nn.init.constant_(m.bias, 0)
+
+    def forward(self, x):
+        return torch.flatten(self.classifier(self.features(x)), 1)
+
+
+def squeezenet(classes=10, in_channels=3, width_mult=1.0):
+    return SqueezeNet(classes, in_channels, width_mult)
+
+
+def build(name, classes=10, in_channels=3, width_mult=1.0):
+    """The network `bumpgrad --model NAME --width-mult W` trains."""
+    if name == "resnet18":
+        return resnet(18, classes, in_channels, width_mult)
+    if name == "resnet50":
+        return resnet(50, classes, in_channels, width_mult)
+    if name == "squeezenet":
+        return squeezenet(classes, in_channels, width_mult)
+    raise ValueError(f"unknown model {name!r}: resnet18, resnet50 or squeezenet")
