@@ -4,7 +4,7 @@
 
 use super::*;
 
-fn args(kernel: usize, stride: usize, padding: usize, ceil_mode: bool) -> Pool2dArgs {
+const fn args(kernel: usize, stride: usize, padding: usize, ceil_mode: bool) -> Pool2dArgs {
     Pool2dArgs {
         kernel,
         stride,
@@ -14,21 +14,21 @@ fn args(kernel: usize, stride: usize, padding: usize, ceil_mode: bool) -> Pool2d
 }
 
 /// The windows every pool is compared on, with an input shape for each.
-const WINDOWS: [(&str, [usize; 4], (usize, usize, usize, bool)); 5] = [
-    ("3×3 s2 p1", [2, 3, 9, 7], (3, 2, 1, false)),
-    ("3×3 s2 ceil", [2, 3, 8, 7], (3, 2, 0, true)),
-    ("3×3 s2 p1 ceil", [2, 2, 6, 5], (3, 2, 1, true)),
-    ("3×3 s1", [1, 4, 6, 6], (3, 1, 0, false)),
-    ("2×2 s2 odd", [3, 2, 7, 5], (2, 2, 0, false)),
+const WINDOWS: [(&str, [usize; 4], Pool2dArgs); 5] = [
+    ("3×3 s2 p1", [2, 3, 9, 7], args(3, 2, 1, false)),
+    ("3×3 s2 ceil", [2, 3, 8, 7], args(3, 2, 0, true)),
+    ("3×3 s2 p1 ceil", [2, 2, 6, 5], args(3, 2, 1, true)),
+    ("3×3 s1", [1, 4, 6, 6], args(3, 1, 0, false)),
+    ("2×2 s2 odd", [3, 2, 7, 5], args(2, 2, 0, false)),
 ];
 
 #[test]
 fn max_pool_with_any_window_matches_the_cpu() {
-    for (name, dims, (k, st, p, ceil)) in WINDOWS {
+    for (name, dims, a) in WINDOWS {
         same_on_both(&format!("max_pool2d {name}"), &move |s| {
             let shape = Shape::new(&dims);
             let x = s.variable("x", shape, &values(shape.numel(), 21))?;
-            let y = x.max_pool2d(s, args(k, st, p, ceil))?;
+            let y = x.max_pool2d(s, a)?;
             with_grads(s, y, &[("x grad", x)])
         });
     }
@@ -36,11 +36,11 @@ fn max_pool_with_any_window_matches_the_cpu() {
 
 #[test]
 fn avg_pool_matches_the_cpu() {
-    for (name, dims, (k, st, p, ceil)) in WINDOWS {
+    for (name, dims, a) in WINDOWS {
         same_on_both(&format!("avg_pool2d {name}"), &move |s| {
             let shape = Shape::new(&dims);
             let x = s.variable("x", shape, &values(shape.numel(), 22))?;
-            let y = x.avg_pool2d(s, args(k, st, p, ceil))?;
+            let y = x.avg_pool2d(s, a)?;
             with_grads(s, y, &[("x grad", x)])
         });
     }
