@@ -24,16 +24,18 @@ use std::sync::Mutex;
 #[path = "support/used_twice.rs"]
 mod used_twice;
 
-#[path = "gpu/conv2d.rs"]
-mod conv2d;
 #[path = "gpu/batch_norm2d.rs"]
 mod batch_norm2d;
+#[path = "gpu/conv2d.rs"]
+mod conv2d;
 #[path = "support/mnist_cnn_names.rs"]
 mod mnist_cnn_names;
 #[path = "support/optim_fixtures.rs"]
 mod optim_fixtures;
 #[path = "gpu/pools.rs"]
 mod pools;
+#[path = "gpu/resnet.rs"]
+mod resnet;
 
 /// GPU tests run one at a time: the free-memory test reads a device-wide
 /// figure that another test's arena would change.
