@@ -7,12 +7,12 @@
 
 pub mod adamw_update;
 pub mod conv2d;
+pub mod cross_entropy;
 pub mod cursor;
 pub mod dense;
 pub mod dropout;
 pub mod gather;
 pub mod linear;
-pub mod log_softmax_nll;
 pub mod lr;
 pub mod maxpool2d;
 pub mod relu;
@@ -33,7 +33,7 @@ pub const KERNELS: &[KernelSource] = &[
     relu::KERNELS,
     maxpool2d::KERNELS,
     dropout::KERNELS,
-    log_softmax_nll::KERNELS,
+    cross_entropy::KERNELS,
     linear::KERNELS,
     conv2d::KERNELS,
     dense::KERNELS,
