@@ -47,8 +47,12 @@ fn cross_entropy_matches_the_cpu_at_logits_of_a_thousand() {
 #[test]
 fn cross_entropy_repeats_bit_for_bit_on_the_gpu() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(first) = gpu("cross_entropy repeats") else { return };
-    let Some(second) = gpu("cross_entropy repeats") else { return };
+    let Some(first) = gpu("cross_entropy repeats") else {
+        return;
+    };
+    let Some(second) = gpu("cross_entropy repeats") else {
+        return;
+    };
     let body: &Body = &|s| loss_and_grad(s, (2049, 1000), 8.0, 0.1);
     let (a, b) = (run(first, body), run(second, body));
     for ((name, a), (_, b)) in a.iter().zip(&b) {
@@ -60,7 +64,9 @@ fn cross_entropy_repeats_bit_for_bit_on_the_gpu() {
 #[test]
 fn a_label_past_the_classes_makes_the_gpu_loss_nan() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(device) = gpu("cross_entropy bad label") else { return };
+    let Some(device) = gpu("cross_entropy bad label") else {
+        return;
+    };
     let mut arena = Arena::new(device, 1 << 20).expect("arena");
     let loss = arena
         .step(|s| {

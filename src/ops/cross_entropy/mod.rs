@@ -92,7 +92,10 @@ impl<'s> Tensor<'s> {
         if x.rank() != 2 || x.dim(0) != labels.len() || x.dim(0) == 0 || x.dim(1) == 0 {
             return Err(Error::shape(
                 "cross_entropy",
-                format!("logits [N, C] with N, C ≥ 1 and N labels, got {x} and {} labels", labels.len()),
+                format!(
+                    "logits [N, C] with N, C ≥ 1 and N labels, got {x} and {} labels",
+                    labels.len()
+                ),
             ));
         }
         if over < x.dim(0) {

@@ -134,7 +134,11 @@ fn loss_matches_the_definition_at_extreme_logits() {
     // Row 1: log-softmax is [0, −1000, −2000], so the NLL is 0 and the mean
     // of −logp is 1000; row 2: every −logp is ln 3.
     let ln3 = 3f32.ln();
-    for (e, want) in [(0.0, ln3 / 2.0), (0.1, (0.1 * 1000.0 + ln3) / 2.0), (1.0, (1000.0 + ln3) / 2.0)] {
+    for (e, want) in [
+        (0.0, ln3 / 2.0),
+        (0.1, (0.1 * 1000.0 + ln3) / 2.0),
+        (1.0, (1000.0 + ln3) / 2.0),
+    ] {
         let (loss, gx) = loss_and_grad(&logits, 3, &labels, smoothing(e));
         assert!((loss - want).abs() <= 1e-5 * want, "smoothing {e}: {loss} vs {want}");
         assert!(gx.iter().all(|g| g.is_finite()), "smoothing {e}: {gx:?}");
