@@ -65,6 +65,7 @@ pub enum Setting {
     Model,
     Optimizer,
     Schedule,
+    LabelSmoothing,
 }
 
 impl Error {

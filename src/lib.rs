@@ -33,7 +33,7 @@
 //!
 //! ```
 //! use bumpgrad::nn::{Init, OptimizerConfig, ParamStore};
-//! use bumpgrad::ops::{cursor::StepCursor, lr::LrAt};
+//! use bumpgrad::ops::{cross_entropy::CrossEntropyArgs, cursor::StepCursor, lr::LrAt};
 //! use bumpgrad::optim::SgdConfig;
 //! use bumpgrad::{Arena, Device, Shape};
 //!
@@ -52,7 +52,7 @@
 //!         let x = s.input("x", Shape::new(&[1, 2]), &[1.0, 2.0])?; // a Tensor<'s>
 //!         let weight = s.param(&w);
 //!         let labels = s.labels(&[1])?;
-//!         let loss = x.linear(s, weight, None)?.log_softmax_nll(s, labels)?;
+//!         let loss = x.linear(s, weight, None)?.cross_entropy(s, labels, CrossEntropyArgs::default())?;
 //!         let grads = s.backward(loss)?; // into the gradient slab
 //!         sgd.update(s, &store, &grads)?;
 //!         s.scalar(loss) // the f32 leaves the step; no tensor can

@@ -165,6 +165,11 @@ fn bad_settings_are_refused_with_what_to_pass() {
         (&["--schedule", "step:0,0.1"], 2, "step:EPOCHS,GAMMA"),
         (&["--warmup-epochs", "-1"], 1, "--warmup-epochs must be 0 or more"),
         (
+            &["--label-smoothing", "1"],
+            1,
+            "the label smoothing must be in [0, 1), got 1; pass --label-smoothing a value in [0, 1) such as 0.1",
+        ),
+        (
             &["--model", "resnet9000"],
             2,
             "unknown model \"resnet9000\"; the models are mnist-cnn",

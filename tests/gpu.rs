@@ -13,6 +13,7 @@ use bumpgrad::data::ImageSet;
 use bumpgrad::models::{MnistCnn, MnistCnnConfig};
 use bumpgrad::nn::{Input, Mode, Model, ParamStore};
 use bumpgrad::ops::conv2d::Conv2dArgs;
+use bumpgrad::ops::cross_entropy::CrossEntropyArgs;
 use bumpgrad::ops::gather::Normalize;
 use bumpgrad::ops::maxpool2d::Pool2dArgs;
 use bumpgrad::optim::{AdamWConfig, Schedule};
@@ -36,6 +37,9 @@ mod optim_fixtures;
 mod pools;
 #[path = "gpu/resnet.rs"]
 mod resnet;
+
+#[path = "gpu/cross_entropy.rs"]
+mod cross_entropy;
 
 /// GPU tests run one at a time: the free-memory test reads a device-wide
 /// figure that another test's arena would change.
@@ -282,21 +286,6 @@ fn dropout_draws_the_same_mask_as_the_cpu() {
     });
 }
 
-#[test]
-fn log_softmax_nll_matches_the_cpu() {
-    same_on_both("log_softmax_nll", &|s| {
-        let scaled: Vec<f32> = values(90, 12).iter().map(|v| 4.0 * v).collect();
-        let x = s.variable("logits", Shape::new(&[9, 10]), &scaled)?;
-        let labels = s.labels(&[3, 0, 9, 9, 1, 5, 2, 7, 4])?;
-        let loss = x.log_softmax_nll(s, labels)?;
-        let grads = s.backward(loss)?;
-        Ok(vec![
-            ("loss", loss),
-            ("logits grad", s.grad(&grads, x).expect("gradient")),
-        ])
-    });
-}
-
 /// A training step's device-side inputs: the batch the cursor points at, a
 /// per-step dropout mask, the loss recorded at the cursor's slot, and the
 /// cursor advanced (three steps, the middle one read back).
@@ -344,7 +333,9 @@ fn cursor_steps(device: Device) -> Vec<(&'static str, Vec<f32>)> {
                     },
                 )?;
                 let w = s.input("w", Shape::new(&[10, 16]), &values(160, 21))?;
-                let loss = dropped.linear(s, w, None)?.log_softmax_nll(s, l)?;
+                let loss = dropped
+                    .linear(s, w, None)?
+                    .cross_entropy(s, l, CrossEntropyArgs::default())?;
                 let mut v = Vec::new();
                 for t in [x, dropped, loss] {
                     let mut host = vec![0.0; t.shape().numel()];
@@ -414,7 +405,7 @@ fn cnn_step(device: Device) -> Vec<(&'static str, Vec<f32>)> {
             let x = s.gather_images(&data.train.images, &indices, norm)?;
             let labels = s.gather_labels(data.train.labels, &indices)?;
             let logits = Model::forward(&model, s, x, Mode::Eval)?;
-            let loss = logits.log_softmax_nll(s, labels)?;
+            let loss = logits.cross_entropy(s, labels, CrossEntropyArgs::default())?;
             let grads = s.backward(loss)?;
             let mut out = vec![("input batch", x), ("logits", logits), ("loss", loss)];
             for (param, name) in store.params().zip(NAMES) {
@@ -606,7 +597,7 @@ fn replaying_a_captured_step_gives_the_uncaptured_runs_loss_curve() {
         epochs: 1,
         ..cfg(true, false)
     });
-    assert_eq!(fastest[0].kernels_per_step, Some(24 + 1), "the step graph's nodes");
+    assert_eq!(fastest[0].kernels_per_step, Some(25 + 1), "the step graph's nodes");
 }
 
 /// With deterministic convolutions a GPU run repeats bit for bit.

@@ -75,3 +75,32 @@ fn an_arena_too_small_names_the_allocation_and_the_size_that_fits() {
         "{text} should say {fits}"
     );
 }
+
+#[test]
+fn label_smoothing_reaches_the_loss_and_is_checked() {
+    let run = |label_smoothing| {
+        let cfg = TrainConfig {
+            label_smoothing,
+            ..config(300, 100, 1)
+        };
+        train(&cfg, &mut Quiet).map(|reports| reports[0].train_loss)
+    };
+    let plain = run(0.0).expect("training");
+    let smoothed = run(0.1).expect("training");
+    // Both near chance (ln 10) after three steps; the smoothed target adds
+    // 0.1 × (mean −log p − NLL), a few hundredths, never zero.
+    assert!(
+        smoothed.is_finite() && (smoothed - plain).abs() > 1e-4,
+        "{plain} vs {smoothed}"
+    );
+    assert!((2.0..2.5).contains(&smoothed), "{smoothed}");
+    for bad in [1.0, -0.1, f32::NAN] {
+        match run(bad) {
+            Err(Error::Setting {
+                setting: bumpgrad::Setting::LabelSmoothing,
+                ..
+            }) => {}
+            other => panic!("a label smoothing of {bad}: {other:?}"),
+        }
+    }
+}

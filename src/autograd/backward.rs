@@ -16,7 +16,7 @@ pub(crate) fn run(s: &mut Step<'_>, node: Node) -> Result<()> {
         Node::Dropout(n) => n.backward(s),
         Node::Linear(n) => n.backward(s),
         Node::Dense(n) => n.backward(s),
-        Node::LogSoftmaxNll(n) => n.backward(s),
+        Node::CrossEntropy(n) => n.backward(s),
         Node::Reshape(n) => n.backward(s),
         Node::BatchNorm2d(n) => n.backward(s),
     }

@@ -21,7 +21,7 @@ pub(crate) enum Node {
     Dropout(ops::dropout::Saved),
     Linear(ops::linear::Saved),
     Dense(ops::dense::Saved),
-    LogSoftmaxNll(ops::log_softmax_nll::Saved),
+    CrossEntropy(ops::cross_entropy::Saved),
     Reshape(ops::reshape::Saved),
     BatchNorm2d(ops::batch_norm2d::Saved),
 }

@@ -1,7 +1,7 @@
 //! Lantern's MNIST CNN: conv 1→10 5×5 (no bias) → max-pool 2 → relu →
 //! conv 10→20 5×5 (no bias) → max-pool 2 → relu → flatten 320 →
 //! linear 320→50 → relu → dropout 0.5 → linear 50→classes. The loss
-//! (log-softmax + NLL) is the task's.
+//! (cross-entropy) is the task's.
 
 use crate::autograd::Step;
 use crate::nn::{Init, Input, Mode, Model, ModelChoice, ParamBuilder};

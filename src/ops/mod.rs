@@ -11,13 +11,13 @@ pub mod avg_pool2d;
 pub mod batch_norm2d;
 pub mod concat;
 pub mod conv2d;
+pub mod cross_entropy;
 pub mod cursor;
 pub mod dense;
 pub mod dropout;
 pub mod gather;
 pub mod global_avg_pool2d;
 pub mod linear;
-pub mod log_softmax_nll;
 pub mod lr;
 pub mod maxpool2d;
 pub mod relu;
@@ -42,7 +42,7 @@ pub const KERNELS: &[KernelSource] = &[
     add::KERNELS,
     concat::KERNELS,
     dropout::KERNELS,
-    log_softmax_nll::KERNELS,
+    cross_entropy::KERNELS,
     linear::KERNELS,
     conv2d::KERNELS,
     dense::KERNELS,

@@ -42,6 +42,9 @@ pub struct TrainConfig {
     /// rate is computed before the first and read by the update on the device.
     #[serde(serialize_with = "as_text")]
     pub schedule: Schedule,
+    /// The loss's label smoothing ε, in [0, 1): the target is
+    /// `(1 − ε)·onehot + ε/C` (PyTorch's `label_smoothing`).
+    pub label_smoothing: f32,
     pub seed: u64,
     pub data_dir: PathBuf,
     /// `None`: measured from a dry run of one step.
@@ -94,6 +97,7 @@ impl Default for TrainConfig {
             optimizer: OptimizerChoice::default(),
             lr: 0.05,
             schedule: Schedule::default(),
+            label_smoothing: 0.0,
             seed: 42,
             data_dir: PathBuf::from("data/mnist"),
             arena_size: None,
@@ -137,6 +141,13 @@ impl TrainConfig {
             ));
         }
         self.optimizer.validate()?;
+        if !(0.0..1.0).contains(&self.label_smoothing) {
+            return Err(Error::setting(
+                Setting::LabelSmoothing,
+                format!("the label smoothing must be in [0, 1), got {}", self.label_smoothing),
+                Some("a value in [0, 1) such as 0.1".into()),
+            ));
+        }
         if self.test_limit == Some(0) {
             return at_least_one(Setting::TestLimit, "the test-set limit");
         }

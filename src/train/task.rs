@@ -5,6 +5,7 @@ use crate::autograd::Step;
 use crate::data::{ImageSet, ResidentSet};
 use crate::memory::{ArenaError, Persistent};
 use crate::nn::Input;
+use crate::ops::cross_entropy::CrossEntropyArgs;
 use crate::ops::gather::{BatchAt, Normalize};
 use crate::tensor::{Labels, Shape, Tensor};
 use crate::Result;
@@ -28,13 +29,14 @@ pub trait Task: Send + Sync {
     fn correct(&self, logits: &[f32], first: usize) -> usize;
 }
 
-/// Image classification: normalised pixels in, log-softmax and negative
-/// log-likelihood as the loss, accuracy as the metric.
+/// Image classification: normalised pixels in, cross-entropy (with any
+/// label smoothing) as the loss, accuracy as the metric.
 pub struct Classification {
     data: ResidentSet,
     test_labels: Vec<u8>,
     normalize: Normalize,
     example: Shape,
+    loss: CrossEntropyArgs,
 }
 
 impl Classification {
@@ -54,7 +56,19 @@ impl Classification {
             test_labels: set.test_labels.clone(),
             normalize: Normalize { mean, std },
             example: Self::input_of(set).example,
+            loss: CrossEntropyArgs::default(),
         })
+    }
+
+    /// The same task with its loss's targets smoothed by `epsilon` (see
+    /// [`CrossEntropyArgs`]); the metric still counts exact labels.
+    pub fn with_label_smoothing(self, epsilon: f32) -> Self {
+        Self {
+            loss: CrossEntropyArgs {
+                label_smoothing: epsilon,
+            },
+            ..self
+        }
     }
 }
 
@@ -84,7 +98,7 @@ impl Task for Classification {
     }
 
     fn loss<'s>(&self, s: &mut Step<'s>, logits: Tensor<'s>, labels: Labels<'s>, over: usize) -> Result<Tensor<'s>> {
-        logits.log_softmax_nll_over(s, labels, over)
+        logits.cross_entropy_over(s, labels, over, self.loss)
     }
 
     fn correct(&self, logits: &[f32], first: usize) -> usize {

@@ -101,6 +101,9 @@ struct TrainArgs {
     /// Epochs of linear warm-up (from lr/W to lr over the first W steps) before the schedule.
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     warmup_epochs: f64,
+    /// Label smoothing ε of the cross-entropy loss, in [0, 1): the target is (1 − ε)·onehot + ε/C.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    label_smoothing: f32,
     /// SGD momentum, in [0, 1) (default 0).
     #[arg(long, allow_negative_numbers = true)]
     momentum: Option<f32>,
@@ -316,6 +319,7 @@ impl TrainArgs {
             optimizer: self.optimizer_choice().unwrap_or_default(),
             lr: self.lr,
             schedule: self.schedule.with_warmup(self.warmup_epochs).unwrap_or(self.schedule),
+            label_smoothing: self.label_smoothing,
             seed: self.seed,
             data_dir: self.data.clone(),
             arena_size: self.arena_size.0,

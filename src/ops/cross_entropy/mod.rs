@@ -1,0 +1,225 @@
+//! cross_entropy: log-softmax fused with the negative log-likelihood of
+//! integer labels, with PyTorch's label smoothing, averaged over the batch:
+//! `loss = mean_n [(1 − ε)·(−logp_n[label_n]) + ε·mean_k(−logp_nk)]`, where
+//! `logp_n = log_softmax(x_n)` (`F.cross_entropy(x, labels, label_smoothing=ε)`).
+//!
+//! Fused because the gradient is then `softmax(x) − (1 − ε)·onehot − ε/C`
+//! times the upstream gradient over N, with no division by a small
+//! probability. Stable for any logits: every row is shifted by its maximum
+//! before exponentiating.
+//!
+//! Invariants:
+//! - With ε = 0 the CPU computes exactly the float operations, in the same
+//!   order, as the loss this op replaced (the recorded MNIST losses are
+//!   bit-exact); the smoothing terms are skipped, not multiplied by zero.
+//! - Forward saves one log-sum-exp per row, not the `[N, C]` log-softmax:
+//!   backward recomputes `x − lse`, the same subtraction with the same bits.
+//! - The batch mean is a fixed-order sum (no atomics on the GPU): a run
+//!   repeats bit for bit.
+//! - A label ≥ C is an error on the CPU; on the GPU, which cannot stop to
+//!   report it, it makes the loss NaN, which training reports.
+
+mod cpu;
+#[cfg(test)]
+mod tests;
+
+use crate::autograd::{Node, Step};
+use crate::backend::cuda::{Arg, Grid, KernelSource};
+use crate::backend::Backend;
+use crate::memory::Buf;
+use crate::tensor::{Labels, Shape, Tensor, TensorRef};
+use crate::{Error, Result};
+
+/// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
+pub(crate) const KERNELS: KernelSource = KernelSource {
+    owner: "cross_entropy",
+    source: include_str!("kernels.cu"),
+    entries: &[CE_ROWS, CE_MEAN, CE_BACKWARD],
+};
+const CE_ROWS: &str = "ce_rows";
+const CE_MEAN: &str = "ce_mean";
+const CE_BACKWARD: &str = "ce_backward";
+
+/// Threads of the per-row block: one warp for a few classes, up to 256 (the
+/// kernels' shared arrays) for many. A power of two, as the tree reductions
+/// need.
+fn row_threads(classes: usize) -> u32 {
+    classes.next_power_of_two().clamp(32, 256) as u32
+}
+
+/// Row blocks launched at most; the kernel strides over any rows beyond.
+const MAX_ROW_BLOCKS: usize = 1 << 16;
+
+/// How the loss is taken, beyond the logits and labels.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct CrossEntropyArgs {
+    /// ε in [0, 1]: the target is `(1 − ε)·onehot + ε/C` (0: plain NLL).
+    pub label_smoothing: f32,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Saved {
+    logits: TensorRef,
+    loss: TensorRef,
+    /// Each row's log-sum-exp: `log_softmax(x) = x − lse`.
+    lse: Buf<f32>,
+    labels: Buf<u32>,
+    /// The examples the mean is over (N, or more for a shard of a batch).
+    over: usize,
+    smoothing: f32,
+}
+
+impl<'s> Tensor<'s> {
+    /// Mean cross-entropy of the logits `self` `[N, C]` against `labels`
+    /// (N of them, each < C).
+    pub fn cross_entropy(self, s: &mut Step<'s>, labels: Labels<'s>, args: CrossEntropyArgs) -> Result<Tensor<'s>> {
+        let n = self.shape().dim(0);
+        self.cross_entropy_over(s, labels, n, args)
+    }
+
+    /// The loss summed over this batch and divided by `over` ≥ N: this
+    /// batch's share of the mean over a larger one. Data-parallel ranks each
+    /// take a shard of a global batch; their shares (and gradients) sum to
+    /// the global batch's mean loss (and its gradient).
+    pub fn cross_entropy_over(
+        self,
+        s: &mut Step<'s>,
+        labels: Labels<'s>,
+        over: usize,
+        args: CrossEntropyArgs,
+    ) -> Result<Tensor<'s>> {
+        let x = self.shape();
+        if x.rank() != 2 || x.dim(0) != labels.len() || x.dim(0) == 0 || x.dim(1) == 0 {
+            return Err(Error::shape(
+                "cross_entropy",
+                format!(
+                    "logits [N, C] with N, C ≥ 1 and N labels, got {x} and {} labels",
+                    labels.len()
+                ),
+            ));
+        }
+        if over < x.dim(0) {
+            return Err(Error::shape(
+                "cross_entropy",
+                format!("a mean over at least the batch's {} examples, got {over}", x.dim(0)),
+            ));
+        }
+        let smoothing = args.label_smoothing;
+        // As PyTorch: ε = 1 is a uniform target, legal if useless.
+        if !(0.0..=1.0).contains(&smoothing) {
+            return Err(Error::shape(
+                "cross_entropy",
+                format!("a label smoothing in [0, 1], got {smoothing}"),
+            ));
+        }
+        let (n, c) = (x.dim(0), x.dim(1));
+        let lse = s.alloc::<f32>("log-sum-exp", Shape::new(&[n]))?;
+        let row_loss = s.alloc::<f32>("row losses", Shape::new(&[n]))?;
+        let loss = s.output("loss", Shape::new(&[1]), &[&self])?;
+        match s.uses(&[
+            self.buf().into(),
+            labels.buf.into(),
+            lse.into(),
+            row_loss.into(),
+            loss.buf().into(),
+        ]) {
+            Backend::Cpu(cpu) => cpu.run(|v, _| {
+                cpu::forward(
+                    cpu::Rows { c, over, smoothing },
+                    v.read(self.buf())?,
+                    v.read(labels.buf)?,
+                    v.write(lse)?,
+                    v.write(row_loss)?,
+                    v.write(loss.buf())?,
+                )
+            })?,
+            Backend::Cuda(gpu) => {
+                gpu.launch(
+                    CE_ROWS,
+                    Grid::blocks(n.min(MAX_ROW_BLOCKS), row_threads(c)),
+                    &[
+                        self.buf().into(),
+                        labels.buf.into(),
+                        lse.into(),
+                        row_loss.into(),
+                        Arg::U32(n as u32),
+                        Arg::U32(c as u32),
+                        Arg::F32(smoothing),
+                    ],
+                )?;
+                gpu.launch(
+                    CE_MEAN,
+                    Grid::blocks(1, 256),
+                    &[
+                        row_loss.into(),
+                        loss.buf().into(),
+                        Arg::U32(n as u32),
+                        Arg::U32(over as u32),
+                    ],
+                )?
+            }
+            Backend::Dry(_) => {}
+        }
+        if loss.requires_grad() {
+            s.record(Node::CrossEntropy(Saved {
+                logits: self.inner,
+                loss: loss.inner,
+                lse,
+                labels: labels.buf,
+                over,
+                smoothing,
+            }));
+        }
+        Ok(loss)
+    }
+}
+
+impl Saved {
+    pub(crate) fn backward(self, s: &mut Step<'_>) -> Result<()> {
+        let Some(gloss) = s.grad_of(&self.loss) else {
+            return Ok(());
+        };
+        let x = self.logits.shape;
+        let gx = s.alloc::<f32>("logits grad", x)?;
+        match s.uses(&[
+            self.logits.buf.into(),
+            self.lse.into(),
+            self.labels.into(),
+            gloss.into(),
+            gx.into(),
+        ]) {
+            Backend::Cpu(cpu) => cpu.run(|v, _| {
+                cpu::backward(
+                    cpu::Rows {
+                        c: x.dim(1),
+                        over: self.over,
+                        smoothing: self.smoothing,
+                    },
+                    v.read(self.logits.buf)?,
+                    v.read(self.lse)?,
+                    v.read(self.labels)?,
+                    v.read(gloss)?[0],
+                    v.write(gx)?,
+                );
+                Ok(())
+            })?,
+            Backend::Cuda(gpu) => gpu.launch(
+                CE_BACKWARD,
+                Grid::over(x.numel()),
+                &[
+                    self.logits.buf.into(),
+                    self.lse.into(),
+                    self.labels.into(),
+                    gloss.into(),
+                    gx.into(),
+                    Arg::U32(x.dim(0) as u32),
+                    Arg::U32(x.dim(1) as u32),
+                    Arg::U32(self.over as u32),
+                    Arg::F32(self.smoothing),
+                ],
+            )?,
+            Backend::Dry(_) => {}
+        }
+        s.accumulate(&self.logits, gx)
+    }
+}
