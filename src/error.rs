@@ -65,6 +65,7 @@ pub enum Setting {
     Model,
     Optimizer,
     Schedule,
+    Augment,
 }
 
 impl Error {

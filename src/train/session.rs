@@ -210,7 +210,7 @@ impl Session {
             ),
             None => (Buf::default(), Buf::default()),
         };
-        let task: Box<dyn Task> = Box::new(Classification::upload(host, &mut p)?);
+        let task: Box<dyn Task> = Box::new(Classification::upload(host, &mut p)?.with_augment(cfg.augment, cfg.seed));
         let order_buf = p.zeros::<u32>("epoch order", Shape::new(&[train_len]))?;
         let losses = p.zeros::<f32>("step losses", Shape::new(&[steps]))?;
         let test_len = task.test_len() as u32;
@@ -224,6 +224,7 @@ impl Session {
                 cfg.train_limit,
                 &cfg.model.describe(),
                 &cfg.optimizer.describe(),
+                &cfg.augment.to_string(),
             ),
             model,
             store,

@@ -111,6 +111,7 @@ fn setting_flag(setting: bumpgrad::Setting) -> &'static str {
         S::Model => "--model",
         S::Optimizer => "--optimizer and its settings",
         S::Schedule => "--schedule and --warmup-epochs",
+        S::Augment => "--augment",
     }
 }
 
