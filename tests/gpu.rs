@@ -27,6 +27,9 @@ mod mnist_cnn_names;
 #[path = "support/optim_fixtures.rs"]
 mod optim_fixtures;
 
+#[path = "gpu/data.rs"]
+mod data;
+
 /// GPU tests run one at a time: the free-memory test reads a device-wide
 /// figure that another test's arena would change.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());

@@ -184,6 +184,17 @@ impl Session {
                 None,
             ));
         }
+        let side = host.train_images.rows.min(host.train_images.cols);
+        if cfg.augment.crop > side {
+            return Err(Error::setting(
+                Setting::Augment,
+                format!(
+                    "a crop padding of {} is wider than the {side}-pixel side of {}'s images",
+                    cfg.augment.crop, host.name
+                ),
+                Some(format!("crop{side} or less")),
+            ));
+        }
         let steps = train_len.div_ceil(global);
         let mut p = arena.persistent();
         let input = Classification::input_of(host);

@@ -585,6 +585,9 @@ fn run_models(args: &ModelsArgs) -> anyhow::Result<()> {
         "parameters for {}'s {} images and {} classes ({}):",
         set.name, input.example, input.classes, args.data
     );
+    if set.synthetic {
+        println!("synthetic CIFAR-10-shaped data: accuracy means nothing");
+    }
     for (name, make) in choices::MODELS {
         let model = make();
         match bumpgrad::nn::count_params(|pb| model.build(input, pb)) {
