@@ -348,7 +348,10 @@ mod tests {
         assert_eq!(again.train_images, set.train_images);
         assert_eq!(again.test_labels, set.test_labels);
         let other = synthetic(20, 4, 8).unwrap();
-        assert_ne!(other.train_images.pixels, set.train_images.pixels);
+        assert!(
+            other.train_images.pixels != set.train_images.pixels,
+            "another seed, the same pixels"
+        );
         assert!(matches!(synthetic(0, 1, 7), Err(DataError::SyntheticSize { .. })));
         assert!(matches!(synthetic(1, 0, 7), Err(DataError::SyntheticSize { .. })));
     }

@@ -241,4 +241,27 @@ mod tests {
             "{err}"
         );
     }
+
+    #[test]
+    fn augmentation_is_part_of_the_fingerprint_and_absent_means_none() {
+        let at = Position {
+            epochs_done: 1,
+            step_in_epoch: 0,
+            loss_sum: 0.0,
+        };
+        let augmented = fingerprint(100, None, "mnist-cnn", "sgd", "crop4,flip");
+        let ckpt = make(Vec::new(), at, 10, 42, "{}".into(), &augmented);
+        assert_eq!(position(&ckpt, 42, &augmented).unwrap(), at);
+        let plain = fingerprint(100, None, "mnist-cnn", "sgd", "none");
+        let err = position(&ckpt, 42, &plain).unwrap_err();
+        assert!(
+            matches!(&err, Error::Setting { setting: Setting::Augment, fix: Some(f), .. } if f == "crop4,flip"),
+            "{err}"
+        );
+        // A checkpoint from before augmentation existed trained without it.
+        let mut old = make(Vec::new(), at, 10, 42, "{}".into(), &plain);
+        old.extra.remove("augment");
+        assert_eq!(position(&old, 42, &plain).unwrap(), at);
+        assert!(position(&old, 42, &augmented).is_err());
+    }
 }
