@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use bumpgrad::checkpoint::{self, momentum_buffer_name, Checkpoint, CheckpointError, NamedTensor, RESERVED_KEYS};
 use bumpgrad::data::cifar;
-use bumpgrad::data::SplitMix64;
+use bumpgrad::rng::SplitMix64;
 use bumpgrad_fuzz::{checkpoint_one, cifar_one, idx_one, round_trip};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
