@@ -8,8 +8,10 @@
 //!
 //! Invariants:
 //! - Every [`Images`] satisfies `pixels.len() == count * channels * rows * cols`.
-//! - A loaded MNIST [`ImageSet`] has 28×28 images, one label per image, and every
-//!   label below 10; [`ImageSet::limit_train`] preserves all of that.
+//! - A loaded MNIST [`ImageSet`] has 1×28×28 images, a CIFAR-10 one (read or
+//!   synthetic) 3×32×32; each has one label per image, every label below 10,
+//!   and one `(mean, std)` per channel; [`ImageSet::limit_train`] preserves
+//!   all of that.
 //! - [`shuffle_into`] writes a permutation of `0..len` that depends only on
 //!   `(seed, epoch)`, identically on every platform, and allocates nothing.
 //! - Malformed input never panics: every failure is a [`DataError`] that
