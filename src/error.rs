@@ -66,6 +66,7 @@ pub enum Setting {
     Optimizer,
     Schedule,
     LabelSmoothing,
+    Augment,
 }
 
 impl Error {

@@ -694,3 +694,62 @@ fn adamw_with_a_cosine_schedule_trains() {
     assert_eq!(losses.len(), 2);
     assert!(losses[1] < losses[0] && losses[0] < 2.3, "{losses:?}");
 }
+
+#[test]
+fn synthetic_cifar_data_is_made_and_the_model_must_take_its_images() {
+    let out = bumpgrad(&["models", "--data", "synthetic:cifar10:100"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains("synthetic CIFAR-10's [3, 32, 32] images and 10 classes"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("accuracy means nothing"), "{stdout}");
+    // The MNIST CNN takes 1×28×28 images: refused before any training.
+    let synthetic = [
+        "train",
+        "--data",
+        "synthetic:cifar10:100",
+        "--device",
+        "cpu",
+        "--checkpoint-every",
+        "off",
+    ];
+    refused(
+        &synthetic,
+        1,
+        "mnist-cnn takes [1, 28, 28] images, and the data set's are [3, 32, 32]",
+    );
+    refused(
+        &["train", "--data", "synthetic:cifar10:0"],
+        2,
+        "must be a whole number of at least 1",
+    );
+    refused(
+        &["models", "--data", "synthetic:imagenet"],
+        2,
+        "the synthetic data sets are: cifar10",
+    );
+}
+
+#[test]
+fn augmentation_is_printed_and_a_bad_value_refused() {
+    let out = train(&["--epochs", "1", "--augment", "crop4,flip"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("MNIST: 300 training / 100 test images"), "{stdout}");
+    assert!(stdout.contains("augment crop4,flip"), "{stdout}");
+    for bad in ["crop4,flap", "crop0", "crop"] {
+        refused(&train_args(&["--augment", bad]), 2, "--augment");
+    }
+    refused(
+        &train_args(&["--augment", "rotate"]),
+        2,
+        "expected none, crop4, flip or crop4,flip",
+    );
+}
+
+#[test]
+fn a_crop_wider_than_the_images_is_refused() {
+    refused(&train_args(&["--augment", "crop29"]), 1, "crop28 or less");
+}

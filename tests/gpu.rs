@@ -41,6 +41,9 @@ mod resnet;
 #[path = "gpu/cross_entropy.rs"]
 mod cross_entropy;
 
+#[path = "gpu/data.rs"]
+mod data;
+
 /// GPU tests run one at a time: the free-memory test reads a device-wide
 /// figure that another test's arena would change.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -309,7 +312,7 @@ fn cursor_steps(device: Device) -> Vec<(&'static str, Vec<f32>)> {
     let cursor = StepCursor::new(&mut p).expect("cursor");
     let losses = p.zeros::<f32>("losses", Shape::new(&[5])).expect("losses");
     cursor.set(&mut arena, 1, 41).expect("cursor");
-    let norm = Normalize { mean: 0.2, std: 0.5 };
+    let norm = Normalize::new(0.2, 0.5);
     let at = BatchAt {
         order,
         cursor,
@@ -396,10 +399,7 @@ fn cnn_step(device: Device) -> Vec<(&'static str, Vec<f32>)> {
     assert_eq!(names, NAMES);
     let data = host.upload(&mut p).expect("upload");
     let indices: Vec<u32> = (0..100).map(|i| (i * 37 % 300) as u32).collect();
-    let norm = Normalize {
-        mean: 0.1307,
-        std: 0.3081,
-    };
+    let norm = Normalize::new(0.1307, 0.3081);
     arena
         .step(|s| {
             let x = s.gather_images(&data.train.images, &indices, norm)?;

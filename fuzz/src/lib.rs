@@ -10,6 +10,7 @@
 use std::path::Path;
 
 use bumpgrad::checkpoint::{self, Checkpoint};
+use bumpgrad::data::cifar::{self, parse_records};
 use bumpgrad::data::{parse_images, parse_labels};
 
 /// The path errors name for fuzzed bytes.
@@ -44,6 +45,33 @@ pub fn idx_one(data: &[u8]) -> String {
         Err(e) => label(&format!("{e:?}"), &e.to_string()),
     };
     format!("images {images}, labels {labels}")
+}
+
+/// `cifar::parse_records` on the bytes.
+///
+/// Promises checked: a returned set has one label below 10 per image, its
+/// images are 3×32×32 and hold exactly the input's bytes after each
+/// record's label byte, and the input was a whole number of records; every
+/// error formats.
+pub fn cifar_one(data: &[u8]) -> String {
+    match parse_records(data) {
+        Ok((images, labels)) => {
+            let record = cifar::RECORD_BYTES;
+            assert_eq!(data.len() % record, 0, "a partial record was accepted");
+            assert_eq!(images.count, data.len() / record, "image count");
+            assert_eq!(labels.len(), images.count, "label count");
+            assert_eq!((images.channels, images.rows, images.cols), (3, 32, 32), "image shape");
+            assert_eq!(images.pixels.len(), images.count * (record - 1), "pixel count");
+            for (i, chunk) in data.chunks_exact(record).enumerate() {
+                assert_eq!(labels[i], chunk[0], "label {i}");
+                assert!(usize::from(labels[i]) < cifar::CLASSES, "label {i} out of range");
+                assert_eq!(images.image(i), Some(&chunk[1..]), "image {i}");
+            }
+            assert!(images.image(images.count).is_none(), "past the end");
+            "ok".to_string()
+        }
+        Err(e) => label(&format!("{e:?}"), &e.to_string()),
+    }
 }
 
 /// `checkpoint::parse` on the bytes.

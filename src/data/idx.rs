@@ -32,20 +32,23 @@ const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 /// What errors name as the "path" when the bytes came from no file.
 const IN_MEMORY: &str = "<in-memory buffer>";
 
-/// A stack of equally sized greyscale images, row-major, one byte a pixel.
+/// A stack of equally sized images, one byte a pixel value: each image is
+/// its channels one after the other (channel-major), each channel row-major.
+/// IDX images are greyscale: one channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Images {
     pub count: usize,
+    pub channels: usize,
     pub rows: usize,
     pub cols: usize,
-    /// `count * rows * cols` bytes, image after image.
+    /// `count * channels * rows * cols` bytes, image after image.
     pub pixels: Vec<u8>,
 }
 
 impl Images {
-    /// Pixels in one image.
+    /// Bytes in one image (all its channels).
     pub fn image_len(&self) -> usize {
-        self.rows * self.cols
+        self.channels * self.rows * self.cols
     }
 
     /// The pixels of image `index`, or `None` past the end.
@@ -135,6 +138,7 @@ fn parse_images_at(bytes: &[u8], path: &Path) -> Result<Images, DataError> {
     let ([count, rows, cols], pixels) = split_idx(bytes, IMAGES_MAGIC, path)?;
     Ok(Images {
         count,
+        channels: 1,
         rows,
         cols,
         pixels: pixels.to_vec(),

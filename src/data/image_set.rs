@@ -4,28 +4,54 @@
 
 use super::idx::Images;
 use super::DataError;
-use std::path::Path;
+use crate::tensor::Shape;
+use std::path::{Path, PathBuf};
 
 /// A validated data set in host memory: every image of a split has its
 /// label, and every label is below `classes`.
 #[derive(Debug, Clone)]
 pub struct ImageSet {
-    /// What it is, for people ("MNIST").
+    /// What it is, for people ("MNIST", "synthetic CIFAR-10").
     pub name: &'static str,
+    /// Random pixels and labels: its accuracy means nothing.
+    pub synthetic: bool,
     pub train_images: Images,
     pub train_labels: Vec<u8>,
     pub test_images: Images,
     pub test_labels: Vec<u8>,
     pub classes: usize,
-    /// Mean and standard deviation of its pixels scaled to [0, 1].
-    pub normalize: (f32, f32),
+    /// Mean and standard deviation of its pixels scaled to [0, 1], one
+    /// pair per channel.
+    pub normalize: &'static [(f32, f32)],
 }
 
 impl ImageSet {
     /// Reads the data set in `dir`, recognising its format by the files
-    /// present (today: MNIST's four IDX files).
+    /// present: CIFAR-10's batch files if any is there, else MNIST's four
+    /// IDX files. A directory that does not exist is reported as MNIST's
+    /// first missing file, as before CIFAR-10 was known.
     pub fn load(dir: &Path) -> Result<Self, DataError> {
-        super::mnist::load(dir)
+        if super::cifar::present(dir) {
+            return super::cifar::load(dir);
+        }
+        if !dir.is_dir() || super::mnist::present(dir) {
+            return super::mnist::load(dir);
+        }
+        Err(DataError::UnknownFormat { dir: dir.to_path_buf() })
+    }
+
+    /// The data set `source` names: read from its directory, or made up.
+    pub fn open(source: &DataSource) -> Result<Self, DataError> {
+        match source {
+            DataSource::Dir(dir) => Self::load(dir),
+            DataSource::Synthetic { train, test } => super::cifar::synthetic(*train, *test, SYNTHETIC_SEED),
+        }
+    }
+
+    /// One example's shape: `[channels, rows, cols]`.
+    pub fn example(&self) -> Shape {
+        let i = &self.train_images;
+        Shape::new(&[i.channels, i.rows, i.cols])
     }
 
     /// Keeps only the first `n` training images and labels.
@@ -61,4 +87,123 @@ fn keep_first(images: &mut Images, labels: &mut Vec<u8>, n: usize) {
     images.count = n;
     images.pixels.truncate(n * image_len);
     labels.truncate(n);
+}
+
+/// The seed of every synthetic set: runs with different training seeds
+/// still time the same data.
+const SYNTHETIC_SEED: u64 = 0x5EED_C1FA_0010;
+
+/// Where a data set comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataSource {
+    /// A directory of MNIST or CIFAR-10 files.
+    Dir(PathBuf),
+    /// Random CIFAR-10-shaped images: `train` training and `test` test
+    /// images (see [`super::cifar::synthetic`]).
+    Synthetic { train: usize, test: usize },
+}
+
+impl DataSource {
+    const SYNTHETIC: &'static str = "synthetic:";
+    const CIFAR10: &'static str = "cifar10";
+
+    /// `synthetic:cifar10` (50,000 training and 10,000 test images),
+    /// `synthetic:cifar10:N` (N training, N/5 but at least 1 test images),
+    /// or else a directory.
+    pub fn parse(text: &str) -> Result<Self, DataError> {
+        let Some(rest) = text.strip_prefix(Self::SYNTHETIC) else {
+            return Ok(Self::Dir(PathBuf::from(text)));
+        };
+        let bad = |why: &str| DataError::BadSource {
+            given: text.to_string(),
+            why: why.to_string(),
+        };
+        let (kind, count) = match rest.split_once(':') {
+            Some((kind, count)) => (kind, Some(count)),
+            None => (rest, None),
+        };
+        if kind != Self::CIFAR10 {
+            return Err(bad("the synthetic data sets are: cifar10"));
+        }
+        let train = match count {
+            None => 50_000,
+            Some(n) => match n.parse::<usize>() {
+                Ok(n) if n > 0 => n,
+                _ => {
+                    return Err(bad(
+                        "the image count after `cifar10:` must be a whole number of at least 1",
+                    ))
+                }
+            },
+        };
+        Ok(Self::Synthetic {
+            train,
+            test: (train / 5).max(1),
+        })
+    }
+
+    /// [`DataSource::parse`] of a path's text (a path that is not UTF-8 is
+    /// a directory).
+    pub fn of_path(path: &Path) -> Result<Self, DataError> {
+        match path.to_str() {
+            Some(text) => Self::parse(text),
+            None => Ok(Self::Dir(path.to_path_buf())),
+        }
+    }
+}
+
+impl std::fmt::Display for DataSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Dir(dir) => write!(f, "{}", dir.display()),
+            Self::Synthetic { train, .. } => write!(f, "{}{}:{train}", Self::SYNTHETIC, Self::CIFAR10),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_parse() {
+        assert_eq!(
+            DataSource::parse("data/mnist").unwrap(),
+            DataSource::Dir("data/mnist".into())
+        );
+        assert_eq!(
+            DataSource::parse("synthetic:cifar10").unwrap(),
+            DataSource::Synthetic {
+                train: 50_000,
+                test: 10_000
+            }
+        );
+        assert_eq!(
+            DataSource::parse("synthetic:cifar10:100").unwrap(),
+            DataSource::Synthetic { train: 100, test: 20 }
+        );
+        assert_eq!(
+            DataSource::parse("synthetic:cifar10:3").unwrap(),
+            DataSource::Synthetic { train: 3, test: 1 }
+        );
+        for bad in [
+            "synthetic:cifar10:0",
+            "synthetic:cifar10:x",
+            "synthetic:mnist",
+            "synthetic:",
+        ] {
+            let err = DataSource::parse(bad).unwrap_err();
+            assert!(matches!(err, DataError::BadSource { .. }), "{bad}: {err:?}");
+            assert!(err.to_string().contains(bad), "{err}");
+        }
+        let round = DataSource::parse("synthetic:cifar10:100").unwrap();
+        assert_eq!(DataSource::parse(&round.to_string()).unwrap(), round);
+    }
+
+    #[test]
+    fn a_synthetic_source_opens() {
+        let set = ImageSet::open(&DataSource::parse("synthetic:cifar10:10").unwrap()).unwrap();
+        assert_eq!((set.train_images.count, set.test_images.count), (10, 2));
+        assert_eq!(set.name, "synthetic CIFAR-10");
+    }
 }

@@ -30,8 +30,15 @@ const TEST_IMAGES: &str = "t10k-images-idx3-ubyte";
 const TEST_LABELS: &str = "t10k-labels-idx1-ubyte";
 
 /// MNIST's pixel statistics (of pixels scaled to [0, 1]), as every MNIST
-/// example normalises with: (mean, standard deviation).
-pub const NORMALIZE: (f32, f32) = (0.1307, 0.3081);
+/// example normalises with: (mean, standard deviation) of its one channel.
+pub const NORMALIZE: &[(f32, f32)] = &[(0.1307, 0.3081)];
+
+/// Whether `dir` holds any of MNIST's four files (raw or gzipped).
+pub fn present(dir: &Path) -> bool {
+    [TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES, TEST_LABELS]
+        .iter()
+        .any(|name| dir.join(name).exists() || dir.join(format!("{name}.gz")).exists())
+}
 
 /// Loads the four MNIST files from `dir`, each as `<name>.gz` or raw
 /// `<name>` (the gzipped one wins if both exist).
@@ -53,6 +60,7 @@ pub fn load(dir: &Path) -> Result<ImageSet, DataError> {
     check_set(&test_images, &test_images_path, &test_labels, &test_labels_path)?;
     Ok(ImageSet {
         name: "MNIST",
+        synthetic: false,
         train_images,
         train_labels,
         test_images,

@@ -1,4 +1,5 @@
-//! Host-side data: reading MNIST from disk into validated host buffers, and
+//! Host-side data: reading MNIST or CIFAR-10 from disk (or making up a
+//! CIFAR-10-shaped set) into validated host buffers, and
 //! the per-epoch shuffled order in which training visits them.
 //!
 //! Nothing here touches the arena; the training loop copies minibatches out
@@ -6,14 +7,17 @@
 //! well-formed".
 //!
 //! Invariants:
-//! - Every [`Images`] satisfies `pixels.len() == count * rows * cols`.
-//! - A loaded MNIST [`ImageSet`] has 28×28 images, one label per image, and every
-//!   label below 10; [`ImageSet::limit_train`] preserves all of that.
+//! - Every [`Images`] satisfies `pixels.len() == count * channels * rows * cols`.
+//! - A loaded MNIST [`ImageSet`] has 1×28×28 images, a CIFAR-10 one (read or
+//!   synthetic) 3×32×32; each has one label per image, every label below 10,
+//!   and one `(mean, std)` per channel; [`ImageSet::limit_train`] preserves
+//!   all of that.
 //! - [`shuffle_into`] writes a permutation of `0..len` that depends only on
 //!   `(seed, epoch)`, identically on every platform, and allocates nothing.
 //! - Malformed input never panics: every failure is a [`DataError`] that
 //!   names the offending file (where one is involved) and says what to do.
 
+pub mod cifar;
 pub mod idx;
 mod image_set;
 pub mod mnist;
@@ -23,7 +27,7 @@ pub mod resident;
 use std::path::PathBuf;
 
 pub use idx::{parse_images, parse_labels, read_images, read_labels, Images};
-pub use image_set::ImageSet;
+pub use image_set::{DataSource, ImageSet};
 pub use order::shuffle_into;
 pub use resident::{ResidentSet, ResidentSplit};
 
@@ -109,6 +113,34 @@ pub enum DataError {
     MissingFile { path: PathBuf },
 
     #[error(
+        "{} not found — a CIFAR-10 directory must hold data_batch_1.bin to data_batch_5.bin and \
+         test_batch.bin (CIFAR-10's binary version); download CIFAR-10 there",
+        path.display()
+    )]
+    MissingCifarFile { path: PathBuf },
+
+    #[error(
+        "{} has {bytes} bytes, not a whole number of {record}-byte CIFAR-10 records — the file is \
+         truncated or not CIFAR-10's binary version; re-download it",
+        path.display()
+    )]
+    PartialRecord { path: PathBuf, bytes: u64, record: usize },
+
+    #[error(
+        "{} holds no data set: looked for MNIST (train-images-idx3-ubyte, train-labels-idx1-ubyte, \
+         t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte, each raw or .gz) and for CIFAR-10 \
+         (data_batch_1.bin to data_batch_5.bin, test_batch.bin)",
+        dir.display()
+    )]
+    UnknownFormat { dir: PathBuf },
+
+    #[error("`{given}` is not a data source: {why}")]
+    BadSource { given: String, why: String },
+
+    #[error("a synthetic set needs at least 1 training and 1 test image, not {train} and {test}")]
+    SyntheticSize { train: usize, test: usize },
+
+    #[error(
         "{} holds {images} images but {} holds {labels} labels — the two files belong to \
          different sets or one is damaged; re-download both",
         images_path.display(),
@@ -141,7 +173,7 @@ pub enum DataError {
 
     #[error(
         "{} has label {label} at index {index}, but there are only {classes} classes — the file \
-         is corrupt or not MNIST; re-download it",
+         is corrupt or of another data set; re-download it",
         path.display()
     )]
     LabelOutOfRange {

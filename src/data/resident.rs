@@ -28,10 +28,10 @@ impl ResidentSplit {
         images: &Images,
         labels: &[u8],
     ) -> Result<Self, ArenaError> {
-        let image = Shape::new(&[1, images.rows, images.cols]);
+        let image = Shape::new(&[images.channels, images.rows, images.cols]);
         let pixels = p.upload(
             names.0,
-            Shape::new(&[images.count, images.rows, images.cols]),
+            Shape::new(&[images.count, images.channels, images.rows, images.cols]),
             &images.pixels,
         )?;
         let labels = p.upload(names.1, Shape::new(&[labels.len()]), labels)?;

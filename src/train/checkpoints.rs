@@ -78,7 +78,7 @@ const LOSS_SUM: &str = "epoch_loss_sum";
 /// batches would not be the ones the checkpoint's run would have drawn.
 /// The model and optimizer are recorded with their settings, so a
 /// checkpoint resumes only into the network and optimizer that wrote it.
-const SAME: [&str; 4] = ["batch", "train_limit", "model", "optimizer"];
+const SAME: [&str; 5] = ["batch", "train_limit", "model", "optimizer", "augment"];
 
 /// Values of the settings in [`SAME`], as the checkpoint records them.
 pub(crate) fn fingerprint(
@@ -86,12 +86,14 @@ pub(crate) fn fingerprint(
     train_limit: Option<usize>,
     model: &str,
     optimizer: &str,
+    augment: &str,
 ) -> Vec<(&'static str, String)> {
     vec![
         (SAME[0], batch.to_string()),
         (SAME[1], train_limit.map_or("all".into(), |n| n.to_string())),
         (SAME[2], model.to_string()),
         (SAME[3], optimizer.to_string()),
+        (SAME[4], augment.to_string()),
     ]
 }
 
@@ -136,19 +138,23 @@ pub(crate) fn position(ckpt: &Checkpoint, seed: u64, fingerprint: &[(&'static st
         );
     }
     for (key, want) in fingerprint {
-        match ckpt.extra.get(*key) {
+        // Checkpoints from before augmentation existed trained without it.
+        let recorded = ckpt.extra.get(*key).map(String::as_str);
+        let recorded = recorded.or((*key == SAME[4]).then_some("none"));
+        match recorded {
             Some(found) if found == want => {}
             Some(found) => {
                 let setting = match *key {
                     "batch" => Setting::Batch,
                     "train_limit" => Setting::TrainLimit,
                     "model" => Setting::Model,
+                    "augment" => Setting::Augment,
                     _ => Setting::Optimizer,
                 };
                 return refuse(
                     setting,
                     format!("it was made with {key} {found}, this run has {want}"),
-                    found.clone(),
+                    found.to_string(),
                 );
             }
             None => {
@@ -201,7 +207,7 @@ mod tests {
 
     #[test]
     fn a_position_round_trips_and_other_settings_are_refused() {
-        let fp = fingerprint(100, None, "mnist-cnn", "sgd");
+        let fp = fingerprint(100, None, "mnist-cnn", "sgd", "none");
         let at = Position {
             epochs_done: 3,
             step_in_epoch: 17,
@@ -213,12 +219,12 @@ mod tests {
             position(&ckpt, 43, &fp),
             Err(Error::Setting { setting: Setting::Seed, fix: Some(f), .. }) if f == "42"
         ));
-        let other = fingerprint(50, None, "mnist-cnn", "sgd");
+        let other = fingerprint(50, None, "mnist-cnn", "sgd", "none");
         assert!(matches!(
             position(&ckpt, 42, &other),
             Err(Error::Setting { setting: Setting::Batch, fix: Some(f), .. }) if f == "100"
         ));
-        let adamw = fingerprint(100, None, "mnist-cnn", "adamw");
+        let adamw = fingerprint(100, None, "mnist-cnn", "adamw", "none");
         let err = position(&ckpt, 42, &adamw).unwrap_err();
         assert!(
             matches!(
@@ -234,5 +240,28 @@ mod tests {
             err.to_string().contains("made with optimizer sgd, this run has adamw"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn augmentation_is_part_of_the_fingerprint_and_absent_means_none() {
+        let at = Position {
+            epochs_done: 1,
+            step_in_epoch: 0,
+            loss_sum: 0.0,
+        };
+        let augmented = fingerprint(100, None, "mnist-cnn", "sgd", "crop4,flip");
+        let ckpt = make(Vec::new(), at, 10, 42, "{}".into(), &augmented);
+        assert_eq!(position(&ckpt, 42, &augmented).unwrap(), at);
+        let plain = fingerprint(100, None, "mnist-cnn", "sgd", "none");
+        let err = position(&ckpt, 42, &plain).unwrap_err();
+        assert!(
+            matches!(&err, Error::Setting { setting: Setting::Augment, fix: Some(f), .. } if f == "crop4,flip"),
+            "{err}"
+        );
+        // A checkpoint from before augmentation existed trained without it.
+        let mut old = make(Vec::new(), at, 10, 42, "{}".into(), &plain);
+        old.extra.remove("augment");
+        assert_eq!(position(&old, 42, &plain).unwrap(), at);
+        assert!(position(&old, 42, &augmented).is_err());
     }
 }

@@ -17,10 +17,11 @@ pub use session::{Control, Session, StepKind, READBACK};
 pub use task::{Classification, Task};
 
 use crate::backend::{Device, DeviceKind, DeviceRequest, Group};
-use crate::data::ImageSet;
+use crate::data::{DataSource, ImageSet};
 use crate::distributed::DataParallel;
 use crate::memory::{Arena, ArenaError, MemoryReport};
 use crate::nn::{ModelChoice, OptimizerChoice};
+use crate::ops::gather::Augment;
 use crate::optim::Schedule;
 use crate::{Error, Result, Setting};
 use std::path::PathBuf;
@@ -46,7 +47,12 @@ pub struct TrainConfig {
     /// `(1 − ε)·onehot + ε/C` (PyTorch's `label_smoothing`).
     pub label_smoothing: f32,
     pub seed: u64,
+    /// The data set: a directory of MNIST or CIFAR-10 files, or a synthetic
+    /// source such as `synthetic:cifar10:1000` (see [`DataSource::parse`]).
     pub data_dir: PathBuf,
+    /// Random changes to each training image as it is gathered.
+    #[serde(serialize_with = "as_text")]
+    pub augment: Augment,
     /// `None`: measured from a dry run of one step.
     pub arena_size: Option<usize>,
     /// 0: one per core.
@@ -100,6 +106,7 @@ impl Default for TrainConfig {
             label_smoothing: 0.0,
             seed: 42,
             data_dir: PathBuf::from("data/mnist"),
+            augment: Augment::NONE,
             arena_size: None,
             threads: 0,
             train_limit: None,
@@ -216,7 +223,7 @@ impl ArenaNeeds {
 
 /// The data set `cfg` names, cut to its limits.
 fn load_data(cfg: &TrainConfig) -> Result<ImageSet> {
-    let mut host = ImageSet::load(&cfg.data_dir)?;
+    let mut host = ImageSet::open(&DataSource::of_path(&cfg.data_dir)?)?;
     if let Some(n) = cfg.train_limit {
         host.limit_train(n)?;
     }
@@ -348,6 +355,9 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
         device_name,
         threads,
         device_note,
+        data: host.name,
+        synthetic: host.synthetic,
+        augment: cfg.augment.to_string(),
         train_examples: host.train_images.count,
         test_examples: host.test_images.count,
         steps_per_epoch: session.steps_per_epoch(),

@@ -14,6 +14,12 @@ pub struct RunInfo {
     pub threads: usize,
     /// Why `--device auto` did not pick the GPU, if it did not.
     pub device_note: Option<String>,
+    /// The data set, for people ("MNIST", "synthetic CIFAR-10").
+    pub data: &'static str,
+    /// Random data: the accuracy means nothing.
+    pub synthetic: bool,
+    /// How training images are augmented (`none`, `crop4,flip`, ...).
+    pub augment: String,
     pub train_examples: usize,
     pub test_examples: usize,
     pub steps_per_epoch: usize,

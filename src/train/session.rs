@@ -184,6 +184,17 @@ impl Session {
                 None,
             ));
         }
+        let side = host.train_images.rows.min(host.train_images.cols);
+        if cfg.augment.crop > side {
+            return Err(Error::setting(
+                Setting::Augment,
+                format!(
+                    "a crop padding of {} is wider than the {side}-pixel side of {}'s images",
+                    cfg.augment.crop, host.name
+                ),
+                Some(format!("crop{side} or less")),
+            ));
+        }
         let steps = train_len.div_ceil(global);
         let mut p = arena.persistent();
         let input = Classification::input_of(host);
@@ -210,8 +221,11 @@ impl Session {
             ),
             None => (Buf::default(), Buf::default()),
         };
-        let task: Box<dyn Task> =
-            Box::new(Classification::upload(host, &mut p)?.with_label_smoothing(cfg.label_smoothing));
+        let task: Box<dyn Task> = Box::new(
+            Classification::upload(host, &mut p)?
+                .with_label_smoothing(cfg.label_smoothing)
+                .with_augment(cfg.augment, cfg.seed),
+        );
         let order_buf = p.zeros::<u32>("epoch order", Shape::new(&[train_len]))?;
         let losses = p.zeros::<f32>("step losses", Shape::new(&[steps]))?;
         let test_len = task.test_len() as u32;
@@ -225,6 +239,7 @@ impl Session {
                 cfg.train_limit,
                 &cfg.model.describe(),
                 &cfg.optimizer.describe(),
+                &cfg.augment.to_string(),
             ),
             model,
             store,

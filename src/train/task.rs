@@ -3,10 +3,10 @@
 
 use crate::autograd::Step;
 use crate::data::{ImageSet, ResidentSet};
-use crate::memory::{ArenaError, Persistent};
+use crate::memory::Persistent;
 use crate::nn::Input;
 use crate::ops::cross_entropy::CrossEntropyArgs;
-use crate::ops::gather::{BatchAt, Normalize};
+use crate::ops::gather::{Augment, BatchAt, Normalize};
 use crate::tensor::{Labels, Shape, Tensor};
 use crate::Result;
 
@@ -37,26 +37,35 @@ pub struct Classification {
     normalize: Normalize,
     example: Shape,
     loss: CrossEntropyArgs,
+    augment: Augment,
+    /// The base of the augmentation draws' per-step seeds.
+    augment_base: u64,
 }
+
+/// Mixed into the run's seed for the augmentation draws, so that they do
+/// not repeat the dropout draws of the same step.
+const AUGMENT_SALT: u64 = 0xA076_1D64_78BD_642F;
 
 impl Classification {
     /// What a model classifying `set` is built for.
     pub fn input_of(set: &ImageSet) -> Input {
         Input {
-            example: Shape::new(&[1, set.train_images.rows, set.train_images.cols]),
+            example: set.example(),
             classes: set.classes,
         }
     }
 
     /// Uploads `set` into the persistent region.
-    pub fn upload(set: &ImageSet, p: &mut Persistent<'_>) -> Result<Self, ArenaError> {
-        let (mean, std) = set.normalize;
+    pub fn upload(set: &ImageSet, p: &mut Persistent<'_>) -> Result<Self> {
+        let normalize = Normalize::per_channel(set.normalize)?;
         Ok(Self {
-            data: set.upload(p)?,
+            data: set.upload(p).map_err(crate::Error::from)?,
             test_labels: set.test_labels.clone(),
-            normalize: Normalize { mean, std },
+            normalize,
             example: Self::input_of(set).example,
             loss: CrossEntropyArgs::default(),
+            augment: Augment::NONE,
+            augment_base: 0,
         })
     }
 
@@ -67,6 +76,16 @@ impl Classification {
             loss: CrossEntropyArgs {
                 label_smoothing: epsilon,
             },
+            ..self
+        }
+    }
+
+    /// Augments the training batches (never the test batches) as `augment`
+    /// says, with draws seeded by the run's `seed`.
+    pub fn with_augment(self, augment: Augment, seed: u64) -> Self {
+        Self {
+            augment,
+            augment_base: seed ^ AUGMENT_SALT,
             ..self
         }
     }
@@ -90,7 +109,14 @@ impl Task for Classification {
 
     fn train_batch<'s>(&self, s: &mut Step<'s>, at: BatchAt) -> Result<(Tensor<'s>, Labels<'s>)> {
         let train = &self.data.train;
-        s.gather_batch(&train.images, train.labels, at, self.normalize)
+        s.gather_batch_augmented(
+            &train.images,
+            train.labels,
+            at,
+            self.normalize,
+            self.augment,
+            self.augment_base,
+        )
     }
 
     fn test_batch<'s>(&self, s: &mut Step<'s>, indices: &[u32]) -> Result<Tensor<'s>> {

@@ -15,7 +15,11 @@ fn a_resnet18_step_on_the_gpu_matches_pytorch_and_the_cpu() {
     resnet_reference::assert_matches_pytorch("gpu", &on_gpu);
     let on_cpu = resnet_reference::bumpgrad_step(Device::cpu(2).expect("cpu"));
     let names = |t: &resnet_reference::Tensors| t.keys().cloned().collect::<Vec<_>>();
-    assert_eq!(names(&on_cpu), names(&on_gpu), "the backends returned different tensors");
+    assert_eq!(
+        names(&on_cpu),
+        names(&on_gpu),
+        "the backends returned different tensors"
+    );
     for (name, (_, c)) in &on_cpu {
         assert_close(&format!("resnet18 step: {name}"), c, &on_gpu[name].1);
     }

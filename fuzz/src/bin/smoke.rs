@@ -3,12 +3,14 @@
 //! libFuzzer targets, for a fixed time per target.
 //!
 //! ```sh
-//! cd fuzz && cargo run --release --bin smoke -- --seconds 60 [--seed N] [--target idx|checkpoint|all]
+//! cd fuzz && cargo run --release --bin smoke -- --seconds 60 [--seed N] [--target idx|cifar|checkpoint|all]
 //! cargo run --release --bin smoke -- --write-corpus corpus   # seeds for `cargo fuzz run`
 //! ```
 //!
 //! Seeds: the real MNIST files (`data/mnist/*.gz`, decompressed) and
-//! shortened copies with their count fields edited to match; valid
+//! shortened copies with their count fields edited to match; CIFAR-10
+//! records made from those MNIST pixels (whole runs of records, and ones
+//! cut mid-record); valid
 //! checkpoints, from an MNIST-CNN-sized one to empty ones. Mutations: bit
 //! flips, interesting bytes, truncations, appends, inserted and deleted
 //! ranges, splices of other seeds, edits of IDX dimension fields and of the
@@ -31,20 +33,33 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bumpgrad::checkpoint::{self, momentum_buffer_name, Checkpoint, CheckpointError, NamedTensor, RESERVED_KEYS};
-use bumpgrad::data::SplitMix64;
-use bumpgrad_fuzz::{checkpoint_one, idx_one, round_trip};
+use bumpgrad::data::cifar;
+use bumpgrad::rng::SplitMix64;
+use bumpgrad_fuzz::{checkpoint_one, cifar_one, idx_one, round_trip};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Target {
     Idx,
+    Cifar,
     Checkpoint,
 }
 
 impl Target {
+    const ALL: [Target; 3] = [Target::Idx, Target::Cifar, Target::Checkpoint];
+
     fn name(self) -> &'static str {
         match self {
             Target::Idx => "idx",
+            Target::Cifar => "cifar",
             Target::Checkpoint => "checkpoint",
+        }
+    }
+
+    fn harness(self) -> fn(&[u8]) -> String {
+        match self {
+            Target::Idx => idx_one,
+            Target::Cifar => cifar_one,
+            Target::Checkpoint => checkpoint_one,
         }
     }
 }
@@ -63,7 +78,7 @@ fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         seconds: 60.0,
         seed: 1,
-        targets: vec![Target::Idx, Target::Checkpoint],
+        targets: Target::ALL.to_vec(),
         data: manifest.join("../data/mnist"),
         regressions: manifest.join("regressions"),
         write_corpus: None,
@@ -77,9 +92,10 @@ fn parse_args() -> Result<Args, String> {
             "--target" => {
                 args.targets = match value()?.as_str() {
                     "idx" => vec![Target::Idx],
+                    "cifar" => vec![Target::Cifar],
                     "checkpoint" => vec![Target::Checkpoint],
-                    "all" => vec![Target::Idx, Target::Checkpoint],
-                    other => return Err(format!("--target {other}: expected idx, checkpoint or all")),
+                    "all" => Target::ALL.to_vec(),
+                    other => return Err(format!("--target {other}: expected idx, cifar, checkpoint or all")),
                 }
             }
             "--data" => args.data = value()?.into(),
@@ -87,7 +103,7 @@ fn parse_args() -> Result<Args, String> {
             "--write-corpus" => args.write_corpus = Some(value()?.into()),
             other => {
                 return Err(format!(
-                    "unknown flag {other}; flags: --seconds S --seed N --target idx|checkpoint|all --data DIR \
+                    "unknown flag {other}; flags: --seconds S --seed N --target idx|cifar|checkpoint|all --data DIR \
                      --regressions DIR --write-corpus DIR"
                 ))
             }
@@ -139,6 +155,46 @@ fn idx_seeds(dir: &Path) -> Result<Vec<Seed>, String> {
         });
     }
     Ok(seeds)
+}
+
+/// CIFAR-10 batch files built from MNIST's pixels (no CIFAR-10 download
+/// is needed): 1, 2 and 40 whole records, and 2 records cut short.
+fn cifar_seeds(idx: &[Seed]) -> Vec<Seed> {
+    let pixels: Vec<u8> = idx
+        .iter()
+        .find(|s| s.name.contains("images"))
+        .map(|s| s.bytes.get(16..).unwrap_or(&[]).to_vec())
+        .unwrap_or_default();
+    let record = |i: usize| {
+        let mut r = vec![(i % 10) as u8];
+        r.extend((0..cifar::RECORD_BYTES - 1).map(|k| pixels.get(i * 3072 + k).copied().unwrap_or(k as u8)));
+        r
+    };
+    let file = |n: usize| (0..n).flat_map(record).collect::<Vec<u8>>();
+    let mut cut = file(2);
+    cut.truncate(cifar::RECORD_BYTES + 100);
+    vec![
+        Seed {
+            name: "cifar-1-record".into(),
+            bytes: file(1),
+            weight: 4,
+        },
+        Seed {
+            name: "cifar-2-records".into(),
+            bytes: file(2),
+            weight: 4,
+        },
+        Seed {
+            name: "cifar-40-records".into(),
+            bytes: file(40),
+            weight: 1,
+        },
+        Seed {
+            name: "cifar-cut".into(),
+            bytes: cut,
+            weight: 2,
+        },
+    ]
 }
 
 fn checkpoint_seeds(rng: &mut SplitMix64) -> Vec<Seed> {
@@ -289,6 +345,7 @@ fn mutate(rng: &mut SplitMix64, bytes: &mut Vec<u8>, target: Target, seeds: &[Se
             }
             _ => match target {
                 Target::Idx => edit_idx_field(rng, bytes),
+                Target::Cifar => edit_cifar_label(rng, bytes),
                 Target::Checkpoint => edit_checkpoint_header(rng, bytes),
             },
         }
@@ -305,6 +362,17 @@ fn edit_idx_field(rng: &mut SplitMix64, bytes: &mut [u8]) {
     let old = u32::from_be_bytes(bytes[field..field + 4].try_into().unwrap());
     let new = interesting_u64(rng, u64::from(old)) as u32;
     bytes[field..field + 4].copy_from_slice(&new.to_be_bytes());
+}
+
+/// Sets a record's label byte to a value near the class count, so the
+/// label check is reached on otherwise whole records.
+fn edit_cifar_label(rng: &mut SplitMix64, bytes: &mut [u8]) {
+    let records = bytes.len() / cifar::RECORD_BYTES;
+    if records == 0 {
+        return;
+    }
+    let at = rng.below(records as u64) as usize * cifar::RECORD_BYTES;
+    bytes[at] = [9, 10, 11, 255][rng.below(4) as usize];
 }
 
 /// Edits the safetensors length field, or a number or string inside the
@@ -506,8 +574,7 @@ fn run(target: Target, seeds: &[Seed], seconds: f64, seed: u64, regressions: &Pa
         let started = Instant::now();
         let outcome = panic::catch_unwind(AssertUnwindSafe(|| match (&structured, target) {
             (Some(ckpt), _) => structured_one(ckpt),
-            (None, Target::Idx) => idx_one(&input),
-            (None, Target::Checkpoint) => checkpoint_one(&input),
+            (None, target) => target.harness()(&input),
         }));
         let took = started.elapsed();
         report.runs += 1;
@@ -564,11 +631,10 @@ fn replay(dir: &Path) -> bool {
     let (mut replayed, mut failed) = (0, 0);
     for path in paths {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        let harness: fn(&[u8]) -> String = if name.starts_with("idx-") && name.ends_with(".bin") {
-            idx_one
-        } else if name.starts_with("checkpoint-") && name.ends_with(".bin") {
-            checkpoint_one
-        } else {
+        let target = Target::ALL
+            .into_iter()
+            .find(|t| name.starts_with(&format!("{}-", t.name())) && name.ends_with(".bin"));
+        let Some(harness) = target.map(Target::harness) else {
             continue;
         };
         let Ok(bytes) = std::fs::read(&path) else { continue };
@@ -592,8 +658,8 @@ fn peak_rss_kib() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn write_corpus(dir: &Path, idx: &[Seed], ckpt: &[Seed]) -> std::io::Result<()> {
-    for (target, seeds) in [("idx", idx), ("checkpoint", ckpt)] {
+fn write_corpus(dir: &Path, idx: &[Seed], cifar: &[Seed], ckpt: &[Seed]) -> std::io::Result<()> {
+    for (target, seeds) in [("idx", idx), ("cifar", cifar), ("checkpoint", ckpt)] {
         let sub = dir.join(target);
         std::fs::create_dir_all(&sub)?;
         // libFuzzer is fastest on small inputs; the whole MNIST files are
@@ -621,12 +687,18 @@ fn main() {
         }
     };
     let ckpt = checkpoint_seeds(&mut SplitMix64::new(args.seed));
+    let cifar = cifar_seeds(&idx);
     if let Some(dir) = &args.write_corpus {
-        if let Err(e) = write_corpus(dir, &idx, &ckpt) {
+        if let Err(e) = write_corpus(dir, &idx, &cifar, &ckpt) {
             eprintln!("error: writing the corpus to {}: {e}", dir.display());
             std::process::exit(2);
         }
-        println!("wrote seeds to {}/idx and {}/checkpoint", dir.display(), dir.display());
+        println!(
+            "wrote seeds to {}/idx, {}/cifar and {}/checkpoint",
+            dir.display(),
+            dir.display(),
+            dir.display()
+        );
         return;
     }
 
@@ -645,6 +717,7 @@ fn main() {
     for target in &args.targets {
         let seeds = match target {
             Target::Idx => &idx,
+            Target::Cifar => &cifar,
             Target::Checkpoint => &ckpt,
         };
         let report = run(*target, seeds, args.seconds, args.seed, &args.regressions);

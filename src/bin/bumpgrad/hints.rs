@@ -112,6 +112,7 @@ fn setting_flag(setting: bumpgrad::Setting) -> &'static str {
         S::Optimizer => "--optimizer and its settings",
         S::Schedule => "--schedule and --warmup-epochs",
         S::LabelSmoothing => "--label-smoothing",
+        S::Augment => "--augment",
     }
 }
 

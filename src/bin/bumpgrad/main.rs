@@ -6,12 +6,14 @@ mod progress;
 
 use anyhow::Context;
 use bumpgrad::backend::{DeviceRequest, Group};
+use bumpgrad::data::DataSource;
 use bumpgrad::distributed::env::{env_var, token_from};
 use bumpgrad::distributed::launcher::{self, LaunchOptions};
 use bumpgrad::distributed::rendezvous::{rendezvous, RendezvousConfig, WatchOptions};
 use bumpgrad::distributed::token::Token;
 use bumpgrad::distributed::{DataParallel, World};
 use bumpgrad::memory::ByteSize;
+use bumpgrad::ops::gather::Augment;
 use bumpgrad::train::{self, CheckpointPolicy, Every, Join, TrainConfig};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
@@ -49,9 +51,16 @@ enum Command {
 
 #[derive(clap::Args)]
 struct ModelsArgs {
-    /// The data set whose image shape and classes the models are counted for.
-    #[arg(long, default_value = "data/mnist")]
-    data: PathBuf,
+    /// The data set whose image shape and classes the models are counted for (a directory or
+    /// `synthetic:cifar10[:N]`, as `train --data`).
+    #[arg(long, default_value = "data/mnist", value_parser = parse_data)]
+    data: DataSource,
+}
+
+/// `--data`: parsed by the library, so a bad synthetic source is refused
+/// before anything runs.
+fn parse_data(text: &str) -> Result<DataSource, String> {
+    DataSource::parse(text).map_err(|e| e.to_string())
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -123,9 +132,15 @@ struct TrainArgs {
     /// Seeds the initial weights, the epoch order and dropout.
     #[arg(long, default_value_t = 42, value_parser = count::<u64>, allow_negative_numbers = true)]
     seed: u64,
-    /// The data set's directory: MNIST's four IDX files (gzip or raw).
-    #[arg(long, default_value = "data/mnist")]
-    data: PathBuf,
+    /// The data set: a directory holding MNIST's four IDX files (gzip or raw) or CIFAR-10's six
+    /// binary batch files, or `synthetic:cifar10[:N]` (N random CIFAR-10-shaped training images,
+    /// default 50000, and N/5 test images: for speed and memory runs).
+    #[arg(long, default_value = "data/mnist", value_parser = parse_data)]
+    data: DataSource,
+    /// Random changes to each training image: `crop4` (pad 4 zero pixels, crop at a random
+    /// offset), `flip` (mirror left-right half the time), `crop4,flip`, or `none`.
+    #[arg(long, default_value = "none")]
+    augment: Augment,
     /// Arena size (64MiB, 2GiB, ...), or `auto` to measure exactly what the run needs.
     #[arg(long, default_value = "auto", value_parser = parse_arena_size)]
     arena_size: ArenaSize,
@@ -321,7 +336,8 @@ impl TrainArgs {
             schedule: self.schedule.with_warmup(self.warmup_epochs).unwrap_or(self.schedule),
             label_smoothing: self.label_smoothing,
             seed: self.seed,
-            data_dir: self.data.clone(),
+            data_dir: PathBuf::from(self.data.to_string()),
+            augment: self.augment,
             arena_size: self.arena_size.0,
             threads: self.threads,
             train_limit: self.train_limit,
@@ -569,19 +585,19 @@ fn run_memory(args: &TrainArgs) -> anyhow::Result<()> {
 }
 
 fn run_models(args: &ModelsArgs) -> anyhow::Result<()> {
-    let set = bumpgrad::data::ImageSet::load(&args.data)
-        .with_context(|| format!("reading the data set in {}", args.data.display()))?;
+    let set =
+        bumpgrad::data::ImageSet::open(&args.data).with_context(|| format!("reading the data set in {}", args.data))?;
     let input = bumpgrad::nn::Input {
-        example: bumpgrad::Shape::new(&[1, set.train_images.rows, set.train_images.cols]),
+        example: set.example(),
         classes: set.classes,
     };
     println!(
         "parameters for {}'s {} images and {} classes ({}):",
-        set.name,
-        input.example,
-        input.classes,
-        args.data.display()
+        set.name, input.example, input.classes, args.data
     );
+    if set.synthetic {
+        println!("synthetic CIFAR-10-shaped data: accuracy means nothing");
+    }
     for (name, make) in choices::MODELS {
         let model = make(None).map_err(anyhow::Error::msg)?;
         match bumpgrad::nn::count_params(|pb| model.build(input, pb)) {

@@ -1,12 +1,22 @@
 // gather: the batch, picked by index from the resident byte images and
-// normalised on the way: out = pixel * scale - shift.
+// normalised on the way, channel by channel: out = pixel * scale[c] - shift[c].
+
+// Per-channel scale and shift (up to 4 channels), passed by value.
+struct GatherNorm {
+    float scale[4], shift[4];
+};
+
+__device__ __forceinline__ float gather_normalize(unsigned char p, unsigned int c, GatherNorm norm) {
+    c = c < 4u ? c : 3u;
+    return (float)p * norm.scale[c] - norm.shift[c];
+}
 
 extern "C" __global__ void gather_images(const unsigned char* pixels, const unsigned int* indices, float* out,
-                                         unsigned int n, unsigned int size, float scale, float shift) {
+                                         unsigned int n, unsigned int size, unsigned int plane, GatherNorm norm) {
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n * size) return;
     unsigned int example = i / size, k = i % size;
-    out[i] = (float)pixels[(size_t)indices[example] * size + k] * scale - shift;
+    out[i] = gather_normalize(pixels[(size_t)indices[example] * size + k], k / plane, norm);
 }
 
 extern "C" __global__ void gather_labels(const unsigned char* labels, const unsigned int* indices, unsigned int* out,
@@ -19,13 +29,31 @@ extern "C" __global__ void gather_labels(const unsigned char* labels, const unsi
 // for j < n, images normalised and labels widened, in one kernel. An index
 // past the order or the data set yields NaN pixels and label 0xffffffff, so
 // the loss turns NaN and training stops with the step named.
+//
+// With crop or flip, image j is padded with `crop` zero pixels, cropped at
+// (dy, dx) and mirrored as drawn by `gather_draw` from the step's seed
+// (`cursor_step_seed(base, cursor)`) and j's place in the step's whole
+// batch (offset + j): the same draw as `Augment::draw` on the CPU.
 struct GatherDims {
-    unsigned int n, size, stride, count, order_len, offset;
+    unsigned int n, size, stride, count, order_len, offset, rows, cols, crop, flip;
 };
+
+__device__ __forceinline__ void gather_draw(unsigned long long seed, unsigned long long image, unsigned int crop,
+                                            unsigned int flip, unsigned int* dy, unsigned int* dx, bool* mirror) {
+    unsigned long long z = seed ^ (image * 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    unsigned int span = 2u * crop + 1u;
+    *dy = (unsigned int)(z & 0xffffULL) % span;
+    *dx = (unsigned int)((z >> 16) & 0xffffULL) % span;
+    *mirror = flip != 0u && (z >> 63) == 1ULL;
+}
 
 extern "C" __global__ void gather_batch(const unsigned char* pixels, const unsigned char* labels,
                                         const unsigned int* order, const unsigned int* cursor, float* x,
-                                        unsigned int* labels_out, GatherDims d, float scale, float shift) {
+                                        unsigned int* labels_out, GatherDims d, GatherNorm norm,
+                                        unsigned long long base) {
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= d.n * d.size) return;
     unsigned int example = i / d.size, k = i % d.size;
@@ -36,6 +64,20 @@ extern "C" __global__ void gather_batch(const unsigned char* pixels, const unsig
         if (k == 0) labels_out[example] = 0xffffffffu;
         return;
     }
-    x[i] = (float)pixels[(size_t)idx * d.size + k] * scale - shift;
+    unsigned int plane = d.rows * d.cols;
+    unsigned int c = k / plane;
+    if (d.crop == 0u && d.flip == 0u) {
+        x[i] = gather_normalize(pixels[(size_t)idx * d.size + k], c, norm);
+    } else {
+        unsigned int dy, dx;
+        bool mirror;
+        gather_draw(cursor_step_seed(base, cursor), (unsigned long long)d.offset + example, d.crop, d.flip, &dy,
+                    &dx, &mirror);
+        unsigned int y = (k % plane) / d.cols, col = k % d.cols;
+        unsigned int py = y + dy, px = (mirror ? d.cols - 1u - col : col) + dx;
+        bool inside = py >= d.crop && py < d.crop + d.rows && px >= d.crop && px < d.crop + d.cols;
+        unsigned char p = inside ? pixels[(size_t)idx * d.size + c * plane + (py - d.crop) * d.cols + (px - d.crop)] : 0;
+        x[i] = gather_normalize(p, c, norm);
+    }
     if (k == 0) labels_out[example] = labels[idx];
 }

@@ -1,0 +1,97 @@
+//! The data path on the GPU: 3-channel images gathered with per-channel
+//! normalisation, and training batches augmented (crop after zero padding,
+//! flip) with the draws taken on the device from the step cursor, equal to
+//! the CPU's for several steps and for a data-parallel shard.
+
+use super::*;
+use bumpgrad::ops::cursor::StepCursor;
+use bumpgrad::ops::gather::{Augment, BatchAt, ByteImages};
+
+/// CIFAR-10's statistics, as the data set carries them.
+fn cifar_norm() -> Normalize {
+    Normalize::per_channel(bumpgrad::data::cifar::NORMALIZE).expect("three channels")
+}
+
+/// Test images gathered by index, then four augmented training batches
+/// (steps 0 to 2 of the epoch at global steps 40 to 42, and the second half
+/// of step 2 as a shard), each read back.
+fn augmented_batches(device: Device) -> Vec<(&'static str, Vec<f32>)> {
+    let mut arena = Arena::new(device, 16 << 20).expect("arena");
+    arena.set_poison_step(true);
+    let mut p = arena.persistent();
+    let (count, dims) = (40usize, [3usize, 8, 6]);
+    let size: usize = dims.iter().product();
+    let pixels: Vec<u8> = (0..count * size).map(|i| (i * 37 % 253) as u8 + 1).collect();
+    let images = ByteImages {
+        pixels: p
+            .upload("images", Shape::new(&[count * size]), &pixels)
+            .expect("upload"),
+        count,
+        image: Shape::new(&dims),
+    };
+    let labels: Vec<u8> = (0..count).map(|i| (i % 10) as u8).collect();
+    let labels = p.upload("labels", Shape::new(&[count]), &labels).expect("upload");
+    let order: Vec<u32> = (0..count).map(|i| (i * 13 % count) as u32).collect();
+    let order = p.upload("order", Shape::new(&[count]), &order).expect("upload");
+    let cursor = StepCursor::new(&mut p).expect("cursor");
+    let augment = Augment { crop: 3, flip: true };
+    let mut read = Vec::new();
+    let test = arena
+        .step(|s| {
+            let x = s.gather_images(&images, &[5, 0, 39, 7], cifar_norm())?;
+            let mut host = vec![0.0; x.shape().numel()];
+            s.read(x, &mut host)?;
+            Ok(host)
+        })
+        .expect("step");
+    read.push(("test batch", test));
+    let names = ["step 0", "step 1", "step 2"];
+    for (step, name) in names.into_iter().enumerate() {
+        cursor.set(&mut arena, step as u32, 40 + step as u64).expect("cursor");
+        let at = BatchAt {
+            order,
+            cursor,
+            stride: 12,
+            len: 12,
+            offset: 0,
+        };
+        let batch = arena
+            .step(|s| {
+                let (x, _) = s.gather_batch_augmented(&images, labels, at, cifar_norm(), augment, 77)?;
+                let mut host = vec![0.0; x.shape().numel()];
+                s.read(x, &mut host)?;
+                Ok(host)
+            })
+            .expect("step");
+        read.push((name, batch));
+    }
+    let shard = BatchAt {
+        order,
+        cursor,
+        stride: 12,
+        len: 5,
+        offset: 7,
+    };
+    let batch = arena
+        .step(|s| {
+            let (x, _) = s.gather_batch_augmented(&images, labels, shard, cifar_norm(), augment, 77)?;
+            let mut host = vec![0.0; x.shape().numel()];
+            s.read(x, &mut host)?;
+            Ok(host)
+        })
+        .expect("step");
+    read.push(("shard of step 2", batch));
+    read
+}
+
+#[test]
+fn augmented_three_channel_batches_match_the_cpu() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(gpu) = gpu("augmented_batches") else { return };
+    let on_cpu = augmented_batches(Device::cpu(1).expect("cpu"));
+    let on_gpu = augmented_batches(gpu);
+    assert_same_names("augmented_batches", &on_cpu, &on_gpu);
+    for ((name, c), (_, g)) in on_cpu.iter().zip(&on_gpu) {
+        assert_close(&format!("augmented_batches: {name}"), c, g);
+    }
+}
