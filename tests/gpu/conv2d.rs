@@ -5,9 +5,11 @@
 
 use super::*;
 
-/// (name, input shape, weight shape, stride, padding): small, odd sizes so
-/// that a stride leaves the last rows and columns unread.
-const GEOMETRIES: [(&str, [usize; 4], [usize; 4], usize, usize); 6] = [
+/// One geometry: a name, the input and weight shapes, stride and padding.
+type Geometry = (&'static str, [usize; 4], [usize; 4], usize, usize);
+
+/// Small, odd sizes, so that a stride leaves the last rows and columns unread.
+const GEOMETRIES: [Geometry; 6] = [
     ("1x1 s1 p0", [3, 5, 9, 7], [6, 5, 1, 1], 1, 0),
     ("1x1 s2 p0", [3, 5, 9, 7], [6, 5, 1, 1], 2, 0),
     ("3x3 s1 p1", [3, 4, 11, 9], [5, 4, 3, 3], 1, 1),

@@ -113,6 +113,11 @@ pub(super) fn forward(
 ) {
     let (k, p) = (g.k(), g.p());
     let (image_x, image_y) = (g.c * g.h * g.w, g.f * p);
+    // Fewer matrices than groups would leave the last images unconvolved.
+    assert!(
+        cols.len() >= forward_scratch_len(g, g.n.div_ceil(per_group)),
+        "conv2d: scratch sized for other threads"
+    );
     cols.par_chunks_mut(matrix_len(g))
         .zip(
             y.par_chunks_mut(per_group * image_y)
@@ -136,7 +141,12 @@ pub(super) fn forward(
 pub(super) fn weight_grad(g: &Geometry, per_group: usize, gy: &[f32], x: &[f32], scratch: &mut [f32], gw: &mut [f32]) {
     let (k, p) = (g.k(), g.p());
     let (image_x, image_y) = (g.c * g.h * g.w, g.f * p);
+    // Fewer matrices than groups would leave the last images out.
     let groups = g.n.div_ceil(per_group);
+    assert!(
+        scratch.len() >= weight_grad_scratch_len(g, groups),
+        "conv2d: scratch sized for other threads"
+    );
     let (partials, cols) = scratch.split_at_mut(groups * g.f * k);
     partials
         .par_chunks_mut(g.f * k)
@@ -161,6 +171,11 @@ pub(super) fn weight_grad(g: &Geometry, per_group: usize, gy: &[f32], x: &[f32],
 pub(super) fn input_grad(g: &Geometry, per_group: usize, gy: &[f32], w: &[f32], cols: &mut [f32], gx: &mut [f32]) {
     let (k, p) = (g.k(), g.p());
     let (image_x, image_y) = (g.c * g.h * g.w, g.f * p);
+    // Fewer matrices than groups would leave the last images unconvolved.
+    assert!(
+        cols.len() >= input_grad_scratch_len(g, g.n.div_ceil(per_group)),
+        "conv2d: scratch sized for other threads"
+    );
     cols.par_chunks_mut(matrix_len(g))
         .zip(
             gx.par_chunks_mut(per_group * image_x)

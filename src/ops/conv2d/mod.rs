@@ -81,6 +81,9 @@ impl Geometry {
         if c != wc {
             return bad(format!("input has {c} channels but weight {w} expects {wc}"));
         }
+        if c == 0 || f == 0 {
+            return bad(format!("input {x} and weight {w}: no channels or no filters"));
+        }
         let Conv2dArgs { stride, padding: pad } = args;
         if stride == 0 {
             return bad("stride 0: patches must advance by at least 1".into());

@@ -223,6 +223,14 @@ fn conv2d_rejects_a_bias_of_the_wrong_length() {
 }
 
 #[test]
+fn conv2d_rejects_zero_channels_or_filters() {
+    let err = refused(&[1, 0, 5, 5], &[3, 0, 3, 3], None, args(1, 1));
+    assert!(err.contains("no channels or no filters"), "{err}");
+    let err = refused(&[1, 2, 5, 5], &[0, 2, 3, 3], Some(0), args(2, 1));
+    assert!(err.contains("no channels or no filters"), "{err}");
+}
+
+#[test]
 fn conv2d_rejects_inputs_of_the_wrong_rank() {
     let err = refused(&[2, 5, 5], &[3, 2, 3, 3], None, args(1, 1));
     assert!(err.contains("[N, C, H, W]"), "{err}");
