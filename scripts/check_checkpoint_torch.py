@@ -2,6 +2,7 @@
 """Load a bumpgrad checkpoint in PyTorch: proof that the format interoperates.
 
     python3 scripts/check_checkpoint_torch.py CHECKPOINT [--eval-data data/mnist]
+        [--model resnet18|resnet50|squeezenet --width-mult W]
 
 CHECKPOINT is a ckpt-*.safetensors file, or a directory (its newest one is
 taken). The script
@@ -10,7 +11,8 @@ taken). The script
 2. recomputes the `checksum` entry from the file (the canonical encoding
    documented in src/checkpoint/format.rs), independently of the Rust code;
 3. loads the tensors with `safetensors.torch.load_file` and the six
-   parameters into bench/pytorch_mnist.py's `LanternMnistCnn` with
+   parameters (and batch-norm buffers) into bench/pytorch_mnist.py's
+   `LanternMnistCnn`, or with --model into bench/models.py's network, with
    `load_state_dict(strict=True)` (any missing, unexpected or mis-shaped
    parameter fails);
 4. puts every `optimizer.<param>.momentum_buffer` into a `torch.optim.SGD`'s
@@ -44,6 +46,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # One definition of the PyTorch model: the benchmark's.
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 from pytorch_mnist import TEST_IMAGES, TEST_LABELS, LanternMnistCnn, evaluate, load_split  # noqa: E402
+from models import build  # noqa: E402
 
 FORMAT = "bumpgrad-checkpoint"
 VERSION = "1"
@@ -112,6 +115,10 @@ def main(argv=None):
     parser.add_argument("checkpoint", type=Path, help="a ckpt-*.safetensors file, or a directory of them")
     parser.add_argument("--eval-data", type=Path, help="MNIST directory: also report test accuracy")
     parser.add_argument("--eval-limit", type=int, default=None, help="evaluate on the first N test images")
+    parser.add_argument("--model", default="mnist-cnn",
+                        help="the network that wrote it: mnist-cnn, or resnet18/resnet50/squeezenet "
+                             "(bench/models.py) for MNIST's 1-channel images")
+    parser.add_argument("--width-mult", type=float, default=1.0, help="the run's --width-mult")
     args = parser.parse_args(argv)
 
     path = newest_checkpoint(args.checkpoint)
@@ -139,18 +146,24 @@ def main(argv=None):
     params = {k: v for k, v in tensors.items() if not k.startswith(OPTIMIZER_PREFIX)}
     optimizer_state = {k: v for k, v in tensors.items() if k.startswith(OPTIMIZER_PREFIX)}
 
-    model = LanternMnistCnn()
+    if args.model == "mnist-cnn":
+        model = LanternMnistCnn()
+    else:
+        model = build(args.model, 10, 1, args.width_mult)
     expected = model.state_dict()
     try:
         model.load_state_dict(params, strict=True)
     except RuntimeError as e:
         fail(f"load_state_dict(strict=True): {e}")
     for name, value in model.state_dict().items():
-        if not torch.equal(value, params[name]):
+        # num_batches_tracked is int64 in PyTorch, float32 in the file.
+        if not torch.equal(value, params[name].to(value.dtype)):
             fail(f"{name} did not load as stored")
-        print(f"  {name:<14} {list(value.shape)} {value.dtype} (state_dict: {list(expected[name].shape)})")
+        if len(expected) <= 12:
+            print(f"  {name:<14} {list(value.shape)} {value.dtype} (state_dict: {list(expected[name].shape)})")
 
     sgd = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    print(f"model: {args.model}, {len(params)} tensors loaded with strict=True")
     by_name = dict(model.named_parameters())
     for key, buffer in optimizer_state.items():
         if not key.endswith(MOMENTUM_SUFFIX):

@@ -7,13 +7,24 @@ use super::*;
 #[path = "../support/resnet_reference.rs"]
 mod resnet_reference;
 
+use resnet_reference::Depth;
+
 #[test]
 fn a_resnet18_step_on_the_gpu_matches_pytorch_and_the_cpu() {
+    same_step_as_pytorch_and_the_cpu("resnet18_step", Depth::R18);
+}
+
+#[test]
+fn a_resnet50_step_on_the_gpu_matches_pytorch_and_the_cpu() {
+    same_step_as_pytorch_and_the_cpu("resnet50_step", Depth::R50);
+}
+
+fn same_step_as_pytorch_and_the_cpu(test: &str, depth: Depth) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(gpu) = gpu("resnet18_step") else { return };
-    let on_gpu = resnet_reference::bumpgrad_step(gpu);
-    resnet_reference::assert_matches_pytorch("gpu", &on_gpu);
-    let on_cpu = resnet_reference::bumpgrad_step(Device::cpu(2).expect("cpu"));
+    let Some(gpu) = gpu(test) else { return };
+    let on_gpu = resnet_reference::bumpgrad_step(gpu, depth);
+    resnet_reference::assert_matches_pytorch("gpu", depth, &on_gpu);
+    let on_cpu = resnet_reference::bumpgrad_step(Device::cpu(2).expect("cpu"), depth);
     let names = |t: &resnet_reference::Tensors| t.keys().cloned().collect::<Vec<_>>();
     assert_eq!(
         names(&on_cpu),
@@ -21,6 +32,6 @@ fn a_resnet18_step_on_the_gpu_matches_pytorch_and_the_cpu() {
         "the backends returned different tensors"
     );
     for (name, (_, c)) in &on_cpu {
-        assert_close(&format!("resnet18 step: {name}"), c, &on_gpu[name].1);
+        assert_close(&format!("{test}: {name}"), c, &on_gpu[name].1);
     }
 }

@@ -1,12 +1,14 @@
-//! One training step of a small ResNet-18 against PyTorch's answer
-//! (`bench/resnet_reference.py` wrote `tests/fixtures/resnet/`): bumpgrad
+//! One training step of a narrow ResNet-18 or ResNet-50 against PyTorch's
+//! answer (`bench/resnet_reference.py` wrote `tests/fixtures/resnet/` and
+//! `tests/fixtures/resnet50/`): bumpgrad
 //! loads PyTorch's initial weights by name, runs a training-mode forward and
 //! backward of the mean cross-entropy on PyTorch's batch, and returns the
 //! logits, the loss, every parameter's gradient and every buffer after the
 //! step, named as the fixture names them. Shared by the CPU test
 //! (`tests/pytorch_resnet.rs`) and the GPU test (`tests/gpu/resnet.rs`).
 
-use bumpgrad::models::{Depth, ResNet, ResNetConfig};
+pub use bumpgrad::models::Depth;
+use bumpgrad::models::{ResNet, ResNetConfig};
 use bumpgrad::nn::{Input, Kind, Mode, Model, ParamStore};
 use bumpgrad::ops::dropout::DropoutSeed;
 use bumpgrad::{Arena, Device, Shape};
@@ -17,16 +19,19 @@ use std::path::PathBuf;
 pub type Tensors = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
 
 pub const WIDTH: f32 = 0.125;
-pub const BATCH: [usize; 4] = [6, 3, 16, 16];
 pub const CLASSES: usize = 10;
 
-fn fixture_dir() -> PathBuf {
-    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/resnet").into()
+fn fixture_dir(depth: Depth) -> PathBuf {
+    let dir = match depth {
+        Depth::R18 => "resnet",
+        Depth::R50 => "resnet50",
+    };
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures")).join(dir)
 }
 
 /// Every tensor of a fixture file (float32, as the script writes them).
-pub fn load(name: &str) -> Tensors {
-    let path = fixture_dir().join(name);
+pub fn load(depth: Depth, name: &str) -> Tensors {
+    let path = fixture_dir(depth).join(name);
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let file = safetensors::SafeTensors::deserialize(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut out = Tensors::new();
@@ -43,15 +48,17 @@ pub fn load(name: &str) -> Tensors {
 }
 
 /// The step on `device`, from the fixture's weights and batch.
-pub fn bumpgrad_step(device: Device) -> Tensors {
-    let (weights, batch) = (load("weights.safetensors"), load("step.safetensors"));
+pub fn bumpgrad_step(device: Device, depth: Depth) -> Tensors {
+    let (weights, batch) = (load(depth, "weights.safetensors"), load(depth, "step.safetensors"));
     let mut arena = Arena::new(device, 256 << 20).expect("arena");
     let cfg = ResNetConfig {
-        depth: Depth::R18,
+        depth,
         width_mult: WIDTH,
     };
+    // The batch's shape is the fixture's: [6, 3, 16, 16] or [8, 3, 32, 32].
+    let batch_shape = Shape::new(&batch["input"].0);
     let input = Input {
-        example: Shape::new(&BATCH[1..]),
+        example: Shape::new(&batch_shape.dims()[1..]),
         classes: CLASSES,
     };
     let (store, model) =
@@ -71,7 +78,7 @@ pub fn bumpgrad_step(device: Device) -> Tensors {
     let labels: Vec<u32> = batch["labels"].1.iter().map(|&l| l as u32).collect();
     let mut out = arena
         .step(|s| {
-            let x = s.input("batch", Shape::new(&BATCH), &batch["input"].1)?;
+            let x = s.input("batch", batch_shape, &batch["input"].1)?;
             let labels = s.labels(&labels)?;
             let mode = Mode::Train {
                 dropout: DropoutSeed::Fixed(0),
@@ -109,13 +116,26 @@ pub fn bumpgrad_step(device: Device) -> Tensors {
     out
 }
 
-/// Asserts `ours` holds every tensor of the fixture's step (but the batch)
-/// with its shape, each within `1e-4` of the largest magnitude of PyTorch's.
-pub fn assert_matches_pytorch(what: &str, ours: &Tensors) {
-    let expected = load("step.safetensors");
+/// How much further from the exact answer than PyTorch's own float32 step
+/// bumpgrad may land on a tensor that float32 cannot reproduce within 1e-4.
+/// Rounding amplified this much is close to random: on the CPU, 318 of
+/// ResNet-50's 322 tensors were within 2× PyTorch's error, the worst 3.3×.
+pub const PYTORCH_ERROR_FACTOR: f32 = 4.0;
+
+/// Asserts `ours` holds every tensor of the fixture's step (but the batch
+/// and the error figures) with its shape, each within `1e-4` of the largest
+/// magnitude of PyTorch's float64 answer, or, where PyTorch's own float32
+/// step is further off than that, within [`PYTORCH_ERROR_FACTOR`] times
+/// PyTorch's float32 error. ResNet-18 needs no such allowance (PyTorch's
+/// float32 error is 5e-6 of scale at worst); deep in ResNet-50's backward
+/// batch-norm over few values amplifies rounding, and PyTorch's own float32
+/// gradients land up to 11% of scale from the float64 answer.
+pub fn assert_matches_pytorch(what: &str, depth: Depth, ours: &Tensors) {
+    let expected = load(depth, "step.safetensors");
     let mut compared = 0;
+    let mut wrong = Vec::new();
     for (name, (dims, want)) in &expected {
-        if name == "input" || name == "labels" {
+        if name == "input" || name == "labels" || name.starts_with("f32err.") {
             continue;
         }
         let (our_dims, got) = ours
@@ -127,18 +147,35 @@ pub fn assert_matches_pytorch(what: &str, ours: &Tensors) {
         }
         let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         assert!(scale > 0.0, "{what}: {name} is all zeros, which proves nothing");
-        for (i, (w, g)) in want.iter().zip(got).enumerate() {
-            assert!(
-                (w - g).abs() <= 1e-4 * scale,
-                "{what}: {name}[{i}]: PyTorch {w}, bumpgrad {g} (scale {scale})"
-            );
+        let worst = want
+            .iter()
+            .zip(got)
+            .enumerate()
+            .map(|(i, (w, g))| ((w - g).abs(), i))
+            .fold((0.0f32, 0), |a, b| if b.0 > a.0 { b } else { a });
+        let pytorch_error = expected
+            .get(&format!("f32err.{name}"))
+            .unwrap_or_else(|| panic!("{what}: the fixture has no float32 error for {name}"))
+            .1[0];
+        if worst.0 > (1e-4 * scale).max(PYTORCH_ERROR_FACTOR * pytorch_error) {
+            let i = worst.1;
+            wrong.push(format!(
+                "{name}[{i}]: PyTorch {}, bumpgrad {} (scale {scale}; PyTorch's own float32 error {pytorch_error})",
+                want[i], got[i]
+            ));
         }
         compared += 1;
     }
+    assert!(
+        wrong.is_empty(),
+        "{what}: {} of {compared} tensors differ from PyTorch's float64 answer by more than 1e-4 of their scale and {PYTORCH_ERROR_FACTOR}× PyTorch's own float32 error:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
     let grads = expected.keys().filter(|k| k.starts_with("grad.")).count();
     assert!(
         grads > 60,
         "{what}: the fixture has {grads} gradients; a ResNet-18 has 62"
     );
-    assert_eq!(compared, expected.len() - 2, "{what}: every tensor compared");
+    assert_eq!(compared, (expected.len() - 2) / 2, "{what}: every tensor compared");
 }

@@ -235,3 +235,13 @@ fn conv2d_rejects_inputs_of_the_wrong_rank() {
     let err = refused(&[2, 5, 5], &[3, 2, 3, 3], None, args(1, 1));
     assert!(err.contains("[N, C, H, W]"), "{err}");
 }
+
+#[test]
+fn conv2d_one_by_one_on_tiny_maps_with_many_channels_matches_finite_differences() {
+    // A bottleneck's 1×1 convolutions at the last stage of a narrow ResNet-50.
+    let (x, w) = (Shape::new(&[3, 24, 2, 2]), Shape::new(&[8, 24, 1, 1]));
+    let inputs = [values(x.numel(), 31, -1.0, 1.0), values(w.numel(), 32, -0.5, 0.5)];
+    check(&[x, w], &inputs, &[0, 1], &|s, t| {
+        t[0].conv2d(s, t[1], None, super::Conv2dArgs::default())
+    });
+}
