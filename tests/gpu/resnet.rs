@@ -35,7 +35,11 @@ fn same_step_as_pytorch_and_the_cpu(test: &str, depth: Depth) {
     }
     let on_cpu = resnet_reference::bumpgrad_step(Device::cpu(2).expect("cpu"), depth);
     let names = |t: &resnet_reference::Tensors| t.keys().cloned().collect::<Vec<_>>();
-    assert_eq!(names(&on_cpu), names(&on_gpu), "the backends returned different tensors");
+    assert_eq!(
+        names(&on_cpu),
+        names(&on_gpu),
+        "the backends returned different tensors"
+    );
     for (name, (_, c)) in &on_cpu {
         assert_close(&format!("{test}: {name}"), c, &on_gpu[name].1);
     }
