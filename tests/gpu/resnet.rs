@@ -44,3 +44,46 @@ fn same_step_as_pytorch_and_the_cpu(test: &str, depth: Depth) {
         assert_close(&format!("{test}: {name}"), c, &on_gpu[name].1);
     }
 }
+
+/// 200 training steps of ResNet-18 and of ResNet-50 at batch 128 on
+/// CIFAR-10-shaped data, augmented on the device, with the step captured as
+/// one graph: free device memory never moves after the first step, and the
+/// step high-water is the same every epoch.
+#[test]
+fn resnets_train_200_steps_without_moving_device_memory() {
+    use bumpgrad::models::{Depth, ResNet};
+    use bumpgrad::ops::gather::Augment;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_probe) = gpu("resnets_200_steps") else { return };
+    drop(_probe);
+    for depth in [Depth::R18, Depth::R50] {
+        let reports = train_on(&TrainConfig {
+            device: DeviceRequest::Cuda,
+            model: ResNet::choice(depth, 1.0),
+            data_dir: "synthetic:cifar10:6400".into(),
+            epochs: 4,
+            batch: 128,
+            lr: 0.1,
+            augment: Augment { crop: 4, flip: true },
+            ..TrainConfig::default()
+        });
+        assert_eq!(reports.len(), 4);
+        let first = reports[0]
+            .device_free_bytes_first_step
+            .expect("a GPU reports free memory");
+        for r in &reports {
+            assert!(r.graph, "{depth:?}: the step is captured");
+            assert_eq!(
+                r.device_free_bytes,
+                Some(first),
+                "{depth:?}, epoch {}: device memory moved",
+                r.epoch
+            );
+            assert_eq!(
+                r.arena.step_high_water_bytes, reports[0].arena.step_high_water_bytes,
+                "{depth:?}, epoch {}: the step high-water moved",
+                r.epoch
+            );
+        }
+    }
+}
