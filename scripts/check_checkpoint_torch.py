@@ -184,7 +184,9 @@ def main(argv=None):
     if args.eval_data:
         x, y = load_split(args.eval_data, TEST_IMAGES, TEST_LABELS, args.eval_limit)
         with torch.no_grad():
-            accuracy, nll = evaluate(model, x, y, 1000)
+            # The MNIST CNN's forward ends in log-softmax; the others give logits.
+            scored = model if args.model == "mnist-cnn" else torch.nn.Sequential(model, torch.nn.LogSoftmax(dim=1))
+            accuracy, nll = evaluate(scored, x, y, 1000)
         print(f"test accuracy {accuracy:.4f}, mean NLL {nll:.4f} on {x.shape[0]} images")
 
     print("OK")

@@ -31,12 +31,12 @@ mod batch_norm2d;
 mod conv2d;
 #[path = "support/mnist_cnn_names.rs"]
 mod mnist_cnn_names;
+#[path = "gpu/networks.rs"]
+mod networks;
 #[path = "support/optim_fixtures.rs"]
 mod optim_fixtures;
 #[path = "gpu/pools.rs"]
 mod pools;
-#[path = "gpu/resnet.rs"]
-mod resnet;
 
 #[path = "gpu/cross_entropy.rs"]
 mod cross_entropy;

@@ -1,15 +1,15 @@
-//! One training step of a narrow ResNet-18 or ResNet-50 against PyTorch's
-//! answer (`bench/resnet_reference.py` wrote `tests/fixtures/resnet/` and
-//! `tests/fixtures/resnet50/`): bumpgrad
-//! loads PyTorch's initial weights by name, runs a training-mode forward and
-//! backward of the mean cross-entropy on PyTorch's batch, and returns the
+//! One step of a narrow ResNet-18, ResNet-50 or SqueezeNet against PyTorch's
+//! answer (`bench/pytorch_steps.py` wrote `tests/fixtures/resnet/`,
+//! `resnet50/` and `squeezenet/`): bumpgrad
+//! loads PyTorch's initial weights by name, runs a forward (in training mode;
+//! SqueezeNet's in evaluation mode, whose dropout draws differ from
+//! PyTorch's) and the backward of the mean cross-entropy on PyTorch's batch, and returns the
 //! logits, the loss, every parameter's gradient and every buffer after the
 //! step, named as the fixture names them. Shared by the CPU test
-//! (`tests/pytorch_resnet.rs`) and the GPU test (`tests/gpu/resnet.rs`).
+//! (`tests/pytorch_models.rs`) and the GPU test (`tests/gpu/networks.rs`).
 
-pub use bumpgrad::models::Depth;
-use bumpgrad::models::{ResNet, ResNetConfig};
-use bumpgrad::nn::{Input, Kind, Mode, Model, ParamStore};
+use bumpgrad::models::{Depth, ResNet, SqueezeNet};
+use bumpgrad::nn::{Input, Kind, Mode, ModelChoice, Network, ParamStore};
 use bumpgrad::ops::dropout::DropoutSeed;
 use bumpgrad::{Arena, Device, Shape};
 use std::collections::BTreeMap;
@@ -18,20 +18,52 @@ use std::path::PathBuf;
 /// Named tensors: shape and values.
 pub type Tensors = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
 
-pub const WIDTH: f32 = 0.125;
 pub const CLASSES: usize = 10;
 
-fn fixture_dir(depth: Depth) -> PathBuf {
-    let dir = match depth {
-        Depth::R18 => "resnet",
-        Depth::R50 => "resnet50",
+/// The networks with a fixture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Net {
+    ResNet18,
+    ResNet50,
+    SqueezeNet,
+}
+
+impl Net {
+    /// As the fixture script builds it.
+    fn choice(self) -> ModelChoice {
+        match self {
+            Self::ResNet18 => ResNet::choice(Depth::R18, 0.125),
+            Self::ResNet50 => ResNet::choice(Depth::R50, 0.125),
+            Self::SqueezeNet => SqueezeNet::choice(0.25),
+        }
+    }
+
+    fn training(self) -> bool {
+        self != Self::SqueezeNet
+    }
+
+    /// Gradients the fixture must hold: one per parameter.
+    fn params(self) -> usize {
+        match self {
+            Self::ResNet18 => 62,
+            Self::ResNet50 => 161,
+            Self::SqueezeNet => 52,
+        }
+    }
+}
+
+fn fixture_dir(net: Net) -> PathBuf {
+    let dir = match net {
+        Net::ResNet18 => "resnet",
+        Net::ResNet50 => "resnet50",
+        Net::SqueezeNet => "squeezenet",
     };
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures")).join(dir)
 }
 
 /// Every tensor of a fixture file (float32, as the script writes them).
-pub fn load(depth: Depth, name: &str) -> Tensors {
-    let path = fixture_dir(depth).join(name);
+pub fn load(net: Net, name: &str) -> Tensors {
+    let path = fixture_dir(net).join(name);
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let file = safetensors::SafeTensors::deserialize(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut out = Tensors::new();
@@ -48,13 +80,10 @@ pub fn load(depth: Depth, name: &str) -> Tensors {
 }
 
 /// The step on `device`, from the fixture's weights and batch.
-pub fn bumpgrad_step(device: Device, depth: Depth) -> Tensors {
-    let (weights, batch) = (load(depth, "weights.safetensors"), load(depth, "step.safetensors"));
+pub fn bumpgrad_step(device: Device, net: Net) -> Tensors {
+    let (weights, batch) = (load(net, "weights.safetensors"), load(net, "step.safetensors"));
     let mut arena = Arena::new(device, 256 << 20).expect("arena");
-    let cfg = ResNetConfig {
-        depth,
-        width_mult: WIDTH,
-    };
+    let choice = net.choice();
     // The batch's shape is the fixture's: [6, 3, 16, 16] or [8, 3, 32, 32].
     let batch_shape = Shape::new(&batch["input"].0);
     let input = Input {
@@ -62,7 +91,7 @@ pub fn bumpgrad_step(device: Device, depth: Depth) -> Tensors {
         classes: CLASSES,
     };
     let (store, model) =
-        ParamStore::build(&mut arena.persistent(), 1, |pb| ResNet::new(&cfg, input, pb)).expect("the model builds");
+        ParamStore::build(&mut arena.persistent(), 1, |pb| choice.build(input, pb)).expect("the model builds");
     let mut entries = Vec::new();
     store.visit(&mut |e, p| entries.push((e.name.clone(), e.shape, e.kind, p)));
     let ours: Vec<&str> = entries.iter().map(|e| e.0.as_str()).collect();
@@ -80,9 +109,12 @@ pub fn bumpgrad_step(device: Device, depth: Depth) -> Tensors {
         .step(|s| {
             let x = s.input("batch", batch_shape, &batch["input"].1)?;
             let labels = s.labels(&labels)?;
-            let mode = Mode::Train {
-                dropout: DropoutSeed::Fixed(0),
-                first_row: 0,
+            let mode = match net.training() {
+                true => Mode::Train {
+                    dropout: DropoutSeed::Fixed(0),
+                    first_row: 0,
+                },
+                false => Mode::Eval,
             };
             let logits = model.forward(s, x, mode)?;
             let loss = logits.cross_entropy(s, labels, Default::default())?;
@@ -130,8 +162,8 @@ pub const PYTORCH_ERROR_FACTOR: f32 = 4.0;
 /// float32 error is 5e-6 of scale at worst); deep in ResNet-50's backward
 /// batch-norm over few values amplifies rounding, and PyTorch's own float32
 /// gradients land up to 11% of scale from the float64 answer.
-pub fn assert_matches_pytorch(what: &str, depth: Depth, ours: &Tensors) {
-    let expected = load(depth, "step.safetensors");
+pub fn assert_matches_pytorch(what: &str, net: Net, ours: &Tensors) {
+    let expected = load(net, "step.safetensors");
     let mut compared = 0;
     let mut wrong = Vec::new();
     for (name, (dims, want)) in &expected {
@@ -173,9 +205,10 @@ pub fn assert_matches_pytorch(what: &str, depth: Depth, ours: &Tensors) {
         wrong.join("\n")
     );
     let grads = expected.keys().filter(|k| k.starts_with("grad.")).count();
-    assert!(
-        grads > 60,
-        "{what}: the fixture has {grads} gradients; a ResNet-18 has 62"
+    assert_eq!(
+        grads,
+        net.params(),
+        "{what}: the fixture's gradients, one per parameter of {net:?}"
     );
     assert_eq!(compared, (expected.len() - 2) / 2, "{what}: every tensor compared");
 }
