@@ -151,5 +151,10 @@ fn a_resnet18_step_at_batch_128_plans_within_five_percent_of_its_bound() {
     }
     // Bump allocation holds every activation and gradient of the step; the
     // plan about a quarter (CPU: 469 MiB of 1.78 GiB on MNIST's images).
-    assert!(train.peak * 3 < train.bump_bytes, "{} vs {}", train.peak, train.bump_bytes);
+    assert!(
+        train.peak * 3 < train.bump_bytes,
+        "{} vs {}",
+        train.peak,
+        train.bump_bytes
+    );
 }

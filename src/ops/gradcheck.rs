@@ -43,6 +43,15 @@ pub(crate) fn distinct(n: usize, seed: u64, gap: f32) -> Vec<f32> {
     out
 }
 
+/// Asserts `got` equals `want` within 1e-4 relative (plus 1e-4 absolute):
+/// kernels against the direct loops of their definition.
+pub(crate) fn assert_near(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len());
+    for (i, (a, b)) in got.iter().zip(want).enumerate() {
+        assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{what}[{i}]: {a} vs {b}");
+    }
+}
+
 pub(crate) type Body = dyn for<'s> Fn(&mut Step<'s>, &[Tensor<'s>]) -> Result<Tensor<'s>>;
 
 /// The arena every check runs on: two CPU threads, so the kernels split work.

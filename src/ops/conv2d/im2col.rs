@@ -195,16 +195,10 @@ mod tests {
     //! where patches overhang the padding on each side, strides leave input
     //! columns unread, and groups hold unequal image counts.
     use super::*;
+    use crate::ops::gradcheck::assert_near as close;
 
     fn values(n: usize, seed: u64) -> Vec<f32> {
         crate::ops::gradcheck::values(n, seed, -0.5, 0.5)
-    }
-
-    fn close(got: &[f32], want: &[f32], what: &str) {
-        assert_eq!(got.len(), want.len());
-        for (i, (a, b)) in got.iter().zip(want).enumerate() {
-            assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{what}[{i}]: {a} vs {b}");
-        }
     }
 
     #[test]
