@@ -7,24 +7,24 @@
 mod pytorch_step;
 
 use bumpgrad::Device;
-use pytorch_step::Net;
+use pytorch_step::Fixture;
 
-fn matches_pytorch_on_the_cpu(net: Net) {
+fn matches_pytorch_on_the_cpu(net: Fixture) {
     let ours = pytorch_step::bumpgrad_step(Device::cpu(2).expect("cpu"), net);
     pytorch_step::assert_matches_pytorch("cpu", net, &ours);
 }
 
 #[test]
 fn a_resnet18_step_on_the_cpu_matches_pytorch() {
-    matches_pytorch_on_the_cpu(Net::ResNet18);
+    matches_pytorch_on_the_cpu(Fixture::ResNet18);
 }
 
 #[test]
 fn a_resnet50_step_on_the_cpu_matches_pytorch() {
-    matches_pytorch_on_the_cpu(Net::ResNet50);
+    matches_pytorch_on_the_cpu(Fixture::ResNet50);
 }
 
 #[test]
 fn a_squeezenet_step_on_the_cpu_matches_pytorch() {
-    matches_pytorch_on_the_cpu(Net::SqueezeNet);
+    matches_pytorch_on_the_cpu(Fixture::SqueezeNet);
 }

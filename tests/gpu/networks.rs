@@ -9,29 +9,29 @@ use super::*;
 #[path = "../support/pytorch_step.rs"]
 mod pytorch_step;
 
-use pytorch_step::Net;
+use pytorch_step::Fixture;
 
 #[test]
 fn a_resnet18_step_on_the_gpu_matches_pytorch_and_the_cpu() {
-    same_step_as_pytorch_and_the_cpu("resnet18_step", Net::ResNet18);
+    same_step_as_pytorch_and_the_cpu("resnet18_step", Fixture::ResNet18);
 }
 
 #[test]
 fn a_resnet50_step_on_the_gpu_matches_pytorch() {
-    same_step_as_pytorch_and_the_cpu("resnet50_step", Net::ResNet50);
+    same_step_as_pytorch_and_the_cpu("resnet50_step", Fixture::ResNet50);
 }
 
 #[test]
 fn a_squeezenet_step_on_the_gpu_matches_pytorch_and_the_cpu() {
-    same_step_as_pytorch_and_the_cpu("squeezenet_step", Net::SqueezeNet);
+    same_step_as_pytorch_and_the_cpu("squeezenet_step", Fixture::SqueezeNet);
 }
 
-fn same_step_as_pytorch_and_the_cpu(test: &str, net: Net) {
+fn same_step_as_pytorch_and_the_cpu(test: &str, net: Fixture) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(gpu) = gpu(test) else { return };
     let on_gpu = pytorch_step::bumpgrad_step(gpu, net);
     pytorch_step::assert_matches_pytorch("gpu", net, &on_gpu);
-    if net == Net::ResNet50 {
+    if net == Fixture::ResNet50 {
         // ResNet-50's deep backward amplifies rounding past 1e-4 of scale
         // (PyTorch's own float32 step lands up to 11% from float64; here
         // the GPU and the CPU differed by 2.3e-4 of scale on bn1.bias), so

@@ -9,7 +9,7 @@
 //! (`tests/pytorch_models.rs`) and the GPU test (`tests/gpu/networks.rs`).
 
 use bumpgrad::models::{Depth, ResNet, SqueezeNet};
-use bumpgrad::nn::{Input, Kind, Mode, ModelChoice, Network, ParamStore};
+use bumpgrad::nn::{Input, Kind, Mode, ModelChoice, ParamStore};
 use bumpgrad::ops::dropout::DropoutSeed;
 use bumpgrad::{Arena, Device, Shape};
 use std::collections::BTreeMap;
@@ -20,15 +20,15 @@ pub type Tensors = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
 
 pub const CLASSES: usize = 10;
 
-/// The networks with a fixture.
+/// The networks with a fixture (`tests/fixtures/<dir>/`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Net {
+pub enum Fixture {
     ResNet18,
     ResNet50,
     SqueezeNet,
 }
 
-impl Net {
+impl Fixture {
     /// As the fixture script builds it.
     fn choice(self) -> ModelChoice {
         match self {
@@ -52,17 +52,17 @@ impl Net {
     }
 }
 
-fn fixture_dir(net: Net) -> PathBuf {
+fn fixture_dir(net: Fixture) -> PathBuf {
     let dir = match net {
-        Net::ResNet18 => "resnet",
-        Net::ResNet50 => "resnet50",
-        Net::SqueezeNet => "squeezenet",
+        Fixture::ResNet18 => "resnet",
+        Fixture::ResNet50 => "resnet50",
+        Fixture::SqueezeNet => "squeezenet",
     };
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures")).join(dir)
 }
 
 /// Every tensor of a fixture file (float32, as the script writes them).
-pub fn load(net: Net, name: &str) -> Tensors {
+pub fn load(net: Fixture, name: &str) -> Tensors {
     let path = fixture_dir(net).join(name);
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let file = safetensors::SafeTensors::deserialize(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -80,7 +80,7 @@ pub fn load(net: Net, name: &str) -> Tensors {
 }
 
 /// The step on `device`, from the fixture's weights and batch.
-pub fn bumpgrad_step(device: Device, net: Net) -> Tensors {
+pub fn bumpgrad_step(device: Device, net: Fixture) -> Tensors {
     let (weights, batch) = (load(net, "weights.safetensors"), load(net, "step.safetensors"));
     let mut arena = Arena::new(device, 256 << 20).expect("arena");
     let choice = net.choice();
@@ -162,7 +162,7 @@ pub const PYTORCH_ERROR_FACTOR: f32 = 4.0;
 /// float32 error is 5e-6 of scale at worst); deep in ResNet-50's backward
 /// batch-norm over few values amplifies rounding, and PyTorch's own float32
 /// gradients land up to 11% of scale from the float64 answer.
-pub fn assert_matches_pytorch(what: &str, net: Net, ours: &Tensors) {
+pub fn assert_matches_pytorch(what: &str, net: Fixture, ours: &Tensors) {
     let expected = load(net, "step.safetensors");
     let mut compared = 0;
     let mut wrong = Vec::new();
