@@ -7,6 +7,8 @@
 //! shorter last batch, the epoch reports, and a checkpoint after every step.
 
 use bumpgrad::backend::DeviceRequest;
+use bumpgrad::models::{Depth, ResNet, SqueezeNet};
+use bumpgrad::nn::ModelChoice;
 use bumpgrad::optim::SgdConfig;
 use bumpgrad::train::{prepare, CheckpointPolicy, Control, EpochReport, Every, Observer, Position, TrainConfig};
 use std::path::Path;
@@ -62,9 +64,25 @@ impl Observer for Counter {
     }
 }
 
+/// One test, the networks one after the other: the counter is the whole
+/// process's, so nothing else may run beside a count.
 #[test]
 fn two_epochs_allocate_nothing_between_checkpoints() {
-    let dir = std::env::temp_dir().join(format!("bumpgrad-zero-alloc-{}", std::process::id()));
+    // Lantern's CNN (dense epilogue, dropout), then a narrow ResNet-18
+    // (strided and padded convolutions, batch-norm writing its running
+    // statistics, residual adds, global pooling) and a narrow SqueezeNet
+    // (1×1 convolutions, concatenation, ceil-mode pools, dropout on maps).
+    for (name, model) in [
+        ("mnist-cnn", ModelChoice::default()),
+        ("resnet18", ResNet::choice(Depth::R18, 0.125)),
+        ("squeezenet", SqueezeNet::choice(0.25)),
+    ] {
+        two_epochs_of(name, model);
+    }
+}
+
+fn two_epochs_of(name: &str, model: ModelChoice) {
+    let dir = std::env::temp_dir().join(format!("bumpgrad-zero-alloc-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let policy = CheckpointPolicy {
         dir: dir.clone(),
@@ -89,6 +107,7 @@ fn two_epochs_allocate_nothing_between_checkpoints() {
         .choice(),
         poison_step: Some(true),
         checkpoints: Some(policy.clone()),
+        model,
         ..TrainConfig::default()
     };
     let (mut session, info) = prepare(&cfg).expect("session");
@@ -137,7 +156,7 @@ fn two_epochs_allocate_nothing_between_checkpoints() {
     }
     assert_eq!(
         counter.counted, 0,
-        "21 training steps, 2 evaluations and 2 epoch reports made {} heap allocations",
+        "{name}: 21 training steps, 2 evaluations and 2 epoch reports made {} heap allocations",
         counter.counted
     );
     let _ = std::fs::remove_dir_all(&dir);
