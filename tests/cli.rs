@@ -174,6 +174,16 @@ fn bad_settings_are_refused_with_what_to_pass() {
             2,
             "unknown model \"resnet9000\"; the models are mnist-cnn",
         ),
+        (
+            &["--model", "resnet18", "--width-mult", "-0.5"],
+            2,
+            "the width multiplier must be above 0, got -0.5",
+        ),
+        (
+            &["--width-mult", "0.5"],
+            1,
+            "--width-mult scales resnet18, resnet50 and squeezenet; mnist-cnn has fixed widths, so drop it",
+        ),
         (&["--arena-size", "lots"], 2, "(examples: 64MiB, 2GiB"),
         (
             &["--arena-size", "1KiB"],

@@ -105,8 +105,11 @@ pub fn model_name(name: &str) -> Result<&'static str, String> {
 pub fn width_mult(text: &str) -> Result<f32, String> {
     match text.trim().parse::<f32>() {
         Ok(x) if x > 0.0 && x.is_finite() => Ok(x),
-        _ => Err(format!(
-            "cannot read {text:?} as a width multiplier; write a positive number such as 0.125 or 0.5"
+        Ok(x) => Err(format!(
+            "the width multiplier must be above 0, got {x}; e.g. 0.125 or 0.5"
+        )),
+        Err(_) => Err(format!(
+            "cannot read {text:?} as a width multiplier; write a number such as 0.125 or 0.5"
         )),
     }
 }

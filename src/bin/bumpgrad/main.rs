@@ -95,7 +95,7 @@ struct TrainArgs {
     model: &'static str,
     /// Scales every channel count of resnet18, resnet50 and squeezenet (0.125 trains a small
     /// ResNet quickly on a CPU); default 1.
-    #[arg(long, value_parser = choices::width_mult)]
+    #[arg(long, value_parser = choices::width_mult, allow_negative_numbers = true)]
     width_mult: Option<f32>,
     /// The optimizer.
     #[arg(long, value_enum, default_value = "sgd")]
