@@ -2,21 +2,8 @@
 // sums run one block of 256 threads per channel, each thread striding over
 // the channel's values and the block adding the partial sums in a fixed
 // tree in shared memory: no atomics, so every run gives the same bits.
-// The arithmetic mirrors the CPU kernels' (cpu.rs), which sum in f64.
-
-// The sum of `v` over the block (blockDim.x a power of two, at most 256),
-// handed to every thread; `partial` is free again when it returns.
-__device__ __forceinline__ float bn_block_sum(float v, float* partial) {
-    partial[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-        if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
-        __syncthreads();
-    }
-    float total = partial[0];
-    __syncthreads();
-    return total;
-}
+// The arithmetic mirrors the CPU kernels' (cpu.rs), which sum in f64. The
+// block sums are the backend's `block_sum` (common.cu).
 
 // Element k (image k / hw, pixel k % hw) of channel ch.
 __device__ __forceinline__ size_t bn_at(unsigned int k, unsigned int ch, unsigned int c, unsigned int hw) {
@@ -35,13 +22,13 @@ extern "C" __global__ void bn_batch_stats(const float* x, float* mean, float* in
     unsigned int count = n * hw;
     float sum = 0.0f;
     for (unsigned int k = threadIdx.x; k < count; k += blockDim.x) sum += x[bn_at(k, ch, c, hw)];
-    float mu = bn_block_sum(sum, partial) / (float)count;
+    float mu = block_sum(sum, partial) / (float)count;
     float squares = 0.0f;
     for (unsigned int k = threadIdx.x; k < count; k += blockDim.x) {
         float d = x[bn_at(k, ch, c, hw)] - mu;
         squares += d * d;
     }
-    float var = bn_block_sum(squares, partial) / (float)count;
+    float var = block_sum(squares, partial) / (float)count;
     if (threadIdx.x == 0) {
         float unbiased = (float)count / (float)(count - 1);
         mean[ch] = mu;
@@ -87,8 +74,8 @@ extern "C" __global__ void bn_backward_sums(const float* x, const float* gy, con
         centred += g * (x[at] - mu);
         total += g;
     }
-    centred = bn_block_sum(centred, partial);
-    total = bn_block_sum(total, partial);
+    centred = block_sum(centred, partial);
+    total = block_sum(total, partial);
     if (threadIdx.x == 0) {
         sum_dy_xhat[ch] = centred * invstd[ch];
         sum_dy[ch] = total;

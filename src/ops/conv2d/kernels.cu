@@ -16,11 +16,7 @@ extern "C" __global__ void conv_bias_grad(const float* gy, float* gb, unsigned i
         unsigned int img = k / p, pixel = k % p;
         sum += gy[((size_t)img * f + filter) * p + pixel];
     }
-    partial[threadIdx.x] = sum;
-    __syncthreads();
-    for (unsigned int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-        if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) gb[filter] = partial[0];
+    // The backend's fixed-order block sum (common.cu).
+    float total = block_sum(sum, partial);
+    if (threadIdx.x == 0) gb[filter] = total;
 }

@@ -10,23 +10,12 @@
 // Tree reductions over the block (blockDim.x a power of two, at most 256);
 // every thread gets the result. The last barrier keeps a thread from
 // overwriting `part` for the next reduction before all have read part[0].
+// Sums are the backend's `block_sum` (common.cu); the maximum is here.
 __device__ __forceinline__ float ce_block_max(float v, float* part) {
     part[threadIdx.x] = v;
     __syncthreads();
     for (unsigned int stride = blockDim.x / 2; stride > 0; stride /= 2) {
         if (threadIdx.x < stride) part[threadIdx.x] = fmaxf(part[threadIdx.x], part[threadIdx.x + stride]);
-        __syncthreads();
-    }
-    float r = part[0];
-    __syncthreads();
-    return r;
-}
-
-__device__ __forceinline__ float ce_block_sum(float v, float* part) {
-    part[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-        if (threadIdx.x < stride) part[threadIdx.x] += part[threadIdx.x + stride];
         __syncthreads();
     }
     float r = part[0];
@@ -48,12 +37,12 @@ extern "C" __global__ void ce_rows(const float* logits, const unsigned int* labe
         m = ce_block_max(m, part);
         float sum = 0.0f;
         for (unsigned int k = threadIdx.x; k < c; k += blockDim.x) sum += expf(x[k] - m);
-        sum = ce_block_sum(sum, part);
+        sum = block_sum(sum, part);
         float lse = m + logf(sum);
         float log_probs = 0.0f;
         if (smoothing > 0.0f) {
             for (unsigned int k = threadIdx.x; k < c; k += blockDim.x) log_probs += x[k] - lse;
-            log_probs = ce_block_sum(log_probs, part);
+            log_probs = block_sum(log_probs, part);
         }
         if (threadIdx.x == 0) {
             unsigned int label = labels[row];
