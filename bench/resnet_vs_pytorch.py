@@ -1,0 +1,373 @@
+#!/usr/bin/env python3
+"""ResNet on the GPU, bumpgrad against PyTorch, side by side in one run.
+
+One command on the GPU machine (run from the repository root, with a bumpgrad
+binary built by `scripts/gpu.sh stage`):
+
+    python3 bench/resnet_vs_pytorch.py --bumpgrad .gpu/bumpgrad
+
+For every case (model, batch, precision) it runs bumpgrad, then PyTorch, one
+after the other on the same GPU, each in a fresh process:
+
+- **Same work.** Synthetic CIFAR-10-shaped data (uint8 images resident on the
+  device, normalised per channel inside the step), the model of
+  `bench/models.py` (torchvision's layout and initialisation; bumpgrad draws
+  from the same distributions), cross-entropy, SGD lr 0.1, momentum 0.9,
+  Nesterov, weight decay 5e-4.
+- **Precision.** `fp32`: TF32 off in both (cuDNN's and cuBLAS's FMA math).
+  `tf32`: TF32 on in both; PyTorch runs channels_last there, its fastest TF32
+  layout on this GPU.
+- **PyTorch at its best in eager mode:** `cudnn.benchmark` on, data on the
+  device, no host sync per step (`../shared/GPU.md`: neither torch.compile nor
+  its CUDA graphs were faster on this model).
+- **ms/step.** PyTorch: every step timed by CUDA events, median of `--steps`
+  steps after `--warmup`. bumpgrad: its whole step is one CUDA graph whose
+  replays run back to back; an epoch of `--steps-per-epoch` steps is timed
+  and the median is over the per-step means of `--epochs` epochs after the
+  first (which captures the graph and chooses the convolution algorithms).
+- **Step memory.** PyTorch: `max_memory_allocated()` during the steps minus
+  `memory_allocated()` before them (data, parameters, gradients, momentum).
+  bumpgrad: the step region's high-water mark (`arena.step_peak_bytes`).
+- **Largest batch in 4 GiB** (`--max-batch`): bumpgrad's
+  `bumpgrad memory --max-batch --arena-size 4GiB` (persistent region with the
+  50,000 resident images, and the step plan, must fit), PyTorch's largest
+  batch whose eager step runs with `set_per_process_memory_fraction` capping
+  the allocator at 4 GiB (binary search, one process per trial).
+
+Writes `bench/results/resnet-vs-pytorch-<date>-<gpu>.json` and `.svg`, and
+prints the table the README shows. `--profile` adds each side's op/kernel
+profile of one case to the output (bumpgrad `--profile`, torch.profiler).
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+GIB = 1 << 30
+MIB = 1 << 20
+
+# CIFAR-10's per-channel mean and std of the training set (as bumpgrad uses
+# for CIFAR-shaped data).
+MEAN = (0.4914, 0.4822, 0.4465)
+STD = (0.2470, 0.2435, 0.2616)
+
+# (model, batch, precision) of the default run, and the targets of the issue:
+# bumpgrad's ms/step as a fraction of PyTorch's.
+DEFAULT_CASES = [
+    ("resnet18", 128, "fp32"),
+    ("resnet18", 512, "fp32"),
+    ("resnet18", 512, "tf32"),
+    ("resnet50", 128, "fp32"),
+]
+TIME_TARGET = {"resnet18": 0.8, "resnet50": 0.85}
+MEMORY_TARGET = 0.5
+
+
+# --------------------------------------------------------------------------
+# PyTorch (runs in a child process: `--pytorch-worker JSON`)
+# --------------------------------------------------------------------------
+
+def pytorch_worker(spec):
+    import torch
+    import torch.nn.functional as F
+
+    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    from models import build
+
+    device = torch.device("cuda")
+    tf32 = spec["precision"] == "tf32"
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    if spec.get("memory_cap"):
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(spec["memory_cap"] / total, device)
+    torch.manual_seed(spec["seed"])
+    gen = torch.Generator(device=device).manual_seed(spec["seed"])
+    images = torch.randint(0, 256, (spec["images"], 3, 32, 32), dtype=torch.uint8, device=device, generator=gen)
+    labels = torch.randint(0, 10, (spec["images"],), device=device, generator=gen)
+    mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1) * 255.0
+    inv_std = 1.0 / (torch.tensor(STD, device=device).view(1, 3, 1, 1) * 255.0)
+    memory_format = torch.channels_last if tf32 else torch.contiguous_format
+    model = build(spec["model"]).to(device).to(memory_format=memory_format)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    batch = spec["batch"]
+
+    def step(i):
+        start = (i * batch) % (spec["images"] - batch + 1)
+        idx = torch.arange(start, start + batch, device=device)
+        x = ((images.index_select(0, idx).float() - mean) * inv_std).contiguous(memory_format=memory_format)
+        y = labels.index_select(0, idx)
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+
+    # Momentum buffers exist after the first step: count them as state.
+    step(0)
+    torch.cuda.synchronize()
+    opt.zero_grad(set_to_none=True)
+    for i in range(1, spec["warmup"]):
+        step(i)
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    events = []
+    for i in range(spec["steps"]):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        step(spec["warmup"] + i)
+        b.record()
+        events.append((a, b))
+    torch.cuda.synchronize()
+    times = [a.elapsed_time(b) for a, b in events]
+    result = {
+        "ms_per_step": statistics.median(times),
+        "step_memory_bytes": torch.cuda.max_memory_allocated() - base,
+        "state_bytes": base,
+        "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version(),
+    }
+    if spec.get("profile"):
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for i in range(5):
+                step(i)
+            torch.cuda.synchronize()
+        result["profile"] = prof.key_averages().table(sort_by="cuda_time_total", row_limit=40)
+    print(json.dumps(result))
+
+
+def run_pytorch(case, args, memory_cap=None, profile=False, steps=None):
+    spec = {
+        "model": case[0],
+        "batch": case[1],
+        "precision": case[2],
+        "images": args.images,
+        "seed": args.seed,
+        "warmup": args.warmup if steps is None else 2,
+        "steps": args.steps if steps is None else steps,
+        "memory_cap": memory_cap,
+        "profile": profile,
+    }
+    env = dict(os.environ)
+    # PyTorch refuses to start with another cuDNN on the library path.
+    env.pop("LD_LIBRARY_PATH", None)
+    p = subprocess.run(
+        [sys.executable, __file__, "--pytorch-worker", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if p.returncode != 0:
+        if memory_cap and "OutOfMemoryError" in p.stderr:
+            return None
+        raise RuntimeError(f"PyTorch {case} failed:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------
+# bumpgrad
+# --------------------------------------------------------------------------
+
+def bumpgrad_common(args, model, batch, precision):
+    return [
+        "--model", model,
+        "--batch", str(batch),
+        "--precision", precision,
+        "--device", "cuda",
+        "--optimizer", "sgd",
+        "--lr", "0.1",
+        "--momentum", "0.9",
+        "--nesterov",
+        "--weight-decay", "5e-4",
+        "--seed", str(args.seed),
+    ]
+
+
+def run_bumpgrad(case, args, profile=False):
+    model, batch, precision = case
+    n = batch * args.steps_per_epoch
+    cmd = [args.bumpgrad, "train", *bumpgrad_common(args, model, batch, precision),
+           "--data", f"synthetic:cifar10:{n}",
+           "--epochs", str(args.epochs + 1),
+           "--test-limit", str(batch),
+           "--checkpoint-every", "off",
+           "--checkpoint-dir", "/tmp/bumpgrad-bench-checkpoints",
+           "--json"]
+    if profile:
+        cmd.append("--profile")
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"bumpgrad {case} failed:\n{p.stderr[-3000:]}")
+    epochs = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    timed = epochs[1:]
+    result = {
+        "ms_per_step": statistics.median(1e3 * e["seconds"] / e["steps"] for e in timed),
+        "step_memory_bytes": max(e["arena"]["step_high_water_bytes"] for e in epochs),
+        "state_bytes": epochs[-1]["arena"]["persistent_bytes"],
+        "graph_nodes": epochs[-1].get("kernels_per_step"),
+        "train_loss": [e["train_loss"] for e in epochs],
+    }
+    if profile:
+        result["profile"] = "\n".join(l for l in p.stderr.splitlines() if "profile" in l or l.startswith("  "))
+    return result
+
+
+def bumpgrad_max_batch(model, args):
+    cmd = [args.bumpgrad, "memory", *bumpgrad_common(args, model, 128, "fp32"),
+           "--data", f"synthetic:cifar10:{args.images}",
+           "--max-batch", "--arena-size", f"{args.arena_gib}GiB", "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"bumpgrad memory --max-batch failed:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])["max_batch"]
+
+
+def pytorch_max_batch(model, args):
+    cap = args.arena_gib * GIB
+    fits = lambda b: run_pytorch((model, b, "fp32"), args, memory_cap=cap, steps=2) is not None
+    lo, hi = 0, 64
+    while fits(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > 8:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+# --------------------------------------------------------------------------
+# Output
+# --------------------------------------------------------------------------
+
+def table(rows, max_batches):
+    out = ["| model | batch | precision | bumpgrad ms/step | PyTorch ms/step | ratio (target) "
+           "| bumpgrad step MiB | PyTorch step MiB | ratio (target 0.5) |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        b, t = r["bumpgrad"], r["pytorch"]
+        out.append(
+            f"| {r['model']} | {r['batch']} | {r['precision']} | {b['ms_per_step']:.2f} | {t['ms_per_step']:.2f} "
+            f"| {r['time_ratio']:.2f} (≤ {r['time_target']}) | {b['step_memory_bytes'] / MIB:,.0f} "
+            f"| {t['step_memory_bytes'] / MIB:,.0f} | {r['memory_ratio']:.2f} |"
+        )
+    if max_batches:
+        out += ["", "| model | largest batch in 4 GiB: bumpgrad | PyTorch | ratio |", "| --- | --- | --- | --- |"]
+        for m, v in max_batches.items():
+            out.append(f"| {m} | {v['bumpgrad']} | {v['pytorch']} | {v['bumpgrad'] / max(v['pytorch'], 1):.2f} |")
+    return "\n".join(out)
+
+
+def svg(rows):
+    """Grouped bars: ms/step and step memory, bumpgrad against PyTorch, per case."""
+    bar_h, gap, label_w, width = 16, 14, 210, 900
+    panels = [("ms per step", "ms_per_step", 1.0, "{:.1f} ms"), ("step memory", "step_memory_bytes", MIB, "{:,.0f} MiB")]
+    height = 40 + len(panels) * (30 + len(rows) * (2 * bar_h + gap))
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">',
+             '<rect width="100%" height="100%" fill="white"/>',
+             '<text x="10" y="20" font-size="15">ResNet on one H200: bumpgrad (green) and PyTorch eager (orange)</text>']
+    y = 40
+    for title, key, unit, fmt in panels:
+        parts.append(f'<text x="10" y="{y + 12}" font-weight="bold">{escape(title)}</text>')
+        y += 22
+        top = max(max(r["bumpgrad"][key], r["pytorch"][key]) for r in rows) / unit
+        scale = (width - label_w - 120) / top
+        for r in rows:
+            label = f"{r['model']} b{r['batch']} {r['precision']}"
+            parts.append(f'<text x="10" y="{y + bar_h + 4}">{escape(label)}</text>')
+            for i, (side, colour) in enumerate((("bumpgrad", "#1b7837"), ("pytorch", "#e08214"))):
+                v = r[side][key] / unit
+                yy = y + i * bar_h
+                parts.append(f'<rect x="{label_w}" y="{yy}" width="{v * scale:.1f}" height="{bar_h - 2}" fill="{colour}"/>')
+                parts.append(f'<text x="{label_w + v * scale + 4:.1f}" y="{yy + bar_h - 4}">{escape(fmt.format(v))}</text>')
+            y += 2 * bar_h + gap
+        y += 8
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def parse_case(text):
+    model, batch, precision = text.split(":")
+    return (model, int(batch), precision)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--bumpgrad", default=str(REPO_ROOT / ".gpu" / "bumpgrad"), help="the bumpgrad binary")
+    p.add_argument("--case", type=parse_case, action="append",
+                   help="MODEL:BATCH:PRECISION (repeatable; default: the issue's four cases)")
+    p.add_argument("--steps", type=int, default=40, help="PyTorch: timed steps (median)")
+    p.add_argument("--warmup", type=int, default=10, help="PyTorch: untimed steps first")
+    p.add_argument("--steps-per-epoch", type=int, default=20, help="bumpgrad: steps per timed epoch")
+    p.add_argument("--epochs", type=int, default=3, help="bumpgrad: timed epochs after the first")
+    p.add_argument("--images", type=int, default=50000, help="resident training images (PyTorch, --max-batch)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--max-batch", action="store_true", help="also the largest batch in --arena-gib")
+    p.add_argument("--arena-gib", type=int, default=4)
+    p.add_argument("--profile", type=parse_case, metavar="MODEL:BATCH:PRECISION",
+                   help="print both sides' profiles of this case")
+    p.add_argument("--only", choices=["bumpgrad", "pytorch"], help="run one side only (no ratios)")
+    p.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results")
+    p.add_argument("--pytorch-worker", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.pytorch_worker:
+        return pytorch_worker(json.loads(args.pytorch_worker))
+
+    if args.profile:
+        for side, run in (("bumpgrad", run_bumpgrad), ("pytorch", run_pytorch)):
+            if args.only in (None, side):
+                r = run(args.profile, args, profile=True)
+                print(f"## {side} {args.profile}: {r['ms_per_step']:.2f} ms/step, "
+                      f"{r['step_memory_bytes'] / MIB:.0f} MiB step memory\n{r['profile']}\n", flush=True)
+        return
+
+    rows = []
+    for case in args.case or DEFAULT_CASES:
+        row = {"model": case[0], "batch": case[1], "precision": case[2]}
+        for side, run in (("bumpgrad", run_bumpgrad), ("pytorch", run_pytorch)):
+            if args.only in (None, side):
+                row[side] = run(case, args)
+                print(f"{side:8} {case}: {row[side]['ms_per_step']:.2f} ms/step, "
+                      f"{row[side]['step_memory_bytes'] / MIB:,.0f} MiB", file=sys.stderr, flush=True)
+        if args.only is None:
+            row["time_ratio"] = row["bumpgrad"]["ms_per_step"] / row["pytorch"]["ms_per_step"]
+            row["time_target"] = TIME_TARGET[case[0]]
+            row["memory_ratio"] = row["bumpgrad"]["step_memory_bytes"] / row["pytorch"]["step_memory_bytes"]
+        rows.append(row)
+    max_batches = {}
+    if args.max_batch:
+        for model in sorted({c[0] for c in (args.case or DEFAULT_CASES)}):
+            max_batches[model] = {
+                side: fn(model, args)
+                for side, fn in (("bumpgrad", bumpgrad_max_batch), ("pytorch", pytorch_max_batch))
+                if args.only in (None, side)
+            }
+            print(f"largest batch in {args.arena_gib} GiB, {model}: {max_batches[model]}", file=sys.stderr, flush=True)
+    if args.only:
+        print(json.dumps({"rows": rows, "max_batch": max_batches}, indent=1))
+        return
+    import torch
+
+    gpu = torch.cuda.get_device_name(0).split()[-1].lower()
+    stem = args.out / f"resnet-vs-pytorch-{datetime.date.today()}-{gpu}"
+    args.out.mkdir(parents=True, exist_ok=True)
+    summary = {"cases": rows, "max_batch": max_batches, "arena_gib": args.arena_gib,
+               "command": " ".join(sys.argv), "gpu": torch.cuda.get_device_name(0)}
+    stem.with_suffix(".json").write_text(json.dumps(summary, indent=1) + "\n")
+    stem.with_suffix(".svg").write_text(svg(rows) + "\n")
+    print(table(rows, max_batches))
+    print(f"\nwrote {stem}.json and {stem}.svg", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
