@@ -35,8 +35,9 @@ use std::time::Instant;
 /// so reading every step would forfeit the queue of graph launches.
 pub const READBACK: usize = 20;
 
-/// Ops one step may time (`--profile`).
-const TIMED_OPS: usize = 256;
+/// Ops one step may time (`--profile`): a ResNet-50 step queues about 700,
+/// and the events are host objects, cheap to keep.
+const TIMED_OPS: usize = 4096;
 
 /// The global step whose op times `--profile` reads: far enough in that
 /// one-time costs (first launches, lazy loading) are over, early enough that
