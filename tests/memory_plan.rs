@@ -158,3 +158,30 @@ fn a_resnet18_step_at_batch_128_plans_within_five_percent_of_its_bound() {
         train.bump_bytes
     );
 }
+
+/// A ResNet keeps one tensor per convolution for backward: the fused
+/// batch-norm relu's output dies when forward has read it, and backward
+/// recomputes it for the convolution's weight gradient that reads it (the
+/// stem and the first convolution of each of the 8 blocks: 9 of them).
+#[test]
+fn a_resnet_recomputes_its_batch_norm_relu_outputs_instead_of_keeping_them() {
+    use bumpgrad::data::DataSource;
+    use bumpgrad::models::{Depth, ResNet};
+    let cfg = TrainConfig {
+        model: ResNet::choice(Depth::R18, 0.125),
+        batch: 16,
+        data_dir: "synthetic:cifar10:64".into(),
+        ..config(16)
+    };
+    let host = ImageSet::open(&DataSource::parse("synthetic:cifar10:64").unwrap()).unwrap();
+    let plans = measure(&cfg, &host, &Device::cpu(2).unwrap()).unwrap().plans;
+    let train = plans.iter().find(|p| p.key == StepKind::Train as u32).unwrap();
+    let named = |what: &'static str| train.bufs.iter().filter(move |b| b.what == what);
+    let backward = named("gradient seed").next().expect("a gradient seed").life.born;
+    let outputs: Vec<_> = named("batch-norm relu output").collect();
+    assert_eq!(outputs.len(), 9);
+    for b in &outputs {
+        assert!(b.life.last < backward, "kept into backward: {b:?} (backward from tick {backward})");
+    }
+    assert_eq!(named("batch-norm relu output, recomputed").count(), 9);
+}

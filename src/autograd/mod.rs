@@ -13,7 +13,7 @@ mod step;
 mod tape;
 
 pub use step::{Grads, Step};
-pub(crate) use tape::Node;
+pub(crate) use tape::{Node, Recompute};
 
 #[cfg(test)]
 mod tests;

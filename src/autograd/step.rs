@@ -1,7 +1,7 @@
 //! A step: the scope in which tensors exist. It hands out step-region memory,
 //! records ops on the tape, and runs backward.
 
-use super::tape::{Node, Tape};
+use super::tape::{Node, Recompute, Tape};
 use crate::backend::Backend;
 use crate::memory::{Arena, Buf, Element, Touch};
 use crate::tensor::{Brand, Labels, Param, Shape, Tensor, TensorRef};
@@ -101,6 +101,35 @@ impl<'s> Step<'s> {
         if tape.recording {
             tape.nodes.push(node);
         }
+    }
+
+    /// Registers how backward can make `t` again (when the step records):
+    /// the ops that read `t` in backward through [`Step::saved`] then get a
+    /// recomputed copy, so `t` itself dies when forward is done with it.
+    pub(crate) fn recomputable(&mut self, t: &TensorRef, how: Recompute) {
+        let tape = &mut *self.tape;
+        if tape.recording {
+            tape.recipes.push((t.id, how));
+        }
+    }
+
+    /// The value of `t` an op saved for backward, read in backward: `t`'s
+    /// own buffer, or, when `t` is recomputable, a copy made the first time
+    /// backward asks (and shared by later readers). Ops that read a saved
+    /// input through this let the memory plan reuse its bytes in between.
+    pub(crate) fn saved(&mut self, t: &TensorRef) -> Result<Buf<f32>> {
+        let tape = &*self.tape;
+        if let Some(&(_, buf)) = tape.recomputed.iter().find(|(id, _)| *id == t.id) {
+            return Ok(buf);
+        }
+        let Some(&(_, how)) = tape.recipes.iter().find(|(id, _)| *id == t.id) else {
+            return Ok(t.buf);
+        };
+        let buf = match how {
+            Recompute::BatchNorm2d(n) => n.recompute(self)?,
+        };
+        self.tape.recomputed.push((t.id, buf));
+        Ok(buf)
     }
 
     /// A parameter seen from this step: same memory, gradient tracked. Asked

@@ -26,6 +26,14 @@ pub(crate) enum Node {
     BatchNorm2d(ops::batch_norm2d::Saved),
 }
 
+/// How to make a step tensor again in backward, for the ops that read it
+/// there, instead of keeping it from forward: cheap elementwise outputs
+/// whose inputs backward keeps anyway (see [`super::Step::saved`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Recompute {
+    BatchNorm2d(ops::batch_norm2d::Saved),
+}
+
 #[derive(Debug)]
 pub(crate) struct Tape {
     pub(crate) nodes: Vec<Node>,
@@ -37,6 +45,11 @@ pub(crate) struct Tape {
     pub(crate) leaves: Vec<(Buf<f32>, Buf<f32>, u32)>,
     pub(crate) next_id: u32,
     pub(crate) recording: bool,
+    /// Tensors backward recomputes rather than keeps, by tensor id...
+    pub(crate) recipes: Vec<(u32, Recompute)>,
+    /// ...and those recomputed so far in this backward, by tensor id, so
+    /// that a second reader gets the same buffer.
+    pub(crate) recomputed: Vec<(u32, Buf<f32>)>,
 }
 
 impl Default for Tape {
@@ -47,6 +60,8 @@ impl Default for Tape {
             leaves: Vec::new(),
             next_id: 0,
             recording: true,
+            recipes: Vec::new(),
+            recomputed: Vec::new(),
         }
     }
 }
@@ -58,5 +73,7 @@ impl Tape {
         self.leaves.clear();
         self.next_id = 0;
         self.recording = true;
+        self.recipes.clear();
+        self.recomputed.clear();
     }
 }

@@ -55,6 +55,12 @@ impl ConvBn {
         let y = self.conv.forward(s, x)?;
         self.bn.forward(s, y, mode)
     }
+
+    /// `relu(bn(conv(x)))`, the batch norm and relu fused.
+    fn forward_relu<'s>(&self, s: &mut Step<'s>, x: Tensor<'s>, mode: Mode) -> Result<Tensor<'s>> {
+        let y = self.conv.forward(s, x)?;
+        self.bn.forward_relu(s, y, mode)
+    }
 }
 
 /// One residual block: its convolutions in order (the last one's output
@@ -112,14 +118,16 @@ impl Block {
         let (last, inner) = self.convs.split_last().expect("a block has convolutions");
         let mut h = x;
         for c in inner {
-            h = c.forward(s, h, mode)?.relu(s)?;
+            h = c.forward_relu(s, h, mode)?;
         }
-        let h = last.forward(s, h, mode)?;
+        // torchvision's order: the last convolution, then the shortcut,
+        // then batch norm, add and relu as one op.
+        let h = last.conv.forward(s, h)?;
         let shortcut = match &self.downsample {
             Some(d) => d.forward(s, x, mode)?,
             None => x,
         };
-        h.add(s, shortcut)?.relu(s)
+        last.bn.forward_add_relu(s, h, shortcut, mode)
     }
 }
 
@@ -189,7 +197,7 @@ impl Model for ResNet {
     }
 
     fn forward<'s>(&self, s: &mut Step<'s>, x: Tensor<'s>, mode: Mode) -> Result<Tensor<'s>> {
-        let mut h = self.stem.forward(s, x, mode)?.relu(s)?;
+        let mut h = self.stem.forward_relu(s, x, mode)?;
         for block in &self.blocks {
             h = block.forward(s, h, mode)?;
         }

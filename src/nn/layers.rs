@@ -109,12 +109,35 @@ impl BatchNorm2d {
     /// Batch statistics (and running statistics updated) in training, the
     /// running statistics in evaluation.
     pub fn forward<'s>(&self, s: &mut Step<'s>, x: Tensor<'s>, mode: Mode) -> Result<Tensor<'s>> {
+        let (w, b, args) = self.args(s, mode);
+        x.batch_norm2d(s, w, b, self.stats, args)
+    }
+
+    /// `relu(forward(x))` in one op (whose output backward recomputes).
+    pub fn forward_relu<'s>(&self, s: &mut Step<'s>, x: Tensor<'s>, mode: Mode) -> Result<Tensor<'s>> {
+        let (w, b, args) = self.args(s, mode);
+        x.batch_norm2d_relu(s, w, b, self.stats, args)
+    }
+
+    /// `relu(forward(x) + residual)` in one op: a residual block's end.
+    pub fn forward_add_relu<'s>(
+        &self,
+        s: &mut Step<'s>,
+        x: Tensor<'s>,
+        residual: Tensor<'s>,
+        mode: Mode,
+    ) -> Result<Tensor<'s>> {
+        let (w, b, args) = self.args(s, mode);
+        x.batch_norm2d_add_relu(s, w, b, self.stats, args, residual)
+    }
+
+    fn args<'s>(&self, s: &mut Step<'s>, mode: Mode) -> (Tensor<'s>, Tensor<'s>, BatchNormArgs) {
         let (w, b) = (s.param(&self.weight), s.param(&self.bias));
         let args = match mode {
             Mode::Train { .. } => BatchNormArgs::train(),
             Mode::Eval => BatchNormArgs::eval(),
         };
-        x.batch_norm2d(s, w, b, self.stats, args)
+        (w, b, args)
     }
 }
 

@@ -8,7 +8,7 @@ use bumpgrad::ops::batch_norm2d::{BatchNormArgs, RunningStats};
 /// Two steps of a batch norm in `args`' mode on `device`, weight and bias
 /// parameters of a store and its running statistics buffers: the second
 /// step's output and gradients, then the running statistics after both.
-fn bn_steps(device: Device, shape: Shape, args: BatchNormArgs) -> Vec<(&'static str, Vec<f32>)> {
+fn bn_steps(device: Device, shape: Shape, args: BatchNormArgs, form: Form) -> Vec<(&'static str, Vec<f32>)> {
     let (c, hw) = (shape.dim(1), shape.dim(2) * shape.dim(3));
     let mut arena = Arena::new(device, 64 << 20).expect("arena");
     arena.set_poison_step(true);
@@ -45,8 +45,18 @@ fn bn_steps(device: Device, shape: Shape, args: BatchNormArgs) -> Vec<(&'static 
                     .collect();
                 let x = s.variable("x", shape, &xs)?;
                 let (w, b) = (s.param(&weight), s.param(&bias));
-                let y = x.batch_norm2d(s, w, b, stats, args)?;
-                let named = with_grads(s, y, &[("x grad", x), ("weight grad", w), ("bias grad", b)])?;
+                let r = s.variable("residual", shape, &values(shape.numel(), 70 + step))?;
+                let (y, named) = match form {
+                    Form::Plain => (x.batch_norm2d(s, w, b, stats, args)?, vec![]),
+                    Form::Relu => (x.batch_norm2d_relu(s, w, b, stats, args)?, vec![]),
+                    Form::AddRelu => (
+                        x.batch_norm2d_add_relu(s, w, b, stats, args, r)?,
+                        vec![("residual grad", r)],
+                    ),
+                };
+                let mut wanted = vec![("x grad", x), ("weight grad", w), ("bias grad", b)];
+                wanted.extend(named);
+                let named = with_grads(s, y, &wanted)?;
                 let mut v = Vec::new();
                 for (name, t) in named {
                     let mut host = vec![0.0; t.shape().numel()];
@@ -72,11 +82,23 @@ fn bn_steps(device: Device, shape: Shape, args: BatchNormArgs) -> Vec<(&'static 
     read
 }
 
+/// Plain batch norm, or fused with a relu, or with a residual and a relu.
+#[derive(Clone, Copy, Debug)]
+enum Form {
+    Plain,
+    Relu,
+    AddRelu,
+}
+
 fn bn_same_on_both(test: &str, shape: Shape, args: BatchNormArgs) {
+    bn_form_on_both(test, shape, args, Form::Plain)
+}
+
+fn bn_form_on_both(test: &str, shape: Shape, args: BatchNormArgs, form: Form) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(gpu) = gpu(test) else { return };
-    let on_cpu = bn_steps(Device::cpu(1).expect("cpu"), shape, args);
-    let on_gpu = bn_steps(gpu, shape, args);
+    let on_cpu = bn_steps(Device::cpu(1).expect("cpu"), shape, args, form);
+    let on_gpu = bn_steps(gpu, shape, args, form);
     assert_same_names(test, &on_cpu, &on_gpu);
     for ((name, c), (_, g)) in on_cpu.iter().zip(&on_gpu) {
         match *name {
@@ -115,4 +137,34 @@ fn batch_norm2d_training_on_many_values_per_channel_matches_the_cpu() {
 #[test]
 fn batch_norm2d_evaluation_matches_the_cpu() {
     bn_same_on_both("batch_norm2d eval", Shape::new(&[8, 6, 13, 11]), BatchNormArgs::eval());
+}
+
+#[test]
+fn batch_norm2d_fused_with_relu_and_residual_matches_the_cpu() {
+    for form in [Form::Relu, Form::AddRelu] {
+        for args in [BatchNormArgs::train(), BatchNormArgs::eval()] {
+            let test = format!("batch_norm2d {form:?} training {}", args.training);
+            // Odd planes (one value per thread) and planes of 4k values (four).
+            bn_form_on_both(&test, Shape::new(&[8, 6, 13, 11]), args, form);
+            bn_form_on_both(&test, Shape::new(&[4, 5, 8, 8]), args, form);
+        }
+    }
+}
+
+#[test]
+fn batch_norm2d_splits_wide_channels_into_runs_and_matches_the_cpu() {
+    // 65536 values per channel: 16 runs of 4096; 11951: 3 uneven runs, a
+    // run starting mid-plane.
+    for (shape, form) in [
+        (Shape::new(&[64, 4, 32, 32]), Form::Plain),
+        (Shape::new(&[37, 3, 17, 19]), Form::Relu),
+        (Shape::new(&[64, 4, 32, 32]), Form::AddRelu),
+    ] {
+        bn_form_on_both(
+            &format!("batch_norm2d {form:?} {shape}"),
+            shape,
+            BatchNormArgs::train(),
+            form,
+        );
+    }
 }

@@ -134,7 +134,7 @@ impl Grid {
     }
 }
 
-const MAX_ARGS: usize = 12;
+const MAX_ARGS: usize = 16;
 /// 8-byte words of argument storage for one launch (tables included).
 const ARG_WORDS: usize = 128;
 

@@ -62,33 +62,82 @@ pub(super) fn eval_stats(rm: &[f32], rv: &[f32], eps: f32, mean: &mut [f32], inv
     }
 }
 
-/// `y = (x − μ)·invstd·w + b`, per channel.
+/// The per-channel values the elementwise passes read.
+pub(super) struct Channels<'a> {
+    pub mean: &'a [f32],
+    pub invstd: &'a [f32],
+    pub weight: &'a [f32],
+    pub bias: &'a [f32],
+}
+
+/// Where backward passes the output's gradient on: everywhere (no relu),
+/// where the pre-activation `(x − μ)·invstd·w + b` is above 0 (a relu
+/// whose output is not kept), or where the kept output is above 0 (a relu
+/// after a residual).
+pub(super) enum Mask<'a> {
+    All,
+    PreActivation { weight: &'a [f32], bias: &'a [f32] },
+    Output(&'a [f32]),
+}
+
+impl Mask<'_> {
+    /// The gradient `g` of value `i` (of channel `ch`, input `x`) passed on.
+    #[inline]
+    fn pass(&self, g: f32, i: usize, ch: usize, x: f32, mu: f32, is: f32) -> f32 {
+        let open = match self {
+            Mask::All => true,
+            Mask::PreActivation { weight, bias } => (x - mu) * is * weight[ch] + bias[ch] > 0.0,
+            Mask::Output(y) => y[i] > 0.0,
+        };
+        if open {
+            g
+        } else {
+            0.0
+        }
+    }
+}
+
+/// `y = (x − μ)·invstd·w + b`, per channel, plus `residual` when given,
+/// through `max(·, 0)` when `relu`: the same arithmetic as the separate
+/// ops, in the same order.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn normalize(
     c: usize,
     hw: usize,
+    k: Channels<'_>,
     x: &[f32],
-    mean: &[f32],
-    invstd: &[f32],
-    weight: &[f32],
-    bias: &[f32],
+    residual: Option<&[f32]>,
+    relu: bool,
     y: &mut [f32],
 ) {
-    y.par_chunks_mut(PLANES_PER_TASK * hw)
-        .zip(x.par_chunks(PLANES_PER_TASK * hw))
+    let span = PLANES_PER_TASK * hw;
+    y.par_chunks_mut(span)
+        .zip(x.par_chunks(span))
         .enumerate()
         .for_each(|(t, (y, x))| {
+            let r = residual.map(|r| &r[t * span..t * span + y.len()]);
             for (p, (y, x)) in y.chunks_exact_mut(hw).zip(x.chunks_exact(hw)).enumerate() {
                 let ch = (t * PLANES_PER_TASK + p) % c;
-                let (mu, is, w, b) = (mean[ch], invstd[ch], weight[ch], bias[ch]);
+                let (mu, is, w, b) = (k.mean[ch], k.invstd[ch], k.weight[ch], k.bias[ch]);
                 for (y, &x) in y.iter_mut().zip(x) {
                     *y = (x - mu) * is * w + b;
+                }
+                if let Some(r) = r {
+                    for (y, &r) in y.iter_mut().zip(&r[p * hw..(p + 1) * hw]) {
+                        *y += r;
+                    }
+                }
+                if relu {
+                    for y in y.iter_mut() {
+                        *y = y.max(0.0);
+                    }
                 }
             }
         });
 }
 
-/// Per channel, `Σ dy·x̂` (the weight's gradient) and `Σ dy` (the bias's).
+/// Per channel, `Σ g·x̂` (the weight's gradient) and `Σ g` (the bias's),
+/// with `g` the output's gradient where `mask` passes it.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn backward_sums(
     c: usize,
@@ -97,68 +146,90 @@ pub(super) fn backward_sums(
     gy: &[f32],
     mean: &[f32],
     invstd: &[f32],
+    mask: &Mask<'_>,
     sum_dy_xhat: &mut [f32],
     sum_dy: &mut [f32],
 ) {
+    let images = x.len() / (c * hw);
     sum_dy_xhat
         .par_iter_mut()
         .zip(sum_dy.par_iter_mut())
         .enumerate()
         .for_each(|(ch, (dw, db))| {
-            let mu = mean[ch] as f64;
+            let (mu32, is) = (mean[ch], invstd[ch]);
+            let mu = mu32 as f64;
             let (mut centred, mut total) = (0.0f64, 0.0f64);
-            for (x, gy) in planes(c, hw, x, ch).zip(planes(c, hw, gy, ch)) {
-                for (&x, &g) in x.iter().zip(gy) {
-                    centred += g as f64 * (x as f64 - mu);
+            for img in 0..images {
+                let base = (img * c + ch) * hw;
+                for i in base..base + hw {
+                    let g = mask.pass(gy[i], i, ch, x[i], mu32, is);
+                    centred += g as f64 * (x[i] as f64 - mu);
                     total += g as f64;
                 }
             }
             // invstd is one factor of every term: applied once, after the sum.
-            *dw = (centred * invstd[ch] as f64) as f32;
+            *dw = (centred * is as f64) as f32;
             *db = total as f32;
         });
 }
 
-/// The per-channel values the input gradient reads.
-pub(super) struct Channels<'a> {
-    pub mean: &'a [f32],
-    pub invstd: &'a [f32],
-    pub weight: &'a [f32],
-    pub sum_dy_xhat: &'a [f32],
-    pub sum_dy: &'a [f32],
+/// `dx = w·invstd·(g − Σg/n − x̂·Σg·x̂/n)` in training (the batch's
+/// statistics depend on `x`), `dx = w·invstd·g` in evaluation, with `g` the
+/// gradient `mask` passes and `sums` = (Σ g·x̂, Σ g).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn input_grad(
+    c: usize,
+    hw: usize,
+    training: bool,
+    k: &Channels<'_>,
+    (sum_dy_xhat, sum_dy): (&[f32], &[f32]),
+    mask: &Mask<'_>,
+    x: &[f32],
+    gy: &[f32],
+    gx: &mut [f32],
+) {
+    let count = (x.len() / c) as f32;
+    let span = PLANES_PER_TASK * hw;
+    gx.par_chunks_mut(span).enumerate().for_each(|(t, gx)| {
+        for (p, gx) in gx.chunks_exact_mut(hw).enumerate() {
+            let plane = t * PLANES_PER_TASK + p;
+            let ch = plane % c;
+            let (mu, is) = (k.mean[ch], k.invstd[ch]);
+            let scale = k.weight[ch] * is;
+            let (mean_dy, mean_dy_xhat) = (sum_dy[ch] / count, sum_dy_xhat[ch] / count);
+            for (j, gx) in gx.iter_mut().enumerate() {
+                let i = plane * hw + j;
+                let g = mask.pass(gy[i], i, ch, x[i], mu, is);
+                *gx = if training {
+                    let xhat = (x[i] - mu) * is;
+                    scale * (g - mean_dy - xhat * mean_dy_xhat)
+                } else {
+                    scale * g
+                };
+            }
+        }
+    });
 }
 
-/// `dx = w·invstd·(dy − Σdy/n − x̂·Σdy·x̂/n)` in training (the batch's
-/// statistics depend on `x`), `dx = w·invstd·dy` in evaluation.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn input_grad(c: usize, hw: usize, training: bool, k: Channels<'_>, x: &[f32], gy: &[f32], gx: &mut [f32]) {
-    let count = (x.len() / c) as f32;
-    gx.par_chunks_mut(PLANES_PER_TASK * hw)
-        .zip(
-            x.par_chunks(PLANES_PER_TASK * hw)
-                .zip(gy.par_chunks(PLANES_PER_TASK * hw)),
-        )
-        .enumerate()
-        .for_each(|(t, (gx, (x, gy)))| {
-            for (p, (gx, (x, gy))) in gx
-                .chunks_exact_mut(hw)
-                .zip(x.chunks_exact(hw).zip(gy.chunks_exact(hw)))
-                .enumerate()
-            {
-                let ch = (t * PLANES_PER_TASK + p) % c;
-                let (mu, is) = (k.mean[ch], k.invstd[ch]);
-                let scale = k.weight[ch] * is;
-                if training {
-                    let (mean_dy, mean_dy_xhat) = (k.sum_dy[ch] / count, k.sum_dy_xhat[ch] / count);
-                    for (gx, (&x, &g)) in gx.iter_mut().zip(x.iter().zip(gy)) {
-                        let xhat = (x - mu) * is;
-                        *gx = scale * (g - mean_dy - xhat * mean_dy_xhat);
-                    }
-                } else {
-                    for (gx, &g) in gx.iter_mut().zip(gy) {
-                        *gx = scale * g;
-                    }
-                }
+/// The gradient `mask` passes on, as is: the residual's gradient.
+pub(super) fn passed_grad(
+    c: usize,
+    hw: usize,
+    k: &Channels<'_>,
+    mask: &Mask<'_>,
+    x: &[f32],
+    gy: &[f32],
+    gr: &mut [f32],
+) {
+    let span = PLANES_PER_TASK * hw;
+    gr.par_chunks_mut(span).enumerate().for_each(|(t, gr)| {
+        for (p, gr) in gr.chunks_exact_mut(hw).enumerate() {
+            let plane = t * PLANES_PER_TASK + p;
+            let ch = plane % c;
+            for (j, gr) in gr.iter_mut().enumerate() {
+                let i = plane * hw + j;
+                *gr = mask.pass(gy[i], i, ch, x[i], k.mean[ch], k.invstd[ch]);
             }
-        });
+        }
+    });
 }

@@ -17,43 +17,63 @@
 //! training (the batch statistics depend on `x`), `dx = w·invstd·dy` in
 //! evaluation.
 //!
+//! The fused forms, [`Tensor::batch_norm2d_relu`] and
+//! [`Tensor::batch_norm2d_add_relu`], are a ResNet's `relu(bn(x))` and
+//! `relu(bn(x) + residual)` in one pass over memory forward and one
+//! backward, bit for bit what the separate ops give. `relu(bn(x))` is not
+//! kept for backward: its mask is recomputed from `x`, and the convolution
+//! that reads it registers it as recomputable (see [`Step::saved`]), so the
+//! step keeps one tensor per convolution where separate ops keep two.
+//!
 //! The CPU sums in f64, each channel's in order (two passes in forward:
 //! the mean, then the squared deviations from it), so a statistic is
-//! accurate to the f32 it is stored in. The GPU sums in f32 trees, one
-//! block per channel, also two passes; the two agree to 1e-4 of the scale.
+//! accurate to the f32 it is stored in. The GPU splits each channel into
+//! runs summed by blocks of their own (one pass, Chan's merge of the runs'
+//! variances), then adds the runs in order: fixed trees, no atomics; the
+//! two agree to 1e-4 of the scale.
 
 mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
+use crate::autograd::{Node, Recompute, Step};
 use crate::backend::cuda::{Arg, Grid, KernelSource};
-use crate::backend::Backend;
+use crate::backend::{Backend, Sizing};
 use crate::memory::Buf;
 use crate::tensor::{Param, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
+use cpu::Mask;
 
 /// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
 pub(crate) const KERNELS: KernelSource = KernelSource {
     owner: "batch_norm2d",
     source: include_str!("kernels.cu"),
     entries: &[
-        BN_BATCH_STATS,
+        BN_STATS_PARTIAL,
+        BN_STATS_FINISH,
         BN_EVAL_STATS,
-        BN_NORMALIZE,
-        BN_BACKWARD_SUMS,
+        BN_APPLY,
+        BN_BACKWARD_PARTIAL,
+        BN_BACKWARD_FINISH,
         BN_BACKWARD_INPUT,
     ],
 };
-const BN_BATCH_STATS: &str = "bn_batch_stats";
+const BN_STATS_PARTIAL: &str = "bn_stats_partial";
+const BN_STATS_FINISH: &str = "bn_stats_finish";
 const BN_EVAL_STATS: &str = "bn_eval_stats";
-const BN_NORMALIZE: &str = "bn_normalize";
-const BN_BACKWARD_SUMS: &str = "bn_backward_sums";
+const BN_APPLY: &str = "bn_apply";
+const BN_BACKWARD_PARTIAL: &str = "bn_backward_partial";
+const BN_BACKWARD_FINISH: &str = "bn_backward_finish";
 const BN_BACKWARD_INPUT: &str = "bn_backward_input";
 
-/// Threads of a block that reduces one channel (a power of two: the
-/// kernels' tree reductions halve it).
+/// Threads of a block that sums (a power of two: `block_sum` halves it).
 const REDUCE_THREADS: u32 = 256;
+/// Values of a channel one block sums on the GPU: 16 per thread, enough
+/// work to hide the final tree, few enough runs that a channel of a
+/// ResNet's first stage (128 images × 32×32) spreads over 32 blocks.
+const RUN_LEN: usize = 4096;
+/// At most this many runs per channel: the finishing block adds them.
+const MAX_RUNS: usize = 1024;
 
 /// A batch-norm layer's running statistics: non-trainable buffers of the
 /// parameter store (`running_mean`, `running_var` of shape `[C]`,
@@ -172,13 +192,60 @@ impl Geometry {
     }
 }
 
+
+impl Geometry {
+    /// How the GPU splits a channel's `n·hw` values: (runs, values per run).
+    fn runs(&self) -> (usize, usize) {
+        let count = self.n * self.hw;
+        let runs = count.div_ceil(RUN_LEN).clamp(1, MAX_RUNS);
+        (runs, count.div_ceil(runs))
+    }
+
+    /// The GPU's per-run partial sums, two per run and channel, in the step
+    /// region; none on the CPU, which sums a channel in one task.
+    fn partials(&self, s: &mut Step<'_>, what: &'static str) -> Result<Option<Buf<f32>>> {
+        match s.backend().sizing() {
+            Sizing::Cpu { .. } => Ok(None),
+            Sizing::Cuda(_) => {
+                let (runs, _) = self.runs();
+                Ok(Some(s.alloc::<f32>(what, Shape::new(&[self.c, runs, 2]))?))
+            }
+        }
+    }
+
+    /// A per-run kernel's grid: x over a channel's runs, y over channels.
+    fn run_grid(&self) -> Grid {
+        Grid {
+            blocks: (self.runs().0 as u32, self.c as u32),
+            threads: (REDUCE_THREADS, 1),
+        }
+    }
+}
+
+/// What follows the normalisation in the same kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fused {
+    Nothing,
+    Relu,
+    AddRelu,
+}
+
+impl Fused {
+    /// The GPU kernels' `mask` (see `bn_masked` in kernels.cu).
+    fn mask_code(self) -> u32 {
+        self as u32
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {
     g: Geometry,
     training: bool,
+    fused: Fused,
     x: TensorRef,
     weight: TensorRef,
     bias: TensorRef,
+    residual: Option<TensorRef>,
     y: TensorRef,
     /// Per channel, the mean and `1/√(σ² + eps)` forward normalised with.
     mean: Buf<f32>,
@@ -197,145 +264,280 @@ impl<'s> Tensor<'s> {
         stats: RunningStats,
         args: BatchNormArgs,
     ) -> Result<Tensor<'s>> {
+        self.normalized(s, [weight, bias], stats, args, Fused::Nothing, None)
+    }
+
+    /// `relu(batch_norm2d(…))` in one pass. In training the output is
+    /// recomputed in backward where an op needs it (a convolution's weight
+    /// gradient) rather than kept.
+    pub fn batch_norm2d_relu(
+        self,
+        s: &mut Step<'s>,
+        weight: Tensor<'s>,
+        bias: Tensor<'s>,
+        stats: RunningStats,
+        args: BatchNormArgs,
+    ) -> Result<Tensor<'s>> {
+        self.normalized(s, [weight, bias], stats, args, Fused::Relu, None)
+    }
+
+    /// `relu(batch_norm2d(…) + residual)` in one pass: the end of a
+    /// residual block. `residual` has `self`'s shape.
+    pub fn batch_norm2d_add_relu(
+        self,
+        s: &mut Step<'s>,
+        weight: Tensor<'s>,
+        bias: Tensor<'s>,
+        stats: RunningStats,
+        args: BatchNormArgs,
+        residual: Tensor<'s>,
+    ) -> Result<Tensor<'s>> {
+        if residual.shape() != self.shape() {
+            return Err(Error::shape(
+                "batch_norm2d_add_relu",
+                format!("a residual of the input's shape {}, got {}", self.shape(), residual.shape()),
+            ));
+        }
+        self.normalized(s, [weight, bias], stats, args, Fused::AddRelu, Some(residual))
+    }
+
+    fn normalized(
+        self,
+        s: &mut Step<'s>,
+        [weight, bias]: [Tensor<'s>; 2],
+        stats: RunningStats,
+        args: BatchNormArgs,
+        fused: Fused,
+        residual: Option<Tensor<'s>>,
+    ) -> Result<Tensor<'s>> {
         let g = Geometry::new(self.shape(), weight.shape(), bias.shape(), &stats, &args)?;
-        let y = s.output("batch-norm output", self.shape(), &[&self, &weight, &bias])?;
+        let what = match fused {
+            Fused::Nothing => "batch-norm output",
+            Fused::Relu => "batch-norm relu output",
+            Fused::AddRelu => "batch-norm + residual relu output",
+        };
+        let y = match residual {
+            Some(r) => s.output(what, self.shape(), &[&self, &weight, &bias, &r])?,
+            None => s.output(what, self.shape(), &[&self, &weight, &bias])?,
+        };
         let channels = Shape::new(&[g.c]);
         let mean = s.alloc::<f32>("batch-norm mean", channels)?;
         let invstd = s.alloc::<f32>("batch-norm inverse std", channels)?;
-        let (rm, rv, batches) = (stats.mean.buf(), stats.var.buf(), stats.batches.buf());
         if args.training {
-            match s.uses(&[
-                self.buf().into(),
-                mean.into(),
-                invstd.into(),
-                rm.into(),
-                rv.into(),
-                batches.into(),
-            ]) {
-                Backend::Cpu(cpu) => cpu.run(|v, _| {
-                    cpu::batch_stats(
-                        g.c,
-                        g.hw,
-                        v.read(self.buf())?,
-                        args,
-                        cpu::Stats {
-                            mean: v.write(mean)?,
-                            invstd: v.write(invstd)?,
-                            running_mean: v.write(rm)?,
-                            running_var: v.write(rv)?,
-                        },
-                    );
-                    v.write(batches)?[0] += 1.0;
-                    Ok(())
-                })?,
-                Backend::Cuda(gpu) => {
-                    let [n, c, hw] = g.dims();
-                    gpu.launch(
-                        BN_BATCH_STATS,
-                        Grid::blocks(g.c, REDUCE_THREADS),
-                        &[
-                            self.buf().into(),
-                            mean.into(),
-                            invstd.into(),
-                            rm.into(),
-                            rv.into(),
-                            batches.into(),
-                            n,
-                            c,
-                            hw,
-                            Arg::F32(args.momentum),
-                            Arg::F32(args.eps),
-                        ],
-                    )?
-                }
-                Backend::Dry(_) => {}
-            }
+            batch_stats(s, &g, self.buf(), stats, args, mean, invstd)?;
         } else {
-            match s.uses(&[rm.into(), rv.into(), mean.into(), invstd.into()]) {
-                Backend::Cpu(cpu) => cpu.run(|v, _| {
-                    cpu::eval_stats(v.read(rm)?, v.read(rv)?, args.eps, v.write(mean)?, v.write(invstd)?);
-                    Ok(())
-                })?,
-                Backend::Cuda(gpu) => gpu.launch(
-                    BN_EVAL_STATS,
-                    Grid::over(g.c),
-                    &[
-                        rm.into(),
-                        rv.into(),
-                        mean.into(),
-                        invstd.into(),
-                        Arg::U32(g.c as u32),
-                        Arg::F32(args.eps),
-                    ],
-                )?,
-                Backend::Dry(_) => {}
-            }
+            eval_stats(s, &g, stats, args, mean, invstd)?;
         }
-        match s.uses(&[
-            self.buf().into(),
-            mean.into(),
-            invstd.into(),
-            weight.buf().into(),
-            bias.buf().into(),
-            y.buf().into(),
-        ]) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| {
-                cpu::normalize(
-                    g.c,
-                    g.hw,
-                    v.read(self.buf())?,
-                    v.read(mean)?,
-                    v.read(invstd)?,
-                    v.read(weight.buf())?,
-                    v.read(bias.buf())?,
-                    v.write(y.buf())?,
-                );
-                Ok(())
-            })?,
-            Backend::Cuda(gpu) => {
-                let [n, c, hw] = g.dims();
-                gpu.launch(
-                    BN_NORMALIZE,
-                    Grid::over(g.numel()),
-                    &[
-                        self.buf().into(),
-                        mean.into(),
-                        invstd.into(),
-                        weight.buf().into(),
-                        bias.buf().into(),
-                        y.buf().into(),
-                        n,
-                        c,
-                        hw,
-                    ],
-                )?
-            }
-            Backend::Dry(_) => {}
-        }
+        let saved = Saved {
+            g,
+            training: args.training,
+            fused,
+            x: self.inner,
+            weight: weight.inner,
+            bias: bias.inner,
+            residual: residual.map(|r| r.inner),
+            y: y.inner,
+            mean,
+            invstd,
+        };
+        saved.apply(s, y.buf())?;
         if y.requires_grad() {
-            s.record(Node::BatchNorm2d(Saved {
-                g,
-                training: args.training,
-                x: self.inner,
-                weight: weight.inner,
-                bias: bias.inner,
-                y: y.inner,
-                mean,
-                invstd,
-            }));
+            s.record(Node::BatchNorm2d(saved));
+            if fused == Fused::Relu {
+                s.recomputable(&y.inner, Recompute::BatchNorm2d(saved));
+            }
         }
         Ok(y)
     }
 }
 
+/// Training's statistics: the batch's mean and inverse std, and the
+/// running statistics moved towards them.
+fn batch_stats(
+    s: &mut Step<'_>,
+    g: &Geometry,
+    x: Buf<f32>,
+    stats: RunningStats,
+    args: BatchNormArgs,
+    mean: Buf<f32>,
+    invstd: Buf<f32>,
+) -> Result<()> {
+    let (rm, rv, batches) = (stats.mean.buf(), stats.var.buf(), stats.batches.buf());
+    let partial = g.partials(s, "batch-norm run statistics")?;
+    match s.uses(&[
+        x.into(),
+        partial.unwrap_or_default().into(),
+        mean.into(),
+        invstd.into(),
+        rm.into(),
+        rv.into(),
+        batches.into(),
+    ]) {
+        Backend::Cpu(cpu) => cpu.run(|v, _| {
+            cpu::batch_stats(
+                g.c,
+                g.hw,
+                v.read(x)?,
+                args,
+                cpu::Stats {
+                    mean: v.write(mean)?,
+                    invstd: v.write(invstd)?,
+                    running_mean: v.write(rm)?,
+                    running_var: v.write(rv)?,
+                },
+            );
+            v.write(batches)?[0] += 1.0;
+            Ok(())
+        })?,
+        Backend::Cuda(gpu) => {
+            let partial = partial.ok_or(crate::backend::BackendError::Internal(
+                "batch-norm statistics on a GPU without their partial sums",
+            ))?;
+            let [n, c, hw] = g.dims();
+            let (runs, run_len) = g.runs();
+            gpu.launch(
+                BN_STATS_PARTIAL,
+                g.run_grid(),
+                &[x.into(), partial.into(), n, c, hw, Arg::U32(run_len as u32)],
+            )?;
+            gpu.launch(
+                BN_STATS_FINISH,
+                Grid::blocks(g.c, REDUCE_THREADS),
+                &[
+                    partial.into(),
+                    mean.into(),
+                    invstd.into(),
+                    rm.into(),
+                    rv.into(),
+                    batches.into(),
+                    n,
+                    hw,
+                    Arg::U32(runs as u32),
+                    Arg::U32(run_len as u32),
+                    Arg::F32(args.momentum),
+                    Arg::F32(args.eps),
+                ],
+            )?;
+        }
+        Backend::Dry(_) => {}
+    }
+    Ok(())
+}
+
+/// Evaluation's statistics: the running ones.
+fn eval_stats(
+    s: &mut Step<'_>,
+    g: &Geometry,
+    stats: RunningStats,
+    args: BatchNormArgs,
+    mean: Buf<f32>,
+    invstd: Buf<f32>,
+) -> Result<()> {
+    let (rm, rv) = (stats.mean.buf(), stats.var.buf());
+    match s.uses(&[rm.into(), rv.into(), mean.into(), invstd.into()]) {
+        Backend::Cpu(cpu) => cpu.run(|v, _| {
+            cpu::eval_stats(v.read(rm)?, v.read(rv)?, args.eps, v.write(mean)?, v.write(invstd)?);
+            Ok(())
+        })?,
+        Backend::Cuda(gpu) => gpu.launch(
+            BN_EVAL_STATS,
+            Grid::over(g.c),
+            &[
+                rm.into(),
+                rv.into(),
+                mean.into(),
+                invstd.into(),
+                Arg::U32(g.c as u32),
+                Arg::F32(args.eps),
+            ],
+        )?,
+        Backend::Dry(_) => {}
+    }
+    Ok(())
+}
+
 impl Saved {
+    /// Writes the forward's output into `y`: normalised, plus the residual,
+    /// through the relu, as `fused` says. Recomputation calls it again with
+    /// the same inputs, so it gives the same bits.
+    fn apply(&self, s: &mut Step<'_>, y: Buf<f32>) -> Result<()> {
+        let g = self.g;
+        let (x, w, b) = (self.x.buf, self.weight.buf, self.bias.buf);
+        let r = self.residual.map(|r| r.buf);
+        let relu = self.fused != Fused::Nothing;
+        match s.uses(&[
+            x.into(),
+            self.mean.into(),
+            self.invstd.into(),
+            w.into(),
+            b.into(),
+            r.unwrap_or_default().into(),
+            y.into(),
+        ]) {
+            Backend::Cpu(cpu) => cpu.run(|v, _| {
+                let residual = match r {
+                    Some(r) => Some(v.read(r)?),
+                    None => None,
+                };
+                cpu::normalize(
+                    g.c,
+                    g.hw,
+                    cpu::Channels {
+                        mean: v.read(self.mean)?,
+                        invstd: v.read(self.invstd)?,
+                        weight: v.read(w)?,
+                        bias: v.read(b)?,
+                    },
+                    v.read(x)?,
+                    residual,
+                    relu,
+                    v.write(y)?,
+                );
+                Ok(())
+            })?,
+            Backend::Cuda(gpu) => {
+                let [n, c, hw] = g.dims();
+                let vec = if g.hw % 4 == 0 { 4 } else { 1 };
+                gpu.launch(
+                    BN_APPLY,
+                    Grid::over(g.numel() / vec),
+                    &[
+                        x.into(),
+                        self.mean.into(),
+                        self.invstd.into(),
+                        w.into(),
+                        b.into(),
+                        r.map_or(Arg::Null, Arg::from),
+                        y.into(),
+                        n,
+                        c,
+                        hw,
+                        Arg::U32(relu as u32),
+                        Arg::U32(vec as u32),
+                    ],
+                )?
+            }
+            Backend::Dry(_) => {}
+        }
+        Ok(())
+    }
+
+    /// `relu(bn(x))` again, in backward, into a new step buffer: what an op
+    /// that saved this output reads instead of keeping it.
+    pub(crate) fn recompute(self, s: &mut Step<'_>) -> Result<Buf<f32>> {
+        let y = s.alloc::<f32>("batch-norm relu output, recomputed", self.y.shape)?;
+        self.apply(s, y)?;
+        Ok(y)
+    }
+
     pub(crate) fn backward(self, s: &mut Step<'_>) -> Result<()> {
         let Some(gy) = s.grad_of(&self.y) else { return Ok(()) };
         let g = self.g;
         let channels = Shape::new(&[g.c]);
-        // Σ dy·x̂ and Σ dy are the weight's and the bias's gradients, and the
-        // training dx needs both: they are summed once, into the parameters'
-        // gradient buffers when those want them, else into scratch.
+        // Σ g·x̂ and Σ g (g: dy where the relu passed it) are the weight's and
+        // the bias's gradients, and the training dx needs both: they are
+        // summed once, into the parameters' gradient buffers when those want
+        // them, else into scratch.
         let gw = match self.weight.requires_grad {
             true => s.grad_buffer(&self.weight, "batch-norm weight grad")?,
             false => s.alloc::<f32>("batch-norm Σ dy·x̂", channels)?,
@@ -344,9 +546,28 @@ impl Saved {
             true => s.grad_buffer(&self.bias, "batch-norm bias grad")?,
             false => s.alloc::<f32>("batch-norm Σ dy", channels)?,
         };
-        let (x, mean, invstd) = (self.x.buf, self.mean, self.invstd);
-        match s.uses(&[x.into(), gy.into(), mean.into(), invstd.into(), gw.into(), gb.into()]) {
+        let (x, mean, invstd, w, b) = (self.x.buf, self.mean, self.invstd, self.weight.buf, self.bias.buf);
+        // Only the relu after a residual reads the output (its mask); the
+        // plain relu's mask is recomputed from x.
+        let y = match self.fused {
+            Fused::AddRelu => Some(self.y.buf),
+            Fused::Nothing | Fused::Relu => None,
+        };
+        let partial = g.partials(s, "batch-norm run gradient sums")?;
+        match s.uses(&[
+            x.into(),
+            gy.into(),
+            y.unwrap_or_default().into(),
+            mean.into(),
+            invstd.into(),
+            w.into(),
+            b.into(),
+            partial.unwrap_or_default().into(),
+            gw.into(),
+            gb.into(),
+        ]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
+                let mask = self.mask(v.read(w)?, v.read(b)?, y.map(|y| v.read(y)).transpose()?);
                 cpu::backward_sums(
                     g.c,
                     g.hw,
@@ -354,60 +575,91 @@ impl Saved {
                     v.read(gy)?,
                     v.read(mean)?,
                     v.read(invstd)?,
+                    &mask,
                     v.write(gw)?,
                     v.write(gb)?,
                 );
                 Ok(())
             })?,
             Backend::Cuda(gpu) => {
+                let partial = partial.ok_or(crate::backend::BackendError::Internal(
+                    "batch-norm backward on a GPU without its partial sums",
+                ))?;
                 let [n, c, hw] = g.dims();
+                let (runs, run_len) = g.runs();
                 gpu.launch(
-                    BN_BACKWARD_SUMS,
-                    Grid::blocks(g.c, REDUCE_THREADS),
+                    BN_BACKWARD_PARTIAL,
+                    g.run_grid(),
                     &[
                         x.into(),
                         gy.into(),
+                        y.map_or(Arg::Null, Arg::from),
                         mean.into(),
                         invstd.into(),
-                        gw.into(),
-                        gb.into(),
+                        w.into(),
+                        b.into(),
+                        partial.into(),
                         n,
                         c,
                         hw,
+                        Arg::U32(run_len as u32),
+                        Arg::U32(self.fused.mask_code()),
                     ],
-                )?
+                )?;
+                gpu.launch(
+                    BN_BACKWARD_FINISH,
+                    Grid::blocks(g.c, REDUCE_THREADS),
+                    &[
+                        partial.into(),
+                        invstd.into(),
+                        gw.into(),
+                        gb.into(),
+                        Arg::U32(runs as u32),
+                    ],
+                )?;
             }
             Backend::Dry(_) => {}
         }
-        if self.x.requires_grad {
-            let gx = s.alloc::<f32>("batch-norm input grad", self.x.shape)?;
-            let w = self.weight.buf;
+        let residual = self.residual.filter(|r| r.requires_grad);
+        let gx = match self.x.requires_grad {
+            true => Some(s.alloc::<f32>("batch-norm input grad", self.x.shape)?),
+            false => None,
+        };
+        let gr = match residual {
+            Some(r) => Some(s.grad_buffer(&r, "batch-norm residual grad")?),
+            None => None,
+        };
+        if gx.is_some() || gr.is_some() {
             match s.uses(&[
                 x.into(),
                 gy.into(),
+                y.unwrap_or_default().into(),
                 mean.into(),
                 invstd.into(),
                 w.into(),
+                b.into(),
                 gw.into(),
                 gb.into(),
-                gx.into(),
+                gx.unwrap_or_default().into(),
+                gr.unwrap_or_default().into(),
             ]) {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {
-                    cpu::input_grad(
-                        g.c,
-                        g.hw,
-                        self.training,
-                        cpu::Channels {
-                            mean: v.read(mean)?,
-                            invstd: v.read(invstd)?,
-                            weight: v.read(w)?,
-                            sum_dy_xhat: v.read(gw)?,
-                            sum_dy: v.read(gb)?,
-                        },
-                        v.read(x)?,
-                        v.read(gy)?,
-                        v.write(gx)?,
-                    );
+                    let (wv, bv) = (v.read(w)?, v.read(b)?);
+                    let mask = self.mask(wv, bv, y.map(|y| v.read(y)).transpose()?);
+                    let k = cpu::Channels {
+                        mean: v.read(mean)?,
+                        invstd: v.read(invstd)?,
+                        weight: wv,
+                        bias: bv,
+                    };
+                    let (xv, gyv) = (v.read(x)?, v.read(gy)?);
+                    if let Some(gx) = gx {
+                        let sums = (v.read(gw)?, v.read(gb)?);
+                        cpu::input_grad(g.c, g.hw, self.training, &k, sums, &mask, xv, gyv, v.write(gx)?);
+                    }
+                    if let Some(gr) = gr {
+                        cpu::passed_grad(g.c, g.hw, &k, &mask, xv, gyv, v.write(gr)?);
+                    }
                     Ok(())
                 })?,
                 Backend::Cuda(gpu) => {
@@ -418,22 +670,31 @@ impl Saved {
                         &[
                             x.into(),
                             gy.into(),
+                            y.map_or(Arg::Null, Arg::from),
                             mean.into(),
                             invstd.into(),
                             w.into(),
+                            b.into(),
                             gw.into(),
                             gb.into(),
-                            gx.into(),
+                            gx.map_or(Arg::Null, Arg::from),
+                            gr.map_or(Arg::Null, Arg::from),
                             n,
                             c,
                             hw,
                             Arg::U32(self.training as u32),
+                            Arg::U32(self.fused.mask_code()),
                         ],
                     )?
                 }
                 Backend::Dry(_) => {}
             }
+        }
+        if let Some(gx) = gx {
             s.accumulate(&self.x, gx)?;
+        }
+        if let (Some(r), Some(gr)) = (residual, gr) {
+            s.accumulate(&r, gr)?;
         }
         if self.weight.requires_grad {
             s.accumulate(&self.weight, gw)?;
@@ -442,5 +703,14 @@ impl Saved {
             s.accumulate(&self.bias, gb)?;
         }
         Ok(())
+    }
+
+    /// Where the gradient passes, for the CPU kernels.
+    fn mask<'a>(&self, weight: &'a [f32], bias: &'a [f32], y: Option<&'a [f32]>) -> Mask<'a> {
+        match (self.fused, y) {
+            (Fused::Relu, _) => Mask::PreActivation { weight, bias },
+            (Fused::AddRelu, Some(y)) => Mask::Output(y),
+            _ => Mask::All,
+        }
     }
 }

@@ -366,3 +366,115 @@ fn wrong_shapes_and_settings_are_refused_with_typed_errors() {
     );
     assert_near("one value in evaluation", &y, &[1.0, 2.0, 3.0], 1e-4);
 }
+
+#[test]
+fn fused_relu_gradients_match_finite_differences() {
+    for args in [BatchNormArgs::train(), BatchNormArgs::eval()] {
+        let mut arena = arena();
+        let stats = running_stats(&mut arena, &[0.3, -0.2, 0.1], &[0.5, 1.3, 2.0]);
+        let shapes = [Shape::new(&X), Shape::new(&[3]), Shape::new(&[3])];
+        let inputs = [
+            values(72, 51, -2.0, 2.0),
+            values(3, 52, 0.5, 1.5),
+            values(3, 53, -0.5, 0.5),
+        ];
+        check_on(&mut arena, &shapes, &inputs, &[0, 1, 2], &move |s, t| {
+            t[0].batch_norm2d_relu(s, t[1], t[2], stats, args)
+        });
+    }
+}
+
+#[test]
+fn fused_add_relu_gradients_match_finite_differences() {
+    for args in [BatchNormArgs::train(), BatchNormArgs::eval()] {
+        let mut arena = arena();
+        let stats = running_stats(&mut arena, &[0.3, -0.2, 0.1], &[0.5, 1.3, 2.0]);
+        let shapes = [Shape::new(&X), Shape::new(&[3]), Shape::new(&[3]), Shape::new(&X)];
+        let inputs = [
+            values(72, 54, -2.0, 2.0),
+            values(3, 55, 0.5, 1.5),
+            values(3, 56, -0.5, 0.5),
+            values(72, 57, -1.0, 1.0),
+        ];
+        check_on(&mut arena, &shapes, &inputs, &[0, 1, 2, 3], &move |s, t| {
+            t[0].batch_norm2d_add_relu(s, t[1], t[2], stats, args, t[3])
+        });
+    }
+}
+
+/// Which form of `relu(bn(x) [+ r])` a step computes.
+#[derive(Clone, Copy, PartialEq)]
+enum Form {
+    Separate,
+    Fused,
+}
+
+/// The output and the gradients of x, w, b and r of `relu(bn(x) + r)`
+/// (without `r` when `residual` is false) under upstream gradient `gy`.
+fn fused_or_not(form: Form, residual: bool, args: BatchNormArgs) -> Vec<Vec<f32>> {
+    let mut arena = arena();
+    let stats = running_stats(&mut arena, &[0.3, -0.2, 0.1], &[0.5, 1.3, 2.0]);
+    let shape = Shape::new(&[3, 3, 5, 4]);
+    let (x, r, gy) = (
+        values(shape.numel(), 61, -2.0, 2.0),
+        values(shape.numel(), 62, -1.0, 1.0),
+        values(shape.numel(), 63, -1.0, 1.0),
+    );
+    arena
+        .step(|s| {
+            let xt = s.variable("x", shape, &x)?;
+            let w = s.variable("w", Shape::new(&[3]), &[1.5, 0.7, -0.4])?;
+            let b = s.variable("b", Shape::new(&[3]), &[0.1, -0.3, 0.2])?;
+            let rt = s.variable("r", shape, &r)?;
+            let y = match (form, residual) {
+                (Form::Separate, false) => xt.batch_norm2d(s, w, b, stats, args)?.relu(s)?,
+                (Form::Separate, true) => xt.batch_norm2d(s, w, b, stats, args)?.add(s, rt)?.relu(s)?,
+                (Form::Fused, false) => xt.batch_norm2d_relu(s, w, b, stats, args)?,
+                (Form::Fused, true) => xt.batch_norm2d_add_relu(s, w, b, stats, args, rt)?,
+            };
+            let upstream = s.input("gy", shape, &gy)?;
+            let grads = s.backward_from(y, upstream)?;
+            let mut out = Vec::new();
+            for t in [y, xt, w, b, rt] {
+                let t = if t.inner.id == y.inner.id { Some(t) } else { s.grad(&grads, t) };
+                let Some(t) = t else { continue };
+                let mut v = vec![0.0; t.shape().numel()];
+                s.read(t, &mut v)?;
+                out.push(v);
+            }
+            Ok(out)
+        })
+        .expect("step")
+}
+
+#[test]
+fn the_fused_forms_give_the_separate_ops_results_bit_for_bit() {
+    for args in [BatchNormArgs::train(), BatchNormArgs::eval()] {
+        for residual in [false, true] {
+            let separate = fused_or_not(Form::Separate, residual, args);
+            let fused = fused_or_not(Form::Fused, residual, args);
+            assert_eq!(separate.len(), if residual { 5 } else { 4 });
+            let bits = |v: &Vec<Vec<f32>>| v.iter().map(|t| t.iter().map(|f| f.to_bits()).collect()).collect();
+            let (a, b): (Vec<Vec<u32>>, Vec<Vec<u32>>) = (bits(&separate), bits(&fused));
+            assert!(a == b, "training {}, residual {residual}", args.training);
+            // Some values are cut by the relu and some pass: the mask is tested.
+            assert!(fused[0].iter().any(|&v| v == 0.0) && fused[0].iter().any(|&v| v > 0.0));
+        }
+    }
+}
+
+#[test]
+fn a_residual_of_another_shape_is_refused() {
+    let mut arena = arena();
+    let stats = running_stats(&mut arena, &[0.0; 3], &[1.0; 3]);
+    let err = arena
+        .step(|s| {
+            let x = s.input("x", Shape::new(&X), &[0.5; 72])?;
+            let w = s.input("w", Shape::new(&[3]), &[1.0; 3])?;
+            let b = s.input("b", Shape::new(&[3]), &[0.0; 3])?;
+            let r = s.input("r", Shape::new(&[2, 3, 4, 3]), &[0.5; 72])?;
+            x.batch_norm2d_add_relu(s, w, b, stats, BatchNormArgs::train(), r).map(drop)
+        })
+        .expect_err("a residual [2, 3, 4, 3] for an input [2, 3, 3, 4]");
+    assert!(matches!(err, Error::Shape { op: "batch_norm2d_add_relu", .. }), "{err}");
+}

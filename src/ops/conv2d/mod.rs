@@ -248,12 +248,15 @@ impl Saved {
         let g = self.g;
         if self.w.requires_grad {
             let threads = s.threads();
+            // The input may be recomputed here rather than kept (a fused
+            // batch-norm relu's output).
+            let x = s.saved(&self.x)?;
             let partials = scratch(s, &g, ConvPass::WeightGrad)?;
             let gw = s.grad_buffer(&self.w, "conv2d weight grad")?;
-            match s.uses(&[gy.into(), self.x.buf.into(), partials.into(), gw.into()]) {
+            match s.uses(&[gy.into(), x.into(), partials.into(), gw.into()]) {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {
                     let per_group = g.images_per_group(threads);
-                    let (gy, x, scratch, gw) = (v.read(gy)?, v.read(self.x.buf)?, v.write(partials)?, v.write(gw)?);
+                    let (gy, x, scratch, gw) = (v.read(gy)?, v.read(x)?, v.write(partials)?, v.write(gw)?);
                     if g.is_valid_unit_stride() {
                         cpu::weight_grad(&g, per_group, gy, x, scratch, gw);
                     } else {
@@ -261,7 +264,7 @@ impl Saved {
                     }
                     Ok(())
                 })?,
-                Backend::Cuda(gpu) => gpu.conv(g.dims(), ConvPass::WeightGrad, self.x.buf, gy, partials, gw)?,
+                Backend::Cuda(gpu) => gpu.conv(g.dims(), ConvPass::WeightGrad, x, gy, partials, gw)?,
                 Backend::Dry(_) => {}
             }
             s.accumulate(&self.w, gw)?;
