@@ -11,11 +11,13 @@
 mod capabilities;
 pub mod cpu;
 pub mod cuda;
+mod precision;
 
 pub use cuda::{CapturedGraph, OpTime};
 
 use crate::memory::{Buf, Element};
 pub use cuda::KernelSource;
+pub use precision::Precision;
 use std::fmt;
 use std::sync::Arc;
 
@@ -129,6 +131,20 @@ impl Device {
     pub fn set_deterministic(&self, on: bool) {
         if let Self::Cuda(gpu) = self {
             gpu.gpu().set_deterministic(on);
+        }
+    }
+
+    /// The arithmetic of the GPU's convolutions and matrix products (see
+    /// [`Precision`] and [`cuda::Gpu::set_precision`]). The CPU computes in
+    /// fp32 only: `Tf32` is refused there, not ignored.
+    pub fn set_precision(&self, precision: Precision) -> Result<(), BackendError> {
+        match (self, precision) {
+            (Self::Cuda(gpu), _) => Ok(gpu.gpu().set_precision(precision)?),
+            (Self::Cpu(_), Precision::Fp32) => Ok(()),
+            (Self::Cpu(_), Precision::Tf32) => Err(BackendError::NeedsCuda {
+                what: "TF32 convolutions and matrix products",
+                on: DeviceKind::Cpu,
+            }),
         }
     }
 
