@@ -50,6 +50,7 @@ fn json_prints_one_object_per_epoch() {
     assert_eq!(lines.len(), 2, "{stdout}");
     for (i, epoch) in lines.iter().enumerate() {
         assert_eq!(epoch["epoch"], i + 1);
+        assert_eq!(epoch["precision"], "fp32", "the default precision, said in every epoch");
         assert!(epoch["train_loss"].as_f64().unwrap() > 0.0);
         assert!((0.0..=1.0).contains(&epoch["test_accuracy"].as_f64().unwrap()));
         assert!(epoch["seconds"].as_f64().unwrap() > 0.0);
@@ -61,9 +62,11 @@ fn json_prints_one_object_per_epoch() {
         lines[0]["arena"]["step_high_water_bytes"],
         lines[1]["arena"]["step_high_water_bytes"]
     );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("epoch   2"), "human text goes to stderr");
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("epoch   2"),
-        "human text goes to stderr"
+        stderr.contains("bumpgrad: cpu (2 threads), precision fp32, MNIST"),
+        "{stderr}"
     );
 }
 
@@ -85,6 +88,17 @@ fn cuda_without_a_gpu_is_a_clear_error() {
         return;
     }
     fails_with(train(&["--device", "cuda"]), 1, "or pass --device cpu");
+    // `auto` falls back to the CPU, which cannot do what was asked of it.
+    fails_with(
+        train(&["--device", "auto", "--precision", "tf32"]),
+        1,
+        "the CPU computes in fp32 only; TF32 runs on a GPU's tensor cores (the device was chosen automatically: no usable GPU",
+    );
+    fails_with(
+        train(&["--device", "auto", "--precision", "tf32"]),
+        1,
+        "; pass --precision fp32, or train on the GPU",
+    );
     // Counted before any rank starts, not found out by a failing rank.
     let counted = bumpgrad(&[
         "train",
@@ -191,6 +205,12 @@ fn bad_settings_are_refused_with_what_to_pass() {
             "would fit (pass --arena-size 5MiB or more)",
         ),
         (&["--device", "tpu"], 2, "[possible values: auto, cpu, cuda]"),
+        (
+            &["--precision", "tf32"],
+            1,
+            "the CPU computes in fp32 only; TF32 runs on a GPU's tensor cores; pass --precision fp32, or train on the GPU",
+        ),
+        (&["--precision", "bogus"], 2, "[possible values: fp32, tf32]"),
         (&["--graph", "on"], 1, "pass --graph off or --device cuda"),
         (
             &["--train-limit", "0"],
@@ -305,6 +325,12 @@ fn memory_refuses_bad_flags_as_train_does() {
             "would fit (pass --arena-size 5MiB or more)",
         ),
         (&["--graph", "on"], 1, "pass --graph off or --device cuda"),
+        (
+            &["--precision", "tf32"],
+            1,
+            "the CPU computes in fp32 only; TF32 runs on a GPU's tensor cores; pass --precision fp32, or train on the GPU",
+        ),
+        (&["--precision", "fp16"], 2, "[possible values: fp32, tf32]"),
         (
             &["--data", "/nonexistent/mnist"],
             1,

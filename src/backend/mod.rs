@@ -432,4 +432,20 @@ mod tests {
         let mut dry = Backend::dry_like(&Device::cpu(1).unwrap());
         assert!(dry.add_assign(dst, src).is_err(), "the dry run refuses it too");
     }
+
+    /// A CPU asked for TF32 says it cannot, rather than computing in fp32
+    /// under a precision it does not have.
+    #[test]
+    fn the_cpu_refuses_tf32_and_takes_fp32() {
+        let cpu = Device::cpu(1).unwrap();
+        cpu.set_precision(Precision::Fp32)
+            .expect("fp32 is the CPU's arithmetic");
+        assert!(matches!(
+            cpu.set_precision(Precision::Tf32),
+            Err(BackendError::NeedsCuda {
+                on: DeviceKind::Cpu,
+                ..
+            })
+        ));
+    }
 }

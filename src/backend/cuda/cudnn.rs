@@ -239,8 +239,7 @@ impl ConvPlan {
             } else {
                 sys::cudnnMathType_t::CUDNN_FMA_MATH
             };
-            dnn::set_convolution_math_type(conv.0, math)
-                .map_err(dnn_err("cudnnSetConvolutionMathType"))?;
+            dnn::set_convolution_math_type(conv.0, math).map_err(dnn_err("cudnnSetConvolutionMathType"))?;
             let fwd = choose!(
                 sys::cudnnConvolutionFwdAlgoPerf_t,
                 8,

@@ -5,7 +5,7 @@ mod hints;
 mod progress;
 
 use anyhow::Context;
-use bumpgrad::backend::{DeviceRequest, Group};
+use bumpgrad::backend::{DeviceRequest, Group, Precision};
 use bumpgrad::data::DataSource;
 use bumpgrad::distributed::env::{env_var, token_from};
 use bumpgrad::distributed::launcher::{self, LaunchOptions};
@@ -69,6 +69,26 @@ enum DeviceArg {
     Auto,
     Cpu,
     Cuda,
+}
+
+/// `--precision`: the arithmetic of convolutions and matrix products.
+#[derive(Clone, Copy, ValueEnum)]
+enum PrecisionArg {
+    /// IEEE single-precision FMA math everywhere (the default; GPU results match the CPU's
+    /// within float rounding).
+    Fp32,
+    /// Convolutions and matrix products on the tensor cores with TF32 inputs (10-bit mantissa)
+    /// and fp32 accumulation, as PyTorch's allow_tf32; GPU only.
+    Tf32,
+}
+
+impl From<PrecisionArg> for Precision {
+    fn from(arg: PrecisionArg) -> Self {
+        match arg {
+            PrecisionArg::Fp32 => Self::Fp32,
+            PrecisionArg::Tf32 => Self::Tf32,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -184,6 +204,9 @@ struct TrainArgs {
     /// (1.3× to 2.5× slower steps on the MNIST CNN; the CPU is deterministic anyway).
     #[arg(long)]
     deterministic: bool,
+    /// The arithmetic of convolutions and matrix products.
+    #[arg(long, value_enum, default_value = "fp32")]
+    precision: PrecisionArg,
     /// Write the training step's memory timeline (SVG) to FILE before training.
     #[arg(long, value_name = "FILE")]
     memory_report: Option<PathBuf>,
@@ -361,6 +384,7 @@ impl TrainArgs {
             resume: self.resume.clone(),
             memory_plan: self.memory_plan == Switch::On,
             deterministic: self.deterministic,
+            precision: self.precision.into(),
             data_parallel: None,
         }
     }
@@ -575,9 +599,10 @@ fn run_memory(args: &TrainArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&report).context("encoding the report")?);
     } else {
         println!(
-            "bumpgrad memory: {}, batch {}, on {device}",
+            "bumpgrad memory: {}, batch {}, precision {}, on {device}",
             cfg.model.name(),
-            cfg.batch
+            cfg.batch,
+            cfg.precision
         );
         print!("{}", report.table(train::StepKind::name));
     }
