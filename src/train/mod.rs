@@ -7,11 +7,13 @@
 //! persistent bytes plus the step high-water it measured.
 
 mod checkpoints;
+mod max_batch;
 mod report;
 mod session;
 mod task;
 
 pub use checkpoints::{CheckpointPolicy, Every, Position};
+pub use max_batch::{max_batch, MaxBatch, Probe};
 pub use report::{resident_bytes, EpochReport, Observer, Quiet, RunInfo, StepProfile};
 pub use session::{Control, Session, StepKind, READBACK};
 pub use task::{Classification, Task};
@@ -326,20 +328,27 @@ fn capacity(cfg: &TrainConfig, host: &ImageSet, device: &Device, needs: &ArenaNe
     }
 }
 
-/// The memory plan of a run without running it (and without allocating the
-/// arena): what `bumpgrad memory` prints. On the device `cfg` asks for, so
-/// cuDNN's workspaces are the GPU's when one is used.
-pub fn memory_report(cfg: &TrainConfig) -> Result<(MemoryReport, String)> {
+/// The data and the device, set up as `cfg` asks, for dry runs that plan
+/// a run without making its arena; what training with these settings would
+/// refuse, this refuses too.
+fn open_for_planning(cfg: &TrainConfig) -> Result<(ImageSet, Device)> {
     cfg.validate()?;
     let host = load_data(cfg)?;
     let (device, fell_back) = Device::open(cfg.device, cfg.threads, crate::ops::KERNELS)?;
     configure(cfg, &device, fell_back.as_deref())?;
-    // What training with these settings would refuse, this refuses too.
     let kind = match &device {
         Device::Cpu(_) => DeviceKind::Cpu,
         Device::Cuda(_) => DeviceKind::Cuda,
     };
     session::use_graph(cfg, kind)?;
+    Ok((host, device))
+}
+
+/// The memory plan of a run without running it (and without allocating the
+/// arena): what `bumpgrad memory` prints. On the device `cfg` asks for, so
+/// cuDNN's workspaces are the GPU's when one is used.
+pub fn memory_report(cfg: &TrainConfig) -> Result<(MemoryReport, String)> {
+    let (host, device) = open_for_planning(cfg)?;
     let planned = TrainConfig {
         memory_plan: true,
         ..cfg.clone()

@@ -44,9 +44,19 @@ enum Command {
     /// Print where every byte of the arena would go (the persistent region and each step's
     /// liveness plan) without training and without allocating it; same flags as `train`.
     #[command(args_override_self = true)]
-    Memory(TrainArgs),
+    Memory(MemoryArgs),
     /// List the models `--model` takes, with their parameter counts for the data set.
     Models(ModelsArgs),
+}
+
+#[derive(clap::Args)]
+struct MemoryArgs {
+    #[command(flatten)]
+    train: TrainArgs,
+    /// Instead of one batch's plan, find the largest --batch whose whole arena (persistent region
+    /// and the largest step) fits --arena-size, by dry runs (progress on stderr).
+    #[arg(long)]
+    max_batch: bool,
 }
 
 #[derive(clap::Args)]
@@ -581,8 +591,12 @@ fn run_rank(args: &TrainArgs, rv: RendezvousConfig) -> anyhow::Result<ExitCode> 
     }
 }
 
-fn run_memory(args: &TrainArgs) -> anyhow::Result<()> {
+fn run_memory(memory: &MemoryArgs) -> anyhow::Result<()> {
+    let args = &memory.train;
     args.check()?;
+    if memory.max_batch {
+        return run_max_batch(args);
+    }
     let cfg = args.config();
     let (report, device) =
         train::memory_report(&cfg).with_context(|| format!("planning memory for {}", cfg.data_dir.display()))?;
@@ -605,6 +619,58 @@ fn run_memory(args: &TrainArgs) -> anyhow::Result<()> {
             cfg.precision
         );
         print!("{}", report.table(train::StepKind::name));
+    }
+    Ok(())
+}
+
+/// `memory --max-batch`: the largest batch that fits `--arena-size`.
+fn run_max_batch(args: &TrainArgs) -> anyhow::Result<()> {
+    if args.arena_size.0.is_none() {
+        anyhow::bail!(
+            "--max-batch searches within a given arena: pass --arena-size SIZE (e.g. 4GiB), not auto (a measured arena fits any batch)"
+        );
+    }
+    if args.memory_report.is_some() {
+        anyhow::bail!(
+            "--memory-report draws one batch's plan and --max-batch plans many; drop --memory-report, then draw the batch found with --batch"
+        );
+    }
+    let cfg = args.config();
+    let found = train::max_batch(&cfg, &mut |p| {
+        eprintln!(
+            "bumpgrad: batch {}: {} ({} of {})",
+            p.batch,
+            if p.fits() { "fits" } else { "does not fit" },
+            ByteSize(p.arena_bytes),
+            ByteSize(p.capacity_bytes)
+        )
+    })
+    .with_context(|| format!("finding the largest batch for {}", cfg.data_dir.display()))?;
+    if let Some(images) = found.capped_by_training_set {
+        eprintln!(
+            "bumpgrad: the search stopped at the training set's {images} images: no batch may exceed them (--train-limit, --data)"
+        );
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&found).context("encoding the result")?);
+    } else {
+        println!(
+            "bumpgrad memory: {}, precision {}, on {}",
+            found.model, found.precision, found.device
+        );
+        println!(
+            "largest batch that fits {}: {} (arena {}: persistent {}, step {}){}",
+            ByteSize(found.capacity_bytes),
+            found.max_batch,
+            ByteSize(found.arena_bytes),
+            ByteSize(found.persistent_bytes),
+            ByteSize(found.step_bytes),
+            if found.capped_by_training_set.is_some() {
+                ", the whole training set"
+            } else {
+                ""
+            }
+        );
     }
     Ok(())
 }
