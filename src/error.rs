@@ -67,6 +67,7 @@ pub enum Setting {
     Schedule,
     LabelSmoothing,
     Augment,
+    Precision,
 }
 
 impl Error {

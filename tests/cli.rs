@@ -50,6 +50,7 @@ fn json_prints_one_object_per_epoch() {
     assert_eq!(lines.len(), 2, "{stdout}");
     for (i, epoch) in lines.iter().enumerate() {
         assert_eq!(epoch["epoch"], i + 1);
+        assert_eq!(epoch["precision"], "fp32", "the default precision, said in every epoch");
         assert!(epoch["train_loss"].as_f64().unwrap() > 0.0);
         assert!((0.0..=1.0).contains(&epoch["test_accuracy"].as_f64().unwrap()));
         assert!(epoch["seconds"].as_f64().unwrap() > 0.0);
@@ -61,9 +62,11 @@ fn json_prints_one_object_per_epoch() {
         lines[0]["arena"]["step_high_water_bytes"],
         lines[1]["arena"]["step_high_water_bytes"]
     );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("epoch   2"), "human text goes to stderr");
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("epoch   2"),
-        "human text goes to stderr"
+        stderr.contains("bumpgrad: cpu (2 threads), precision fp32, MNIST"),
+        "{stderr}"
     );
 }
 
@@ -85,6 +88,17 @@ fn cuda_without_a_gpu_is_a_clear_error() {
         return;
     }
     fails_with(train(&["--device", "cuda"]), 1, "or pass --device cpu");
+    // `auto` falls back to the CPU, which cannot do what was asked of it.
+    fails_with(
+        train(&["--device", "auto", "--precision", "tf32"]),
+        1,
+        "the CPU computes in fp32 only; TF32 runs on a GPU's tensor cores (the device was chosen automatically: no usable GPU",
+    );
+    fails_with(
+        train(&["--device", "auto", "--precision", "tf32"]),
+        1,
+        "; pass --precision fp32, or train on the GPU",
+    );
     // Counted before any rank starts, not found out by a failing rank.
     let counted = bumpgrad(&[
         "train",
@@ -191,6 +205,12 @@ fn bad_settings_are_refused_with_what_to_pass() {
             "would fit (pass --arena-size 5MiB or more)",
         ),
         (&["--device", "tpu"], 2, "[possible values: auto, cpu, cuda]"),
+        (
+            &["--precision", "tf32"],
+            1,
+            "the CPU computes in fp32 only; TF32 runs on a GPU's tensor cores; pass --precision fp32, or train on the GPU",
+        ),
+        (&["--precision", "bogus"], 2, "[possible values: fp32, tf32]"),
         (&["--graph", "on"], 1, "pass --graph off or --device cuda"),
         (
             &["--train-limit", "0"],
@@ -305,6 +325,12 @@ fn memory_refuses_bad_flags_as_train_does() {
             "would fit (pass --arena-size 5MiB or more)",
         ),
         (&["--graph", "on"], 1, "pass --graph off or --device cuda"),
+        (
+            &["--precision", "tf32"],
+            1,
+            "the CPU computes in fp32 only; TF32 runs on a GPU's tensor cores; pass --precision fp32, or train on the GPU",
+        ),
+        (&["--precision", "fp16"], 2, "[possible values: fp32, tf32]"),
         (
             &["--data", "/nonexistent/mnist"],
             1,
@@ -762,4 +788,165 @@ fn augmentation_is_printed_and_a_bad_value_refused() {
 #[test]
 fn a_crop_wider_than_the_images_is_refused() {
     refused(&train_args(&["--augment", "crop29"]), 1, "crop28 or less");
+}
+
+/// `memory --max-batch` on the CPU, as bench/resnet_vs_pytorch.py reads it
+/// (the last stdout line's "max_batch"): the batch it reports fits the arena
+/// by `memory --batch B` itself, and B + 1 does not, so the search is exact,
+/// not merely close.
+#[test]
+fn memory_max_batch_finds_the_exact_largest_batch_that_fits() {
+    let cases: &[&[&str]] = &[
+        &["--train-limit", "3000", "--test-limit", "500"],
+        &[
+            "--model",
+            "resnet18",
+            "--width-mult",
+            "0.125",
+            "--data",
+            "synthetic:cifar10:2000",
+        ],
+    ];
+    for case in cases {
+        let memory = |extra: &[&str]| {
+            let mut args = vec!["memory", "--device", "cpu", "--threads", "2", "--arena-size", "64MiB"];
+            args.extend_from_slice(case);
+            args.extend_from_slice(extra);
+            bumpgrad(&args)
+        };
+        let out = memory(&["--max-batch", "--json"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{case:?}: {stderr}");
+        assert!(
+            stderr.contains("bumpgrad: batch 1: fits ("),
+            "{case:?}: progress lines: {stderr}"
+        );
+        assert!(stderr.contains("does not fit ("), "{case:?}: {stderr}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let found: serde_json::Value = serde_json::from_str(stdout.trim().lines().last().unwrap()).expect("JSON");
+        let batch = found["max_batch"].as_u64().expect("max_batch") as usize;
+        let arena = found["arena_bytes"].as_u64().unwrap();
+        assert!(batch > 1, "{case:?}: {found}");
+        assert!(arena <= 64 << 20, "{case:?}: {found}");
+        assert_eq!(
+            arena,
+            found["persistent_bytes"].as_u64().unwrap() + found["step_bytes"].as_u64().unwrap(),
+            "{found}"
+        );
+        assert_eq!(found["precision"], "fp32");
+        assert!(found["capped_by_training_set"].is_null(), "{found}");
+        let model = if case.contains(&"resnet18") {
+            "resnet18"
+        } else {
+            "mnist-cnn"
+        };
+        assert_eq!(found["model"], model);
+        // B fits, and its arena is the one reported...
+        let fits = memory(&["--batch", &batch.to_string(), "--json"]);
+        assert_eq!(
+            fits.status.code(),
+            Some(0),
+            "{case:?}: batch {batch}: {}",
+            String::from_utf8_lossy(&fits.stderr)
+        );
+        let plan: serde_json::Value = serde_json::from_slice(&fits.stdout).expect("one JSON object");
+        assert_eq!(plan["arena_bytes"].as_u64(), Some(arena), "{case:?}: batch {batch}");
+        let header = memory(&["--batch", &batch.to_string()]);
+        let header = String::from_utf8_lossy(&header.stdout);
+        assert!(
+            header.starts_with(&format!(
+                "bumpgrad memory: {model}, batch {batch}, precision fp32, on cpu"
+            )),
+            "{header}"
+        );
+        // ...and B + 1 does not.
+        refused(
+            &[
+                &[
+                    "memory",
+                    "--device",
+                    "cpu",
+                    "--threads",
+                    "2",
+                    "--arena-size",
+                    "64MiB",
+                    "--batch",
+                ][..],
+                &[&(batch + 1).to_string()],
+                case,
+            ]
+            .concat(),
+            1,
+            "would fit (pass --arena-size 65MiB or more)",
+        );
+    }
+}
+
+/// The search stops at the training set (no batch may exceed it) and says
+/// so; a batch of 1 that does not fit names the arena it needs; a measured
+/// arena is refused, as is --max-batch on `train`.
+#[test]
+fn memory_max_batch_is_capped_by_the_training_set_and_refuses_what_it_cannot_search() {
+    let args = |extra: &[&'static str]| {
+        let mut args = vec![
+            "memory",
+            "--device",
+            "cpu",
+            "--threads",
+            "2",
+            "--model",
+            "resnet18",
+            "--width-mult",
+            "0.125",
+            "--data",
+            "synthetic:cifar10:100",
+            "--max-batch",
+        ];
+        args.extend_from_slice(extra);
+        args
+    };
+    let out = bumpgrad(&args(&["--arena-size", "1GiB"]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("the search stopped at the training set's 100 images: no batch may exceed them"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("largest batch that fits 1.00 GiB: 100 (arena "),
+        "{stdout}"
+    );
+    assert!(stdout.contains("), the whole training set"), "{stdout}");
+    refused(
+        &args(&["--arena-size", "1MiB"]),
+        1,
+        "even a batch of 1 needs an arena of",
+    );
+    refused(
+        &args(&["--arena-size", "1MiB"]),
+        1,
+        "above the 1.00 MiB given; pass --arena-size 3MiB or more",
+    );
+    refused(
+        &args(&["--arena-size", "auto"]),
+        1,
+        "--max-batch searches within a given arena: pass --arena-size SIZE",
+    );
+    refused(&args(&[]), 1, "pass --arena-size SIZE");
+    refused(
+        &args(&["--arena-size", "1GiB", "--memory-report", "/tmp/never.svg"]),
+        1,
+        "drop --memory-report",
+    );
+    refused(
+        &args(&["--arena-size", "1GiB", "--precision", "tf32"]),
+        1,
+        "the CPU computes in fp32 only",
+    );
+    refused(
+        &train_args(&["--max-batch", "--arena-size", "1GiB"]),
+        2,
+        "unexpected argument '--max-batch'",
+    );
 }

@@ -37,6 +37,8 @@ mod networks;
 mod optim_fixtures;
 #[path = "gpu/pools.rs"]
 mod pools;
+#[path = "gpu/precision.rs"]
+mod precision;
 
 #[path = "gpu/cross_entropy.rs"]
 mod cross_entropy;

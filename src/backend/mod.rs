@@ -11,11 +11,13 @@
 mod capabilities;
 pub mod cpu;
 pub mod cuda;
+mod precision;
 
 pub use cuda::{CapturedGraph, OpTime};
 
 use crate::memory::{Buf, Element};
 pub use cuda::KernelSource;
+pub use precision::Precision;
 use std::fmt;
 use std::sync::Arc;
 
@@ -129,6 +131,20 @@ impl Device {
     pub fn set_deterministic(&self, on: bool) {
         if let Self::Cuda(gpu) = self {
             gpu.gpu().set_deterministic(on);
+        }
+    }
+
+    /// The arithmetic of the GPU's convolutions and matrix products (see
+    /// [`Precision`] and [`cuda::Gpu::set_precision`]). The CPU computes in
+    /// fp32 only: `Tf32` is refused there, not ignored.
+    pub fn set_precision(&self, precision: Precision) -> Result<(), BackendError> {
+        match (self, precision) {
+            (Self::Cuda(gpu), _) => Ok(gpu.gpu().set_precision(precision)?),
+            (Self::Cpu(_), Precision::Fp32) => Ok(()),
+            (Self::Cpu(_), Precision::Tf32) => Err(BackendError::NeedsCuda {
+                what: "TF32 convolutions and matrix products",
+                on: DeviceKind::Cpu,
+            }),
         }
     }
 
@@ -415,5 +431,21 @@ mod tests {
         assert_eq!(after, [1.5; 8]);
         let mut dry = Backend::dry_like(&Device::cpu(1).unwrap());
         assert!(dry.add_assign(dst, src).is_err(), "the dry run refuses it too");
+    }
+
+    /// A CPU asked for TF32 says it cannot, rather than computing in fp32
+    /// under a precision it does not have.
+    #[test]
+    fn the_cpu_refuses_tf32_and_takes_fp32() {
+        let cpu = Device::cpu(1).unwrap();
+        cpu.set_precision(Precision::Fp32)
+            .expect("fp32 is the CPU's arithmetic");
+        assert!(matches!(
+            cpu.set_precision(Precision::Tf32),
+            Err(BackendError::NeedsCuda {
+                on: DeviceKind::Cpu,
+                ..
+            })
+        ));
     }
 }

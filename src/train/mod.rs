@@ -7,16 +7,18 @@
 //! persistent bytes plus the step high-water it measured.
 
 mod checkpoints;
+mod max_batch;
 mod report;
 mod session;
 mod task;
 
 pub use checkpoints::{CheckpointPolicy, Every, Position};
+pub use max_batch::{max_batch, MaxBatch, Probe};
 pub use report::{resident_bytes, EpochReport, Observer, Quiet, RunInfo, StepProfile};
 pub use session::{Control, Session, StepKind, READBACK};
 pub use task::{Classification, Task};
 
-use crate::backend::{Device, DeviceKind, DeviceRequest, Group};
+use crate::backend::{Device, DeviceKind, DeviceRequest, Group, Precision};
 use crate::data::{DataSource, ImageSet};
 use crate::distributed::DataParallel;
 use crate::memory::{Arena, ArenaError, MemoryReport};
@@ -76,6 +78,10 @@ pub struct TrainConfig {
     /// Convolutions by deterministic algorithms only, so that a GPU run
     /// repeats bit for bit (slower; the CPU is deterministic anyway).
     pub deterministic: bool,
+    /// The arithmetic of convolutions and matrix products: fp32 FMA math,
+    /// or TF32 tensor-core math (GPU only). Not part of the model: a
+    /// checkpoint resumes under either.
+    pub precision: Precision,
     /// This process is one rank of a data-parallel run; `batch` is then
     /// the examples per step on each rank.
     pub data_parallel: Option<DataParallel>,
@@ -118,6 +124,7 @@ impl Default for TrainConfig {
             resume: None,
             memory_plan: true,
             deterministic: false,
+            precision: Precision::Fp32,
             data_parallel: None,
         }
     }
@@ -161,6 +168,9 @@ impl TrainConfig {
         if self.train_limit == Some(0) {
             return at_least_one(Setting::TrainLimit, "the training-set limit");
         }
+        if self.device == DeviceRequest::Cpu && self.precision == Precision::Tf32 {
+            return Err(tf32_on_cpu(None));
+        }
         if self.checkpoints.as_ref().is_some_and(|p| p.keep == 0) {
             return at_least_one(Setting::KeepCheckpoints, "the number of checkpoints kept");
         }
@@ -182,6 +192,30 @@ impl TrainConfig {
         }
         Ok(())
     }
+}
+
+/// TF32 asked of the CPU: `fell_back` is why `auto` chose the CPU, if it did.
+fn tf32_on_cpu(fell_back: Option<&str>) -> Error {
+    let chosen = fell_back.map_or_else(String::new, |why| {
+        format!(" (the device was chosen automatically: {why})")
+    });
+    Error::setting(
+        Setting::Precision,
+        format!("the CPU computes in fp32 only; TF32 runs on a GPU's tensor cores{chosen}"),
+        Some(Precision::Fp32.to_string()),
+    )
+}
+
+/// Sets what `cfg` asks of the device's arithmetic, before anything is
+/// planned on it (cuDNN's algorithms, and so their workspaces, depend on
+/// both). `fell_back`: why `--device auto` chose the CPU, if it did.
+fn configure(cfg: &TrainConfig, device: &Device, fell_back: Option<&str>) -> Result<()> {
+    device.set_deterministic(cfg.deterministic);
+    if cfg.precision == Precision::Tf32 && matches!(device, Device::Cpu(_)) {
+        return Err(tf32_on_cpu(fell_back));
+    }
+    device.set_precision(cfg.precision)?;
+    Ok(())
 }
 
 /// The persistent bytes and step bytes a session needs on `device`,
@@ -294,20 +328,27 @@ fn capacity(cfg: &TrainConfig, host: &ImageSet, device: &Device, needs: &ArenaNe
     }
 }
 
-/// The memory plan of a run without running it (and without allocating the
-/// arena): what `bumpgrad memory` prints. On the device `cfg` asks for, so
-/// cuDNN's workspaces are the GPU's when one is used.
-pub fn memory_report(cfg: &TrainConfig) -> Result<(MemoryReport, String)> {
+/// The data and the device, set up as `cfg` asks, for dry runs that plan
+/// a run without making its arena; what training with these settings would
+/// refuse, this refuses too.
+fn open_for_planning(cfg: &TrainConfig) -> Result<(ImageSet, Device)> {
     cfg.validate()?;
     let host = load_data(cfg)?;
-    let (device, _) = Device::open(cfg.device, cfg.threads, crate::ops::KERNELS)?;
-    device.set_deterministic(cfg.deterministic);
-    // What training with these settings would refuse, this refuses too.
+    let (device, fell_back) = Device::open(cfg.device, cfg.threads, crate::ops::KERNELS)?;
+    configure(cfg, &device, fell_back.as_deref())?;
     let kind = match &device {
         Device::Cpu(_) => DeviceKind::Cpu,
         Device::Cuda(_) => DeviceKind::Cuda,
     };
     session::use_graph(cfg, kind)?;
+    Ok((host, device))
+}
+
+/// The memory plan of a run without running it (and without allocating the
+/// arena): what `bumpgrad memory` prints. On the device `cfg` asks for, so
+/// cuDNN's workspaces are the GPU's when one is used.
+pub fn memory_report(cfg: &TrainConfig) -> Result<(MemoryReport, String)> {
+    let (host, device) = open_for_planning(cfg)?;
     let planned = TrainConfig {
         memory_plan: true,
         ..cfg.clone()
@@ -330,7 +371,7 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
     let host = load_data(cfg)?;
     let ordinal = join.as_ref().map_or(0, |j| j.ordinal);
     let (mut device, device_note) = Device::open_on(cfg.device, cfg.threads, ordinal, crate::ops::KERNELS)?;
-    device.set_deterministic(cfg.deterministic);
+    configure(cfg, &device, device_note.as_deref())?;
     if let Some(join) = join {
         device.join(join.group)?;
     }
@@ -353,6 +394,7 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
     let info = RunInfo {
         device: session.arena().device(),
         device_name,
+        precision: cfg.precision,
         threads,
         device_note,
         data: host.name,

@@ -2,7 +2,7 @@
 //! reports, through an [`Observer`] (the CLI draws bars, tests collect).
 
 use crate::backend::cuda::OpTime;
-use crate::backend::DeviceKind;
+use crate::backend::{DeviceKind, Precision};
 use crate::memory::ArenaStats;
 
 /// Facts fixed when the run starts.
@@ -11,6 +11,8 @@ pub struct RunInfo {
     pub device: DeviceKind,
     /// "cpu (2 threads)", "NVIDIA H200 (sm_90)".
     pub device_name: String,
+    /// The arithmetic of convolutions and matrix products.
+    pub precision: Precision,
     pub threads: usize,
     /// Why `--device auto` did not pick the GPU, if it did not.
     pub device_note: Option<String>,
@@ -60,6 +62,8 @@ pub struct EpochReport {
     pub seconds: f64,
     pub eval_seconds: f64,
     pub steps: usize,
+    /// The arithmetic of convolutions and matrix products ("fp32", "tf32").
+    pub precision: Precision,
     pub arena: ArenaStats,
     /// The process's resident memory after the epoch, where the OS tells it.
     pub resident_bytes: Option<u64>,

@@ -109,6 +109,8 @@ pub struct Session {
     /// A rank's correct test predictions, summed over the ranks.
     eval_correct: Buf<f32>,
     seed: u64,
+    /// The arithmetic the device was set to, for the reports.
+    precision: crate::backend::Precision,
     /// Training steps run since the start (the cursor's global step).
     steps_done: u64,
     /// The epoch's order, where the gather kernel reads it.
@@ -256,6 +258,7 @@ impl Session {
             stop_vote,
             eval_correct,
             seed: cfg.seed,
+            precision: cfg.precision,
             steps_done: 0,
             order_buf,
             cursor,
@@ -726,6 +729,7 @@ impl Session {
             seconds,
             eval_seconds: started.elapsed().as_secs_f64(),
             steps,
+            precision: self.precision,
             arena: self.arena.stats(),
             resident_bytes: resident_bytes(),
             device_free_bytes: memory.map(|(_, free)| free),
@@ -870,5 +874,27 @@ mod tests {
             }
         }
         prepare(&cfg(100)).expect("a batch of the whole training set is fine");
+    }
+
+    #[test]
+    fn tf32_on_the_cpu_is_a_setting_error_before_the_data_is_read() {
+        let cfg = TrainConfig {
+            device: DeviceRequest::Cpu,
+            precision: crate::backend::Precision::Tf32,
+            data_dir: "/nonexistent/mnist".into(),
+            ..TrainConfig::default()
+        };
+        match prepare(&cfg) {
+            Err(Error::Setting {
+                setting: Setting::Precision,
+                problem,
+                fix,
+            }) => {
+                assert!(problem.contains("the CPU computes in fp32 only"), "{problem}");
+                assert_eq!(fix.as_deref(), Some("fp32"));
+            }
+            Err(other) => panic!("{other}"),
+            Ok(_) => panic!("TF32 was accepted on the CPU"),
+        }
     }
 }

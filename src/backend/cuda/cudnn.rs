@@ -1,8 +1,9 @@
 //! Convolutions through cuDNN: per convolution shape, the descriptors, the
 //! algorithm of each pass and its workspace size, chosen once (by cuDNN's
 //! heuristics, with FMA math so results match the CPU's within float
-//! rounding, and with a workspace the arena can spare). The workspace itself
-//! is allocated in the step region by the op, like any temporary.
+//! rounding unless TF32 was asked for, and with a workspace the arena can
+//! spare). The workspace itself is allocated in the step region by the op,
+//! like any temporary.
 
 use super::CudaError;
 use cudarc::cudnn::result as dnn;
@@ -160,10 +161,11 @@ fn int(v: usize) -> Result<i32, CudaError> {
         .map_err(|_| CudaError::failed("describing a convolution", format!("size {v} exceeds cuDNN's range")))
 }
 
-/// The first algorithm of cuDNN's ranking that ran, uses FMA math, fits
-/// the workspace limit and, when asked, is deterministic.
+/// The first algorithm of cuDNN's ranking that ran, uses FMA math (or,
+/// with `tf32`, tensor-op math), fits the workspace limit and, when asked,
+/// is deterministic.
 macro_rules! choose {
-    ($perf:ty, $count:expr, $get:expr, $size:expr, $deterministic:expr, $what:literal) => {{
+    ($perf:ty, $count:expr, $get:expr, $size:expr, $deterministic:expr, $tf32:expr, $what:literal) => {{
         // Used inside an unsafe block. Zero is a valid bit pattern of each field of the perf
         // structs (every enum has a variant 0, the rest are numbers).
         let mut perf: [$perf; $count] = std::mem::zeroed();
@@ -173,11 +175,9 @@ macro_rules! choose {
             p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS
                 && p.memory <= WORKSPACE_LIMIT
                 && (!$deterministic || p.determinism == sys::cudnnDeterminism_t::CUDNN_DETERMINISTIC)
-                && !matches!(
-                    p.mathType,
-                    sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH
-                        | sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
-                )
+                && ($tf32 || p.mathType != sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH)
+                // Down-converts float data to fp16: below what either precision promises.
+                && p.mathType != sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
         });
         let algo = ok
             .ok_or_else(|| CudaError::failed($what, "cuDNN offers no algorithm within the workspace limit"))?
@@ -189,7 +189,14 @@ macro_rules! choose {
 impl ConvPlan {
     /// `deterministic`: only algorithms that sum in a fixed order (no
     /// atomics), so a run is reproducible bit for bit, at a cost in speed.
-    pub(crate) fn new(handle: sys::cudnnHandle_t, d: ConvDims, deterministic: bool) -> Result<Self, CudaError> {
+    /// `tf32`: cuDNN's default math, which for float data may run TF32
+    /// tensor-op kernels (see [`crate::backend::Precision`]).
+    pub(crate) fn new(
+        handle: sys::cudnnHandle_t,
+        d: ConvDims,
+        deterministic: bool,
+        tf32: bool,
+    ) -> Result<Self, CudaError> {
         let float = sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
         let nchw = sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
         let (oh, ow) = d.output_hw();
@@ -227,14 +234,19 @@ impl ConvPlan {
                 float,
             )
             .map_err(dnn_err("cudnnSetConvolution2dDescriptor"))?;
-            dnn::set_convolution_math_type(conv.0, sys::cudnnMathType_t::CUDNN_FMA_MATH)
-                .map_err(dnn_err("cudnnSetConvolutionMathType"))?;
+            let math = if tf32 {
+                sys::cudnnMathType_t::CUDNN_DEFAULT_MATH
+            } else {
+                sys::cudnnMathType_t::CUDNN_FMA_MATH
+            };
+            dnn::set_convolution_math_type(conv.0, math).map_err(dnn_err("cudnnSetConvolutionMathType"))?;
             let fwd = choose!(
                 sys::cudnnConvolutionFwdAlgoPerf_t,
                 8,
                 |n, r, p| dnn::get_convolution_forward_algorithm(handle, x.0, w.0, conv.0, y.0, n, r, p),
                 |a| dnn::get_convolution_forward_workspace_size(handle, x.0, w.0, conv.0, y.0, a),
                 deterministic,
+                tf32,
                 "choosing the convolution forward algorithm"
             );
             let data = choose!(
@@ -243,6 +255,7 @@ impl ConvPlan {
                 |n, r, p| dnn::get_convolution_backward_data_algorithm(handle, w.0, y.0, conv.0, x.0, n, r, p),
                 |a| dnn::get_convolution_backward_data_workspace_size(handle, w.0, y.0, conv.0, x.0, a),
                 deterministic,
+                tf32,
                 "choosing the convolution input-gradient algorithm"
             );
             let filter = choose!(
@@ -251,6 +264,7 @@ impl ConvPlan {
                 |n, r, p| dnn::get_convolution_backward_filter_algorithm(handle, x.0, y.0, conv.0, w.0, n, r, p),
                 |a| dnn::get_convolution_backward_filter_workspace_size(handle, x.0, y.0, conv.0, w.0, a),
                 deterministic,
+                tf32,
                 "choosing the convolution weight-gradient algorithm"
             );
             Ok(Self {

@@ -11,6 +11,7 @@
 use super::cudnn::{ConvDims, ConvPlan};
 use super::kernels::{KernelSource, Kernels};
 use super::CudaError;
+use crate::backend::Precision;
 use cudarc::cublas::sys as blas_sys;
 use cudarc::cudnn::sys as dnn_sys;
 use cudarc::driver::{result as driver, CudaContext, CudaStream};
@@ -46,6 +47,9 @@ pub struct Gpu {
     /// Plan convolutions with deterministic algorithms only (see
     /// [`Gpu::set_deterministic`]).
     deterministic: AtomicBool,
+    /// Convolutions and matrix products may use TF32 tensor cores (see
+    /// [`Gpu::set_precision`]).
+    tf32: AtomicBool,
 }
 
 /// Names each CUDA library we load, for the error when it is missing.
@@ -142,6 +146,7 @@ impl Gpu {
             capability,
             sync_each_op: std::env::var_os("BUMPGRAD_CUDA_SYNC").is_some_and(|v| v != "0"),
             deterministic: AtomicBool::new(false),
+            tf32: AtomicBool::new(false),
         }))
     }
 
@@ -176,6 +181,41 @@ impl Gpu {
         }
     }
 
+    /// The arithmetic of convolutions and matrix products. `Tf32` lets
+    /// cuDNN choose TF32 tensor-op algorithms for float data and cuBLAS run
+    /// single-precision products on the tensor cores; `Fp32` holds both to
+    /// FMA math, which matches the CPU within float rounding. Plans made
+    /// before a change are dropped, since their algorithms (and workspace
+    /// sizes) were chosen for the other math.
+    pub fn set_precision(&self, precision: Precision) -> Result<(), CudaError> {
+        let tf32 = precision == Precision::Tf32;
+        let mode = if tf32 {
+            blas_sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
+        } else {
+            blas_sys::cublasMath_t::CUBLAS_DEFAULT_MATH
+        };
+        let libs = self.libs.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the handle was created in `Libs::new` and lives as long as
+        // `self`; it is used under its mutex, held here.
+        unsafe { blas_sys::cublasSetMathMode(libs.cublas, mode) }
+            .result()
+            .map_err(|e| CudaError::failed("cublasSetMathMode", e))?;
+        drop(libs);
+        if self.tf32.swap(tf32, Ordering::Relaxed) != tf32 {
+            self.plans.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        }
+        Ok(())
+    }
+
+    /// The precision set by [`Gpu::set_precision`] (fp32 until then).
+    pub fn precision(&self) -> Precision {
+        if self.tf32.load(Ordering::Relaxed) {
+            Precision::Tf32
+        } else {
+            Precision::Fp32
+        }
+    }
+
     /// The cuDNN plan of a convolution, made the first time it is asked for:
     /// descriptors, algorithms and workspace sizes are chosen once.
     pub(crate) fn conv_plan(&self, dims: ConvDims) -> Result<Arc<ConvPlan>, CudaError> {
@@ -186,7 +226,8 @@ impl Gpu {
         self.enter()?;
         let libs = self.libs.lock().unwrap_or_else(|e| e.into_inner());
         let deterministic = self.deterministic.load(Ordering::Relaxed);
-        let plan = Arc::new(ConvPlan::new(libs.cudnn, dims, deterministic)?);
+        let tf32 = self.tf32.load(Ordering::Relaxed);
+        let plan = Arc::new(ConvPlan::new(libs.cudnn, dims, deterministic, tf32)?);
         plans.push(plan.clone());
         Ok(plan)
     }

@@ -73,6 +73,10 @@ fn library(err: &Error) -> Option<String> {
             fix: None,
             ..
         } => Some("; pass --graph off or --device cuda".into()),
+        Error::Setting {
+            setting: bumpgrad::Setting::Precision,
+            ..
+        } => Some("; pass --precision fp32, or train on the GPU".into()),
         Error::Setting { setting, fix, .. } => {
             let flag = setting_flag(*setting);
             Some(match fix {
@@ -113,6 +117,7 @@ fn setting_flag(setting: bumpgrad::Setting) -> &'static str {
         S::Schedule => "--schedule and --warmup-epochs",
         S::LabelSmoothing => "--label-smoothing",
         S::Augment => "--augment",
+        S::Precision => "--precision",
     }
 }
 

@@ -5,7 +5,7 @@ mod hints;
 mod progress;
 
 use anyhow::Context;
-use bumpgrad::backend::{DeviceRequest, Group};
+use bumpgrad::backend::{DeviceRequest, Group, Precision};
 use bumpgrad::data::DataSource;
 use bumpgrad::distributed::env::{env_var, token_from};
 use bumpgrad::distributed::launcher::{self, LaunchOptions};
@@ -44,9 +44,19 @@ enum Command {
     /// Print where every byte of the arena would go (the persistent region and each step's
     /// liveness plan) without training and without allocating it; same flags as `train`.
     #[command(args_override_self = true)]
-    Memory(TrainArgs),
+    Memory(MemoryArgs),
     /// List the models `--model` takes, with their parameter counts for the data set.
     Models(ModelsArgs),
+}
+
+#[derive(clap::Args)]
+struct MemoryArgs {
+    #[command(flatten)]
+    train: TrainArgs,
+    /// Instead of one batch's plan, find the largest --batch whose whole arena (persistent region
+    /// and the largest step) fits --arena-size, by dry runs (progress on stderr).
+    #[arg(long)]
+    max_batch: bool,
 }
 
 #[derive(clap::Args)]
@@ -69,6 +79,26 @@ enum DeviceArg {
     Auto,
     Cpu,
     Cuda,
+}
+
+/// `--precision`: the arithmetic of convolutions and matrix products.
+#[derive(Clone, Copy, ValueEnum)]
+enum PrecisionArg {
+    /// IEEE single-precision FMA math everywhere (the default; GPU results match the CPU's
+    /// within float rounding).
+    Fp32,
+    /// Convolutions and matrix products on the tensor cores with TF32 inputs (10-bit mantissa)
+    /// and fp32 accumulation, as PyTorch's allow_tf32; GPU only.
+    Tf32,
+}
+
+impl From<PrecisionArg> for Precision {
+    fn from(arg: PrecisionArg) -> Self {
+        match arg {
+            PrecisionArg::Fp32 => Self::Fp32,
+            PrecisionArg::Tf32 => Self::Tf32,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -184,6 +214,9 @@ struct TrainArgs {
     /// (1.3× to 2.5× slower steps on the MNIST CNN; the CPU is deterministic anyway).
     #[arg(long)]
     deterministic: bool,
+    /// The arithmetic of convolutions and matrix products.
+    #[arg(long, value_enum, default_value = "fp32")]
+    precision: PrecisionArg,
     /// Write the training step's memory timeline (SVG) to FILE before training.
     #[arg(long, value_name = "FILE")]
     memory_report: Option<PathBuf>,
@@ -361,6 +394,7 @@ impl TrainArgs {
             resume: self.resume.clone(),
             memory_plan: self.memory_plan == Switch::On,
             deterministic: self.deterministic,
+            precision: self.precision.into(),
             data_parallel: None,
         }
     }
@@ -557,8 +591,12 @@ fn run_rank(args: &TrainArgs, rv: RendezvousConfig) -> anyhow::Result<ExitCode> 
     }
 }
 
-fn run_memory(args: &TrainArgs) -> anyhow::Result<()> {
+fn run_memory(memory: &MemoryArgs) -> anyhow::Result<()> {
+    let args = &memory.train;
     args.check()?;
+    if memory.max_batch {
+        return run_max_batch(args);
+    }
     let cfg = args.config();
     let (report, device) =
         train::memory_report(&cfg).with_context(|| format!("planning memory for {}", cfg.data_dir.display()))?;
@@ -575,11 +613,64 @@ fn run_memory(args: &TrainArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&report).context("encoding the report")?);
     } else {
         println!(
-            "bumpgrad memory: {}, batch {}, on {device}",
+            "bumpgrad memory: {}, batch {}, precision {}, on {device}",
             cfg.model.name(),
-            cfg.batch
+            cfg.batch,
+            cfg.precision
         );
         print!("{}", report.table(train::StepKind::name));
+    }
+    Ok(())
+}
+
+/// `memory --max-batch`: the largest batch that fits `--arena-size`.
+fn run_max_batch(args: &TrainArgs) -> anyhow::Result<()> {
+    if args.arena_size.0.is_none() {
+        anyhow::bail!(
+            "--max-batch searches within a given arena: pass --arena-size SIZE (e.g. 4GiB), not auto (a measured arena fits any batch)"
+        );
+    }
+    if args.memory_report.is_some() {
+        anyhow::bail!(
+            "--memory-report draws one batch's plan and --max-batch plans many; drop --memory-report, then draw the batch found with --batch"
+        );
+    }
+    let cfg = args.config();
+    let found = train::max_batch(&cfg, &mut |p| {
+        eprintln!(
+            "bumpgrad: batch {}: {} ({} of {})",
+            p.batch,
+            if p.fits() { "fits" } else { "does not fit" },
+            ByteSize(p.arena_bytes),
+            ByteSize(p.capacity_bytes)
+        )
+    })
+    .with_context(|| format!("finding the largest batch for {}", cfg.data_dir.display()))?;
+    if let Some(images) = found.capped_by_training_set {
+        eprintln!(
+            "bumpgrad: the search stopped at the training set's {images} images: no batch may exceed them (--train-limit, --data)"
+        );
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&found).context("encoding the result")?);
+    } else {
+        println!(
+            "bumpgrad memory: {}, precision {}, on {}",
+            found.model, found.precision, found.device
+        );
+        println!(
+            "largest batch that fits {}: {} (arena {}: persistent {}, step {}){}",
+            ByteSize(found.capacity_bytes),
+            found.max_batch,
+            ByteSize(found.arena_bytes),
+            ByteSize(found.persistent_bytes),
+            ByteSize(found.step_bytes),
+            if found.capped_by_training_set.is_some() {
+                ", the whole training set"
+            } else {
+                ""
+            }
+        );
     }
     Ok(())
 }

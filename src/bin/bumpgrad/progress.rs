@@ -65,8 +65,14 @@ impl Observer for Printer {
             info.model, info.parameters, info.optimizer, info.schedule
         ));
         self.say(&format!(
-            "bumpgrad: {}, {}: {} training / {} test images, {} steps per epoch, augment {}",
-            info.device_name, info.data, info.train_examples, info.test_examples, info.steps_per_epoch, info.augment
+            "bumpgrad: {}, precision {}, {}: {} training / {} test images, {} steps per epoch, augment {}",
+            info.device_name,
+            info.precision,
+            info.data,
+            info.train_examples,
+            info.test_examples,
+            info.steps_per_epoch,
+            info.augment
         ));
         if info.synthetic {
             self.say("bumpgrad: synthetic CIFAR-10-shaped data: accuracy means nothing");

@@ -1,0 +1,70 @@
+//! The arithmetic of a GPU's convolutions and matrix products.
+//!
+//! `Fp32` (the default) keeps IEEE single precision with fused multiply-adds
+//! everywhere, so a GPU run matches the CPU within float rounding. `Tf32`
+//! lets cuDNN and cuBLAS run them on the tensor cores with inputs rounded to
+//! TF32 (a 10-bit mantissa) and fp32 accumulation, as PyTorch's
+//! `allow_tf32` does: faster, about three decimal digits per product. The
+//! CPU computes in fp32 only; a device refuses `Tf32` there rather than
+//! ignoring it, so a result never claims a precision it did not use.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// See the module documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// IEEE single precision, FMA math.
+    #[default]
+    Fp32,
+    /// Tensor-core math with TF32 inputs and fp32 accumulation (GPU only).
+    Tf32,
+}
+
+impl Precision {
+    /// Every precision, in the order a user is shown them.
+    pub const ALL: [Self; 2] = [Self::Fp32, Self::Tf32];
+
+    /// The name it is parsed from and printed as: "fp32", "tf32".
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Fp32 => "fp32",
+            Self::Tf32 => "tf32",
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Precision {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.name() == text)
+            .ok_or_else(|| format!("unknown precision {text:?}; expected fp32 or tf32"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Precision;
+
+    #[test]
+    fn each_precision_parses_from_the_name_it_prints() {
+        for p in Precision::ALL {
+            assert_eq!(p.to_string().parse::<Precision>(), Ok(p));
+        }
+        assert_eq!(Precision::default(), Precision::Fp32);
+        assert_eq!(serde_json::to_string(&Precision::Tf32).unwrap(), "\"tf32\"");
+        let err = "TF32".parse::<Precision>().unwrap_err();
+        assert!(err.contains("expected fp32 or tf32"), "{err}");
+        assert!("bf16".parse::<Precision>().is_err());
+    }
+}

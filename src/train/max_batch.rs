@@ -1,0 +1,165 @@
+//! The largest batch whose arena fits a given size, found by dry runs.
+//!
+//! A batch fits when the arena `train` would need for it — the persistent
+//! region (model, optimizer state, the resident data set, the per-step
+//! tables) plus the largest step of the run (full and last training and
+//! evaluation steps, planned or bumped as `cfg.memory_plan` says) — is at
+//! most the size given: exactly the test `train` applies before it
+//! allocates. Each candidate is one dry run on the device asked for, so on
+//! a GPU the convolutions' workspaces are that GPU's.
+//!
+//! The search doubles from 1 until a batch does not fit (or the training
+//! set, which no batch may exceed, is reached), then bisects. What it
+//! reports was measured: the batch fits, and the next one does not (unless
+//! the training set stopped the search). That no batch further above fits
+//! rests on the need growing with the batch past the smallest ones: the
+//! step's activations grow with it, while the persistent region's per-step
+//! tables (a learning rate per step of the run, a loss per step of the
+//! epoch) shrink as the steps get fewer, which outweighs the activations
+//! only among the smallest batches, all of which fit when batch 1 does. On
+//! a GPU cuDNN may choose another algorithm, with another workspace, for
+//! another batch, so there a batch above the one reported may fit again by
+//! a workspace's few MiB; the one reported is the largest below the first
+//! that does not fit.
+
+use super::{measure, open_for_planning, ArenaNeeds, TrainConfig};
+use crate::backend::Precision;
+use crate::memory::{suggest, ByteSize};
+use crate::{Error, Result, Setting};
+
+/// What [`max_batch`] found.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MaxBatch {
+    /// The largest batch that fits.
+    pub max_batch: usize,
+    /// The arena that batch needs (`persistent_bytes + step_bytes`), at
+    /// most `capacity_bytes`.
+    pub arena_bytes: usize,
+    pub persistent_bytes: usize,
+    /// The largest step's bytes: the planned peak (or the bump high-water
+    /// without the memory plan) of the training or evaluation step.
+    pub step_bytes: usize,
+    /// The arena size searched within.
+    pub capacity_bytes: usize,
+    /// The training set's size, when it stopped the search (a larger batch
+    /// might fit the arena, but no batch may exceed the training set).
+    pub capped_by_training_set: Option<usize>,
+    pub precision: Precision,
+    /// The network, as `--model` names it.
+    pub model: &'static str,
+    /// The device the dry runs were shaped like ("cpu (2 threads)").
+    pub device: String,
+}
+
+/// One dry run of the search, for progress lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    pub batch: usize,
+    /// The arena this batch needs.
+    pub arena_bytes: usize,
+    pub capacity_bytes: usize,
+}
+
+impl Probe {
+    pub fn fits(&self) -> bool {
+        self.arena_bytes <= self.capacity_bytes
+    }
+}
+
+/// The largest batch of `cfg`'s run (its `batch` aside) whose arena fits
+/// `cfg.arena_size`, which must be given; `progress` hears of every dry run.
+/// Batch 1 not fitting is an error naming the size it needs.
+pub fn max_batch(cfg: &TrainConfig, progress: &mut dyn FnMut(&Probe)) -> Result<MaxBatch> {
+    let Some(capacity) = cfg.arena_size else {
+        return Err(Error::setting(
+            Setting::ArenaSize,
+            "the largest batch is searched within a given arena size, and none was given (a measured arena fits any batch)",
+            Some("a size such as 4GiB".into()),
+        ));
+    };
+    // Batch 1 is always a valid setting: checks that name the batch see it.
+    let (host, device) = open_for_planning(&TrainConfig {
+        batch: 1,
+        ..cfg.clone()
+    })?;
+    let limit = host.train_images.count;
+    let mut probe = |batch: usize| -> Result<(bool, ArenaNeeds)> {
+        let needs = measure(&TrainConfig { batch, ..cfg.clone() }, &host, &device)?;
+        let probe = Probe {
+            batch,
+            arena_bytes: needs.total(),
+            capacity_bytes: capacity,
+        };
+        progress(&probe);
+        Ok((probe.fits(), needs))
+    };
+    let (fits, mut best) = probe(1)?;
+    if !fits {
+        return Err(Error::setting(
+            Setting::ArenaSize,
+            format!(
+                "even a batch of 1 needs an arena of {} (persistent {}, step {}), above the {} given",
+                ByteSize(best.total()),
+                ByteSize(best.persistent_bytes),
+                ByteSize(best.step_bytes),
+                ByteSize(capacity)
+            ),
+            Some(format!("{} or more", suggest(best.total()))),
+        ));
+    }
+    // `lo` fits; `hi`, once found, was measured not to.
+    let mut lo = 1;
+    let mut hi = None;
+    while hi.is_none() && lo < limit {
+        let batch = lo.saturating_mul(2).min(limit);
+        match probe(batch)? {
+            (true, needs) => (lo, best) = (batch, needs),
+            (false, _) => hi = Some(batch),
+        }
+    }
+    if let Some(mut hi) = hi {
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            match probe(mid)? {
+                (true, needs) => (lo, best) = (mid, needs),
+                (false, _) => hi = mid,
+            }
+        }
+    }
+    Ok(MaxBatch {
+        max_batch: lo,
+        arena_bytes: best.total(),
+        persistent_bytes: best.persistent_bytes,
+        step_bytes: best.step_bytes,
+        capacity_bytes: capacity,
+        capped_by_training_set: (lo == limit).then_some(limit),
+        precision: cfg.precision,
+        model: cfg.model.name(),
+        device: device.describe(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::DeviceRequest;
+
+    #[test]
+    fn without_an_arena_size_there_is_nothing_to_search_within() {
+        let cfg = TrainConfig {
+            device: DeviceRequest::Cpu,
+            arena_size: None,
+            ..TrainConfig::default()
+        };
+        let mut probes = 0;
+        match max_batch(&cfg, &mut |_| probes += 1) {
+            Err(Error::Setting {
+                setting: Setting::ArenaSize,
+                fix,
+                ..
+            }) => assert_eq!(fix.as_deref(), Some("a size such as 4GiB")),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(probes, 0, "refused before any dry run");
+    }
+}
