@@ -181,7 +181,10 @@ fn a_resnet_recomputes_its_batch_norm_relu_outputs_instead_of_keeping_them() {
     let outputs: Vec<_> = named("batch-norm relu output").collect();
     assert_eq!(outputs.len(), 9);
     for b in &outputs {
-        assert!(b.life.last < backward, "kept into backward: {b:?} (backward from tick {backward})");
+        assert!(
+            b.life.last < backward,
+            "kept into backward: {b:?} (backward from tick {backward})"
+        );
     }
     assert_eq!(named("batch-norm relu output, recomputed").count(), 9);
 }

@@ -43,6 +43,32 @@ impl Backend {
         }
     }
 
+    /// Times the convolution algorithms on `bytes` free bytes at `offset`
+    /// (see [`super::cuda::CudaBackend::tune_convolutions`]); 0 changed on
+    /// a device that has nothing to time.
+    pub(crate) fn tune_convolutions(&mut self, offset: usize, bytes: usize) -> Result<usize, BackendError> {
+        match self {
+            Self::Cuda(gpu) => gpu.tune_convolutions(offset, bytes),
+            Self::Cpu(_) | Self::Dry(_) => Ok(0),
+        }
+    }
+
+    /// Chooses among the timed algorithms with workspaces of at most
+    /// `limit` bytes; the largest chosen.
+    pub(crate) fn select_convolutions(&self, limit: usize) -> usize {
+        match self {
+            Self::Cuda(gpu) => gpu.select_convolutions(limit),
+            Self::Cpu(_) | Self::Dry(_) => 0,
+        }
+    }
+
+    /// Back to the heuristic's convolution algorithms.
+    pub(crate) fn untune_convolutions(&self) {
+        if let Self::Cuda(gpu) = self {
+            gpu.untune_convolutions();
+        }
+    }
+
     /// Prepares to time up to `ops` ops of one step; false where the device
     /// cannot time them. Call at start-up: a GPU's events may take memory.
     pub(crate) fn enable_timing(&mut self, ops: usize) -> Result<bool, BackendError> {

@@ -283,6 +283,12 @@ impl Backend {
 
     /// What temporaries are sized for on this backend (a dry one answers
     /// for the device it is shaped like).
+    /// A dry backend shaped like this one: it runs nothing and sizes as
+    /// this device does.
+    pub(crate) fn dry_twin(&self) -> Self {
+        Self::Dry(self.sizing())
+    }
+
     pub fn sizing(&self) -> Sizing {
         match self {
             Self::Cpu(cpu) => Sizing::Cpu { threads: cpu.threads() },

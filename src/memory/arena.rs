@@ -558,6 +558,34 @@ impl Arena {
         Ok(self.backend.device_memory()?)
     }
 
+    /// Times the convolution algorithms of every shape planned so far in
+    /// the arena's free bytes (before anything is allocated in it: they
+    /// hold nothing) and chooses the fastest of each pass (GPU only). Plans
+    /// of steps must be made again: workspace sizes may have changed.
+    /// Returns how many shapes changed an algorithm.
+    pub fn tune_convolutions(&mut self) -> Result<usize, ArenaError> {
+        let free = self.capacity - self.top;
+        Ok(self.backend.tune_convolutions(self.top, free)?)
+    }
+
+    /// Chooses among the timed algorithms again, with workspaces of at
+    /// most `limit` bytes; returns the largest workspace chosen.
+    pub fn select_convolutions(&self, limit: usize) -> usize {
+        self.backend.select_convolutions(limit)
+    }
+
+    /// Undoes [`Arena::tune_convolutions`].
+    pub fn untune_convolutions(&self) {
+        self.backend.untune_convolutions();
+    }
+
+    /// A dry arena shaped like this one (same device and sizes), without a
+    /// capacity: running a step on it measures what the step needs with
+    /// this arena's convolution choices.
+    pub fn dry_twin(&self) -> Self {
+        Self::with_backend(self.backend.dry_twin(), usize::MAX / 4)
+    }
+
     /// Prepares to time up to `ops` ops of one step (GPU only; false on the
     /// CPU). Call at start-up: the events it creates may take device memory.
     pub fn enable_op_timing(&mut self, ops: usize) -> Result<bool, ArenaError> {

@@ -14,7 +14,7 @@ mod task;
 
 pub use checkpoints::{CheckpointPolicy, Every, Position};
 pub use max_batch::{max_batch, MaxBatch, Probe};
-pub use report::{resident_bytes, EpochReport, Observer, Quiet, RunInfo, StepProfile};
+pub use report::{resident_bytes, ConvTuning, EpochReport, Observer, Quiet, RunInfo, StepProfile};
 pub use session::{Control, Session, StepKind, READBACK};
 pub use task::{Classification, Task};
 
@@ -82,6 +82,9 @@ pub struct TrainConfig {
     /// or TF32 tensor-core math (GPU only). Not part of the model: a
     /// checkpoint resumes under either.
     pub precision: Precision,
+    /// How a GPU chooses its convolution algorithms (see [`ConvAlgos`]);
+    /// deterministic convolutions are always the heuristic's.
+    pub conv_algos: ConvAlgos,
     /// This process is one rank of a data-parallel run; `batch` is then
     /// the examples per step on each rank.
     pub data_parallel: Option<DataParallel>,
@@ -125,6 +128,7 @@ impl Default for TrainConfig {
             memory_plan: true,
             deterministic: false,
             precision: Precision::Fp32,
+            conv_algos: ConvAlgos::Timed,
             data_parallel: None,
         }
     }
@@ -218,12 +222,42 @@ fn configure(cfg: &TrainConfig, device: &Device, fell_back: Option<&str>) -> Res
     Ok(())
 }
 
+/// How a GPU chooses each convolution's algorithms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConvAlgos {
+    /// Every algorithm timed on the device before the first step, the
+    /// fastest kept (as PyTorch's `cudnn.benchmark`): a larger workspace
+    /// is taken where the step stays within [`TUNING_GROWTH`] of the
+    /// heuristic's. Two runs may time differently and so round
+    /// differently.
+    #[default]
+    Timed,
+    /// cuDNN's heuristic choice for the shape, with at most 8 MiB of
+    /// workspace: the same algorithms every run.
+    Heuristic,
+}
+
+/// How much a timed choice may grow the step over the heuristic's: 5%.
+pub const TUNING_GROWTH: f64 = 0.05;
+
+/// Bytes a timed choice may add to a step of `step_bytes` (see
+/// [`TUNING_GROWTH`]): a measured arena is made that much larger.
+pub fn tuning_headroom(step_bytes: usize) -> usize {
+    (step_bytes as f64 * TUNING_GROWTH) as usize
+}
+
 /// The persistent bytes and step bytes a session needs on `device`,
 /// measured by running one step of every kind it will run (full and last
 /// training and evaluation batches) on a dry arena; with the memory plan
 /// on, also the plans of those steps, for the real arena to follow.
 pub fn measure(cfg: &TrainConfig, host: &ImageSet, device: &Device) -> Result<ArenaNeeds> {
-    let mut session = Session::new(cfg, host, Arena::dry(device, None))?;
+    measure_on(cfg, host, Arena::dry(device, None))
+}
+
+/// [`measure`] on a given dry arena.
+fn measure_on(cfg: &TrainConfig, host: &ImageSet, dry: Arena) -> Result<ArenaNeeds> {
+    let mut session = Session::new(cfg, host, dry)?;
     session.probe()?;
     let arena = session.arena();
     let plans = arena.plans().to_vec();
@@ -364,6 +398,53 @@ pub fn prepare(cfg: &TrainConfig) -> Result<(Session, RunInfo)> {
     prepare_in(cfg, None)
 }
 
+/// Times the convolution algorithms on `arena` (see [`prepare_in`]) and
+/// keeps the fastest whose step fits: at most [`TUNING_GROWTH`] over the
+/// heuristic's `needs`, and `capacity`. On success `needs` becomes the
+/// timed choices' (their plans are the ones to follow).
+fn time_convolutions(
+    cfg: &TrainConfig,
+    host: &ImageSet,
+    arena: &mut Arena,
+    needs: &mut ArenaNeeds,
+    capacity: usize,
+) -> Result<ConvTuning> {
+    let changed = arena.tune_convolutions()?;
+    let bound = (needs.step_bytes + tuning_headroom(needs.step_bytes)).min(capacity - needs.persistent_bytes);
+    let mut largest = arena.select_convolutions(usize::MAX);
+    let mut limit = None;
+    if changed == 0 {
+        return Ok(ConvTuning {
+            changed,
+            workspace_limit: None,
+            kept: true,
+        });
+    }
+    loop {
+        let timed = measure_on(cfg, host, arena.dry_twin())?;
+        if timed.step_bytes <= bound && timed.total() <= capacity {
+            *needs = timed;
+            return Ok(ConvTuning {
+                changed,
+                workspace_limit: limit,
+                kept: true,
+            });
+        }
+        // Past this the choices are the heuristic's, whose step was measured.
+        if largest <= crate::backend::cuda::WORKSPACE_LIMIT {
+            break;
+        }
+        limit = Some(largest / 2);
+        largest = arena.select_convolutions(largest / 2);
+    }
+    arena.untune_convolutions();
+    Ok(ConvTuning {
+        changed,
+        workspace_limit: None,
+        kept: false,
+    })
+}
+
 /// [`prepare`] for one rank of a data-parallel run: its device joins the
 /// group first.
 pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, RunInfo)> {
@@ -381,9 +462,27 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
     };
     let threads = device.threads();
     let device_name = device.describe();
-    let needs = measure(cfg, &host, &device)?;
-    let capacity = capacity(cfg, &host, &device, &needs)?;
+    let mut needs = measure(cfg, &host, &device)?;
+    let mut capacity = capacity(cfg, &host, &device, &needs)?;
+    // A GPU times its convolution algorithms in the new arena's free bytes
+    // before the first step (nothing is in it yet: the whole arena is free
+    // to time with), as PyTorch's cudnn.benchmark does. The fastest may
+    // want more workspace than the heuristic's choice. The liveness plan
+    // puts a backward convolution's workspace in bytes the step has freed,
+    // so the step grows far less than the workspaces (ResNet-18 at batch
+    // 128 on the H200: 1.4% for 9.9 rather than 23.5 ms a step); where it
+    // would grow more than TUNING_GROWTH, or past a given arena, the
+    // largest workspace allowed is halved until it does not.
+    let tuning = matches!(device, Device::Cuda(_)) && !cfg.deterministic && cfg.conv_algos == ConvAlgos::Timed;
+    if tuning && cfg.arena_size.is_none() {
+        capacity += tuning_headroom(needs.step_bytes);
+    }
     let mut arena = Arena::new(device, capacity)?;
+    let conv_tuning = if tuning {
+        Some(time_convolutions(cfg, &host, &mut arena, &mut needs, capacity)?)
+    } else {
+        None
+    };
     if cfg.memory_plan {
         arena.adopt_plans(&needs.plans);
     }
@@ -414,6 +513,7 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
         schedule: format!("lr {} {}", cfg.lr, cfg.schedule),
         buckets: session.bucket_layout(),
         nccl_bytes,
+        conv_tuning,
     };
     Ok((session, info))
 }

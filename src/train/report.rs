@@ -46,6 +46,9 @@ pub struct RunInfo {
     pub buckets: Vec<(Vec<String>, usize)>,
     /// Device memory NCCL took for its communicator, outside the arena.
     pub nccl_bytes: Option<usize>,
+    /// On a GPU, unless convolutions must be deterministic: the timing of
+    /// the convolution algorithms before the first step.
+    pub conv_tuning: Option<ConvTuning>,
 }
 
 /// One epoch, as `--json` prints it.
@@ -167,4 +170,18 @@ pub fn resident_bytes() -> Option<u64> {
     let statm = std::str::from_utf8(&buf[..n]).ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     pages.checked_mul(crate::backend::cpu::page_size()? as u64)
+}
+
+/// What timing the convolution algorithms did (see `train::prepare`).
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct ConvTuning {
+    /// Convolution shapes whose fastest algorithm of some pass was not the
+    /// heuristic's.
+    pub changed: usize,
+    /// The largest workspace the kept choices could take, where the
+    /// fastest would have grown the step too much (`None`: no limit).
+    pub workspace_limit: Option<usize>,
+    /// Whether the timed choices are the ones the run uses (else the
+    /// heuristic's, as no timed step fitted).
+    pub kept: bool,
 }

@@ -93,3 +93,69 @@ fn resnets_train_200_steps_without_moving_device_memory() {
         }
     }
 }
+
+/// A GPU run times its convolution algorithms before the first step and
+/// plans the step with the timed choices' workspaces: the arena is the
+/// measured one plus the headroom it announced, every step follows the
+/// plan made after timing (its high-water is that plan's peak, to the
+/// byte: a plan made before would have been left), and the losses are the
+/// CPU's within the tests' tolerance. With deterministic convolutions
+/// nothing is timed.
+#[test]
+fn timed_convolutions_are_planned_for_and_train_as_the_cpu_does() {
+    use bumpgrad::models::{Depth, ResNet};
+    use bumpgrad::train::{prepare, StepKind};
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_probe) = gpu("timed_convolutions") else {
+        return;
+    };
+    drop(_probe);
+    let cfg = TrainConfig {
+        device: DeviceRequest::Cuda,
+        model: ResNet::choice(Depth::R18, 0.5),
+        data_dir: "synthetic:cifar10:1024".into(),
+        epochs: 2,
+        batch: 128,
+        lr: 0.02,
+        ..TrainConfig::default()
+    };
+    let (mut session, info) = prepare(&cfg).expect("prepare");
+    let tuning = info.conv_tuning.expect("a GPU times its convolutions");
+    assert!(tuning.kept, "{tuning:?}");
+    let memory = info.memory.as_ref().expect("a memory plan");
+    let planned = memory
+        .plans
+        .iter()
+        .find(|p| p.key == StepKind::Train as u32)
+        .expect("a training plan")
+        .peak;
+    let mut seen = Collect(Vec::new());
+    let gpu = (1..=cfg.epochs)
+        .map(|e| session.epoch(e, &mut seen).expect("epoch"))
+        .collect::<Vec<_>>();
+    for r in &gpu {
+        assert_eq!(r.arena.step_high_water_bytes, planned, "epoch {}", r.epoch);
+        assert!(r.arena.persistent_bytes + planned <= r.arena.capacity_bytes);
+    }
+    let cpu = train_on(&TrainConfig {
+        device: DeviceRequest::Cpu,
+        ..cfg.clone()
+    });
+    // Random labels: accuracy is noise; the losses are held to the CPU's.
+    for (c, g) in cpu.iter().zip(&gpu) {
+        let gap = (c.train_loss - g.train_loss).abs() / c.train_loss;
+        assert!(
+            gap <= 2e-3,
+            "epoch {}: loss {} on the CPU, {} on the GPU",
+            c.epoch,
+            c.train_loss,
+            g.train_loss
+        );
+    }
+    let (_, info) = prepare(&TrainConfig {
+        deterministic: true,
+        ..cfg
+    })
+    .expect("prepare");
+    assert!(info.conv_tuning.is_none(), "deterministic runs time nothing");
+}

@@ -1,18 +1,21 @@
 //! Convolutions through cuDNN: per convolution shape, the descriptors, the
-//! algorithm of each pass and its workspace size, chosen once (by cuDNN's
-//! heuristics, with FMA math so results match the CPU's within float
-//! rounding unless TF32 was asked for, and with a workspace the arena can
-//! spare). The workspace itself is allocated in the step region by the op,
-//! like any temporary.
+//! algorithm of each pass and its workspace size. The first choice is
+//! cuDNN's heuristic's (with FMA math so results match the CPU's within
+//! float rounding unless TF32 was asked for, and a workspace of at most
+//! [`WORKSPACE_LIMIT`]); a training run then times every algorithm on the
+//! device and chooses again (see [`ConvPlan::tune`] and `train::prepare`).
+//! The workspace itself is allocated in the step region by the op, like
+//! any temporary.
 
 use super::CudaError;
 use cudarc::cudnn::result as dnn;
 use cudarc::cudnn::sys;
 use std::ffi::c_void;
+use std::sync::Mutex;
 
-/// The largest workspace an algorithm may ask for. The tiny convolutions of
-/// the MNIST CNN need none; a limit keeps a heuristic's FFT choice from
-/// tripling the step region.
+/// The largest workspace the heuristic's choice may ask for. The tiny
+/// convolutions of the MNIST CNN need none; a limit keeps a heuristic's FFT
+/// choice from tripling the step region.
 pub const WORKSPACE_LIMIT: usize = 8 << 20;
 
 /// A convolution's sizes: input `[n, c, h, w]`, filters `[f, c, kh, kw]`,
@@ -142,9 +145,44 @@ pub struct ConvPlan {
     w: FilterDesc,
     conv: ConvDesc,
     y: TensorDesc,
+    deterministic: bool,
+    tf32: bool,
+    /// cuDNN's heuristic choice, within [`WORKSPACE_LIMIT`]...
+    heuristic: Choices,
+    /// ...and the one the passes run: the heuristic's until [`ConvPlan::tune`]
+    /// times the algorithms on the device.
+    chosen: Mutex<Choices>,
+    /// The timed algorithms of each pass that may run, fastest first, with
+    /// their workspace bytes.
+    timed: Mutex<Option<Timed>>,
+}
+
+struct Timed {
+    fwd: Vec<(sys::cudnnConvolutionFwdAlgo_t, usize)>,
+    data: Vec<(sys::cudnnConvolutionBwdDataAlgo_t, usize)>,
+    filter: Vec<(sys::cudnnConvolutionBwdFilterAlgo_t, usize)>,
+}
+
+/// The algorithm of each pass and the workspace bytes it needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Choices {
     fwd: (sys::cudnnConvolutionFwdAlgo_t, usize),
     data: (sys::cudnnConvolutionBwdDataAlgo_t, usize),
     filter: (sys::cudnnConvolutionBwdFilterAlgo_t, usize),
+}
+
+/// Whether an algorithm cuDNN reports may run: it ran (or may), uses the
+/// precision's math, fits `limit` and, when asked, is deterministic.
+macro_rules! allowed {
+    ($p:expr, $limit:expr, $deterministic:expr, $tf32:expr) => {{
+        let p = $p;
+        p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS
+            && p.memory <= $limit
+            && (!$deterministic || p.determinism == sys::cudnnDeterminism_t::CUDNN_DETERMINISTIC)
+            && ($tf32 || p.mathType != sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH)
+            // Down-converts float data to fp16: below what either precision promises.
+            && p.mathType != sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
+    }};
 }
 
 // SAFETY: the descriptors are host objects that are never modified after
@@ -171,16 +209,20 @@ macro_rules! choose {
         let mut perf: [$perf; $count] = std::mem::zeroed();
         let mut returned = 0;
         $get($count as i32, &mut returned, perf.as_mut_ptr()).map_err(dnn_err($what))?;
-        let ok = perf[..returned.max(0) as usize].iter().find(|p| {
-            p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS
-                && p.memory <= WORKSPACE_LIMIT
-                && (!$deterministic || p.determinism == sys::cudnnDeterminism_t::CUDNN_DETERMINISTIC)
-                && ($tf32 || p.mathType != sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH)
-                // Down-converts float data to fp16: below what either precision promises.
-                && p.mathType != sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
-        });
+        let offered = &perf[..returned.max(0) as usize];
+        // Within the limit if one is; else (a deterministic weight gradient
+        // of a large convolution) the one that needs least.
+        let ok = offered
+            .iter()
+            .find(|p| allowed!(p, WORKSPACE_LIMIT, $deterministic, $tf32))
+            .or_else(|| {
+                offered
+                    .iter()
+                    .filter(|p| allowed!(p, usize::MAX, $deterministic, $tf32))
+                    .min_by_key(|p| p.memory)
+            });
         let algo = ok
-            .ok_or_else(|| CudaError::failed($what, "cuDNN offers no algorithm within the workspace limit"))?
+            .ok_or_else(|| CudaError::failed($what, "cuDNN offers no algorithm for this convolution"))?
             .algo;
         (algo, $size(algo).map_err(dnn_err($what))?)
     }};
@@ -267,29 +309,160 @@ impl ConvPlan {
                 tf32,
                 "choosing the convolution weight-gradient algorithm"
             );
+            let heuristic = Choices { fwd, data, filter };
             Ok(Self {
                 dims: d,
                 x,
                 w,
                 conv,
                 y,
-                fwd,
-                data,
-                filter,
+                deterministic,
+                tf32,
+                heuristic,
+                chosen: Mutex::new(heuristic),
+                timed: Mutex::new(None),
             })
         }
     }
 
     /// Workspace bytes the pass's algorithm needs.
     pub fn workspace_bytes(&self, pass: ConvPass) -> usize {
+        let c = self.choices();
         match pass {
-            ConvPass::Forward => self.fwd.1,
-            ConvPass::InputGrad => self.data.1,
-            ConvPass::WeightGrad => self.filter.1,
+            ConvPass::Forward => c.fwd.1,
+            ConvPass::InputGrad => c.data.1,
+            ConvPass::WeightGrad => c.filter.1,
         }
     }
 
-    /// Runs one pass: `a` and `b` are its two inputs, `out` is overwritten.
+    fn choices(&self) -> Choices {
+        *self.chosen.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Goes back to cuDNN's heuristic choice (when the timed choices' step
+    /// does not fit).
+    pub(crate) fn untune(&self) {
+        *self.chosen.lock().unwrap_or_else(|e| e.into_inner()) = self.heuristic;
+    }
+
+    /// Chooses, for each pass, the fastest timed algorithm whose workspace
+    /// is at most `limit` bytes (the heuristic's choice where none was timed
+    /// or none fits). Returns the largest workspace chosen.
+    pub(crate) fn select(&self, limit: usize) -> usize {
+        let timed = self.timed.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(t) = timed.as_ref() else { return 0 };
+        fn pick<A: Copy>(list: &[(A, usize)], limit: usize, fallback: (A, usize)) -> (A, usize) {
+            list.iter().copied().find(|&(_, ws)| ws <= limit).unwrap_or(fallback)
+        }
+        let h = self.heuristic;
+        let c = Choices {
+            fwd: pick(&t.fwd, limit, h.fwd),
+            data: pick(&t.data, limit, h.data),
+            filter: pick(&t.filter, limit, h.filter),
+        };
+        *self.chosen.lock().unwrap_or_else(|e| e.into_inner()) = c;
+        c.fwd.1.max(c.data.1).max(c.filter.1)
+    }
+
+    /// Times every algorithm of each pass on the device (cuDNN's `Find…Ex`,
+    /// as PyTorch's `cudnn.benchmark` does) with up to `workspace_bytes` of
+    /// workspace, keeps those allowed (see `allowed!`) fastest first, and
+    /// selects the fastest of each pass. Returns whether a choice changed
+    /// from the heuristic's.
+    ///
+    /// # Safety
+    /// `x`, `w` and `y` must address live device memory of at least the
+    /// input, filter and output sizes of `dims`, disjoint, that the device
+    /// may overwrite; `workspace` at least `workspace_bytes` bytes, disjoint
+    /// from them; `handle` the cuDNN handle this plan was made with.
+    pub(crate) unsafe fn tune(
+        &self,
+        handle: sys::cudnnHandle_t,
+        [x, w, y]: [u64; 3],
+        workspace: u64,
+        workspace_bytes: usize,
+    ) -> Result<bool, CudaError> {
+        let ws = workspace as *mut c_void;
+        let (det, tf32) = (self.deterministic, self.tf32);
+        let mut returned = 0;
+        // Zero is a valid bit pattern of each field of the perf structs (see
+        // `choose!`); cuDNN returns them fastest first.
+        let mut fwd: [sys::cudnnConvolutionFwdAlgoPerf_t; 8] = std::mem::zeroed();
+        sys::cudnnFindConvolutionForwardAlgorithmEx(
+            handle,
+            self.x.0,
+            x as *const c_void,
+            self.w.0,
+            w as *const c_void,
+            self.conv.0,
+            self.y.0,
+            y as *mut c_void,
+            8,
+            &mut returned,
+            fwd.as_mut_ptr(),
+            ws,
+            workspace_bytes,
+        )
+        .result()
+        .map_err(dnn_err("cudnnFindConvolutionForwardAlgorithmEx"))?;
+        let fwd = fwd[..returned.max(0) as usize]
+            .iter()
+            .filter(|p| allowed!(p, workspace_bytes, det, tf32))
+            .map(|p| (p.algo, p.memory))
+            .collect();
+        let mut data: [sys::cudnnConvolutionBwdDataAlgoPerf_t; 8] = std::mem::zeroed();
+        sys::cudnnFindConvolutionBackwardDataAlgorithmEx(
+            handle,
+            self.w.0,
+            w as *const c_void,
+            self.y.0,
+            y as *const c_void,
+            self.conv.0,
+            self.x.0,
+            x as *mut c_void,
+            8,
+            &mut returned,
+            data.as_mut_ptr(),
+            ws,
+            workspace_bytes,
+        )
+        .result()
+        .map_err(dnn_err("cudnnFindConvolutionBackwardDataAlgorithmEx"))?;
+        let data = data[..returned.max(0) as usize]
+            .iter()
+            .filter(|p| allowed!(p, workspace_bytes, det, tf32))
+            .map(|p| (p.algo, p.memory))
+            .collect();
+        let mut filter: [sys::cudnnConvolutionBwdFilterAlgoPerf_t; 8] = std::mem::zeroed();
+        sys::cudnnFindConvolutionBackwardFilterAlgorithmEx(
+            handle,
+            self.x.0,
+            x as *const c_void,
+            self.y.0,
+            y as *const c_void,
+            self.conv.0,
+            self.w.0,
+            w as *mut c_void,
+            8,
+            &mut returned,
+            filter.as_mut_ptr(),
+            ws,
+            workspace_bytes,
+        )
+        .result()
+        .map_err(dnn_err("cudnnFindConvolutionBackwardFilterAlgorithmEx"))?;
+        let filter = filter[..returned.max(0) as usize]
+            .iter()
+            .filter(|p| allowed!(p, workspace_bytes, det, tf32))
+            .map(|p| (p.algo, p.memory))
+            .collect();
+        *self.timed.lock().unwrap_or_else(|e| e.into_inner()) = Some(Timed { fwd, data, filter });
+        self.select(usize::MAX);
+        Ok(self.choices() != self.heuristic)
+    }
+
+    /// Runs one pass: `a` and `b` are its two inputs; `out` is overwritten,
+    /// or with `accumulate` added to.
     ///
     /// # Safety
     /// The pointers must address live device memory of at least the sizes
@@ -297,6 +470,7 @@ impl ConvPlan {
     /// output grad → input grad; weight grad: input, output grad → filter
     /// grad), `workspace` at least `workspace_bytes(pass)` bytes, and
     /// `handle` must be the cuDNN handle this plan was made with.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn run(
         &self,
         handle: sys::cudnnHandle_t,
@@ -305,13 +479,15 @@ impl ConvPlan {
         b: u64,
         workspace: u64,
         out: u64,
+        accumulate: bool,
     ) -> Result<(), CudaError> {
         let (one, zero) = (1.0f32, 0.0f32);
         let alpha = (&one as *const f32).cast::<c_void>();
-        let beta = (&zero as *const f32).cast::<c_void>();
+        let beta = (if accumulate { &one } else { &zero } as *const f32).cast::<c_void>();
         let ptr = |p: u64| p as *const c_void;
         let out = out as *mut c_void;
         let ws = workspace as *mut c_void;
+        let c = self.choices();
         match pass {
             ConvPass::Forward => dnn::convolution_forward(
                 handle,
@@ -321,9 +497,9 @@ impl ConvPlan {
                 self.w.0,
                 ptr(b),
                 self.conv.0,
-                self.fwd.0,
+                c.fwd.0,
                 ws,
-                self.fwd.1,
+                c.fwd.1,
                 beta,
                 self.y.0,
                 out,
@@ -337,9 +513,9 @@ impl ConvPlan {
                 self.y.0,
                 ptr(b),
                 self.conv.0,
-                self.data.0,
+                c.data.0,
                 ws,
-                self.data.1,
+                c.data.1,
                 beta,
                 self.x.0,
                 out,
@@ -353,9 +529,9 @@ impl ConvPlan {
                 self.y.0,
                 ptr(b),
                 self.conv.0,
-                self.filter.0,
+                c.filter.0,
                 ws,
-                self.filter.1,
+                c.filter.1,
                 beta,
                 self.w.0,
                 out,

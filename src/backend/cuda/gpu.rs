@@ -218,6 +218,11 @@ impl Gpu {
 
     /// The cuDNN plan of a convolution, made the first time it is asked for:
     /// descriptors, algorithms and workspace sizes are chosen once.
+    /// Every convolution shape planned so far.
+    pub(crate) fn conv_plans(&self) -> Vec<Arc<ConvPlan>> {
+        self.plans.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     pub(crate) fn conv_plan(&self, dims: ConvDims) -> Result<Arc<ConvPlan>, CudaError> {
         let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(plan) = plans.iter().find(|p| p.dims == dims) {

@@ -233,6 +233,60 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// Times the algorithms of every convolution planned so far (see
+    /// [`ConvPlan::tune`]) on `bytes` bytes of the arena at `offset`, which
+    /// hold nothing live (the arena before its first allocation): each
+    /// shape's input, filters and output at its start, the rest as
+    /// workspace. The bytes used are zeroed again after. Returns how many
+    /// shapes changed an algorithm.
+    pub fn tune_convolutions(&mut self, offset: usize, bytes: usize) -> Result<usize, BackendError> {
+        const OP: &str = "timing the convolution algorithms";
+        self.enter(OP)?;
+        let base = self.memory.address(offset, bytes)?;
+        let aligned = |floats: usize| (floats * 4).div_ceil(256) * 256;
+        let (mut changed, mut touched) = (0, 0);
+        for plan in self.gpu.conv_plans() {
+            let d = plan.dims;
+            let sizes = [aligned(d.input_len()), aligned(d.filter_len()), aligned(d.output_len())];
+            let tensors: usize = sizes.iter().sum();
+            // Too large to time here: the heuristic's choice stays.
+            let Some(workspace) = bytes.checked_sub(tensors) else {
+                continue;
+            };
+            touched = bytes;
+            let x = base;
+            let w = x + sizes[0] as u64;
+            let y = w + sizes[1] as u64;
+            let libs = self.gpu.libs.lock().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: the three tensors and the workspace are disjoint
+            // ranges of `bytes` arena bytes at `offset` (checked by
+            // `address` above), which the caller guarantees hold nothing
+            // live; the handle is the one every plan was made with, used
+            // under its mutex.
+            let r = unsafe { plan.tune(libs.cudnn, [x, w, y], y + sizes[2] as u64, workspace) };
+            drop(libs);
+            changed += usize::from(r.map_err(|e| self.poison(OP, e))?);
+        }
+        // SAFETY: the range was checked above and lies in the arena.
+        unsafe { driver::memset_d8_async(base, 0, touched, self.gpu.stream.cu_stream()) }
+            .map_err(|e| self.poison(OP, CudaError::failed("cuMemsetD8Async", e)))?;
+        self.synchronize(OP)?;
+        Ok(changed)
+    }
+
+    /// Chooses among the timed algorithms again, each workspace at most
+    /// `limit` bytes (see [`ConvPlan::select`]); returns the largest chosen.
+    pub fn select_convolutions(&self, limit: usize) -> usize {
+        self.gpu.conv_plans().iter().map(|p| p.select(limit)).max().unwrap_or(0)
+    }
+
+    /// Puts every convolution back on cuDNN's heuristic choice.
+    pub fn untune_convolutions(&self) {
+        for plan in self.gpu.conv_plans() {
+            plan.untune();
+        }
+    }
+
     /// Waits for every queued kernel; reports an asynchronous error as `op`'s.
     pub fn synchronize(&mut self, op: &'static str) -> Result<(), BackendError> {
         // SAFETY: the stream is alive as long as `gpu`.
@@ -455,7 +509,9 @@ impl CudaBackend {
     }
 
     /// One pass of a convolution through cuDNN (see [`ConvPass`] for which
-    /// buffers are which).
+    /// buffers are which): `out` is overwritten, or with `accumulate` added
+    /// to (a gradient's second contribution, without a pass of its own).
+    #[allow(clippy::too_many_arguments)]
     pub fn conv(
         &mut self,
         dims: ConvDims,
@@ -464,6 +520,7 @@ impl CudaBackend {
         b: Buf<f32>,
         workspace: Buf<f32>,
         out: Buf<f32>,
+        accumulate: bool,
     ) -> Result<(), BackendError> {
         self.enter("cuDNN convolution")?;
         let plan = self
@@ -500,7 +557,7 @@ impl CudaBackend {
         // the plan's descriptors describe (checked above), the workspace is
         // as large as the plan's algorithm needs, and the handle is the one
         // the plan was made with, used under its mutex.
-        let r = unsafe { plan.run(libs.cudnn, pass, pa, pb, pw, po) };
+        let r = unsafe { plan.run(libs.cudnn, pass, pa, pb, pw, po, accumulate) };
         drop(libs);
         match r {
             Ok(()) => self.finish::<&str>(op, Ok(())),

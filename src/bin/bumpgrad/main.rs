@@ -14,7 +14,7 @@ use bumpgrad::distributed::token::Token;
 use bumpgrad::distributed::{DataParallel, World};
 use bumpgrad::memory::ByteSize;
 use bumpgrad::ops::gather::Augment;
-use bumpgrad::train::{self, CheckpointPolicy, Every, Join, TrainConfig};
+use bumpgrad::train::{self, CheckpointPolicy, ConvAlgos, Every, Join, TrainConfig};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -90,6 +90,26 @@ enum PrecisionArg {
     /// Convolutions and matrix products on the tensor cores with TF32 inputs (10-bit mantissa)
     /// and fp32 accumulation, as PyTorch's allow_tf32; GPU only.
     Tf32,
+}
+
+/// `--conv-algos`: how a GPU chooses each convolution's algorithms.
+#[derive(Clone, Copy, ValueEnum)]
+enum ConvAlgosArg {
+    /// Time every algorithm on the device before the first step and keep the fastest, as
+    /// PyTorch's cudnn.benchmark (the default): a larger workspace where the step stays within
+    /// 5% of the heuristic's; two runs may choose, and so round, differently.
+    Timed,
+    /// cuDNN's heuristic choice with at most 8 MiB of workspace: the same algorithms every run.
+    Heuristic,
+}
+
+impl From<ConvAlgosArg> for ConvAlgos {
+    fn from(arg: ConvAlgosArg) -> Self {
+        match arg {
+            ConvAlgosArg::Timed => Self::Timed,
+            ConvAlgosArg::Heuristic => Self::Heuristic,
+        }
+    }
 }
 
 impl From<PrecisionArg> for Precision {
@@ -217,6 +237,10 @@ struct TrainArgs {
     /// The arithmetic of convolutions and matrix products.
     #[arg(long, value_enum, default_value = "fp32")]
     precision: PrecisionArg,
+    /// How the GPU chooses each convolution's algorithms (--deterministic: the heuristic's,
+    /// deterministic ones).
+    #[arg(long, value_enum, default_value = "timed")]
+    conv_algos: ConvAlgosArg,
     /// Write the training step's memory timeline (SVG) to FILE before training.
     #[arg(long, value_name = "FILE")]
     memory_report: Option<PathBuf>,
@@ -395,6 +419,7 @@ impl TrainArgs {
             memory_plan: self.memory_plan == Switch::On,
             deterministic: self.deterministic,
             precision: self.precision.into(),
+            conv_algos: self.conv_algos.into(),
             data_parallel: None,
         }
     }

@@ -88,6 +88,22 @@ impl Observer for Printer {
             ByteSize(a.persistent_bytes),
             ByteSize(a.capacity_bytes - a.persistent_bytes),
         ));
+        if let Some(t) = info.conv_tuning {
+            let how = match (t.kept, t.workspace_limit) {
+                (false, _) if t.changed > 0 => {
+                    "; no timed choice kept the step within 5% of the heuristic's: its choices kept".to_string()
+                }
+                (_, Some(limit)) => format!(
+                    "; workspaces held to {} to keep the step within 5% of the heuristic's",
+                    ByteSize(limit)
+                ),
+                _ => String::new(),
+            };
+            self.say(&format!(
+                "cuDNN: every convolution's algorithms timed on the device (as cudnn.benchmark): {} of the shapes run faster ones than the heuristic's{how}",
+                t.changed,
+            ));
+        }
         if !info.buckets.is_empty() {
             let buckets: Vec<String> = info
                 .buckets

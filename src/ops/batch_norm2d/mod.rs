@@ -192,7 +192,6 @@ impl Geometry {
     }
 }
 
-
 impl Geometry {
     /// How the GPU splits a channel's `n·hw` values: (runs, values per run).
     fn runs(&self) -> (usize, usize) {
@@ -295,7 +294,11 @@ impl<'s> Tensor<'s> {
         if residual.shape() != self.shape() {
             return Err(Error::shape(
                 "batch_norm2d_add_relu",
-                format!("a residual of the input's shape {}, got {}", self.shape(), residual.shape()),
+                format!(
+                    "a residual of the input's shape {}, got {}",
+                    self.shape(),
+                    residual.shape()
+                ),
             ));
         }
         self.normalized(s, [weight, bias], stats, args, Fused::AddRelu, Some(residual))
@@ -497,7 +500,7 @@ impl Saved {
             })?,
             Backend::Cuda(gpu) => {
                 let [n, c, hw] = g.dims();
-                let vec = if g.hw % 4 == 0 { 4 } else { 1 };
+                let vec = if g.hw.is_multiple_of(4) { 4 } else { 1 };
                 gpu.launch(
                     BN_APPLY,
                     Grid::over(g.numel() / vec),

@@ -212,7 +212,15 @@ impl<'s> Tensor<'s> {
                 Ok(())
             })?,
             Backend::Cuda(gpu) => {
-                gpu.conv(g.dims(), ConvPass::Forward, self.buf(), weight.buf(), packed, y.buf())?;
+                gpu.conv(
+                    g.dims(),
+                    ConvPass::Forward,
+                    self.buf(),
+                    weight.buf(),
+                    packed,
+                    y.buf(),
+                    false,
+                )?;
                 if let Some(b) = bias {
                     gpu.launch(
                         CONV_BIAS_ADD,
@@ -264,7 +272,7 @@ impl Saved {
                     }
                     Ok(())
                 })?,
-                Backend::Cuda(gpu) => gpu.conv(g.dims(), ConvPass::WeightGrad, x, gy, partials, gw)?,
+                Backend::Cuda(gpu) => gpu.conv(g.dims(), ConvPass::WeightGrad, x, gy, partials, gw, false)?,
                 Backend::Dry(_) => {}
             }
             s.accumulate(&self.w, gw)?;
@@ -293,8 +301,16 @@ impl Saved {
         }
         if self.x.requires_grad {
             let threads = s.threads();
+            // On a GPU a second contribution to the input's gradient is
+            // added by cuDNN itself (beta = 1) into the first.
+            let into = s
+                .grad_of(&self.x)
+                .filter(|_| matches!(s.backend().sizing(), Sizing::Cuda(_)));
             let packed = scratch(s, &g, ConvPass::InputGrad)?;
-            let gx = s.alloc::<f32>("conv2d input grad", self.x.shape)?;
+            let gx = match into {
+                Some(existing) => existing,
+                None => s.alloc::<f32>("conv2d input grad", self.x.shape)?,
+            };
             match s.uses(&[gy.into(), self.w.buf.into(), packed.into(), gx.into()]) {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {
                     let (gy, w, scratch, gx) = (v.read(gy)?, v.read(self.w.buf)?, v.write(packed)?, v.write(gx)?);
@@ -305,10 +321,20 @@ impl Saved {
                     }
                     Ok(())
                 })?,
-                Backend::Cuda(gpu) => gpu.conv(g.dims(), ConvPass::InputGrad, self.w.buf, gy, packed, gx)?,
+                Backend::Cuda(gpu) => gpu.conv(
+                    g.dims(),
+                    ConvPass::InputGrad,
+                    self.w.buf,
+                    gy,
+                    packed,
+                    gx,
+                    into.is_some(),
+                )?,
                 Backend::Dry(_) => {}
             }
-            s.accumulate(&self.x, gx)?;
+            if into.is_none() {
+                s.accumulate(&self.x, gx)?;
+            }
         }
         Ok(())
     }
