@@ -89,7 +89,7 @@ def pytorch_worker(spec):
     torch.backends.cuda.matmul.allow_tf32 = tf32
     if spec.get("memory_cap"):
         total = torch.cuda.get_device_properties(device).total_memory
-        torch.cuda.set_per_process_memory_fraction(spec["memory_cap"] / total, device)
+        torch.cuda.set_per_process_memory_fraction(spec["memory_cap"] / total, 0)
     torch.manual_seed(spec["seed"])
     gen = torch.Generator(device=device).manual_seed(spec["seed"])
     images = torch.randint(0, 256, (spec["images"], 3, 32, 32), dtype=torch.uint8, device=device, generator=gen)

@@ -97,7 +97,7 @@ enum PrecisionArg {
 enum ConvAlgosArg {
     /// Time every algorithm on the device before the first step and keep the fastest, as
     /// PyTorch's cudnn.benchmark (the default): a larger workspace where the step stays within
-    /// 5% of the heuristic's; two runs may choose, and so round, differently.
+    /// 20% of the heuristic's; two runs may choose, and so round, differently.
     Timed,
     /// cuDNN's heuristic choice with at most 8 MiB of workspace: the same algorithms every run.
     Heuristic,

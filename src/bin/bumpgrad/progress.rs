@@ -91,10 +91,10 @@ impl Observer for Printer {
         if let Some(t) = info.conv_tuning {
             let how = match (t.kept, t.workspace_limit) {
                 (false, _) if t.changed > 0 => {
-                    "; no timed choice kept the step within 5% of the heuristic's: its choices kept".to_string()
+                    "; no timed choice kept the step within 20% of the heuristic's: its choices kept".to_string()
                 }
                 (_, Some(limit)) => format!(
-                    "; workspaces held to {} to keep the step within 5% of the heuristic's",
+                    "; workspaces held to {} to keep the step within 20% of the heuristic's",
                     ByteSize(limit)
                 ),
                 _ => String::new(),
