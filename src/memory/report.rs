@@ -24,6 +24,10 @@ pub struct MemoryReport {
     pub persistent: Vec<PersistentBuf>,
     /// Every step kind's plan; the training step's first.
     pub plans: Vec<StepPlan>,
+    /// Bytes `train` adds to the arena for timed convolution algorithms'
+    /// workspaces, where it times them (a measured arena on a GPU).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tuning_bytes: Option<usize>,
 }
 
 impl MemoryReport {
@@ -43,6 +47,7 @@ impl MemoryReport {
                 + step.map_or(0, |p| p.alignment_waste),
             persistent: persistent.to_vec(),
             plans: plans.to_vec(),
+            tuning_bytes: None,
         }
     }
 
@@ -51,6 +56,14 @@ impl MemoryReport {
         let mut out = String::new();
         let b = |n: usize| ByteSize(n).to_string();
         let _ = writeln!(out, "arena: {} in one allocation", b(self.arena_bytes));
+        if let Some(t) = self.tuning_bytes {
+            let _ = writeln!(
+                out,
+                "  (with cuDNN's heuristic convolution algorithms: `train` makes it {} larger, {} in all, so that the timed ones may take larger workspaces; the plans below are the heuristic's)",
+                b(t),
+                b(self.arena_bytes + t)
+            );
+        }
         let _ = writeln!(out, "\npersistent region: {}", b(self.persistent_bytes));
         let _ = writeln!(out, "  {:>10}  {:>10}  what", "offset", "bytes");
         for p in &self.persistent {

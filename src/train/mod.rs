@@ -369,16 +369,19 @@ fn capacity(cfg: &TrainConfig, host: &ImageSet, device: &Device, needs: &ArenaNe
 /// The data and the device, set up as `cfg` asks, for dry runs that plan
 /// a run without making its arena; what training with these settings would
 /// refuse, this refuses too.
+fn device_kind(device: &Device) -> DeviceKind {
+    match device {
+        Device::Cpu(_) => DeviceKind::Cpu,
+        Device::Cuda(_) => DeviceKind::Cuda,
+    }
+}
+
 fn open_for_planning(cfg: &TrainConfig) -> Result<(ImageSet, Device)> {
     cfg.validate()?;
     let host = load_data(cfg)?;
     let (device, fell_back) = Device::open(cfg.device, cfg.threads, crate::ops::KERNELS)?;
     configure(cfg, &device, fell_back.as_deref())?;
-    let kind = match &device {
-        Device::Cpu(_) => DeviceKind::Cpu,
-        Device::Cuda(_) => DeviceKind::Cuda,
-    };
-    session::use_graph(cfg, kind)?;
+    session::use_graph(cfg, device_kind(&device))?;
     Ok((host, device))
 }
 
@@ -393,7 +396,18 @@ pub fn memory_report(cfg: &TrainConfig) -> Result<(MemoryReport, String)> {
     };
     let needs = measure(&planned, &host, &device)?;
     capacity(&planned, &host, &device, &needs)?;
-    Ok((MemoryReport::new(&needs.persistent, &needs.plans), device.describe()))
+    let mut report = MemoryReport::new(&needs.persistent, &needs.plans);
+    report.tuning_bytes = tuning_bytes(cfg, device_kind(&device), needs.step_bytes);
+    Ok((report, device.describe()))
+}
+
+/// The bytes `train` adds to a measured arena of a step of `step_bytes`
+/// on `device` so that timed convolution algorithms may take larger
+/// workspaces (see [`prepare_in`]); `None` where it times nothing or the
+/// arena size is given.
+pub fn tuning_bytes(cfg: &TrainConfig, device: DeviceKind, step_bytes: usize) -> Option<usize> {
+    let timed = device == DeviceKind::Cuda && !cfg.deterministic && cfg.conv_algos == ConvAlgos::Timed;
+    (timed && cfg.arena_size.is_none()).then(|| tuning_headroom(step_bytes))
 }
 
 /// Loads the data, opens the device, sizes and allocates the arena, and
@@ -513,9 +527,7 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
     // would grow more than TUNING_GROWTH, or past a given arena, the
     // largest workspace allowed is halved until it does not.
     let tuning = matches!(device, Device::Cuda(_)) && !cfg.deterministic && cfg.conv_algos == ConvAlgos::Timed;
-    if tuning && cfg.arena_size.is_none() {
-        capacity += tuning_headroom(needs.step_bytes);
-    }
+    capacity += tuning_bytes(cfg, device_kind(&device), needs.step_bytes).unwrap_or(0);
     let mut arena = Arena::new(device, capacity)?;
     let conv_tuning = if tuning {
         Some(time_convolutions(cfg, &host, &mut arena, &mut needs, capacity)?)
@@ -702,6 +714,33 @@ mod tuning_tests {
         )
         .expect("search");
         (out, measured.get())
+    }
+
+    #[test]
+    fn a_measured_gpu_arena_grows_by_a_fifth_of_the_step_where_it_times() {
+        use super::{tuning_bytes, ConvAlgos, TrainConfig};
+        use crate::backend::DeviceKind;
+        let cfg = TrainConfig::default();
+        let mib = 1 << 20;
+        assert_eq!(tuning_bytes(&cfg, DeviceKind::Cuda, 100 * mib), Some(20 * mib));
+        assert_eq!(tuning_bytes(&cfg, DeviceKind::Cpu, 100 * mib), None);
+        let nothing_timed = [
+            TrainConfig {
+                deterministic: true,
+                ..cfg.clone()
+            },
+            TrainConfig {
+                conv_algos: ConvAlgos::Heuristic,
+                ..cfg.clone()
+            },
+            TrainConfig {
+                arena_size: Some(1 << 30),
+                ..cfg.clone()
+            },
+        ];
+        for c in &nothing_timed {
+            assert_eq!(tuning_bytes(c, DeviceKind::Cuda, 100 * mib), None);
+        }
     }
 
     #[test]
