@@ -497,7 +497,6 @@ fn settle_workspaces(
     }
 }
 
-
 /// [`prepare`] for one rank of a data-parallel run: its device joins the
 /// group first.
 pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, RunInfo)> {
