@@ -68,6 +68,7 @@ pub enum Setting {
     LabelSmoothing,
     Augment,
     Precision,
+    MemoryBudget,
 }
 
 impl Error {

@@ -13,6 +13,7 @@ mod step;
 mod tape;
 
 pub use step::{Grads, Step};
+pub use tape::Candidate;
 pub(crate) use tape::{Node, Recompute};
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! between steps as opaque host state, so recording allocates nothing once
 //! the first step has sized its vectors.
 
-use super::tape::Tape;
+use super::tape::{Candidate, Tape};
 use super::Step;
 use crate::memory::{Arena, StepGraph};
 use crate::Result;
@@ -45,5 +45,26 @@ impl Arena {
             Some(key) => arena.planned_step(key, body),
             None => arena.step(body),
         })
+    }
+
+    /// Which candidates for recomputation (convolution outputs, numbered in
+    /// forward order from 0) the steps from now on recompute in backward
+    /// rather than keep: what a memory budget chose. Set before the first
+    /// step (it allocates; steps then do not).
+    pub fn set_recomputed(&mut self, candidates: &[u32]) {
+        let mut tape: Box<Tape> = self.take_host_state();
+        tape.dropped = candidates.to_vec();
+        tape.dropped.sort_unstable();
+        tape.dropped.dedup();
+        self.keep_host_state(tape);
+    }
+
+    /// The candidates for recomputation the last step saw, in forward
+    /// order.
+    pub fn recompute_candidates(&mut self) -> Vec<Candidate> {
+        let tape: Box<Tape> = self.take_host_state();
+        let all = tape.candidates.clone();
+        self.keep_host_state(tape);
+        all
     }
 }

@@ -1,7 +1,7 @@
 //! A step: the scope in which tensors exist. It hands out step-region memory,
 //! records ops on the tape, and runs backward.
 
-use super::tape::{Node, Recompute, Tape};
+use super::tape::{Candidate, Node, Recompute, Tape};
 use crate::backend::Backend;
 use crate::memory::{Arena, Buf, Element, Touch};
 use crate::tensor::{Brand, Labels, Param, Shape, Tensor, TensorRef};
@@ -113,6 +113,16 @@ impl<'s> Step<'s> {
         }
     }
 
+    /// Counts one candidate for recomputation under a memory budget (a
+    /// convolution's output) and says whether the step is to recompute it
+    /// in backward rather than keep it.
+    pub(crate) fn drops_next_candidate(&mut self, cost: Candidate) -> bool {
+        let tape = &mut *self.tape;
+        let i = tape.candidates.len() as u32;
+        tape.candidates.push(cost);
+        tape.recording && tape.dropped.binary_search(&i).is_ok()
+    }
+
     /// The value of `t` an op saved for backward, read in backward: `t`'s
     /// own buffer, or, when `t` is recomputable, a copy made the first time
     /// backward asks (and shared by later readers). Ops that read a saved
@@ -127,6 +137,7 @@ impl<'s> Step<'s> {
         };
         let buf = match how {
             Recompute::BatchNorm2d(n) => n.recompute(self)?,
+            Recompute::Conv2d(n) => n.recompute(self)?,
         };
         self.tape.recomputed.push((t.id, buf));
         Ok(buf)

@@ -32,6 +32,15 @@ pub(crate) enum Node {
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Recompute {
     BatchNorm2d(ops::batch_norm2d::Saved),
+    Conv2d(ops::conv2d::Saved),
+}
+
+/// A tensor a memory budget may have backward recompute: what keeping it
+/// holds, and what recomputing it costs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Candidate {
+    pub bytes: usize,
+    pub multiply_adds: u64,
 }
 
 #[derive(Debug)]
@@ -50,6 +59,13 @@ pub(crate) struct Tape {
     /// ...and those recomputed so far in this backward, by tensor id, so
     /// that a second reader gets the same buffer.
     pub(crate) recomputed: Vec<(u32, Buf<f32>)>,
+    /// Candidates for recomputation under a memory budget (convolution
+    /// outputs, in forward order) this step has seen: the bytes each keeps
+    /// and the multiply-adds recomputing it costs...
+    pub(crate) candidates: Vec<Candidate>,
+    /// ...and, sorted, those to recompute in backward rather than keep. Set
+    /// between steps (see `Arena::set_recomputed`); kept by `clear`.
+    pub(crate) dropped: Vec<u32>,
 }
 
 impl Default for Tape {
@@ -62,6 +78,8 @@ impl Default for Tape {
             recording: true,
             recipes: Vec::new(),
             recomputed: Vec::new(),
+            candidates: Vec::new(),
+            dropped: Vec::new(),
         }
     }
 }
@@ -75,5 +93,6 @@ impl Tape {
         self.recording = true;
         self.recipes.clear();
         self.recomputed.clear();
+        self.candidates.clear();
     }
 }

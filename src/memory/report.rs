@@ -28,6 +28,9 @@ pub struct MemoryReport {
     /// workspaces, where it times them (a measured arena on a GPU).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tuning_bytes: Option<usize>,
+    /// Under a memory budget: what the training step recomputes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recomputed: Option<Recomputed>,
 }
 
 impl MemoryReport {
@@ -48,6 +51,7 @@ impl MemoryReport {
             persistent: persistent.to_vec(),
             plans: plans.to_vec(),
             tuning_bytes: None,
+            recomputed: None,
         }
     }
 
@@ -56,6 +60,17 @@ impl MemoryReport {
         let mut out = String::new();
         let b = |n: usize| ByteSize(n).to_string();
         let _ = writeln!(out, "arena: {} in one allocation", b(self.arena_bytes));
+        if let Some(r) = &self.recomputed {
+            let _ = writeln!(
+                out,
+                "memory budget: the training step recomputes {} of its {} convolution outputs ({}) in backward rather than keep them, step {} without; {:.1}% more convolution multiply-adds per step, the predicted extra time where convolutions dominate",
+                r.dropped,
+                r.candidates,
+                b(r.dropped_bytes),
+                b(r.unbudgeted_step_bytes),
+                100.0 * r.extra_multiply_adds as f64 / r.step_multiply_adds.max(1) as f64
+            );
+        }
         if let Some(t) = self.tuning_bytes {
             let _ = writeln!(
                 out,
@@ -256,4 +271,21 @@ fn timeline(plan: &StepPlan, title: &str) -> String {
     }
     s.push_str("</svg>\n");
     s
+}
+
+/// What a memory budget has a step recompute.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Recomputed {
+    /// Convolution outputs recomputed in backward...
+    pub dropped: usize,
+    /// ...of those the step has...
+    pub candidates: usize,
+    /// ...the bytes they would have kept...
+    pub dropped_bytes: usize,
+    /// ...and the multiply-adds recomputing them costs, against the
+    /// step's convolutions' (forward and both gradients).
+    pub extra_multiply_adds: u64,
+    pub step_multiply_adds: u64,
+    /// The step's planned peak without the budget.
+    pub unbudgeted_step_bytes: usize,
 }

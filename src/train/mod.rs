@@ -18,10 +18,11 @@ pub use report::{resident_bytes, ConvTuning, EpochReport, Observer, Quiet, RunIn
 pub use session::{Control, Session, StepKind, READBACK};
 pub use task::{Classification, Task};
 
+use crate::autograd::Candidate;
 use crate::backend::{Device, DeviceKind, DeviceRequest, Group, Precision};
 use crate::data::{DataSource, ImageSet};
 use crate::distributed::DataParallel;
-use crate::memory::{Arena, ArenaError, MemoryReport};
+use crate::memory::{Arena, ArenaError, ByteSize, MemoryReport};
 use crate::nn::{ModelChoice, OptimizerChoice};
 use crate::ops::gather::Augment;
 use crate::optim::Schedule;
@@ -85,6 +86,10 @@ pub struct TrainConfig {
     /// How a GPU chooses its convolution algorithms (see [`ConvAlgos`]);
     /// deterministic convolutions are always the heuristic's.
     pub conv_algos: ConvAlgos,
+    /// Bytes of step memory a training step may use: above it, convolution
+    /// outputs are recomputed in backward rather than kept (see
+    /// `meet_budget`). `None`: no budget.
+    pub memory_budget: Option<usize>,
     /// This process is one rank of a data-parallel run; `batch` is then
     /// the examples per step on each rank.
     pub data_parallel: Option<DataParallel>,
@@ -129,6 +134,7 @@ impl Default for TrainConfig {
             deterministic: false,
             precision: Precision::Fp32,
             conv_algos: ConvAlgos::Timed,
+            memory_budget: None,
             data_parallel: None,
         }
     }
@@ -261,8 +267,16 @@ pub fn measure(cfg: &TrainConfig, host: &ImageSet, device: &Device) -> Result<Ar
 
 /// [`measure`] on a given dry arena.
 fn measure_on(cfg: &TrainConfig, host: &ImageSet, dry: Arena) -> Result<ArenaNeeds> {
+    measure_dropping(cfg, host, dry, &[])
+}
+
+/// [`measure_on`] with `dropped` candidates recomputed in backward (see
+/// [`Arena::set_recomputed`]).
+fn measure_dropping(cfg: &TrainConfig, host: &ImageSet, mut dry: Arena, dropped: &[u32]) -> Result<ArenaNeeds> {
+    dry.set_recomputed(dropped);
     let mut session = Session::new(cfg, host, dry)?;
     session.probe()?;
+    let candidates = session.recompute_candidates();
     let arena = session.arena();
     let plans = arena.plans().to_vec();
     let step_bytes = match plans.iter().map(|p| p.peak).max() {
@@ -274,13 +288,79 @@ fn measure_on(cfg: &TrainConfig, host: &ImageSet, dry: Arena) -> Result<ArenaNee
         step_bytes,
         persistent: arena.persistent_log().to_vec(),
         plans,
+        candidates,
+        dropped: dropped.to_vec(),
     })
+}
+
+/// Meets `budget` bytes of step memory by recomputing convolution outputs
+/// in backward: `unbudgeted` is the step measured without. The candidates
+/// are ranked by bytes kept per multiply-add of recomputation (a ResNet's
+/// early outputs and its 1×1 shortcuts first), and the shortest prefix of
+/// that ranking whose step fits is found by bisection over dry runs (the
+/// step shrinks as more are dropped, up to the transient buffers backward
+/// recomputes them into). An unreachable budget is an error naming the
+/// least step memory there is.
+fn meet_budget(cfg: &TrainConfig, host: &ImageSet, device: &Device, unbudgeted: ArenaNeeds) -> Result<ArenaNeeds> {
+    let Some(budget) = cfg.memory_budget else {
+        return Ok(unbudgeted);
+    };
+    if unbudgeted.step_bytes <= budget {
+        return Ok(unbudgeted);
+    }
+    let ranked = rank_for_recomputation(&unbudgeted.candidates);
+    let n = ranked.len();
+    let measure = |k: usize| measure_dropping(cfg, host, Arena::dry(device, None), &ranked[..k]);
+    let all = measure(n)?;
+    if all.step_bytes > budget {
+        return Err(Error::setting(
+            Setting::MemoryBudget,
+            format!(
+                "a step of {} needs {} even with every one of its {n} convolution outputs recomputed (without: {}), above the budget of {}",
+                cfg.model.name(),
+                ByteSize(all.step_bytes),
+                ByteSize(unbudgeted.step_bytes),
+                ByteSize(budget),
+            ),
+            Some(format!("{} or more", crate::memory::suggest(all.step_bytes))),
+        ));
+    }
+    let (mut lo, mut hi, mut fit) = (0, n, all);
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        let needs = measure(mid)?;
+        if needs.step_bytes <= budget {
+            (hi, fit) = (mid, needs);
+        } else {
+            lo = mid;
+        }
+    }
+    Ok(fit)
+}
+
+/// Candidate numbers, most bytes kept per multiply-add of recomputation
+/// first (ties: forward order).
+fn rank_for_recomputation(candidates: &[Candidate]) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..candidates.len() as u32).collect();
+    // bytes_a / macs_a > bytes_b / macs_b, cross-multiplied in u128.
+    let key = |i: u32| candidates[i as usize];
+    order.sort_by(|&a, &b| {
+        let (ca, cb) = (key(a), key(b));
+        let lhs = ca.bytes as u128 * cb.multiply_adds.max(1) as u128;
+        let rhs = cb.bytes as u128 * ca.multiply_adds.max(1) as u128;
+        rhs.cmp(&lhs)
+    });
+    order
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ArenaNeeds {
     pub persistent_bytes: usize,
     pub step_bytes: usize,
+    /// Candidates for recomputation (convolution outputs) in a step, and
+    /// those a memory budget has the step recompute rather than keep.
+    pub candidates: Vec<Candidate>,
+    pub dropped: Vec<u32>,
     /// The persistent allocations, for the memory report.
     pub persistent: Vec<crate::memory::PersistentBuf>,
     /// The step plans, by kind (see [`session::StepKind`]).
@@ -394,9 +474,25 @@ pub fn memory_report(cfg: &TrainConfig) -> Result<(MemoryReport, String)> {
         memory_plan: true,
         ..cfg.clone()
     };
-    let needs = measure(&planned, &host, &device)?;
+    let unbudgeted = measure(&planned, &host, &device)?;
+    let unbudgeted_step = unbudgeted.step_bytes;
+    let needs = meet_budget(&planned, &host, &device, unbudgeted)?;
     capacity(&planned, &host, &device, &needs)?;
     let mut report = MemoryReport::new(&needs.persistent, &needs.plans);
+    if cfg.memory_budget.is_some() {
+        let dropped: Vec<Candidate> = needs.dropped.iter().map(|&i| needs.candidates[i as usize]).collect();
+        // A training step runs each convolution three times (forward, input
+        // and weight gradients); recomputing one runs its forward again.
+        let step_macs: u64 = 3 * needs.candidates.iter().map(|c| c.multiply_adds).sum::<u64>();
+        report.recomputed = Some(crate::memory::Recomputed {
+            dropped: dropped.len(),
+            candidates: needs.candidates.len(),
+            dropped_bytes: dropped.iter().map(|c| c.bytes).sum(),
+            extra_multiply_adds: dropped.iter().map(|c| c.multiply_adds).sum(),
+            step_multiply_adds: step_macs,
+            unbudgeted_step_bytes: unbudgeted_step,
+        });
+    }
     report.tuning_bytes = tuning_bytes(cfg, device_kind(&device), needs.step_bytes);
     Ok((report, device.describe()))
 }
@@ -435,7 +531,10 @@ fn time_convolutions(
             kept: true,
         });
     }
-    let bound = (needs.step_bytes + tuning_headroom(needs.step_bytes)).min(capacity - needs.persistent_bytes);
+    let bound = (needs.step_bytes + tuning_headroom(needs.step_bytes))
+        .min(capacity - needs.persistent_bytes)
+        .min(cfg.memory_budget.unwrap_or(usize::MAX).max(needs.step_bytes));
+    let dropped = needs.dropped.clone();
     let largest = arena.select_convolutions(usize::MAX);
     let mut fitted = None;
     let settled = settle_workspaces(
@@ -443,7 +542,7 @@ fn time_convolutions(
         crate::backend::cuda::WORKSPACE_LIMIT,
         |limit| Ok(arena.select_convolutions(limit)),
         || {
-            let timed = measure_on(cfg, host, arena.dry_twin())?;
+            let timed = measure_dropping(cfg, host, arena.dry_twin(), &dropped)?;
             let fits = timed.step_bytes <= bound && timed.total() <= capacity;
             if fits {
                 fitted = Some(timed);
@@ -514,7 +613,7 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
     };
     let threads = device.threads();
     let device_name = device.describe();
-    let mut needs = measure(cfg, &host, &device)?;
+    let mut needs = meet_budget(cfg, &host, &device, measure(cfg, &host, &device)?)?;
     let mut capacity = capacity(cfg, &host, &device, &needs)?;
     // A GPU times its convolution algorithms in the new arena's free bytes
     // before the first step (nothing is in it yet: the whole arena is free
@@ -528,6 +627,7 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
     let tuning = matches!(device, Device::Cuda(_)) && !cfg.deterministic && cfg.conv_algos == ConvAlgos::Timed;
     capacity += tuning_bytes(cfg, device_kind(&device), needs.step_bytes).unwrap_or(0);
     let mut arena = Arena::new(device, capacity)?;
+    arena.set_recomputed(&needs.dropped);
     let conv_tuning = if tuning {
         Some(time_convolutions(cfg, &host, &mut arena, &mut needs, capacity)?)
     } else {
@@ -759,5 +859,21 @@ mod tuning_tests {
         let (out, measured) = search(800, 8, 1);
         assert_eq!(out, None);
         assert_eq!(measured, 8);
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::rank_for_recomputation;
+    use crate::autograd::Candidate;
+
+    #[test]
+    fn candidates_rank_by_bytes_kept_per_multiply_add_then_forward_order() {
+        let c = |bytes, multiply_adds| Candidate { bytes, multiply_adds };
+        // A ResNet's shape: a 3×3 conv of the first stage, one of the second
+        // (half the bytes, the same work), a 1×1 shortcut (its bytes for a
+        // ninth of the work), and a twin of the first.
+        let all = [c(32, 9 * 64), c(16, 9 * 64), c(16, 64), c(32, 9 * 64)];
+        assert_eq!(rank_for_recomputation(&all), vec![2, 0, 3, 1]);
     }
 }

@@ -276,6 +276,12 @@ impl Session {
         })
     }
 
+    /// How many candidates for recomputation (convolution outputs) a step
+    /// of this session has.
+    pub(crate) fn recompute_candidates(&mut self) -> Vec<crate::autograd::Candidate> {
+        self.arena.recompute_candidates()
+    }
+
     pub fn arena(&self) -> &Arena {
         &self.arena
     }

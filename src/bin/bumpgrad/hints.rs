@@ -118,6 +118,7 @@ fn setting_flag(setting: bumpgrad::Setting) -> &'static str {
         S::LabelSmoothing => "--label-smoothing",
         S::Augment => "--augment",
         S::Precision => "--precision",
+        S::MemoryBudget => "--memory-budget",
     }
 }
 

@@ -237,6 +237,10 @@ struct TrainArgs {
     /// The arithmetic of convolutions and matrix products.
     #[arg(long, value_enum, default_value = "fp32")]
     precision: PrecisionArg,
+    /// Step memory a training step may use (512MiB, 2GiB, ...): above it, convolution outputs are
+    /// recomputed in backward rather than kept, as few as fit (the same losses, more time).
+    #[arg(long, value_parser = parse_budget)]
+    memory_budget: Option<usize>,
     /// How the GPU chooses each convolution's algorithms (--deterministic: the heuristic's,
     /// deterministic ones).
     #[arg(long, value_enum, default_value = "timed")]
@@ -295,6 +299,14 @@ fn count<T: std::str::FromStr>(s: &str) -> Result<T, String> {
 
 #[derive(Clone, Copy)]
 struct ArenaSize(Option<usize>);
+
+fn parse_budget(s: &str) -> Result<usize, String> {
+    match s.parse::<ByteSize>() {
+        Ok(b) if b.0 > 0 => Ok(b.0),
+        Ok(_) => Err("a budget of 0 bytes fits no step".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
 
 fn parse_arena_size(s: &str) -> Result<ArenaSize, String> {
     if s.eq_ignore_ascii_case("auto") {
@@ -420,6 +432,7 @@ impl TrainArgs {
             deterministic: self.deterministic,
             precision: self.precision.into(),
             conv_algos: self.conv_algos.into(),
+            memory_budget: self.memory_budget,
             data_parallel: None,
         }
     }

@@ -343,7 +343,7 @@ impl<'s> Tensor<'s> {
             mean,
             invstd,
         };
-        saved.apply(s, y.buf())?;
+        saved.apply(s, self.buf(), y.buf())?;
         if y.requires_grad() {
             s.record(Node::BatchNorm2d(saved));
             if fused == Fused::Relu {
@@ -463,9 +463,9 @@ impl Saved {
     /// Writes the forward's output into `y`: normalised, plus the residual,
     /// through the relu, as `fused` says. Recomputation calls it again with
     /// the same inputs, so it gives the same bits.
-    fn apply(&self, s: &mut Step<'_>, y: Buf<f32>) -> Result<()> {
+    fn apply(&self, s: &mut Step<'_>, x: Buf<f32>, y: Buf<f32>) -> Result<()> {
         let g = self.g;
-        let (x, w, b) = (self.x.buf, self.weight.buf, self.bias.buf);
+        let (w, b) = (self.weight.buf, self.bias.buf);
         let r = self.residual.map(|r| r.buf);
         let relu = self.fused != Fused::Nothing;
         match s.uses(&[
@@ -528,8 +528,9 @@ impl Saved {
     /// `relu(bn(x))` again, in backward, into a new step buffer: what an op
     /// that saved this output reads instead of keeping it.
     pub(crate) fn recompute(self, s: &mut Step<'_>) -> Result<Buf<f32>> {
+        let x = s.saved(&self.x)?;
         let y = s.alloc::<f32>("batch-norm relu output, recomputed", self.y.shape)?;
-        self.apply(s, y)?;
+        self.apply(s, x, y)?;
         Ok(y)
     }
 
@@ -549,7 +550,10 @@ impl Saved {
             true => s.grad_buffer(&self.bias, "batch-norm bias grad")?,
             false => s.alloc::<f32>("batch-norm Σ dy", channels)?,
         };
-        let (x, mean, invstd, w, b) = (self.x.buf, self.mean, self.invstd, self.weight.buf, self.bias.buf);
+        // The input may have been dropped under a memory budget and be
+        // recomputed here.
+        let x = s.saved(&self.x)?;
+        let (mean, invstd, w, b) = (self.mean, self.invstd, self.weight.buf, self.bias.buf);
         // Only the relu after a residual reads the output (its mask); the
         // plain relu's mask is recomputed from x.
         let y = match self.fused {

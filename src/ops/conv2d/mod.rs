@@ -22,7 +22,7 @@ mod im2col;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
+use crate::autograd::{Candidate, Node, Recompute, Step};
 use crate::backend::cuda::{Arg, ConvDims, ConvPass, Grid, KernelSource};
 use crate::backend::{Backend, BackendError, Sizing};
 use crate::memory::Buf;
@@ -180,77 +180,99 @@ impl<'s> Tensor<'s> {
         args: Conv2dArgs,
     ) -> Result<Tensor<'s>> {
         let g = Geometry::new(self.shape(), weight.shape(), bias.map(|b| b.shape()), args)?;
-        let threads = s.threads();
         let y = match bias {
             Some(b) => s.output("conv2d output", g.output(), &[&self, &weight, &b])?,
             None => s.output("conv2d output", g.output(), &[&self, &weight])?,
         };
-        let packed = scratch(s, &g, ConvPass::Forward)?;
-        match s.uses(&[
-            self.buf().into(),
-            weight.buf().into(),
-            bias.map_or(Buf::<f32>::default(), |b| b.buf()).into(),
-            packed.into(),
-            y.buf().into(),
-        ]) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| {
-                let b = match bias {
-                    Some(b) => Some(v.read(b.buf())?),
-                    None => None,
-                };
-                let (x, w, scratch, y) = (
-                    v.read(self.buf())?,
-                    v.read(weight.buf())?,
-                    v.write(packed)?,
-                    v.write(y.buf())?,
-                );
-                if g.is_valid_unit_stride() {
-                    cpu::forward(&g, x, w, b, scratch, y);
-                } else {
-                    im2col::forward(&g, g.images_per_group(threads), x, w, b, scratch, y);
-                }
-                Ok(())
-            })?,
-            Backend::Cuda(gpu) => {
-                gpu.conv(
-                    g.dims(),
-                    ConvPass::Forward,
-                    self.buf(),
-                    weight.buf(),
-                    packed,
-                    y.buf(),
-                    false,
-                )?;
-                if let Some(b) = bias {
-                    gpu.launch(
-                        CONV_BIAS_ADD,
-                        Grid::over(g.output().numel()),
-                        &[
-                            b.buf().into(),
-                            y.buf().into(),
-                            Arg::U32(g.n as u32),
-                            Arg::U32(g.f as u32),
-                            Arg::U32(g.p() as u32),
-                        ],
-                    )?;
-                }
-            }
-            Backend::Dry(_) => {}
-        }
+        forward_into(s, &g, self.buf(), weight.buf(), bias.map(|b| b.buf()), y.buf())?;
+        // Counted in every step, so that a candidate's number is its place
+        // in forward order whatever is recorded.
+        let dropped = s.drops_next_candidate(Candidate {
+            bytes: g.output().numel() * 4,
+            multiply_adds: (g.output().numel() * g.k()) as u64,
+        });
         if y.requires_grad() {
-            s.record(Node::Conv2d(Saved {
+            let saved = Saved {
                 g,
                 x: self.inner,
                 w: weight.inner,
                 bias: bias.map(|b| b.inner),
                 y: y.inner,
-            }));
+            };
+            s.record(Node::Conv2d(saved));
+            if dropped {
+                s.recomputable(&y.inner, Recompute::Conv2d(saved));
+            }
         }
         Ok(y)
     }
 }
 
+/// The forward pass of `g` into `y`: what the op runs, and what backward
+/// runs again to recompute a dropped output (the same kernels on the same
+/// inputs, so the same bits).
+fn forward_into(
+    s: &mut Step<'_>,
+    g: &Geometry,
+    x: Buf<f32>,
+    w: Buf<f32>,
+    bias: Option<Buf<f32>>,
+    y: Buf<f32>,
+) -> Result<()> {
+    let g = *g;
+    let threads = s.threads();
+    let packed = scratch(s, &g, ConvPass::Forward)?;
+    match s.uses(&[
+        x.into(),
+        w.into(),
+        bias.unwrap_or_default().into(),
+        packed.into(),
+        y.into(),
+    ]) {
+        Backend::Cpu(cpu) => cpu.run(|v, _| {
+            let b = match bias {
+                Some(b) => Some(v.read(b)?),
+                None => None,
+            };
+            let (x, w, scratch, y) = (v.read(x)?, v.read(w)?, v.write(packed)?, v.write(y)?);
+            if g.is_valid_unit_stride() {
+                cpu::forward(&g, x, w, b, scratch, y);
+            } else {
+                im2col::forward(&g, g.images_per_group(threads), x, w, b, scratch, y);
+            }
+            Ok(())
+        })?,
+        Backend::Cuda(gpu) => {
+            gpu.conv(g.dims(), ConvPass::Forward, x, w, packed, y, false)?;
+            if let Some(b) = bias {
+                gpu.launch(
+                    CONV_BIAS_ADD,
+                    Grid::over(g.output().numel()),
+                    &[
+                        b.into(),
+                        y.into(),
+                        Arg::U32(g.n as u32),
+                        Arg::U32(g.f as u32),
+                        Arg::U32(g.p() as u32),
+                    ],
+                )?;
+            }
+        }
+        Backend::Dry(_) => {}
+    }
+    Ok(())
+}
+
 impl Saved {
+    /// The output again, in backward, into a new step buffer (its input
+    /// itself read through [`Step::saved`]: it may be recomputed too).
+    pub(crate) fn recompute(self, s: &mut Step<'_>) -> Result<Buf<f32>> {
+        let x = s.saved(&self.x)?;
+        let y = s.alloc::<f32>("conv2d output, recomputed", self.y.shape)?;
+        forward_into(s, &self.g, x, self.w.buf, self.bias.map(|b| b.buf), y)?;
+        Ok(y)
+    }
+
     pub(crate) fn backward(self, s: &mut Step<'_>) -> Result<()> {
         let Some(gy) = s.grad_of(&self.y) else { return Ok(()) };
         let g = self.g;

@@ -1,0 +1,82 @@
+//! Training under a memory budget (`TrainConfig::memory_budget`, the CLI's
+//! `--memory-budget`): convolution outputs are recomputed in backward
+//! rather than kept, as few as bring the step within the budget, and the
+//! run is the run without a budget, bit for bit on the CPU.
+
+use bumpgrad::backend::DeviceRequest;
+use bumpgrad::models::{Depth, ResNet};
+use bumpgrad::train::{self, Quiet, TrainConfig};
+use bumpgrad::{Error, Setting};
+
+fn config(budget: Option<usize>) -> TrainConfig {
+    TrainConfig {
+        device: DeviceRequest::Cpu,
+        model: ResNet::choice(Depth::R18, 0.125),
+        data_dir: "synthetic:cifar10:96".into(),
+        batch: 16,
+        epochs: 2,
+        threads: 2,
+        lr: 0.05,
+        poison_step: Some(true),
+        memory_budget: budget,
+        ..TrainConfig::default()
+    }
+}
+
+const MIB: usize = 1 << 20;
+
+#[test]
+fn a_budget_recomputes_convolutions_and_trains_bit_for_bit_as_without() {
+    let (free, _) = train::memory_report(&config(None)).expect("plan");
+    let unbudgeted = free.plan_peak_bytes;
+    // 90% of the step: some convolution outputs must go, not all (with
+    // every one recomputed this step needs 79%).
+    let budget = unbudgeted * 9 / 10;
+    let (report, _) = train::memory_report(&config(Some(budget))).expect("plan under a budget");
+    let recomputed = report.recomputed.clone().expect("the report says what is recomputed");
+    assert!(
+        recomputed.dropped > 0 && recomputed.dropped < recomputed.candidates,
+        "{recomputed:?}"
+    );
+    assert_eq!(recomputed.unbudgeted_step_bytes, unbudgeted);
+    assert!(
+        report.plan_peak_bytes <= budget,
+        "{} > {budget}",
+        report.plan_peak_bytes
+    );
+    let train = |cfg: TrainConfig| {
+        let reports = train::train(&cfg, &mut Quiet).expect("train");
+        let losses: Vec<u64> = reports.iter().map(|r| r.train_loss.to_bits()).collect();
+        (losses, reports.last().unwrap().arena.step_high_water_bytes)
+    };
+    let (free_losses, free_peak) = train(config(None));
+    let (budget_losses, budget_peak) = train(config(Some(budget)));
+    assert_eq!(free_losses, budget_losses, "recomputation changes no bit on the CPU");
+    assert_eq!(free_peak, unbudgeted);
+    assert!(
+        budget_peak <= budget,
+        "step high-water {budget_peak} above the budget {budget}"
+    );
+}
+
+#[test]
+fn a_budget_no_recomputation_can_meet_names_the_least_that_works() {
+    let err = train::memory_report(&config(Some(MIB / 4))).expect_err("a quarter MiB fits no step");
+    match err {
+        Error::Setting {
+            setting: Setting::MemoryBudget,
+            problem,
+            fix: Some(fix),
+        } => {
+            assert!(
+                problem.contains("even with every one of its 20 convolution outputs recomputed"),
+                "{problem}"
+            );
+            let least: usize = fix.trim_end_matches("MiB or more").parse().expect(&fix);
+            // The least budget that works does work.
+            let (report, _) = train::memory_report(&config(Some(least * MIB))).expect("the least budget");
+            assert!(report.plan_peak_bytes <= least * MIB);
+        }
+        other => panic!("{other}"),
+    }
+}
