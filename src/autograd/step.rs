@@ -135,10 +135,19 @@ impl<'s> Step<'s> {
         let Some(&(_, how)) = tape.recipes.iter().find(|(id, _)| *id == t.id) else {
             return Ok(t.buf);
         };
+        // A recomputation reads tensors made before the one it makes, so a
+        // chain is never longer than the recipes: longer is a recipe that
+        // reads what it makes, refused rather than recursed into.
+        if self.tape.recompute_depth as usize >= self.tape.recipes.len() {
+            return Err(crate::backend::BackendError::Internal("a recomputation that needs its own output").into());
+        }
+        self.tape.recompute_depth += 1;
         let buf = match how {
-            Recompute::BatchNorm2d(n) => n.recompute(self)?,
-            Recompute::Conv2d(n) => n.recompute(self)?,
+            Recompute::BatchNorm2d(n) => n.recompute(self),
+            Recompute::Conv2d(n) => n.recompute(self),
         };
+        self.tape.recompute_depth -= 1;
+        let buf = buf?;
         self.tape.recomputed.push((t.id, buf));
         Ok(buf)
     }

@@ -66,6 +66,8 @@ pub(crate) struct Tape {
     /// ...and, sorted, those to recompute in backward rather than keep. Set
     /// between steps (see `Arena::set_recomputed`); kept by `clear`.
     pub(crate) dropped: Vec<u32>,
+    /// Recomputations under way (each may need another first).
+    pub(crate) recompute_depth: u32,
 }
 
 impl Default for Tape {
@@ -80,6 +82,7 @@ impl Default for Tape {
             recomputed: Vec::new(),
             candidates: Vec::new(),
             dropped: Vec::new(),
+            recompute_depth: 0,
         }
     }
 }
@@ -94,5 +97,6 @@ impl Tape {
         self.recipes.clear();
         self.recomputed.clear();
         self.candidates.clear();
+        self.recompute_depth = 0;
     }
 }

@@ -245,3 +245,27 @@ fn conv2d_one_by_one_on_tiny_maps_with_many_channels_matches_finite_differences(
         t[0].conv2d(s, t[1], None, super::Conv2dArgs::default())
     });
 }
+
+#[test]
+fn a_recomputation_that_needs_its_own_output_is_an_error_not_a_recursion() {
+    use super::{Conv2dArgs, Geometry, Saved};
+    use crate::autograd::Recompute;
+    let err = crate::ops::gradcheck::arena()
+        .step(|s| {
+            let x = s.variable("x", Shape::new(&[1, 1, 4, 4]), &[0.5; 16])?;
+            let w = s.variable("w", Shape::new(&[1, 1, 3, 3]), &[0.1; 9])?;
+            let g = Geometry::new(x.shape(), w.shape(), None, Conv2dArgs::default())?;
+            // A recipe for x that reads x: what a wrongly registered one does.
+            let wrong = Saved {
+                g,
+                x: x.inner,
+                w: w.inner,
+                bias: None,
+                y: x.inner,
+            };
+            s.recomputable(&x.inner, Recompute::Conv2d(wrong));
+            s.saved(&x.inner).map(drop)
+        })
+        .expect_err("a recipe that reads what it makes");
+    assert!(err.to_string().contains("a recomputation that needs its own output"), "{err}");
+}
