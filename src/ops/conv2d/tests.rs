@@ -267,5 +267,8 @@ fn a_recomputation_that_needs_its_own_output_is_an_error_not_a_recursion() {
             s.saved(&x.inner).map(drop)
         })
         .expect_err("a recipe that reads what it makes");
-    assert!(err.to_string().contains("a recomputation that needs its own output"), "{err}");
+    assert!(
+        err.to_string().contains("a recomputation that needs its own output"),
+        "{err}"
+    );
 }
