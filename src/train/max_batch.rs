@@ -21,8 +21,14 @@
 //! another batch, so there a batch above the one reported may fit again by
 //! a workspace's few MiB; the one reported is the largest below the first
 //! that does not fit.
+//!
+//! With a memory budget (`cfg.memory_budget`), a batch whose step does not
+//! fit may still fit by recomputing convolution outputs in backward (see
+//! `meet_budget`; its step's budget is the arena's room above the
+//! persistent region, or the budget given if smaller): the search runs
+//! twice and reports both batches, with recomputation and without.
 
-use super::{measure, open_for_planning, ArenaNeeds, TrainConfig};
+use super::{measure, meet_budget, open_for_planning, ArenaNeeds, TrainConfig};
 use crate::backend::Precision;
 use crate::memory::{suggest, ByteSize};
 use crate::{Error, Result, Setting};
@@ -49,6 +55,13 @@ pub struct MaxBatch {
     pub model: &'static str,
     /// The device the dry runs were shaped like ("cpu (2 threads)").
     pub device: String,
+    /// With a memory budget: the convolution outputs the largest batch's
+    /// step recomputes in backward to fit...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recomputed_outputs: Option<usize>,
+    /// ...and the largest batch that fits without recomputing any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub without_recomputation: Option<usize>,
 }
 
 /// One dry run of the search, for progress lines.
@@ -83,8 +96,63 @@ pub fn max_batch(cfg: &TrainConfig, progress: &mut dyn FnMut(&Probe)) -> Result<
         ..cfg.clone()
     })?;
     let limit = host.train_images.count;
+    // A step that does not fit may fit recomputing convolution outputs,
+    // when a budget asks for that: the step's budget is then the arena's
+    // room above the persistent region (or the budget given, if smaller).
+    let measure_at = |batch: usize, recompute: bool| -> Result<ArenaNeeds> {
+        let at = TrainConfig { batch, ..cfg.clone() };
+        let needs = measure(&at, &host, &device)?;
+        if !recompute || needs.total() <= capacity {
+            return Ok(needs);
+        }
+        let Some(room) = capacity.checked_sub(needs.persistent_bytes) else {
+            return Ok(needs);
+        };
+        let budgeted = TrainConfig {
+            memory_budget: Some(cfg.memory_budget.unwrap_or(room).min(room)),
+            ..at
+        };
+        match meet_budget(&budgeted, &host, &device, needs.clone()) {
+            Ok(fit) => Ok(fit),
+            // No recomputation fits it: the batch does not fit.
+            Err(Error::Setting {
+                setting: Setting::MemoryBudget,
+                ..
+            }) => Ok(needs),
+            Err(e) => Err(e),
+        }
+    };
+    let recompute = cfg.memory_budget.is_some();
+    let without_recomputation = match recompute {
+        true => Some(largest(limit, capacity, &mut |b| measure_at(b, false), progress)?.0),
+        false => None,
+    };
+    let (lo, best) = largest(limit, capacity, &mut |b| measure_at(b, recompute), progress)?;
+    Ok(MaxBatch {
+        max_batch: lo,
+        arena_bytes: best.total(),
+        persistent_bytes: best.persistent_bytes,
+        step_bytes: best.step_bytes,
+        capacity_bytes: capacity,
+        capped_by_training_set: (lo == limit).then_some(limit),
+        precision: cfg.precision,
+        model: cfg.model.name(),
+        device: device.describe(),
+        recomputed_outputs: recompute.then_some(best.dropped.len()),
+        without_recomputation,
+    })
+}
+
+/// The largest batch up to `limit` whose arena, as `measure` finds it,
+/// fits `capacity`: doubling from 1, then bisecting; with what it needs.
+fn largest(
+    limit: usize,
+    capacity: usize,
+    measure: &mut dyn FnMut(usize) -> Result<ArenaNeeds>,
+    progress: &mut dyn FnMut(&Probe),
+) -> Result<(usize, ArenaNeeds)> {
     let mut probe = |batch: usize| -> Result<(bool, ArenaNeeds)> {
-        let needs = measure(&TrainConfig { batch, ..cfg.clone() }, &host, &device)?;
+        let needs = measure(batch)?;
         let probe = Probe {
             batch,
             arena_bytes: needs.total(),
@@ -126,17 +194,7 @@ pub fn max_batch(cfg: &TrainConfig, progress: &mut dyn FnMut(&Probe)) -> Result<
             }
         }
     }
-    Ok(MaxBatch {
-        max_batch: lo,
-        arena_bytes: best.total(),
-        persistent_bytes: best.persistent_bytes,
-        step_bytes: best.step_bytes,
-        capacity_bytes: capacity,
-        capped_by_training_set: (lo == limit).then_some(limit),
-        precision: cfg.precision,
-        model: cfg.model.name(),
-        device: device.describe(),
-    })
+    Ok((lo, best))
 }
 
 #[cfg(test)]
@@ -161,5 +219,36 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(probes, 0, "refused before any dry run");
+    }
+
+    #[test]
+    fn recomputation_fits_a_larger_batch_and_exactly_the_largest() {
+        use crate::models::{Depth, ResNet};
+        let cfg = |budget| TrainConfig {
+            device: DeviceRequest::Cpu,
+            model: ResNet::choice(Depth::R18, 0.125),
+            data_dir: "synthetic:cifar10:2000".into(),
+            threads: 2,
+            arena_size: Some(48 << 20),
+            memory_budget: budget,
+            ..TrainConfig::default()
+        };
+        let plain = max_batch(&cfg(None), &mut |_| {}).expect("search");
+        let found = max_batch(&cfg(Some(usize::MAX)), &mut |_| {}).expect("search with recomputation");
+        assert_eq!(found.without_recomputation, Some(plain.max_batch));
+        assert!(found.max_batch > plain.max_batch, "{found:?} vs {plain:?}");
+        assert!(found.recomputed_outputs.is_some_and(|n| n > 0), "{found:?}");
+        assert!(found.arena_bytes <= found.capacity_bytes);
+        // Exactly the largest: the next batch fits no recomputation.
+        let next = TrainConfig {
+            batch: found.max_batch + 1,
+            memory_budget: Some((48 << 20) - found.persistent_bytes),
+            ..cfg(None)
+        };
+        assert!(
+            super::super::memory_report(&next).is_err(),
+            "batch {} fits too",
+            found.max_batch + 1
+        );
     }
 }
