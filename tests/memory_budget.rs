@@ -80,3 +80,34 @@ fn a_budget_no_recomputation_can_meet_names_the_least_that_works() {
         other => panic!("{other}"),
     }
 }
+
+/// A given arena too small for the step is a budget too: the step
+/// recomputes to fit it, and trains as without; one too small for that is
+/// refused as before, with the arena that would fit without recomputing.
+#[test]
+fn an_arena_too_small_for_the_step_recomputes_to_fit_or_is_refused_as_before() {
+    let (free, _) = train::memory_report(&config(None)).expect("plan");
+    let whole = free.arena_bytes;
+    let run = |arena: usize| {
+        train::train(
+            &TrainConfig {
+                arena_size: Some(arena),
+                ..config(None)
+            },
+            &mut Quiet,
+        )
+    };
+    let tight = free.persistent_bytes + free.plan_peak_bytes * 9 / 10;
+    let reports = run(tight).expect("recomputing fits 90% of the step");
+    let unbudgeted = train::train(&config(None), &mut Quiet).expect("train");
+    let bits = |r: &[train::EpochReport]| r.iter().map(|e| e.train_loss.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&reports), bits(&unbudgeted));
+    assert!(reports[0].arena.step_high_water_bytes <= tight - free.persistent_bytes);
+    match run(free.persistent_bytes + free.plan_peak_bytes / 2) {
+        Err(Error::Arena(e)) => assert!(
+            e.to_string().contains(&format!("{whole}")) || e.to_string().contains("would fit"),
+            "{e}"
+        ),
+        other => panic!("half the step fits no recomputation: {other:?}"),
+    }
+}

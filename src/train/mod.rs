@@ -338,6 +338,23 @@ fn meet_budget(cfg: &TrainConfig, host: &ImageSet, device: &Device, unbudgeted: 
     Ok(fit)
 }
 
+/// The needs of `cfg`'s step recomputing convolution outputs to fit the
+/// given arena's room above the persistent region (`needs` measured
+/// without), if any recomputation does; with the memory plan only.
+fn arena_as_budget(cfg: &TrainConfig, host: &ImageSet, device: &Device, needs: &ArenaNeeds) -> Option<ArenaNeeds> {
+    let room = cfg.arena_size?.checked_sub(needs.persistent_bytes)?;
+    if !cfg.memory_plan || !needs.dropped.is_empty() {
+        return None;
+    }
+    let budgeted = TrainConfig {
+        memory_budget: Some(room),
+        ..cfg.clone()
+    };
+    meet_budget(&budgeted, host, device, needs.clone())
+        .ok()
+        .filter(|fit| fit.total() <= cfg.arena_size.unwrap_or(0))
+}
+
 /// Candidate numbers, most bytes kept per multiply-add of recomputation
 /// first (ties: forward order).
 fn rank_for_recomputation(candidates: &[Candidate]) -> Vec<u32> {
@@ -614,7 +631,18 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
     let threads = device.threads();
     let device_name = device.describe();
     let mut needs = meet_budget(cfg, &host, &device, measure(cfg, &host, &device)?)?;
-    let mut capacity = capacity(cfg, &host, &device, &needs)?;
+    let mut capacity = match capacity(cfg, &host, &device, &needs) {
+        Ok(capacity) => capacity,
+        // A given arena too small for the step is a budget too: recompute
+        // convolution outputs if that fits it, else refuse it as before.
+        Err(too_small) => match arena_as_budget(cfg, &host, &device, &needs) {
+            Some(fit) => {
+                needs = fit;
+                capacity(cfg, &host, &device, &needs)?
+            }
+            None => return Err(too_small),
+        },
+    };
     // A GPU times its convolution algorithms in the new arena's free bytes
     // before the first step (nothing is in it yet: the whole arena is free
     // to time with), as PyTorch's cudnn.benchmark does. The fastest may
@@ -664,6 +692,7 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
         buckets: session.bucket_layout(),
         nccl_bytes,
         conv_tuning,
+        recomputed: (!needs.dropped.is_empty()).then(|| (needs.dropped.len(), needs.candidates.len())),
     };
     Ok((session, info))
 }

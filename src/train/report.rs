@@ -49,6 +49,10 @@ pub struct RunInfo {
     /// On a GPU, unless convolutions must be deterministic: the timing of
     /// the convolution algorithms before the first step.
     pub conv_tuning: Option<ConvTuning>,
+    /// Under a memory budget (or a given arena too small for the step):
+    /// the convolution outputs the step recomputes in backward, of those
+    /// it has.
+    pub recomputed: Option<(usize, usize)>,
 }
 
 /// One epoch, as `--json` prints it.

@@ -88,6 +88,12 @@ impl Observer for Printer {
             ByteSize(a.persistent_bytes),
             ByteSize(a.capacity_bytes - a.persistent_bytes),
         ));
+        if let Some((dropped, of)) = info.recomputed {
+            self.say(&format!(
+                "memory: the step recomputes {dropped} of its {of} convolution outputs in backward rather than keep them, to fit {}",
+                if info.arena_size_measured { "--memory-budget" } else { "--arena-size" }
+            ));
+        }
         if let Some(t) = info.conv_tuning {
             let how = match (t.kept, t.workspace_limit) {
                 (false, _) if t.changed > 0 => {
