@@ -692,7 +692,7 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
         buckets: session.bucket_layout(),
         nccl_bytes,
         conv_tuning,
-        recomputed: (!needs.dropped.is_empty()).then(|| (needs.dropped.len(), needs.candidates.len())),
+        recomputed: (!needs.dropped.is_empty()).then_some((needs.dropped.len(), needs.candidates.len())),
     };
     Ok((session, info))
 }
