@@ -519,8 +519,14 @@ pub fn memory_report(cfg: &TrainConfig) -> Result<(MemoryReport, String)> {
 /// workspaces (see [`prepare_in`]); `None` where it times nothing or the
 /// arena size is given.
 pub fn tuning_bytes(cfg: &TrainConfig, device: DeviceKind, step_bytes: usize) -> Option<usize> {
-    let timed = device == DeviceKind::Cuda && !cfg.deterministic && cfg.conv_algos == ConvAlgos::Timed;
-    (timed && cfg.arena_size.is_none()).then(|| tuning_headroom(step_bytes))
+    // Under a budget the timed step may not pass it: no more room than that.
+    let room = cfg.memory_budget.map_or(usize::MAX, |b| b.saturating_sub(step_bytes));
+    (times_convolutions(cfg, device) && cfg.arena_size.is_none()).then(|| tuning_headroom(step_bytes).min(room))
+}
+
+/// Whether a run of `cfg` on `device` times its convolution algorithms.
+fn times_convolutions(cfg: &TrainConfig, device: DeviceKind) -> bool {
+    device == DeviceKind::Cuda && !cfg.deterministic && cfg.conv_algos == ConvAlgos::Timed
 }
 
 /// Loads the data, opens the device, sizes and allocates the arena, and
@@ -652,7 +658,7 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
     // 128 on the H200: 13% for 9.9 rather than 23.5 ms a step); where it
     // would grow more than TUNING_GROWTH, or past a given arena, the
     // largest workspace allowed is halved until it does not.
-    let tuning = matches!(device, Device::Cuda(_)) && !cfg.deterministic && cfg.conv_algos == ConvAlgos::Timed;
+    let tuning = times_convolutions(cfg, device_kind(&device));
     capacity += tuning_bytes(cfg, device_kind(&device), needs.step_bytes).unwrap_or(0);
     let mut arena = Arena::new(device, capacity)?;
     arena.set_recomputed(&needs.dropped);
@@ -869,6 +875,12 @@ mod tuning_tests {
         for c in &nothing_timed {
             assert_eq!(tuning_bytes(c, DeviceKind::Cuda, 100 * mib), None);
         }
+        // Under a budget, no more than the budget leaves above the step.
+        let budgeted = TrainConfig {
+            memory_budget: Some(105 * mib),
+            ..cfg.clone()
+        };
+        assert_eq!(tuning_bytes(&budgeted, DeviceKind::Cuda, 100 * mib), Some(5 * mib));
     }
 
     #[test]

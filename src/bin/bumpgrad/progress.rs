@@ -95,12 +95,13 @@ impl Observer for Printer {
             ));
         }
         if let Some(t) = info.conv_tuning {
+            let growth = (bumpgrad::train::TUNING_GROWTH * 100.0).round();
             let how = match (t.kept, t.workspace_limit) {
                 (false, _) if t.changed > 0 => {
-                    "; no timed choice kept the step within 20% of the heuristic's: its choices kept".to_string()
+                    format!("; no timed choice kept the step within {growth}% of the heuristic's: its choices kept")
                 }
                 (_, Some(limit)) => format!(
-                    "; workspaces held to {} to keep the step within 20% of the heuristic's",
+                    "; workspaces held to {} to keep the step within {growth}% of the heuristic's",
                     ByteSize(limit)
                 ),
                 _ => String::new(),
