@@ -12,7 +12,7 @@ mod scope;
 mod step;
 mod tape;
 
-pub use step::{Grads, Step};
+pub use step::{Grads, Step, GRADIENT_SEED};
 pub use tape::Candidate;
 pub(crate) use tape::{Node, Recompute};
 

@@ -8,6 +8,11 @@ use crate::tensor::{Brand, Labels, Param, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 use std::marker::PhantomData;
 
+/// What the buffer backward starts from is called in a step's trace: the
+/// moment it is made, forward is done and nothing is recomputed yet (the
+/// memory budget's bound reads the plan there).
+pub const GRADIENT_SEED: &str = "gradient seed";
+
 /// One step of work on an arena. `'s` brands every tensor made here.
 pub struct Step<'s> {
     arena: &'s mut Arena,
@@ -121,6 +126,17 @@ impl<'s> Step<'s> {
         let i = tape.candidates.len() as u32;
         tape.candidates.push(cost);
         tape.recording && tape.dropped.binary_search(&i).is_ok()
+    }
+
+    /// Whether backward makes `t` again rather than keep it.
+    pub(crate) fn is_dropped(&self, t: &TensorRef) -> bool {
+        self.tape.recipes.iter().any(|(id, _)| *id == t.id)
+    }
+
+    /// Whether reading `t` in backward costs nothing: kept, or made again
+    /// already.
+    pub(crate) fn at_hand(&self, t: &TensorRef) -> bool {
+        !self.is_dropped(t) || self.tape.recomputed.iter().any(|(id, _)| *id == t.id)
     }
 
     /// The value of `t` an op saved for backward, read in backward: `t`'s
@@ -255,7 +271,7 @@ impl<'s> Step<'s> {
                 format!("a one-element loss, got {} (use backward_from)", loss.shape()),
             ));
         }
-        let seed = self.alloc("gradient seed", loss.shape())?;
+        let seed = self.alloc(GRADIENT_SEED, loss.shape())?;
         self.uses(&[seed.into()]).fill(seed, 1.0)?;
         self.backward_seeded(loss, seed, after_node)
     }

@@ -27,20 +27,25 @@ pub(crate) enum Node {
 }
 
 /// How to make a step tensor again in backward, for the ops that read it
-/// there, instead of keeping it from forward: cheap elementwise outputs
-/// whose inputs backward keeps anyway (see [`super::Step::saved`]).
+/// there, instead of keeping it from forward (see [`super::Step::saved`]):
+/// batch-norm outputs (the relu'd ones always: their inputs are kept
+/// anyway), and under a memory budget convolution outputs and block
+/// outputs too.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Recompute {
     BatchNorm2d(ops::batch_norm2d::Saved),
     Conv2d(ops::conv2d::Saved),
 }
 
-/// A tensor a memory budget may have backward recompute: what keeping it
-/// holds, and what recomputing it costs.
+/// A tensor a memory budget may have backward recompute: what it is, what
+/// keeping it holds, and what recomputing it costs (the multiply-adds and
+/// the bytes its op reads and writes again).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Candidate {
+    pub what: &'static str,
     pub bytes: usize,
     pub multiply_adds: u64,
+    pub bytes_moved: u64,
 }
 
 #[derive(Debug)]
@@ -59,8 +64,8 @@ pub(crate) struct Tape {
     /// ...and those recomputed so far in this backward, by tensor id, so
     /// that a second reader gets the same buffer.
     pub(crate) recomputed: Vec<(u32, Buf<f32>)>,
-    /// Candidates for recomputation under a memory budget (convolution
-    /// outputs, in forward order) this step has seen: the bytes each keeps
+    /// Candidates for recomputation under a memory budget (convolution and
+    /// block outputs, in forward order) this step has seen: the bytes each keeps
     /// and the multiply-adds recomputing it costs...
     pub(crate) candidates: Vec<Candidate>,
     /// ...and, sorted, those to recompute in backward rather than keep. Set

@@ -681,6 +681,12 @@ impl Persistent<'_> {
         self.arena.bump(Region::Persistent, what, shape)
     }
 
+    /// Whether allocations here hold values: false on a dry arena, which
+    /// only measures, so callers may skip computing what they would upload.
+    pub fn holds_values(&self) -> bool {
+        !matches!(self.arena.backend, Backend::Dry(_))
+    }
+
     /// Space holding zeros.
     pub fn zeros<T: Element>(&mut self, what: &'static str, shape: Shape) -> Result<Buf<T>, ArenaError> {
         let buf = self.alloc(what, shape)?;

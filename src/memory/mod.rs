@@ -16,6 +16,6 @@ mod size;
 pub use arena::{suggest, Arena, ArenaError, ArenaStats, Persistent, PersistentBuf, Region, StepGraph, Touch};
 pub use buf::{align_up, Buf, Element, ALIGN};
 pub use plan::{PlannedBuf, StepPlan};
-pub use report::{MemoryReport, Recomputed};
+pub use report::{MemoryReport, Recomputed, RecomputedKind};
 pub use shape::{Shape, MAX_RANK};
 pub use size::{ByteSize, SizeParseError};

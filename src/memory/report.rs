@@ -61,14 +61,23 @@ impl MemoryReport {
         let b = |n: usize| ByteSize(n).to_string();
         let _ = writeln!(out, "arena: {} in one allocation", b(self.arena_bytes));
         if let Some(r) = &self.recomputed {
+            let kinds: Vec<String> = r
+                .kinds
+                .iter()
+                .map(|k| format!("{} of {} {}s ({})", k.dropped, k.of, k.what, b(k.bytes)))
+                .collect();
             let _ = writeln!(
                 out,
-                "memory budget: the training step recomputes {} of its {} convolution outputs ({}) in backward rather than keep them, step {} without; {:.1}% more convolution multiply-adds per step, the predicted extra time where convolutions dominate",
-                r.dropped,
-                r.candidates,
-                b(r.dropped_bytes),
+                "memory budget: the training step recomputes {} in backward rather than keep them (step {} without)",
+                kinds.join(", "),
                 b(r.unbudgeted_step_bytes),
-                100.0 * r.extra_multiply_adds as f64 / r.step_multiply_adds.max(1) as f64
+            );
+            let _ = writeln!(
+                out,
+                "  predicted extra time: {:.2} ms a step ({:.1}% more convolution multiply-adds); no choice that fits could add less than {:.2} ms",
+                r.predicted_extra_seconds * 1e3,
+                100.0 * r.extra_multiply_adds as f64 / r.step_multiply_adds.max(1) as f64,
+                r.least_extra_seconds * 1e3,
             );
         }
         if let Some(t) = self.tuning_bytes {
@@ -276,16 +285,34 @@ fn timeline(plan: &StepPlan, title: &str) -> String {
 /// What a memory budget has a step recompute.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Recomputed {
-    /// Convolution outputs recomputed in backward...
+    /// Candidates (convolution and block outputs) recomputed in backward...
     pub dropped: usize,
     /// ...of those the step has...
     pub candidates: usize,
     /// ...the bytes they would have kept...
     pub dropped_bytes: usize,
+    /// ...the same by what they are...
+    pub kinds: Vec<RecomputedKind>,
     /// ...and the multiply-adds recomputing them costs, against the
     /// step's convolutions' (forward and both gradients).
     pub extra_multiply_adds: u64,
     pub step_multiply_adds: u64,
+    /// Seconds a step takes longer, by the device's cost model...
+    pub predicted_extra_seconds: f64,
+    /// ...and no fewer than any choice that fits the budget would add, by
+    /// the same model (a lower bound, not a choice).
+    pub least_extra_seconds: f64,
     /// The step's planned peak without the budget.
     pub unbudgeted_step_bytes: usize,
+}
+
+/// Candidates of one kind a budget recomputes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RecomputedKind {
+    /// The tensor, as the plan names it ("conv2d output").
+    pub what: &'static str,
+    pub dropped: usize,
+    pub of: usize,
+    /// Bytes the dropped ones would have kept.
+    pub bytes: usize,
 }

@@ -6,12 +6,14 @@
 //! training step and one evaluation step on it, and allocates exactly the
 //! persistent bytes plus the step high-water it measured.
 
+mod budget;
 mod checkpoints;
 mod max_batch;
 mod report;
 mod session;
 mod task;
 
+pub use budget::{extra_seconds, least_extra_seconds, Speed};
 pub use checkpoints::{CheckpointPolicy, Every, Position};
 pub use max_batch::{max_batch, MaxBatch, Probe};
 pub use report::{resident_bytes, ConvTuning, EpochReport, Observer, Quiet, RunInfo, StepProfile};
@@ -22,11 +24,12 @@ use crate::autograd::Candidate;
 use crate::backend::{Device, DeviceKind, DeviceRequest, Group, Precision};
 use crate::data::{DataSource, ImageSet};
 use crate::distributed::DataParallel;
-use crate::memory::{Arena, ArenaError, ByteSize, MemoryReport};
+use crate::memory::{Arena, ArenaError, MemoryReport, Recomputed, RecomputedKind};
 use crate::nn::{ModelChoice, OptimizerChoice};
 use crate::ops::gather::Augment;
 use crate::optim::Schedule;
 use crate::{Error, Result, Setting};
+use budget::meet_budget;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 
@@ -275,8 +278,7 @@ fn measure_on(cfg: &TrainConfig, host: &ImageSet, dry: Arena) -> Result<ArenaNee
 fn measure_dropping(cfg: &TrainConfig, host: &ImageSet, mut dry: Arena, dropped: &[u32]) -> Result<ArenaNeeds> {
     dry.set_recomputed(dropped);
     let mut session = Session::new(cfg, host, dry)?;
-    session.probe()?;
-    let candidates = session.recompute_candidates();
+    let candidates = session.probe()?;
     let arena = session.arena();
     let plans = arena.plans().to_vec();
     let step_bytes = match plans.iter().map(|p| p.peak).max() {
@@ -291,51 +293,6 @@ fn measure_dropping(cfg: &TrainConfig, host: &ImageSet, mut dry: Arena, dropped:
         candidates,
         dropped: dropped.to_vec(),
     })
-}
-
-/// Meets `budget` bytes of step memory by recomputing convolution outputs
-/// in backward: `unbudgeted` is the step measured without. The candidates
-/// are ranked by bytes kept per multiply-add of recomputation (a ResNet's
-/// early outputs and its 1×1 shortcuts first), and the shortest prefix of
-/// that ranking whose step fits is found by bisection over dry runs (the
-/// step shrinks as more are dropped, up to the transient buffers backward
-/// recomputes them into). An unreachable budget is an error naming the
-/// least step memory there is.
-fn meet_budget(cfg: &TrainConfig, host: &ImageSet, device: &Device, unbudgeted: ArenaNeeds) -> Result<ArenaNeeds> {
-    let Some(budget) = cfg.memory_budget else {
-        return Ok(unbudgeted);
-    };
-    if unbudgeted.step_bytes <= budget {
-        return Ok(unbudgeted);
-    }
-    let ranked = rank_for_recomputation(&unbudgeted.candidates);
-    let n = ranked.len();
-    let measure = |k: usize| measure_dropping(cfg, host, Arena::dry(device, None), &ranked[..k]);
-    let all = measure(n)?;
-    if all.step_bytes > budget {
-        return Err(Error::setting(
-            Setting::MemoryBudget,
-            format!(
-                "a step of {} needs {} even with every one of its {n} convolution outputs recomputed (without: {}), above the budget of {}",
-                cfg.model.name(),
-                ByteSize(all.step_bytes),
-                ByteSize(unbudgeted.step_bytes),
-                ByteSize(budget),
-            ),
-            Some(format!("{} or more", crate::memory::suggest(all.step_bytes))),
-        ));
-    }
-    let (mut lo, mut hi, mut fit) = (0, n, all);
-    while hi - lo > 1 {
-        let mid = (lo + hi) / 2;
-        let needs = measure(mid)?;
-        if needs.step_bytes <= budget {
-            (hi, fit) = (mid, needs);
-        } else {
-            lo = mid;
-        }
-    }
-    Ok(fit)
 }
 
 /// The needs of `cfg`'s step recomputing convolution outputs to fit the
@@ -353,21 +310,6 @@ fn arena_as_budget(cfg: &TrainConfig, host: &ImageSet, device: &Device, needs: &
     meet_budget(&budgeted, host, device, needs.clone())
         .ok()
         .filter(|fit| fit.total() <= cfg.arena_size.unwrap_or(0))
-}
-
-/// Candidate numbers, most bytes kept per multiply-add of recomputation
-/// first (ties: forward order).
-fn rank_for_recomputation(candidates: &[Candidate]) -> Vec<u32> {
-    let mut order: Vec<u32> = (0..candidates.len() as u32).collect();
-    // bytes_a / macs_a > bytes_b / macs_b, cross-multiplied in u128.
-    let key = |i: u32| candidates[i as usize];
-    order.sort_by(|&a, &b| {
-        let (ca, cb) = (key(a), key(b));
-        let lhs = ca.bytes as u128 * cb.multiply_adds.max(1) as u128;
-        let rhs = cb.bytes as u128 * ca.multiply_adds.max(1) as u128;
-        rhs.cmp(&lhs)
-    });
-    order
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -425,7 +367,7 @@ fn capacity(cfg: &TrainConfig, host: &ImageSet, device: &Device, needs: &ArenaNe
         Some(given) => {
             // Replay on a dry arena of the given size to name the allocation
             // that fails, then report the size that fits the whole step.
-            let replay = Session::new(cfg, host, Arena::dry(device, Some(given))).and_then(|mut s| s.probe());
+            let replay = Session::new(cfg, host, Arena::dry(device, Some(given))).and_then(|mut s| s.probe().map(drop));
             let err = match replay {
                 Err(e) => e,
                 Ok(()) => Error::setting(
@@ -492,26 +434,56 @@ pub fn memory_report(cfg: &TrainConfig) -> Result<(MemoryReport, String)> {
         ..cfg.clone()
     };
     let unbudgeted = measure(&planned, &host, &device)?;
-    let unbudgeted_step = unbudgeted.step_bytes;
-    let needs = meet_budget(&planned, &host, &device, unbudgeted)?;
+    let needs = meet_budget(&planned, &host, &device, unbudgeted.clone())?;
     capacity(&planned, &host, &device, &needs)?;
     let mut report = MemoryReport::new(&needs.persistent, &needs.plans);
-    if cfg.memory_budget.is_some() {
-        let dropped: Vec<Candidate> = needs.dropped.iter().map(|&i| needs.candidates[i as usize]).collect();
-        // A training step runs each convolution three times (forward, input
-        // and weight gradients); recomputing one runs its forward again.
-        let step_macs: u64 = 3 * needs.candidates.iter().map(|c| c.multiply_adds).sum::<u64>();
-        report.recomputed = Some(crate::memory::Recomputed {
-            dropped: dropped.len(),
-            candidates: needs.candidates.len(),
-            dropped_bytes: dropped.iter().map(|c| c.bytes).sum(),
-            extra_multiply_adds: dropped.iter().map(|c| c.multiply_adds).sum(),
-            step_multiply_adds: step_macs,
-            unbudgeted_step_bytes: unbudgeted_step,
-        });
+    if let Some(budget) = cfg.memory_budget {
+        report.recomputed = Some(recomputed(&needs, &unbudgeted, budget, &budget::speed(cfg, &device)));
     }
     report.tuning_bytes = tuning_bytes(cfg, device_kind(&device), needs.step_bytes);
     Ok((report, device.describe()))
+}
+
+/// What `needs` recomputes under `budget`, against the step without
+/// (`unbudgeted`), for the report.
+fn recomputed(needs: &ArenaNeeds, unbudgeted: &ArenaNeeds, budget: usize, speed: &Speed) -> Recomputed {
+    let dropped: Vec<Candidate> = needs.dropped.iter().map(|&i| needs.candidates[i as usize]).collect();
+    let mut kinds: Vec<RecomputedKind> = Vec::new();
+    for c in &needs.candidates {
+        let at = match kinds.iter().position(|k| k.what == c.what) {
+            Some(at) => at,
+            None => {
+                kinds.push(RecomputedKind {
+                    what: c.what,
+                    dropped: 0,
+                    of: 0,
+                    bytes: 0,
+                });
+                kinds.len() - 1
+            }
+        };
+        kinds[at].of += 1;
+    }
+    for c in &dropped {
+        if let Some(k) = kinds.iter_mut().find(|k| k.what == c.what) {
+            k.dropped += 1;
+            k.bytes += c.bytes;
+        }
+    }
+    // A training step runs each convolution three times (forward, input
+    // and weight gradients); recomputing one runs its forward again.
+    let step_macs: u64 = 3 * needs.candidates.iter().map(|c| c.multiply_adds).sum::<u64>();
+    Recomputed {
+        dropped: dropped.len(),
+        candidates: needs.candidates.len(),
+        dropped_bytes: dropped.iter().map(|c| c.bytes).sum(),
+        kinds,
+        extra_multiply_adds: dropped.iter().map(|c| c.multiply_adds).sum(),
+        step_multiply_adds: step_macs,
+        predicted_extra_seconds: extra_seconds(&needs.candidates, &needs.dropped, speed),
+        least_extra_seconds: least_extra_seconds(unbudgeted, budget, speed),
+        unbudgeted_step_bytes: unbudgeted.step_bytes,
+    }
 }
 
 /// The bytes `train` adds to a measured arena of a step of `step_bytes`
@@ -900,21 +872,5 @@ mod tuning_tests {
         let (out, measured) = search(800, 8, 1);
         assert_eq!(out, None);
         assert_eq!(measured, 8);
-    }
-}
-
-#[cfg(test)]
-mod budget_tests {
-    use super::rank_for_recomputation;
-    use crate::autograd::Candidate;
-
-    #[test]
-    fn candidates_rank_by_bytes_kept_per_multiply_add_then_forward_order() {
-        let c = |bytes, multiply_adds| Candidate { bytes, multiply_adds };
-        // A ResNet's shape: a 3×3 conv of the first stage, one of the second
-        // (half the bytes, the same work), a 1×1 shortcut (its bytes for a
-        // ninth of the work), and a twin of the first.
-        let all = [c(32, 9 * 64), c(16, 9 * 64), c(16, 64), c(32, 9 * 64)];
-        assert_eq!(rank_for_recomputation(&all), vec![2, 0, 3, 1]);
     }
 }

@@ -276,12 +276,6 @@ impl Session {
         })
     }
 
-    /// How many candidates for recomputation (convolution outputs) a step
-    /// of this session has.
-    pub(crate) fn recompute_candidates(&mut self) -> Vec<crate::autograd::Candidate> {
-        self.arena.recompute_candidates()
-    }
-
     pub fn arena(&self) -> &Arena {
         &self.arena
     }
@@ -812,8 +806,10 @@ impl Session {
 
     /// One step of every kind the run will take (a full and a last, shorter
     /// training and evaluation batch), for sizing and planning on a dry arena.
-    pub(crate) fn probe(&mut self) -> Result<()> {
+    pub(crate) fn probe(&mut self) -> Result<Vec<crate::autograd::Candidate>> {
         self.train_step(0)?;
+        // A full training step's: the only step a memory budget shapes.
+        let candidates = self.arena.recompute_candidates();
         let steps = self.steps_per_epoch();
         if steps > 1 && !self.order.len().is_multiple_of(self.global_batch()) {
             self.train_step(steps - 1)?;
@@ -826,7 +822,7 @@ impl Session {
         if tests > self.batch && !tests.is_multiple_of(self.batch) {
             self.evaluate_batch(shard.end - tests % self.batch, shard.end)?;
         }
-        Ok(())
+        Ok(candidates)
     }
 }
 

@@ -72,12 +72,22 @@ pub(super) struct Channels<'a> {
 
 /// Where backward passes the output's gradient on: everywhere (no relu),
 /// where the pre-activation `(x − μ)·invstd·w + b` is above 0 (a relu
-/// whose output is not kept), or where the kept output is above 0 (a relu
-/// after a residual).
+/// whose output is not kept), where the output is above 0 (a relu after a
+/// residual, its output at hand), or where the pre-activation plus the
+/// residual is (the same, its output dropped: `normalize`'s arithmetic, so
+/// the same mask bit for bit).
 pub(super) enum Mask<'a> {
     All,
-    PreActivation { weight: &'a [f32], bias: &'a [f32] },
+    PreActivation {
+        weight: &'a [f32],
+        bias: &'a [f32],
+    },
     Output(&'a [f32]),
+    PlusResidual {
+        weight: &'a [f32],
+        bias: &'a [f32],
+        residual: &'a [f32],
+    },
 }
 
 impl Mask<'_> {
@@ -88,6 +98,10 @@ impl Mask<'_> {
             Mask::All => true,
             Mask::PreActivation { weight, bias } => (x - mu) * is * weight[ch] + bias[ch] > 0.0,
             Mask::Output(y) => y[i] > 0.0,
+            Mask::PlusResidual { weight, bias, residual } => {
+                let pre = (x - mu) * is * weight[ch] + bias[ch];
+                pre + residual[i] > 0.0
+            }
         };
         if open {
             g

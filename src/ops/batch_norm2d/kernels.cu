@@ -149,12 +149,20 @@ extern "C" __global__ void bn_apply(const float* x, const float* mean, const flo
 
 // Which values the gradient passes in backward: all (mask 0), those whose
 // pre-activation (x - mean) * invstd * w + b is above 0 (mask 1: relu with
-// the output not kept), or those whose output y is above 0 (mask 2: relu
-// after a residual, whose output is kept).
+// the output not kept), those whose output y is above 0 (mask 2: relu
+// after a residual, whose output is at hand), or those whose pre-activation
+// plus the residual, y read as the residual, is above 0 (mask 3: relu after
+// a residual whose output was dropped; bn_apply's arithmetic, so the same
+// mask bit for bit).
 __device__ __forceinline__ float bn_masked(float g, float xv, float yv, float mu, float is, float w, float b,
                                            unsigned int mask) {
     if (mask == 1) return (xv - mu) * is * w + b > 0.0f ? g : 0.0f;
     if (mask == 2) return yv > 0.0f ? g : 0.0f;
+    if (mask == 3) {
+        float o = (xv - mu) * is * w + b;
+        o += yv;
+        return o > 0.0f ? g : 0.0f;
+    }
     return g;
 }
 
@@ -176,7 +184,7 @@ extern "C" __global__ void bn_backward_partial(const float* x, const float* gy, 
         for (unsigned int k = k0 + threadIdx.x; k < k1; k += blockDim.x) {
             size_t at = bn_index(wk, ch, c, hw);
             float xv = x[at];
-            float g = bn_masked(gy[at], xv, mask == 2 ? y[at] : 0.0f, mu, is, w, b, mask);
+            float g = bn_masked(gy[at], xv, mask >= 2 ? y[at] : 0.0f, mu, is, w, b, mask);
             centred += g * (xv - mu);
             total += g;
             bn_advance(wk, hw);
@@ -224,7 +232,7 @@ extern "C" __global__ void bn_backward_input(const float* x, const float* gy, co
     unsigned int ch = (i / hw) % c;
     float mu = mean[ch], is = invstd[ch], w = weight[ch];
     float xv = x[i];
-    float g = bn_masked(gy[i], xv, mask == 2 ? y[i] : 0.0f, mu, is, w, bias[ch], mask);
+    float g = bn_masked(gy[i], xv, mask >= 2 ? y[i] : 0.0f, mu, is, w, bias[ch], mask);
     if (gresidual) gresidual[i] = g;
     if (!gx) return;
     float scale = w * is;

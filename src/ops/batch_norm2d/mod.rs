@@ -36,7 +36,7 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Recompute, Step};
+use crate::autograd::{Candidate, Node, Recompute, Step};
 use crate::backend::cuda::{Arg, Grid, KernelSource};
 use crate::backend::{Backend, Sizing};
 use crate::memory::Buf;
@@ -236,6 +236,17 @@ impl Fused {
     }
 }
 
+/// `bn_masked`'s mask 3: a relu after a residual, from the pre-activation
+/// plus the residual rather than from the output.
+const MASK_PLUS_RESIDUAL: u32 = 3;
+
+/// What backward reads besides x to know where the relu passed.
+enum MaskSource {
+    None,
+    Output(Buf<f32>),
+    Residual(Buf<f32>),
+}
+
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {
     g: Geometry,
@@ -343,10 +354,25 @@ impl<'s> Tensor<'s> {
             mean,
             invstd,
         };
-        saved.apply(s, self.buf(), y.buf())?;
+        saved.apply(s, self.buf(), residual.map(|r| r.buf()), y.buf())?;
+        // A block's output (after the residual) is kept for the next
+        // convolution's weight gradient and its own mask: a memory budget
+        // may drop it. Counted in every step, as convolutions are.
+        let dropped = fused == Fused::AddRelu && {
+            let bytes = g.numel() * 4;
+            s.drops_next_candidate(Candidate {
+                what,
+                bytes,
+                multiply_adds: 0,
+                bytes_moved: 3 * bytes as u64,
+            })
+        };
         if y.requires_grad() {
             s.record(Node::BatchNorm2d(saved));
-            if fused == Fused::Relu {
+            // Recomputing an output no backward reads costs nothing: the
+            // plain forms are registered always (a shortcut's batch norm is
+            // read again only to recompute a dropped block output).
+            if fused != Fused::AddRelu || dropped {
                 s.recomputable(&y.inner, Recompute::BatchNorm2d(saved));
             }
         }
@@ -463,10 +489,9 @@ impl Saved {
     /// Writes the forward's output into `y`: normalised, plus the residual,
     /// through the relu, as `fused` says. Recomputation calls it again with
     /// the same inputs, so it gives the same bits.
-    fn apply(&self, s: &mut Step<'_>, x: Buf<f32>, y: Buf<f32>) -> Result<()> {
+    fn apply(&self, s: &mut Step<'_>, x: Buf<f32>, r: Option<Buf<f32>>, y: Buf<f32>) -> Result<()> {
         let g = self.g;
         let (w, b) = (self.weight.buf, self.bias.buf);
-        let r = self.residual.map(|r| r.buf);
         let relu = self.fused != Fused::Nothing;
         match s.uses(&[
             x.into(),
@@ -525,12 +550,23 @@ impl Saved {
         Ok(())
     }
 
-    /// `relu(bn(x))` again, in backward, into a new step buffer: what an op
-    /// that saved this output reads instead of keeping it.
+    /// The output again, in backward, into a new step buffer, from the
+    /// statistics forward kept: what an op that saved it reads instead of
+    /// keeping it. Its inputs are read through [`Step::saved`] too, so a
+    /// block's output may come back from recomputed convolutions.
     pub(crate) fn recompute(self, s: &mut Step<'_>) -> Result<Buf<f32>> {
         let x = s.saved(&self.x)?;
-        let y = s.alloc::<f32>("batch-norm relu output, recomputed", self.y.shape)?;
-        self.apply(s, x, y)?;
+        let r = match self.residual {
+            Some(r) => Some(s.saved(&r)?),
+            None => None,
+        };
+        let what = match self.fused {
+            Fused::Nothing => "batch-norm output, recomputed",
+            Fused::Relu => "batch-norm relu output, recomputed",
+            Fused::AddRelu => "batch-norm + residual relu output, recomputed",
+        };
+        let y = s.alloc::<f32>(what, self.y.shape)?;
+        self.apply(s, x, r, y)?;
         Ok(y)
     }
 
@@ -554,11 +590,22 @@ impl Saved {
         // recomputed here.
         let x = s.saved(&self.x)?;
         let (mean, invstd, w, b) = (self.mean, self.invstd, self.weight.buf, self.bias.buf);
-        // Only the relu after a residual reads the output (its mask); the
-        // plain relu's mask is recomputed from x.
-        let y = match self.fused {
-            Fused::AddRelu => Some(self.y.buf),
-            Fused::Nothing | Fused::Relu => None,
+        // Only the relu after a residual reads more than x for its mask
+        // (the plain relu's comes from x): the output, or, where a budget
+        // dropped it and the residual is at hand, the residual, so that a
+        // recomputed output need not live on from the next block's
+        // backward to this one.
+        let mask = match self.fused {
+            Fused::AddRelu => match self.residual {
+                Some(r) if s.is_dropped(&self.y) && s.at_hand(&r) => MaskSource::Residual(s.saved(&r)?),
+                _ => MaskSource::Output(s.saved(&self.y)?),
+            },
+            Fused::Nothing | Fused::Relu => MaskSource::None,
+        };
+        let (y, mask_code) = match mask {
+            MaskSource::Output(y) => (Some(y), self.fused.mask_code()),
+            MaskSource::Residual(r) => (Some(r), MASK_PLUS_RESIDUAL),
+            MaskSource::None => (None, self.fused.mask_code()),
         };
         let partial = g.partials(s, "batch-norm run gradient sums")?;
         match s.uses(&[
@@ -574,7 +621,7 @@ impl Saved {
             gb.into(),
         ]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
-                let mask = self.mask(v.read(w)?, v.read(b)?, y.map(|y| v.read(y)).transpose()?);
+                let mask = self.mask(v.read(w)?, v.read(b)?, mask_code, y.map(|y| v.read(y)).transpose()?);
                 cpu::backward_sums(
                     g.c,
                     g.hw,
@@ -610,7 +657,7 @@ impl Saved {
                         c,
                         hw,
                         Arg::U32(run_len as u32),
-                        Arg::U32(self.fused.mask_code()),
+                        Arg::U32(mask_code),
                     ],
                 )?;
                 gpu.launch(
@@ -652,7 +699,7 @@ impl Saved {
             ]) {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {
                     let (wv, bv) = (v.read(w)?, v.read(b)?);
-                    let mask = self.mask(wv, bv, y.map(|y| v.read(y)).transpose()?);
+                    let mask = self.mask(wv, bv, mask_code, y.map(|y| v.read(y)).transpose()?);
                     let k = cpu::Channels {
                         mean: v.read(mean)?,
                         invstd: v.read(invstd)?,
@@ -690,7 +737,7 @@ impl Saved {
                             c,
                             hw,
                             Arg::U32(self.training as u32),
-                            Arg::U32(self.fused.mask_code()),
+                            Arg::U32(mask_code),
                         ],
                     )?
                 }
@@ -713,10 +760,12 @@ impl Saved {
     }
 
     /// Where the gradient passes, for the CPU kernels.
-    fn mask<'a>(&self, weight: &'a [f32], bias: &'a [f32], y: Option<&'a [f32]>) -> Mask<'a> {
-        match (self.fused, y) {
-            (Fused::Relu, _) => Mask::PreActivation { weight, bias },
-            (Fused::AddRelu, Some(y)) => Mask::Output(y),
+    /// The CPU's mask for the GPU's `mask_code`, `y` its operand.
+    fn mask<'a>(&self, weight: &'a [f32], bias: &'a [f32], mask_code: u32, y: Option<&'a [f32]>) -> Mask<'a> {
+        match (self.fused, mask_code, y) {
+            (Fused::Relu, _, _) => Mask::PreActivation { weight, bias },
+            (Fused::AddRelu, MASK_PLUS_RESIDUAL, Some(residual)) => Mask::PlusResidual { weight, bias, residual },
+            (Fused::AddRelu, _, Some(y)) => Mask::Output(y),
             _ => Mask::All,
         }
     }

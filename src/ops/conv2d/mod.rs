@@ -187,9 +187,16 @@ impl<'s> Tensor<'s> {
         forward_into(s, &g, self.buf(), weight.buf(), bias.map(|b| b.buf()), y.buf())?;
         // Counted in every step, so that a candidate's number is its place
         // in forward order whatever is recorded.
+        let (x_bytes, w_bytes, y_bytes) = (
+            self.shape().numel() * 4,
+            weight.shape().numel() * 4,
+            g.output().numel() * 4,
+        );
         let dropped = s.drops_next_candidate(Candidate {
-            bytes: g.output().numel() * 4,
+            what: "conv2d output",
+            bytes: y_bytes,
             multiply_adds: (g.output().numel() * g.k()) as u64,
+            bytes_moved: (x_bytes + w_bytes + y_bytes) as u64,
         });
         if y.requires_grad() {
             let saved = Saved {

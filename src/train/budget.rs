@@ -1,0 +1,357 @@
+//! What a memory budget has a training step recompute (`--memory-budget`,
+//! or an `--arena-size` below the step's need).
+//!
+//! A candidate is a tensor the step keeps from forward for backward that
+//! backward can make again instead: a convolution's output, or a residual
+//! block's output. A dropped one dies when forward is done with it, and the
+//! first backward op that reads it (through `Step::saved`) runs its op
+//! again, from inputs that may have been dropped and are made again in
+//! turn; later readers share the copy. Which to drop is a choice of the
+//! least extra time whose planned step fits the budget:
+//!
+//! - **Costs** come from a model of the device ([`Speed`]): a
+//!   recomputation's multiply-adds at the device's convolution rate plus
+//!   the bytes it reads and writes at its memory bandwidth.
+//! - **Every choice is evaluated exactly**: a dry run of the step with
+//!   those candidates dropped, planned as training will follow it (a few
+//!   milliseconds for a ResNet-50, since a dry arena draws no initial
+//!   values). Candidates are tried in order of bytes kept per second of
+//!   recomputation, each kept only if it lowers the bytes the step holds
+//!   above the budget: dropping a block's output when the one before is
+//!   dropped too makes backward rebuild both at once, which may lower
+//!   nothing. Passes repeat until the step fits; then drops are given back,
+//!   the most costly first, while it still fits.
+//! - **A lower bound says how good the choice is**: when backward starts
+//!   nothing has been recomputed yet, so any choice that fits must remove
+//!   from the bytes alive then at least their excess over the budget, and
+//!   only candidates' bytes can go. Removing that many bytes at the least
+//!   cost, even taking fractions of candidates, costs no more than any
+//!   choice that fits; the report puts the chosen drops' cost against it.
+
+use super::{measure_dropping, ArenaNeeds, StepKind, TrainConfig};
+use crate::autograd::{Candidate, GRADIENT_SEED};
+use crate::backend::{Device, DeviceKind, Precision};
+use crate::data::ImageSet;
+use crate::memory::{align_up, Arena, ByteSize, StepPlan};
+use crate::{Error, Result, Setting};
+
+/// Rates of a device for the cost model: multiply-adds of a convolution
+/// and bytes of an elementwise pass, per second.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Speed {
+    pub multiply_adds_per_s: f64,
+    pub bytes_per_s: f64,
+}
+
+impl Speed {
+    /// The rates a step's recomputations see on `device`. The H200's were
+    /// measured: cuDNN's fp32 convolutions ran a ResNet-50's forward
+    /// (CIFAR-shaped, batch 128) at 15 T multiply-adds a second, and the
+    /// batch-norm kernels moved 3 TB/s; TF32 doubles the first. The CPU's
+    /// are this crate's kernels on one core of the development machine,
+    /// times the threads.
+    pub fn of(device: DeviceKind, precision: Precision, threads: usize) -> Self {
+        match device {
+            DeviceKind::Cpu => Self {
+                multiply_adds_per_s: 10e9 * threads as f64,
+                bytes_per_s: 5e9 * threads as f64,
+            },
+            DeviceKind::Cuda | DeviceKind::Dry => Self {
+                multiply_adds_per_s: match precision {
+                    Precision::Fp32 => 15e12,
+                    Precision::Tf32 => 30e12,
+                },
+                bytes_per_s: 3e12,
+            },
+        }
+    }
+
+    /// Seconds recomputing `c` takes.
+    pub fn seconds(&self, c: &Candidate) -> f64 {
+        c.multiply_adds as f64 / self.multiply_adds_per_s + c.bytes_moved as f64 / self.bytes_per_s
+    }
+}
+
+/// The cost model of a run of `cfg` on `device`.
+pub(super) fn speed(cfg: &TrainConfig, device: &Device) -> Speed {
+    let kind = match device {
+        Device::Cpu(_) => DeviceKind::Cpu,
+        Device::Cuda(_) => DeviceKind::Cuda,
+    };
+    Speed::of(kind, cfg.precision, device.threads())
+}
+
+/// Seconds recomputing `dropped` of `candidates` adds to a step.
+pub fn extra_seconds(candidates: &[Candidate], dropped: &[u32], speed: &Speed) -> f64 {
+    dropped.iter().map(|&i| speed.seconds(&candidates[i as usize])).sum()
+}
+
+/// The bytes alive in `plan` when backward starts (at its gradient seed),
+/// if it has a backward.
+fn live_at_backward(plan: &StepPlan) -> Option<usize> {
+    let seed = plan.bufs.iter().find(|b| b.what == GRADIENT_SEED)?;
+    Some(plan.live_at(seed.life.born).map(|b| b.size).sum())
+}
+
+/// A lower bound on the extra seconds of any choice of drops whose training
+/// step fits `budget`, from the step measured without (see the module's
+/// notes): the cheapest removal of the excess alive when backward starts,
+/// taking fractions of candidates.
+pub fn least_extra_seconds(unbudgeted: &ArenaNeeds, budget: usize, speed: &Speed) -> f64 {
+    let train = unbudgeted.plans.iter().find(|p| p.key == StepKind::Train as u32);
+    let Some(live) = train.and_then(live_at_backward) else {
+        return 0.0;
+    };
+    let mut need = live.saturating_sub(budget) as f64;
+    let mut by_cost: Vec<(f64, f64)> = unbudgeted
+        .candidates
+        .iter()
+        .map(|c| (speed.seconds(c), align_up(c.bytes) as f64))
+        .collect();
+    by_cost.sort_by(|a, b| (a.0 / a.1).total_cmp(&(b.0 / b.1)));
+    let mut seconds = 0.0;
+    for (cost, bytes) in by_cost {
+        if need <= 0.0 {
+            break;
+        }
+        let take = (need / bytes).min(1.0);
+        seconds += take * cost;
+        need -= take * bytes;
+    }
+    seconds
+}
+
+/// How far a step is from a budget: the bytes its plans hold above it, op
+/// by op (from the lifetimes, as the plan's lower bound), then its planned
+/// peak's excess; or, aiming at the least step there is, its peak first.
+fn distance(needs: &ArenaNeeds, budget: usize, aim: Aim) -> (u128, u128) {
+    let mut above = 0u128;
+    for plan in &needs.plans {
+        let end = plan.bufs.iter().map(|b| b.life.last as usize + 1).max().unwrap_or(0);
+        let mut delta = vec![0i128; end + 1];
+        for b in &plan.bufs {
+            delta[b.life.born as usize] += b.size as i128;
+            delta[b.life.last as usize + 1] -= b.size as i128;
+        }
+        let mut live = 0i128;
+        for d in &delta[..end] {
+            live += d;
+            above += (live - budget as i128).max(0) as u128;
+        }
+    }
+    let peak = needs.step_bytes.saturating_sub(budget) as u128;
+    match aim {
+        Aim::Budget => (above, peak),
+        Aim::Least => (peak, above),
+    }
+}
+
+/// What the search aims at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Aim {
+    /// A step within the budget.
+    Budget,
+    /// The least step it can find (for an unreachable budget's error; the
+    /// budget is then 0).
+    Least,
+}
+
+/// Passes over the candidates at most; a ResNet-50's search settles in
+/// under ten.
+const PASSES: usize = 16;
+
+/// The search: from `start`, tries the candidates in order of bytes kept
+/// per second of recomputation, dropping each if kept and keeping it if
+/// dropped, and keeps the change if the step gets closer to the budget
+/// (keeping one again is what breaks a run of dropped block outputs that
+/// backward would rebuild all at once), until it fits or a pass changes
+/// nothing. Returns the closest step found.
+fn approach(
+    start: ArenaNeeds,
+    budget: usize,
+    aim: Aim,
+    speed: &Speed,
+    measure: &dyn Fn(&[u32]) -> Result<ArenaNeeds>,
+) -> Result<ArenaNeeds> {
+    let ranked = rank(&start.candidates, speed);
+    let mut current = start;
+    let mut score = distance(&current, budget, aim);
+    for _ in 0..PASSES {
+        let mut changed = false;
+        for &c in &ranked {
+            if current.step_bytes <= budget {
+                return Ok(current);
+            }
+            let mut trial = current.dropped.clone();
+            match trial.binary_search(&c) {
+                Ok(at) => {
+                    trial.remove(at);
+                }
+                Err(at) => trial.insert(at, c),
+            }
+            let needs = measure(&trial)?;
+            let s = distance(&needs, budget, aim);
+            if s < score {
+                (current, score, changed) = (needs, s, true);
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    Ok(current)
+}
+
+/// Candidate numbers, most bytes kept per second of recomputation first
+/// (ties: forward order).
+fn rank(candidates: &[Candidate], speed: &Speed) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..candidates.len() as u32).collect();
+    let value = |i: u32| {
+        let c = &candidates[i as usize];
+        c.bytes as f64 / speed.seconds(c).max(f64::MIN_POSITIVE)
+    };
+    order.sort_by(|&a, &b| value(b).total_cmp(&value(a)));
+    order
+}
+
+/// Gives back the drops of `fit` (a step within `budget`) that it can do
+/// without, the most costly first.
+fn give_back(
+    mut fit: ArenaNeeds,
+    budget: usize,
+    speed: &Speed,
+    measure: &dyn Fn(&[u32]) -> Result<ArenaNeeds>,
+) -> Result<ArenaNeeds> {
+    let mut order = fit.dropped.clone();
+    let cost = |i: u32| speed.seconds(&fit.candidates[i as usize]);
+    order.sort_by(|&a, &b| cost(b).total_cmp(&cost(a)));
+    for c in order {
+        let trial: Vec<u32> = fit.dropped.iter().copied().filter(|&d| d != c).collect();
+        let needs = measure(&trial)?;
+        if needs.step_bytes <= budget {
+            fit = needs;
+        }
+    }
+    Ok(fit)
+}
+
+/// Meets `cfg`'s memory budget by recomputing candidates in backward:
+/// `unbudgeted` is the step measured without (see the module's notes). A
+/// budget no choice the search finds can meet is an error naming the least
+/// step it found, a budget that then works.
+pub(super) fn meet_budget(
+    cfg: &TrainConfig,
+    host: &ImageSet,
+    device: &Device,
+    unbudgeted: ArenaNeeds,
+) -> Result<ArenaNeeds> {
+    let Some(budget) = cfg.memory_budget else {
+        return Ok(unbudgeted);
+    };
+    if unbudgeted.step_bytes <= budget {
+        return Ok(unbudgeted);
+    }
+    let speed = speed(cfg, device);
+    let measure = |dropped: &[u32]| measure_dropping(cfg, host, Arena::dry(device, None), dropped);
+    let fit = |needs: &ArenaNeeds| needs.step_bytes <= budget;
+    let near = approach(unbudgeted.clone(), budget, Aim::Budget, &speed, &measure)?;
+    if fit(&near) {
+        return give_back(near, budget, &speed, &measure);
+    }
+    // Not reached: dropping every candidate, or the least step a search
+    // aiming at nothing finds (both independent of the budget, so the
+    // least named below is met when asked for).
+    let all = measure(&(0..unbudgeted.candidates.len() as u32).collect::<Vec<_>>())?;
+    if fit(&all) {
+        return give_back(all, budget, &speed, &measure);
+    }
+    let least = approach(unbudgeted.clone(), 0, Aim::Least, &speed, &measure)?;
+    if fit(&least) {
+        return give_back(least, budget, &speed, &measure);
+    }
+    let smallest = all.step_bytes.min(least.step_bytes);
+    Err(Error::setting(
+        Setting::MemoryBudget,
+        format!(
+            "the least step of {} the planner finds, recomputing among its {} convolution and block outputs, needs {} (without: {}), above the budget of {}",
+            cfg.model.name(),
+            unbudgeted.candidates.len(),
+            ByteSize(smallest),
+            ByteSize(unbudgeted.step_bytes),
+            ByteSize(budget),
+        ),
+        Some(format!("{} or more", crate::memory::suggest(smallest))),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(bytes: usize, multiply_adds: u64) -> Candidate {
+        Candidate {
+            what: "conv2d output",
+            bytes,
+            multiply_adds,
+            bytes_moved: 0,
+        }
+    }
+
+    /// A plan with one buffer per `(size, born, last)` and a gradient seed
+    /// born at `seed`.
+    fn needs(bufs: &[(usize, u32, u32)], seed: u32, candidates: Vec<Candidate>) -> ArenaNeeds {
+        use crate::memory::plan::{Lifetime, PlannedBuf};
+        use crate::memory::Shape;
+        let buf = |what, size, born, last| PlannedBuf {
+            what,
+            shape: Shape::new(&[size / 4]),
+            bytes: size,
+            size,
+            life: Lifetime { born, last },
+            offset: 0,
+        };
+        let mut all: Vec<PlannedBuf> = bufs.iter().map(|&(s, b, l)| buf("b", s, b, l)).collect();
+        all.push(buf(GRADIENT_SEED, 256, seed, seed));
+        let plan = crate::memory::plan::plan(StepKind::Train as u32, &all);
+        ArenaNeeds {
+            persistent_bytes: 0,
+            step_bytes: plan.peak,
+            candidates,
+            dropped: vec![],
+            persistent: vec![],
+            plans: vec![plan],
+        }
+    }
+
+    #[test]
+    fn the_bound_is_the_cheapest_fractional_removal_of_the_excess_when_backward_starts() {
+        let speed = Speed {
+            multiply_adds_per_s: 1.0,
+            bytes_per_s: f64::INFINITY,
+        };
+        // Three kept tensors of 1 KiB each alive when backward starts (tick
+        // 5), and a transient of 4 KiB earlier that no drop can touch.
+        let kib = 1024;
+        let n = needs(
+            &[(4 * kib, 1, 2), (kib, 1, 9), (kib, 2, 9), (kib, 3, 9)],
+            5,
+            vec![c(kib, 10), c(kib, 40), c(kib, 20)],
+        );
+        // 3 KiB + the seed alive: to fit 1.5 KiB + 256 B, 1.5 KiB must go:
+        // all of the cheapest (10 s) and half of the next (20 s).
+        assert_eq!(least_extra_seconds(&n, kib * 3 / 2 + 256, &speed), 10.0 + 10.0);
+        // Within the budget there: nothing (the earlier peak is not
+        // backward's, and no drop lowers it).
+        assert_eq!(least_extra_seconds(&n, 4 * kib, &speed), 0.0);
+    }
+
+    #[test]
+    fn the_distance_counts_bytes_above_the_budget_at_every_op() {
+        let n = needs(&[(1024, 1, 3), (512, 2, 2)], 4, vec![]);
+        // Live: 1024, 1536, 1024, 256 at ticks 1..=4; above 1000: 24 + 536 + 24.
+        assert_eq!(
+            distance(&n, 1000, Aim::Budget),
+            (24 + 536 + 24, (n.step_bytes - 1000) as u128)
+        );
+    }
+}
