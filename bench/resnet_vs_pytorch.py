@@ -35,7 +35,12 @@ after the other on the same GPU, each in a fresh process:
   the allocator at 4 GiB (binary search, one process per trial).
 
 Writes `bench/results/resnet-vs-pytorch-<date>-<gpu>.json` and `.svg`, and
-prints the table the README shows. `--profile` adds each side's op/kernel
+prints the table the README shows. `--budget F` measures memory budgets
+instead (`bench/results/memory-budget-<date>-<gpu>.json`): each case
+unbudgeted and under F of its own step memory (bumpgrad's predicted extra
+time beside the measured one), PyTorch eager and with every residual block
+under `torch.utils.checkpoint`; with `--max-batch`, bumpgrad's largest batch
+in 4 GiB recomputing to fit, and PyTorch's checkpointed. `--profile` adds each side's op/kernel
 profile of one case to the output (bumpgrad `--profile`, torch.profiler).
 """
 
@@ -98,6 +103,8 @@ def pytorch_worker(spec):
     inv_std = 1.0 / (torch.tensor(STD, device=device).view(1, 3, 1, 1) * 255.0)
     memory_format = torch.channels_last if tf32 else torch.contiguous_format
     model = build(spec["model"]).to(device).to(memory_format=memory_format)
+    if spec.get("checkpoint"):
+        checkpoint_blocks(model)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
     batch = spec["batch"]
@@ -148,7 +155,36 @@ def pytorch_worker(spec):
     print(json.dumps(result))
 
 
-def run_pytorch(case, args, memory_cap=None, profile=False, steps=None):
+class Checkpointed:
+    """A residual block run under torch.utils.checkpoint (non-reentrant):
+    its activations are recomputed in backward, as a user wraps blocks by
+    hand."""
+
+    def __init__(self, block):
+        self.block = block
+
+    def __call__(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(self.block, x, use_reentrant=False)
+
+
+def checkpoint_blocks(model):
+    import types
+
+    for name in ("layer1", "layer2", "layer3", "layer4"):
+        layer = getattr(model, name)
+        wrapped = [Checkpointed(block) for block in layer]
+
+        def forward(self, x, wrapped=wrapped):
+            for w in wrapped:
+                x = w(x)
+            return x
+
+        layer.forward = types.MethodType(forward, layer)
+
+
+def run_pytorch(case, args, memory_cap=None, profile=False, steps=None, checkpoint=False):
     spec = {
         "model": case[0],
         "batch": case[1],
@@ -159,6 +195,7 @@ def run_pytorch(case, args, memory_cap=None, profile=False, steps=None):
         "steps": args.steps if steps is None else steps,
         "memory_cap": memory_cap,
         "profile": profile,
+        "checkpoint": checkpoint,
     }
     env = dict(os.environ)
     # PyTorch refuses to start with another cuDNN on the library path.
@@ -195,10 +232,11 @@ def bumpgrad_common(args, model, batch, precision):
     ]
 
 
-def run_bumpgrad(case, args, profile=False):
+def run_bumpgrad(case, args, profile=False, budget=None):
     model, batch, precision = case
     n = batch * args.steps_per_epoch
     cmd = [args.bumpgrad, "train", *bumpgrad_common(args, model, batch, precision),
+           *(["--memory-budget", str(budget)] if budget else []),
            "--data", f"synthetic:cifar10:{n}",
            "--epochs", str(args.epochs + 1),
            "--test-limit", str(batch),
@@ -234,9 +272,98 @@ def bumpgrad_max_batch(model, args):
     return json.loads(p.stdout.strip().splitlines()[-1])["max_batch"]
 
 
-def pytorch_max_batch(model, args):
+def bumpgrad_predicted(case, args, budget):
+    """`bumpgrad memory --memory-budget`'s plan: what it recomputes and the
+    extra time it predicts."""
+    model, batch, precision = case
+    cmd = [args.bumpgrad, "memory", *bumpgrad_common(args, model, batch, precision),
+           "--data", f"synthetic:cifar10:{batch * args.steps_per_epoch}", "--test-limit", str(batch),
+           "--memory-budget", str(budget), "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        # A budget below the least the planner finds: that least instead.
+        import re
+
+        least = re.search(r"pass --memory-budget (\d+)MiB or more", p.stderr)
+        if least:
+            print(f"{case}: {budget / MIB:.0f} MiB is out of reach; {least[1]} MiB instead",
+                  file=sys.stderr, flush=True)
+            return bumpgrad_predicted(case, args, int(least[1]) * MIB)
+        raise RuntimeError(f"bumpgrad memory --memory-budget failed:\n{p.stderr[-3000:]}")
+    report = json.loads(p.stdout)
+    return {"budget_bytes": budget, "plan_peak_bytes": report["plan_peak_bytes"], **report["recomputed"]}
+
+
+def bumpgrad_budget_max_batch(model, args):
+    """The largest batch in --arena-gib recomputing to fit, and without."""
+    cmd = [args.bumpgrad, "memory", *bumpgrad_common(args, model, 128, "fp32"),
+           "--data", f"synthetic:cifar10:{args.images}",
+           "--max-batch", "--arena-size", f"{args.arena_gib}GiB",
+           "--memory-budget", f"{args.arena_gib}GiB", "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"bumpgrad memory --max-batch --memory-budget failed:\n{p.stderr[-3000:]}")
+    found = json.loads(p.stdout.strip().splitlines()[-1])
+    return {"with": found["max_batch"], "without": found["without_recomputation"]}
+
+
+def budget_rows(args):
+    """`--budget F`: each case unbudgeted and under F of its own unbudgeted
+    step memory, against PyTorch eager and PyTorch with every residual block
+    checkpointed; predicted against measured extra time."""
+    rows = []
+    for case in args.case or [("resnet50", 256, "fp32"), ("resnet18", 512, "fp32")]:
+        free = run_bumpgrad(case, args)
+        asked = int(free["step_memory_bytes"] * args.budget)
+        plan = bumpgrad_predicted(case, args, asked)
+        budget = plan["budget_bytes"]
+        tight = run_bumpgrad(case, args, budget=budget)
+        row = {"model": case[0], "batch": case[1], "precision": case[2], "budget_bytes": budget,
+               "asked_budget_bytes": asked,
+               "bumpgrad": free, "bumpgrad_budget": tight, "plan": plan,
+               "measured_extra_ms": tight["ms_per_step"] - free["ms_per_step"],
+               "predicted_extra_ms": plan["predicted_extra_seconds"] * 1e3,
+               "least_extra_ms": plan["least_extra_seconds"] * 1e3}
+        if args.only is None:
+            row["pytorch"] = run_pytorch(case, args)
+            row["pytorch_checkpoint"] = run_pytorch(case, args, checkpoint=True)
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    max_batches = {}
+    if args.max_batch:
+        for model in sorted({r["model"] for r in rows}):
+            max_batches[model] = bumpgrad_budget_max_batch(model, args)
+            if args.only is None and not args.skip_pytorch_max_batch:
+                max_batches[model]["pytorch_checkpoint"] = pytorch_max_batch(model, args, checkpoint=True)
+            print(f"largest batch in {args.arena_gib} GiB, {model}: {max_batches[model]}", file=sys.stderr, flush=True)
+    return rows, max_batches
+
+
+def budget_table(rows, max_batches):
+    out = ["| model | batch | budget | bumpgrad ms (unbudgeted) | step MiB (unbudgeted) | slower | predicted extra ms "
+           "| measured extra ms | PyTorch checkpointed ms | MiB | PyTorch eager ms | MiB |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        f, b = r["bumpgrad"], r["bumpgrad_budget"]
+        pc, pe = r.get("pytorch_checkpoint"), r.get("pytorch")
+        cell = lambda x, k, fmt: fmt.format(x[k] if k != "step_memory_bytes" else x[k] / MIB) if x else "-"  # noqa: E731
+        out.append(
+            f"| {r['model']} | {r['batch']} | {r['budget_bytes'] / MIB:,.0f} MiB | {b['ms_per_step']:.2f} ({f['ms_per_step']:.2f}) "
+            f"| {b['step_memory_bytes'] / MIB:,.0f} ({f['step_memory_bytes'] / MIB:,.0f}) "
+            f"| {100 * (b['ms_per_step'] / f['ms_per_step'] - 1):.1f}% | {r['predicted_extra_ms']:.2f} | {r['measured_extra_ms']:.2f} "
+            f"| {cell(pc, 'ms_per_step', '{:.2f}')} | {cell(pc, 'step_memory_bytes', '{:,.0f}')} "
+            f"| {cell(pe, 'ms_per_step', '{:.2f}')} | {cell(pe, 'step_memory_bytes', '{:,.0f}')} |")
+    if max_batches:
+        out += ["", "| model | largest batch in 4 GiB: bumpgrad with a budget | without | PyTorch checkpointed |",
+                "| --- | --- | --- | --- |"]
+        for m, v in max_batches.items():
+            out.append(f"| {m} | {v['with']} | {v['without']} | {v.get('pytorch_checkpoint', '-')} |")
+    return "\n".join(out)
+
+
+def pytorch_max_batch(model, args, checkpoint=False):
     cap = args.arena_gib * GIB
-    fits = lambda b: run_pytorch((model, b, "fp32"), args, memory_cap=cap, steps=2) is not None
+    fits = lambda b: run_pytorch((model, b, "fp32"), args, memory_cap=cap, steps=2, checkpoint=checkpoint) is not None
     lo, hi = 0, 64
     while fits(hi):
         lo, hi = hi, hi * 2
@@ -317,6 +444,12 @@ def main():
     p.add_argument("--profile", type=parse_case, metavar="MODEL:BATCH:PRECISION",
                    help="print both sides' profiles of this case")
     p.add_argument("--only", choices=["bumpgrad", "pytorch"], help="run one side only (no ratios)")
+    p.add_argument("--skip-pytorch-max-batch", action="store_true",
+                   help="with --budget --max-batch: bumpgrad's largest batches only")
+    p.add_argument("--budget", type=float, metavar="F",
+                   help="memory budgets instead: each case (default resnet50:256:fp32, resnet18:512:fp32) under F "
+                        "of its own unbudgeted step memory, against PyTorch eager and checkpointed; "
+                        "with --max-batch, the largest batch recomputing to fit")
     p.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results")
     p.add_argument("--pytorch-worker", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -329,6 +462,22 @@ def main():
                 r = run(args.profile, args, profile=True)
                 print(f"## {side} {args.profile}: {r['ms_per_step']:.2f} ms/step, "
                       f"{r['step_memory_bytes'] / MIB:.0f} MiB step memory\n{r['profile']}\n", flush=True)
+        return
+
+    if args.budget:
+        rows, max_batches = budget_rows(args)
+        if args.only is None:
+            import torch
+
+            gpu = torch.cuda.get_device_name(0).split()[-1].lower()
+        else:
+            gpu = "gpu"
+        stem = args.out / f"memory-budget-{datetime.date.today()}-{gpu}"
+        args.out.mkdir(parents=True, exist_ok=True)
+        stem.with_suffix(".json").write_text(json.dumps(
+            {"budget": args.budget, "cases": rows, "max_batch": max_batches, "command": " ".join(sys.argv)}, indent=1) + "\n")
+        print(budget_table(rows, max_batches))
+        print(f"\nwrote {stem}.json", file=sys.stderr)
         return
 
     rows = []

@@ -684,7 +684,7 @@ impl Persistent<'_> {
     /// Whether allocations here hold values: false on a dry arena, which
     /// only measures, so callers may skip computing what they would upload.
     pub fn holds_values(&self) -> bool {
-        !matches!(self.arena.backend, Backend::Dry(_))
+        self.arena.backend.kind() != DeviceKind::Dry
     }
 
     /// Space holding zeros.

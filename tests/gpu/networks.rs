@@ -159,3 +159,59 @@ fn timed_convolutions_are_planned_for_and_train_as_the_cpu_does() {
     .expect("prepare");
     assert!(info.conv_tuning.is_none(), "deterministic runs time nothing");
 }
+
+/// A memory budget on the GPU: a narrow ResNet-18 under 60% of its own
+/// step recomputes convolution and block outputs (the relu masks of the
+/// dropped block outputs then come from their residuals, kernels' mask 3),
+/// stays within the budget in every epoch, and trains as the CPU does.
+#[test]
+fn a_memory_budget_trains_on_the_gpu_as_on_the_cpu() {
+    use bumpgrad::models::{Depth, ResNet};
+    use bumpgrad::train::memory_report;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_probe) = gpu("memory_budget") else {
+        return;
+    };
+    drop(_probe);
+    let cfg = |budget: Option<usize>| TrainConfig {
+        device: DeviceRequest::Cuda,
+        model: ResNet::choice(Depth::R18, 0.25),
+        data_dir: "synthetic:cifar10:512".into(),
+        epochs: 2,
+        batch: 64,
+        lr: 0.02,
+        conv_algos: bumpgrad::train::ConvAlgos::Heuristic,
+        memory_budget: budget,
+        ..TrainConfig::default()
+    };
+    let (free, _) = memory_report(&cfg(None)).expect("plan");
+    let budget = free.plan_peak_bytes * 6 / 10;
+    let (report, _) = memory_report(&cfg(Some(budget))).expect("plan under the budget");
+    let kinds = report.recomputed.expect("recomputed").kinds;
+    assert!(kinds.iter().all(|k| k.dropped > 0), "{kinds:?}");
+    let gpu = train_on(&cfg(Some(budget)));
+    for r in &gpu {
+        assert!(
+            r.arena.step_high_water_bytes <= budget,
+            "epoch {}: {} above {budget}",
+            r.epoch,
+            r.arena.step_high_water_bytes
+        );
+    }
+    // The CPU without a budget: with one it trains bit for bit the same
+    // (tests/memory_budget.rs), and its own workspaces would plan another.
+    let cpu = train_on(&TrainConfig {
+        device: DeviceRequest::Cpu,
+        ..cfg(None)
+    });
+    for (c, g) in cpu.iter().zip(&gpu) {
+        let gap = (c.train_loss - g.train_loss).abs() / c.train_loss;
+        assert!(
+            gap <= 2e-3,
+            "epoch {}: loss {} on the CPU, {} on the GPU",
+            c.epoch,
+            c.train_loss,
+            g.train_loss
+        );
+    }
+}
