@@ -333,6 +333,7 @@ impl<'s> Step<'s> {
         tape.grads.clear();
         tape.grads.resize(n, None);
         tape.grads[y.inner.id as usize] = Some(seed);
+        tape.seed = Some(seed);
         let mut i = self.tape.nodes.len();
         while i > 0 {
             i -= 1;
@@ -346,6 +347,26 @@ impl<'s> Step<'s> {
     /// The gradient reaching `t`'s output during backward, if any.
     pub(crate) fn grad_of(&mut self, t: &TensorRef) -> Option<Buf<f32>> {
         self.tape.grads.get(t.id as usize).copied().flatten()
+    }
+
+    /// Whether the op that made `t` may write over `t`'s gradient in
+    /// backward: nothing reads it after that op, unless it is the gradient
+    /// backward started from (the caller's, or passed on as is, by a
+    /// reshape, from it).
+    pub(crate) fn owns_grad(&self, t: &TensorRef) -> bool {
+        let tape = &*self.tape;
+        tape.grads
+            .get(t.id as usize)
+            .copied()
+            .flatten()
+            .is_some_and(|g| Some(g) != tape.seed)
+    }
+
+    /// Forgets `t`'s gradient: its bytes now hold another tensor's.
+    pub(crate) fn release_grad(&mut self, t: &TensorRef) {
+        if let Some(g) = self.tape.grads.get_mut(t.id as usize) {
+            *g = None;
+        }
     }
 
     /// Adds `g` to the gradient of `t`; the first contribution is kept as is.

@@ -73,6 +73,8 @@ pub(crate) struct Tape {
     pub(crate) dropped: Vec<u32>,
     /// Recomputations under way (each may need another first).
     pub(crate) recompute_depth: u32,
+    /// The gradient backward started from: the caller's, never written over.
+    pub(crate) seed: Option<Buf<f32>>,
 }
 
 impl Default for Tape {
@@ -88,6 +90,7 @@ impl Default for Tape {
             candidates: Vec::new(),
             dropped: Vec::new(),
             recompute_depth: 0,
+            seed: None,
         }
     }
 }
@@ -103,5 +106,6 @@ impl Tape {
         self.recomputed.clear();
         self.candidates.clear();
         self.recompute_depth = 0;
+        self.seed = None;
     }
 }

@@ -81,6 +81,12 @@ pub(super) fn speed(cfg: &TrainConfig, device: &Device) -> Speed {
     Speed::of(kind, cfg.precision, device.threads())
 }
 
+/// The cost model of a GPU run of `cfg` (for an arena whose device is
+/// held by the arena itself).
+pub(super) fn gpu_speed(cfg: &TrainConfig) -> Speed {
+    Speed::of(DeviceKind::Cuda, cfg.precision, 1)
+}
+
 /// Seconds recomputing `dropped` of `candidates` adds to a step.
 pub fn extra_seconds(candidates: &[Candidate], dropped: &[u32], speed: &Speed) -> f64 {
     dropped.iter().map(|&i| speed.seconds(&candidates[i as usize])).sum()
@@ -123,8 +129,8 @@ pub fn least_extra_seconds(unbudgeted: &ArenaNeeds, budget: usize, speed: &Speed
 
 /// How far a step is from a budget: the bytes its plans hold above it, op
 /// by op (from the lifetimes, as the plan's lower bound), then its planned
-/// peak's excess; or, aiming at the least step there is, its peak first.
-fn distance(needs: &ArenaNeeds, budget: usize, aim: Aim) -> (u128, u128) {
+/// peak's excess.
+fn distance(needs: &ArenaNeeds, budget: usize) -> (u128, usize) {
     let mut above = 0u128;
     for plan in &needs.plans {
         let end = plan.bufs.iter().map(|b| b.life.last as usize + 1).max().unwrap_or(0);
@@ -139,21 +145,7 @@ fn distance(needs: &ArenaNeeds, budget: usize, aim: Aim) -> (u128, u128) {
             above += (live - budget as i128).max(0) as u128;
         }
     }
-    let peak = needs.step_bytes.saturating_sub(budget) as u128;
-    match aim {
-        Aim::Budget => (above, peak),
-        Aim::Least => (peak, above),
-    }
-}
-
-/// What the search aims at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Aim {
-    /// A step within the budget.
-    Budget,
-    /// The least step it can find (for an unreachable budget's error; the
-    /// budget is then 0).
-    Least,
+    (above, needs.step_bytes.saturating_sub(budget))
 }
 
 /// Passes over the candidates at most; a ResNet-50's search settles in
@@ -169,13 +161,12 @@ const PASSES: usize = 16;
 fn approach(
     start: ArenaNeeds,
     budget: usize,
-    aim: Aim,
     speed: &Speed,
     measure: &dyn Fn(&[u32]) -> Result<ArenaNeeds>,
 ) -> Result<ArenaNeeds> {
     let ranked = rank(&start.candidates, speed);
     let mut current = start;
-    let mut score = distance(&current, budget, aim);
+    let mut score = distance(&current, budget);
     for _ in 0..PASSES {
         let mut changed = false;
         for &c in &ranked {
@@ -190,7 +181,7 @@ fn approach(
                 Err(at) => trial.insert(at, c),
             }
             let needs = measure(&trial)?;
-            let s = distance(&needs, budget, aim);
+            let s = distance(&needs, budget);
             if s < score {
                 (current, score, changed) = (needs, s, true);
             }
@@ -248,41 +239,107 @@ pub(super) fn meet_budget(
     let Some(budget) = cfg.memory_budget else {
         return Ok(unbudgeted);
     };
-    if unbudgeted.step_bytes <= budget {
-        return Ok(unbudgeted);
-    }
     let speed = speed(cfg, device);
-    let measure = |dropped: &[u32]| measure_dropping(cfg, host, Arena::dry(device, None), dropped);
-    let fit = |needs: &ArenaNeeds| needs.step_bytes <= budget;
-    let near = approach(unbudgeted.clone(), budget, Aim::Budget, &speed, &measure)?;
-    if fit(&near) {
-        return give_back(near, budget, &speed, &measure);
+    let dry = || Arena::dry(device, None);
+    match search(cfg, host, &dry, unbudgeted.clone(), budget, &speed, true)? {
+        Outcome::Fits(fit) => Ok(fit),
+        Outcome::Short { least } => Err(Error::setting(
+            Setting::MemoryBudget,
+            format!(
+                "the least step of {} the planner finds, recomputing among its {} convolution and block outputs, needs {} (without: {}), above the budget of {}",
+                cfg.model.name(),
+                unbudgeted.candidates.len(),
+                ByteSize(least),
+                ByteSize(unbudgeted.step_bytes),
+                ByteSize(budget),
+            ),
+            Some(format!("{} or more", crate::memory::suggest(least))),
+        )),
     }
-    // Not reached: dropping every candidate, or the least step a search
-    // aiming at nothing finds (both independent of the budget, so the
-    // least named below is met when asked for).
+}
+
+/// What a search found.
+pub(super) enum Outcome {
+    Fits(ArenaNeeds),
+    /// Nothing within the budget; the least step found (when asked for),
+    /// which a search for it as a budget meets.
+    Short {
+        least: usize,
+    },
+}
+
+/// The search behind [`meet_budget`], on dry arenas `dry` makes (a
+/// device's, or a twin of an arena whose convolution algorithms were
+/// timed): the cheapest choice found whose step fits `budget`.
+pub(super) fn search(
+    cfg: &TrainConfig,
+    host: &ImageSet,
+    dry: &dyn Fn() -> Arena,
+    unbudgeted: ArenaNeeds,
+    budget: usize,
+    speed: &Speed,
+    want_least: bool,
+) -> Result<Outcome> {
+    if unbudgeted.step_bytes <= budget {
+        return Ok(Outcome::Fits(unbudgeted));
+    }
+    let measure = |dropped: &[u32]| measure_dropping(cfg, host, dry(), dropped);
+    let fit = |needs: &ArenaNeeds| needs.step_bytes <= budget;
+    // The search is local, and where it ends depends on where it aims:
+    // aiming a little lower can end within the budget where aiming at it
+    // did not. Then, for the least step (an error's), fixed fractions of
+    // the step without a budget, and every candidate dropped: none of
+    // those depends on the budget, so the least they find is met when
+    // asked for as a budget.
+    for k in 0..AIMS_BELOW {
+        let aim = budget / 100 * (100 - AIM_STEP_PERCENT * k);
+        let found = approach(unbudgeted.clone(), aim, speed, &measure)?;
+        if fit(&found) {
+            return Ok(Outcome::Fits(give_back(found, budget, speed, &measure)?));
+        }
+    }
+    if !want_least {
+        return Ok(Outcome::Short { least: usize::MAX });
+    }
+    let mut least = usize::MAX;
+    for &(num, den) in LADDER {
+        let aim = unbudgeted.step_bytes / den * num;
+        let found = approach(unbudgeted.clone(), aim, speed, &measure)?;
+        if fit(&found) {
+            return Ok(Outcome::Fits(give_back(found, budget, speed, &measure)?));
+        }
+        least = least.min(found.step_bytes);
+    }
     let all = measure(&(0..unbudgeted.candidates.len() as u32).collect::<Vec<_>>())?;
     if fit(&all) {
-        return give_back(all, budget, &speed, &measure);
+        return Ok(Outcome::Fits(give_back(all, budget, speed, &measure)?));
     }
-    let least = approach(unbudgeted.clone(), 0, Aim::Least, &speed, &measure)?;
-    if fit(&least) {
-        return give_back(least, budget, &speed, &measure);
-    }
-    let smallest = all.step_bytes.min(least.step_bytes);
-    Err(Error::setting(
-        Setting::MemoryBudget,
-        format!(
-            "the least step of {} the planner finds, recomputing among its {} convolution and block outputs, needs {} (without: {}), above the budget of {}",
-            cfg.model.name(),
-            unbudgeted.candidates.len(),
-            ByteSize(smallest),
-            ByteSize(unbudgeted.step_bytes),
-            ByteSize(budget),
-        ),
-        Some(format!("{} or more", crate::memory::suggest(smallest))),
-    ))
+    Ok(Outcome::Short {
+        least: least.min(all.step_bytes),
+    })
 }
+
+/// Aims of a search for a budget: the budget, then this many percent lower
+/// each time...
+const AIM_STEP_PERCENT: usize = 3;
+/// ...this many aims in all.
+const AIMS_BELOW: usize = 8;
+
+/// The fractions of the unbudgeted step a search for the least step aims
+/// at, largest first.
+const LADDER: &[(usize, usize)] = &[
+    (3, 5),
+    (1, 2),
+    (9, 20),
+    (2, 5),
+    (3, 8),
+    (7, 20),
+    (1, 3),
+    (8, 25),
+    (3, 10),
+    (1, 4),
+    (1, 5),
+];
 
 #[cfg(test)]
 mod tests {
@@ -349,9 +406,6 @@ mod tests {
     fn the_distance_counts_bytes_above_the_budget_at_every_op() {
         let n = needs(&[(1024, 1, 3), (512, 2, 2)], 4, vec![]);
         // Live: 1024, 1536, 1024, 256 at ticks 1..=4; above 1000: 24 + 536 + 24.
-        assert_eq!(
-            distance(&n, 1000, Aim::Budget),
-            (24 + 536 + 24, (n.step_bytes - 1000) as u128)
-        );
+        assert_eq!(distance(&n, 1000), (24 + 536 + 24, n.step_bytes - 1000));
     }
 }

@@ -28,8 +28,9 @@
 //! persistent region, or the budget given if smaller): the search runs
 //! twice and reports both batches, with recomputation and without.
 
-use super::{measure, meet_budget, open_for_planning, ArenaNeeds, TrainConfig};
+use super::{budget, measure, open_for_planning, ArenaNeeds, TrainConfig};
 use crate::backend::Precision;
+use crate::memory::Arena;
 use crate::memory::{suggest, ByteSize};
 use crate::{Error, Result, Setting};
 
@@ -112,14 +113,13 @@ pub fn max_batch(cfg: &TrainConfig, progress: &mut dyn FnMut(&Probe)) -> Result<
             memory_budget: Some(cfg.memory_budget.unwrap_or(room).min(room)),
             ..at
         };
-        match meet_budget(&budgeted, &host, &device, needs.clone()) {
-            Ok(fit) => Ok(fit),
+        let budget = budgeted.memory_budget.unwrap_or(room);
+        let dry = || Arena::dry(&device, None);
+        let speed = budget::speed(&budgeted, &device);
+        match budget::search(&budgeted, &host, &dry, needs.clone(), budget, &speed, false)? {
+            budget::Outcome::Fits(fit) => Ok(fit),
             // No recomputation fits it: the batch does not fit.
-            Err(Error::Setting {
-                setting: Setting::MemoryBudget,
-                ..
-            }) => Ok(needs),
-            Err(e) => Err(e),
+            budget::Outcome::Short { .. } => Ok(needs),
         }
     };
     let recompute = cfg.memory_budget.is_some();

@@ -530,6 +530,11 @@ fn time_convolutions(
         .min(capacity - needs.persistent_bytes)
         .min(cfg.memory_budget.unwrap_or(usize::MAX).max(needs.step_bytes));
     let dropped = needs.dropped.clone();
+    // Under a budget (or an arena that is one) the timed algorithms'
+    // workspaces change what must be recomputed: the search runs again
+    // with them, within the same budget; else the heuristic's drops stay.
+    let budgeted = cfg.memory_budget.is_some() || !dropped.is_empty();
+    let speed = budget::gpu_speed(cfg);
     let largest = arena.select_convolutions(usize::MAX);
     let mut fitted = None;
     let settled = settle_workspaces(
@@ -537,7 +542,17 @@ fn time_convolutions(
         crate::backend::cuda::WORKSPACE_LIMIT,
         |limit| Ok(arena.select_convolutions(limit)),
         || {
-            let timed = measure_dropping(cfg, host, arena.dry_twin(), &dropped)?;
+            let timed = match budgeted {
+                true => {
+                    let twin = || arena.dry_twin();
+                    let free = measure_dropping(cfg, host, twin(), &[])?;
+                    match budget::search(cfg, host, &twin, free, bound, &speed, false)? {
+                        budget::Outcome::Fits(fit) => fit,
+                        budget::Outcome::Short { .. } => return Ok(false),
+                    }
+                }
+                false => measure_dropping(cfg, host, arena.dry_twin(), &dropped)?,
+            };
             let fits = timed.step_bytes <= bound && timed.total() <= capacity;
             if fits {
                 fitted = Some(timed);
@@ -633,12 +648,13 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
     let tuning = times_convolutions(cfg, device_kind(&device));
     capacity += tuning_bytes(cfg, device_kind(&device), needs.step_bytes).unwrap_or(0);
     let mut arena = Arena::new(device, capacity)?;
-    arena.set_recomputed(&needs.dropped);
     let conv_tuning = if tuning {
         Some(time_convolutions(cfg, &host, &mut arena, &mut needs, capacity)?)
     } else {
         None
     };
+    // After timing: the timed algorithms may recompute others.
+    arena.set_recomputed(&needs.dropped);
     if cfg.memory_plan {
         arena.adopt_plans(&needs.plans);
     }

@@ -225,6 +225,83 @@ pub(super) fn input_grad(
     });
 }
 
+/// Which gradient backward writes over the output's gradient `g`, which
+/// nothing reads after it: the input's, or the residual's (the gradient the
+/// mask passes, as is; the input's, if wanted, then into `gx`).
+pub(super) enum InPlace<'a> {
+    Input,
+    Residual { gx: Option<&'a mut [f32]> },
+}
+
+/// [`input_grad`] and [`passed_grad`] with one result written over `g`,
+/// the output's gradient: the same arithmetic, value by value, so the same
+/// bits (the mask passes a value it passed before unchanged).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn grads_in_place(
+    c: usize,
+    hw: usize,
+    training: bool,
+    k: &Channels<'_>,
+    (sum_dy_xhat, sum_dy): (&[f32], &[f32]),
+    mask: &Mask<'_>,
+    x: &[f32],
+    g: &mut [f32],
+    into: InPlace<'_>,
+) {
+    let count = (x.len() / c) as f32;
+    let input = |plane: usize, j: usize, passed: f32| {
+        let ch = plane % c;
+        let (mu, is) = (k.mean[ch], k.invstd[ch]);
+        let scale = k.weight[ch] * is;
+        let (mean_dy, mean_dy_xhat) = (sum_dy[ch] / count, sum_dy_xhat[ch] / count);
+        let i = plane * hw + j;
+        if training {
+            let xhat = (x[i] - mu) * is;
+            scale * (passed - mean_dy - xhat * mean_dy_xhat)
+        } else {
+            scale * passed
+        }
+    };
+    let pass = |plane: usize, j: usize, gv: f32| {
+        let ch = plane % c;
+        let i = plane * hw + j;
+        mask.pass(gv, i, ch, x[i], k.mean[ch], k.invstd[ch])
+    };
+    let span = PLANES_PER_TASK * hw;
+    match into {
+        InPlace::Input => g.par_chunks_mut(span).enumerate().for_each(|(t, g)| {
+            for (p, g) in g.chunks_exact_mut(hw).enumerate() {
+                let plane = t * PLANES_PER_TASK + p;
+                for (j, g) in g.iter_mut().enumerate() {
+                    *g = input(plane, j, pass(plane, j, *g));
+                }
+            }
+        }),
+        InPlace::Residual { gx: None } => g.par_chunks_mut(span).enumerate().for_each(|(t, g)| {
+            for (p, g) in g.chunks_exact_mut(hw).enumerate() {
+                let plane = t * PLANES_PER_TASK + p;
+                for (j, g) in g.iter_mut().enumerate() {
+                    *g = pass(plane, j, *g);
+                }
+            }
+        }),
+        InPlace::Residual { gx: Some(gx) } => g
+            .par_chunks_mut(span)
+            .zip(gx.par_chunks_mut(span))
+            .enumerate()
+            .for_each(|(t, (g, gx))| {
+                for (p, (g, gx)) in g.chunks_exact_mut(hw).zip(gx.chunks_exact_mut(hw)).enumerate() {
+                    let plane = t * PLANES_PER_TASK + p;
+                    for (j, (g, gx)) in g.iter_mut().zip(gx).enumerate() {
+                        let passed = pass(plane, j, *g);
+                        *gx = input(plane, j, passed);
+                        *g = passed;
+                    }
+                }
+            }),
+    }
+}
+
 /// The gradient `mask` passes on, as is: the residual's gradient.
 pub(super) fn passed_grad(
     c: usize,

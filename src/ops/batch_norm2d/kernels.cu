@@ -221,7 +221,9 @@ extern "C" __global__ void bn_backward_finish(const float* partial, const float*
 
 // dx = w * invstd * (g - sum_dy / count - xhat * sum_dy_xhat / count) in
 // training, w * invstd * g in evaluation, with g the passed gradient; the
-// residual's gradient, when wanted, is g itself. One thread per value.
+// residual's gradient, when wanted, is g itself. One thread per value,
+// which reads gy[i] before it writes anything at i: gx or gresidual may be
+// gy itself (backward writes over a gradient nothing reads after).
 extern "C" __global__ void bn_backward_input(const float* x, const float* gy, const float* y, const float* mean,
                                              const float* invstd, const float* weight, const float* bias,
                                              const float* sum_dy_xhat, const float* sum_dy, float* gx,

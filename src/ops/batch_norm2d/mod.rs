@@ -675,14 +675,25 @@ impl Saved {
             Backend::Dry(_) => {}
         }
         let residual = self.residual.filter(|r| r.requires_grad);
+        // Nothing reads the output's gradient after this op (but the one
+        // backward started from, the caller's): one of the gradients it
+        // makes goes into those bytes instead of new ones, the residual's
+        // where there is one (the input's needs the masked values only), so
+        // a block's backward holds two such tensors at once, not three.
+        let reuse = s.owns_grad(&self.y);
         let gx = match self.x.requires_grad {
+            true if reuse && residual.is_none() => Some(gy),
             true => Some(s.alloc::<f32>("batch-norm input grad", self.x.shape)?),
             false => None,
         };
         let gr = match residual {
+            Some(_) if reuse => Some(gy),
             Some(r) => Some(s.grad_buffer(&r, "batch-norm residual grad")?),
             None => None,
         };
+        if reuse && (gx == Some(gy) || gr == Some(gy)) {
+            s.release_grad(&self.y);
+        }
         if gx.is_some() || gr.is_some() {
             match s.uses(&[
                 x.into(),
@@ -706,9 +717,21 @@ impl Saved {
                         weight: wv,
                         bias: bv,
                     };
-                    let (xv, gyv) = (v.read(x)?, v.read(gy)?);
+                    let (xv, sums) = (v.read(x)?, (v.read(gw)?, v.read(gb)?));
+                    let into = match (gx, gr) {
+                        (Some(gx), _) if gx == gy => Some(cpu::InPlace::Input),
+                        (gx, Some(gr)) if gr == gy => Some(cpu::InPlace::Residual {
+                            gx: gx.map(|gx| v.write(gx)).transpose()?,
+                        }),
+                        _ => None,
+                    };
+                    if let Some(into) = into {
+                        let t = self.training;
+                        cpu::grads_in_place(g.c, g.hw, t, &k, sums, &mask, xv, v.write(gy)?, into);
+                        return Ok(());
+                    }
+                    let gyv = v.read(gy)?;
                     if let Some(gx) = gx {
-                        let sums = (v.read(gw)?, v.read(gb)?);
                         cpu::input_grad(g.c, g.hw, self.training, &k, sums, &mask, xv, gyv, v.write(gx)?);
                     }
                     if let Some(gr) = gr {
