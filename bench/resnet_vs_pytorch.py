@@ -256,6 +256,8 @@ def run_bumpgrad(case, args, profile=False, budget=None):
         "state_bytes": epochs[-1]["arena"]["persistent_bytes"],
         "graph_nodes": epochs[-1].get("kernels_per_step"),
         "train_loss": [e["train_loss"] for e in epochs],
+        # What the run said about its memory and its convolution algorithms.
+        "notes": [l.strip() for l in p.stderr.splitlines() if l.strip().startswith(("memory:", "cuDNN:"))],
     }
     if profile:
         result["profile"] = "\n".join(l for l in p.stderr.splitlines() if "profile" in l or l.startswith("  "))

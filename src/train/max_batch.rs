@@ -23,7 +23,7 @@
 //! that does not fit.
 //!
 //! With a memory budget (`cfg.memory_budget`), a batch whose step does not
-//! fit may still fit by recomputing convolution outputs in backward (see
+//! fit may still fit by recomputing convolution and block outputs in backward (see
 //! `meet_budget`; its step's budget is the arena's room above the
 //! persistent region, or the budget given if smaller): the search runs
 //! twice and reports both batches, with recomputation and without.

@@ -711,7 +711,7 @@ fn run_max_batch(args: &TrainArgs) -> anyhow::Result<()> {
         );
         if let (Some(without), Some(outputs)) = (found.without_recomputation, found.recomputed_outputs) {
             println!(
-                "  recomputing {outputs} convolution outputs in backward (--memory-budget); without recomputing any: {without}"
+                "  recomputing {outputs} convolution and block outputs in backward (--memory-budget); without recomputing any: {without}"
             );
         }
     }

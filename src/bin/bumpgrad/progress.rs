@@ -90,18 +90,23 @@ impl Observer for Printer {
         ));
         if let Some((dropped, of)) = info.recomputed {
             self.say(&format!(
-                "memory: the step recomputes {dropped} of its {of} convolution outputs in backward rather than keep them, to fit {}",
+                "memory: the step recomputes {dropped} of its {of} convolution and block outputs in backward rather than keep them, to fit {}",
                 if info.arena_size_measured { "--memory-budget" } else { "--arena-size" }
             ));
         }
         if let Some(t) = info.conv_tuning {
             let growth = (bumpgrad::train::TUNING_GROWTH * 100.0).round();
+            // Under a budget (given or the arena's) the bound is the budget.
+            let within = match info.recomputed {
+                Some(_) => "the memory budget".to_string(),
+                None => format!("{growth}% of the heuristic's"),
+            };
             let how = match (t.kept, t.workspace_limit) {
                 (false, _) if t.changed > 0 => {
-                    format!("; no timed choice kept the step within {growth}% of the heuristic's: its choices kept")
+                    format!("; no timed choice kept the step within {within}: its choices kept")
                 }
                 (_, Some(limit)) => format!(
-                    "; workspaces held to {} to keep the step within {growth}% of the heuristic's",
+                    "; workspaces held to {} to keep the step within {within}",
                     ByteSize(limit)
                 ),
                 _ => String::new(),

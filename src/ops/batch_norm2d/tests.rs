@@ -492,3 +492,32 @@ fn a_residual_of_another_shape_is_refused() {
         "{err}"
     );
 }
+
+/// Backward writes an input's or a residual's gradient over the output's
+/// when nothing reads that after, but never over the gradient backward
+/// started from: the caller's tensor keeps its values.
+#[test]
+fn backward_leaves_the_callers_gradient_as_it_was() {
+    let mut arena = arena();
+    let stats = running_stats(&mut arena, &[0.0; 2], &[1.0; 2]);
+    let shape = Shape::new(&[2, 2, 3, 3]);
+    let x = values(shape.numel(), 46, -1.0, 1.0);
+    let r = values(shape.numel(), 47, -1.0, 1.0);
+    let gy = values(shape.numel(), 48, -1.0, 1.0);
+    arena
+        .step(|s| {
+            let input = s.variable("x", shape, &x)?;
+            let residual = s.variable("r", shape, &r)?;
+            let w = s.variable("w", Shape::new(&[2]), &[1.5, -0.5])?;
+            let b = s.variable("b", Shape::new(&[2]), &[0.1, 0.2])?;
+            let y = input.batch_norm2d_add_relu(s, w, b, stats, BatchNormArgs::train(), residual)?;
+            let upstream = s.input("gy", shape, &gy)?;
+            let grads = s.backward_from(y, upstream)?;
+            let mut after = vec![0.0; gy.len()];
+            s.read(upstream, &mut after)?;
+            assert_eq!(after, gy, "the caller's gradient was written over");
+            assert!(s.grad(&grads, input).is_some() && s.grad(&grads, residual).is_some());
+            Ok(())
+        })
+        .expect("step");
+}
