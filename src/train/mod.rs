@@ -623,6 +623,7 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
     };
     let threads = device.threads();
     let device_name = device.describe();
+    let speed = budget::speed(cfg, &device);
     let mut needs = meet_budget(cfg, &host, &device, measure(cfg, &host, &device)?)?;
     let mut capacity = match capacity(cfg, &host, &device, &needs) {
         Ok(capacity) => capacity,
@@ -686,7 +687,10 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
         buckets: session.bucket_layout(),
         nccl_bytes,
         conv_tuning,
-        recomputed: (!needs.dropped.is_empty()).then_some((needs.dropped.len(), needs.candidates.len())),
+        recomputed: (!needs.dropped.is_empty()).then(|| {
+            let extra = extra_seconds(&needs.candidates, &needs.dropped, &speed);
+            (needs.dropped.len(), needs.candidates.len(), extra)
+        }),
     };
     Ok((session, info))
 }

@@ -50,9 +50,10 @@ pub struct RunInfo {
     /// the convolution algorithms before the first step.
     pub conv_tuning: Option<ConvTuning>,
     /// Under a memory budget (or a given arena too small for the step):
-    /// the convolution outputs the step recomputes in backward, of those
-    /// it has.
-    pub recomputed: Option<(usize, usize)>,
+    /// the convolution and block outputs the step recomputes in backward,
+    /// of those it has, and the seconds a step that adds by the device's
+    /// cost model.
+    pub recomputed: Option<(usize, usize, f64)>,
 }
 
 /// One epoch, as `--json` prints it.

@@ -88,10 +88,11 @@ impl Observer for Printer {
             ByteSize(a.persistent_bytes),
             ByteSize(a.capacity_bytes - a.persistent_bytes),
         ));
-        if let Some((dropped, of)) = info.recomputed {
+        if let Some((dropped, of, extra)) = info.recomputed {
             self.say(&format!(
-                "memory: the step recomputes {dropped} of its {of} convolution and block outputs in backward rather than keep them, to fit {}",
-                if info.arena_size_measured { "--memory-budget" } else { "--arena-size" }
+                "memory: the step recomputes {dropped} of its {of} convolution and block outputs in backward rather than keep them, to fit {} (predicted {:.2} ms more a step)",
+                if info.arena_size_measured { "--memory-budget" } else { "--arena-size" },
+                extra * 1e3,
             ));
         }
         if let Some(t) = info.conv_tuning {
