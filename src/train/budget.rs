@@ -45,14 +45,12 @@ pub struct Speed {
 
 impl Speed {
     /// The rates a step's recomputations see on `device`. The H200's fp32
-    /// rate is calibrated on one measurement: a ResNet-50 at batch 256
-    /// under a third of its step memory recomputed 128 G multiply-adds (26
-    /// convolutions, mostly 1×1) and 0.9 GiB of block outputs for 15.8 ms
-    /// more a step, 9.6 T multiply-adds a second once the block outputs'
-    /// and the convolutions' bytes are taken at 3 TB/s (what the
-    /// batch-norm kernels move); the whole forward runs at 15 T, but the
-    /// convolutions a budget drops first are the small 1×1 ones. TF32's is
-    /// taken as twice fp32's, not measured. The CPU's are this crate's
+    /// rate is what cuDNN's forward convolutions of a ResNet-50 reached
+    /// (CIFAR-shaped, batch 128: 166 G multiply-adds in 10.9 ms, by
+    /// `--profile`), and its bandwidth what the batch-norm kernels move.
+    /// Checked against a run: a ResNet-50 at batch 256 under a third of
+    /// its step memory took 12.3 ms more a step than without (README). TF32
+    /// is taken as twice fp32, not measured. The CPU's are this crate's
     /// kernels on one core of the development machine, times the threads.
     pub fn of(device: DeviceKind, precision: Precision, threads: usize) -> Self {
         match device {
@@ -62,8 +60,8 @@ impl Speed {
             },
             DeviceKind::Cuda | DeviceKind::Dry => Self {
                 multiply_adds_per_s: match precision {
-                    Precision::Fp32 => 9.6e12,
-                    Precision::Tf32 => 19.2e12,
+                    Precision::Fp32 => 15e12,
+                    Precision::Tf32 => 30e12,
                 },
                 bytes_per_s: 3e12,
             },
