@@ -954,3 +954,23 @@ fn memory_max_batch_is_capped_by_the_training_set_and_refuses_what_it_cannot_sea
         "unexpected argument '--max-batch'",
     );
 }
+
+/// `bumpgrad memory | head`: a reader that closes the pipe before the table
+/// is written ends the run quietly and successfully, not with a panic.
+#[test]
+fn memory_into_a_closed_pipe_is_no_error() {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bumpgrad"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["memory", "--device", "cpu", "--threads", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run bumpgrad");
+    // Closed before the plan is made: every write meets a closed pipe.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

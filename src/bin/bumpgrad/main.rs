@@ -647,18 +647,29 @@ fn run_memory(memory: &MemoryArgs) -> anyhow::Result<()> {
         std::fs::write(path, report.svg(&title)).map_err(|e| report_unwritable(path, e))?;
         eprintln!("bumpgrad: wrote the step's memory timeline to {}", path.display());
     }
-    if args.json {
-        println!("{}", serde_json::to_string(&report).context("encoding the report")?);
+    let text = if args.json {
+        serde_json::to_string(&report).context("encoding the report")? + "\n"
     } else {
-        println!(
-            "bumpgrad memory: {}, batch {}, precision {}, on {device}",
+        format!(
+            "bumpgrad memory: {}, batch {}, precision {}, on {device}\n{}",
             cfg.model.name(),
             cfg.batch,
-            cfg.precision
-        );
-        print!("{}", report.table(train::StepKind::name));
+            cfg.precision,
+            report.table(train::StepKind::name)
+        )
+    };
+    emit(&text)
+}
+
+/// Writes `text` to standard output. A reader that stops early (`bumpgrad
+/// memory | head`) is no error: the table's first lines were what it wanted.
+fn emit(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("writing to standard output"),
     }
-    Ok(())
 }
 
 /// `memory --max-batch`: the largest batch that fits `--arena-size`.
