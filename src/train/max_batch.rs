@@ -116,7 +116,15 @@ pub fn max_batch(cfg: &TrainConfig, progress: &mut dyn FnMut(&Probe)) -> Result<
         let budget = budgeted.memory_budget.unwrap_or(room);
         let dry = || Arena::dry(&device, None);
         let speed = budget::speed(&budgeted, &device);
-        match budget::search(&budgeted, &host, &dry, needs.clone(), budget, &speed, false)? {
+        match budget::search(
+            &budgeted,
+            &host,
+            &dry,
+            needs.clone(),
+            budget,
+            &speed,
+            budget::Mode::Probe,
+        )? {
             budget::Outcome::Fits(fit) => Ok(fit),
             // No recomputation fits it: the batch does not fit.
             budget::Outcome::Short { .. } => Ok(needs),

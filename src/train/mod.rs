@@ -546,7 +546,7 @@ fn time_convolutions(
                 true => {
                     let twin = || arena.dry_twin();
                     let free = measure_dropping(cfg, host, twin(), &[])?;
-                    match budget::search(cfg, host, &twin, free, bound, &speed, false)? {
+                    match budget::search(cfg, host, &twin, free, bound, &speed, budget::Mode::Probe)? {
                         budget::Outcome::Fits(fit) => fit,
                         budget::Outcome::Short { .. } => return Ok(false),
                     }
@@ -562,7 +562,12 @@ fn time_convolutions(
     )?;
     match (settled, fitted) {
         (Some(limit), Some(timed)) => {
-            *needs = timed;
+            // The search tried each limit for a fit only: the choice kept
+            // is made as cheap as it can be under the arena's final one.
+            *needs = match budgeted {
+                true => budget::polish(cfg, host, &|| arena.dry_twin(), timed, bound, &speed)?,
+                false => timed,
+            };
             Ok(ConvTuning {
                 changed,
                 workspace_limit: limit,
