@@ -196,33 +196,82 @@ pub(super) fn input_grad(
     hw: usize,
     training: bool,
     k: &Channels<'_>,
-    (sum_dy_xhat, sum_dy): (&[f32], &[f32]),
+    sums: (&[f32], &[f32]),
     mask: &Mask<'_>,
     x: &[f32],
     gy: &[f32],
     gx: &mut [f32],
 ) {
-    let count = (x.len() / c) as f32;
+    let dx = InputGrad::new(c, training, k, sums, x);
     let span = PLANES_PER_TASK * hw;
     gx.par_chunks_mut(span).enumerate().for_each(|(t, gx)| {
         for (p, gx) in gx.chunks_exact_mut(hw).enumerate() {
             let plane = t * PLANES_PER_TASK + p;
             let ch = plane % c;
-            let (mu, is) = (k.mean[ch], k.invstd[ch]);
-            let scale = k.weight[ch] * is;
-            let (mean_dy, mean_dy_xhat) = (sum_dy[ch] / count, sum_dy_xhat[ch] / count);
+            let d = dx.channel(ch);
             for (j, gx) in gx.iter_mut().enumerate() {
                 let i = plane * hw + j;
-                let g = mask.pass(gy[i], i, ch, x[i], mu, is);
-                *gx = if training {
-                    let xhat = (x[i] - mu) * is;
-                    scale * (g - mean_dy - xhat * mean_dy_xhat)
-                } else {
-                    scale * g
-                };
+                *gx = d.at(x[i], mask.pass(gy[i], i, ch, x[i], d.mu, d.is));
             }
         }
     });
+}
+
+/// [`input_grad`]'s arithmetic, per channel.
+struct InputGrad<'a> {
+    training: bool,
+    k: &'a Channels<'a>,
+    sums: (&'a [f32], &'a [f32]),
+    count: f32,
+}
+
+impl<'a> InputGrad<'a> {
+    fn new(c: usize, training: bool, k: &'a Channels<'a>, sums: (&'a [f32], &'a [f32]), x: &[f32]) -> Self {
+        Self {
+            training,
+            k,
+            sums,
+            count: (x.len() / c) as f32,
+        }
+    }
+
+    /// Channel `ch`'s constants, computed once per plane.
+    #[inline]
+    fn channel(&self, ch: usize) -> ChannelGrad {
+        let (mu, is) = (self.k.mean[ch], self.k.invstd[ch]);
+        let (sum_dy_xhat, sum_dy) = self.sums;
+        ChannelGrad {
+            training: self.training,
+            mu,
+            is,
+            scale: self.k.weight[ch] * is,
+            mean_dy: sum_dy[ch] / self.count,
+            mean_dy_xhat: sum_dy_xhat[ch] / self.count,
+        }
+    }
+}
+
+struct ChannelGrad {
+    training: bool,
+    mu: f32,
+    is: f32,
+    scale: f32,
+    mean_dy: f32,
+    mean_dy_xhat: f32,
+}
+
+impl ChannelGrad {
+    /// The input's gradient at a value `x`, `passed` the gradient the mask
+    /// passed there.
+    #[inline]
+    fn at(&self, x: f32, passed: f32) -> f32 {
+        if self.training {
+            let xhat = (x - self.mu) * self.is;
+            self.scale * (passed - self.mean_dy - xhat * self.mean_dy_xhat)
+        } else {
+            self.scale * passed
+        }
+    }
 }
 
 /// Which gradient backward writes over the output's gradient `g`, which
@@ -242,46 +291,32 @@ pub(super) fn grads_in_place(
     hw: usize,
     training: bool,
     k: &Channels<'_>,
-    (sum_dy_xhat, sum_dy): (&[f32], &[f32]),
+    sums: (&[f32], &[f32]),
     mask: &Mask<'_>,
     x: &[f32],
     g: &mut [f32],
     into: InPlace<'_>,
 ) {
-    let count = (x.len() / c) as f32;
-    let input = |plane: usize, j: usize, passed: f32| {
-        let ch = plane % c;
-        let (mu, is) = (k.mean[ch], k.invstd[ch]);
-        let scale = k.weight[ch] * is;
-        let (mean_dy, mean_dy_xhat) = (sum_dy[ch] / count, sum_dy_xhat[ch] / count);
-        let i = plane * hw + j;
-        if training {
-            let xhat = (x[i] - mu) * is;
-            scale * (passed - mean_dy - xhat * mean_dy_xhat)
-        } else {
-            scale * passed
-        }
-    };
-    let pass = |plane: usize, j: usize, gv: f32| {
-        let ch = plane % c;
-        let i = plane * hw + j;
-        mask.pass(gv, i, ch, x[i], k.mean[ch], k.invstd[ch])
-    };
+    let dx = InputGrad::new(c, training, k, sums, x);
     let span = PLANES_PER_TASK * hw;
     match into {
         InPlace::Input => g.par_chunks_mut(span).enumerate().for_each(|(t, g)| {
             for (p, g) in g.chunks_exact_mut(hw).enumerate() {
                 let plane = t * PLANES_PER_TASK + p;
+                let (ch, d) = (plane % c, dx.channel(plane % c));
                 for (j, g) in g.iter_mut().enumerate() {
-                    *g = input(plane, j, pass(plane, j, *g));
+                    let i = plane * hw + j;
+                    *g = d.at(x[i], mask.pass(*g, i, ch, x[i], d.mu, d.is));
                 }
             }
         }),
         InPlace::Residual { gx: None } => g.par_chunks_mut(span).enumerate().for_each(|(t, g)| {
             for (p, g) in g.chunks_exact_mut(hw).enumerate() {
                 let plane = t * PLANES_PER_TASK + p;
+                let (ch, d) = (plane % c, dx.channel(plane % c));
                 for (j, g) in g.iter_mut().enumerate() {
-                    *g = pass(plane, j, *g);
+                    let i = plane * hw + j;
+                    *g = mask.pass(*g, i, ch, x[i], d.mu, d.is);
                 }
             }
         }),
@@ -292,9 +327,11 @@ pub(super) fn grads_in_place(
             .for_each(|(t, (g, gx))| {
                 for (p, (g, gx)) in g.chunks_exact_mut(hw).zip(gx.chunks_exact_mut(hw)).enumerate() {
                     let plane = t * PLANES_PER_TASK + p;
+                    let (ch, d) = (plane % c, dx.channel(plane % c));
                     for (j, (g, gx)) in g.iter_mut().zip(gx).enumerate() {
-                        let passed = pass(plane, j, *g);
-                        *gx = input(plane, j, passed);
+                        let i = plane * hw + j;
+                        let passed = mask.pass(*g, i, ch, x[i], d.mu, d.is);
+                        *gx = d.at(x[i], passed);
                         *g = passed;
                     }
                 }

@@ -521,3 +521,56 @@ fn backward_leaves_the_callers_gradient_as_it_was() {
         })
         .expect("step");
 }
+
+/// Writing a gradient over the output's (when a later op made it, so
+/// nothing reads it after) gives the bits computing it apart does (when
+/// it is the caller's): both fused forms, the input's and the residual's.
+#[test]
+fn gradients_written_in_place_are_the_same_bits() {
+    let shape = Shape::new(&[2, 2, 3, 3]);
+    let x = values(shape.numel(), 50, -1.0, 1.0);
+    let r = values(shape.numel(), 51, -1.0, 1.0);
+    let gy = values(shape.numel(), 52, -1.0, 1.0);
+    // (in place: through an add of zeros, whose backward makes new buffers)
+    let grads = |residual: bool, in_place: bool| {
+        let mut arena = arena();
+        let stats = running_stats(&mut arena, &[0.0; 2], &[1.0; 2]);
+        let mut out = (vec![0.0; gy.len()], vec![0.0; gy.len()]);
+        arena
+            .step(|s| {
+                let input = s.variable("x", shape, &x)?;
+                let res = s.variable("r", shape, &r)?;
+                let w = s.variable("w", Shape::new(&[2]), &[1.5, -0.5])?;
+                let b = s.variable("b", Shape::new(&[2]), &[0.1, 0.2])?;
+                let args = BatchNormArgs::train();
+                let y = match residual {
+                    true => input.batch_norm2d_add_relu(s, w, b, stats, args, res)?,
+                    false => input.batch_norm2d_relu(s, w, b, stats, args)?,
+                };
+                let upstream = s.input("gy", shape, &gy)?;
+                let grads = match in_place {
+                    true => {
+                        let zeros = s.input("zeros", shape, &vec![0.0; gy.len()])?;
+                        let z = y.add(s, zeros)?;
+                        s.backward_from(z, upstream)?
+                    }
+                    false => s.backward_from(y, upstream)?,
+                };
+                let gx = s.grad(&grads, input).expect("input grad");
+                s.read(gx, &mut out.0)?;
+                if residual {
+                    let gr = s.grad(&grads, res).expect("residual grad");
+                    s.read(gr, &mut out.1)?;
+                }
+                Ok(())
+            })
+            .expect("step");
+        out
+    };
+    for residual in [false, true] {
+        let (a, b) = (grads(residual, true), grads(residual, false));
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&a.0), bits(&b.0), "input grad, residual {residual}");
+        assert_eq!(bits(&a.1), bits(&b.1), "residual grad, residual {residual}");
+    }
+}
