@@ -19,8 +19,10 @@
 //!   recomputation, each kept only if it lowers the bytes the step holds
 //!   above the budget: dropping a block's output when the one before is
 //!   dropped too makes backward rebuild both at once, which may lower
-//!   nothing. Passes repeat until the step fits; then drops are given back,
-//!   the most costly first, while it still fits.
+//!   nothing. Passes repeat until the step fits (aiming a few percent lower
+//!   when they miss); then drops are given back, the most costly first,
+//!   while it still fits, and costly ones are exchanged for the cheapest
+//!   kept ones whose drop still fits.
 //! - **A lower bound says how good the choice is**: when backward starts
 //!   nothing has been recomputed yet, so any choice that fits must remove
 //!   from the bytes alive then at least their excess over the budget, and

@@ -56,7 +56,7 @@ pub struct MaxBatch {
     pub model: &'static str,
     /// The device the dry runs were shaped like ("cpu (2 threads)").
     pub device: String,
-    /// With a memory budget: the convolution outputs the largest batch's
+    /// With a memory budget: the convolution and block outputs the largest batch's
     /// step recomputes in backward to fit...
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recomputed_outputs: Option<usize>,
@@ -97,7 +97,7 @@ pub fn max_batch(cfg: &TrainConfig, progress: &mut dyn FnMut(&Probe)) -> Result<
         ..cfg.clone()
     })?;
     let limit = host.train_images.count;
-    // A step that does not fit may fit recomputing convolution outputs,
+    // A step that does not fit may fit recomputing convolution and block outputs,
     // when a budget asks for that: the step's budget is then the arena's
     // room above the persistent region (or the budget given, if smaller).
     let measure_at = |batch: usize, recompute: bool| -> Result<ArenaNeeds> {

@@ -90,8 +90,8 @@ pub struct TrainConfig {
     /// deterministic convolutions are always the heuristic's.
     pub conv_algos: ConvAlgos,
     /// Bytes of step memory a training step may use: above it, convolution
-    /// outputs are recomputed in backward rather than kept (see
-    /// `meet_budget`). `None`: no budget.
+    /// and block outputs are recomputed in backward rather than kept (see
+    /// `budget.rs`). `None`: no budget.
     pub memory_budget: Option<usize>,
     /// This process is one rank of a data-parallel run; `batch` is then
     /// the examples per step on each rank.
@@ -295,7 +295,7 @@ fn measure_dropping(cfg: &TrainConfig, host: &ImageSet, mut dry: Arena, dropped:
     })
 }
 
-/// The needs of `cfg`'s step recomputing convolution outputs to fit the
+/// The needs of `cfg`'s step recomputing convolution and block outputs to fit the
 /// given arena's room above the persistent region (`needs` measured
 /// without), if any recomputation does; with the memory plan only.
 fn arena_as_budget(cfg: &TrainConfig, host: &ImageSet, device: &Device, needs: &ArenaNeeds) -> Option<ArenaNeeds> {
@@ -316,7 +316,8 @@ fn arena_as_budget(cfg: &TrainConfig, host: &ImageSet, device: &Device, needs: &
 pub struct ArenaNeeds {
     pub persistent_bytes: usize,
     pub step_bytes: usize,
-    /// Candidates for recomputation (convolution outputs) in a step, and
+    /// Candidates for recomputation (convolution and block outputs) in a
+    /// full training step, and
     /// those a memory budget has the step recompute rather than keep.
     pub candidates: Vec<Candidate>,
     pub dropped: Vec<u32>,
@@ -633,7 +634,8 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
     let mut capacity = match capacity(cfg, &host, &device, &needs) {
         Ok(capacity) => capacity,
         // A given arena too small for the step is a budget too: recompute
-        // convolution outputs if that fits it, else refuse it as before.
+        // convolution and block outputs if that fits it, else refuse it as
+        // before.
         Err(too_small) => match arena_as_budget(cfg, &host, &device, &needs) {
             Some(fit) => {
                 needs = fit;

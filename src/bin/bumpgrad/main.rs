@@ -237,8 +237,9 @@ struct TrainArgs {
     /// The arithmetic of convolutions and matrix products.
     #[arg(long, value_enum, default_value = "fp32")]
     precision: PrecisionArg,
-    /// Step memory a training step may use (512MiB, 2GiB, ...): above it, convolution outputs are
-    /// recomputed in backward rather than kept, as few as fit (the same losses, more time).
+    /// Step memory a training step may use (512MiB, 2GiB, ...): above it, convolution and block
+    /// outputs are recomputed in backward rather than kept, chosen for the least extra time (the
+    /// same losses, more time).
     #[arg(long, value_parser = parse_budget)]
     memory_budget: Option<usize>,
     /// How the GPU chooses each convolution's algorithms (--deterministic: the heuristic's,
