@@ -362,6 +362,11 @@ impl<'s> Step<'s> {
             .is_some_and(|g| Some(g) != tape.seed)
     }
 
+    /// Whether `t` is a parameter of this step (its gradient has a slot).
+    pub(crate) fn is_param(&self, t: &TensorRef) -> bool {
+        self.tape.leaves.iter().any(|&(b, _, id)| b == t.buf && id == t.id)
+    }
+
     /// Forgets `t`'s gradient: its bytes now hold another tensor's.
     pub(crate) fn release_grad(&mut self, t: &TensorRef) {
         if let Some(g) = self.tape.grads.get_mut(t.id as usize) {

@@ -680,14 +680,16 @@ impl Saved {
         // makes goes into those bytes instead of new ones, the residual's
         // where there is one (the input's needs the masked values only), so
         // a block's backward holds two such tensors at once, not three.
+        // A parameter's gradient goes to its slot of the gradient slab
+        // instead (see `Step::grad_buffer`).
         let reuse = s.owns_grad(&self.y);
         let gx = match self.x.requires_grad {
-            true if reuse && residual.is_none() => Some(gy),
+            true if reuse && residual.is_none() && !s.is_param(&self.x) => Some(gy),
             true => Some(s.alloc::<f32>("batch-norm input grad", self.x.shape)?),
             false => None,
         };
         let gr = match residual {
-            Some(_) if reuse => Some(gy),
+            Some(r) if reuse && !s.is_param(&r) => Some(gy),
             Some(r) => Some(s.grad_buffer(&r, "batch-norm residual grad")?),
             None => None,
         };

@@ -574,3 +574,47 @@ fn gradients_written_in_place_are_the_same_bits() {
         assert_eq!(bits(&a.1), bits(&b.1), "residual grad, residual {residual}");
     }
 }
+
+/// A parameter used as the residual gets its gradient in its slot even
+/// where backward writes the residual's gradient over the output's.
+#[test]
+fn a_parameter_residual_gets_its_gradient_in_its_slot() {
+    let mut arena = arena();
+    let stats = running_stats(&mut arena, &[0.0; 2], &[1.0; 2]);
+    let shape = Shape::new(&[2, 2, 3, 3]);
+    let x = values(shape.numel(), 53, -1.0, 1.0);
+    let r = values(shape.numel(), 54, -1.0, 1.0);
+    let gy = values(shape.numel(), 55, -1.0, 1.0);
+    let mut p = arena.persistent();
+    let param = Param {
+        index: 0,
+        buf: p.upload("residual", shape, &r).expect("upload"),
+        grad: p.zeros("residual grad", shape).expect("zeros"),
+        shape,
+    };
+    let mut expected = vec![0.0; gy.len()];
+    arena
+        .step(|s| {
+            let input = s.variable("x", shape, &x)?;
+            let res = s.param(&param);
+            let w = s.variable("w", Shape::new(&[2]), &[1.5, -0.5])?;
+            let b = s.variable("b", Shape::new(&[2]), &[0.1, 0.2])?;
+            let y = input.batch_norm2d_add_relu(s, w, b, stats, BatchNormArgs::train(), res)?;
+            // The output's gradient made by a later op: backward owns it.
+            let zeros = s.input("zeros", shape, &vec![0.0; gy.len()])?;
+            let z = y.add(s, zeros)?;
+            let upstream = s.input("gy", shape, &gy)?;
+            let grads = s.backward_from(z, upstream)?;
+            // relu'(y)·gy, read from the step's own view of the gradient.
+            let mut yv = vec![0.0; gy.len()];
+            s.read(y, &mut yv)?;
+            for (e, (&y, &g)) in expected.iter_mut().zip(yv.iter().zip(&gy)) {
+                *e = if y > 0.0 { g } else { 0.0 };
+            }
+            assert!(s.param_grad(&grads, &param).is_some());
+            Ok(())
+        })
+        .expect("step");
+    let slot = read_grad(&mut arena, param);
+    assert_eq!(slot, expected, "the residual's gradient is in its slot");
+}
