@@ -78,11 +78,7 @@ impl Speed {
 
 /// The cost model of a run of `cfg` on `device`.
 pub(super) fn speed(cfg: &TrainConfig, device: &Device) -> Speed {
-    let kind = match device {
-        Device::Cpu(_) => DeviceKind::Cpu,
-        Device::Cuda(_) => DeviceKind::Cuda,
-    };
-    Speed::of(kind, cfg.precision, device.threads())
+    Speed::of(super::device_kind(device), cfg.precision, device.threads())
 }
 
 /// The cost model of a GPU run of `cfg` (for an arena whose device is
