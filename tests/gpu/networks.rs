@@ -142,16 +142,7 @@ fn timed_convolutions_are_planned_for_and_train_as_the_cpu_does() {
         ..cfg.clone()
     });
     // Random labels: accuracy is noise; the losses are held to the CPU's.
-    for (c, g) in cpu.iter().zip(&gpu) {
-        let gap = (c.train_loss - g.train_loss).abs() / c.train_loss;
-        assert!(
-            gap <= 2e-3,
-            "epoch {}: loss {} on the CPU, {} on the GPU",
-            c.epoch,
-            c.train_loss,
-            g.train_loss
-        );
-    }
+    assert_same_losses("cpu vs gpu", &cpu, &gpu, 2e-3);
     let (_, info) = prepare(&TrainConfig {
         deterministic: true,
         ..cfg
@@ -204,14 +195,5 @@ fn a_memory_budget_trains_on_the_gpu_as_on_the_cpu() {
         device: DeviceRequest::Cpu,
         ..cfg(None)
     });
-    for (c, g) in cpu.iter().zip(&gpu) {
-        let gap = (c.train_loss - g.train_loss).abs() / c.train_loss;
-        assert!(
-            gap <= 2e-3,
-            "epoch {}: loss {} on the CPU, {} on the GPU",
-            c.epoch,
-            c.train_loss,
-            g.train_loss
-        );
-    }
+    assert_same_losses("cpu vs gpu", &cpu, &gpu, 2e-3);
 }
