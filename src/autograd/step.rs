@@ -112,18 +112,34 @@ impl<'s> Step<'s> {
     /// the ops that read `t` in backward through [`Step::saved`] then get a
     /// recomputed copy, so `t` itself dies when forward is done with it.
     pub(crate) fn recomputable(&mut self, t: &TensorRef, how: Recompute) {
+        let planning = self.arena.device() == crate::backend::DeviceKind::Dry;
         let tape = &mut *self.tape;
         if tape.recording {
             tape.recipes.push((t.id, how));
+            if planning {
+                tape.add_source(t.id, &how);
+            }
         }
     }
 
-    /// Counts one candidate for recomputation under a memory budget (a
-    /// convolution's output) and says whether the step is to recompute it
-    /// in backward rather than keep it.
-    pub(crate) fn drops_next_candidate(&mut self, cost: Candidate) -> bool {
+    /// Counts `t` as a candidate for recomputation under a memory budget (a
+    /// convolution's output, a block's) whose recomputation reads `inputs`,
+    /// and says whether the step is to recompute it in backward rather than
+    /// keep it. `cost.reads` is filled in here, on a dry arena: only
+    /// planning asks, and a step that runs allocates nothing on the heap.
+    pub(crate) fn drops_next_candidate(
+        &mut self,
+        t: &TensorRef,
+        inputs: [Option<&TensorRef>; 2],
+        mut cost: Candidate,
+    ) -> bool {
+        let planning = self.arena.device() == crate::backend::DeviceKind::Dry;
         let tape = &mut *self.tape;
         let i = tape.candidates.len() as u32;
+        if tape.recording && planning {
+            cost.reads = tape.sources_of(inputs.into_iter().flatten().map(|x| x.id));
+            tape.sources.push((t.id, vec![i]));
+        }
         tape.candidates.push(cost);
         tape.recording && tape.dropped.binary_search(&i).is_ok()
     }
@@ -158,10 +174,12 @@ impl<'s> Step<'s> {
             return Err(crate::backend::BackendError::Internal("a recomputation that needs its own output").into());
         }
         self.tape.recompute_depth += 1;
+        self.arena.begin_recompute();
         let buf = match how {
             Recompute::BatchNorm2d(n) => n.recompute(self),
             Recompute::Conv2d(n) => n.recompute(self),
         };
+        self.arena.end_recompute();
         self.tape.recompute_depth -= 1;
         let buf = buf?;
         self.tape.recomputed.push((t.id, buf));

@@ -37,15 +37,31 @@ pub(crate) enum Recompute {
     Conv2d(ops::conv2d::Saved),
 }
 
+impl Recompute {
+    /// The tensors (by id) the recomputation reads through
+    /// [`super::Step::saved`].
+    fn reads(&self) -> [Option<u32>; 2] {
+        match self {
+            Self::BatchNorm2d(n) => n.reads(),
+            Self::Conv2d(n) => n.reads(),
+        }
+    }
+}
+
 /// A tensor a memory budget may have backward recompute: what it is, what
 /// keeping it holds, and what recomputing it costs (the multiply-adds and
 /// the bytes its op reads and writes again).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Candidate {
     pub what: &'static str,
     pub bytes: usize,
     pub multiply_adds: u64,
     pub bytes_moved: u64,
+    /// The candidates (by number) recomputing it reads, directly or through
+    /// outputs backward always recomputes (a batch norm's relu'd output): a
+    /// dropped one among them is made again when this one is, so the two
+    /// drops chain. Known in steps that record.
+    pub reads: Vec<u32>,
 }
 
 #[derive(Debug)]
@@ -71,6 +87,10 @@ pub(crate) struct Tape {
     /// ...and, sorted, those to recompute in backward rather than keep. Set
     /// between steps (see `Arena::set_recomputed`); kept by `clear`.
     pub(crate) dropped: Vec<u32>,
+    /// For each tensor backward may recompute, by tensor id, the candidates
+    /// reading its value may need made again: itself, if a candidate, or
+    /// those its recipe reads.
+    pub(crate) sources: Vec<(u32, Vec<u32>)>,
     /// Recomputations under way (each may need another first).
     pub(crate) recompute_depth: u32,
     /// The gradient backward started from: the caller's, never written over.
@@ -89,6 +109,7 @@ impl Default for Tape {
             recomputed: Vec::new(),
             candidates: Vec::new(),
             dropped: Vec::new(),
+            sources: Vec::new(),
             recompute_depth: 0,
             seed: None,
         }
@@ -96,6 +117,28 @@ impl Default for Tape {
 }
 
 impl Tape {
+    /// The candidates reading any of `tensors` in backward may need made
+    /// again (see `sources`), sorted.
+    pub(crate) fn sources_of(&self, tensors: impl IntoIterator<Item = u32>) -> Vec<u32> {
+        let mut all: Vec<u32> = tensors
+            .into_iter()
+            .filter_map(|id| self.sources.iter().find(|(t, _)| *t == id))
+            .flat_map(|(_, from)| from.iter().copied())
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+
+    /// Registers where a recomputable tensor's value comes from (once:
+    /// a candidate is itself).
+    pub(crate) fn add_source(&mut self, id: u32, how: &Recompute) {
+        if !self.sources.iter().any(|(t, _)| *t == id) {
+            let from = self.sources_of(how.reads().into_iter().flatten());
+            self.sources.push((id, from));
+        }
+    }
+
     pub(crate) fn clear(&mut self) {
         self.nodes.clear();
         self.grads.clear();
@@ -105,6 +148,7 @@ impl Tape {
         self.recipes.clear();
         self.recomputed.clear();
         self.candidates.clear();
+        self.sources.clear();
         self.recompute_depth = 0;
         self.seed = None;
     }

@@ -469,7 +469,8 @@ impl Arena {
         let ran = run(self);
         self.tracing = false;
         if ran.is_ok() && (index.is_none() || self.off_plan) {
-            let plan = plan::plan(key, &self.trace.bufs);
+            let mut plan = plan::plan(key, &self.trace.bufs);
+            plan.recompute_ticks = self.trace.recompute_ticks.clone();
             match index {
                 Some(i) => {
                     self.plans[i] = plan;
@@ -527,6 +528,16 @@ impl Arena {
         }
         self.backend
             .declare(touches.iter().map(|t| (t.offset, t.offset + t.bytes)));
+    }
+
+    /// Marks the ops from now until [`Arena::end_recompute`] as recomputing
+    /// a value backward reads (see [`StepPlan::recompute_ticks`]).
+    pub(crate) fn begin_recompute(&mut self) {
+        self.trace.recomputing += 1;
+    }
+
+    pub(crate) fn end_recompute(&mut self) {
+        self.trace.recomputing -= 1;
     }
 
     pub(crate) fn backend(&mut self) -> &mut Backend {

@@ -41,6 +41,11 @@ pub struct PlannedBuf {
     /// Bytes held: `bytes` rounded up to the arena's alignment.
     pub size: usize,
     pub life: Lifetime,
+    /// The longest stretch it sits untouched while alive: from a touch
+    /// (`born`) to the next one (`last`), if two touches are a tick or more
+    /// apart. What recomputing it could save: a value kept from forward for
+    /// backward is idle in between.
+    pub idle: Option<Lifetime>,
     /// Bytes above the mark.
     pub offset: usize,
 }
@@ -70,6 +75,10 @@ pub struct StepPlan {
     pub bump_bytes: usize,
     /// Bytes lost to alignment, summed over the buffers.
     pub alignment_waste: usize,
+    /// The ticks of ops that recomputed a value backward read, rather than
+    /// ran the step's own ops, in order (see [`Trace::recompute_ticks`]).
+    #[serde(skip)]
+    pub recompute_ticks: Vec<u32>,
 }
 
 impl StepPlan {
@@ -112,12 +121,19 @@ pub(crate) struct Trace {
     pub bufs: Vec<PlannedBuf>,
     /// Op ticks so far in this step.
     pub clock: u32,
+    /// Recomputations under way: their ops' ticks are...
+    pub recomputing: u32,
+    /// ...these, in order. The step's own ops are the same whatever it
+    /// recomputes, so its ticks less these line two traces up op by op.
+    pub recompute_ticks: Vec<u32>,
 }
 
 impl Trace {
     pub fn clear(&mut self) {
         self.bufs.clear();
         self.clock = 0;
+        self.recomputing = 0;
+        self.recompute_ticks.clear();
     }
 
     /// A buffer allocated now, at `offset` above the mark.
@@ -129,6 +145,7 @@ impl Trace {
             bytes,
             size,
             life: Lifetime { born, last: born },
+            idle: None,
             offset,
         });
     }
@@ -136,6 +153,9 @@ impl Trace {
     /// The next op tick: the op's kernels touch what it declares next.
     pub fn tick(&mut self) {
         self.clock += 1;
+        if self.recomputing > 0 {
+            self.recompute_ticks.push(self.clock);
+        }
     }
 
     /// Bytes `[start, end)` above the mark were touched at the current tick.
@@ -149,6 +169,13 @@ impl Trace {
             .rev()
             .find(|b| b.life.born <= t && b.size > 0 && b.offset < end && start < b.end());
         if let Some(b) = hit {
+            let gap = t.saturating_sub(b.life.last);
+            if gap > 1 && b.idle.is_none_or(|i| gap > i.last - i.born) {
+                b.idle = Some(Lifetime {
+                    born: b.life.last,
+                    last: t,
+                });
+            }
             b.life.last = b.life.last.max(t);
         }
     }
@@ -198,6 +225,7 @@ pub fn plan(key: u32, traced: &[PlannedBuf]) -> StepPlan {
         lower_bound: 0,
         bump_bytes,
         alignment_waste: traced.iter().map(|b| b.size - b.bytes).sum(),
+        recompute_ticks: Vec::new(),
     };
     plan.lower_bound = plan.peak_tick().1;
     plan
@@ -214,6 +242,7 @@ mod tests {
             bytes: size,
             size,
             life: Lifetime { born, last },
+            idle: None,
             offset: 0,
         }
     }

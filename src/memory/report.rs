@@ -74,7 +74,7 @@ impl MemoryReport {
             );
             let _ = writeln!(
                 out,
-                "  predicted extra time: {:.2} ms a step ({:.1}% more convolution multiply-adds); no choice that fits could add less than {:.2} ms",
+                "  predicted extra time: {:.2} ms a step ({:.1}% more convolution multiply-adds); by the model of the step's live bytes, no choice within the budget adds less than {:.2} ms",
                 r.predicted_extra_seconds * 1e3,
                 100.0 * r.extra_multiply_adds as f64 / r.step_multiply_adds.max(1) as f64,
                 r.least_extra_seconds * 1e3,
@@ -299,8 +299,10 @@ pub struct Recomputed {
     pub step_multiply_adds: u64,
     /// Seconds a step takes longer, by the device's cost model...
     pub predicted_extra_seconds: f64,
-    /// ...and no fewer than any choice that fits the budget would add, by
-    /// the same model (a lower bound, not a choice).
+    /// ...and no fewer than any choice within the budget would add, by the
+    /// same costs and the model of the step's live bytes, which leaves out
+    /// what a recomputation holds for a moment (a lower bound, not a
+    /// choice).
     pub least_extra_seconds: f64,
     /// The step's planned peak without the budget.
     pub unbudgeted_step_bytes: usize,

@@ -448,7 +448,11 @@ pub fn memory_report(cfg: &TrainConfig) -> Result<(MemoryReport, String)> {
 /// What `needs` recomputes under `budget`, against the step without
 /// (`unbudgeted`), for the report.
 fn recomputed(needs: &ArenaNeeds, unbudgeted: &ArenaNeeds, budget: usize, speed: &Speed) -> Recomputed {
-    let dropped: Vec<Candidate> = needs.dropped.iter().map(|&i| needs.candidates[i as usize]).collect();
+    let dropped: Vec<Candidate> = needs
+        .dropped
+        .iter()
+        .map(|&i| needs.candidates[i as usize].clone())
+        .collect();
     let mut kinds: Vec<RecomputedKind> = Vec::new();
     for c in &needs.candidates {
         let at = match kinds.iter().position(|k| k.what == c.what) {

@@ -360,12 +360,17 @@ impl<'s> Tensor<'s> {
         // may drop it. Counted in every step, as convolutions are.
         let dropped = fused == Fused::AddRelu && {
             let bytes = g.numel() * 4;
-            s.drops_next_candidate(Candidate {
-                what,
-                bytes,
-                multiply_adds: 0,
-                bytes_moved: 3 * bytes as u64,
-            })
+            s.drops_next_candidate(
+                &y.inner,
+                [Some(&self.inner), residual.as_ref().map(|r| &r.inner)],
+                Candidate {
+                    what,
+                    bytes,
+                    multiply_adds: 0,
+                    bytes_moved: 3 * bytes as u64,
+                    reads: Vec::new(),
+                },
+            )
         };
         if y.requires_grad() {
             s.record(Node::BatchNorm2d(saved));
@@ -486,6 +491,11 @@ fn eval_stats(
 }
 
 impl Saved {
+    /// The tensors [`Saved::recompute`] reads through [`Step::saved`].
+    pub(crate) fn reads(&self) -> [Option<u32>; 2] {
+        [Some(self.x.id), self.residual.map(|r| r.id)]
+    }
+
     /// Writes the forward's output into `y`: normalised, plus the residual,
     /// through the relu, as `fused` says. Recomputation calls it again with
     /// the same inputs, so it gives the same bits.

@@ -192,12 +192,17 @@ impl<'s> Tensor<'s> {
             weight.shape().numel() * 4,
             g.output().numel() * 4,
         );
-        let dropped = s.drops_next_candidate(Candidate {
-            what: "conv2d output",
-            bytes: y_bytes,
-            multiply_adds: (g.output().numel() * g.k()) as u64,
-            bytes_moved: (x_bytes + w_bytes + y_bytes) as u64,
-        });
+        let dropped = s.drops_next_candidate(
+            &y.inner,
+            [Some(&self.inner), None],
+            Candidate {
+                what: "conv2d output",
+                bytes: y_bytes,
+                multiply_adds: (g.output().numel() * g.k()) as u64,
+                bytes_moved: (x_bytes + w_bytes + y_bytes) as u64,
+                reads: Vec::new(),
+            },
+        );
         if y.requires_grad() {
             let saved = Saved {
                 g,
@@ -271,6 +276,11 @@ fn forward_into(
 }
 
 impl Saved {
+    /// The tensors [`Saved::recompute`] reads through [`Step::saved`].
+    pub(crate) fn reads(&self) -> [Option<u32>; 2] {
+        [Some(self.x.id), None]
+    }
+
     /// The output again, in backward, into a new step buffer (its input
     /// itself read through [`Step::saved`]: it may be recomputed too).
     pub(crate) fn recompute(self, s: &mut Step<'_>) -> Result<Buf<f32>> {

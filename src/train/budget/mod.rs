@@ -12,23 +12,29 @@
 //! - **Costs** come from a model of the device ([`Speed`]): a
 //!   recomputation's multiply-adds at the device's convolution rate plus
 //!   the bytes it reads and writes at its memory bandwidth.
-//! - **Every choice is evaluated exactly**: a dry run of the step with
-//!   those candidates dropped, planned as training will follow it (a few
+//! - **The choice is solved for**: a model of the step's live bytes op by
+//!   op as a function of the drops ([`liveness`], read off one dry run of
+//!   the step without) makes the choice an integer program, solved by
+//!   branch and bound to within 1% of its optimum ([`ilp`]).
+//! - **Every choice is checked by a dry run** of the step with those
+//!   candidates dropped, planned as training will follow it (a few
 //!   milliseconds for a ResNet-50, since a dry arena draws no initial
-//!   values). Candidates are tried in order of bytes kept per second of
-//!   recomputation, each kept only if it lowers the bytes the step holds
-//!   above the budget: dropping a block's output when the one before is
-//!   dropped too makes backward rebuild both at once, which may lower
-//!   nothing. Passes repeat until the step fits (aiming a few percent lower
-//!   when they miss); then drops are given back, the most costly first,
-//!   while it still fits, and costly ones are exchanged for the cheapest
-//!   kept ones whose drop still fits.
-//! - **A lower bound says how good the choice is**: when backward starts
-//!   nothing has been recomputed yet, so any choice that fits must remove
-//!   from the bytes alive then at least their excess over the budget, and
-//!   only candidates' bytes can go. Removing that many bytes at the least
-//!   cost, even taking fractions of candidates, costs no more than any
-//!   choice that fits; the report puts the chosen drops' cost against it.
+//!   values). The model leaves out what a recomputation holds for a moment;
+//!   a dry run over the budget shows where, the model learns it, and the
+//!   program is solved again. Single changes then close a last gap, drops
+//!   the step can do without are given back and costly ones exchanged for
+//!   cheaper ones that still fit.
+//! - **Where the model cannot be read** (a step whose candidates its plan
+//!   does not show), or the program finds nothing, a local search works on
+//!   dry runs alone: candidates in order of bytes kept per second, each
+//!   toggled if that lowers the bytes held above the budget.
+//! - **A lower bound says how good the choice is**: what the branch and
+//!   bound proves no choice within the budget undercuts, by the model as
+//!   first read (before it learns anything). The report puts the chosen
+//!   drops' cost against it.
+
+mod ilp;
+mod liveness;
 
 use super::{measure_dropping, ArenaNeeds, StepKind, TrainConfig};
 use crate::autograd::{Candidate, GRADIENT_SEED};
@@ -101,9 +107,21 @@ fn live_at_backward(plan: &StepPlan) -> Option<usize> {
 
 /// A lower bound on the extra seconds of any choice of drops whose training
 /// step fits `budget`, from the step measured without (see the module's
-/// notes): the cheapest removal of the excess alive when backward starts,
-/// taking fractions of candidates.
+/// notes): what the branch and bound proves of the liveness model, or where
+/// it has none, the cheapest removal of the excess alive when backward
+/// starts.
 pub fn least_extra_seconds(unbudgeted: &ArenaNeeds, budget: usize, speed: &Speed) -> f64 {
+    let seconds: Vec<f64> = unbudgeted.candidates.iter().map(|c| speed.seconds(c)).collect();
+    let by_model = liveness::Liveness::of(unbudgeted)
+        .and_then(|model| ilp::cheapest(&model, &seconds, budget, &mut Vec::new()))
+        .map_or(0.0, |c| c.bound);
+    by_model.max(fractional_bound(unbudgeted, budget, speed))
+}
+
+/// The cheapest removal of the excess alive when backward starts, taking
+/// fractions of candidates: nothing has been made again yet then, so any
+/// choice that fits removes at least that.
+fn fractional_bound(unbudgeted: &ArenaNeeds, budget: usize, speed: &Speed) -> f64 {
     let train = unbudgeted.plans.iter().find(|p| p.key == StepKind::Train as u32);
     let Some(live) = train.and_then(live_at_backward) else {
         return 0.0;
@@ -320,8 +338,9 @@ pub(super) enum Mode {
     Probe,
 }
 
-/// A choice that fits `budget` made as cheap as the search can: drops it
-/// can do without given back, and costly ones exchanged for cheaper.
+/// A choice that fits `budget` made as cheap as the search can: the
+/// liveness model's cheapest where that costs less, then drops it can do
+/// without given back, and costly ones exchanged for cheaper.
 pub(super) fn polish(
     cfg: &TrainConfig,
     host: &ImageSet,
@@ -331,7 +350,12 @@ pub(super) fn polish(
     speed: &Speed,
 ) -> Result<ArenaNeeds> {
     let measure = |dropped: &[u32]| measure_dropping(cfg, host, dry(), dropped);
-    give_back(fit, budget, speed, &measure)
+    let cost = |needs: &ArenaNeeds| extra_seconds(&needs.candidates, &needs.dropped, speed);
+    let best = match cheapest(&measure(&[])?, budget, speed, &measure)? {
+        Some(found) if cost(&found) < cost(&fit) => found,
+        _ => fit,
+    };
+    give_back(best, budget, speed, &measure)
 }
 
 /// What a search found.
@@ -365,6 +389,11 @@ pub(super) fn search(
         Mode::Plan => give_back(found, budget, speed, &measure).map(Outcome::Fits),
         Mode::Probe => Ok(Outcome::Fits(found)),
     };
+    if mode == Mode::Plan {
+        if let Some(found) = cheapest(&unbudgeted, budget, speed, &measure)? {
+            return finish(found);
+        }
+    }
     // The search is local, and where it ends depends on where it aims:
     // aiming a little lower can end within the budget where aiming at it
     // did not. Then, for the least step (an error's), fixed fractions of
@@ -399,6 +428,116 @@ pub(super) fn search(
     })
 }
 
+/// The liveness model's cheapest choice within `budget`, measured by a dry
+/// run. The model leaves out what a recomputation holds for a moment: a
+/// choice the dry run finds over teaches it that, and it chooses again,
+/// [`LESSONS`] times at most; then single changes bring the last one within
+/// ([`repair`]). `None` where the model has no choice, or the repair fails.
+fn cheapest(
+    unbudgeted: &ArenaNeeds,
+    budget: usize,
+    speed: &Speed,
+    measure: &dyn Fn(&[u32]) -> Result<ArenaNeeds>,
+) -> Result<Option<ArenaNeeds>> {
+    let Some(mut model) = liveness::Liveness::of(unbudgeted) else {
+        return Ok(None);
+    };
+    let seconds: Vec<f64> = unbudgeted.candidates.iter().map(|c| speed.seconds(c)).collect();
+    let mut last = None;
+    let mut rows = Vec::new();
+    let mut aim = budget;
+    for _ in 0..LESSONS {
+        let Some(choice) = ilp::cheapest(&model, &seconds, aim, &mut rows) else {
+            break;
+        };
+        let needs = measure(&choice.dropped)?;
+        if needs.step_bytes <= budget {
+            return Ok(Some(needs));
+        }
+        // Over with every op's live bytes within the aim: the placement's
+        // own excess, which the model cannot see, so it aims that much
+        // lower; else it learns where the dry run held more.
+        if distance(&needs, aim).0 == 0 {
+            aim -= needs.step_bytes - budget;
+        } else if !model.learn(&needs) {
+            last = Some(needs);
+            break;
+        }
+        last = Some(needs);
+    }
+    match last {
+        Some(needs) => repair(needs, budget, speed, measure),
+        None => Ok(None),
+    }
+}
+
+/// Choices of the model checked by a dry run at most.
+const LESSONS: usize = 4;
+
+/// Brings `start` within `budget` by single changes: dropping a kept
+/// candidate, or keeping a dropped one (which can end a chain of drops made
+/// again at once). Each round takes the change that fits at the least
+/// cost, else the one that takes the most bytes above the budget away per
+/// second it adds (a change that adds none first; bytes alive above it at
+/// each op, then the planned peak's excess, as [`distance`] orders them).
+/// `None` if no change brings it closer.
+fn repair(
+    start: ArenaNeeds,
+    budget: usize,
+    speed: &Speed,
+    measure: &dyn Fn(&[u32]) -> Result<ArenaNeeds>,
+) -> Result<Option<ArenaNeeds>> {
+    let mut current = start;
+    for _ in 0..REPAIRS {
+        if current.step_bytes <= budget {
+            return Ok(Some(current));
+        }
+        let (above, over) = distance(&current, budget);
+        let mut cheapest_fit: Option<(f64, ArenaNeeds)> = None;
+        let mut best_closer: Option<((f64, f64), ArenaNeeds)> = None;
+        for k in 0..current.candidates.len() as u32 {
+            let mut trial = current.dropped.clone();
+            let seconds = speed.seconds(&current.candidates[k as usize]);
+            let added = match trial.binary_search(&k) {
+                Ok(at) => {
+                    trial.remove(at);
+                    -seconds
+                }
+                Err(at) => {
+                    trial.insert(at, k);
+                    seconds
+                }
+            };
+            let needs = measure(&trial)?;
+            if needs.step_bytes <= budget {
+                if cheapest_fit.as_ref().is_none_or(|(c, _)| added < *c) {
+                    cheapest_fit = Some((added, needs));
+                }
+                continue;
+            }
+            let (after, over_after) = distance(&needs, budget);
+            let per_second = |gone: f64| gone / added.max(f64::MIN_POSITIVE);
+            let gain = (
+                per_second(above.saturating_sub(after) as f64),
+                per_second(over.saturating_sub(over_after) as f64),
+            );
+            let closer = (after, over_after) < (above, over);
+            if closer && best_closer.as_ref().is_none_or(|(g, _)| gain > *g) {
+                best_closer = Some((gain, needs));
+            }
+        }
+        match (cheapest_fit, best_closer) {
+            (Some((_, fit)), _) => return Ok(Some(fit)),
+            (None, Some((_, closer))) => current = closer,
+            (None, None) => return Ok(None),
+        }
+    }
+    Ok((current.step_bytes <= budget).then_some(current))
+}
+
+/// Rounds of [`repair`] at most.
+const REPAIRS: usize = 8;
+
 /// Aims of a search for a budget: the budget, then this many percent lower
 /// each time...
 const AIM_STEP_PERCENT: usize = 3;
@@ -431,6 +570,7 @@ mod tests {
             bytes,
             multiply_adds,
             bytes_moved: 0,
+            reads: Vec::new(),
         }
     }
 
@@ -445,6 +585,7 @@ mod tests {
             bytes: size,
             size,
             life: Lifetime { born, last },
+            idle: None,
             offset: 0,
         };
         let mut all: Vec<PlannedBuf> = bufs.iter().map(|&(s, b, l)| buf("b", s, b, l)).collect();
@@ -476,10 +617,10 @@ mod tests {
         );
         // 3 KiB + the seed alive: to fit 1.5 KiB + 256 B, 1.5 KiB must go:
         // all of the cheapest (10 s) and half of the next (20 s).
-        assert_eq!(least_extra_seconds(&n, kib * 3 / 2 + 256, &speed), 10.0 + 10.0);
+        assert_eq!(fractional_bound(&n, kib * 3 / 2 + 256, &speed), 10.0 + 10.0);
         // Within the budget there: nothing (the earlier peak is not
         // backward's, and no drop lowers it).
-        assert_eq!(least_extra_seconds(&n, 4 * kib, &speed), 0.0);
+        assert_eq!(fractional_bound(&n, 4 * kib, &speed), 0.0);
     }
 
     #[test]
