@@ -503,6 +503,7 @@ fn run_train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
     let cfg = args.config();
     let mut printer = progress::Printer::new(args.json, args.memory_report.clone());
     catch_signals();
+    note_budget_planning(&cfg);
     train::train_streaming(&cfg, &mut printer, &STOP)
         .with_context(|| format!("training on {}", cfg.data_dir.display()))?;
     Ok(ExitCode::SUCCESS)
@@ -630,6 +631,18 @@ fn run_rank(args: &TrainArgs, rv: RendezvousConfig) -> anyhow::Result<ExitCode> 
     }
 }
 
+/// Under a budget, what to recompute is solved for before the first step:
+/// a fraction of a second for a small network, tens of seconds for a
+/// ResNet-50. Said first, so that a quiet start is not taken for a hang.
+fn note_budget_planning(cfg: &TrainConfig) {
+    if let Some(budget) = cfg.memory_budget {
+        eprintln!(
+            "bumpgrad: choosing what to recompute to fit the memory budget of {} (tens of seconds for a large network)",
+            ByteSize(budget)
+        );
+    }
+}
+
 fn run_memory(memory: &MemoryArgs) -> anyhow::Result<()> {
     let args = &memory.train;
     args.check()?;
@@ -637,6 +650,7 @@ fn run_memory(memory: &MemoryArgs) -> anyhow::Result<()> {
         return run_max_batch(args);
     }
     let cfg = args.config();
+    note_budget_planning(&cfg);
     let (report, device) =
         train::memory_report(&cfg).with_context(|| format!("planning memory for {}", cfg.data_dir.display()))?;
     if let Some(path) = &args.memory_report {
