@@ -389,6 +389,10 @@ pub(super) fn search(
         Mode::Plan => give_back(found, budget, speed, &measure).map(Outcome::Fits),
         Mode::Probe => Ok(Outcome::Fits(found)),
     };
+    // A plan is the program's cheapest. A probe wants any fit, soon: the
+    // local search's first (a few hundred dry runs), and the program's
+    // (seconds for a large network) only where that finds none, as for the
+    // largest batches.
     if mode == Mode::Plan {
         if let Some(found) = cheapest(&unbudgeted, budget, speed, &measure)? {
             return finish(found);
@@ -408,7 +412,10 @@ pub(super) fn search(
         }
     }
     if mode == Mode::Probe {
-        return Ok(Outcome::Short { least: usize::MAX });
+        return match cheapest(&unbudgeted, budget, speed, &measure)? {
+            Some(found) => finish(found),
+            None => Ok(Outcome::Short { least: usize::MAX }),
+        };
     }
     let mut least = usize::MAX;
     for &(num, den) in LADDER {
