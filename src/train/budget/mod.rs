@@ -113,7 +113,7 @@ fn live_at_backward(plan: &StepPlan) -> Option<usize> {
 pub fn least_extra_seconds(unbudgeted: &ArenaNeeds, budget: usize, speed: &Speed) -> f64 {
     let seconds: Vec<f64> = unbudgeted.candidates.iter().map(|c| speed.seconds(c)).collect();
     let by_model = liveness::Liveness::of(unbudgeted)
-        .and_then(|model| ilp::cheapest(&model, &seconds, budget, &mut Vec::new()))
+        .and_then(|model| ilp::cheapest(&model, &seconds, budget, ilp::GAP, &mut Vec::new()))
         .map_or(0.0, |c| c.bound);
     by_model.max(fractional_bound(unbudgeted, budget, speed))
 }
@@ -334,12 +334,13 @@ pub(super) enum Mode {
     /// The plan a run follows: the cheapest choice found, and for a budget
     /// out of reach the least step found.
     Plan,
-    /// Whether any choice fits (the first found, as it is).
+    /// Whether any choice fits: the first the program finds, as it is (see
+    /// [`polish`]).
     Probe,
 }
 
-/// A choice that fits `budget` made as cheap as the search can: the
-/// liveness model's cheapest where that costs less, then drops it can do
+/// A choice that fits `budget` (a probe's) made as cheap as the search
+/// can: the program's cheapest where that costs less, then drops it can do
 /// without given back, and costly ones exchanged for cheaper.
 pub(super) fn polish(
     cfg: &TrainConfig,
@@ -351,7 +352,7 @@ pub(super) fn polish(
 ) -> Result<ArenaNeeds> {
     let measure = |dropped: &[u32]| measure_dropping(cfg, host, dry(), dropped);
     let cost = |needs: &ArenaNeeds| extra_seconds(&needs.candidates, &needs.dropped, speed);
-    let best = match cheapest(&measure(&[])?, budget, speed, &measure)? {
+    let best = match cheapest(&measure(&[])?, budget, speed, Mode::Plan, &measure)? {
         Some(found) if cost(&found) < cost(&fit) => found,
         _ => fit,
     };
@@ -389,14 +390,15 @@ pub(super) fn search(
         Mode::Plan => give_back(found, budget, speed, &measure).map(Outcome::Fits),
         Mode::Probe => Ok(Outcome::Fits(found)),
     };
-    // A plan is the program's cheapest. A probe wants any fit, soon: the
-    // local search's first (a few hundred dry runs), and the program's
-    // (seconds for a large network) only where that finds none, as for the
-    // largest batches.
-    if mode == Mode::Plan {
-        if let Some(found) = cheapest(&unbudgeted, budget, speed, &measure)? {
-            return finish(found);
-        }
+    // The program's cheapest first. Where the model has no choice within
+    // the budget the step has none (the model holds no more than a dry run,
+    // but for a block output made again a few ops early): a probe stops
+    // there, a plan looks on for the least step to name.
+    if let Some(found) = cheapest(&unbudgeted, budget, speed, mode, &measure)? {
+        return finish(found);
+    }
+    if mode == Mode::Probe {
+        return Ok(Outcome::Short { least: usize::MAX });
     }
     // The search is local, and where it ends depends on where it aims:
     // aiming a little lower can end within the budget where aiming at it
@@ -410,12 +412,6 @@ pub(super) fn search(
         if fit(&found) {
             return finish(found);
         }
-    }
-    if mode == Mode::Probe {
-        return match cheapest(&unbudgeted, budget, speed, &measure)? {
-            Some(found) => finish(found),
-            None => Ok(Outcome::Short { least: usize::MAX }),
-        };
     }
     let mut least = usize::MAX;
     for &(num, den) in LADDER {
@@ -444,8 +440,13 @@ fn cheapest(
     unbudgeted: &ArenaNeeds,
     budget: usize,
     speed: &Speed,
+    mode: Mode,
     measure: &dyn Fn(&[u32]) -> Result<ArenaNeeds>,
 ) -> Result<Option<ArenaNeeds>> {
+    let gap = match mode {
+        Mode::Plan => ilp::GAP,
+        Mode::Probe => 1.0,
+    };
     let Some(mut model) = liveness::Liveness::of(unbudgeted) else {
         return Ok(None);
     };
@@ -454,7 +455,7 @@ fn cheapest(
     let mut rows = Vec::new();
     let mut aim = budget;
     for _ in 0..LESSONS {
-        let Some(choice) = ilp::cheapest(&model, &seconds, aim, &mut rows) else {
+        let Some(choice) = ilp::cheapest(&model, &seconds, aim, gap, &mut rows) else {
             break;
         };
         let needs = measure(&choice.dropped)?;
