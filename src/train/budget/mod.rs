@@ -385,15 +385,16 @@ pub(super) fn search(
         Mode::Plan => give_back(found, budget, speed, &measure).map(Outcome::Fits),
         Mode::Probe => Ok(Outcome::Fits(found)),
     };
-    // The program's cheapest first. Where the model has no choice a probe
-    // stops; else, or for a plan's least step to name, the local search.
-    // (A probe takes the cheapest too: a cheap choice, the model's least
-    // chained, is also the likeliest to fit when checked; with the first
-    // within 25% of it ResNet-18's largest batch in 4 GiB fell by 5%.)
-    match cheapest(&unbudgeted, budget, speed, &measure)? {
-        Solved::Fits(found) => return finish(found),
-        Solved::NoChoice if mode == Mode::Probe => return Ok(Outcome::Short { least: usize::MAX }),
-        Solved::NoChoice | Solved::Missed => {}
+    // The program's cheapest first; where it finds none that fits, the
+    // local search. The model may miss a choice that fits: it keeps a
+    // dropped block output made again until its block's backward, where the
+    // step frees it once the next block's convolutions are done with it, up
+    // to 600 MiB at ResNet-50's largest batches. (A probe takes the
+    // cheapest too: the model's cheap choices are its least chained, the
+    // likeliest to fit when checked; with the first within 25% of the
+    // cheapest, ResNet-18's largest batch in 4 GiB fell by 5%.)
+    if let Some(found) = cheapest(&unbudgeted, budget, speed, &measure)? {
+        return finish(found);
     }
     // The search is local, and where it ends depends on where it aims:
     // aiming a little lower can end within the budget where aiming at it
@@ -439,24 +440,21 @@ fn cheapest(
     budget: usize,
     speed: &Speed,
     measure: &dyn Fn(&[u32]) -> Result<ArenaNeeds>,
-) -> Result<Solved> {
+) -> Result<Option<ArenaNeeds>> {
     let Some(mut model) = liveness::Liveness::of(unbudgeted) else {
-        return Ok(Solved::Missed);
+        return Ok(None);
     };
     let seconds: Vec<f64> = unbudgeted.candidates.iter().map(|c| speed.seconds(c)).collect();
     let mut last = None;
     let mut rows = Vec::new();
     let mut aim = budget;
-    for lesson in 0..LESSONS {
+    for _ in 0..LESSONS {
         let Some(choice) = ilp::cheapest(&model, &seconds, aim, ilp::GAP, &mut rows) else {
-            if lesson == 0 {
-                return Ok(Solved::NoChoice);
-            }
             break;
         };
         let needs = measure(&choice.dropped)?;
         if needs.step_bytes <= budget {
-            return Ok(Solved::Fits(needs));
+            return Ok(Some(needs));
         }
         // Over with every op's live bytes within the aim: the placement's
         // own excess, which the model cannot see, so it aims that much
@@ -469,21 +467,10 @@ fn cheapest(
         }
         last = Some(needs);
     }
-    Ok(match last {
-        Some(needs) => repair(needs, budget, speed, measure)?.map_or(Solved::Missed, Solved::Fits),
-        None => Solved::Missed,
-    })
-}
-
-/// What [`cheapest`] came to.
-enum Solved {
-    Fits(ArenaNeeds),
-    /// The model, as first read, has no choice within the budget: nor has
-    /// the step (the model holds no more than a dry run, but for a block
-    /// output made again a few ops early).
-    NoChoice,
-    /// Nothing it found fits, or it could not read the model.
-    Missed,
+    match last {
+        Some(needs) => repair(needs, budget, speed, measure),
+        None => Ok(None),
+    }
 }
 
 /// Choices of the model checked by a dry run at most.
