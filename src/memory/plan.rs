@@ -58,6 +58,21 @@ impl PlannedBuf {
     pub fn end(&self) -> usize {
         self.offset + self.size
     }
+
+    /// A buffer of `size` bytes alive from `born` to `last`, not yet placed
+    /// (for tests of planning and of what uses plans).
+    #[cfg(test)]
+    pub(crate) fn unplaced(what: &'static str, size: usize, born: u32, last: u32) -> Self {
+        Self {
+            what,
+            shape: Shape::new(&[size / 4]),
+            bytes: size,
+            size,
+            life: Lifetime { born, last },
+            idle: None,
+            offset: 0,
+        }
+    }
 }
 
 /// The offsets of one kind of step (a full training step, an evaluation
@@ -236,15 +251,7 @@ mod tests {
     use super::*;
 
     fn buf(size: usize, born: u32, last: u32) -> PlannedBuf {
-        PlannedBuf {
-            what: "b",
-            shape: Shape::new(&[size / 4]),
-            bytes: size,
-            size,
-            life: Lifetime { born, last },
-            idle: None,
-            offset: 0,
-        }
+        PlannedBuf::unplaced("b", size, born, last)
     }
 
     /// Every pair of buffers alive at the same time is disjoint in bytes.

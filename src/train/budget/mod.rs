@@ -579,17 +579,8 @@ mod tests {
     /// A plan with one buffer per `(size, born, last)` and a gradient seed
     /// born at `seed`.
     fn needs(bufs: &[(usize, u32, u32)], seed: u32, candidates: Vec<Candidate>) -> ArenaNeeds {
-        use crate::memory::plan::{Lifetime, PlannedBuf};
-        use crate::memory::Shape;
-        let buf = |what, size, born, last| PlannedBuf {
-            what,
-            shape: Shape::new(&[size / 4]),
-            bytes: size,
-            size,
-            life: Lifetime { born, last },
-            idle: None,
-            offset: 0,
-        };
+        use crate::memory::plan::PlannedBuf;
+        let buf = PlannedBuf::unplaced;
         let mut all: Vec<PlannedBuf> = bufs.iter().map(|&(s, b, l)| buf("b", s, b, l)).collect();
         all.push(buf(GRADIENT_SEED, 256, seed, seed));
         let plan = crate::memory::plan::plan(StepKind::Train as u32, &all);
