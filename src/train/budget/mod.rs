@@ -192,13 +192,7 @@ fn approach(
             if current.step_bytes <= budget {
                 return Ok(current);
             }
-            let mut trial = current.dropped.clone();
-            match trial.binary_search(&c) {
-                Ok(at) => {
-                    trial.remove(at);
-                }
-                Err(at) => trial.insert(at, c),
-            }
+            let (trial, _) = toggled(&current.dropped, c);
             let needs = measure(&trial)?;
             let s = distance(&needs, budget);
             if s < score {
@@ -210,6 +204,22 @@ fn approach(
         }
     }
     Ok(current)
+}
+
+/// `dropped` (sorted) with candidate `c` dropped if kept, kept if dropped;
+/// and whether it is now dropped.
+fn toggled(dropped: &[u32], c: u32) -> (Vec<u32>, bool) {
+    let mut trial = dropped.to_vec();
+    match trial.binary_search(&c) {
+        Ok(at) => {
+            trial.remove(at);
+            (trial, false)
+        }
+        Err(at) => {
+            trial.insert(at, c);
+            (trial, true)
+        }
+    }
 }
 
 /// Candidate numbers, most bytes kept per second of recomputation first
@@ -499,18 +509,9 @@ fn repair(
         let mut cheapest_fit: Option<(f64, ArenaNeeds)> = None;
         let mut best_closer: Option<((f64, f64), ArenaNeeds)> = None;
         for k in 0..current.candidates.len() as u32 {
-            let mut trial = current.dropped.clone();
+            let (trial, dropping) = toggled(&current.dropped, k);
             let seconds = speed.seconds(&current.candidates[k as usize]);
-            let added = match trial.binary_search(&k) {
-                Ok(at) => {
-                    trial.remove(at);
-                    -seconds
-                }
-                Err(at) => {
-                    trial.insert(at, k);
-                    seconds
-                }
-            };
+            let added = if dropping { seconds } else { -seconds };
             let needs = measure(&trial)?;
             if needs.step_bytes <= budget {
                 if cheapest_fit.as_ref().is_none_or(|(c, _)| added < *c) {
