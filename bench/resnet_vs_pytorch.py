@@ -327,7 +327,7 @@ def budget_rows(args):
                # What the training run itself predicted for the drops it chose
                # (with its timed algorithms' workspaces, which may differ from
                # the `memory` plan's heuristic ones).
-               "run_predicted_extra_ms": run_predicted_ms(tight),
+               "run_predicted_extra_ms": run_predicted_ms(tight, free),
                "predicted_extra_ms": plan["predicted_extra_seconds"] * 1e3,
                "least_extra_ms": plan["least_extra_seconds"] * 1e3}
         if args.only is None:
@@ -345,14 +345,25 @@ def budget_rows(args):
     return rows, max_batches
 
 
-def run_predicted_ms(result):
+def run_predicted_ms(result, unbudgeted=None):
+    """What a training run predicted its budget costs: recomputation and
+    held workspaces (the cuDNN line alone where nothing is recomputed),
+    less what the unbudgeted run's own held workspaces cost."""
     import re
 
-    for note in result.get("notes", []):
-        m = re.search(r"predicted ([0-9.]+) ms more a step", note)
-        if m:
-            return float(m[1])
-    return None
+    def find(notes, pattern):
+        for note in notes:
+            m = re.search(pattern, note)
+            if m:
+                return float(m[1])
+        return None
+
+    notes = result.get("notes", [])
+    held = r"([0-9.]+) ms more a step by cuDNN's timings"
+    ms = find(notes, r"predicted ([0-9.]+) ms more a step") or find(notes, held)
+    if ms is None:
+        return None
+    return ms - (find(unbudgeted.get("notes", []), held) or 0.0 if unbudgeted else 0.0)
 
 
 def budget_table(rows, max_batches):

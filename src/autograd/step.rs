@@ -45,6 +45,13 @@ impl<'s> Step<'s> {
         self.arena.backend()
     }
 
+    /// The op about to run takes `seconds` beyond the fastest algorithm
+    /// the device timed for it (a workspace held down): the step's plan
+    /// counts it.
+    pub(crate) fn note_slower(&mut self, seconds: f64) {
+        self.arena.note_slower(seconds);
+    }
+
     /// Declares every buffer the op's next kernels read or write, and hands
     /// out the backend to run them. The declarations are the step's liveness
     /// (what the memory plan is made from); the CPU backend refuses a kernel

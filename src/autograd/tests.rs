@@ -113,6 +113,35 @@ fn a_planned_step_reuses_dead_bytes_and_replans_a_new_sequence() {
     assert_eq!(arena.plans()[0].peak, 2 * 2048);
 }
 
+/// What a traced step's ops noted they lose to slower algorithms (a GPU's
+/// held workspaces) is the plan's: summed, once per op that noted it, and
+/// only from the step that made the plan.
+#[test]
+fn a_plan_carries_the_seconds_its_step_lost_to_slower_algorithms() {
+    let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+    let run = |arena: &mut Arena, n: usize| {
+        arena
+            .planned_step(3, |s| {
+                let a = s.input("a", Shape::new(&[n]), &vec![1.0; n])?;
+                s.note_slower(0.25);
+                let b = a.relu(s)?;
+                s.note_slower(0.5);
+                b.relu(s).map(drop)
+            })
+            .unwrap()
+    };
+    run(&mut arena, 64);
+    assert_eq!(arena.plans()[0].slower_seconds, 0.75);
+    run(&mut arena, 64);
+    assert_eq!(arena.plans()[0].slower_seconds, 0.75, "a step on its plan adds nothing");
+    run(&mut arena, 128);
+    assert_eq!(
+        arena.plans()[0].slower_seconds,
+        0.75,
+        "re-planned from one step's trace"
+    );
+}
+
 /// Capture is a device capability: on the CPU it is refused, typed, before
 /// the step runs, and the arena is left as it was.
 #[test]

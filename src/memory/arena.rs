@@ -471,6 +471,7 @@ impl Arena {
         if ran.is_ok() && (index.is_none() || self.off_plan) {
             let mut plan = plan::plan(key, &self.trace.bufs);
             plan.recompute_ticks = self.trace.recompute_ticks.clone();
+            plan.slower_seconds = self.trace.slower_seconds;
             match index {
                 Some(i) => {
                     self.plans[i] = plan;
@@ -538,6 +539,14 @@ impl Arena {
 
     pub(crate) fn end_recompute(&mut self) {
         self.trace.recomputing -= 1;
+    }
+
+    /// An op of a traced step runs `seconds` slower than the fastest
+    /// algorithm the device timed for it (see [`StepPlan::slower_seconds`]).
+    pub(crate) fn note_slower(&mut self, seconds: f64) {
+        if self.tracing {
+            self.trace.slower_seconds += seconds;
+        }
     }
 
     pub(crate) fn backend(&mut self) -> &mut Backend {

@@ -94,6 +94,11 @@ pub struct StepPlan {
     /// ran the step's own ops, in order (see [`Trace::recompute_ticks`]).
     #[serde(skip)]
     pub recompute_ticks: Vec<u32>,
+    /// Seconds the step's convolutions take beyond the fastest algorithms
+    /// timed on the device, where workspaces were held below theirs (see
+    /// [`Trace::slower_seconds`]).
+    #[serde(skip)]
+    pub slower_seconds: f64,
 }
 
 impl StepPlan {
@@ -141,6 +146,10 @@ pub(crate) struct Trace {
     /// ...these, in order. The step's own ops are the same whatever it
     /// recomputes, so its ticks less these line two traces up op by op.
     pub recompute_ticks: Vec<u32>,
+    /// Seconds the ops so far lose to slower algorithms than the fastest
+    /// the device timed: a workspace is part of the plan, so holding one
+    /// down is a cost the memory budget weighs like a recomputation's.
+    pub slower_seconds: f64,
 }
 
 impl Trace {
@@ -149,6 +158,7 @@ impl Trace {
         self.clock = 0;
         self.recomputing = 0;
         self.recompute_ticks.clear();
+        self.slower_seconds = 0.0;
     }
 
     /// A buffer allocated now, at `offset` above the mark.
@@ -241,6 +251,7 @@ pub fn plan(key: u32, traced: &[PlannedBuf]) -> StepPlan {
         bump_bytes,
         alignment_waste: traced.iter().map(|b| b.size - b.bytes).sum(),
         recompute_ticks: Vec::new(),
+        slower_seconds: 0.0,
     };
     plan.lower_bound = plan.peak_tick().1;
     plan

@@ -331,6 +331,15 @@ impl ArenaNeeds {
     pub fn total(&self) -> usize {
         self.persistent_bytes + self.step_bytes
     }
+
+    /// Seconds the training step's convolutions take beyond the fastest
+    /// algorithms the device timed (see [`crate::memory::StepPlan::slower_seconds`]).
+    pub fn slower_seconds(&self) -> f64 {
+        self.plans
+            .iter()
+            .find(|p| p.key == StepKind::Train as u32)
+            .map_or(0.0, |p| p.slower_seconds)
+    }
 }
 
 /// The data set `cfg` names, cut to its limits.
@@ -529,6 +538,7 @@ fn time_convolutions(
             changed,
             workspace_limit: None,
             kept: true,
+            seconds_lost: 0.0,
         });
     }
     let bound = (needs.step_bytes + tuning_headroom(needs.step_bytes))
@@ -577,6 +587,7 @@ fn time_convolutions(
                 changed,
                 workspace_limit: limit,
                 kept: true,
+                seconds_lost: needs.slower_seconds(),
             })
         }
         _ => {
@@ -585,6 +596,7 @@ fn time_convolutions(
                 changed,
                 workspace_limit: None,
                 kept: false,
+                seconds_lost: 0.0,
             })
         }
     }

@@ -189,4 +189,8 @@ pub struct ConvTuning {
     /// Whether the timed choices are the ones the run uses (else the
     /// heuristic's, as no timed step fitted).
     pub kept: bool,
+    /// Seconds a training step's convolutions take beyond the fastest
+    /// algorithms timed, by cuDNN's timings: what holding the workspaces
+    /// to `workspace_limit` costs (0 without a limit).
+    pub seconds_lost: f64,
 }

@@ -197,3 +197,37 @@ fn a_memory_budget_trains_on_the_gpu_as_on_the_cpu() {
     });
     assert_same_losses("cpu vs gpu", &cpu, &gpu, 2e-3);
 }
+
+/// Under a budget near the least step, the timed algorithms' workspaces
+/// are held down, and the run says what that costs by cuDNN's timings:
+/// more than nothing, less than the step itself takes.
+#[test]
+fn held_workspaces_are_priced_by_the_timed_algorithms() {
+    use bumpgrad::models::{Depth, ResNet};
+    use bumpgrad::train::{memory_report, prepare};
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_probe) = gpu("held_workspaces") else {
+        return;
+    };
+    drop(_probe);
+    let cfg = |budget: Option<usize>| TrainConfig {
+        device: DeviceRequest::Cuda,
+        model: ResNet::choice(Depth::R18, 0.5),
+        data_dir: "synthetic:cifar10:1024".into(),
+        batch: 256,
+        memory_budget: budget,
+        ..TrainConfig::default()
+    };
+    let (free, _) = memory_report(&cfg(None)).expect("plan");
+    // The tightest of a few fractions the heuristic's step meets.
+    let budget = [30, 40, 50, 60]
+        .iter()
+        .map(|pct| free.plan_peak_bytes / 100 * pct)
+        .find(|&b| memory_report(&cfg(Some(b))).is_ok())
+        .expect("some budget fits");
+    let (_, info) = prepare(&cfg(Some(budget))).expect("prepare");
+    let tuning = info.conv_tuning.expect("a GPU times its convolutions");
+    eprintln!("budget {budget}: {tuning:?}");
+    assert!(tuning.kept && tuning.workspace_limit.is_some(), "{tuning:?}");
+    assert!(tuning.seconds_lost > 0.0 && tuning.seconds_lost < 1.0, "{tuning:?}");
+}

@@ -105,6 +105,18 @@ mod tests {
         assert_eq!(dims(3, 3, 0, 1).output_len(), 0);
         assert_eq!(dims(3, 3, 2, 1).output_len(), 2 * 3 * 4 * 4);
     }
+
+    #[test]
+    fn an_algorithm_loses_its_time_beyond_the_fastest_timed() {
+        // Fastest first, as cuDNN returns them: (algorithm, workspace, seconds).
+        let timed = [(7, 4096, 1.0e-3), (2, 512, 2.5e-3), (5, 0, 4.0e-3)];
+        assert_eq!(super::seconds_lost(&timed, 7), 0.0);
+        assert!((super::seconds_lost(&timed, 2) - 1.5e-3).abs() < 1e-12);
+        assert!((super::seconds_lost(&timed, 5) - 3.0e-3).abs() < 1e-12);
+        // The heuristic's choice, kept where nothing timed fits: unknown.
+        assert_eq!(super::seconds_lost(&timed, 9), 0.0);
+        assert_eq!(super::seconds_lost::<i32>(&[], 9), 0.0);
+    }
 }
 
 /// Which of the three passes a workspace is for.
@@ -153,14 +165,25 @@ pub struct ConvPlan {
     /// times the algorithms on the device.
     chosen: Mutex<Choices>,
     /// The timed algorithms of each pass that may run, fastest first, with
-    /// their workspace bytes.
+    /// their workspace bytes and seconds.
     timed: Mutex<Option<Timed>>,
 }
 
 struct Timed {
-    fwd: Vec<(sys::cudnnConvolutionFwdAlgo_t, usize)>,
-    data: Vec<(sys::cudnnConvolutionBwdDataAlgo_t, usize)>,
-    filter: Vec<(sys::cudnnConvolutionBwdFilterAlgo_t, usize)>,
+    fwd: Vec<(sys::cudnnConvolutionFwdAlgo_t, usize, f64)>,
+    data: Vec<(sys::cudnnConvolutionBwdDataAlgo_t, usize, f64)>,
+    filter: Vec<(sys::cudnnConvolutionBwdFilterAlgo_t, usize, f64)>,
+}
+
+/// Seconds the algorithm `chosen` of a pass takes beyond the fastest of
+/// `timed` (that pass's timed list, fastest first); 0 where `chosen` was
+/// not timed (the heuristic's, kept where nothing timed fits).
+fn seconds_lost<A: PartialEq>(timed: &[(A, usize, f64)], chosen: A) -> f64 {
+    let fastest = timed.first().map_or(0.0, |t| t.2);
+    timed
+        .iter()
+        .find(|t| t.0 == chosen)
+        .map_or(0.0, |t| (t.2 - fastest).max(0.0))
 }
 
 /// The algorithm of each pass and the workspace bytes it needs.
@@ -339,6 +362,20 @@ impl ConvPlan {
         *self.chosen.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Seconds the pass's chosen algorithm takes beyond the fastest timed
+    /// one, by cuDNN's timings (0 before [`ConvPlan::tune`]): what holding
+    /// workspaces below the fastest's costs.
+    pub fn seconds_lost(&self, pass: ConvPass) -> f64 {
+        let c = self.choices();
+        let timed = self.timed.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(t) = timed.as_ref() else { return 0.0 };
+        match pass {
+            ConvPass::Forward => seconds_lost(&t.fwd, c.fwd.0),
+            ConvPass::InputGrad => seconds_lost(&t.data, c.data.0),
+            ConvPass::WeightGrad => seconds_lost(&t.filter, c.filter.0),
+        }
+    }
+
     /// Goes back to cuDNN's heuristic choice (when the timed choices' step
     /// does not fit).
     pub(crate) fn untune(&self) {
@@ -351,8 +388,10 @@ impl ConvPlan {
     pub(crate) fn select(&self, limit: usize) -> usize {
         let timed = self.timed.lock().unwrap_or_else(|e| e.into_inner());
         let Some(t) = timed.as_ref() else { return 0 };
-        fn pick<A: Copy>(list: &[(A, usize)], limit: usize, fallback: (A, usize)) -> (A, usize) {
-            list.iter().copied().find(|&(_, ws)| ws <= limit).unwrap_or(fallback)
+        fn pick<A: Copy>(list: &[(A, usize, f64)], limit: usize, fallback: (A, usize)) -> (A, usize) {
+            list.iter()
+                .find(|t| t.1 <= limit)
+                .map_or(fallback, |&(algo, ws, _)| (algo, ws))
         }
         let h = self.heuristic;
         let c = Choices {
@@ -408,7 +447,7 @@ impl ConvPlan {
         let fwd = fwd[..returned.max(0) as usize]
             .iter()
             .filter(|p| allowed!(p, workspace_bytes, det, tf32))
-            .map(|p| (p.algo, p.memory))
+            .map(|p| (p.algo, p.memory, f64::from(p.time) / 1e3))
             .collect();
         let mut data: [sys::cudnnConvolutionBwdDataAlgoPerf_t; 8] = std::mem::zeroed();
         sys::cudnnFindConvolutionBackwardDataAlgorithmEx(
@@ -431,7 +470,7 @@ impl ConvPlan {
         let data = data[..returned.max(0) as usize]
             .iter()
             .filter(|p| allowed!(p, workspace_bytes, det, tf32))
-            .map(|p| (p.algo, p.memory))
+            .map(|p| (p.algo, p.memory, f64::from(p.time) / 1e3))
             .collect();
         let mut filter: [sys::cudnnConvolutionBwdFilterAlgoPerf_t; 8] = std::mem::zeroed();
         sys::cudnnFindConvolutionBackwardFilterAlgorithmEx(
@@ -454,7 +493,7 @@ impl ConvPlan {
         let filter = filter[..returned.max(0) as usize]
             .iter()
             .filter(|p| allowed!(p, workspace_bytes, det, tf32))
-            .map(|p| (p.algo, p.memory))
+            .map(|p| (p.algo, p.memory, f64::from(p.time) / 1e3))
             .collect();
         *self.timed.lock().unwrap_or_else(|e| e.into_inner()) = Some(Timed { fwd, data, filter });
         self.select(usize::MAX);

@@ -88,11 +88,22 @@ impl Observer for Printer {
             ByteSize(a.persistent_bytes),
             ByteSize(a.capacity_bytes - a.persistent_bytes),
         ));
+        // Held workspaces cost time too: the prediction is the budget's
+        // whole cost, recomputation and slower algorithms together.
+        let lost = info.conv_tuning.map_or(0.0, |t| t.seconds_lost);
         if let Some((dropped, of, extra)) = info.recomputed {
+            let slower = match lost > 0.0 {
+                true => format!(
+                    ": {:.2} recomputing, {:.2} in slower convolution algorithms",
+                    extra * 1e3,
+                    lost * 1e3
+                ),
+                false => String::new(),
+            };
             self.say(&format!(
-                "memory: the step recomputes {dropped} of its {of} convolution and block outputs in backward rather than keep them, to fit {} (predicted {:.2} ms more a step)",
+                "memory: the step recomputes {dropped} of its {of} convolution and block outputs in backward rather than keep them, to fit {} (predicted {:.2} ms more a step{slower})",
                 if info.arena_size_measured { "--memory-budget" } else { "--arena-size" },
-                extra * 1e3,
+                (extra + lost) * 1e3,
             ));
         }
         if let Some(t) = info.conv_tuning {
@@ -107,8 +118,9 @@ impl Observer for Printer {
                     format!("; no timed choice kept the step within {within}: its choices kept")
                 }
                 (_, Some(limit)) => format!(
-                    "; workspaces held to {} to keep the step within {within}",
-                    ByteSize(limit)
+                    "; workspaces held to {} to keep the step within {within} ({:.2} ms more a step by cuDNN's timings)",
+                    ByteSize(limit),
+                    t.seconds_lost * 1e3
                 ),
                 _ => String::new(),
             };
