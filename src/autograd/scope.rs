@@ -49,10 +49,13 @@ impl Arena {
 
     /// Which candidates for recomputation (convolution outputs, numbered in
     /// forward order from 0) the steps from now on recompute in backward
-    /// rather than keep: what a memory budget chose. Set before the first
-    /// step (it allocates; steps then do not).
-    pub fn set_recomputed(&mut self, candidates: &[u32]) {
+    /// rather than keep: what a memory budget chose, and whether chains of
+    /// them are remade for each reader rather than held (see
+    /// `Tape::transient_chains`). Set before the first step (it allocates;
+    /// steps then do not).
+    pub fn set_recomputed(&mut self, candidates: &[u32], transient_chains: bool) {
         let mut tape: Box<Tape> = self.take_host_state();
+        tape.transient_chains = transient_chains;
         tape.dropped = candidates.to_vec();
         tape.dropped.sort_unstable();
         tape.dropped.dedup();

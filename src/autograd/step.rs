@@ -146,6 +146,7 @@ impl<'s> Step<'s> {
         if tape.recording && planning {
             cost.reads = tape.sources_of(inputs.into_iter().flatten().map(|x| x.id));
             tape.sources.push((t.id, vec![i]));
+            tape.candidate_ids.push((t.id, i));
         }
         tape.candidates.push(cost);
         tape.recording && tape.dropped.binary_search(&i).is_ok()
@@ -180,6 +181,8 @@ impl<'s> Step<'s> {
         if self.tape.recompute_depth as usize >= self.tape.recipes.len() {
             return Err(crate::backend::BackendError::Internal("a recomputation that needs its own output").into());
         }
+        // Made only to make another: with transient chains, let go after.
+        let nested = self.tape.recompute_depth > 0;
         self.tape.recompute_depth += 1;
         self.arena.begin_recompute();
         let buf = match how {
@@ -189,7 +192,13 @@ impl<'s> Step<'s> {
         self.arena.end_recompute();
         self.tape.recompute_depth -= 1;
         let buf = buf?;
-        self.tape.recomputed.push((t.id, buf));
+        let tape = &mut *self.tape;
+        if let Some(&(_, i)) = tape.candidate_ids.iter().find(|(id, _)| *id == t.id) {
+            tape.candidates[i as usize].remade += 1;
+        }
+        if !(nested && tape.transient_chains) {
+            tape.recomputed.push((t.id, buf));
+        }
         Ok(buf)
     }
 

@@ -62,6 +62,10 @@ pub struct Candidate {
     /// dropped one among them is made again when this one is, so the two
     /// drops chain. Known in steps that record.
     pub reads: Vec<u32>,
+    /// Times the step made it again in backward (0 when kept; 1 when
+    /// dropped, unless chains are remade for each reader). Counted by
+    /// planning's dry steps.
+    pub remade: u32,
 }
 
 #[derive(Debug)]
@@ -87,6 +91,13 @@ pub(crate) struct Tape {
     /// ...and, sorted, those to recompute in backward rather than keep. Set
     /// between steps (see `Arena::set_recomputed`); kept by `clear`.
     pub(crate) dropped: Vec<u32>,
+    /// Whether a tensor made again only to make another is let go at once
+    /// rather than kept for its own readers, who make it again in turn:
+    /// more recomputation, and a chain of drops no longer held all at once
+    /// in backward. Set and kept as `dropped` is.
+    pub(crate) transient_chains: bool,
+    /// Each candidate's tensor id and number, in steps that plan.
+    pub(crate) candidate_ids: Vec<(u32, u32)>,
     /// For each tensor backward may recompute, by tensor id, the candidates
     /// reading its value may need made again: itself, if a candidate, or
     /// those its recipe reads.
@@ -109,6 +120,8 @@ impl Default for Tape {
             recomputed: Vec::new(),
             candidates: Vec::new(),
             dropped: Vec::new(),
+            transient_chains: false,
+            candidate_ids: Vec::new(),
             sources: Vec::new(),
             recompute_depth: 0,
             seed: None,
@@ -148,6 +161,7 @@ impl Tape {
         self.recipes.clear();
         self.recomputed.clear();
         self.candidates.clear();
+        self.candidate_ids.clear();
         self.sources.clear();
         self.recompute_depth = 0;
         self.seed = None;

@@ -68,8 +68,12 @@ impl MemoryReport {
                 .collect();
             let _ = writeln!(
                 out,
-                "memory budget: the training step recomputes {} in backward rather than keep them (step {} without)",
+                "memory budget: the training step recomputes {} in backward rather than keep them{} (step {} without)",
                 kinds.join(", "),
+                match r.transient_chains {
+                    true => ", chains of them made again for each reader rather than held",
+                    false => "",
+                },
                 b(r.unbudgeted_step_bytes),
             );
             let _ = writeln!(
@@ -306,6 +310,9 @@ pub struct Recomputed {
     pub least_extra_seconds: f64,
     /// The step's planned peak without the budget.
     pub unbudgeted_step_bytes: usize,
+    /// Whether chains of them are made again for each reader rather than
+    /// held (the least steps: more recomputation, fewer bytes).
+    pub transient_chains: bool,
 }
 
 /// Candidates of one kind a budget recomputes.

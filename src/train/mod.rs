@@ -273,10 +273,22 @@ fn measure_on(cfg: &TrainConfig, host: &ImageSet, dry: Arena) -> Result<ArenaNee
     measure_dropping(cfg, host, dry, &[])
 }
 
-/// [`measure_on`] with `dropped` candidates recomputed in backward (see
-/// [`Arena::set_recomputed`]).
-fn measure_dropping(cfg: &TrainConfig, host: &ImageSet, mut dry: Arena, dropped: &[u32]) -> Result<ArenaNeeds> {
-    dry.set_recomputed(dropped);
+/// [`measure_on`] with `dropped` candidates recomputed in backward, chains
+/// of them held (see [`Arena::set_recomputed`]).
+fn measure_dropping(cfg: &TrainConfig, host: &ImageSet, dry: Arena, dropped: &[u32]) -> Result<ArenaNeeds> {
+    measure_chains(cfg, host, dry, dropped, false)
+}
+
+/// [`measure_dropping`], with chains of drops remade for each reader where
+/// `transient_chains`.
+fn measure_chains(
+    cfg: &TrainConfig,
+    host: &ImageSet,
+    mut dry: Arena,
+    dropped: &[u32],
+    transient_chains: bool,
+) -> Result<ArenaNeeds> {
+    dry.set_recomputed(dropped, transient_chains);
     let mut session = Session::new(cfg, host, dry)?;
     let candidates = session.probe()?;
     let arena = session.arena();
@@ -292,6 +304,7 @@ fn measure_dropping(cfg: &TrainConfig, host: &ImageSet, mut dry: Arena, dropped:
         plans,
         candidates,
         dropped: dropped.to_vec(),
+        transient_chains,
     })
 }
 
@@ -321,6 +334,9 @@ pub struct ArenaNeeds {
     /// those a memory budget has the step recompute rather than keep.
     pub candidates: Vec<Candidate>,
     pub dropped: Vec<u32>,
+    /// Whether chains of dropped candidates are remade for each reader
+    /// rather than held (see [`crate::autograd::Step`]'s `saved`).
+    pub transient_chains: bool,
     /// The persistent allocations, for the memory report.
     pub persistent: Vec<crate::memory::PersistentBuf>,
     /// The step plans, by kind (see [`session::StepKind`]).
@@ -492,11 +508,15 @@ fn recomputed(needs: &ArenaNeeds, unbudgeted: &ArenaNeeds, budget: usize, speed:
         candidates: needs.candidates.len(),
         dropped_bytes: dropped.iter().map(|c| c.bytes).sum(),
         kinds,
-        extra_multiply_adds: dropped.iter().map(|c| c.multiply_adds).sum(),
+        extra_multiply_adds: dropped
+            .iter()
+            .map(|c| c.multiply_adds * u64::from(c.remade.max(1)))
+            .sum(),
         step_multiply_adds: step_macs,
         predicted_extra_seconds: extra_seconds(&needs.candidates, &needs.dropped, speed),
         least_extra_seconds: least_extra_seconds(unbudgeted, budget, speed),
         unbudgeted_step_bytes: unbudgeted.step_bytes,
+        transient_chains: needs.transient_chains,
     }
 }
 
@@ -566,7 +586,7 @@ fn time_convolutions(
                         budget::Outcome::Short { .. } => return Ok(false),
                     }
                 }
-                false => measure_dropping(cfg, host, arena.dry_twin(), &dropped)?,
+                false => measure_chains(cfg, host, arena.dry_twin(), &dropped, needs.transient_chains)?,
             };
             let fits = timed.step_bytes <= bound && timed.total() <= capacity;
             if fits {
@@ -678,7 +698,7 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
         None
     };
     // After timing: the timed algorithms may recompute others.
-    arena.set_recomputed(&needs.dropped);
+    arena.set_recomputed(&needs.dropped, needs.transient_chains);
     if cfg.memory_plan {
         arena.adopt_plans(&needs.plans);
     }
@@ -712,7 +732,12 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
         conv_tuning,
         recomputed: (!needs.dropped.is_empty()).then(|| {
             let extra = extra_seconds(&needs.candidates, &needs.dropped, &speed);
-            (needs.dropped.len(), needs.candidates.len(), extra)
+            (
+                needs.dropped.len(),
+                needs.candidates.len(),
+                extra,
+                needs.transient_chains,
+            )
         }),
     };
     Ok((session, info))

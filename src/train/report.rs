@@ -53,7 +53,8 @@ pub struct RunInfo {
     /// the convolution and block outputs the step recomputes in backward,
     /// of those it has, and the seconds a step that adds by the device's
     /// cost model.
-    pub recomputed: Option<(usize, usize, f64)>,
+    /// Last, whether chains of them are made again for each reader.
+    pub recomputed: Option<(usize, usize, f64, bool)>,
 }
 
 /// One epoch, as `--json` prints it.

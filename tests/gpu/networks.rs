@@ -231,3 +231,43 @@ fn held_workspaces_are_priced_by_the_timed_algorithms() {
     assert!(tuning.kept && tuning.workspace_limit.is_some(), "{tuning:?}");
     assert!(tuning.seconds_lost > 0.0 && tuning.seconds_lost < 1.0, "{tuning:?}");
 }
+
+/// The least step the GPU's planner finds (chains of drops remade for each
+/// reader) trains on the GPU within it, as the CPU trains without a budget.
+#[test]
+fn the_least_step_trains_on_the_gpu_as_on_the_cpu() {
+    use bumpgrad::models::{Depth, ResNet};
+    use bumpgrad::train::memory_report;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_probe) = gpu("least_step") else {
+        return;
+    };
+    drop(_probe);
+    let cfg = |budget: Option<usize>| TrainConfig {
+        device: DeviceRequest::Cuda,
+        model: ResNet::choice(Depth::R18, 0.25),
+        data_dir: "synthetic:cifar10:512".into(),
+        epochs: 2,
+        batch: 64,
+        lr: 0.02,
+        conv_algos: bumpgrad::train::ConvAlgos::Heuristic,
+        memory_budget: budget,
+        ..TrainConfig::default()
+    };
+    let err = memory_report(&cfg(Some(1 << 18))).expect_err("a quarter MiB fits no step");
+    let bumpgrad::Error::Setting { fix: Some(fix), .. } = err else {
+        panic!("{err}")
+    };
+    let least = fix.trim_end_matches("MiB or more").parse::<usize>().expect(&fix) << 20;
+    let (report, _) = memory_report(&cfg(Some(least))).expect("the least budget");
+    assert!(report.recomputed.expect("recomputed").transient_chains);
+    let gpu = train_on(&cfg(Some(least)));
+    for r in &gpu {
+        assert!(r.arena.step_high_water_bytes <= least, "epoch {}", r.epoch);
+    }
+    let cpu = train_on(&TrainConfig {
+        device: DeviceRequest::Cpu,
+        ..cfg(None)
+    });
+    assert_same_losses("cpu vs gpu", &cpu, &gpu, 2e-3);
+}

@@ -369,6 +369,7 @@ impl<'s> Tensor<'s> {
                     multiply_adds: 0,
                     bytes_moved: 3 * bytes as u64,
                     reads: Vec::new(),
+                    remade: 0,
                 },
             )
         };

@@ -201,6 +201,7 @@ impl<'s> Tensor<'s> {
                 multiply_adds: (g.output().numel() * g.k()) as u64,
                 bytes_moved: (x_bytes + w_bytes + y_bytes) as u64,
                 reads: Vec::new(),
+                remade: 0,
             },
         );
         if y.requires_grad() {

@@ -25,8 +25,10 @@
 //!   the step can do without are given back and costly ones exchanged for
 //!   cheaper ones that still fit.
 //! - **Where the model cannot be read** (a step whose candidates its plan
-//!   does not show), or the program finds nothing, a local search works on
-//!   dry runs alone: candidates in order of bytes kept per second, each
+//!   does not show), or the program finds nothing, dry runs alone decide:
+//!   a descent from every candidate dropped to the least step single
+//!   changes reach (the step's floor, where the model misses most), and a
+//!   local search over candidates in order of bytes kept per second, each
 //!   toggled if that lowers the bytes held above the budget.
 //! - **A lower bound says how good the choice is**: what the branch and
 //!   bound proves no choice within the budget undercuts, by the model as
@@ -36,7 +38,7 @@
 mod ilp;
 mod liveness;
 
-use super::{measure_dropping, ArenaNeeds, StepKind, TrainConfig};
+use super::{measure_chains, measure_dropping, ArenaNeeds, StepKind, TrainConfig};
 use crate::autograd::{Candidate, GRADIENT_SEED};
 use crate::backend::{Device, DeviceKind, Precision};
 use crate::data::ImageSet;
@@ -94,9 +96,17 @@ pub(super) fn gpu_speed(cfg: &TrainConfig) -> Speed {
     Speed::of(DeviceKind::Cuda, cfg.precision, 1)
 }
 
-/// Seconds recomputing `dropped` of `candidates` adds to a step.
+/// Seconds recomputing `dropped` of `candidates` adds to a step: each
+/// once, or as many times as a dry step counted it made again (chains
+/// remade for each reader).
 pub fn extra_seconds(candidates: &[Candidate], dropped: &[u32], speed: &Speed) -> f64 {
-    dropped.iter().map(|&i| speed.seconds(&candidates[i as usize])).sum()
+    dropped
+        .iter()
+        .map(|&i| {
+            let c = &candidates[i as usize];
+            speed.seconds(c) * f64::from(c.remade.max(1))
+        })
+        .sum()
 }
 
 /// The bytes alive in `plan` when backward starts (at its gradient seed),
@@ -361,7 +371,9 @@ pub(super) fn polish(
     budget: usize,
     speed: &Speed,
 ) -> Result<ArenaNeeds> {
-    let measure = |dropped: &[u32]| measure_dropping(cfg, host, dry(), dropped);
+    // Changes to a choice keep its way with chains.
+    let transient = fit.transient_chains;
+    let measure = |dropped: &[u32]| measure_chains(cfg, host, dry(), dropped, transient);
     give_back(fit, budget, speed, &measure)
 }
 
@@ -391,11 +403,13 @@ pub(super) fn search(
         return Ok(Outcome::Fits(unbudgeted));
     }
     let measure = |dropped: &[u32]| measure_dropping(cfg, host, dry(), dropped);
+    let transient = |dropped: &[u32]| measure_chains(cfg, host, dry(), dropped, true);
     let fit = |needs: &ArenaNeeds| needs.step_bytes <= budget;
     let finish = |found: ArenaNeeds| match mode {
-        Mode::Plan => give_back(found, budget, speed, &measure).map(Outcome::Fits),
+        Mode::Plan => polish(cfg, host, dry, found, budget, speed).map(Outcome::Fits),
         Mode::Probe => Ok(Outcome::Fits(found)),
     };
+    let n = unbudgeted.candidates.len();
     // The program's cheapest first; where it finds none that fits, the
     // local search. The model may miss a choice that fits: it keeps a
     // dropped block output made again until its block's backward, where the
@@ -407,21 +421,29 @@ pub(super) fn search(
     if let Some(found) = cheapest(&unbudgeted, budget, speed, &measure)? {
         return finish(found);
     }
+    // A probe asks only whether anything fits: the floors (see `descend`),
+    // chains held, then remade for each reader.
+    if mode == Mode::Probe {
+        for measure in [&measure as &dyn Fn(&[u32]) -> Result<ArenaNeeds>, &transient] {
+            let floor = descend(n, measure)?;
+            if fit(&floor) {
+                return finish(floor);
+            }
+        }
+        return Ok(Outcome::Short { least: usize::MAX });
+    }
     // The search is local, and where it ends depends on where it aims:
     // aiming a little lower can end within the budget where aiming at it
     // did not. Then, for the least step (an error's), fixed fractions of
-    // the step without a budget, and every candidate dropped: none of
-    // those depends on the budget, so the least they find is met when
-    // asked for as a budget.
+    // the step without a budget, and the floors: none of those depends on
+    // the budget, so the least they find is met when asked for as a
+    // budget.
     for k in 0..AIMS_BELOW {
         let aim = budget / 100 * (100 - AIM_STEP_PERCENT * k);
         let found = approach(unbudgeted.clone(), aim, speed, &measure)?;
         if fit(&found) {
             return finish(found);
         }
-    }
-    if mode == Mode::Probe {
-        return Ok(Outcome::Short { least: usize::MAX });
     }
     let mut least = usize::MAX;
     for &(num, den) in LADDER {
@@ -432,13 +454,39 @@ pub(super) fn search(
         }
         least = least.min(found.step_bytes);
     }
-    let all = measure(&(0..unbudgeted.candidates.len() as u32).collect::<Vec<_>>())?;
-    if fit(&all) {
-        return finish(all);
+    // The floors last (their choices the costliest to recompute).
+    for measure in [&measure as &dyn Fn(&[u32]) -> Result<ArenaNeeds>, &transient] {
+        let floor = descend(n, measure)?;
+        if fit(&floor) {
+            return finish(floor);
+        }
+        least = least.min(floor.step_bytes);
     }
-    Ok(Outcome::Short {
-        least: least.min(all.step_bytes),
-    })
+    Ok(Outcome::Short { least })
+}
+
+/// The least step single changes reach from every candidate dropped: each
+/// pass over the candidates, in forward order, keeps a change (keeping one
+/// again, or dropping it again) that lowers the planned peak, until a pass
+/// changes nothing. Dropping everything rebuilds every chain at once in
+/// backward; keeping a few links again breaks them. A ResNet-18 settles in
+/// three passes.
+fn descend(candidates: usize, measure: &dyn Fn(&[u32]) -> Result<ArenaNeeds>) -> Result<ArenaNeeds> {
+    let mut current = measure(&(0..candidates as u32).collect::<Vec<_>>())?;
+    for _ in 0..PASSES {
+        let mut changed = false;
+        for c in 0..candidates as u32 {
+            let (trial, _) = toggled(&current.dropped, c);
+            let needs = measure(&trial)?;
+            if needs.step_bytes < current.step_bytes {
+                (current, changed) = (needs, true);
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    Ok(current)
 }
 
 /// The liveness model's cheapest choice within `budget`, measured by a dry
@@ -575,6 +623,7 @@ mod tests {
             multiply_adds,
             bytes_moved: 0,
             reads: Vec::new(),
+            remade: 0,
         }
     }
 
@@ -591,6 +640,7 @@ mod tests {
             step_bytes: plan.peak,
             candidates,
             dropped: vec![],
+            transient_chains: false,
             persistent: vec![],
             plans: vec![plan],
         }
@@ -668,6 +718,33 @@ mod tests {
         assert_eq!(fit.dropped, vec![1, 2]);
         // Within 700 nothing does.
         assert!(repair(measure(&[]).unwrap(), 700, &speed, &measure).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_descent_from_every_drop_breaks_the_chains_backward_rebuilds_at_once() {
+        // Six tensors of 100 bytes in a chain: a kept one is held all
+        // step; a run of dropped ones is rebuilt at once in backward, so
+        // the step holds the kept ones plus its longest run.
+        let candidates: Vec<Candidate> = (0..6).map(|_| c(100, 1)).collect();
+        let base = needs(&[], 1, candidates);
+        let measure = |dropped: &[u32]| -> Result<ArenaNeeds> {
+            let (mut run, mut longest) = (0, 0);
+            for i in 0..6u32 {
+                run = if dropped.contains(&i) { run + 1 } else { 0 };
+                longest = longest.max(run);
+            }
+            Ok(ArenaNeeds {
+                step_bytes: 100 * (6 - dropped.len() + longest),
+                dropped: dropped.to_vec(),
+                ..base.clone()
+            })
+        };
+        assert_eq!(measure(&[0, 1, 2, 3, 4, 5]).unwrap().step_bytes, 600);
+        assert_eq!(measure(&[]).unwrap().step_bytes, 600);
+        // The least any choice holds is 400 (k kept, the rest in k + 1 runs).
+        let floor = descend(6, &measure).unwrap();
+        assert_eq!(floor.step_bytes, 400, "{:?}", floor.dropped);
+        assert_eq!(floor.dropped, vec![0, 2, 4, 5]);
     }
 
     #[test]
