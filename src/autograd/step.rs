@@ -181,8 +181,10 @@ impl<'s> Step<'s> {
         if self.tape.recompute_depth as usize >= self.tape.recipes.len() {
             return Err(crate::backend::BackendError::Internal("a recomputation that needs its own output").into());
         }
-        // Made only to make another: with transient chains, let go after.
+        // With transient chains, what a recomputation makes on the way is
+        // shared within it and let go after: its own readers make it again.
         let nested = self.tape.recompute_depth > 0;
+        let made_before = self.tape.recomputed.len();
         self.tape.recompute_depth += 1;
         self.arena.begin_recompute();
         let buf = match how {
@@ -196,9 +198,10 @@ impl<'s> Step<'s> {
         if let Some(&(_, i)) = tape.candidate_ids.iter().find(|(id, _)| *id == t.id) {
             tape.candidates[i as usize].remade += 1;
         }
-        if !(nested && tape.transient_chains) {
-            tape.recomputed.push((t.id, buf));
+        if !nested && tape.transient_chains {
+            tape.recomputed.truncate(made_before);
         }
+        tape.recomputed.push((t.id, buf));
         Ok(buf)
     }
 

@@ -91,10 +91,11 @@ pub(crate) struct Tape {
     /// ...and, sorted, those to recompute in backward rather than keep. Set
     /// between steps (see `Arena::set_recomputed`); kept by `clear`.
     pub(crate) dropped: Vec<u32>,
-    /// Whether a tensor made again only to make another is let go at once
-    /// rather than kept for its own readers, who make it again in turn:
-    /// more recomputation, and a chain of drops no longer held all at once
-    /// in backward. Set and kept as `dropped` is.
+    /// Whether a tensor made again only to make another is let go once
+    /// that one is made (shared by the recomputation's own steps) rather
+    /// than kept for its own readers, who make it again in turn: more
+    /// recomputation, and a chain of drops no longer held all at once in
+    /// backward. Set and kept as `dropped` is.
     pub(crate) transient_chains: bool,
     /// Each candidate's tensor id and number, in steps that plan.
     pub(crate) candidate_ids: Vec<(u32, u32)>,
