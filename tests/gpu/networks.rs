@@ -151,20 +151,11 @@ fn timed_convolutions_are_planned_for_and_train_as_the_cpu_does() {
     assert!(info.conv_tuning.is_none(), "deterministic runs time nothing");
 }
 
-/// A memory budget on the GPU: a narrow ResNet-18 under 60% of its own
-/// step recomputes convolution and block outputs (the relu masks of the
-/// dropped block outputs then come from their residuals, kernels' mask 3),
-/// stays within the budget in every epoch, and trains as the CPU does.
-#[test]
-fn a_memory_budget_trains_on_the_gpu_as_on_the_cpu() {
+/// A narrow ResNet-18 on the GPU with heuristic algorithms (the same
+/// every run), under `budget` if any.
+fn narrow_under(budget: Option<usize>) -> TrainConfig {
     use bumpgrad::models::{Depth, ResNet};
-    use bumpgrad::train::memory_report;
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(_probe) = gpu("memory_budget") else {
-        return;
-    };
-    drop(_probe);
-    let cfg = |budget: Option<usize>| TrainConfig {
+    TrainConfig {
         device: DeviceRequest::Cuda,
         model: ResNet::choice(Depth::R18, 0.25),
         data_dir: "synthetic:cifar10:512".into(),
@@ -174,7 +165,22 @@ fn a_memory_budget_trains_on_the_gpu_as_on_the_cpu() {
         conv_algos: bumpgrad::train::ConvAlgos::Heuristic,
         memory_budget: budget,
         ..TrainConfig::default()
+    }
+}
+
+/// A memory budget on the GPU: a narrow ResNet-18 under 60% of its own
+/// step recomputes convolution and block outputs (the relu masks of the
+/// dropped block outputs then come from their residuals, kernels' mask 3),
+/// stays within the budget in every epoch, and trains as the CPU does.
+#[test]
+fn a_memory_budget_trains_on_the_gpu_as_on_the_cpu() {
+    use bumpgrad::train::memory_report;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_probe) = gpu("memory_budget") else {
+        return;
     };
+    drop(_probe);
+    let cfg = narrow_under;
     let (free, _) = memory_report(&cfg(None)).expect("plan");
     let budget = free.plan_peak_bytes * 6 / 10;
     let (report, _) = memory_report(&cfg(Some(budget))).expect("plan under the budget");
@@ -236,24 +242,13 @@ fn held_workspaces_are_priced_by_the_timed_algorithms() {
 /// reader) trains on the GPU within it, as the CPU trains without a budget.
 #[test]
 fn the_least_step_trains_on_the_gpu_as_on_the_cpu() {
-    use bumpgrad::models::{Depth, ResNet};
     use bumpgrad::train::memory_report;
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(_probe) = gpu("least_step") else {
         return;
     };
     drop(_probe);
-    let cfg = |budget: Option<usize>| TrainConfig {
-        device: DeviceRequest::Cuda,
-        model: ResNet::choice(Depth::R18, 0.25),
-        data_dir: "synthetic:cifar10:512".into(),
-        epochs: 2,
-        batch: 64,
-        lr: 0.02,
-        conv_algos: bumpgrad::train::ConvAlgos::Heuristic,
-        memory_budget: budget,
-        ..TrainConfig::default()
-    };
+    let cfg = narrow_under;
     let err = memory_report(&cfg(Some(1 << 18))).expect_err("a quarter MiB fits no step");
     let bumpgrad::Error::Setting { fix: Some(fix), .. } = err else {
         panic!("{err}")

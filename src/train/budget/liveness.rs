@@ -193,14 +193,16 @@ fn train_plan(needs: &ArenaNeeds) -> Option<&StepPlan> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::backend::DeviceRequest;
     use crate::memory::Arena;
     use crate::models::{Depth, ResNet};
     use crate::train::{measure_dropping, open_for_planning, TrainConfig};
 
-    fn small(depth: Depth) -> TrainConfig {
+    /// A narrow ResNet of `depth` planned on the CPU, small enough for
+    /// many dry runs.
+    pub(in crate::train::budget) fn small(depth: Depth) -> TrainConfig {
         TrainConfig {
             device: DeviceRequest::Cpu,
             model: ResNet::choice(depth, 0.125),

@@ -754,19 +754,9 @@ mod tests {
     /// holds less.
     #[test]
     fn chains_remade_for_each_reader_cost_more_remakings_and_fewer_bytes() {
-        use crate::backend::DeviceRequest;
-        use crate::models::{Depth, ResNet};
+        use crate::models::Depth;
         use crate::train::{measure_chains, open_for_planning};
-        let cfg = TrainConfig {
-            device: DeviceRequest::Cpu,
-            model: ResNet::choice(Depth::R18, 0.125),
-            data_dir: "synthetic:cifar10:160".into(),
-            batch: 16,
-            test_limit: Some(16),
-            threads: 2,
-            memory_plan: true,
-            ..TrainConfig::default()
-        };
+        let cfg = liveness::tests::small(Depth::R18);
         let (host, device) = open_for_planning(&cfg).unwrap();
         let n = measure_dropping(&cfg, &host, Arena::dry(&device, None), &[])
             .unwrap()
