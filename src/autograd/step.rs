@@ -45,10 +45,10 @@ impl<'s> Step<'s> {
         self.arena.backend()
     }
 
-    /// The op about to run takes `seconds` beyond the fastest algorithm
+    /// The op about to run takes `seconds()` beyond the fastest algorithm
     /// the device timed for it (a workspace held down): the step's plan
     /// counts it.
-    pub(crate) fn note_slower(&mut self, seconds: f64) {
+    pub(crate) fn note_slower(&mut self, seconds: impl FnOnce() -> f64) {
         self.arena.note_slower(seconds);
     }
 

@@ -123,9 +123,9 @@ fn a_plan_carries_the_seconds_its_step_lost_to_slower_algorithms() {
         arena
             .planned_step(3, |s| {
                 let a = s.input("a", Shape::new(&[n]), &vec![1.0; n])?;
-                s.note_slower(0.25);
+                s.note_slower(|| 0.25);
                 let b = a.relu(s)?;
-                s.note_slower(0.5);
+                s.note_slower(|| 0.5);
                 b.relu(s).map(drop)
             })
             .unwrap()

@@ -541,11 +541,12 @@ impl Arena {
         self.trace.recomputing -= 1;
     }
 
-    /// An op of a traced step runs `seconds` slower than the fastest
-    /// algorithm the device timed for it (see [`StepPlan::slower_seconds`]).
-    pub(crate) fn note_slower(&mut self, seconds: f64) {
+    /// An op of a traced step runs `seconds()` slower than the fastest
+    /// algorithm the device timed for it (see [`StepPlan::slower_seconds`]);
+    /// asked only while tracing, so a step on its plan pays nothing.
+    pub(crate) fn note_slower(&mut self, seconds: impl FnOnce() -> f64) {
         if self.tracing {
-            self.trace.slower_seconds += seconds;
+            self.trace.slower_seconds += seconds();
         }
     }
 

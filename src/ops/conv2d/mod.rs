@@ -406,7 +406,7 @@ fn scratch(s: &mut Step<'_>, g: &Geometry, pass: ConvPass) -> Result<Buf<f32>> {
         },
         Sizing::Cuda(gpu) => {
             let plan = gpu.conv_plan(g.dims()).map_err(BackendError::from)?;
-            s.note_slower(plan.seconds_lost(pass));
+            s.note_slower(|| plan.seconds_lost(pass));
             ("cuDNN workspace", plan.workspace_bytes(pass).div_ceil(4))
         }
     };
