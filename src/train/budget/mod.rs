@@ -355,8 +355,8 @@ pub(super) enum Mode {
     /// The plan a run follows: the cheapest choice found, and for a budget
     /// out of reach the least step found.
     Plan,
-    /// Whether any choice fits: the program's as it is, or the local
-    /// search's first (see [`polish`]); no least step is sought.
+    /// Whether any choice fits: the program's as it is, else the floors'
+    /// (see [`descend`]); no local search, and no least step sought.
     Probe,
 }
 
@@ -410,8 +410,9 @@ pub(super) fn search(
         Mode::Probe => Ok(Outcome::Fits(found)),
     };
     let n = unbudgeted.candidates.len();
-    // The program's cheapest first; where it finds none that fits, the
-    // local search. The model may miss a choice that fits: it keeps a
+    // The program's cheapest first; where it finds none that fits, dry
+    // runs alone (for a plan, the local search, then the floors). The
+    // model may miss a choice that fits: it keeps a
     // dropped block output made again until its block's backward, where the
     // step frees it once the next block's convolutions are done with it, up
     // to 600 MiB at ResNet-50's largest batches. (A probe takes the
@@ -421,40 +422,33 @@ pub(super) fn search(
     if let Some(found) = cheapest(&unbudgeted, budget, speed, &measure)? {
         return finish(found);
     }
-    // A probe asks only whether anything fits: the floors (see `descend`),
-    // chains held, then remade for each reader.
-    if mode == Mode::Probe {
-        for measure in [&measure as &dyn Fn(&[u32]) -> Result<ArenaNeeds>, &transient] {
-            let floor = descend(n, measure)?;
-            if fit(&floor) {
-                return finish(floor);
+    let mut least = usize::MAX;
+    if mode == Mode::Plan {
+        // The search is local, and where it ends depends on where it aims:
+        // aiming a little lower can end within the budget where aiming at
+        // it did not. Then, for the least step (an error's), fixed
+        // fractions of the step without a budget, and the floors: none of
+        // those depends on the budget, so the least they find is met when
+        // asked for as a budget.
+        for k in 0..AIMS_BELOW {
+            let aim = budget / 100 * (100 - AIM_STEP_PERCENT * k);
+            let found = approach(unbudgeted.clone(), aim, speed, &measure)?;
+            if fit(&found) {
+                return finish(found);
             }
         }
-        return Ok(Outcome::Short { least: usize::MAX });
-    }
-    // The search is local, and where it ends depends on where it aims:
-    // aiming a little lower can end within the budget where aiming at it
-    // did not. Then, for the least step (an error's), fixed fractions of
-    // the step without a budget, and the floors: none of those depends on
-    // the budget, so the least they find is met when asked for as a
-    // budget.
-    for k in 0..AIMS_BELOW {
-        let aim = budget / 100 * (100 - AIM_STEP_PERCENT * k);
-        let found = approach(unbudgeted.clone(), aim, speed, &measure)?;
-        if fit(&found) {
-            return finish(found);
+        for &(num, den) in LADDER {
+            let aim = unbudgeted.step_bytes / den * num;
+            let found = approach(unbudgeted.clone(), aim, speed, &measure)?;
+            if fit(&found) {
+                return finish(found);
+            }
+            least = least.min(found.step_bytes);
         }
     }
-    let mut least = usize::MAX;
-    for &(num, den) in LADDER {
-        let aim = unbudgeted.step_bytes / den * num;
-        let found = approach(unbudgeted.clone(), aim, speed, &measure)?;
-        if fit(&found) {
-            return finish(found);
-        }
-        least = least.min(found.step_bytes);
-    }
-    // The floors last (their choices the costliest to recompute).
+    // The floors last (their choices the costliest to recompute), chains
+    // held, then remade for each reader. A probe asks only whether
+    // anything fits, so it comes here straight from the program.
     for measure in [&measure as &dyn Fn(&[u32]) -> Result<ArenaNeeds>, &transient] {
         let floor = descend(n, measure)?;
         if fit(&floor) {
