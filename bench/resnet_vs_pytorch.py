@@ -16,7 +16,8 @@ after the other on the same GPU, each in a fresh process:
   Nesterov, weight decay 5e-4.
 - **Precision.** `fp32`: TF32 off in both (cuDNN's and cuBLAS's FMA math).
   `tf32`: TF32 on in both; PyTorch runs channels_last there, its fastest TF32
-  layout on this GPU.
+  layout on this GPU. `bf16`: mixed precision, bumpgrad's `--precision bf16`
+  against PyTorch's bf16 autocast, channels_last (its fastest bf16 layout).
 - **PyTorch at its best in eager mode:** `cudnn.benchmark` on, data on the
   device, no host sync per step (`../shared/GPU.md`: neither torch.compile nor
   its CUDA graphs were faster on this model).
@@ -71,6 +72,8 @@ DEFAULT_CASES = [
     ("resnet18", 512, "fp32"),
     ("resnet18", 512, "tf32"),
     ("resnet50", 128, "fp32"),
+    ("resnet18", 128, "bf16"),
+    ("resnet18", 512, "bf16"),
 ]
 TIME_TARGET = {"resnet18": 0.8, "resnet50": 0.85}
 MEMORY_TARGET = 0.5
@@ -101,7 +104,8 @@ def pytorch_worker(spec):
     labels = torch.randint(0, 10, (spec["images"],), device=device, generator=gen)
     mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1) * 255.0
     inv_std = 1.0 / (torch.tensor(STD, device=device).view(1, 3, 1, 1) * 255.0)
-    memory_format = torch.channels_last if tf32 else torch.contiguous_format
+    bf16 = spec["precision"] == "bf16"
+    memory_format = torch.channels_last if tf32 or bf16 else torch.contiguous_format
     model = build(spec["model"]).to(device).to(memory_format=memory_format)
     if spec.get("checkpoint"):
         checkpoint_blocks(model)
@@ -115,7 +119,8 @@ def pytorch_worker(spec):
         x = ((images.index_select(0, idx).float() - mean) * inv_std).contiguous(memory_format=memory_format)
         y = labels.index_select(0, idx)
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
 
@@ -229,6 +234,7 @@ def bumpgrad_common(args, model, batch, precision):
         "--nesterov",
         "--weight-decay", "5e-4",
         "--seed", str(args.seed),
+        *(["--workspace-growth", str(args.workspace_growth)] if args.workspace_growth is not None else []),
     ]
 
 
@@ -470,6 +476,8 @@ def main():
     p.add_argument("--arena-gib", type=int, default=4)
     p.add_argument("--profile", type=parse_case, metavar="MODEL:BATCH:PRECISION",
                    help="print both sides' profiles of this case")
+    p.add_argument("--workspace-growth", type=float, metavar="F",
+                   help="bumpgrad's --workspace-growth (default: bumpgrad's own)")
     p.add_argument("--only", choices=["bumpgrad", "pytorch"], help="run one side only (no ratios)")
     p.add_argument("--skip-pytorch-max-batch", action="store_true",
                    help="with --budget --max-batch: bumpgrad's largest batches only")

@@ -69,6 +69,7 @@ pub enum Setting {
     Augment,
     Precision,
     MemoryBudget,
+    WorkspaceGrowth,
 }
 
 impl Error {

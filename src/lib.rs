@@ -83,5 +83,5 @@ pub mod train;
 pub use autograd::{Grads, Step};
 pub use backend::{Device, DeviceRequest};
 pub use error::{Error, Result, Setting};
-pub use memory::{Arena, ArenaError, ArenaStats, ByteSize};
+pub use memory::{Arena, ArenaError, ArenaStats, ByteSize, DType};
 pub use tensor::{Labels, Param, Shape, Tensor};

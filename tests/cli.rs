@@ -102,6 +102,11 @@ fn cuda_without_a_gpu_is_a_clear_error() {
         1,
         "; pass --precision fp32, or train on the GPU",
     );
+    fails_with(
+        train(&["--device", "auto", "--precision", "bf16"]),
+        1,
+        "bf16 mixed precision runs on a GPU's tensor cores (the CPU backend has no bf16 kernels) (the device was chosen automatically: no usable GPU",
+    );
     // Counted before any rank starts, not found out by a failing rank.
     let counted = bumpgrad(&[
         "train",
@@ -213,7 +218,12 @@ fn bad_settings_are_refused_with_what_to_pass() {
             1,
             "the CPU computes in fp32 only; TF32 runs on a GPU's tensor cores; pass --precision fp32, or train on the GPU",
         ),
-        (&["--precision", "bogus"], 2, "[possible values: fp32, tf32]"),
+        (
+            &["--precision", "bf16"],
+            1,
+            "the CPU computes in fp32 only; bf16 mixed precision runs on a GPU's tensor cores (the CPU backend has no bf16 kernels); pass --precision fp32, or train on the GPU",
+        ),
+        (&["--precision", "bogus"], 2, "[possible values: fp32, tf32, bf16]"),
         (&["--conv-algos", "fastest"], 2, "[possible values: timed, heuristic]"),
         (&["--graph", "on"], 1, "pass --graph off or --device cuda"),
         (
@@ -334,7 +344,12 @@ fn memory_refuses_bad_flags_as_train_does() {
             1,
             "the CPU computes in fp32 only; TF32 runs on a GPU's tensor cores; pass --precision fp32, or train on the GPU",
         ),
-        (&["--precision", "fp16"], 2, "[possible values: fp32, tf32]"),
+        (
+            &["--precision", "bf16"],
+            1,
+            "the CPU computes in fp32 only; bf16 mixed precision runs on a GPU's tensor cores (the CPU backend has no bf16 kernels); pass --precision fp32, or train on the GPU",
+        ),
+        (&["--precision", "fp16"], 2, "[possible values: fp32, tf32, bf16]"),
         (
             &["--data", "/nonexistent/mnist"],
             1,
@@ -688,6 +703,30 @@ fn memory_prints_the_plan_as_json_without_training() {
         report["arena_bytes"].as_u64().unwrap(),
         report["persistent_bytes"].as_u64().unwrap() + peak.max(report["plans"][1]["peak"].as_u64().unwrap_or(0))
     );
+    // Bytes by element type add up to the region's bytes: the persistent
+    // region (one buffer after another), and what is alive at the step's
+    // peak (its lower bound). An fp32 run keeps no bf16.
+    let sum = |key: &str| -> (u64, Vec<String>) {
+        let types = report[key].as_array().unwrap_or_else(|| panic!("{key} in {report}"));
+        let total = types.iter().map(|t| t["bytes"].as_u64().unwrap()).sum();
+        (
+            total,
+            types
+                .iter()
+                .map(|t| t["element"].as_str().unwrap().to_string())
+                .collect(),
+        )
+    };
+    let (persistent, kinds) = sum("persistent_by_type");
+    assert_eq!(persistent, report["persistent_bytes"].as_u64().unwrap(), "{kinds:?}");
+    assert!(
+        kinds.contains(&"f32".to_string()) && kinds.contains(&"u8".to_string()),
+        "{kinds:?}"
+    );
+    let (live, kinds) = sum("step_peak_by_type");
+    assert_eq!(live, bound, "{kinds:?}");
+    assert_eq!(kinds[0], "f32", "{kinds:?}");
+    assert!(!kinds.contains(&"bf16".to_string()), "{kinds:?}");
 }
 
 #[test]

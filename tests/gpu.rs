@@ -40,6 +40,13 @@ mod pools;
 #[path = "gpu/precision.rs"]
 mod precision;
 
+#[path = "gpu/bf16.rs"]
+mod bf16;
+#[path = "gpu/bf16_batch_norm.rs"]
+mod bf16_batch_norm;
+#[path = "gpu/bf16_ops.rs"]
+mod bf16_ops;
+
 #[path = "gpu/cross_entropy.rs"]
 mod cross_entropy;
 

@@ -19,5 +19,6 @@ pub(crate) fn run(s: &mut Step<'_>, node: Node) -> Result<()> {
         Node::CrossEntropy(n) => n.backward(s),
         Node::Reshape(n) => n.backward(s),
         Node::BatchNorm2d(n) => n.backward(s),
+        Node::Cast(n) => n.backward(s),
     }
 }

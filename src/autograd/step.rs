@@ -3,7 +3,7 @@
 
 use super::tape::{Candidate, Node, Recompute, Tape};
 use crate::backend::Backend;
-use crate::memory::{Arena, Buf, Element, Touch};
+use crate::memory::{Arena, Buf, DType, Element, FloatBuf, Touch};
 use crate::tensor::{Brand, Labels, Param, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 use std::marker::PhantomData;
@@ -39,6 +39,23 @@ impl<'s> Step<'s> {
     /// code gets step memory as branded tensors, never as bare handles.
     pub(crate) fn alloc<T: Element>(&mut self, what: &'static str, shape: Shape) -> Result<Buf<T>> {
         Ok(self.arena.alloc_step(what, shape)?)
+    }
+
+    /// A step buffer of `dtype`: a tensor's values or a gradient.
+    pub(crate) fn alloc_float(&mut self, what: &'static str, shape: Shape, dtype: DType) -> Result<FloatBuf> {
+        Ok(self.arena.alloc_step_float(what, shape, dtype)?)
+    }
+
+    /// A step buffer of `t`'s shape and type (its gradient, a copy).
+    pub(crate) fn alloc_like(&mut self, what: &'static str, t: &TensorRef) -> Result<FloatBuf> {
+        self.alloc_float(what, t.shape, t.dtype())
+    }
+
+    /// The type convolutions and matrix products compute in on this
+    /// device: bf16 under `--precision bf16` (see
+    /// [`crate::backend::Precision`]), else fp32.
+    pub fn compute_dtype(&mut self) -> DType {
+        self.arena.backend().compute_dtype()
     }
 
     pub(crate) fn backend(&mut self) -> &mut Backend {
@@ -84,10 +101,22 @@ impl<'s> Step<'s> {
     }
 
     /// A new tensor in the step region whose gradient is wanted when any of
-    /// `inputs` wants one and the step records.
+    /// `inputs` wants one and the step records; of the first input's type.
     pub(crate) fn output(&mut self, what: &'static str, shape: Shape, inputs: &[&Tensor<'s>]) -> Result<Tensor<'s>> {
+        let dtype = inputs.first().map_or(DType::F32, |t| t.dtype());
+        self.output_of(what, shape, dtype, inputs)
+    }
+
+    /// [`Step::output`] of type `dtype`.
+    pub(crate) fn output_of(
+        &mut self,
+        what: &'static str,
+        shape: Shape,
+        dtype: DType,
+        inputs: &[&Tensor<'s>],
+    ) -> Result<Tensor<'s>> {
         let requires_grad = self.grad_enabled() && inputs.iter().any(|t| t.requires_grad());
-        let buf = self.alloc(what, shape)?;
+        let buf = self.alloc_float(what, shape, dtype)?;
         let id = self.next_id();
         Ok(Tensor::from_ref(TensorRef {
             id,
@@ -98,7 +127,8 @@ impl<'s> Step<'s> {
     }
 
     /// A tensor over existing memory (a reshape), with a fresh id.
-    pub(crate) fn alias(&mut self, buf: Buf<f32>, shape: Shape, requires_grad: bool) -> Tensor<'s> {
+    pub(crate) fn alias(&mut self, buf: impl Into<FloatBuf>, shape: Shape, requires_grad: bool) -> Tensor<'s> {
+        let buf = buf.into();
         let id = self.next_id();
         Tensor::from_ref(TensorRef {
             id,
@@ -167,7 +197,7 @@ impl<'s> Step<'s> {
     /// own buffer, or, when `t` is recomputable, a copy made the first time
     /// backward asks (and shared by later readers). Ops that read a saved
     /// input through this let the memory plan reuse its bytes in between.
-    pub(crate) fn saved(&mut self, t: &TensorRef) -> Result<Buf<f32>> {
+    pub(crate) fn saved(&mut self, t: &TensorRef) -> Result<FloatBuf> {
         let tape = &*self.tape;
         if let Some(&(_, buf)) = tape.recomputed.iter().find(|(id, _)| *id == t.id) {
             return Ok(buf);
@@ -219,7 +249,7 @@ impl<'s> Step<'s> {
         if let Some(id) = known {
             return Tensor::from_ref(TensorRef {
                 id,
-                buf: param.buf,
+                buf: param.buf.into(),
                 shape: param.shape,
                 requires_grad: true,
             });
@@ -273,7 +303,15 @@ impl<'s> Step<'s> {
 
     /// Copies a tensor to the host; `out` must hold exactly its elements.
     pub fn read(&mut self, t: Tensor<'s>, out: &mut [f32]) -> Result<()> {
-        Ok(self.uses(&[t.inner.buf.into()]).download(t.inner.buf, out)?)
+        match t.inner.buf {
+            FloatBuf::F32(buf) => Ok(self.uses(&[buf.into()]).download(buf, out)?),
+            FloatBuf::Bf16(buf) => {
+                let mut bits = vec![crate::memory::bf16::ZERO; out.len()];
+                self.uses(&[buf.into()]).download(buf, &mut bits)?;
+                out.iter_mut().zip(bits).for_each(|(o, b)| *o = b.to_f32());
+                Ok(())
+            }
+        }
     }
 
     /// The value of a one-element tensor (a loss).
@@ -308,25 +346,31 @@ impl<'s> Step<'s> {
                 format!("a one-element loss, got {} (use backward_from)", loss.shape()),
             ));
         }
-        let seed = self.alloc(GRADIENT_SEED, loss.shape())?;
+        if loss.dtype() != DType::F32 {
+            return Err(Error::shape("backward", format!("an f32 loss, got {}", loss.dtype())));
+        }
+        let seed = self.alloc::<f32>(GRADIENT_SEED, loss.shape())?;
         self.uses(&[seed.into()]).fill(seed, 1.0)?;
-        self.backward_seeded(loss, seed, after_node)
+        self.backward_seeded(loss, seed.into(), after_node)
     }
 
     /// Memory for a gradient contribution to `t`: its slot of the gradient
     /// slab when `t` is a parameter that has no gradient yet, else a new
     /// step buffer. A first contribution is kept as is (see
     /// [`Step::accumulate`]), so it may be written in place.
-    pub(crate) fn grad_buffer(&mut self, t: &TensorRef, what: &'static str) -> Result<Buf<f32>> {
+    pub(crate) fn grad_buffer(&mut self, t: &TensorRef, what: &'static str) -> Result<FloatBuf> {
         let tape = &*self.tape;
         let first = tape.grads.get(t.id as usize).is_some_and(|g| g.is_none());
         if first {
-            let slot = tape.leaves.iter().find(|&&(b, _, id)| b == t.buf && id == t.id);
+            let slot = tape
+                .leaves
+                .iter()
+                .find(|&&(b, _, id)| FloatBuf::F32(b) == t.buf && id == t.id);
             if let Some(&(_, grad, _)) = slot.filter(|(_, g, _)| g.len() == t.shape.numel()) {
-                return Ok(grad);
+                return Ok(grad.into());
             }
         }
-        self.alloc(what, t.shape)
+        self.alloc_like(what, t)
     }
 
     /// Whether backward has produced a gradient for `param` so far in this
@@ -352,13 +396,19 @@ impl<'s> Step<'s> {
                 ),
             ));
         }
+        if y.dtype() != grad_y.dtype() {
+            return Err(Error::shape(
+                "backward_from",
+                format!("a {} gradient for a {} tensor", grad_y.dtype(), y.dtype()),
+            ));
+        }
         self.backward_seeded(y, grad_y.inner.buf, &mut |_| Ok(()))
     }
 
     fn backward_seeded(
         &mut self,
         y: Tensor<'s>,
-        seed: Buf<f32>,
+        seed: FloatBuf,
         after_node: &mut dyn FnMut(&mut Step<'s>) -> Result<()>,
     ) -> Result<Grads<'s>> {
         if !y.requires_grad() {
@@ -382,7 +432,7 @@ impl<'s> Step<'s> {
     }
 
     /// The gradient reaching `t`'s output during backward, if any.
-    pub(crate) fn grad_of(&mut self, t: &TensorRef) -> Option<Buf<f32>> {
+    pub(crate) fn grad_of(&mut self, t: &TensorRef) -> Option<FloatBuf> {
         self.tape.grads.get(t.id as usize).copied().flatten()
     }
 
@@ -401,7 +451,10 @@ impl<'s> Step<'s> {
 
     /// Whether `t` is a parameter of this step (its gradient has a slot).
     pub(crate) fn is_param(&self, t: &TensorRef) -> bool {
-        self.tape.leaves.iter().any(|&(b, _, id)| b == t.buf && id == t.id)
+        self.tape
+            .leaves
+            .iter()
+            .any(|&(b, _, id)| FloatBuf::F32(b) == t.buf && id == t.id)
     }
 
     /// Forgets `t`'s gradient: its bytes now hold another tensor's.
@@ -412,7 +465,7 @@ impl<'s> Step<'s> {
     }
 
     /// Adds `g` to the gradient of `t`; the first contribution is kept as is.
-    pub(crate) fn accumulate(&mut self, t: &TensorRef, g: Buf<f32>) -> Result<()> {
+    pub(crate) fn accumulate(&mut self, t: &TensorRef, g: FloatBuf) -> Result<()> {
         let slot = self.tape.grads[t.id as usize];
         match slot {
             None => self.tape.grads[t.id as usize] = Some(g),

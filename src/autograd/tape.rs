@@ -4,7 +4,7 @@
 //! it: after the first step its vectors have the capacity they need and
 //! recording allocates nothing.
 
-use crate::memory::Buf;
+use crate::memory::{Buf, FloatBuf};
 use crate::ops;
 
 /// One recorded op with what its backward needs. Small and `Copy`: backward
@@ -24,6 +24,7 @@ pub(crate) enum Node {
     CrossEntropy(ops::cross_entropy::Saved),
     Reshape(ops::reshape::Saved),
     BatchNorm2d(ops::batch_norm2d::Saved),
+    Cast(ops::cast::Saved),
 }
 
 /// How to make a step tensor again in backward, for the ops that read it
@@ -72,7 +73,7 @@ pub struct Candidate {
 pub(crate) struct Tape {
     pub(crate) nodes: Vec<Node>,
     /// Gradient of each tensor of the step, by tensor id.
-    pub(crate) grads: Vec<Option<Buf<f32>>>,
+    pub(crate) grads: Vec<Option<FloatBuf>>,
     /// Parameters used in the step: (parameter buffer, its slot in the
     /// gradient slab, tensor id). Backward writes a parameter's gradient
     /// into its slot, where the optimizer and the data-parallel sums read it.
@@ -83,7 +84,7 @@ pub(crate) struct Tape {
     pub(crate) recipes: Vec<(u32, Recompute)>,
     /// ...and those recomputed so far in this backward, by tensor id, so
     /// that a second reader gets the same buffer.
-    pub(crate) recomputed: Vec<(u32, Buf<f32>)>,
+    pub(crate) recomputed: Vec<(u32, FloatBuf)>,
     /// Candidates for recomputation under a memory budget (convolution and
     /// block outputs, in forward order) this step has seen: the bytes each keeps
     /// and the multiply-adds recomputing it costs...
@@ -106,7 +107,7 @@ pub(crate) struct Tape {
     /// Recomputations under way (each may need another first).
     pub(crate) recompute_depth: u32,
     /// The gradient backward started from: the caller's, never written over.
-    pub(crate) seed: Option<Buf<f32>>,
+    pub(crate) seed: Option<FloatBuf>,
 }
 
 impl Default for Tape {

@@ -15,7 +15,7 @@ mod precision;
 
 pub use cuda::{CapturedGraph, OpTime};
 
-use crate::memory::{Buf, Element};
+use crate::memory::{Buf, DType, Element, FloatBuf};
 pub use cuda::KernelSource;
 pub use precision::Precision;
 use std::fmt;
@@ -41,6 +41,8 @@ pub enum BackendError {
     },
     #[error("internal error: a kernel asked to write {bytes} bytes at offset {offset} that another view of the same kernel holds")]
     Aliased { offset: usize, bytes: usize },
+    #[error("internal error: a {wanted} kernel was handed a buffer of another type")]
+    OtherType { wanted: &'static str },
     #[error("internal error: a kernel asked for more views than the backend hands out at once")]
     TooManyViews,
     #[error("internal error: {0}")]
@@ -143,6 +145,10 @@ impl Device {
             (Self::Cpu(_), Precision::Fp32) => Ok(()),
             (Self::Cpu(_), Precision::Tf32) => Err(BackendError::NeedsCuda {
                 what: "TF32 convolutions and matrix products",
+                on: DeviceKind::Cpu,
+            }),
+            (Self::Cpu(_), Precision::Bf16) => Err(BackendError::NeedsCuda {
+                what: "bf16 mixed-precision kernels",
                 on: DeviceKind::Cpu,
             }),
         }
@@ -289,6 +295,15 @@ impl Backend {
         Self::Dry(self.sizing())
     }
 
+    /// The type convolutions and matrix products compute in here (see
+    /// [`Precision::activations`]); a dry backend answers as its device.
+    pub fn compute_dtype(&self) -> DType {
+        match self.sizing() {
+            Sizing::Cuda(gpu) => gpu.precision().activations(),
+            Sizing::Cpu { .. } => DType::F32,
+        }
+    }
+
     pub fn sizing(&self) -> Sizing {
         match self {
             Self::Cpu(cpu) => Sizing::Cpu { threads: cpu.threads() },
@@ -394,16 +409,21 @@ impl Backend {
     /// `dst += src`, elementwise: how gradients of a tensor used twice meet.
     /// Buffers of different lengths are an error, on every backend: adding
     /// the shorter prefix would hide a shape bug behind a plausible result.
-    pub(crate) fn add_assign(&mut self, dst: Buf<f32>, src: Buf<f32>) -> Result<(), BackendError> {
+    pub(crate) fn add_assign(&mut self, dst: FloatBuf, src: FloatBuf) -> Result<(), BackendError> {
         if dst.len() != src.len() {
             return Err(BackendError::LengthMismatch {
                 dst: dst.len(),
                 src: src.len(),
             });
         }
+        if dst.dtype() != src.dtype() {
+            return Err(BackendError::Internal(
+                "adding a gradient of one type onto one of another",
+            ));
+        }
         match self {
             Self::Cpu(cpu) => cpu.run_unchecked(|v| {
-                let (d, s) = (v.write(dst)?, v.read(src)?);
+                let (d, s) = (v.write::<f32>(dst)?, v.read::<f32>(src)?);
                 d.iter_mut().zip(s).for_each(|(d, s)| *d += s);
                 Ok(())
             }),
@@ -424,7 +444,7 @@ mod tests {
         cpu.upload(dst, &[1.0; 8]).unwrap();
         cpu.upload(src, &[2.0; 4]).unwrap();
         assert!(matches!(
-            cpu.add_assign(dst, src),
+            cpu.add_assign(dst.into(), src.into()),
             Err(BackendError::LengthMismatch { dst: 8, src: 4 })
         ));
         let mut after = [0.0; 8];
@@ -432,26 +452,44 @@ mod tests {
         assert_eq!(after, [1.0; 8], "nothing was added");
         let same = Buf::<f32>::new(512, 8);
         cpu.upload(same, &[0.5; 8]).unwrap();
-        cpu.add_assign(dst, same).unwrap();
+        cpu.add_assign(dst.into(), same.into()).unwrap();
         cpu.download(dst, &mut after).unwrap();
         assert_eq!(after, [1.5; 8]);
         let mut dry = Backend::dry_like(&Device::cpu(1).unwrap());
-        assert!(dry.add_assign(dst, src).is_err(), "the dry run refuses it too");
+        assert!(
+            dry.add_assign(dst.into(), src.into()).is_err(),
+            "the dry run refuses it too"
+        );
+        let other = FloatBuf::Bf16(Buf::new(768, 8));
+        assert!(
+            matches!(cpu.add_assign(dst.into(), other), Err(BackendError::Internal(_))),
+            "a bf16 gradient is not added onto an fp32 one as if it were fp32"
+        );
     }
 
-    /// A CPU asked for TF32 says it cannot, rather than computing in fp32
-    /// under a precision it does not have.
+    /// A CPU asked for TF32 or bf16 says it cannot, rather than computing
+    /// in fp32 under a precision it does not have.
     #[test]
-    fn the_cpu_refuses_tf32_and_takes_fp32() {
+    fn the_cpu_refuses_tf32_and_bf16_and_takes_fp32() {
         let cpu = Device::cpu(1).unwrap();
         cpu.set_precision(Precision::Fp32)
             .expect("fp32 is the CPU's arithmetic");
-        assert!(matches!(
-            cpu.set_precision(Precision::Tf32),
-            Err(BackendError::NeedsCuda {
-                on: DeviceKind::Cpu,
-                ..
-            })
-        ));
+        for p in [Precision::Tf32, Precision::Bf16] {
+            let err = cpu.set_precision(p).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    BackendError::NeedsCuda {
+                        on: DeviceKind::Cpu,
+                        ..
+                    }
+                ),
+                "{err:?}"
+            );
+            assert!(err.to_string().contains("need the CUDA backend"), "{err}");
+        }
+        let err = cpu.set_precision(Precision::Bf16).unwrap_err().to_string();
+        assert!(err.contains("bf16 mixed-precision kernels need"), "{err}");
+        assert_eq!(Backend::dry_like(&cpu).compute_dtype(), crate::memory::DType::F32);
     }
 }

@@ -5,9 +5,17 @@
 //! lets cuDNN and cuBLAS run them on the tensor cores with inputs rounded to
 //! TF32 (a 10-bit mantissa) and fp32 accumulation, as PyTorch's
 //! `allow_tf32` does: faster, about three decimal digits per product. The
-//! CPU computes in fp32 only; a device refuses `Tf32` there rather than
-//! ignoring it, so a result never claims a precision it did not use.
+//! `Bf16` is mixed precision, as PyTorch's bf16 autocast: convolutions and
+//! matrix products take bf16 inputs on the tensor cores and accumulate in
+//! fp32, and the activations and their gradients between them are kept in
+//! bf16 (half the bytes); batch-norm statistics, the loss and every sum
+//! are computed in fp32, and the parameters, their gradients and the
+//! optimizer's state stay fp32 (the step casts the weights to bf16 as it
+//! uses them). The CPU computes in fp32 only; a device refuses `Tf32` and
+//! `Bf16` there rather than ignoring them, so a result never claims a
+//! precision it did not use.
 
+use crate::memory::DType;
 use std::fmt;
 use std::str::FromStr;
 
@@ -20,17 +28,29 @@ pub enum Precision {
     Fp32,
     /// Tensor-core math with TF32 inputs and fp32 accumulation (GPU only).
     Tf32,
+    /// Mixed precision: bf16 activations, fp32 master weights (GPU only).
+    Bf16,
 }
 
 impl Precision {
-    /// Every precision, in the order a user is shown them.
-    pub const ALL: [Self; 2] = [Self::Fp32, Self::Tf32];
+    /// The type activations are kept in, and convolutions and matrix
+    /// products take their inputs in.
+    pub fn activations(self) -> DType {
+        match self {
+            Self::Fp32 | Self::Tf32 => DType::F32,
+            Self::Bf16 => DType::Bf16,
+        }
+    }
 
-    /// The name it is parsed from and printed as: "fp32", "tf32".
+    /// Every precision, in the order a user is shown them.
+    pub const ALL: [Self; 3] = [Self::Fp32, Self::Tf32, Self::Bf16];
+
+    /// The name it is parsed from and printed as: "fp32", "tf32", "bf16".
     pub fn name(self) -> &'static str {
         match self {
             Self::Fp32 => "fp32",
             Self::Tf32 => "tf32",
+            Self::Bf16 => "bf16",
         }
     }
 }
@@ -48,7 +68,7 @@ impl FromStr for Precision {
         Self::ALL
             .into_iter()
             .find(|p| p.name() == text)
-            .ok_or_else(|| format!("unknown precision {text:?}; expected fp32 or tf32"))
+            .ok_or_else(|| format!("unknown precision {text:?}; expected fp32, tf32 or bf16"))
     }
 }
 
@@ -64,7 +84,9 @@ mod tests {
         assert_eq!(Precision::default(), Precision::Fp32);
         assert_eq!(serde_json::to_string(&Precision::Tf32).unwrap(), "\"tf32\"");
         let err = "TF32".parse::<Precision>().unwrap_err();
-        assert!(err.contains("expected fp32 or tf32"), "{err}");
-        assert!("bf16".parse::<Precision>().is_err());
+        assert!(err.contains("expected fp32, tf32 or bf16"), "{err}");
+        assert!("fp16".parse::<Precision>().is_err());
+        assert_eq!(Precision::Bf16.activations(), crate::memory::DType::Bf16);
+        assert_eq!(Precision::Tf32.activations(), crate::memory::DType::F32);
     }
 }

@@ -24,7 +24,7 @@
 //! declared ranges, and a slot for the host-side state of the layer above.
 
 use super::plan::{self, StepPlan, Trace};
-use super::{align_up, Buf, ByteSize, Element, Shape};
+use super::{align_up, bf16, Buf, ByteSize, DType, Element, FloatBuf, Shape};
 use crate::backend::{Backend, BackendError, CapturedGraph, Device, DeviceKind, OpTime, Workers};
 use std::any::Any;
 use std::fmt;
@@ -169,6 +169,8 @@ pub struct Arena {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct PersistentBuf {
     pub what: &'static str,
+    /// Its element type's name ([`Element::NAME`]).
+    pub element: &'static str,
     pub offset: usize,
     pub bytes: usize,
     pub size: usize,
@@ -190,10 +192,20 @@ impl<T: Element> From<Buf<T>> for Touch {
     }
 }
 
+impl From<FloatBuf> for Touch {
+    fn from(b: FloatBuf) -> Self {
+        Self {
+            offset: b.offset(),
+            bytes: b.bytes(),
+        }
+    }
+}
+
 /// What `--poison-step` writes over the step region at every reset: a quiet
-/// NaN in every 4-byte word, so a kernel that reads memory it did not write
-/// in this step computes NaN, and the loss says so at once.
-pub const POISON: u32 = 0x7FC0_0000;
+/// NaN in every 4-byte word, whose halves are bf16 quiet NaNs too, so a
+/// kernel that reads memory it did not write in this step computes NaN in
+/// either type, and the loss says so at once.
+pub const POISON: u32 = 0x7FC0_7FC0;
 
 impl Arena {
     /// Makes the device's one allocation of `capacity` bytes (rounded up to
@@ -390,6 +402,7 @@ impl Arena {
                 c.persistent_padding += padded - bytes;
                 self.persistent_log.push(PersistentBuf {
                     what,
+                    element: T::NAME,
                     offset: start,
                     bytes,
                     size: padded,
@@ -415,7 +428,7 @@ impl Arena {
                     c.step_allocations += 1;
                     c.step_padding += size - bytes;
                     if self.tracing {
-                        self.trace.alloc(what, shape, bytes, size, p.offset);
+                        self.trace.alloc(what, T::NAME, shape, bytes, size, p.offset);
                     }
                     return Ok(Buf::new(self.mark + p.offset, shape.numel()));
                 }
@@ -430,9 +443,23 @@ impl Arena {
         }
         let buf = self.bump(Region::Step, what, shape)?;
         if self.tracing {
-            self.trace.alloc(what, shape, bytes, size, buf.offset() - self.mark);
+            self.trace
+                .alloc(what, T::NAME, shape, bytes, size, buf.offset() - self.mark);
         }
         Ok(buf)
+    }
+
+    /// A step buffer of `dtype` (a tensor's values or gradient).
+    pub(crate) fn alloc_step_float(
+        &mut self,
+        what: &'static str,
+        shape: Shape,
+        dtype: DType,
+    ) -> Result<FloatBuf, ArenaError> {
+        Ok(match dtype {
+            DType::F32 => FloatBuf::F32(self.alloc_step(what, shape)?),
+            DType::Bf16 => FloatBuf::Bf16(self.alloc_step::<bf16>(what, shape)?),
+        })
     }
 
     /// Runs `run` (one step, through [`Arena::run_step`]) as a step of kind
@@ -734,6 +761,27 @@ mod tests {
 
     fn cpu_arena(bytes: usize) -> Arena {
         Arena::new(Device::cpu(1).unwrap(), bytes).unwrap()
+    }
+
+    #[test]
+    fn the_poison_is_a_nan_read_as_f32_and_as_either_bf16_half() {
+        assert!(f32::from_bits(POISON).is_nan());
+        assert!(bf16::from_bits(POISON as u16).is_nan());
+        assert!(bf16::from_bits((POISON >> 16) as u16).is_nan());
+    }
+
+    #[test]
+    fn a_bf16_step_buffer_takes_half_the_bytes_and_is_traced_as_bf16() {
+        let mut arena = cpu_arena(1 << 16);
+        arena.tracing = true;
+        let shape = Shape::new(&[3, 100]);
+        let half = arena.alloc_step_float("half", shape, DType::Bf16).unwrap();
+        let full = arena.alloc_step_float("full", shape, DType::F32).unwrap();
+        assert_eq!((half.dtype(), half.bytes()), (DType::Bf16, 600));
+        assert_eq!((full.dtype(), full.bytes()), (DType::F32, 1200));
+        assert_eq!(full.offset() - half.offset(), align_up(600));
+        let traced: Vec<_> = arena.trace.bufs.iter().map(|b| (b.what, b.element, b.bytes)).collect();
+        assert_eq!(traced, [("half", "bf16", 600), ("full", "f32", 1200)]);
     }
 
     /// One step that only allocates.

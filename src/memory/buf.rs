@@ -5,6 +5,7 @@
 //! a GPU. Whether a handle may still be used is decided by the lifetime of the
 //! tensor that carries it, never by the handle itself.
 
+pub use half::bf16;
 use std::marker::PhantomData;
 
 /// Every allocation starts on this boundary, as cudaMalloc guarantees, so any
@@ -43,6 +44,146 @@ impl Element for u8 {
     const NAME: &'static str = "u8";
     fn bit_pattern(self) -> u32 {
         self as u32
+    }
+}
+impl Element for bf16 {
+    const NAME: &'static str = "bf16";
+    fn bit_pattern(self) -> u32 {
+        self.to_bits() as u32
+    }
+}
+
+/// The float types a tensor holds: fp32, and bf16 for the activations and
+/// gradients of a mixed-precision step (its values are fp32's top 16 bits,
+/// rounded to nearest even, so a conversion is a shift one way and one
+/// rounding the other).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    #[default]
+    F32,
+    Bf16,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub const fn size(self) -> usize {
+        match self {
+            Self::F32 => 4,
+            Self::Bf16 => 2,
+        }
+    }
+
+    /// The name reports print: the element's ([`Element::NAME`]).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::F32 => f32::NAME,
+            Self::Bf16 => bf16::NAME,
+        }
+    }
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A buffer of one of the float types: what a tensor's values are, which
+/// type being decided by the op that made them (see [`DType`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FloatBuf {
+    F32(Buf<f32>),
+    Bf16(Buf<bf16>),
+}
+
+impl Default for FloatBuf {
+    fn default() -> Self {
+        Self::F32(Buf::default())
+    }
+}
+
+impl From<Buf<f32>> for FloatBuf {
+    fn from(b: Buf<f32>) -> Self {
+        Self::F32(b)
+    }
+}
+impl From<Buf<bf16>> for FloatBuf {
+    fn from(b: Buf<bf16>) -> Self {
+        Self::Bf16(b)
+    }
+}
+
+impl FloatBuf {
+    pub const fn dtype(&self) -> DType {
+        match self {
+            Self::F32(_) => DType::F32,
+            Self::Bf16(_) => DType::Bf16,
+        }
+    }
+
+    pub const fn offset(&self) -> usize {
+        match self {
+            Self::F32(b) => b.offset(),
+            Self::Bf16(b) => b.offset(),
+        }
+    }
+
+    pub const fn len(&self) -> usize {
+        match self {
+            Self::F32(b) => b.len(),
+            Self::Bf16(b) => b.len(),
+        }
+    }
+
+    pub const fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes covered, without alignment padding.
+    pub const fn bytes(&self) -> usize {
+        self.len() * self.dtype().size()
+    }
+
+    /// The fp32 buffer, if that is what it holds.
+    pub const fn f32(&self) -> Option<Buf<f32>> {
+        match self {
+            Self::F32(b) => Some(*b),
+            Self::Bf16(_) => None,
+        }
+    }
+
+    /// The same bytes seen as `count` elements starting `first` elements in.
+    pub fn slice(&self, first: usize, count: usize) -> Option<Self> {
+        match self {
+            Self::F32(b) => b.slice(first, count).map(Self::F32),
+            Self::Bf16(b) => b.slice(first, count).map(Self::Bf16),
+        }
+    }
+}
+
+/// A handle a kernel of element type `T` can take: a `Buf<T>` always, a
+/// [`FloatBuf`] when it holds `T` (a kernel handed the other float type
+/// gets `None`, which its backend reports rather than misreading bytes).
+pub trait Typed<T> {
+    fn typed(self) -> Option<Buf<T>>;
+}
+impl<T> Typed<T> for Buf<T> {
+    fn typed(self) -> Option<Buf<T>> {
+        Some(self)
+    }
+}
+impl Typed<f32> for FloatBuf {
+    fn typed(self) -> Option<Buf<f32>> {
+        self.f32()
+    }
+}
+impl Typed<bf16> for FloatBuf {
+    fn typed(self) -> Option<Buf<bf16>> {
+        match self {
+            Self::Bf16(b) => Some(b),
+            Self::F32(_) => None,
+        }
     }
 }
 

@@ -14,8 +14,8 @@ mod shape;
 mod size;
 
 pub use arena::{suggest, Arena, ArenaError, ArenaStats, Persistent, PersistentBuf, Region, StepGraph, Touch};
-pub use buf::{align_up, Buf, Element, ALIGN};
+pub use buf::{align_up, bf16, Buf, DType, Element, FloatBuf, Typed, ALIGN};
 pub use plan::{PlannedBuf, StepPlan};
-pub use report::{MemoryReport, Recomputed, RecomputedKind};
+pub use report::{MemoryReport, Recomputed, RecomputedKind, TypeBytes};
 pub use shape::{Shape, MAX_RANK};
 pub use size::{ByteSize, SizeParseError};

@@ -34,6 +34,8 @@ impl Lifetime {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct PlannedBuf {
     pub what: &'static str,
+    /// Its element type's name ([`super::Element::NAME`]).
+    pub element: &'static str,
     #[serde(serialize_with = "shape_dims")]
     pub shape: Shape,
     /// Bytes asked for.
@@ -65,6 +67,7 @@ impl PlannedBuf {
     pub(crate) fn unplaced(what: &'static str, size: usize, born: u32, last: u32) -> Self {
         Self {
             what,
+            element: "f32",
             shape: Shape::new(&[size / 4]),
             bytes: size,
             size,
@@ -162,10 +165,19 @@ impl Trace {
     }
 
     /// A buffer allocated now, at `offset` above the mark.
-    pub fn alloc(&mut self, what: &'static str, shape: Shape, bytes: usize, size: usize, offset: usize) {
+    pub fn alloc(
+        &mut self,
+        what: &'static str,
+        element: &'static str,
+        shape: Shape,
+        bytes: usize,
+        size: usize,
+        offset: usize,
+    ) {
         let born = self.clock + 1;
         self.bufs.push(PlannedBuf {
             what,
+            element,
             shape,
             bytes,
             size,
@@ -328,12 +340,12 @@ mod tests {
     #[test]
     fn a_touch_extends_the_latest_born_buffer_over_the_range() {
         let mut t = Trace::default();
-        t.alloc("a", Shape::new(&[64]), 256, 256, 0);
+        t.alloc("a", "f32", Shape::new(&[64]), 256, 256, 0);
         t.tick();
         t.touch(0, 256);
         // A later buffer placed over a's bytes (a is dead by then).
         t.tick();
-        t.alloc("b", Shape::new(&[64]), 256, 256, 0);
+        t.alloc("b", "f32", Shape::new(&[64]), 256, 256, 0);
         t.tick();
         t.touch(0, 256);
         assert_eq!(t.bufs[0].life, Lifetime { born: 1, last: 1 });

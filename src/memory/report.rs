@@ -31,6 +31,34 @@ pub struct MemoryReport {
     /// Under a memory budget: what the training step recomputes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recomputed: Option<Recomputed>,
+    /// The persistent region's bytes by element type (alignment padding
+    /// included), largest first.
+    pub persistent_by_type: Vec<TypeBytes>,
+    /// The bytes alive at the training step's peak by element type
+    /// (padding included, so they sum to the bytes live there), largest
+    /// first: what a mixed-precision step keeps in bf16 against fp32.
+    pub step_peak_by_type: Vec<TypeBytes>,
+}
+
+/// Bytes of one element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct TypeBytes {
+    /// The element type's name: "f32", "bf16", "u32", "u8".
+    pub element: &'static str,
+    pub bytes: usize,
+}
+
+/// `(element, bytes)` pairs summed by element, largest first.
+fn by_type(items: impl Iterator<Item = (&'static str, usize)>) -> Vec<TypeBytes> {
+    let mut sums: Vec<TypeBytes> = Vec::new();
+    for (element, bytes) in items {
+        match sums.iter_mut().find(|t| t.element == element) {
+            Some(t) => t.bytes += bytes,
+            None => sums.push(TypeBytes { element, bytes }),
+        }
+    }
+    sums.sort_by_key(|t| (std::cmp::Reverse(t.bytes), t.element));
+    sums
 }
 
 impl MemoryReport {
@@ -52,6 +80,11 @@ impl MemoryReport {
             plans: plans.to_vec(),
             tuning_bytes: None,
             recomputed: None,
+            persistent_by_type: by_type(persistent.iter().map(|p| (p.element, p.size))),
+            step_peak_by_type: step.map_or_else(Vec::new, |plan| {
+                let (tick, _) = plan.peak_tick();
+                by_type(plan.live_at(tick).map(|b| (b.element, b.size)))
+            }),
         }
     }
 
@@ -92,10 +125,22 @@ impl MemoryReport {
                 b(self.arena_bytes + t)
             );
         }
+        let types = |t: &[TypeBytes]| {
+            t.iter()
+                .map(|t| format!("{} {}", t.element, b(t.bytes)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = writeln!(
+            out,
+            "  by type: persistent {}; the training step at its peak {}",
+            types(&self.persistent_by_type),
+            types(&self.step_peak_by_type)
+        );
         let _ = writeln!(out, "\npersistent region: {}", b(self.persistent_bytes));
         let _ = writeln!(out, "  {:>10}  {:>10}  what", "offset", "bytes");
         for p in &self.persistent {
-            let _ = writeln!(out, "  {:>10}  {:>10}  {}", p.offset, b(p.bytes), p.what);
+            let _ = writeln!(out, "  {:>10}  {:>10}  {} {}", p.offset, b(p.bytes), p.what, p.element);
         }
         for plan in &self.plans {
             let _ = writeln!(
@@ -111,19 +156,27 @@ impl MemoryReport {
             for buf in &plan.bufs {
                 let _ = writeln!(
                     out,
-                    "  {:>10}  {:>10}  {:>4}–{:<4}  {} {}",
+                    "  {:>10}  {:>10}  {:>4}–{:<4}  {} {} {}",
                     buf.offset,
                     b(buf.bytes),
                     buf.life.born,
                     buf.life.last,
                     buf.what,
+                    buf.element,
                     buf.shape
                 );
             }
             let (tick, bytes) = plan.peak_tick();
             let _ = writeln!(out, "  live at op {tick}, the most at once ({}):", b(bytes));
             for buf in plan.top_live(5) {
-                let _ = writeln!(out, "    {:>10}  {} {}", b(buf.size), buf.what, buf.shape);
+                let _ = writeln!(
+                    out,
+                    "    {:>10}  {} {} {}",
+                    b(buf.size),
+                    buf.what,
+                    buf.element,
+                    buf.shape
+                );
             }
         }
         let _ = writeln!(

@@ -9,6 +9,7 @@ pub mod adamw_update;
 pub mod add;
 pub mod avg_pool2d;
 pub mod batch_norm2d;
+pub mod cast;
 pub mod concat;
 pub mod conv2d;
 pub mod cross_entropy;
@@ -34,6 +35,7 @@ use crate::backend::KernelSource;
 /// are launched by the names registered here.
 pub const KERNELS: &[KernelSource] = &[
     cursor::KERNELS,
+    cast::KERNELS,
     gather::KERNELS,
     relu::KERNELS,
     maxpool2d::KERNELS,

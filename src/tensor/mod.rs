@@ -9,7 +9,7 @@
 
 pub use crate::memory::{Shape, MAX_RANK};
 
-use crate::memory::Buf;
+use crate::memory::{Buf, DType, FloatBuf};
 use std::marker::PhantomData;
 
 /// The brand: invariant in `'s`, so `Tensor<'a>` never converts to
@@ -20,16 +20,22 @@ pub(crate) type Brand<'s> = PhantomData<fn(&'s ()) -> &'s ()>;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TensorRef {
     pub id: u32,
-    pub buf: Buf<f32>,
+    pub buf: FloatBuf,
     pub shape: Shape,
     pub requires_grad: bool,
 }
 
-/// An f32 tensor made during step `'s`.
+/// A tensor made during step `'s`: fp32, or bf16 in a mixed-precision step.
 #[derive(Clone, Copy)]
 pub struct Tensor<'s> {
     pub(crate) inner: TensorRef,
     pub(crate) _brand: Brand<'s>,
+}
+
+impl TensorRef {
+    pub fn dtype(&self) -> DType {
+        self.buf.dtype()
+    }
 }
 
 impl<'s> Tensor<'s> {
@@ -49,7 +55,12 @@ impl<'s> Tensor<'s> {
         self.inner.requires_grad
     }
 
-    pub(crate) fn buf(&self) -> Buf<f32> {
+    /// Its element type.
+    pub fn dtype(&self) -> DType {
+        self.inner.buf.dtype()
+    }
+
+    pub(crate) fn buf(&self) -> FloatBuf {
         self.inner.buf
     }
 }

@@ -89,6 +89,10 @@ pub struct TrainConfig {
     /// How a GPU chooses its convolution algorithms (see [`ConvAlgos`]);
     /// deterministic convolutions are always the heuristic's.
     pub conv_algos: ConvAlgos,
+    /// How much the timed convolution algorithms' workspaces may grow the
+    /// step over the heuristic's, as a fraction of it ([`TUNING_GROWTH`]
+    /// by default).
+    pub workspace_growth: f64,
     /// Bytes of step memory a training step may use: above it, convolution
     /// and block outputs are recomputed in backward rather than kept (see
     /// `budget.rs`). `None`: no budget.
@@ -137,6 +141,7 @@ impl Default for TrainConfig {
             deterministic: false,
             precision: Precision::Fp32,
             conv_algos: ConvAlgos::Timed,
+            workspace_growth: TUNING_GROWTH,
             memory_budget: None,
             data_parallel: None,
         }
@@ -181,8 +186,18 @@ impl TrainConfig {
         if self.train_limit == Some(0) {
             return at_least_one(Setting::TrainLimit, "the training-set limit");
         }
-        if self.device == DeviceRequest::Cpu && self.precision == Precision::Tf32 {
-            return Err(tf32_on_cpu(None));
+        if self.device == DeviceRequest::Cpu && self.precision != Precision::Fp32 {
+            return Err(gpu_precision_on_cpu(self.precision, None));
+        }
+        if !(self.workspace_growth >= 0.0 && self.workspace_growth.is_finite()) {
+            return Err(Error::setting(
+                Setting::WorkspaceGrowth,
+                format!(
+                    "the workspace growth is a fraction of the step, 0 or more, got {}",
+                    self.workspace_growth
+                ),
+                Some(TUNING_GROWTH.to_string()),
+            ));
         }
         if self.checkpoints.as_ref().is_some_and(|p| p.keep == 0) {
             return at_least_one(Setting::KeepCheckpoints, "the number of checkpoints kept");
@@ -207,14 +222,19 @@ impl TrainConfig {
     }
 }
 
-/// TF32 asked of the CPU: `fell_back` is why `auto` chose the CPU, if it did.
-fn tf32_on_cpu(fell_back: Option<&str>) -> Error {
+/// TF32 or bf16 asked of the CPU: `fell_back` is why `auto` chose the CPU,
+/// if it did.
+fn gpu_precision_on_cpu(precision: Precision, fell_back: Option<&str>) -> Error {
     let chosen = fell_back.map_or_else(String::new, |why| {
         format!(" (the device was chosen automatically: {why})")
     });
+    let what = match precision {
+        Precision::Bf16 => "bf16 mixed precision runs on a GPU's tensor cores (the CPU backend has no bf16 kernels)",
+        _ => "TF32 runs on a GPU's tensor cores",
+    };
     Error::setting(
         Setting::Precision,
-        format!("the CPU computes in fp32 only; TF32 runs on a GPU's tensor cores{chosen}"),
+        format!("the CPU computes in fp32 only; {what}{chosen}"),
         Some(Precision::Fp32.to_string()),
     )
 }
@@ -224,8 +244,8 @@ fn tf32_on_cpu(fell_back: Option<&str>) -> Error {
 /// both). `fell_back`: why `--device auto` chose the CPU, if it did.
 fn configure(cfg: &TrainConfig, device: &Device, fell_back: Option<&str>) -> Result<()> {
     device.set_deterministic(cfg.deterministic);
-    if cfg.precision == Precision::Tf32 && matches!(device, Device::Cpu(_)) {
-        return Err(tf32_on_cpu(fell_back));
+    if cfg.precision != Precision::Fp32 && matches!(device, Device::Cpu(_)) {
+        return Err(gpu_precision_on_cpu(cfg.precision, fell_back));
     }
     device.set_precision(cfg.precision)?;
     Ok(())
@@ -237,7 +257,7 @@ fn configure(cfg: &TrainConfig, device: &Device, fell_back: Option<&str>) -> Res
 pub enum ConvAlgos {
     /// Every algorithm timed on the device before the first step, the
     /// fastest kept (as PyTorch's `cudnn.benchmark`): a larger workspace
-    /// is taken where the step stays within [`TUNING_GROWTH`] of the
+    /// is taken where the step stays within `--workspace-growth` of the
     /// heuristic's. Two runs may time differently and so round
     /// differently.
     #[default]
@@ -247,7 +267,8 @@ pub enum ConvAlgos {
     Heuristic,
 }
 
-/// How much a timed choice may grow the step over the heuristic's: 20%.
+/// How much a timed choice may grow the step over the heuristic's by
+/// default (`--workspace-growth`): 20%.
 /// Measured on the H200 (fp32), the fastest choices grew ResNet-18's step
 /// by 13% at batch 128 and 7% at batch 512, ResNet-50's by 1% at batch
 /// 128, for steps 2.4×, 2.5× and 1.5× faster than the heuristic's; held
@@ -255,9 +276,10 @@ pub enum ConvAlgos {
 pub const TUNING_GROWTH: f64 = 0.2;
 
 /// Bytes a timed choice may add to a step of `step_bytes` (see
-/// [`TUNING_GROWTH`]): a measured arena is made that much larger.
-pub fn tuning_headroom(step_bytes: usize) -> usize {
-    (step_bytes as f64 * TUNING_GROWTH) as usize
+/// [`TrainConfig::workspace_growth`]): a measured arena is made that much
+/// larger.
+pub fn tuning_headroom(cfg: &TrainConfig, step_bytes: usize) -> usize {
+    (step_bytes as f64 * cfg.workspace_growth) as usize
 }
 
 /// The persistent bytes and step bytes a session needs on `device`,
@@ -527,7 +549,7 @@ fn recomputed(needs: &ArenaNeeds, unbudgeted: &ArenaNeeds, budget: usize, speed:
 pub fn tuning_bytes(cfg: &TrainConfig, device: DeviceKind, step_bytes: usize) -> Option<usize> {
     // Under a budget the timed step may not pass it: no more room than that.
     let room = cfg.memory_budget.map_or(usize::MAX, |b| b.saturating_sub(step_bytes));
-    (times_convolutions(cfg, device) && cfg.arena_size.is_none()).then(|| tuning_headroom(step_bytes).min(room))
+    (times_convolutions(cfg, device) && cfg.arena_size.is_none()).then(|| tuning_headroom(cfg, step_bytes).min(room))
 }
 
 /// Whether a run of `cfg` on `device` times its convolution algorithms.
@@ -542,7 +564,7 @@ pub fn prepare(cfg: &TrainConfig) -> Result<(Session, RunInfo)> {
 }
 
 /// Times the convolution algorithms on `arena` (see [`prepare_in`]) and
-/// keeps the fastest whose step fits: at most [`TUNING_GROWTH`] over the
+/// keeps the fastest whose step fits: at most `cfg.workspace_growth` over the
 /// heuristic's `needs`, and `capacity`. On success `needs` becomes the
 /// timed choices' (their plans are the ones to follow).
 fn time_convolutions(
@@ -561,7 +583,7 @@ fn time_convolutions(
             seconds_lost: 0.0,
         });
     }
-    let bound = (needs.step_bytes + tuning_headroom(needs.step_bytes))
+    let bound = (needs.step_bytes + tuning_headroom(cfg, needs.step_bytes))
         .min(capacity - needs.persistent_bytes)
         .min(cfg.memory_budget.unwrap_or(usize::MAX).max(needs.step_bytes));
     let dropped = needs.dropped.clone();
@@ -729,6 +751,7 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
         schedule: format!("lr {} {}", cfg.lr, cfg.schedule),
         buckets: session.bucket_layout(),
         nccl_bytes,
+        workspace_growth: cfg.workspace_growth,
         conv_tuning,
         recomputed: (!needs.dropped.is_empty()).then(|| {
             let extra = extra_seconds(&needs.candidates, &needs.dropped, &speed);
@@ -898,6 +921,24 @@ mod tuning_tests {
         let mib = 1 << 20;
         assert_eq!(tuning_bytes(&cfg, DeviceKind::Cuda, 100 * mib), Some(20 * mib));
         assert_eq!(tuning_bytes(&cfg, DeviceKind::Cpu, 100 * mib), None);
+        let doubling = TrainConfig {
+            workspace_growth: 1.0,
+            ..TrainConfig::default()
+        };
+        assert_eq!(tuning_bytes(&doubling, DeviceKind::Cuda, 100 * mib), Some(100 * mib));
+        for bad in [-0.1, f64::NAN, f64::INFINITY] {
+            let err = TrainConfig {
+                workspace_growth: bad,
+                ..TrainConfig::default()
+            }
+            .validate()
+            .unwrap_err()
+            .to_string();
+            assert!(
+                err.contains("the workspace growth is a fraction of the step, 0 or more"),
+                "{err}"
+            );
+        }
         let nothing_timed = [
             TrainConfig {
                 deterministic: true,

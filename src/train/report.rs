@@ -48,6 +48,9 @@ pub struct RunInfo {
     pub nccl_bytes: Option<usize>,
     /// On a GPU, unless convolutions must be deterministic: the timing of
     /// the convolution algorithms before the first step.
+    /// How much the timed choices' workspaces could grow the step
+    /// (`--workspace-growth`).
+    pub workspace_growth: f64,
     pub conv_tuning: Option<ConvTuning>,
     /// Under a memory budget (or a given arena too small for the step):
     /// the convolution and block outputs the step recomputes in backward,

@@ -6,7 +6,7 @@
 //! ranges it already handed out, so kernels above it are safe code.
 
 use crate::backend::BackendError;
-use crate::memory::{Buf, Element, ALIGN};
+use crate::memory::{Buf, Element, Typed, ALIGN};
 use std::alloc::Layout;
 use std::ptr::NonNull;
 
@@ -108,7 +108,8 @@ impl<'m> Views<'m> {
     }
 
     /// A shared view of `buf`.
-    pub fn read<T: Element>(&mut self, buf: Buf<T>) -> Result<&'m [T], BackendError> {
+    pub fn read<T: Element>(&mut self, buf: impl Typed<T>) -> Result<&'m [T], BackendError> {
+        let buf = buf.typed().ok_or(BackendError::OtherType { wanted: T::NAME })?;
         let ptr = self.claim(buf, false)?;
         // SAFETY: the range is in bounds and aligned for T (checked in claim),
         // the memory is initialised (zeroed at allocation, and every bit
@@ -118,7 +119,8 @@ impl<'m> Views<'m> {
     }
 
     /// An exclusive view of `buf`.
-    pub fn write<T: Element>(&mut self, buf: Buf<T>) -> Result<&'m mut [T], BackendError> {
+    pub fn write<T: Element>(&mut self, buf: impl Typed<T>) -> Result<&'m mut [T], BackendError> {
+        let buf = buf.typed().ok_or(BackendError::OtherType { wanted: T::NAME })?;
         let ptr = self.claim(buf, true)?;
         // SAFETY: as in `read`, and claim refused any overlapping view at all,
         // so this slice is the only way to reach these bytes for `'m`.

@@ -19,7 +19,34 @@ __device__ __forceinline__ float block_sum(float v, float* partial) {
     return total;
 }
 
-extern "C" __global__ void add_assign(float* dst, const float* src, unsigned int n) {
-    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] += src[i];
+// bf16: fp32's top 16 bits. A load widens exactly; a store rounds to nearest
+// even (a NaN stays a NaN), as PyTorch and the `half` crate round, so a value
+// a kernel stores is the one the host computes for it. Kernels of both types
+// are one template over `T`, loading with `load` and storing with `store<T>`;
+// they compute in fp32 whatever `T` is.
+struct bf16 {
+    unsigned short bits;
+};
+
+__device__ __forceinline__ float load(float v) { return v; }
+__device__ __forceinline__ float load(bf16 v) { return __uint_as_float(((unsigned int)v.bits) << 16); }
+
+template <typename T> __device__ __forceinline__ T store(float v);
+template <> __device__ __forceinline__ float store<float>(float v) { return v; }
+template <> __device__ __forceinline__ bf16 store<bf16>(float v) {
+    unsigned int u = __float_as_uint(v);
+    bf16 r;
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        r.bits = (unsigned short)((u >> 16) | 0x40u);
+    } else {
+        r.bits = (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+    return r;
 }
+
+template <typename T> __device__ void add_assign_t(T* dst, const T* src, unsigned int n) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = store<T>(load(dst[i]) + load(src[i]));
+}
+extern "C" __global__ void add_assign(float* dst, const float* src, unsigned int n) { add_assign_t(dst, src, n); }
+extern "C" __global__ void add_assign_bf16(bf16* dst, const bf16* src, unsigned int n) { add_assign_t(dst, src, n); }

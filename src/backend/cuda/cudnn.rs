@@ -8,6 +8,7 @@
 //! any temporary.
 
 use super::CudaError;
+use crate::memory::DType;
 use cudarc::cudnn::result as dnn;
 use cudarc::cudnn::sys;
 use std::ffi::c_void;
@@ -32,6 +33,8 @@ pub struct ConvDims {
     pub kw: usize,
     pub stride: usize,
     pub padding: usize,
+    /// The type of input, filters and output (the sums are fp32 in both).
+    pub dtype: DType,
 }
 
 impl ConvDims {
@@ -61,6 +64,7 @@ impl ConvDims {
 #[cfg(test)]
 mod tests {
     use super::ConvDims;
+    use crate::memory::DType;
 
     #[test]
     fn a_kernel_larger_than_its_input_has_no_output() {
@@ -74,6 +78,7 @@ mod tests {
             kw,
             stride: 1,
             padding: 0,
+            dtype: DType::F32,
         };
         assert_eq!(dims(5, 5).output_len(), 0);
         assert_eq!(dims(4, 6).output_len(), 0);
@@ -95,6 +100,7 @@ mod tests {
             kw,
             stride,
             padding,
+            dtype: DType::F32,
         };
         assert_eq!(dims(3, 3, 1, 1).output_hw(), (7, 8));
         assert_eq!(dims(3, 3, 2, 1).output_hw(), (4, 4));
@@ -158,7 +164,9 @@ pub struct ConvPlan {
     conv: ConvDesc,
     y: TensorDesc,
     deterministic: bool,
-    tf32: bool,
+    /// Tensor-op algorithms may run: TF32 for fp32 data, as asked; always
+    /// for bf16 data, which is what they are for.
+    tensor_ops: bool,
     /// cuDNN's heuristic choice, within [`WORKSPACE_LIMIT`]...
     heuristic: Choices,
     /// ...and the one the passes run: the heuristic's until [`ConvPlan::tune`]
@@ -197,12 +205,12 @@ struct Choices {
 /// Whether an algorithm cuDNN reports may run: it ran (or may), uses the
 /// precision's math, fits `limit` and, when asked, is deterministic.
 macro_rules! allowed {
-    ($p:expr, $limit:expr, $deterministic:expr, $tf32:expr) => {{
+    ($p:expr, $limit:expr, $deterministic:expr, $tensor_ops:expr) => {{
         let p = $p;
         p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS
             && p.memory <= $limit
             && (!$deterministic || p.determinism == sys::cudnnDeterminism_t::CUDNN_DETERMINISTIC)
-            && ($tf32 || p.mathType != sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH)
+            && ($tensor_ops || p.mathType != sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH)
             // Down-converts float data to fp16: below what either precision promises.
             && p.mathType != sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
     }};
@@ -226,7 +234,7 @@ fn int(v: usize) -> Result<i32, CudaError> {
 /// with `tf32`, tensor-op math), fits the workspace limit and, when asked,
 /// is deterministic.
 macro_rules! choose {
-    ($perf:ty, $count:expr, $get:expr, $size:expr, $deterministic:expr, $tf32:expr, $what:literal) => {{
+    ($perf:ty, $count:expr, $get:expr, $size:expr, $deterministic:expr, $tensor_ops:expr, $what:literal) => {{
         // Used inside an unsafe block. Zero is a valid bit pattern of each field of the perf
         // structs (every enum has a variant 0, the rest are numbers).
         let mut perf: [$perf; $count] = std::mem::zeroed();
@@ -237,11 +245,11 @@ macro_rules! choose {
         // of a large convolution) the one that needs least.
         let ok = offered
             .iter()
-            .find(|p| allowed!(p, WORKSPACE_LIMIT, $deterministic, $tf32))
+            .find(|p| allowed!(p, WORKSPACE_LIMIT, $deterministic, $tensor_ops))
             .or_else(|| {
                 offered
                     .iter()
-                    .filter(|p| allowed!(p, usize::MAX, $deterministic, $tf32))
+                    .filter(|p| allowed!(p, usize::MAX, $deterministic, $tensor_ops))
                     .min_by_key(|p| p.memory)
             });
         let algo = ok
@@ -263,6 +271,11 @@ impl ConvPlan {
         tf32: bool,
     ) -> Result<Self, CudaError> {
         let float = sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
+        let data = match d.dtype {
+            DType::F32 => float,
+            DType::Bf16 => sys::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
+        };
+        let tensor_ops = tf32 || d.dtype == DType::Bf16;
         let nchw = sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
         let (oh, ow) = d.output_hw();
         if oh == 0 || ow == 0 {
@@ -284,9 +297,9 @@ impl ConvPlan {
         // SAFETY: every descriptor was created above and is alive; `handle`
         // is the device's cuDNN handle, held under its mutex by the caller.
         unsafe {
-            dnn::set_tensor4d_descriptor(x.0, nchw, float, xs).map_err(dnn_err("cudnnSetTensor4dDescriptor"))?;
-            dnn::set_tensor4d_descriptor(y.0, nchw, float, ys).map_err(dnn_err("cudnnSetTensor4dDescriptor"))?;
-            dnn::set_filter4d_descriptor(w.0, float, nchw, ws).map_err(dnn_err("cudnnSetFilter4dDescriptor"))?;
+            dnn::set_tensor4d_descriptor(x.0, nchw, data, xs).map_err(dnn_err("cudnnSetTensor4dDescriptor"))?;
+            dnn::set_tensor4d_descriptor(y.0, nchw, data, ys).map_err(dnn_err("cudnnSetTensor4dDescriptor"))?;
+            dnn::set_filter4d_descriptor(w.0, data, nchw, ws).map_err(dnn_err("cudnnSetFilter4dDescriptor"))?;
             dnn::set_convolution2d_descriptor(
                 conv.0,
                 pad,
@@ -299,7 +312,7 @@ impl ConvPlan {
                 float,
             )
             .map_err(dnn_err("cudnnSetConvolution2dDescriptor"))?;
-            let math = if tf32 {
+            let math = if tensor_ops {
                 sys::cudnnMathType_t::CUDNN_DEFAULT_MATH
             } else {
                 sys::cudnnMathType_t::CUDNN_FMA_MATH
@@ -311,7 +324,7 @@ impl ConvPlan {
                 |n, r, p| dnn::get_convolution_forward_algorithm(handle, x.0, w.0, conv.0, y.0, n, r, p),
                 |a| dnn::get_convolution_forward_workspace_size(handle, x.0, w.0, conv.0, y.0, a),
                 deterministic,
-                tf32,
+                tensor_ops,
                 "choosing the convolution forward algorithm"
             );
             let data = choose!(
@@ -320,7 +333,7 @@ impl ConvPlan {
                 |n, r, p| dnn::get_convolution_backward_data_algorithm(handle, w.0, y.0, conv.0, x.0, n, r, p),
                 |a| dnn::get_convolution_backward_data_workspace_size(handle, w.0, y.0, conv.0, x.0, a),
                 deterministic,
-                tf32,
+                tensor_ops,
                 "choosing the convolution input-gradient algorithm"
             );
             let filter = choose!(
@@ -329,7 +342,7 @@ impl ConvPlan {
                 |n, r, p| dnn::get_convolution_backward_filter_algorithm(handle, x.0, y.0, conv.0, w.0, n, r, p),
                 |a| dnn::get_convolution_backward_filter_workspace_size(handle, x.0, y.0, conv.0, w.0, a),
                 deterministic,
-                tf32,
+                tensor_ops,
                 "choosing the convolution weight-gradient algorithm"
             );
             let heuristic = Choices { fwd, data, filter };
@@ -340,7 +353,7 @@ impl ConvPlan {
                 conv,
                 y,
                 deterministic,
-                tf32,
+                tensor_ops,
                 heuristic,
                 chosen: Mutex::new(heuristic),
                 timed: Mutex::new(None),
@@ -422,7 +435,7 @@ impl ConvPlan {
         workspace_bytes: usize,
     ) -> Result<bool, CudaError> {
         let ws = workspace as *mut c_void;
-        let (det, tf32) = (self.deterministic, self.tf32);
+        let (det, tensor_ops) = (self.deterministic, self.tensor_ops);
         let mut returned = 0;
         // Zero is a valid bit pattern of each field of the perf structs (see
         // `choose!`); cuDNN returns them fastest first.
@@ -446,7 +459,7 @@ impl ConvPlan {
         .map_err(dnn_err("cudnnFindConvolutionForwardAlgorithmEx"))?;
         let fwd = fwd[..returned.max(0) as usize]
             .iter()
-            .filter(|p| allowed!(p, workspace_bytes, det, tf32))
+            .filter(|p| allowed!(p, workspace_bytes, det, tensor_ops))
             .map(|p| (p.algo, p.memory, f64::from(p.time) / 1e3))
             .collect();
         let mut data: [sys::cudnnConvolutionBwdDataAlgoPerf_t; 8] = std::mem::zeroed();
@@ -469,7 +482,7 @@ impl ConvPlan {
         .map_err(dnn_err("cudnnFindConvolutionBackwardDataAlgorithmEx"))?;
         let data = data[..returned.max(0) as usize]
             .iter()
-            .filter(|p| allowed!(p, workspace_bytes, det, tf32))
+            .filter(|p| allowed!(p, workspace_bytes, det, tensor_ops))
             .map(|p| (p.algo, p.memory, f64::from(p.time) / 1e3))
             .collect();
         let mut filter: [sys::cudnnConvolutionBwdFilterAlgoPerf_t; 8] = std::mem::zeroed();
@@ -492,7 +505,7 @@ impl ConvPlan {
         .map_err(dnn_err("cudnnFindConvolutionBackwardFilterAlgorithmEx"))?;
         let filter = filter[..returned.max(0) as usize]
             .iter()
-            .filter(|p| allowed!(p, workspace_bytes, det, tf32))
+            .filter(|p| allowed!(p, workspace_bytes, det, tensor_ops))
             .map(|p| (p.algo, p.memory, f64::from(p.time) / 1e3))
             .collect();
         *self.timed.lock().unwrap_or_else(|e| e.into_inner()) = Some(Timed { fwd, data, filter });

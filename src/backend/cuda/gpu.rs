@@ -15,7 +15,7 @@ use crate::backend::Precision;
 use cudarc::cublas::sys as blas_sys;
 use cudarc::cudnn::sys as dnn_sys;
 use cudarc::driver::{result as driver, CudaContext, CudaStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The library handles. cuDNN and cuBLAS handles must not be used by two
@@ -47,9 +47,9 @@ pub struct Gpu {
     /// Plan convolutions with deterministic algorithms only (see
     /// [`Gpu::set_deterministic`]).
     deterministic: AtomicBool,
-    /// Convolutions and matrix products may use TF32 tensor cores (see
-    /// [`Gpu::set_precision`]).
-    tf32: AtomicBool,
+    /// The arithmetic of convolutions and matrix products, as its place in
+    /// [`Precision::ALL`] (see [`Gpu::set_precision`]).
+    precision: AtomicU8,
 }
 
 /// Names each CUDA library we load, for the error when it is missing.
@@ -146,7 +146,7 @@ impl Gpu {
             capability,
             sync_each_op: std::env::var_os("BUMPGRAD_CUDA_SYNC").is_some_and(|v| v != "0"),
             deterministic: AtomicBool::new(false),
-            tf32: AtomicBool::new(false),
+            precision: AtomicU8::new(0),
         }))
     }
 
@@ -187,6 +187,11 @@ impl Gpu {
     /// FMA math, which matches the CPU within float rounding. Plans made
     /// before a change are dropped, since their algorithms (and workspace
     /// sizes) were chosen for the other math.
+    ///
+    /// `Bf16` changes what ops make, not how a library computes: convolutions
+    /// and matrix products of bf16 tensors run on the tensor cores whatever
+    /// the math mode, with fp32 accumulation; fp32 ones (the loss's) keep
+    /// FMA math.
     pub fn set_precision(&self, precision: Precision) -> Result<(), CudaError> {
         let tf32 = precision == Precision::Tf32;
         let mode = if tf32 {
@@ -201,7 +206,8 @@ impl Gpu {
             .result()
             .map_err(|e| CudaError::failed("cublasSetMathMode", e))?;
         drop(libs);
-        if self.tf32.swap(tf32, Ordering::Relaxed) != tf32 {
+        let index = Precision::ALL.iter().position(|&p| p == precision).unwrap_or(0) as u8;
+        if self.precision.swap(index, Ordering::Relaxed) != index {
             self.plans.lock().unwrap_or_else(|e| e.into_inner()).clear();
         }
         Ok(())
@@ -209,11 +215,7 @@ impl Gpu {
 
     /// The precision set by [`Gpu::set_precision`] (fp32 until then).
     pub fn precision(&self) -> Precision {
-        if self.tf32.load(Ordering::Relaxed) {
-            Precision::Tf32
-        } else {
-            Precision::Fp32
-        }
+        Precision::ALL[self.precision.load(Ordering::Relaxed) as usize % Precision::ALL.len()]
     }
 
     /// The cuDNN plan of a convolution, made the first time it is asked for:
@@ -231,7 +233,7 @@ impl Gpu {
         self.enter()?;
         let libs = self.libs.lock().unwrap_or_else(|e| e.into_inner());
         let deterministic = self.deterministic.load(Ordering::Relaxed);
-        let tf32 = self.tf32.load(Ordering::Relaxed);
+        let tf32 = self.precision() == Precision::Tf32;
         let plan = Arc::new(ConvPlan::new(libs.cudnn, dims, deterministic, tf32)?);
         plans.push(plan.clone());
         Ok(plan)

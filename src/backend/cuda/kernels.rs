@@ -5,6 +5,7 @@
 //! The backend knows no op: its own source is `common.cu` alone.
 
 use super::CudaError;
+use crate::memory::DType;
 use cudarc::driver::{result as driver, sys};
 use std::ffi::CString;
 
@@ -21,12 +22,34 @@ pub struct KernelSource {
     pub entries: &'static [&'static str],
 }
 
+/// A kernel written once as a template over the element type and compiled
+/// for each float type: its fp32 entry and its bf16 one (`common.cu` says
+/// how a source writes one).
+#[derive(Debug, Clone, Copy)]
+pub struct FloatKernel {
+    pub f32: &'static str,
+    pub bf16: &'static str,
+}
+
+impl FloatKernel {
+    /// The entry for tensors of `dtype`.
+    pub const fn of(&self, dtype: DType) -> &'static str {
+        match dtype {
+            DType::F32 => self.f32,
+            DType::Bf16 => self.bf16,
+        }
+    }
+}
+
 /// The backend's own kernels: gradients of a tensor used twice meet here.
-pub(crate) const ADD_ASSIGN: &str = "add_assign";
+pub(crate) const ADD_ASSIGN: FloatKernel = FloatKernel {
+    f32: "add_assign",
+    bf16: "add_assign_bf16",
+};
 pub(crate) const BACKEND_KERNELS: KernelSource = KernelSource {
     owner: "backend",
     source: include_str!("common.cu"),
-    entries: &[ADD_ASSIGN],
+    entries: &[ADD_ASSIGN.f32, ADD_ASSIGN.bf16],
 };
 
 /// Every kernel of `sources` (the backend's own first), by name, each with
@@ -291,10 +314,14 @@ pub(crate) mod tests {
             Ok(resolved.len())
         })
         .unwrap();
-        assert_eq!(resolved, [ADD_ASSIGN, "relu_forward", "relu_backward"]);
-        assert_eq!(table.get(ADD_ASSIGN).unwrap(), 1);
-        assert_eq!(table.get("relu_forward").unwrap(), 2);
-        assert_eq!(table.get("relu_backward").unwrap(), 3);
+        assert_eq!(
+            resolved,
+            [ADD_ASSIGN.f32, ADD_ASSIGN.bf16, "relu_forward", "relu_backward"]
+        );
+        assert_eq!(table.get(ADD_ASSIGN.f32).unwrap(), 1);
+        assert_eq!(table.get(ADD_ASSIGN.bf16).unwrap(), 2);
+        assert_eq!(table.get("relu_forward").unwrap(), 3);
+        assert_eq!(table.get("relu_backward").unwrap(), 4);
         let unknown = table.get("relu_sideways").unwrap_err();
         assert!(
             matches!(unknown, CudaError::UnknownKernel { name: "relu_sideways" }),
@@ -322,7 +349,7 @@ pub(crate) mod tests {
         );
         let err = KernelTable::new(
             &[KernelSource {
-                entries: &[ADD_ASSIGN],
+                entries: &[ADD_ASSIGN.f32],
                 ..RELU
             }],
             |_| Ok(()),

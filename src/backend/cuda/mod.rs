@@ -22,12 +22,12 @@ pub use error::CudaError;
 use error::Sentence;
 pub use gpu::Gpu;
 pub use graph::CapturedGraph;
-pub use kernels::KernelSource;
+pub use kernels::{FloatKernel, KernelSource};
 pub use nccl::{unique_id, Nccl};
 pub use timing::OpTime;
 
 use super::BackendError;
-use crate::memory::{Buf, Element};
+use crate::memory::{Buf, DType, Element, FloatBuf};
 use cudarc::cublas::sys as blas_sys;
 use cudarc::driver::{result as driver, sys};
 use memory::DeviceMemory;
@@ -103,6 +103,15 @@ impl<T: Element> From<Buf<T>> for Arg<'_> {
     }
 }
 
+impl From<FloatBuf> for Arg<'_> {
+    fn from(b: FloatBuf) -> Self {
+        Self::Buf {
+            offset: b.offset(),
+            bytes: b.bytes(),
+        }
+    }
+}
+
 /// A launch shape: `blocks` (x, y) blocks of `threads` (x, y) threads.
 #[derive(Debug, Clone, Copy)]
 pub struct Grid {
@@ -146,12 +155,12 @@ pub struct Gemm {
     pub m: usize,
     pub n: usize,
     pub k: usize,
-    pub a: Buf<f32>,
+    pub a: FloatBuf,
     pub lda: usize,
-    pub b: Buf<f32>,
+    pub b: FloatBuf,
     pub ldb: usize,
     pub beta: f32,
-    pub c: Buf<f32>,
+    pub c: FloatBuf,
     pub ldc: usize,
     pub workspace: Buf<f32>,
 }
@@ -298,6 +307,10 @@ impl CudaBackend {
         self.memory.address(buf.offset(), buf.bytes())
     }
 
+    fn float_address(&self, buf: FloatBuf) -> Result<u64, BackendError> {
+        self.memory.address(buf.offset(), buf.bytes())
+    }
+
     /// Work items queued so far: kernels of ours, library calls, copies
     /// and fills (a library call may run several kernels).
     pub fn ops_queued(&self) -> u64 {
@@ -434,19 +447,30 @@ impl CudaBackend {
 
     /// `dst += src`, for buffers of one length ([`super::Backend::add_assign`]
     /// checks it).
-    pub(crate) fn add_assign(&mut self, dst: Buf<f32>, src: Buf<f32>) -> Result<(), BackendError> {
+    pub(crate) fn add_assign(&mut self, dst: FloatBuf, src: FloatBuf) -> Result<(), BackendError> {
         let n = dst.len();
         self.launch(
-            kernels::ADD_ASSIGN,
+            kernels::ADD_ASSIGN.of(dst.dtype()),
             Grid::over(n),
             &[dst.into(), src.into(), Arg::U32(n as u32)],
         )
     }
 
-    /// A single-precision matrix product through cuBLAS, with its workspace
-    /// from the arena.
+    /// A matrix product through cuBLAS, with its workspace from the arena:
+    /// `cublasSgemm` for fp32 matrices, `cublasGemmEx` with fp32
+    /// accumulation (on the tensor cores) for bf16 ones.
     pub fn gemm(&mut self, g: Gemm) -> Result<(), BackendError> {
-        self.enter("cublasSgemm")?;
+        let dtype = g.c.dtype();
+        let name = match dtype {
+            DType::F32 => "cublasSgemm",
+            DType::Bf16 => "cublasGemmEx",
+        };
+        self.enter(name)?;
+        if g.a.dtype() != dtype || g.b.dtype() != dtype {
+            return Err(BackendError::Internal(
+                "a matrix product of matrices of different types",
+            ));
+        }
         let (a_rows, a_cols) = if g.transa { (g.k, g.m) } else { (g.m, g.k) };
         let (b_rows, b_cols) = if g.transb { (g.n, g.k) } else { (g.k, g.n) };
         let fits = g.a.len() >= span(a_rows, a_cols, g.lda)
@@ -461,9 +485,9 @@ impl CudaBackend {
             ));
         }
         let (a, b, c, ws) = (
-            self.address(g.a)?,
-            self.address(g.b)?,
-            self.address(g.c)?,
+            self.float_address(g.a)?,
+            self.float_address(g.b)?,
+            self.float_address(g.c)?,
             self.address(g.workspace)?,
         );
         let op = |t| {
@@ -476,17 +500,19 @@ impl CudaBackend {
         let int = |v: usize| i32::try_from(v).map_err(|_| BackendError::Internal("a matrix is too large for cuBLAS"));
         let (m, n, k, lda, ldb, ldc) = (int(g.m)?, int(g.n)?, int(g.k)?, int(g.lda)?, int(g.ldb)?, int(g.ldc)?);
         let (alpha, beta) = (1.0f32, g.beta);
-        self.timer.before(&self.gpu, "cublasSgemm", self.capturing);
+        self.timer.before(&self.gpu, name, self.capturing);
         let libs = self.gpu.libs.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: every matrix lies inside the arena and spans no more than
-        // its buffer (checked above); the workspace is a live arena buffer
-        // of its stated size, 256-byte aligned as cuBLAS requires; the
-        // handle is used under its mutex.
+        // its buffer (checked above), in the type its pointer is passed as
+        // (checked above too); the workspace is a live arena buffer of its
+        // stated size, 256-byte aligned as cuBLAS requires; alpha and beta
+        // are fp32 host values, as both calls' fp32 compute type reads them;
+        // the handle is used under its mutex.
         let r = unsafe {
             blas_sys::cublasSetWorkspace_v2(libs.cublas, ws as *mut c_void, g.workspace.bytes())
                 .result()
-                .and_then(|()| {
-                    cudarc::cublas::result::sgemm(
+                .and_then(|()| match dtype {
+                    DType::F32 => cudarc::cublas::result::sgemm(
                         libs.cublas,
                         op(g.transa),
                         op(g.transb),
@@ -501,11 +527,35 @@ impl CudaBackend {
                         &beta,
                         c as *mut f32,
                         ldc,
-                    )
+                    ),
+                    DType::Bf16 => {
+                        let bf16 = blas_sys::cudaDataType::CUDA_R_16BF;
+                        cudarc::cublas::result::gemm_ex(
+                            libs.cublas,
+                            op(g.transa),
+                            op(g.transb),
+                            m,
+                            n,
+                            k,
+                            (&alpha as *const f32).cast(),
+                            a as *const c_void,
+                            bf16,
+                            lda,
+                            b as *const c_void,
+                            bf16,
+                            ldb,
+                            (&beta as *const f32).cast(),
+                            c as *mut c_void,
+                            bf16,
+                            ldc,
+                            blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                            blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                        )
+                    }
                 })
         };
         drop(libs);
-        self.finish("cublasSgemm", r)
+        self.finish(name, r)
     }
 
     /// One pass of a convolution through cuDNN (see [`ConvPass`] for which
@@ -516,10 +566,10 @@ impl CudaBackend {
         &mut self,
         dims: ConvDims,
         pass: ConvPass,
-        a: Buf<f32>,
-        b: Buf<f32>,
+        a: FloatBuf,
+        b: FloatBuf,
         workspace: Buf<f32>,
-        out: Buf<f32>,
+        out: FloatBuf,
         accumulate: bool,
     ) -> Result<(), BackendError> {
         self.enter("cuDNN convolution")?;
@@ -533,6 +583,9 @@ impl CudaBackend {
             ConvPass::InputGrad => (w, y, x),
             ConvPass::WeightGrad => (x, y, w),
         };
+        if [a, b, out].iter().any(|t| t.dtype() != dims.dtype) {
+            return Err(BackendError::Internal("a convolution's buffers are not of its type"));
+        }
         if a.len() != need_a
             || b.len() != need_b
             || out.len() != need_out
@@ -541,10 +594,10 @@ impl CudaBackend {
             return Err(BackendError::Internal("a convolution's buffers do not match its sizes"));
         }
         let (pa, pb, pw, po) = (
-            self.address(a)?,
-            self.address(b)?,
+            self.float_address(a)?,
+            self.float_address(b)?,
             self.address(workspace)?,
-            self.address(out)?,
+            self.float_address(out)?,
         );
         let op = match pass {
             ConvPass::Forward => "cudnnConvolutionForward",

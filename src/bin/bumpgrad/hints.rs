@@ -119,6 +119,7 @@ fn setting_flag(setting: bumpgrad::Setting) -> &'static str {
         S::Augment => "--augment",
         S::Precision => "--precision",
         S::MemoryBudget => "--memory-budget",
+        S::WorkspaceGrowth => "--workspace-growth",
     }
 }
 

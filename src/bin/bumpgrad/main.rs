@@ -90,6 +90,11 @@ enum PrecisionArg {
     /// Convolutions and matrix products on the tensor cores with TF32 inputs (10-bit mantissa)
     /// and fp32 accumulation, as PyTorch's allow_tf32; GPU only.
     Tf32,
+    /// Mixed precision, as PyTorch's bf16 autocast: convolutions and matrix products on the tensor
+    /// cores in bf16 with fp32 accumulation, activations and their gradients kept in bf16;
+    /// batch-norm statistics, the loss and sums in fp32; fp32 weights, gradients and optimizer
+    /// state (checkpoints stay fp32); GPU only.
+    Bf16,
 }
 
 /// `--conv-algos`: how a GPU chooses each convolution's algorithms.
@@ -117,6 +122,7 @@ impl From<PrecisionArg> for Precision {
         match arg {
             PrecisionArg::Fp32 => Self::Fp32,
             PrecisionArg::Tf32 => Self::Tf32,
+            PrecisionArg::Bf16 => Self::Bf16,
         }
     }
 }
@@ -246,6 +252,11 @@ struct TrainArgs {
     /// deterministic ones).
     #[arg(long, value_enum, default_value = "timed")]
     conv_algos: ConvAlgosArg,
+    /// How much the timed convolution algorithms' workspaces may grow the step over the
+    /// heuristic's, as a fraction of it: more is faster where cuDNN's fastest algorithms need
+    /// large workspaces, for more step memory.
+    #[arg(long, value_name = "F", default_value_t = bumpgrad::train::TUNING_GROWTH)]
+    workspace_growth: f64,
     /// Write the training step's memory timeline (SVG) to FILE before training.
     #[arg(long, value_name = "FILE")]
     memory_report: Option<PathBuf>,
@@ -433,6 +444,7 @@ impl TrainArgs {
             deterministic: self.deterministic,
             precision: self.precision.into(),
             conv_algos: self.conv_algos.into(),
+            workspace_growth: self.workspace_growth,
             memory_budget: self.memory_budget,
             data_parallel: None,
         }

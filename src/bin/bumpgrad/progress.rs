@@ -108,7 +108,7 @@ impl Observer for Printer {
             ));
         }
         if let Some(t) = info.conv_tuning {
-            let growth = (bumpgrad::train::TUNING_GROWTH * 100.0).round();
+            let growth = (info.workspace_growth * 100.0).round();
             // Under a budget (given or the arena's) the bound is the budget.
             let within = match info.recomputed {
                 Some(_) => "the memory budget".to_string(),

@@ -12,8 +12,9 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, Grid, KernelSource};
+use crate::backend::cuda::{Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
+use crate::memory::DType;
 use crate::tensor::{Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -21,10 +22,16 @@ use crate::{Error, Result};
 pub(crate) const KERNELS: KernelSource = KernelSource {
     owner: "add",
     source: include_str!("kernels.cu"),
-    entries: &[ADD_FORWARD, ADD_GRAD_COPY],
+    entries: &[ADD_FORWARD.f32, ADD_FORWARD.bf16, ADD_GRAD_COPY.f32, ADD_GRAD_COPY.bf16],
 };
-const ADD_FORWARD: &str = "add_forward";
-const ADD_GRAD_COPY: &str = "add_grad_copy";
+const ADD_FORWARD: FloatKernel = FloatKernel {
+    f32: "add_forward",
+    bf16: "add_forward_bf16",
+};
+const ADD_GRAD_COPY: FloatKernel = FloatKernel {
+    f32: "add_grad_copy",
+    bf16: "add_grad_copy_bf16",
+};
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {
@@ -34,13 +41,19 @@ pub(crate) struct Saved {
 }
 
 impl<'s> Tensor<'s> {
-    /// `self + other`, elementwise; both must have the same shape.
+    /// `self + other`, elementwise; both must have the same shape. Of their
+    /// type, or fp32 when their types differ (PyTorch's promotion: the
+    /// bf16 one is cast up).
     pub fn add(self, s: &mut Step<'s>, other: Tensor<'s>) -> Result<Tensor<'s>> {
         if self.shape() != other.shape() {
             return Err(Error::shape(
                 "add",
                 format!("operands of one shape, got {} and {}", self.shape(), other.shape()),
             ));
+        }
+        if self.dtype() != other.dtype() {
+            let (a, b) = (self.cast(s, DType::F32)?, other.cast(s, DType::F32)?);
+            return a.add(s, b);
         }
         let y = s.output("add output", self.shape(), &[&self, &other])?;
         match s.uses(&[self.buf().into(), other.buf().into(), y.buf().into()]) {
@@ -51,7 +64,7 @@ impl<'s> Tensor<'s> {
             Backend::Cuda(gpu) => {
                 let n = y.shape().numel();
                 gpu.launch(
-                    ADD_FORWARD,
+                    ADD_FORWARD.of(y.dtype()),
                     Grid::over(n),
                     &[
                         self.buf().into(),
@@ -92,7 +105,7 @@ impl Saved {
                 Backend::Cuda(gpu) => {
                     let n = gx.len();
                     gpu.launch(
-                        ADD_GRAD_COPY,
+                        ADD_GRAD_COPY.of(gx.dtype()),
                         Grid::over(n),
                         &[gy.into(), gx.into(), Arg::U32(n as u32)],
                     )?

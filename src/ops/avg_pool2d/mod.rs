@@ -13,7 +13,7 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Grid, KernelSource};
+use crate::backend::cuda::{FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::ops::maxpool2d::{Pool2dArgs, PoolGeometry};
 use crate::tensor::{Tensor, TensorRef};
@@ -23,10 +23,21 @@ use crate::Result;
 pub(crate) const KERNELS: KernelSource = KernelSource {
     owner: "avg_pool2d",
     source: include_str!("kernels.cu"),
-    entries: &[AVGPOOL_FORWARD, AVGPOOL_BACKWARD],
+    entries: &[
+        AVGPOOL_FORWARD.f32,
+        AVGPOOL_FORWARD.bf16,
+        AVGPOOL_BACKWARD.f32,
+        AVGPOOL_BACKWARD.bf16,
+    ],
 };
-const AVGPOOL_FORWARD: &str = "avgpool_forward";
-const AVGPOOL_BACKWARD: &str = "avgpool_backward";
+const AVGPOOL_FORWARD: FloatKernel = FloatKernel {
+    f32: "avgpool_forward",
+    bf16: "avgpool_forward_bf16",
+};
+const AVGPOOL_BACKWARD: FloatKernel = FloatKernel {
+    f32: "avgpool_backward",
+    bf16: "avgpool_backward_bf16",
+};
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {
@@ -58,7 +69,7 @@ impl<'s> Tensor<'s> {
             Backend::Cuda(gpu) => {
                 let [a, b, c, d, e, f, h, i] = g.args();
                 gpu.launch(
-                    AVGPOOL_FORWARD,
+                    AVGPOOL_FORWARD.of(y.dtype()),
                     Grid::over(y.shape().numel()),
                     &[self.buf().into(), y.buf().into(), a, b, c, d, e, f, h, i],
                 )?
@@ -92,7 +103,7 @@ impl Saved {
             Backend::Cuda(gpu) => {
                 let [a, b, c, d, e, f, h, i] = g.args();
                 gpu.launch(
-                    AVGPOOL_BACKWARD,
+                    AVGPOOL_BACKWARD.of(gx.dtype()),
                     Grid::over(self.x.shape.numel()),
                     &[gy.into(), gx.into(), a, b, c, d, e, f, h, i],
                 )?

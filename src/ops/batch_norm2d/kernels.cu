@@ -8,19 +8,28 @@
 // channel's runs in index order. No atomics: every run gives the same bits.
 // The arithmetic follows the CPU kernels' (cpu.rs, which sum in f64); the
 // two agree to 1e-4 of the scale.
+//
+// In a mixed-precision step x, the residual, y and their gradients are bf16
+// (the kernels of those tensors are templates over their type `T`, with a
+// `_bf16` entry each); the weight, bias and statistics, every sum and every
+// partial stay fp32, and so does all arithmetic: a bf16 value is widened
+// when read and rounded once when written. A bf16 value is 2 bytes, too few
+// for one access to keep the memory busy: the bf16 kernels read and write
+// four or eight values at a time where the sizes allow.
 
 // Value k (image k / hw, pixel k % hw) of channel ch walks with a stride of
-// blockDim.x without a division per value: `Walk` keeps image and pixel.
+// `stride` values without a division per value: `Walk` keeps image and
+// pixel (a stride below hw, or a multiple of it plus less than hw).
 struct Walk {
     unsigned int img, px, step_img, step_px;
 };
 
-__device__ __forceinline__ Walk bn_walk(unsigned int k, unsigned int hw) {
+__device__ __forceinline__ Walk bn_walk(unsigned int k, unsigned int hw, unsigned int stride) {
     Walk w;
     w.img = k / hw;
     w.px = k % hw;
-    w.step_img = blockDim.x / hw;
-    w.step_px = blockDim.x % hw;
+    w.step_img = stride / hw;
+    w.step_px = stride % hw;
     return w;
 }
 
@@ -37,25 +46,73 @@ __device__ __forceinline__ size_t bn_index(const Walk& w, unsigned int ch, unsig
     return ((size_t)w.img * c + ch) * hw + w.px;
 }
 
+// Four consecutive values of a channel, widened, or stored rounded: one
+// 16-byte access in fp32, one 8-byte access in bf16. The first is at a
+// multiple of 4 elements of a 256-byte aligned buffer, so both are aligned.
+__device__ __forceinline__ void bn_load4(const float* p, float* v) {
+    float4 q = *reinterpret_cast<const float4*>(p);
+    v[0] = q.x;
+    v[1] = q.y;
+    v[2] = q.z;
+    v[3] = q.w;
+}
+__device__ __forceinline__ void bn_load4(const bf16* p, float* v) {
+    // Little-endian: the first of a word's two values is its low half.
+    uint2 q = *reinterpret_cast<const uint2*>(p);
+    v[0] = __uint_as_float(q.x << 16);
+    v[1] = __uint_as_float(q.x & 0xffff0000u);
+    v[2] = __uint_as_float(q.y << 16);
+    v[3] = __uint_as_float(q.y & 0xffff0000u);
+}
+__device__ __forceinline__ void bn_store4(float* p, const float* v) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void bn_store4(bf16* p, const float* v) {
+    uint2 q;
+    q.x = (unsigned int)store<bf16>(v[0]).bits | ((unsigned int)store<bf16>(v[1]).bits << 16);
+    q.y = (unsigned int)store<bf16>(v[2]).bits | ((unsigned int)store<bf16>(v[3]).bits << 16);
+    *reinterpret_cast<uint2*>(p) = q;
+}
+
+// How many consecutive values a bf16 reduction reads at a time: four where
+// every run starts and ends on a multiple of 4 inside a plane (mod.rs
+// rounds a bf16 run's length up to a multiple of 4 where hw is one, to
+// make it so), else one. fp32 reads one.
+template <typename T> __device__ __forceinline__ unsigned int bn_run_vec(unsigned int hw, unsigned int chunk_len) {
+    return sizeof(T) == 2 && hw % 4 == 0 && chunk_len % 4 == 0 ? 4u : 1u;
+}
+
 // Training statistics, first half: block (j, ch) gives run j of channel ch
 // its mean and its sum of squared deviations (from the run's first value,
 // then corrected: one pass, without the cancellation of raw squares).
-extern "C" __global__ void bn_stats_partial(const float* x, float* partial, unsigned int n, unsigned int c,
-                                            unsigned int hw, unsigned int chunk_len) {
+template <typename T>
+__device__ void bn_stats_partial_t(const T* x, float* partial, unsigned int n, unsigned int c, unsigned int hw,
+                                   unsigned int chunk_len) {
     __shared__ float buf[256];
     unsigned int ch = blockIdx.y, j = blockIdx.x, chunks = gridDim.x;
     unsigned int count = n * hw;
     unsigned int k0 = j * chunk_len;
     unsigned int k1 = min(count, k0 + chunk_len);
-    Walk w0 = bn_walk(k0, hw);
-    float shift = x[bn_index(w0, ch, c, hw)];
+    unsigned int vec = bn_run_vec<T>(hw, chunk_len), stride = blockDim.x * vec;
+    Walk w0 = bn_walk(k0, hw, stride);
+    float shift = load(x[bn_index(w0, ch, c, hw)]);
     float s = 0.0f, q = 0.0f;
-    if (k0 + threadIdx.x < k1) {
-        Walk w = bn_walk(k0 + threadIdx.x, hw);
-        for (unsigned int k = k0 + threadIdx.x; k < k1; k += blockDim.x) {
-            float d = x[bn_index(w, ch, c, hw)] - shift;
-            s += d;
-            q += d * d;
+    if (k0 + threadIdx.x * vec < k1) {
+        Walk w = bn_walk(k0 + threadIdx.x * vec, hw, stride);
+        for (unsigned int k = k0 + threadIdx.x * vec; k < k1; k += stride) {
+            if (vec == 4) {
+                float v[4];
+                bn_load4(x + bn_index(w, ch, c, hw), v);
+                for (int e = 0; e < 4; e++) {
+                    float d = v[e] - shift;
+                    s += d;
+                    q += d * d;
+                }
+            } else {
+                float d = load(x[bn_index(w, ch, c, hw)]) - shift;
+                s += d;
+                q += d * d;
+            }
             bn_advance(w, hw);
         }
     }
@@ -67,6 +124,14 @@ extern "C" __global__ void bn_stats_partial(const float* x, float* partial, unsi
         partial[2 * (ch * chunks + j)] = shift + d;
         partial[2 * (ch * chunks + j) + 1] = fmaxf(q - s * d, 0.0f);
     }
+}
+extern "C" __global__ void bn_stats_partial(const float* x, float* partial, unsigned int n, unsigned int c,
+                                            unsigned int hw, unsigned int chunk_len) {
+    bn_stats_partial_t(x, partial, n, c, hw, chunk_len);
+}
+extern "C" __global__ void bn_stats_partial_bf16(const bf16* x, float* partial, unsigned int n, unsigned int c,
+                                                 unsigned int hw, unsigned int chunk_len) {
+    bn_stats_partial_t(x, partial, n, c, hw, chunk_len);
 }
 
 // Training statistics, second half: block ch merges its channel's runs in
@@ -114,38 +179,63 @@ extern "C" __global__ void bn_eval_stats(const float* running_mean, const float*
 }
 
 // y = (x - mean) * invstd * w + b, plus residual[i] when there is one, then
-// max(., 0) when relu; `vec` consecutive values per thread (4 when hw is a
-// multiple of 4: they share a channel, and the buffers are 256-byte aligned).
-extern "C" __global__ void bn_apply(const float* x, const float* mean, const float* invstd, const float* weight,
-                                    const float* bias, const float* residual, float* y, unsigned int n,
-                                    unsigned int c, unsigned int hw, unsigned int relu, unsigned int vec) {
+// max(., 0) when relu, rounded once to T, for V consecutive values of a
+// channel at i (a multiple of 4).
+template <typename T, int V>
+__device__ __forceinline__ void bn_apply_vec(const T* x, const T* residual, T* y, unsigned int i, float mu, float is,
+                                             float w, float b, unsigned int relu) {
+    float v[V], o[V];
+    for (int h = 0; h < V; h += 4) bn_load4(x + i + h, v + h);
+    for (int e = 0; e < V; e++) o[e] = (v[e] - mu) * is * w + b;
+    if (residual) {
+        float r[V];
+        for (int h = 0; h < V; h += 4) bn_load4(residual + i + h, r + h);
+        for (int e = 0; e < V; e++) o[e] += r[e];
+    }
+    if (relu)
+        for (int e = 0; e < V; e++) o[e] = fmaxf(o[e], 0.0f);
+    for (int h = 0; h < V; h += 4) bn_store4(y + i + h, o + h);
+}
+
+// bn_apply_vec for `vec` consecutive values per thread: 4 when hw is a
+// multiple of 4 (they share a channel), 8 in bf16 when hw is a multiple of
+// 8 (as many bytes as fp32's 4), else 1.
+template <typename T>
+__device__ void bn_apply_t(const T* x, const float* mean, const float* invstd, const float* weight, const float* bias,
+                           const T* residual, T* y, unsigned int n, unsigned int c, unsigned int hw, unsigned int relu,
+                           unsigned int vec) {
     unsigned int t = blockIdx.x * blockDim.x + threadIdx.x;
     unsigned int total = n * c * hw;
     unsigned int i = t * vec;
     if (i >= total) return;
     unsigned int ch = (i / hw) % c;
     float mu = mean[ch], is = invstd[ch], w = weight[ch], b = bias[ch];
-    if (vec == 4) {
-        float4 v = *reinterpret_cast<const float4*>(x + i);
-        float o[4] = {(v.x - mu) * is * w + b, (v.y - mu) * is * w + b, (v.z - mu) * is * w + b,
-                      (v.w - mu) * is * w + b};
-        if (residual) {
-            float4 r = *reinterpret_cast<const float4*>(residual + i);
-            o[0] += r.x;
-            o[1] += r.y;
-            o[2] += r.z;
-            o[3] += r.w;
-        }
-        if (relu)
-            for (int e = 0; e < 4; e++) o[e] = fmaxf(o[e], 0.0f);
-        *reinterpret_cast<float4*>(y + i) = make_float4(o[0], o[1], o[2], o[3]);
+    if (sizeof(T) == 2 && vec == 8) {
+        bn_apply_vec<T, 8>(x, residual, y, i, mu, is, w, b, relu);
+    } else if (vec == 4) {
+        bn_apply_vec<T, 4>(x, residual, y, i, mu, is, w, b, relu);
     } else {
-        float o = (x[i] - mu) * is * w + b;
-        if (residual) o += residual[i];
+        float o = (load(x[i]) - mu) * is * w + b;
+        if (residual) o += load(residual[i]);
         if (relu) o = fmaxf(o, 0.0f);
-        y[i] = o;
+        y[i] = store<T>(o);
     }
 }
+extern "C" __global__ void bn_apply(const float* x, const float* mean, const float* invstd, const float* weight,
+                                    const float* bias, const float* residual, float* y, unsigned int n,
+                                    unsigned int c, unsigned int hw, unsigned int relu, unsigned int vec) {
+    bn_apply_t(x, mean, invstd, weight, bias, residual, y, n, c, hw, relu, vec);
+}
+extern "C" __global__ void bn_apply_bf16(const bf16* x, const float* mean, const float* invstd, const float* weight,
+                                         const float* bias, const bf16* residual, bf16* y, unsigned int n,
+                                         unsigned int c, unsigned int hw, unsigned int relu, unsigned int vec) {
+    bn_apply_t(x, mean, invstd, weight, bias, residual, y, n, c, hw, relu, vec);
+}
+
+// Whether the relu passed a pre-activation of o, judged on o as bn_apply
+// stores it (rounded to T), so that a mask recomputed from x agrees with one
+// read from y bit for bit in bf16 too (in fp32 the rounding is nothing).
+template <typename T> __device__ __forceinline__ bool bn_passes(float o) { return load(store<T>(o)) > 0.0f; }
 
 // Which values the gradient passes in backward: all (mask 0), those whose
 // pre-activation (x - mean) * invstd * w + b is above 0 (mask 1: relu with
@@ -154,39 +244,53 @@ extern "C" __global__ void bn_apply(const float* x, const float* mean, const flo
 // plus the residual, y read as the residual, is above 0 (mask 3: relu after
 // a residual whose output was dropped; bn_apply's arithmetic, so the same
 // mask bit for bit).
+template <typename T>
 __device__ __forceinline__ float bn_masked(float g, float xv, float yv, float mu, float is, float w, float b,
                                            unsigned int mask) {
-    if (mask == 1) return (xv - mu) * is * w + b > 0.0f ? g : 0.0f;
+    if (mask == 1) return bn_passes<T>((xv - mu) * is * w + b) ? g : 0.0f;
     if (mask == 2) return yv > 0.0f ? g : 0.0f;
     if (mask == 3) {
         float o = (xv - mu) * is * w + b;
         o += yv;
-        return o > 0.0f ? g : 0.0f;
+        return bn_passes<T>(o) ? g : 0.0f;
     }
     return g;
 }
 
 // Backward sums, first half: block (j, ch) sums over run j of channel ch
 // the passed gradient g and g * (x - mean).
-extern "C" __global__ void bn_backward_partial(const float* x, const float* gy, const float* y, const float* mean,
-                                               const float* invstd, const float* weight, const float* bias,
-                                               float* partial, unsigned int n, unsigned int c, unsigned int hw,
-                                               unsigned int chunk_len, unsigned int mask) {
+template <typename T>
+__device__ void bn_backward_partial_t(const T* x, const T* gy, const T* y, const float* mean, const float* invstd,
+                                      const float* weight, const float* bias, float* partial, unsigned int n,
+                                      unsigned int c, unsigned int hw, unsigned int chunk_len, unsigned int mask) {
     __shared__ float buf[256];
     unsigned int ch = blockIdx.y, j = blockIdx.x, chunks = gridDim.x;
     unsigned int count = n * hw;
     unsigned int k0 = j * chunk_len;
     unsigned int k1 = min(count, k0 + chunk_len);
+    unsigned int vec = bn_run_vec<T>(hw, chunk_len), stride = blockDim.x * vec;
     float mu = mean[ch], is = invstd[ch], w = weight[ch], b = bias[ch];
     float centred = 0.0f, total = 0.0f;
-    if (k0 + threadIdx.x < k1) {
-        Walk wk = bn_walk(k0 + threadIdx.x, hw);
-        for (unsigned int k = k0 + threadIdx.x; k < k1; k += blockDim.x) {
+    if (k0 + threadIdx.x * vec < k1) {
+        Walk wk = bn_walk(k0 + threadIdx.x * vec, hw, stride);
+        for (unsigned int k = k0 + threadIdx.x * vec; k < k1; k += stride) {
             size_t at = bn_index(wk, ch, c, hw);
-            float xv = x[at];
-            float g = bn_masked(gy[at], xv, mask >= 2 ? y[at] : 0.0f, mu, is, w, b, mask);
-            centred += g * (xv - mu);
-            total += g;
+            if (vec == 4) {
+                float xv[4], g[4], yv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                bn_load4(x + at, xv);
+                bn_load4(gy + at, g);
+                if (mask >= 2) bn_load4(y + at, yv);
+                for (int e = 0; e < 4; e++) {
+                    float ge = bn_masked<T>(g[e], xv[e], yv[e], mu, is, w, b, mask);
+                    centred += ge * (xv[e] - mu);
+                    total += ge;
+                }
+            } else {
+                float xv = load(x[at]);
+                float g = bn_masked<T>(load(gy[at]), xv, mask >= 2 ? load(y[at]) : 0.0f, mu, is, w, b, mask);
+                centred += g * (xv - mu);
+                total += g;
+            }
             bn_advance(wk, hw);
         }
     }
@@ -196,6 +300,18 @@ extern "C" __global__ void bn_backward_partial(const float* x, const float* gy, 
         partial[2 * (ch * chunks + j)] = centred;
         partial[2 * (ch * chunks + j) + 1] = total;
     }
+}
+extern "C" __global__ void bn_backward_partial(const float* x, const float* gy, const float* y, const float* mean,
+                                               const float* invstd, const float* weight, const float* bias,
+                                               float* partial, unsigned int n, unsigned int c, unsigned int hw,
+                                               unsigned int chunk_len, unsigned int mask) {
+    bn_backward_partial_t(x, gy, y, mean, invstd, weight, bias, partial, n, c, hw, chunk_len, mask);
+}
+extern "C" __global__ void bn_backward_partial_bf16(const bf16* x, const bf16* gy, const bf16* y, const float* mean,
+                                                    const float* invstd, const float* weight, const float* bias,
+                                                    float* partial, unsigned int n, unsigned int c, unsigned int hw,
+                                                    unsigned int chunk_len, unsigned int mask) {
+    bn_backward_partial_t(x, gy, y, mean, invstd, weight, bias, partial, n, c, hw, chunk_len, mask);
 }
 
 // Backward sums, second half: block ch adds its runs in run order into the
@@ -220,29 +336,85 @@ extern "C" __global__ void bn_backward_finish(const float* partial, const float*
 }
 
 // dx = w * invstd * (g - sum_dy / count - xhat * sum_dy_xhat / count) in
-// training, w * invstd * g in evaluation, with g the passed gradient; the
-// residual's gradient, when wanted, is g itself. One thread per value,
-// which reads gy[i] before it writes anything at i: gx or gresidual may be
-// gy itself (backward writes over a gradient nothing reads after).
+// training, w * invstd * g in evaluation, with g the passed gradient.
+__device__ __forceinline__ float bn_input_grad(float g, float xv, float mu, float is, float scale, float sum_dy,
+                                               float sum_dy_xhat, float count, unsigned int training) {
+    if (!training) return scale * g;
+    float xhat = (xv - mu) * is;
+    return scale * (g - sum_dy / count - xhat * (sum_dy_xhat / count));
+}
+
+// The input's gradient (bn_input_grad) and the residual's, when wanted,
+// which is g itself, for V consecutive values of a channel at i (a multiple
+// of 4). Every gy value is read before anything is written: gx or
+// gresidual may be gy itself (backward writes over a gradient nothing reads
+// after).
+template <typename T, int V>
+__device__ __forceinline__ void bn_input_grad_vec(const T* x, const T* gy, const T* y, T* gx, T* gresidual,
+                                                  unsigned int i, float mu, float is, float w, float b, float scale,
+                                                  float sdy, float sdx, float count, unsigned int training,
+                                                  unsigned int mask) {
+    float xv[V], g[V], yv[V];
+    for (int h = 0; h < V; h += 4) {
+        bn_load4(x + i + h, xv + h);
+        bn_load4(gy + i + h, g + h);
+    }
+    if (mask >= 2)
+        for (int h = 0; h < V; h += 4) bn_load4(y + i + h, yv + h);
+    else
+        for (int e = 0; e < V; e++) yv[e] = 0.0f;
+    for (int e = 0; e < V; e++) g[e] = bn_masked<T>(g[e], xv[e], yv[e], mu, is, w, b, mask);
+    if (gresidual)
+        for (int h = 0; h < V; h += 4) bn_store4(gresidual + i + h, g + h);
+    if (!gx) return;
+    float o[V];
+    for (int e = 0; e < V; e++) o[e] = bn_input_grad(g[e], xv[e], mu, is, scale, sdy, sdx, count, training);
+    for (int h = 0; h < V; h += 4) bn_store4(gx + i + h, o + h);
+}
+
+// bn_input_grad_vec for `vec` consecutive values per thread (1, or in bf16
+// 4 or 8 as bn_apply takes them), or for one value, with the same care for
+// gy.
+template <typename T>
+__device__ void bn_backward_input_t(const T* x, const T* gy, const T* y, const float* mean, const float* invstd,
+                                    const float* weight, const float* bias, const float* sum_dy_xhat,
+                                    const float* sum_dy, T* gx, T* gresidual, unsigned int n, unsigned int c,
+                                    unsigned int hw, unsigned int training, unsigned int mask, unsigned int vec) {
+    unsigned int t = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned int i = t * vec;
+    if (i >= n * c * hw) return;
+    unsigned int ch = (i / hw) % c;
+    float mu = mean[ch], is = invstd[ch], w = weight[ch], b = bias[ch];
+    float scale = w * is, count = (float)(n * hw), sdy = sum_dy[ch], sdx = sum_dy_xhat[ch];
+    if (vec == 8) {
+        bn_input_grad_vec<T, 8>(x, gy, y, gx, gresidual, i, mu, is, w, b, scale, sdy, sdx, count, training, mask);
+    } else if (vec == 4) {
+        bn_input_grad_vec<T, 4>(x, gy, y, gx, gresidual, i, mu, is, w, b, scale, sdy, sdx, count, training, mask);
+    } else {
+        float xv = load(x[i]);
+        float g = bn_masked<T>(load(gy[i]), xv, mask >= 2 ? load(y[i]) : 0.0f, mu, is, w, b, mask);
+        if (gresidual) gresidual[i] = store<T>(g);
+        if (!gx) return;
+        gx[i] = store<T>(bn_input_grad(g, xv, mu, is, scale, sdy, sdx, count, training));
+    }
+}
 extern "C" __global__ void bn_backward_input(const float* x, const float* gy, const float* y, const float* mean,
                                              const float* invstd, const float* weight, const float* bias,
                                              const float* sum_dy_xhat, const float* sum_dy, float* gx,
                                              float* gresidual, unsigned int n, unsigned int c, unsigned int hw,
                                              unsigned int training, unsigned int mask) {
-    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n * c * hw) return;
-    unsigned int ch = (i / hw) % c;
-    float mu = mean[ch], is = invstd[ch], w = weight[ch];
-    float xv = x[i];
-    float g = bn_masked(gy[i], xv, mask >= 2 ? y[i] : 0.0f, mu, is, w, bias[ch], mask);
-    if (gresidual) gresidual[i] = g;
-    if (!gx) return;
-    float scale = w * is;
-    if (training) {
-        float count = (float)(n * hw);
-        float xhat = (xv - mu) * is;
-        gx[i] = scale * (g - sum_dy[ch] / count - xhat * (sum_dy_xhat[ch] / count));
-    } else {
-        gx[i] = scale * g;
-    }
+    bn_backward_input_t(x, gy, y, mean, invstd, weight, bias, sum_dy_xhat, sum_dy, gx, gresidual, n, c, hw, training,
+                        mask, 1u);
+}
+extern "C" __global__ void bn_backward_input_bf16(const bf16* x, const bf16* gy, const bf16* y, const float* mean,
+                                                  const float* invstd, const float* weight, const float* bias,
+                                                  const float* sum_dy_xhat, const float* sum_dy, bf16* gx,
+                                                  bf16* gresidual, unsigned int n, unsigned int c, unsigned int hw,
+                                                  unsigned int training, unsigned int mask) {
+    // Several values per thread where they share a plane, as in bn_apply.
+    // The launch (mod.rs) sizes its grid by the same rule; `vec` is no
+    // argument of its own because a launch takes at most 16.
+    unsigned int vec = hw % 8 == 0 ? 8u : hw % 4 == 0 ? 4u : 1u;
+    bn_backward_input_t(x, gy, y, mean, invstd, weight, bias, sum_dy_xhat, sum_dy, gx, gresidual, n, c, hw, training,
+                        mask, vec);
 }

@@ -31,15 +31,20 @@
 //! runs summed by blocks of their own (one pass, Chan's merge of the runs'
 //! variances), then adds the runs in order: fixed trees, no atomics; the
 //! two agree to 1e-4 of the scale.
+//!
+//! In a mixed-precision step (PyTorch's bf16 autocast) the input, the
+//! residual, the output and their gradients are of the input's type, bf16;
+//! the weight, the bias and every statistic stay fp32, and the GPU computes
+//! every sum in fp32, rounding a value to bf16 once, when it stores it.
 
 mod cpu;
 #[cfg(test)]
 mod tests;
 
 use crate::autograd::{Candidate, Node, Recompute, Step};
-use crate::backend::cuda::{Arg, Grid, KernelSource};
+use crate::backend::cuda::{Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::{Backend, Sizing};
-use crate::memory::Buf;
+use crate::memory::{Buf, DType, FloatBuf};
 use crate::tensor::{Param, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 use cpu::Mask;
@@ -49,22 +54,40 @@ pub(crate) const KERNELS: KernelSource = KernelSource {
     owner: "batch_norm2d",
     source: include_str!("kernels.cu"),
     entries: &[
-        BN_STATS_PARTIAL,
+        BN_STATS_PARTIAL.f32,
+        BN_STATS_PARTIAL.bf16,
         BN_STATS_FINISH,
         BN_EVAL_STATS,
-        BN_APPLY,
-        BN_BACKWARD_PARTIAL,
+        BN_APPLY.f32,
+        BN_APPLY.bf16,
+        BN_BACKWARD_PARTIAL.f32,
+        BN_BACKWARD_PARTIAL.bf16,
         BN_BACKWARD_FINISH,
-        BN_BACKWARD_INPUT,
+        BN_BACKWARD_INPUT.f32,
+        BN_BACKWARD_INPUT.bf16,
     ],
 };
-const BN_STATS_PARTIAL: &str = "bn_stats_partial";
+// The kernels that read or write x-shaped tensors have an entry per type;
+// the others read and write per-channel fp32 only.
+const BN_STATS_PARTIAL: FloatKernel = FloatKernel {
+    f32: "bn_stats_partial",
+    bf16: "bn_stats_partial_bf16",
+};
 const BN_STATS_FINISH: &str = "bn_stats_finish";
 const BN_EVAL_STATS: &str = "bn_eval_stats";
-const BN_APPLY: &str = "bn_apply";
-const BN_BACKWARD_PARTIAL: &str = "bn_backward_partial";
+const BN_APPLY: FloatKernel = FloatKernel {
+    f32: "bn_apply",
+    bf16: "bn_apply_bf16",
+};
+const BN_BACKWARD_PARTIAL: FloatKernel = FloatKernel {
+    f32: "bn_backward_partial",
+    bf16: "bn_backward_partial_bf16",
+};
 const BN_BACKWARD_FINISH: &str = "bn_backward_finish";
-const BN_BACKWARD_INPUT: &str = "bn_backward_input";
+const BN_BACKWARD_INPUT: FloatKernel = FloatKernel {
+    f32: "bn_backward_input",
+    bf16: "bn_backward_input_bf16",
+};
 
 /// Threads of a block that sums (a power of two: `block_sum` halves it).
 const REDUCE_THREADS: u32 = 256;
@@ -120,16 +143,25 @@ impl BatchNormArgs {
     }
 }
 
-/// Sizes of one batch norm: `n` images of `c` planes of `hw` pixels.
+/// Sizes of one batch norm: `n` images of `c` planes of `hw` pixels, of
+/// type `dtype` (x's, and so everything x-shaped's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Geometry {
     n: usize,
     c: usize,
     hw: usize,
+    dtype: DType,
 }
 
 impl Geometry {
-    fn new(x: Shape, weight: Shape, bias: Shape, stats: &RunningStats, args: &BatchNormArgs) -> Result<Self> {
+    fn new(
+        x: Shape,
+        dtype: DType,
+        weight: Shape,
+        bias: Shape,
+        stats: &RunningStats,
+        args: &BatchNormArgs,
+    ) -> Result<Self> {
         let bad = |detail: String| Err(Error::shape("batch_norm2d", detail));
         if x.rank() != 4 {
             return bad(format!("input [N, C, H, W], got {x}"));
@@ -176,7 +208,7 @@ impl Geometry {
                 args.momentum
             )));
         }
-        Ok(Self { n, c, hw })
+        Ok(Self { n, c, hw, dtype })
     }
 
     fn numel(&self) -> usize {
@@ -197,7 +229,44 @@ impl Geometry {
     fn runs(&self) -> (usize, usize) {
         let count = self.n * self.hw;
         let runs = count.div_ceil(RUN_LEN).clamp(1, MAX_RUNS);
-        (runs, count.div_ceil(runs))
+        let len = count.div_ceil(runs);
+        // The bf16 sums read four values at a time where runs start on a
+        // multiple of 4 in planes of a multiple of 4 (kernels.cu): rounding
+        // the length up may leave a run fewer, never more.
+        if self.dtype == DType::Bf16 && self.hw.is_multiple_of(4) {
+            let len = len.next_multiple_of(4);
+            return (count.div_ceil(len), len);
+        }
+        (runs, len)
+    }
+
+    /// Values per thread of `bn_apply`: consecutive ones of a plane, 16
+    /// bytes of them where the plane allows (kernels.cu).
+    fn apply_vec(&self) -> usize {
+        match self.dtype {
+            DType::Bf16 if self.hw.is_multiple_of(8) => 8,
+            _ if self.hw.is_multiple_of(4) => 4,
+            _ => 1,
+        }
+    }
+
+    /// Values per thread of `bn_backward_input`: bf16's as `bn_apply`'s (the
+    /// kernel decides alike), fp32's one, as it always took.
+    fn input_grad_vec(&self) -> usize {
+        match self.dtype {
+            DType::Bf16 => self.apply_vec(),
+            DType::F32 => 1,
+        }
+    }
+
+    /// The type of the x-shaped buffers a GPU kernel is handed, which must
+    /// all be this batch norm's: one kernel entry reads them all as one
+    /// type, so a mix is refused rather than misread.
+    fn dtype_of(&self, bufs: &[Option<FloatBuf>]) -> Result<DType> {
+        match bufs.iter().flatten().all(|b| b.dtype() == self.dtype) {
+            true => Ok(self.dtype),
+            false => Err(crate::backend::BackendError::Internal("batch-norm tensors of different float types").into()),
+        }
     }
 
     /// The GPU's per-run partial sums, two per run and channel, in the step
@@ -243,8 +312,8 @@ const MASK_PLUS_RESIDUAL: u32 = 3;
 /// What backward reads besides x to know where the relu passed.
 enum MaskSource {
     None,
-    Output(Buf<f32>),
-    Residual(Buf<f32>),
+    Output(FloatBuf),
+    Residual(FloatBuf),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -292,7 +361,8 @@ impl<'s> Tensor<'s> {
     }
 
     /// `relu(batch_norm2d(…) + residual)` in one pass: the end of a
-    /// residual block. `residual` has `self`'s shape.
+    /// residual block. `residual` has `self`'s shape, and is cast to its
+    /// type where it is of the other.
     pub fn batch_norm2d_add_relu(
         self,
         s: &mut Step<'s>,
@@ -324,7 +394,14 @@ impl<'s> Tensor<'s> {
         fused: Fused,
         residual: Option<Tensor<'s>>,
     ) -> Result<Tensor<'s>> {
-        let g = Geometry::new(self.shape(), weight.shape(), bias.shape(), &stats, &args)?;
+        let g = Geometry::new(self.shape(), self.dtype(), weight.shape(), bias.shape(), &stats, &args)?;
+        // The kernels read the weight and bias as fp32 and everything
+        // x-shaped as x's type, as autocast does: a bf16 weight is widened
+        // (its gradient goes back through the cast) and a residual of the
+        // other type made x's.
+        let weight = weight.cast(s, DType::F32)?;
+        let bias = bias.cast(s, DType::F32)?;
+        let residual = residual.map(|r| r.cast(s, self.dtype())).transpose()?;
         let what = match fused {
             Fused::Nothing => "batch-norm output",
             Fused::Relu => "batch-norm relu output",
@@ -359,7 +436,7 @@ impl<'s> Tensor<'s> {
         // convolution's weight gradient and its own mask: a memory budget
         // may drop it. Counted in every step, as convolutions are.
         let dropped = fused == Fused::AddRelu && {
-            let bytes = g.numel() * 4;
+            let bytes = g.numel() * g.dtype.size();
             s.drops_next_candidate(
                 &y.inner,
                 [Some(&self.inner), residual.as_ref().map(|r| &r.inner)],
@@ -391,7 +468,7 @@ impl<'s> Tensor<'s> {
 fn batch_stats(
     s: &mut Step<'_>,
     g: &Geometry,
-    x: Buf<f32>,
+    x: FloatBuf,
     stats: RunningStats,
     args: BatchNormArgs,
     mean: Buf<f32>,
@@ -431,7 +508,7 @@ fn batch_stats(
             let [n, c, hw] = g.dims();
             let (runs, run_len) = g.runs();
             gpu.launch(
-                BN_STATS_PARTIAL,
+                BN_STATS_PARTIAL.of(g.dtype_of(&[Some(x)])?),
                 g.run_grid(),
                 &[x.into(), partial.into(), n, c, hw, Arg::U32(run_len as u32)],
             )?;
@@ -500,7 +577,7 @@ impl Saved {
     /// Writes the forward's output into `y`: normalised, plus the residual,
     /// through the relu, as `fused` says. Recomputation calls it again with
     /// the same inputs, so it gives the same bits.
-    fn apply(&self, s: &mut Step<'_>, x: Buf<f32>, r: Option<Buf<f32>>, y: Buf<f32>) -> Result<()> {
+    fn apply(&self, s: &mut Step<'_>, x: FloatBuf, r: Option<FloatBuf>, y: FloatBuf) -> Result<()> {
         let g = self.g;
         let (w, b) = (self.weight.buf, self.bias.buf);
         let relu = self.fused != Fused::Nothing;
@@ -535,10 +612,11 @@ impl Saved {
                 Ok(())
             })?,
             Backend::Cuda(gpu) => {
+                let dtype = g.dtype_of(&[Some(x), r, Some(y)])?;
                 let [n, c, hw] = g.dims();
-                let vec = if g.hw.is_multiple_of(4) { 4 } else { 1 };
+                let vec = g.apply_vec();
                 gpu.launch(
-                    BN_APPLY,
+                    BN_APPLY.of(dtype),
                     Grid::over(g.numel() / vec),
                     &[
                         x.into(),
@@ -565,7 +643,7 @@ impl Saved {
     /// statistics forward kept: what an op that saved it reads instead of
     /// keeping it. Its inputs are read through [`Step::saved`] too, so a
     /// block's output may come back from recomputed convolutions.
-    pub(crate) fn recompute(self, s: &mut Step<'_>) -> Result<Buf<f32>> {
+    pub(crate) fn recompute(self, s: &mut Step<'_>) -> Result<FloatBuf> {
         let x = s.saved(&self.x)?;
         let r = match self.residual {
             Some(r) => Some(s.saved(&r)?),
@@ -576,7 +654,7 @@ impl Saved {
             Fused::Relu => "batch-norm relu output, recomputed",
             Fused::AddRelu => "batch-norm + residual relu output, recomputed",
         };
-        let y = s.alloc::<f32>(what, self.y.shape)?;
+        let y = s.alloc_like(what, &self.y)?;
         self.apply(s, x, r, y)?;
         Ok(y)
     }
@@ -591,11 +669,11 @@ impl Saved {
         // them, else into scratch.
         let gw = match self.weight.requires_grad {
             true => s.grad_buffer(&self.weight, "batch-norm weight grad")?,
-            false => s.alloc::<f32>("batch-norm Σ dy·x̂", channels)?,
+            false => s.alloc::<f32>("batch-norm Σ dy·x̂", channels)?.into(),
         };
         let gb = match self.bias.requires_grad {
             true => s.grad_buffer(&self.bias, "batch-norm bias grad")?,
-            false => s.alloc::<f32>("batch-norm Σ dy", channels)?,
+            false => s.alloc::<f32>("batch-norm Σ dy", channels)?.into(),
         };
         // The input may have been dropped under a memory budget and be
         // recomputed here.
@@ -650,10 +728,11 @@ impl Saved {
                 let partial = partial.ok_or(crate::backend::BackendError::Internal(
                     "batch-norm backward on a GPU without its partial sums",
                 ))?;
+                let dtype = g.dtype_of(&[Some(x), Some(gy), y])?;
                 let [n, c, hw] = g.dims();
                 let (runs, run_len) = g.runs();
                 gpu.launch(
-                    BN_BACKWARD_PARTIAL,
+                    BN_BACKWARD_PARTIAL.of(dtype),
                     g.run_grid(),
                     &[
                         x.into(),
@@ -696,7 +775,7 @@ impl Saved {
         let reuse = s.owns_grad(&self.y);
         let gx = match self.x.requires_grad {
             true if reuse && residual.is_none() && !s.is_param(&self.x) => Some(gy),
-            true => Some(s.alloc::<f32>("batch-norm input grad", self.x.shape)?),
+            true => Some(s.alloc_like("batch-norm input grad", &self.x)?),
             false => None,
         };
         let gr = match residual {
@@ -753,10 +832,12 @@ impl Saved {
                     Ok(())
                 })?,
                 Backend::Cuda(gpu) => {
+                    let dtype = g.dtype_of(&[Some(x), Some(gy), y, gx, gr])?;
                     let [n, c, hw] = g.dims();
+                    let vec = g.input_grad_vec();
                     gpu.launch(
-                        BN_BACKWARD_INPUT,
-                        Grid::over(g.numel()),
+                        BN_BACKWARD_INPUT.of(dtype),
+                        Grid::over(g.numel() / vec),
                         &[
                             x.into(),
                             gy.into(),

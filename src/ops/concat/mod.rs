@@ -11,8 +11,9 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, Grid, KernelSource};
+use crate::backend::cuda::{Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
+use crate::memory::DType;
 use crate::tensor::{Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -20,10 +21,21 @@ use crate::{Error, Result};
 pub(crate) const KERNELS: KernelSource = KernelSource {
     owner: "concat",
     source: include_str!("kernels.cu"),
-    entries: &[CONCAT_FORWARD, CONCAT_BACKWARD],
+    entries: &[
+        CONCAT_FORWARD.f32,
+        CONCAT_FORWARD.bf16,
+        CONCAT_BACKWARD.f32,
+        CONCAT_BACKWARD.bf16,
+    ],
 };
-const CONCAT_FORWARD: &str = "concat_forward";
-const CONCAT_BACKWARD: &str = "concat_backward";
+const CONCAT_FORWARD: FloatKernel = FloatKernel {
+    f32: "concat_forward",
+    bf16: "concat_forward_bf16",
+};
+const CONCAT_BACKWARD: FloatKernel = FloatKernel {
+    f32: "concat_backward",
+    bf16: "concat_backward_bf16",
+};
 
 /// Where one part's channels sit in the output: `channels` of them from
 /// `first`, in an output of `total` channels and planes of `area` elements.
@@ -83,9 +95,17 @@ impl<'s> Tensor<'s> {
         // The output wants a gradient when any part does: that part stands
         // for them all (no list on the heap in a training step).
         let wants = parts.iter().find(|p| p.requires_grad()).unwrap_or(first);
-        let y = s.output("concat output", out, &[wants])?;
+        // Parts of different types meet in fp32 (PyTorch's promotion), each
+        // cast as its turn comes: no list of cast parts either.
+        let dtype = if parts.iter().all(|p| p.dtype() == first.dtype()) {
+            first.dtype()
+        } else {
+            DType::F32
+        };
+        let y = s.output_of("concat output", out, dtype, &[wants])?;
         let mut at = 0;
         for part in parts {
+            let part = part.cast(s, dtype)?;
             let slot = Slot {
                 images: n,
                 channels: part.shape().dim(1),
@@ -103,7 +123,7 @@ impl<'s> Tensor<'s> {
                     Backend::Cuda(gpu) => {
                         let [a, b, c, d, e] = slot.args();
                         gpu.launch(
-                            CONCAT_FORWARD,
+                            CONCAT_FORWARD.of(y.dtype()),
                             Grid::over(slot.len()),
                             &[part.buf().into(), y.buf().into(), a, b, c, d, e],
                         )?
@@ -137,7 +157,7 @@ impl Saved {
                 Backend::Cuda(gpu) => {
                     let [a, b, c, d, e] = slot.args();
                     gpu.launch(
-                        CONCAT_BACKWARD,
+                        CONCAT_BACKWARD.of(gx.dtype()),
                         Grid::over(slot.len()),
                         &[gy.into(), gx.into(), a, b, c, d, e],
                     )?

@@ -557,6 +557,7 @@ mod tests {
                 ow,
                 stride: 1,
                 pad: 0,
+                dtype: crate::memory::DType::F32,
             };
             let (k, p) = (g.k(), g.p());
             let x = values(n * c * h * w, 1);

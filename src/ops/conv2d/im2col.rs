@@ -229,6 +229,7 @@ mod tests {
                 ow,
                 stride,
                 pad,
+                dtype: crate::memory::DType::F32,
             };
             let (k, p) = (g.k(), g.p());
             let x = values(n * c * h * w, 1);

@@ -23,9 +23,9 @@ mod im2col;
 mod tests;
 
 use crate::autograd::{Candidate, Node, Recompute, Step};
-use crate::backend::cuda::{Arg, ConvDims, ConvPass, Grid, KernelSource};
+use crate::backend::cuda::{Arg, ConvDims, ConvPass, FloatKernel, Grid, KernelSource};
 use crate::backend::{Backend, BackendError, Sizing};
-use crate::memory::Buf;
+use crate::memory::{Buf, DType, FloatBuf};
 use crate::tensor::{Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -33,10 +33,21 @@ use crate::{Error, Result};
 pub(crate) const KERNELS: KernelSource = KernelSource {
     owner: "conv2d",
     source: include_str!("kernels.cu"),
-    entries: &[CONV_BIAS_ADD, CONV_BIAS_GRAD],
+    entries: &[
+        CONV_BIAS_ADD.f32,
+        CONV_BIAS_ADD.bf16,
+        CONV_BIAS_GRAD.f32,
+        CONV_BIAS_GRAD.bf16,
+    ],
 };
-const CONV_BIAS_ADD: &str = "conv_bias_add";
-const CONV_BIAS_GRAD: &str = "conv_bias_grad";
+const CONV_BIAS_ADD: FloatKernel = FloatKernel {
+    f32: "conv_bias_add",
+    bf16: "conv_bias_add_bf16",
+};
+const CONV_BIAS_GRAD: FloatKernel = FloatKernel {
+    f32: "conv_bias_grad",
+    bf16: "conv_bias_grad_bf16",
+};
 
 /// How a convolution steps over its input. The default, stride 1 and no
 /// padding, is a "valid" convolution.
@@ -68,10 +79,12 @@ pub(crate) struct Geometry {
     pub ow: usize,
     pub stride: usize,
     pub pad: usize,
+    /// What it computes in: its input's, filters' and output's type.
+    pub dtype: DType,
 }
 
 impl Geometry {
-    fn new(x: Shape, w: Shape, bias: Option<Shape>, args: Conv2dArgs) -> Result<Self> {
+    fn new(x: Shape, w: Shape, bias: Option<Shape>, args: Conv2dArgs, dtype: DType) -> Result<Self> {
         let bad = |detail: String| Err(Error::shape("conv2d", detail));
         if x.rank() != 4 || w.rank() != 4 {
             return bad(format!("input [N, C, H, W] and weight [F, C, KH, KW], got {x} and {w}"));
@@ -113,6 +126,7 @@ impl Geometry {
             ow: (wd + 2 * pad - kw) / stride + 1,
             stride,
             pad,
+            dtype,
         })
     }
 
@@ -141,6 +155,7 @@ impl Geometry {
             kw: self.kw,
             stride: self.stride,
             padding: self.pad,
+            dtype: self.dtype,
         }
     }
 
@@ -172,6 +187,8 @@ pub(crate) struct Saved {
 impl<'s> Tensor<'s> {
     /// Convolves `self` `[N, C, H, W]` with `weight` `[F, C, KH, KW]` (plus
     /// `bias` `[F]`), stepping and padding as `args` say: `[N, F, OH, OW]`.
+    /// In a mixed-precision step all three are cast to bf16 first (a
+    /// parameter's copy is made here, once per use), and so is the output.
     pub fn conv2d(
         self,
         s: &mut Step<'s>,
@@ -179,7 +196,21 @@ impl<'s> Tensor<'s> {
         bias: Option<Tensor<'s>>,
         args: Conv2dArgs,
     ) -> Result<Tensor<'s>> {
-        let g = Geometry::new(self.shape(), weight.shape(), bias.map(|b| b.shape()), args)?;
+        let dtype = s.compute_dtype();
+        let g = Geometry::new(self.shape(), weight.shape(), bias.map(|b| b.shape()), args, dtype)?;
+        let x = self.cast(s, dtype)?;
+        let weight = weight.cast(s, dtype)?;
+        let bias = bias.map(|b| b.cast(s, dtype)).transpose()?;
+        x.convolve(s, g, weight, bias)
+    }
+
+    fn convolve(
+        self,
+        s: &mut Step<'s>,
+        g: Geometry,
+        weight: Tensor<'s>,
+        bias: Option<Tensor<'s>>,
+    ) -> Result<Tensor<'s>> {
         let y = match bias {
             Some(b) => s.output("conv2d output", g.output(), &[&self, &weight, &b])?,
             None => s.output("conv2d output", g.output(), &[&self, &weight])?,
@@ -187,10 +218,11 @@ impl<'s> Tensor<'s> {
         forward_into(s, &g, self.buf(), weight.buf(), bias.map(|b| b.buf()), y.buf())?;
         // Counted in every step, so that a candidate's number is its place
         // in forward order whatever is recorded.
+        let size = g.dtype.size();
         let (x_bytes, w_bytes, y_bytes) = (
-            self.shape().numel() * 4,
-            weight.shape().numel() * 4,
-            g.output().numel() * 4,
+            self.shape().numel() * size,
+            weight.shape().numel() * size,
+            g.output().numel() * size,
         );
         let dropped = s.drops_next_candidate(
             &y.inner,
@@ -227,10 +259,10 @@ impl<'s> Tensor<'s> {
 fn forward_into(
     s: &mut Step<'_>,
     g: &Geometry,
-    x: Buf<f32>,
-    w: Buf<f32>,
-    bias: Option<Buf<f32>>,
-    y: Buf<f32>,
+    x: FloatBuf,
+    w: FloatBuf,
+    bias: Option<FloatBuf>,
+    y: FloatBuf,
 ) -> Result<()> {
     let g = *g;
     let threads = s.threads();
@@ -259,7 +291,7 @@ fn forward_into(
             gpu.conv(g.dims(), ConvPass::Forward, x, w, packed, y, false)?;
             if let Some(b) = bias {
                 gpu.launch(
-                    CONV_BIAS_ADD,
+                    CONV_BIAS_ADD.of(g.dtype),
                     Grid::over(g.output().numel()),
                     &[
                         b.into(),
@@ -284,9 +316,9 @@ impl Saved {
 
     /// The output again, in backward, into a new step buffer (its input
     /// itself read through [`Step::saved`]: it may be recomputed too).
-    pub(crate) fn recompute(self, s: &mut Step<'_>) -> Result<Buf<f32>> {
+    pub(crate) fn recompute(self, s: &mut Step<'_>) -> Result<FloatBuf> {
         let x = s.saved(&self.x)?;
-        let y = s.alloc::<f32>("conv2d output, recomputed", self.y.shape)?;
+        let y = s.alloc_like("conv2d output, recomputed", &self.y)?;
         forward_into(s, &self.g, x, self.w.buf, self.bias.map(|b| b.buf), y)?;
         Ok(y)
     }
@@ -325,7 +357,7 @@ impl Saved {
                     Ok(())
                 })?,
                 Backend::Cuda(gpu) => gpu.launch(
-                    CONV_BIAS_GRAD,
+                    CONV_BIAS_GRAD.of(g.dtype),
                     Grid::blocks(g.f, 256),
                     &[
                         gy.into(),
@@ -349,7 +381,7 @@ impl Saved {
             let packed = scratch(s, &g, ConvPass::InputGrad)?;
             let gx = match into {
                 Some(existing) => existing,
-                None => s.alloc::<f32>("conv2d input grad", self.x.shape)?,
+                None => s.alloc_like("conv2d input grad", &self.x)?,
             };
             match s.uses(&[gy.into(), self.w.buf.into(), packed.into(), gx.into()]) {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {

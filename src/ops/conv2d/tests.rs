@@ -254,7 +254,13 @@ fn a_recomputation_that_needs_its_own_output_is_an_error_not_a_recursion() {
         .step(|s| {
             let x = s.variable("x", Shape::new(&[1, 1, 4, 4]), &[0.5; 16])?;
             let w = s.variable("w", Shape::new(&[1, 1, 3, 3]), &[0.1; 9])?;
-            let g = Geometry::new(x.shape(), w.shape(), None, Conv2dArgs::default())?;
+            let g = Geometry::new(
+                x.shape(),
+                w.shape(),
+                None,
+                Conv2dArgs::default(),
+                crate::memory::DType::F32,
+            )?;
             // A recipe for x that reads x: what a wrongly registered one does.
             let wrong = Saved {
                 g,

@@ -5,7 +5,8 @@
 // memory and writes the row's log-sum-exp and loss; then one block sums the
 // row losses in a fixed order. No atomics: a run repeats bit for bit.
 // A label outside [0, c) makes its row's loss, and so the mean, NaN, which
-// training reports.
+// training reports. Logits and their gradient may be bf16 (a mixed-precision
+// step's last matrix product makes them); everything is computed in fp32.
 
 // Tree reductions over the block (blockDim.x a power of two, at most 256);
 // every thread gets the result. The last barrier keeps a thread from
@@ -27,31 +28,40 @@ __device__ __forceinline__ float ce_block_max(float v, float* part) {
 // with smoothing e, (1 - e) * that + e * mean_k(-(x[k] - lse)). Blocks stride
 // over the rows; `smoothing` is the same for every thread, so the barriers
 // inside its branch are reached by the whole block.
-extern "C" __global__ void ce_rows(const float* logits, const unsigned int* labels, float* lse_out,
-                                   float* row_loss, unsigned int n, unsigned int c, float smoothing) {
+template <typename T>
+__device__ void ce_rows_t(const T* logits, const unsigned int* labels, float* lse_out, float* row_loss,
+                          unsigned int n, unsigned int c, float smoothing) {
     __shared__ float part[256];
     for (unsigned int row = blockIdx.x; row < n; row += gridDim.x) {
-        const float* x = logits + (size_t)row * c;
+        const T* x = logits + (size_t)row * c;
         float m = __int_as_float(0xff800000);  // -inf
-        for (unsigned int k = threadIdx.x; k < c; k += blockDim.x) m = fmaxf(m, x[k]);
+        for (unsigned int k = threadIdx.x; k < c; k += blockDim.x) m = fmaxf(m, load(x[k]));
         m = ce_block_max(m, part);
         float sum = 0.0f;
-        for (unsigned int k = threadIdx.x; k < c; k += blockDim.x) sum += expf(x[k] - m);
+        for (unsigned int k = threadIdx.x; k < c; k += blockDim.x) sum += expf(load(x[k]) - m);
         sum = block_sum(sum, part);
         float lse = m + logf(sum);
         float log_probs = 0.0f;
         if (smoothing > 0.0f) {
-            for (unsigned int k = threadIdx.x; k < c; k += blockDim.x) log_probs += x[k] - lse;
+            for (unsigned int k = threadIdx.x; k < c; k += blockDim.x) log_probs += load(x[k]) - lse;
             log_probs = block_sum(log_probs, part);
         }
         if (threadIdx.x == 0) {
             unsigned int label = labels[row];
-            float nll = label < c ? -(x[label] - lse) : __int_as_float(0x7fc00000);  // NaN
+            float nll = label < c ? -(load(x[label]) - lse) : __int_as_float(0x7fc00000);  // NaN
             if (smoothing > 0.0f) nll = (1.0f - smoothing) * nll + smoothing * (-log_probs / (float)c);
             lse_out[row] = lse;
             row_loss[row] = nll;
         }
     }
+}
+extern "C" __global__ void ce_rows(const float* logits, const unsigned int* labels, float* lse_out,
+                                   float* row_loss, unsigned int n, unsigned int c, float smoothing) {
+    ce_rows_t(logits, labels, lse_out, row_loss, n, c, smoothing);
+}
+extern "C" __global__ void ce_rows_bf16(const bf16* logits, const unsigned int* labels, float* lse_out,
+                                        float* row_loss, unsigned int n, unsigned int c, float smoothing) {
+    ce_rows_t(logits, labels, lse_out, row_loss, n, c, smoothing);
 }
 
 // loss = sum(row_loss) / over, summed in double in a fixed order by one
@@ -71,9 +81,9 @@ extern "C" __global__ void ce_mean(const float* row_loss, float* loss, unsigned 
 
 // gx = (softmax(x) - (1 - e) * onehot(label) - e / c) * gloss / over, with
 // softmax(x) = exp(x - lse) from the forward's log-sum-exp.
-extern "C" __global__ void ce_backward(const float* logits, const float* lse, const unsigned int* labels,
-                                       const float* gloss, float* gx, unsigned int n, unsigned int c,
-                                       unsigned int over, float smoothing) {
+template <typename T>
+__device__ void ce_backward_t(const T* logits, const float* lse, const unsigned int* labels, const float* gloss,
+                              T* gx, unsigned int n, unsigned int c, unsigned int over, float smoothing) {
     size_t total = (size_t)n * c;
     float scale = gloss[0] / (float)over;
     float uniform = scale * (smoothing / (float)c);
@@ -82,9 +92,19 @@ extern "C" __global__ void ce_backward(const float* logits, const float* lse, co
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
         size_t row = i / c;
         unsigned int k = (unsigned int)(i - row * c);
-        float g = expf(logits[i] - lse[row]) * scale;
+        float g = expf(load(logits[i]) - lse[row]) * scale;
         if (smoothing != 0.0f) g -= uniform;
         if (labels[row] == k) g -= hit;
-        gx[i] = g;
+        gx[i] = store<T>(g);
     }
+}
+extern "C" __global__ void ce_backward(const float* logits, const float* lse, const unsigned int* labels,
+                                       const float* gloss, float* gx, unsigned int n, unsigned int c,
+                                       unsigned int over, float smoothing) {
+    ce_backward_t(logits, lse, labels, gloss, gx, n, c, over, smoothing);
+}
+extern "C" __global__ void ce_backward_bf16(const bf16* logits, const float* lse, const unsigned int* labels,
+                                            const float* gloss, bf16* gx, unsigned int n, unsigned int c,
+                                            unsigned int over, float smoothing) {
+    ce_backward_t(logits, lse, labels, gloss, gx, n, c, over, smoothing);
 }

@@ -24,9 +24,9 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, Grid, KernelSource};
+use crate::backend::cuda::{Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
-use crate::memory::Buf;
+use crate::memory::{Buf, DType};
 use crate::tensor::{Labels, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -34,11 +34,17 @@ use crate::{Error, Result};
 pub(crate) const KERNELS: KernelSource = KernelSource {
     owner: "cross_entropy",
     source: include_str!("kernels.cu"),
-    entries: &[CE_ROWS, CE_MEAN, CE_BACKWARD],
+    entries: &[CE_ROWS.f32, CE_ROWS.bf16, CE_MEAN, CE_BACKWARD.f32, CE_BACKWARD.bf16],
 };
-const CE_ROWS: &str = "ce_rows";
+const CE_ROWS: FloatKernel = FloatKernel {
+    f32: "ce_rows",
+    bf16: "ce_rows_bf16",
+};
 const CE_MEAN: &str = "ce_mean";
-const CE_BACKWARD: &str = "ce_backward";
+const CE_BACKWARD: FloatKernel = FloatKernel {
+    f32: "ce_backward",
+    bf16: "ce_backward_bf16",
+};
 
 /// Threads of the per-row block: one warp for a few classes, up to 256 (the
 /// kernels' shared arrays) for many. A power of two, as the tree reductions
@@ -115,7 +121,8 @@ impl<'s> Tensor<'s> {
         let (n, c) = (x.dim(0), x.dim(1));
         let lse = s.alloc::<f32>("log-sum-exp", Shape::new(&[n]))?;
         let row_loss = s.alloc::<f32>("row losses", Shape::new(&[n]))?;
-        let loss = s.output("loss", Shape::new(&[1]), &[&self])?;
+        // The loss is fp32 whatever the logits are, as under autocast.
+        let loss = s.output_of("loss", Shape::new(&[1]), DType::F32, &[&self])?;
         match s.uses(&[
             self.buf().into(),
             labels.buf.into(),
@@ -135,7 +142,7 @@ impl<'s> Tensor<'s> {
             })?,
             Backend::Cuda(gpu) => {
                 gpu.launch(
-                    CE_ROWS,
+                    CE_ROWS.of(self.dtype()),
                     Grid::blocks(n.min(MAX_ROW_BLOCKS), row_threads(c)),
                     &[
                         self.buf().into(),
@@ -180,7 +187,7 @@ impl Saved {
             return Ok(());
         };
         let x = self.logits.shape;
-        let gx = s.alloc::<f32>("logits grad", x)?;
+        let gx = s.alloc_like("logits grad", &self.logits)?;
         match s.uses(&[
             self.logits.buf.into(),
             self.lse.into(),
@@ -204,7 +211,7 @@ impl Saved {
                 Ok(())
             })?,
             Backend::Cuda(gpu) => gpu.launch(
-                CE_BACKWARD,
+                CE_BACKWARD.of(gx.dtype()),
                 Grid::over(x.numel()),
                 &[
                     self.logits.buf.into(),

@@ -16,7 +16,7 @@ mod tests;
 use crate::autograd::{Node, Step};
 use crate::backend::cuda::{Arg, Grid, KernelSource};
 use crate::backend::{Backend, BackendError, Sizing};
-use crate::memory::Buf;
+use crate::memory::{Buf, DType, FloatBuf};
 use crate::ops::dropout::{cpu_seed, DropoutSeed};
 use crate::tensor::{Shape, Tensor, TensorRef};
 use crate::{Error, Result};
@@ -98,8 +98,21 @@ pub(crate) struct Saved {
 }
 
 impl<'s> Tensor<'s> {
-    /// `epilogue(self · weightᵀ + bias)`.
+    /// `epilogue(self · weightᵀ + bias)`, in fp32: its kernels are our own
+    /// tiled ones for the MNIST CNN's small layers, with no bf16 path, so a
+    /// bf16 input is cast to fp32 first.
     pub fn dense(
+        self,
+        s: &mut Step<'s>,
+        weight: Tensor<'s>,
+        bias: Option<Tensor<'s>>,
+        epilogue: Epilogue,
+    ) -> Result<Tensor<'s>> {
+        let x = self.cast(s, DType::F32)?;
+        x.dense_f32(s, weight, bias, epilogue)
+    }
+
+    fn dense_f32(
         self,
         s: &mut Step<'s>,
         weight: Tensor<'s>,
@@ -122,7 +135,7 @@ impl<'s> Tensor<'s> {
         match s.uses(&[
             self.buf().into(),
             weight.buf().into(),
-            bias.map_or(Buf::<f32>::default(), |b| b.buf()).into(),
+            bias.map_or(FloatBuf::default(), |b| b.buf()).into(),
             y.buf().into(),
             epilogue.cursor_buf().into(),
         ]) {
@@ -184,7 +197,7 @@ impl Saved {
         // The CPU masks the gradient into a buffer first; the GPU kernels
         // mask it as they load it.
         let masked = match s.backend().sizing() {
-            Sizing::Cpu { .. } if epi.active() => Some(s.alloc::<f32>("dense masked grad", self.y.shape)?),
+            Sizing::Cpu { .. } if epi.active() => Some(s.alloc_like("dense masked grad", &self.y)?),
             _ => None,
         };
         if let (Some(g), Backend::Cpu(cpu)) = (
@@ -205,7 +218,7 @@ impl Saved {
         let g = masked.unwrap_or(gy);
         let (e, cursor) = epi.gpu();
         if self.x.requires_grad {
-            let gx = s.alloc::<f32>("dense input grad", self.x.shape)?;
+            let gx = s.alloc_like("dense input grad", &self.x)?;
             match s.uses(&[
                 gy.into(),
                 g.into(),

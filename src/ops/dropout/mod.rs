@@ -8,9 +8,9 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, Grid, KernelSource};
+use crate::backend::cuda::{Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
-use crate::memory::Buf;
+use crate::memory::{Buf, FloatBuf};
 use crate::ops::cursor::{step_seed, StepCursor};
 use crate::tensor::{Tensor, TensorRef};
 use crate::{Error, Result};
@@ -30,9 +30,12 @@ pub fn keep(seed: u64, index: u64, p: f32) -> bool {
 pub(crate) const KERNELS: KernelSource = KernelSource {
     owner: "dropout",
     source: include_str!("kernels.cu"),
-    entries: &[DROPOUT_APPLY],
+    entries: &[DROPOUT_APPLY.f32, DROPOUT_APPLY.bf16],
 };
-const DROPOUT_APPLY: &str = "dropout_apply";
+const DROPOUT_APPLY: FloatKernel = FloatKernel {
+    f32: "dropout_apply",
+    bf16: "dropout_apply_bf16",
+};
 
 /// Where a dropout mask's seed comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,7 +128,7 @@ impl Saved {
         if !self.x.requires_grad {
             return Ok(());
         }
-        let gx = s.alloc::<f32>("dropout input grad", self.x.shape)?;
+        let gx = s.alloc_like("dropout input grad", &self.x)?;
         match s.uses(&[gy.into(), gx.into(), self.seed.cursor_buf().into()]) {
             // The mask is linear in its input: backward is the same map.
             Backend::Cpu(cpu) => cpu.run(|v, _| {
@@ -144,8 +147,8 @@ impl Saved {
 /// here, as on the CPU, so both backends multiply by the same float.
 fn cuda_apply(
     gpu: &mut crate::backend::cuda::CudaBackend,
-    x: Buf<f32>,
-    out: Buf<f32>,
+    x: FloatBuf,
+    out: FloatBuf,
     p: f32,
     seed: DropoutSeed,
 ) -> std::result::Result<(), crate::backend::BackendError> {
@@ -156,7 +159,7 @@ fn cuda_apply(
         DropoutSeed::PerStep { base, cursor, .. } => (base, Arg::from(cursor.buf)),
     };
     gpu.launch(
-        DROPOUT_APPLY,
+        DROPOUT_APPLY.of(out.dtype()),
         Grid::over(n),
         &[
             x.into(),

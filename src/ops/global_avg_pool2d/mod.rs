@@ -8,7 +8,7 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, Grid, KernelSource};
+use crate::backend::cuda::{Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::tensor::{Shape, Tensor, TensorRef};
 use crate::{Error, Result};
@@ -17,10 +17,21 @@ use crate::{Error, Result};
 pub(crate) const KERNELS: KernelSource = KernelSource {
     owner: "global_avg_pool2d",
     source: include_str!("kernels.cu"),
-    entries: &[GLOBAL_AVG_POOL_FORWARD, GLOBAL_AVG_POOL_BACKWARD],
+    entries: &[
+        GLOBAL_AVG_POOL_FORWARD.f32,
+        GLOBAL_AVG_POOL_FORWARD.bf16,
+        GLOBAL_AVG_POOL_BACKWARD.f32,
+        GLOBAL_AVG_POOL_BACKWARD.bf16,
+    ],
 };
-const GLOBAL_AVG_POOL_FORWARD: &str = "global_avg_pool_forward";
-const GLOBAL_AVG_POOL_BACKWARD: &str = "global_avg_pool_backward";
+const GLOBAL_AVG_POOL_FORWARD: FloatKernel = FloatKernel {
+    f32: "global_avg_pool_forward",
+    bf16: "global_avg_pool_forward_bf16",
+};
+const GLOBAL_AVG_POOL_BACKWARD: FloatKernel = FloatKernel {
+    f32: "global_avg_pool_backward",
+    bf16: "global_avg_pool_backward_bf16",
+};
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {
@@ -46,7 +57,7 @@ impl<'s> Tensor<'s> {
                 Ok(())
             })?,
             Backend::Cuda(gpu) => gpu.launch(
-                GLOBAL_AVG_POOL_FORWARD,
+                GLOBAL_AVG_POOL_FORWARD.of(y.dtype()),
                 Grid::over(planes),
                 &[
                     self.buf().into(),
@@ -82,7 +93,7 @@ impl Saved {
                 Ok(())
             })?,
             Backend::Cuda(gpu) => gpu.launch(
-                GLOBAL_AVG_POOL_BACKWARD,
+                GLOBAL_AVG_POOL_BACKWARD.of(gx.dtype()),
                 Grid::over(planes * area),
                 &[gy.into(), gx.into(), Arg::U32(planes as u32), Arg::U32(area as u32)],
             )?,

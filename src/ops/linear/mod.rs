@@ -6,9 +6,9 @@ pub(crate) mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, Gemm, Grid, KernelSource, BLAS_WORKSPACE};
+use crate::backend::cuda::{Arg, FloatKernel, Gemm, Grid, KernelSource, BLAS_WORKSPACE};
 use crate::backend::{Backend, BackendError, Sizing};
-use crate::memory::Buf;
+use crate::memory::{Buf, FloatBuf};
 use crate::tensor::{Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -16,10 +16,16 @@ use crate::{Error, Result};
 pub(crate) const KERNELS: KernelSource = KernelSource {
     owner: "linear",
     source: include_str!("kernels.cu"),
-    entries: &[BIAS_ROWS, BIAS_ROWS_GRAD],
+    entries: &[BIAS_ROWS.f32, BIAS_ROWS.bf16, BIAS_ROWS_GRAD.f32, BIAS_ROWS_GRAD.bf16],
 };
-const BIAS_ROWS: &str = "bias_rows";
-const BIAS_ROWS_GRAD: &str = "bias_rows_grad";
+const BIAS_ROWS: FloatKernel = FloatKernel {
+    f32: "bias_rows",
+    bf16: "bias_rows_bf16",
+};
+const BIAS_ROWS_GRAD: FloatKernel = FloatKernel {
+    f32: "bias_rows_grad",
+    bf16: "bias_rows_grad_bf16",
+};
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {
@@ -46,8 +52,24 @@ pub(crate) fn dims(op: &'static str, x: Shape, w: Shape, bias: Option<Shape>) ->
 }
 
 impl<'s> Tensor<'s> {
+    /// `self · weightᵀ + bias`; in a mixed-precision step all three are
+    /// cast to bf16 first, and so is the output (as under autocast).
     pub fn linear(self, s: &mut Step<'s>, weight: Tensor<'s>, bias: Option<Tensor<'s>>) -> Result<Tensor<'s>> {
         let (n, inp, out) = dims("linear", self.shape(), weight.shape(), bias.map(|b| b.shape()))?;
+        let dtype = s.compute_dtype();
+        let x = self.cast(s, dtype)?;
+        let weight = weight.cast(s, dtype)?;
+        let bias = bias.map(|b| b.cast(s, dtype)).transpose()?;
+        x.linear_cast(s, (n, inp, out), weight, bias)
+    }
+
+    fn linear_cast(
+        self,
+        s: &mut Step<'s>,
+        (n, inp, out): (usize, usize, usize),
+        weight: Tensor<'s>,
+        bias: Option<Tensor<'s>>,
+    ) -> Result<Tensor<'s>> {
         let y = match bias {
             Some(b) => s.output("linear output", Shape::new(&[n, out]), &[&self, &weight, &b])?,
             None => s.output("linear output", Shape::new(&[n, out]), &[&self, &weight])?,
@@ -56,7 +78,7 @@ impl<'s> Tensor<'s> {
         match s.uses(&[
             self.buf().into(),
             weight.buf().into(),
-            bias.map_or(Buf::<f32>::default(), |b| b.buf()).into(),
+            bias.map_or(FloatBuf::default(), |b| b.buf()).into(),
             y.buf().into(),
             workspace.unwrap_or_default().into(),
         ]) {
@@ -77,7 +99,7 @@ impl<'s> Tensor<'s> {
             Backend::Cuda(gpu) => {
                 if let Some(b) = bias {
                     gpu.launch(
-                        BIAS_ROWS,
+                        BIAS_ROWS.of(y.dtype()),
                         Grid::over(n * out),
                         &[b.buf().into(), y.buf().into(), Arg::U32(n as u32), Arg::U32(out as u32)],
                     )?;
@@ -124,7 +146,7 @@ impl Saved {
             None
         };
         if self.x.requires_grad {
-            let gx = s.alloc::<f32>("linear input grad", self.x.shape)?;
+            let gx = s.alloc_like("linear input grad", &self.x)?;
             match s.uses(&[
                 gy.into(),
                 self.w.buf.into(),
@@ -195,7 +217,7 @@ impl Saved {
                     Ok(())
                 })?,
                 Backend::Cuda(gpu) => gpu.launch(
-                    BIAS_ROWS_GRAD,
+                    BIAS_ROWS_GRAD.of(gb.dtype()),
                     Grid::over(out),
                     &[gy.into(), gb.into(), Arg::U32(n as u32), Arg::U32(out as u32)],
                 )?,

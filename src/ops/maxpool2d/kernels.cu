@@ -2,16 +2,20 @@
 // column is dropped). Forward records which of the four inputs won (0..3,
 // row-major); backward routes each gradient back to its winner. The _relu
 // variants fuse the relu that follows: the output is clamped at 0, and a
-// gradient passes only where that output is positive.
+// gradient passes only where that output is positive. Every kernel is a
+// template over the element type (fp32, or bf16 in a mixed-precision step)
+// and compares and sums in fp32; a bf16 output is the winner itself, since
+// a widened bf16 value stores back exactly.
 
-__device__ __forceinline__ void maxpool_window(const float* x, float* y, unsigned char* winner, unsigned int planes,
+template <typename T>
+__device__ __forceinline__ void maxpool_window(const T* x, T* y, unsigned char* winner, unsigned int planes,
                                                unsigned int h, unsigned int w, bool relu) {
     unsigned int oh = h / 2, ow = w / 2;
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= planes * oh * ow) return;
     unsigned int plane = i / (oh * ow), r = (i / ow) % oh, c = i % ow;
-    const float* top = x + (size_t)plane * h * w + (2 * r) * w + 2 * c;
-    float v[4] = {top[0], top[1], top[w], top[w + 1]};
+    const T* top = x + (size_t)plane * h * w + (2 * r) * w + 2 * c;
+    float v[4] = {load(top[0]), load(top[1]), load(top[w]), load(top[w + 1])};
     // `>` keeps the first maximum, as PyTorch does; a NaN wins so it propagates.
     float best = v[0];
     unsigned char arg = 0;
@@ -21,7 +25,7 @@ __device__ __forceinline__ void maxpool_window(const float* x, float* y, unsigne
             arg = k;
         }
     }
-    y[i] = relu ? fmaxf(best, 0.0f) : best;
+    y[i] = store<T>(relu ? fmaxf(best, 0.0f) : best);
     winner[i] = arg;
 }
 
@@ -29,17 +33,26 @@ extern "C" __global__ void maxpool_forward(const float* x, float* y, unsigned ch
                                            unsigned int h, unsigned int w) {
     maxpool_window(x, y, winner, planes, h, w, false);
 }
+extern "C" __global__ void maxpool_forward_bf16(const bf16* x, bf16* y, unsigned char* winner, unsigned int planes,
+                                                unsigned int h, unsigned int w) {
+    maxpool_window(x, y, winner, planes, h, w, false);
+}
 
 extern "C" __global__ void maxpool_relu_forward(const float* x, float* y, unsigned char* winner,
                                                 unsigned int planes, unsigned int h, unsigned int w) {
+    maxpool_window(x, y, winner, planes, h, w, true);
+}
+extern "C" __global__ void maxpool_relu_forward_bf16(const bf16* x, bf16* y, unsigned char* winner,
+                                                     unsigned int planes, unsigned int h, unsigned int w) {
     maxpool_window(x, y, winner, planes, h, w, true);
 }
 
 // One thread per input element, so every element of gx is written (zeros
 // included) and no two threads touch the same one. `relu_of` is the fused
 // relu's output, or null when the pool had no relu.
-extern "C" __global__ void maxpool_backward(const float* gy, const float* relu_of, const unsigned char* winner,
-                                            float* gx, unsigned int planes, unsigned int h, unsigned int w) {
+template <typename T>
+__device__ void maxpool_backward_t(const T* gy, const T* relu_of, const unsigned char* winner, T* gx,
+                                   unsigned int planes, unsigned int h, unsigned int w) {
     unsigned int oh = h / 2, ow = w / 2;
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= planes * h * w) return;
@@ -48,10 +61,18 @@ extern "C" __global__ void maxpool_backward(const float* gy, const float* relu_o
     float g = 0.0f;
     if (orow < oh && ocol < ow) {
         unsigned int o = (plane * oh + orow) * ow + ocol;
-        bool passes = relu_of == 0 || relu_of[o] > 0.0f;
-        if (passes && winner[o] == (r % 2) * 2 + (c % 2)) g = gy[o];
+        bool passes = relu_of == 0 || load(relu_of[o]) > 0.0f;
+        if (passes && winner[o] == (r % 2) * 2 + (c % 2)) g = load(gy[o]);
     }
-    gx[i] = g;
+    gx[i] = store<T>(g);
+}
+extern "C" __global__ void maxpool_backward(const float* gy, const float* relu_of, const unsigned char* winner,
+                                            float* gx, unsigned int planes, unsigned int h, unsigned int w) {
+    maxpool_backward_t(gy, relu_of, winner, gx, planes, h, w);
+}
+extern "C" __global__ void maxpool_backward_bf16(const bf16* gy, const bf16* relu_of, const unsigned char* winner,
+                                                 bf16* gx, unsigned int planes, unsigned int h, unsigned int w) {
+    maxpool_backward_t(gy, relu_of, winner, gx, planes, h, w);
 }
 
 // Any square window (kernel k, stride, padding pad), as PyTorch pools: output
@@ -59,39 +80,51 @@ extern "C" __global__ void maxpool_backward(const float* gy, const float* relu_o
 // winner starts at -inf with the window's first input, so padding never wins;
 // it is stored as its index within the k x k window (k*k <= 255, checked by
 // the op).
-extern "C" __global__ void maxpool_window_forward(const float* x, float* y, unsigned char* winner,
-                                                  unsigned int planes, unsigned int h, unsigned int w,
-                                                  unsigned int oh, unsigned int ow, unsigned int k,
-                                                  unsigned int stride, unsigned int pad) {
+template <typename T>
+__device__ void maxpool_window_forward_t(const T* x, T* y, unsigned char* winner, unsigned int planes,
+                                         unsigned int h, unsigned int w, unsigned int oh, unsigned int ow,
+                                         unsigned int k, unsigned int stride, unsigned int pad) {
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= planes * oh * ow) return;
     unsigned int plane = i / (oh * ow), r = (i / ow) % oh, c = i % ow;
     int top = (int)(r * stride) - (int)pad, left = (int)(c * stride) - (int)pad;
     int r0 = top > 0 ? top : 0, r1 = top + (int)k < (int)h ? top + (int)k : (int)h;
     int c0 = left > 0 ? left : 0, c1 = left + (int)k < (int)w ? left + (int)k : (int)w;
-    const float* p = x + (size_t)plane * h * w;
+    const T* p = x + (size_t)plane * h * w;
     float best = __int_as_float(0xff800000);  // -inf
     unsigned int arg = (r0 - top) * k + (c0 - left);
     for (int a = r0; a < r1; ++a) {
         for (int b = c0; b < c1; ++b) {
-            float v = p[a * w + b];
+            float v = load(p[a * w + b]);
             if (v > best || isnan(v)) {
                 best = v;
                 arg = (a - top) * k + (b - left);
             }
         }
     }
-    y[i] = best;
+    y[i] = store<T>(best);
     winner[i] = (unsigned char)arg;
+}
+extern "C" __global__ void maxpool_window_forward(const float* x, float* y, unsigned char* winner,
+                                                  unsigned int planes, unsigned int h, unsigned int w,
+                                                  unsigned int oh, unsigned int ow, unsigned int k,
+                                                  unsigned int stride, unsigned int pad) {
+    maxpool_window_forward_t(x, y, winner, planes, h, w, oh, ow, k, stride, pad);
+}
+extern "C" __global__ void maxpool_window_forward_bf16(const bf16* x, bf16* y, unsigned char* winner,
+                                                       unsigned int planes, unsigned int h, unsigned int w,
+                                                       unsigned int oh, unsigned int ow, unsigned int k,
+                                                       unsigned int stride, unsigned int pad) {
+    maxpool_window_forward_t(x, y, winner, planes, h, w, oh, ow, k, stride, pad);
 }
 
 // One thread per input element, gathering, in output order, the gradients
 // of the outputs whose winner it is: every element of gx is written once and
-// no atomics are needed.
-extern "C" __global__ void maxpool_window_backward(const float* gy, const unsigned char* winner, float* gx,
-                                                   unsigned int planes, unsigned int h, unsigned int w,
-                                                   unsigned int oh, unsigned int ow, unsigned int k,
-                                                   unsigned int stride, unsigned int pad) {
+// no atomics are needed. The sum is fp32's, rounded once to `T`.
+template <typename T>
+__device__ void maxpool_window_backward_t(const T* gy, const unsigned char* winner, T* gx, unsigned int planes,
+                                          unsigned int h, unsigned int w, unsigned int oh, unsigned int ow,
+                                          unsigned int k, unsigned int stride, unsigned int pad) {
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= planes * h * w) return;
     unsigned int plane = i / (h * w), a = (i / w) % h, b = i % w;
@@ -100,15 +133,27 @@ extern "C" __global__ void maxpool_window_backward(const float* gy, const unsign
     unsigned int r1 = (a + pad) / stride + 1 < oh ? (a + pad) / stride + 1 : oh;
     unsigned int c0 = b + pad + 1 >= k ? (b + pad + 1 - k + stride - 1) / stride : 0;
     unsigned int c1 = (b + pad) / stride + 1 < ow ? (b + pad) / stride + 1 : ow;
-    const float* g = gy + (size_t)plane * oh * ow;
+    const T* g = gy + (size_t)plane * oh * ow;
     const unsigned char* won = winner + (size_t)plane * oh * ow;
     float sum = 0.0f;
     for (unsigned int r = r0; r < r1; ++r) {
         unsigned int dr = a + pad - r * stride;
         for (unsigned int c = c0; c < c1; ++c) {
             unsigned int dc = b + pad - c * stride;
-            if (won[r * ow + c] == dr * k + dc) sum += g[r * ow + c];
+            if (won[r * ow + c] == dr * k + dc) sum += load(g[r * ow + c]);
         }
     }
-    gx[i] = sum;
+    gx[i] = store<T>(sum);
+}
+extern "C" __global__ void maxpool_window_backward(const float* gy, const unsigned char* winner, float* gx,
+                                                   unsigned int planes, unsigned int h, unsigned int w,
+                                                   unsigned int oh, unsigned int ow, unsigned int k,
+                                                   unsigned int stride, unsigned int pad) {
+    maxpool_window_backward_t(gy, winner, gx, planes, h, w, oh, ow, k, stride, pad);
+}
+extern "C" __global__ void maxpool_window_backward_bf16(const bf16* gy, const unsigned char* winner, bf16* gx,
+                                                        unsigned int planes, unsigned int h, unsigned int w,
+                                                        unsigned int oh, unsigned int ow, unsigned int k,
+                                                        unsigned int stride, unsigned int pad) {
+    maxpool_window_backward_t(gy, winner, gx, planes, h, w, oh, ow, k, stride, pad);
 }

@@ -19,7 +19,7 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, Grid, KernelSource};
+use crate::backend::cuda::{Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::memory::Buf;
 use crate::tensor::{Shape, Tensor, TensorRef};
@@ -30,18 +30,38 @@ pub(crate) const KERNELS: KernelSource = KernelSource {
     owner: "maxpool2d",
     source: include_str!("kernels.cu"),
     entries: &[
-        MAXPOOL_FORWARD,
-        MAXPOOL_RELU_FORWARD,
-        MAXPOOL_BACKWARD,
-        MAXPOOL_WINDOW_FORWARD,
-        MAXPOOL_WINDOW_BACKWARD,
+        MAXPOOL_FORWARD.f32,
+        MAXPOOL_FORWARD.bf16,
+        MAXPOOL_RELU_FORWARD.f32,
+        MAXPOOL_RELU_FORWARD.bf16,
+        MAXPOOL_BACKWARD.f32,
+        MAXPOOL_BACKWARD.bf16,
+        MAXPOOL_WINDOW_FORWARD.f32,
+        MAXPOOL_WINDOW_FORWARD.bf16,
+        MAXPOOL_WINDOW_BACKWARD.f32,
+        MAXPOOL_WINDOW_BACKWARD.bf16,
     ],
 };
-const MAXPOOL_FORWARD: &str = "maxpool_forward";
-const MAXPOOL_RELU_FORWARD: &str = "maxpool_relu_forward";
-const MAXPOOL_BACKWARD: &str = "maxpool_backward";
-const MAXPOOL_WINDOW_FORWARD: &str = "maxpool_window_forward";
-const MAXPOOL_WINDOW_BACKWARD: &str = "maxpool_window_backward";
+const MAXPOOL_FORWARD: FloatKernel = FloatKernel {
+    f32: "maxpool_forward",
+    bf16: "maxpool_forward_bf16",
+};
+const MAXPOOL_RELU_FORWARD: FloatKernel = FloatKernel {
+    f32: "maxpool_relu_forward",
+    bf16: "maxpool_relu_forward_bf16",
+};
+const MAXPOOL_BACKWARD: FloatKernel = FloatKernel {
+    f32: "maxpool_backward",
+    bf16: "maxpool_backward_bf16",
+};
+const MAXPOOL_WINDOW_FORWARD: FloatKernel = FloatKernel {
+    f32: "maxpool_window_forward",
+    bf16: "maxpool_window_forward_bf16",
+};
+const MAXPOOL_WINDOW_BACKWARD: FloatKernel = FloatKernel {
+    f32: "maxpool_window_backward",
+    bf16: "maxpool_window_backward_bf16",
+};
 
 /// A square pooling window, as PyTorch's `MaxPool2d` / `AvgPool2d` take it
 /// (dilation 1). `ceil_mode` rounds the output size up, but a last window
@@ -218,7 +238,7 @@ impl<'s> Tensor<'s> {
             Backend::Cuda(gpu) => {
                 let [a, b, c, d, e, f, h, i] = g.args();
                 gpu.launch(
-                    MAXPOOL_WINDOW_FORWARD,
+                    MAXPOOL_WINDOW_FORWARD.of(y.dtype()),
                     Grid::over(out.numel()),
                     &[self.buf().into(), y.buf().into(), winner.into(), a, b, c, d, e, f, h, i],
                 )?
@@ -263,7 +283,7 @@ impl<'s> Tensor<'s> {
                 Ok(())
             })?,
             Backend::Cuda(gpu) => gpu.launch(
-                if relu { MAXPOOL_RELU_FORWARD } else { MAXPOOL_FORWARD },
+                if relu { MAXPOOL_RELU_FORWARD } else { MAXPOOL_FORWARD }.of(y.dtype()),
                 Grid::over(out.numel()),
                 &[
                     self.buf().into(),
@@ -295,7 +315,7 @@ impl Saved {
         if !self.x.requires_grad {
             return Ok(());
         }
-        let gx = s.alloc::<f32>("max-pool input grad", self.x.shape)?;
+        let gx = s.alloc_like("max-pool input grad", &self.x)?;
         if let Some(g) = self.general {
             match s.uses(&[gy.into(), self.winner.into(), gx.into()]) {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {
@@ -305,7 +325,7 @@ impl Saved {
                 Backend::Cuda(gpu) => {
                     let [a, b, c, d, e, f, h, i] = g.args();
                     gpu.launch(
-                        MAXPOOL_WINDOW_BACKWARD,
+                        MAXPOOL_WINDOW_BACKWARD.of(gx.dtype()),
                         Grid::over(self.x.shape.numel()),
                         &[gy.into(), self.winner.into(), gx.into(), a, b, c, d, e, f, h, i],
                     )?
@@ -324,7 +344,7 @@ impl Saved {
                 let x = self.x.shape;
                 let relu_of = if self.relu { Arg::from(self.y.buf) } else { Arg::Null };
                 gpu.launch(
-                    MAXPOOL_BACKWARD,
+                    MAXPOOL_BACKWARD.of(gx.dtype()),
                     Grid::over(x.numel()),
                     &[
                         gy.into(),

@@ -5,7 +5,7 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, Grid, KernelSource};
+use crate::backend::cuda::{Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::tensor::{Tensor, TensorRef};
 use crate::Result;
@@ -14,10 +14,21 @@ use crate::Result;
 pub(crate) const KERNELS: KernelSource = KernelSource {
     owner: "relu",
     source: include_str!("kernels.cu"),
-    entries: &[RELU_FORWARD, RELU_BACKWARD],
+    entries: &[
+        RELU_FORWARD.f32,
+        RELU_FORWARD.bf16,
+        RELU_BACKWARD.f32,
+        RELU_BACKWARD.bf16,
+    ],
 };
-const RELU_FORWARD: &str = "relu_forward";
-const RELU_BACKWARD: &str = "relu_backward";
+const RELU_FORWARD: FloatKernel = FloatKernel {
+    f32: "relu_forward",
+    bf16: "relu_forward_bf16",
+};
+const RELU_BACKWARD: FloatKernel = FloatKernel {
+    f32: "relu_backward",
+    bf16: "relu_backward_bf16",
+};
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {
@@ -33,7 +44,7 @@ impl<'s> Tensor<'s> {
             Backend::Cuda(gpu) => {
                 let n = y.shape().numel();
                 gpu.launch(
-                    RELU_FORWARD,
+                    RELU_FORWARD.of(y.dtype()),
                     Grid::over(n),
                     &[self.buf().into(), y.buf().into(), Arg::U32(n as u32)],
                 )?
@@ -56,13 +67,13 @@ impl Saved {
         if !self.x.requires_grad {
             return Ok(());
         }
-        let gx = s.alloc::<f32>("relu input grad", self.x.shape)?;
+        let gx = s.alloc_like("relu input grad", &self.x)?;
         match s.uses(&[self.y.buf.into(), gy.into(), gx.into()]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| cpu::backward(v.read(self.y.buf)?, v.read(gy)?, v.write(gx)?))?,
             Backend::Cuda(gpu) => {
                 let n = gx.len();
                 gpu.launch(
-                    RELU_BACKWARD,
+                    RELU_BACKWARD.of(gx.dtype()),
                     Grid::over(n),
                     &[self.y.buf.into(), gy.into(), gx.into(), Arg::U32(n as u32)],
                 )?

@@ -1,0 +1,225 @@
+//! The pools, add, concat and dropout in bf16 on the GPU against fp32 (see
+//! `bf16.rs`).
+
+use super::bf16::*;
+use super::*;
+use bumpgrad::DType;
+
+const fn args(kernel: usize, stride: usize, padding: usize, ceil_mode: bool) -> Pool2dArgs {
+    Pool2dArgs {
+        kernel,
+        stride,
+        padding,
+        ceil_mode,
+    }
+}
+
+/// The windows the pools are compared on, with an input shape for each:
+/// the 2×2 kernels on an odd size, padding, and SqueezeNet's 3×3 stride-2
+/// ceil-mode pool on an odd size.
+const WINDOWS: [(&str, [usize; 4], Pool2dArgs); 4] = [
+    ("2×2 s2 odd", [2, 3, 7, 9], args(2, 2, 0, false)),
+    ("3×3 s2 p1", [2, 3, 9, 7], args(3, 2, 1, false)),
+    ("3×3 s2 ceil", [2, 4, 13, 13], args(3, 2, 0, true)),
+    ("3×3 s1", [1, 4, 6, 6], args(3, 1, 0, false)),
+];
+
+/// `n` values on the grid `(k + 1/4) / 128`, `k` in `-128..128`: neighbours
+/// on it are 2^-7 apart, and bf16 rounds a value below 1 by at most 2^-9 and
+/// never onto a midpoint, so rounding keeps every order and every tie. A
+/// max-pool picks the same winners in both types; with values merely
+/// distinct, bf16 could tie two that fp32 tells apart and route a gradient
+/// elsewhere, a difference of the types rather than of the kernels.
+fn ordered_values(n: usize, seed: u64) -> Vec<f32> {
+    values(n, seed)
+        .into_iter()
+        .map(|v| ((v * 128.0).floor() + 0.25) / 128.0)
+        .collect()
+}
+
+/// [`input`] of the given values.
+fn input_of<'s>(
+    s: &mut Step<'s>,
+    name: &'static str,
+    shape: Shape,
+    values: &[f32],
+) -> bumpgrad::Result<(Tensor<'s>, Tensor<'s>)> {
+    let x = s.variable(name, shape, values)?;
+    let dtype = s.compute_dtype();
+    let cast = x.cast(s, dtype)?;
+    Ok((x, cast))
+}
+
+#[test]
+fn max_pool_in_bf16_picks_fp32s_winners() {
+    for (name, dims, a) in WINDOWS {
+        same_in_bf16(&format!("bf16 max_pool2d {name}"), BF16_TOL, &move |s| {
+            let shape = Shape::new(&dims);
+            let (x, h) = input_of(s, "x", shape, &ordered_values(shape.numel(), 41))?;
+            let y = h.max_pool2d(s, a)?;
+            with_grads_as(s, y, &[("x grad", x)])
+        });
+    }
+}
+
+#[test]
+fn max_pool_relu_in_bf16_matches_fp32() {
+    same_in_bf16("bf16 max_pool2d_relu", BF16_TOL, &|s| {
+        let shape = Shape::new(&[2, 3, 7, 9]);
+        let (x, h) = input_of(s, "x", shape, &ordered_values(shape.numel(), 42))?;
+        let y = h.max_pool2d_relu(s)?;
+        with_grads_as(s, y, &[("x grad", x)])
+    });
+}
+
+#[test]
+fn avg_pool_in_bf16_matches_fp32() {
+    for (name, dims, a) in WINDOWS {
+        same_in_bf16(&format!("bf16 avg_pool2d {name}"), BF16_TOL, &move |s| {
+            let (x, h) = input(s, "x", Shape::new(&dims), 43)?;
+            let y = h.avg_pool2d(s, a)?;
+            with_grads_as(s, y, &[("x grad", x)])
+        });
+    }
+}
+
+/// Planes of 1024 values near 1: a running sum kept in bf16 would lose
+/// most of each term past 256 (where bf16's step is 2) and end far below
+/// fp32's.
+#[test]
+fn global_avg_pool_in_bf16_sums_in_fp32() {
+    same_in_bf16("bf16 global_avg_pool2d", BF16_TOL, &|s| {
+        let shape = Shape::new(&[3, 5, 32, 32]);
+        let near_one: Vec<f32> = values(shape.numel(), 44).iter().map(|v| 1.0 + v / 2.0).collect();
+        let (x, h) = input_of(s, "x", shape, &near_one)?;
+        let y = h.global_avg_pool2d(s)?;
+        with_grads_as(s, y, &[("x grad", x)])
+    });
+    same_in_bf16("bf16 global_avg_pool2d small planes", BF16_TOL, &|s| {
+        let (x, h) = input(s, "x", Shape::new(&[5, 67, 4, 3]), 45)?;
+        let y = h.global_avg_pool2d(s)?;
+        with_grads_as(s, y, &[("x grad", x)])
+    });
+}
+
+#[test]
+fn add_in_bf16_matches_fp32() {
+    same_in_bf16("bf16 add", BF16_TOL, &|s| {
+        let shape = Shape::new(&[3, 5, 7, 9]);
+        let (a, ha) = input(s, "a", shape, 46)?;
+        let (b, hb) = input(s, "b", shape, 47)?;
+        let y = ha.add(s, hb)?;
+        with_grads_as(s, y, &[("a grad", a), ("b grad", b)])
+    });
+    same_in_bf16("bf16 add to itself", BF16_TOL, &|s| {
+        let (x, h) = input(s, "x", Shape::new(&[4, 33]), 48)?;
+        let y = h.add(s, h)?;
+        with_grads_as(s, y, &[("x grad", x)])
+    });
+}
+
+/// A bf16 tensor and an fp32 one add in fp32, as PyTorch promotes them;
+/// each gradient comes back in its input's type.
+#[test]
+fn add_of_bf16_and_fp32_is_fp32() {
+    same_in_bf16("bf16 + fp32 add", BF16_TOL, &|s| {
+        let shape = Shape::new(&[3, 5, 7, 9]);
+        let (a, ha) = input(s, "a", shape, 49)?;
+        let b = s.variable("b", shape, &values(shape.numel(), 50))?;
+        let y = ha.add(s, b)?;
+        assert_eq!(y.dtype(), DType::F32, "mixed types add in fp32");
+        let gy = s.input("upstream grad", shape, &values(shape.numel(), 99))?;
+        let grads = s.backward_from(y, gy)?;
+        let ga = s.grad(&grads, a).expect("gradient");
+        let gb = s.grad(&grads, b).expect("gradient");
+        Ok(vec![("output", y), ("a grad", ga), ("b grad", gb)])
+    });
+}
+
+#[test]
+fn concat_in_bf16_matches_fp32() {
+    same_in_bf16("bf16 concat_channels", BF16_TOL, &|s| {
+        let (a, ha) = input(s, "a", Shape::new(&[3, 2, 5, 7]), 51)?;
+        let (b, hb) = input(s, "b", Shape::new(&[3, 5, 5, 7]), 52)?;
+        let (c, hc) = input(s, "c", Shape::new(&[3, 1, 5, 7]), 53)?;
+        // `a` twice: its gradient is the sum of both slices.
+        let y = Tensor::concat_channels(s, &[ha, hb, hc, ha])?;
+        with_grads_as(s, y, &[("a grad", a), ("b grad", b), ("c grad", c)])
+    });
+    same_in_bf16("bf16 concat_channels of two", BF16_TOL, &|s| {
+        let (a, ha) = input(s, "a", Shape::new(&[2, 3, 4, 4]), 54)?;
+        let (b, hb) = input(s, "b", Shape::new(&[2, 4, 4, 4]), 55)?;
+        let y = Tensor::concat_channels(s, &[ha, hb])?;
+        with_grads_as(s, y, &[("a grad", a), ("b grad", b)])
+    });
+}
+
+/// Parts of both types concatenate in fp32, as PyTorch promotes them.
+#[test]
+fn concat_of_bf16_and_fp32_parts_is_fp32() {
+    same_in_bf16("bf16 + fp32 concat_channels", BF16_TOL, &|s| {
+        let (a, ha) = input(s, "a", Shape::new(&[3, 2, 5, 7]), 56)?;
+        let b = s.variable("b", Shape::new(&[3, 5, 5, 7]), &values(525, 57))?;
+        let (c, hc) = input(s, "c", Shape::new(&[3, 1, 5, 7]), 58)?;
+        let y = Tensor::concat_channels(s, &[ha, b, hc])?;
+        assert_eq!(y.dtype(), DType::F32, "mixed types concatenate in fp32");
+        let gy = s.input("upstream grad", y.shape(), &values(y.shape().numel(), 99))?;
+        let grads = s.backward_from(y, gy)?;
+        let mut out = vec![("output", y)];
+        for (name, t) in [("a grad", a), ("b grad", b), ("c grad", c)] {
+            out.push((name, s.grad(&grads, t).expect("gradient")));
+        }
+        Ok(out)
+    });
+}
+
+/// The mask is a function of the seed and the element's index alone, so
+/// both types drop exactly the elements `dropout::keep` drops; the inputs
+/// are at least 1/2 away from 0, so a kept one never reads as dropped.
+#[test]
+fn dropout_in_bf16_drops_fp32s_elements() {
+    use bumpgrad::ops::dropout::keep;
+    const SEED: u64 = 0xDEAD_BEEF_1234;
+    const P: f32 = 0.3;
+    same_in_bf16("bf16 dropout", BF16_TOL, &|s| {
+        let shape = Shape::new(&[10, 100]);
+        let away: Vec<f32> = values(shape.numel(), 59)
+            .iter()
+            .map(|v| v.signum() * (0.5 + v.abs() / 2.0))
+            .collect();
+        let (x, h) = input_of(s, "x", shape, &away)?;
+        let y = h.dropout(s, P, SEED)?;
+        let out = with_grads_as(s, y, &[("x grad", x)])?;
+        let mut host = vec![0.0; shape.numel()];
+        s.read(y, &mut host)?;
+        let mut grad = vec![0.0; shape.numel()];
+        s.read(out[1].1, &mut grad)?;
+        let dtype = s.compute_dtype();
+        for (i, (v, g)) in host.iter().zip(&grad).enumerate() {
+            let kept = keep(SEED, i as u64, P);
+            assert_eq!(
+                *v != 0.0,
+                kept,
+                "{dtype}: element {i} kept ({kept}) but its output is {v}"
+            );
+            assert!(
+                kept || *g == 0.0,
+                "{dtype}: element {i} dropped but its gradient is {g}"
+            );
+        }
+        Ok(out)
+    });
+}
+
+/// A reshape aliases its input: a bf16 tensor stays bf16, and so does the
+/// gradient it passes on.
+#[test]
+fn reshape_in_bf16_keeps_the_type() {
+    same_in_bf16("bf16 reshape", BF16_TOL, &|s| {
+        let (x, h) = input(s, "x", Shape::new(&[4, 3, 5, 2]), 60)?;
+        let y = h.flatten(s)?;
+        assert_eq!(y.dtype(), h.dtype(), "a reshape keeps its input's type");
+        let y = y.relu(s)?;
+        with_grads_as(s, y, &[("x grad", x)])
+    });
+}
