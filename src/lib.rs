@@ -84,4 +84,4 @@ pub use autograd::{Grads, Step};
 pub use backend::{Device, DeviceRequest};
 pub use error::{Error, Result, Setting};
 pub use memory::{Arena, ArenaError, ArenaStats, ByteSize, DType};
-pub use tensor::{Labels, Param, Shape, Tensor};
+pub use tensor::{Labels, Layout, Param, Shape, Tensor};

@@ -4,7 +4,7 @@
 use super::tape::{Candidate, Node, Recompute, Tape};
 use crate::backend::Backend;
 use crate::memory::{Arena, Buf, DType, Element, FloatBuf, Touch};
-use crate::tensor::{Brand, Labels, Param, Shape, Tensor, TensorRef};
+use crate::tensor::{Brand, Labels, Layout, Param, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 use std::marker::PhantomData;
 
@@ -58,6 +58,15 @@ impl<'s> Step<'s> {
         self.arena.backend().compute_dtype()
     }
 
+    /// The layout convolutions take their 4-D inputs in on this device:
+    /// channels last in a bf16 step (see [`Layout`]), else NCHW.
+    pub fn compute_layout(&mut self) -> Layout {
+        match self.compute_dtype() {
+            DType::Bf16 => Layout::Nhwc,
+            DType::F32 => Layout::Nchw,
+        }
+    }
+
     pub(crate) fn backend(&mut self) -> &mut Backend {
         self.arena.backend()
     }
@@ -108,6 +117,8 @@ impl<'s> Step<'s> {
     }
 
     /// [`Step::output`] of type `dtype`.
+    /// An output of 4-D `shape` takes the first input's layout (elementwise
+    /// ops keep it); any other is row-major.
     pub(crate) fn output_of(
         &mut self,
         what: &'static str,
@@ -115,19 +126,48 @@ impl<'s> Step<'s> {
         dtype: DType,
         inputs: &[&Tensor<'s>],
     ) -> Result<Tensor<'s>> {
+        let layout = match inputs.first() {
+            Some(t) if shape.rank() == 4 && t.shape().rank() == 4 => t.layout(),
+            _ => Layout::Nchw,
+        };
+        self.output_as(what, shape, dtype, layout, inputs)
+    }
+
+    /// [`Step::output`] of type `dtype` and layout `layout`.
+    pub(crate) fn output_as(
+        &mut self,
+        what: &'static str,
+        shape: Shape,
+        dtype: DType,
+        layout: Layout,
+        inputs: &[&Tensor<'s>],
+    ) -> Result<Tensor<'s>> {
         let requires_grad = self.grad_enabled() && inputs.iter().any(|t| t.requires_grad());
         let buf = self.alloc_float(what, shape, dtype)?;
         let id = self.next_id();
+        let layout = if shape.rank() == 4 { layout } else { Layout::Nchw };
         Ok(Tensor::from_ref(TensorRef {
             id,
             buf,
             shape,
             requires_grad,
+            layout,
         }))
     }
 
     /// A tensor over existing memory (a reshape), with a fresh id.
     pub(crate) fn alias(&mut self, buf: impl Into<FloatBuf>, shape: Shape, requires_grad: bool) -> Tensor<'s> {
+        self.alias_as(buf, shape, Layout::Nchw, requires_grad)
+    }
+
+    /// [`Step::alias`] in `layout` (a gradient of a channels-last tensor).
+    pub(crate) fn alias_as(
+        &mut self,
+        buf: impl Into<FloatBuf>,
+        shape: Shape,
+        layout: Layout,
+        requires_grad: bool,
+    ) -> Tensor<'s> {
         let buf = buf.into();
         let id = self.next_id();
         Tensor::from_ref(TensorRef {
@@ -135,6 +175,7 @@ impl<'s> Step<'s> {
             buf,
             shape,
             requires_grad,
+            layout,
         })
     }
 
@@ -252,6 +293,7 @@ impl<'s> Step<'s> {
                 buf: param.buf.into(),
                 shape: param.shape,
                 requires_grad: true,
+                layout: Layout::Nchw,
             });
         }
         let requires_grad = self.grad_enabled();
@@ -301,17 +343,27 @@ impl<'s> Step<'s> {
         }
     }
 
-    /// Copies a tensor to the host; `out` must hold exactly its elements.
+    /// Copies a tensor to the host; `out` must hold exactly its elements,
+    /// in fp32 and NCHW order whatever the tensor's type and layout.
     pub fn read(&mut self, t: Tensor<'s>, out: &mut [f32]) -> Result<()> {
         match t.inner.buf {
-            FloatBuf::F32(buf) => Ok(self.uses(&[buf.into()]).download(buf, out)?),
+            FloatBuf::F32(buf) => self.uses(&[buf.into()]).download(buf, out)?,
             FloatBuf::Bf16(buf) => {
                 let mut bits = vec![crate::memory::bf16::ZERO; out.len()];
                 self.uses(&[buf.into()]).download(buf, &mut bits)?;
                 out.iter_mut().zip(bits).for_each(|(o, b)| *o = b.to_f32());
-                Ok(())
             }
         }
+        if t.layout() == Layout::Nhwc {
+            let d = t.shape();
+            let (c, hw) = (d.dim(1), d.dim(2) * d.dim(3));
+            let nhwc = out.to_vec();
+            for (i, v) in out.iter_mut().enumerate() {
+                let (n, ch, p) = (i / (c * hw), i / hw % c, i % hw);
+                *v = nhwc[(n * hw + p) * c + ch];
+            }
+        }
+        Ok(())
     }
 
     /// The value of a one-element tensor (a loss).
@@ -396,10 +448,16 @@ impl<'s> Step<'s> {
                 ),
             ));
         }
-        if y.dtype() != grad_y.dtype() {
+        if y.dtype() != grad_y.dtype() || y.layout() != grad_y.layout() {
             return Err(Error::shape(
                 "backward_from",
-                format!("a {} gradient for a {} tensor", grad_y.dtype(), y.dtype()),
+                format!(
+                    "a {} {:?} gradient for a {} {:?} tensor",
+                    grad_y.dtype(),
+                    grad_y.layout(),
+                    y.dtype(),
+                    y.layout()
+                ),
             ));
         }
         self.backward_seeded(y, grad_y.inner.buf, &mut |_| Ok(()))
@@ -477,7 +535,7 @@ impl<'s> Step<'s> {
     /// The gradient of `t` computed by backward.
     pub fn grad(&mut self, _proof: &Grads<'s>, t: Tensor<'s>) -> Option<Tensor<'s>> {
         let buf = self.grad_of(&t.inner)?;
-        Some(self.alias(buf, t.shape(), false))
+        Some(self.alias_as(buf, t.shape(), t.layout(), false))
     }
 
     /// The gradient of a parameter used in this step, branded with the

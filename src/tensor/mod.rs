@@ -16,6 +16,20 @@ use std::marker::PhantomData;
 /// `Tensor<'b>` for another step, and carries no data.
 pub(crate) type Brand<'s> = PhantomData<fn(&'s ()) -> &'s ()>;
 
+/// How a 4-D tensor's elements lie in memory; its shape is `[N, C, H, W]`
+/// in both. NCHW is PyTorch's default and every fp32 tensor's; NHWC
+/// (channels last) is a mixed-precision step's activations', the layout
+/// cuDNN's bf16 convolutions run fastest on (on NCHW ones they transpose
+/// inside, given workspace, or fall back to slow kernels). A tensor of
+/// another rank is always `Nchw` (row-major).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    #[default]
+    Nchw,
+    Nhwc,
+}
+
 /// The unbranded core the tape stores; a [`Tensor`] adds the brand.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TensorRef {
@@ -23,6 +37,7 @@ pub(crate) struct TensorRef {
     pub buf: FloatBuf,
     pub shape: Shape,
     pub requires_grad: bool,
+    pub layout: Layout,
 }
 
 /// A tensor made during step `'s`: fp32, or bf16 in a mixed-precision step.
@@ -58,6 +73,11 @@ impl<'s> Tensor<'s> {
     /// Its element type.
     pub fn dtype(&self) -> DType {
         self.inner.buf.dtype()
+    }
+
+    /// How its elements lie in memory.
+    pub fn layout(&self) -> Layout {
+        self.inner.layout
     }
 
     pub(crate) fn buf(&self) -> FloatBuf {

@@ -86,7 +86,8 @@ pub(crate) fn input<'s>(
 }
 
 /// `y` and the gradient of `sum(y * gy)` with respect to each input, for a
-/// `y` of either type (the upstream gradient is cast to `y`'s). Asserts
+/// `y` of either type and layout (the upstream gradient is cast to `y`'s
+/// type and layout). Asserts
 /// that `y` is of the step's compute type: the op kept bf16 in bf16.
 pub(crate) fn with_grads_as<'s>(
     s: &mut Step<'s>,
@@ -99,7 +100,7 @@ pub(crate) fn with_grads_as<'s>(
         "the op's output is of the step's compute type"
     );
     let gy = s.input("upstream grad", y.shape(), &values(y.shape().numel(), 99))?;
-    let gy = gy.cast(s, y.dtype())?;
+    let gy = gy.convert(s, y.dtype(), y.layout())?;
     let grads = s.backward_from(y, gy)?;
     let mut out = vec![("output", y)];
     for &(name, t) in inputs {
@@ -117,12 +118,42 @@ fn relu_in_bf16_is_fp32s_rounded() {
     });
 }
 
+/// Channels last, as a bf16 step's activations are: relu keeps the layout,
+/// and a bf16 ResNet-ish slice (convolution, relu, add, strided
+/// convolution with bias) matches fp32's NCHW one.
+#[test]
+fn a_channels_last_slice_in_bf16_matches_fp32() {
+    same_in_bf16("bf16 channels-last slice", BF16_TOL, &|s| {
+        let (x, h) = input(s, "x", Shape::new(&[4, 16, 12, 12]), 21)?;
+        let layout = s.compute_layout();
+        let h = h.to_layout(s, layout)?;
+        let w1 = s.variable("w1", Shape::new(&[16, 16, 3, 3]), &values(16 * 16 * 9, 22))?;
+        let w2 = s.variable("w2", Shape::new(&[8, 16, 3, 3]), &values(8 * 16 * 9, 23))?;
+        let b2 = s.variable("b2", Shape::new(&[8]), &values(8, 24))?;
+        let a = h.relu(s)?;
+        assert_eq!(a.layout(), layout);
+        let c = h.conv2d(s, w1, None, Conv2dArgs { stride: 1, padding: 1 })?;
+        let sum = a.add(s, c)?;
+        let y = sum.conv2d(s, w2, Some(b2), Conv2dArgs { stride: 2, padding: 1 })?;
+        assert_eq!(y.layout(), layout);
+        with_grads_as(
+            s,
+            y,
+            &[("x grad", x), ("w1 grad", w1), ("w2 grad", w2), ("b2 grad", b2)],
+        )
+    });
+}
+
+/// A bf16 convolution is channels last (cuDNN's fast bf16 layout): its
+/// NCHW input and fp32 weight are converted on the way in, and its output
+/// reads back as fp32's.
 #[test]
 fn conv2d_in_bf16_runs_on_the_tensor_cores_within_bf16s_rounding() {
     same_in_bf16("bf16 conv2d", BF16_TOL, &|s| {
         let (x, h) = input(s, "x", Shape::new(&[8, 64, 16, 16]), 3)?;
         let w = s.variable("w", Shape::new(&[64, 64, 3, 3]), &values(64 * 64 * 9, 4))?;
         let y = h.conv2d(s, w, None, Conv2dArgs { stride: 1, padding: 1 })?;
+        assert_eq!(y.layout(), s.compute_layout(), "channels last in bf16, NCHW in fp32");
         with_grads_as(s, y, &[("x grad", x), ("w grad", w)])
     });
 }

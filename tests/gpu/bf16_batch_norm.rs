@@ -1,7 +1,9 @@
 //! bf16 batch norm on the GPU against fp32 (see `bf16.rs`): output,
 //! gradients and running statistics of two training (or evaluation) steps,
 //! the input bf16 in the bf16 run, the weight, bias and statistics fp32 in
-//! both.
+//! both. The channels-last tests give the bf16 run its input (and
+//! residual) in the step's compute layout, NHWC, as a bf16 convolution
+//! leaves them, against fp32's NCHW (reads come back in NCHW order).
 //!
 //! The inputs are values bf16 holds exactly, as a mixed-precision model's
 //! batch norm reads a bf16 convolution's output: both runs then normalise
@@ -14,6 +16,7 @@ use super::*;
 use bumpgrad::backend::Precision;
 use bumpgrad::nn::Init;
 use bumpgrad::ops::batch_norm2d::{BatchNormArgs, RunningStats};
+use bumpgrad::Layout;
 
 /// What follows the batch norm under test.
 #[derive(Clone, Copy, Debug)]
@@ -27,6 +30,9 @@ enum Form {
     /// `Relu`, read by a convolution: its weight gradient reads the output
     /// recomputed from the input rather than kept.
     ReluThenConv,
+    /// `AddRelu` with the residual left NCHW where the input is channels
+    /// last: the op converts it to the input's layout.
+    AddReluNchwResidual,
 }
 
 /// `v` as bf16 holds it (its top 16 bits, rounded), as an fp32.
@@ -38,7 +44,15 @@ fn exact(v: f32) -> f32 {
 /// parameters of a store and its running statistics buffers: the second
 /// step's output and gradients (through the casts, in fp32), then the
 /// running statistics after both.
-fn bn_steps(device: Device, shape: Shape, args: BatchNormArgs, form: Form) -> Vec<(&'static str, Vec<f32>)> {
+/// With `channels_last` the input (and the residual, but for
+/// `AddReluNchwResidual`) is put in the step's compute layout.
+fn bn_steps(
+    device: Device,
+    shape: Shape,
+    args: BatchNormArgs,
+    form: Form,
+    channels_last: bool,
+) -> Vec<(&'static str, Vec<f32>)> {
     let (c, hw) = (shape.dim(1), shape.dim(2) * shape.dim(3));
     let mut arena = Arena::new(device, 64 << 20).expect("arena");
     arena.set_poison_step(true);
@@ -77,12 +91,22 @@ fn bn_steps(device: Device, shape: Shape, args: BatchNormArgs, form: Form) -> Ve
                 let rs: Vec<f32> = values(shape.numel(), 70 + step).into_iter().map(exact).collect();
                 let x = s.variable("x", shape, &xs)?;
                 let h = x.cast(s, dtype)?;
+                let layout = match channels_last {
+                    true => s.compute_layout(),
+                    false => Layout::Nchw,
+                };
+                let h = h.to_layout(s, layout)?;
                 let (w, b) = (s.param(&weight), s.param(&bias));
                 let r = s.variable("residual", shape, &rs)?;
                 let (y, named) = match form {
                     Form::Plain => (h.batch_norm2d(s, w, b, stats, args)?, vec![]),
                     Form::Relu => (h.batch_norm2d_relu(s, w, b, stats, args)?, vec![]),
                     Form::AddRelu => {
+                        let hr = r.convert(s, dtype, layout)?;
+                        let y = h.batch_norm2d_add_relu(s, w, b, stats, args, hr)?;
+                        (y, vec![("residual grad", r)])
+                    }
+                    Form::AddReluNchwResidual => {
                         let hr = r.cast(s, dtype)?;
                         let y = h.batch_norm2d_add_relu(s, w, b, stats, args, hr)?;
                         (y, vec![("residual grad", r)])
@@ -99,6 +123,9 @@ fn bn_steps(device: Device, shape: Shape, args: BatchNormArgs, form: Form) -> Ve
                         (y, vec![("conv weight grad", k)])
                     }
                 };
+                if !matches!(form, Form::ReluThenConv) {
+                    assert_eq!(y.layout(), layout, "the output is in the input's layout");
+                }
                 let mut wanted = vec![("x grad", x), ("weight grad", w), ("bias grad", b)];
                 wanted.extend(named);
                 let named = with_grads_as(s, y, &wanted)?;
@@ -131,13 +158,22 @@ fn bn_steps(device: Device, shape: Shape, args: BatchNormArgs, form: Form) -> Ve
 /// [`BF16_TOL`] of the scale of fp32's (the batch count exact), and some
 /// bit of some tensor different: the bf16 path ran.
 fn bn_in_bf16(test: &str, shape: Shape, args: BatchNormArgs, form: Form) {
+    bn_in_bf16_as(test, shape, args, form, false)
+}
+
+/// [`bn_in_bf16`] with the bf16 run's input channels last (fp32's NCHW).
+fn bn_nhwc_in_bf16(test: &str, shape: Shape, args: BatchNormArgs, form: Form) {
+    bn_in_bf16_as(test, shape, args, form, true)
+}
+
+fn bn_in_bf16_as(test: &str, shape: Shape, args: BatchNormArgs, form: Form, channels_last: bool) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(fp32) = gpu_as(test, Precision::Fp32) else {
         return;
     };
-    let on_fp32 = bn_steps(fp32, shape, args, form);
+    let on_fp32 = bn_steps(fp32, shape, args, form, channels_last);
     let bf16 = gpu_as(test, Precision::Bf16).expect("the GPU opened once");
-    let on_bf16 = bn_steps(bf16, shape, args, form);
+    let on_bf16 = bn_steps(bf16, shape, args, form, channels_last);
     assert_same_names(test, &on_fp32, &on_bf16);
     for ((name, a), (_, b)) in on_fp32.iter().zip(&on_bf16) {
         assert_eq!(a.len(), b.len(), "{test}: {name}: lengths differ");
@@ -267,6 +303,86 @@ fn bf16_batch_norm2d_relu_recomputed_for_a_convolution_matches_fp32() {
     for shape in [Shape::new(&[4, 6, 10, 10]), Shape::new(&[4, 6, 7, 9])] {
         bn_in_bf16(
             &format!("bf16 batch_norm2d relu, recomputed for conv2d {shape}"),
+            shape,
+            BatchNormArgs::train(),
+            Form::ReluThenConv,
+        );
+    }
+}
+
+#[test]
+fn bf16_batch_norm2d_channels_last_training_matches_fp32() {
+    // 64 channels: eight per thread (16 bytes), one tile of a row; 4
+    // channels: four per thread, 65536 rows in 256 runs; 96 channels: two
+    // tiles of 64, the second half idle.
+    for shape in [
+        Shape::new(&[8, 64, 8, 8]),
+        Shape::new(&[64, 4, 32, 32]),
+        Shape::new(&[16, 96, 16, 16]),
+    ] {
+        for form in [Form::Plain, Form::Relu, Form::AddRelu] {
+            bn_nhwc_in_bf16(
+                &format!("bf16 NHWC batch_norm2d {form:?} {shape} train"),
+                shape,
+                BatchNormArgs::train(),
+                form,
+            );
+        }
+    }
+}
+
+#[test]
+fn bf16_batch_norm2d_channels_last_evaluation_uses_the_running_statistics() {
+    for form in [Form::Plain, Form::Relu, Form::AddRelu] {
+        bn_nhwc_in_bf16(
+            &format!("bf16 NHWC batch_norm2d {form:?} eval"),
+            Shape::new(&[4, 16, 8, 8]),
+            BatchNormArgs::eval(),
+            form,
+        );
+    }
+}
+
+#[test]
+fn bf16_batch_norm2d_channels_last_on_channels_not_a_multiple_of_8_matches_fp32() {
+    // Two (6), four (12) and one (5) channels per thread; planes of 9, 143
+    // and 1 pixels.
+    for shape in [
+        Shape::new(&[8, 6, 3, 3]),
+        Shape::new(&[8, 6, 13, 11]),
+        Shape::new(&[6, 12, 5, 5]),
+        Shape::new(&[40, 5, 1, 1]),
+    ] {
+        for form in [Form::Plain, Form::Relu, Form::AddRelu] {
+            for args in [BatchNormArgs::train(), BatchNormArgs::eval()] {
+                bn_nhwc_in_bf16(
+                    &format!("bf16 NHWC batch_norm2d {form:?} {shape} training {}", args.training),
+                    shape,
+                    args,
+                    form,
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn bf16_batch_norm2d_channels_last_converts_a_residual_of_another_type_or_layout() {
+    for form in [Form::AddReluFp32Residual, Form::AddReluNchwResidual] {
+        bn_nhwc_in_bf16(
+            &format!("bf16 NHWC batch_norm2d {form:?}"),
+            Shape::new(&[4, 8, 6, 6]),
+            BatchNormArgs::train(),
+            form,
+        );
+    }
+}
+
+#[test]
+fn bf16_batch_norm2d_channels_last_relu_recomputed_for_a_convolution_matches_fp32() {
+    for shape in [Shape::new(&[4, 16, 10, 10]), Shape::new(&[4, 6, 7, 9])] {
+        bn_nhwc_in_bf16(
+            &format!("bf16 NHWC batch_norm2d relu, recomputed for conv2d {shape}"),
             shape,
             BatchNormArgs::train(),
             Form::ReluThenConv,

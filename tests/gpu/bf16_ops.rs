@@ -3,7 +3,7 @@
 
 use super::bf16::*;
 use super::*;
-use bumpgrad::DType;
+use bumpgrad::{DType, Layout};
 
 const fn args(kernel: usize, stride: usize, padding: usize, ceil_mode: bool) -> Pool2dArgs {
     Pool2dArgs {
@@ -221,5 +221,183 @@ fn reshape_in_bf16_keeps_the_type() {
         assert_eq!(y.dtype(), h.dtype(), "a reshape keeps its input's type");
         let y = y.relu(s)?;
         with_grads_as(s, y, &[("x grad", x)])
+    });
+}
+
+// Channels last: in a bf16 step the convolutions hand these ops NHWC
+// tensors. Each body converts its input to `s.compute_layout()` (NHWC in
+// bf16, NCHW in fp32), so the bf16 run takes the NHWC path and is held to
+// the fp32 run's NCHW one; `s.read` gives NCHW order either way.
+
+/// `t` in the step's compute layout (channels last in a bf16 step).
+fn in_compute_layout<'s>(s: &mut Step<'s>, t: Tensor<'s>) -> bumpgrad::Result<Tensor<'s>> {
+    let layout = s.compute_layout();
+    let t = t.to_layout(s, layout)?;
+    assert_eq!(t.layout(), layout);
+    Ok(t)
+}
+
+/// The NHWC kernels read channels last in place: each (n, c) sums its
+/// pixels in fp32, in the NCHW kernel's order, into a row-major `[N, C]`;
+/// the gradient comes back channels last. ResNet's head (7×7 and 4×4
+/// planes, many channels), a large plane near 1 (a bf16 running sum would
+/// drift), and a 1×1 plane.
+#[test]
+fn global_avg_pool_of_channels_last_in_bf16_matches_fp32() {
+    for (name, dims) in [
+        ("7×7", [4, 96, 7, 7]),
+        ("4×4 odd channels", [5, 67, 4, 4]),
+        ("1×1", [3, 40, 1, 1]),
+    ] {
+        same_in_bf16(&format!("bf16 NHWC global_avg_pool2d {name}"), BF16_TOL, &move |s| {
+            let (x, h) = input(s, "x", Shape::new(&dims), 61)?;
+            let h = in_compute_layout(s, h)?;
+            let y = h.global_avg_pool2d(s)?;
+            assert_eq!(y.layout(), Layout::Nchw, "the pooled [N, C] is row-major");
+            with_grads_as(s, y, &[("x grad", x)])
+        });
+    }
+    same_in_bf16("bf16 NHWC global_avg_pool2d sums in fp32", BF16_TOL, &|s| {
+        let shape = Shape::new(&[3, 5, 32, 32]);
+        let near_one: Vec<f32> = values(shape.numel(), 62).iter().map(|v| 1.0 + v / 2.0).collect();
+        let (x, h) = input_of(s, "x", shape, &near_one)?;
+        let h = in_compute_layout(s, h)?;
+        let y = h.global_avg_pool2d(s)?;
+        with_grads_as(s, y, &[("x grad", x)])
+    });
+}
+
+#[test]
+fn add_of_channels_last_in_bf16_matches_fp32() {
+    same_in_bf16("bf16 NHWC add", BF16_TOL, &|s| {
+        let shape = Shape::new(&[3, 5, 7, 9]);
+        let (a, ha) = input(s, "a", shape, 63)?;
+        let (b, hb) = input(s, "b", shape, 64)?;
+        let (ha, hb) = (in_compute_layout(s, ha)?, in_compute_layout(s, hb)?);
+        let y = ha.add(s, hb)?;
+        assert_eq!(y.layout(), ha.layout(), "the sum keeps the operands' layout");
+        with_grads_as(s, y, &[("a grad", a), ("b grad", b)])
+    });
+}
+
+/// Operands in two layouts: the second is converted to the first's, and
+/// the sum is in the first's layout; each gradient comes back in its
+/// operand's layout (and, through the cast, in fp32 NCHW).
+#[test]
+fn add_of_channels_last_and_nchw_in_bf16_matches_fp32() {
+    for second_first in [false, true] {
+        let name = if second_first {
+            "bf16 NCHW + NHWC add"
+        } else {
+            "bf16 NHWC + NCHW add"
+        };
+        same_in_bf16(name, BF16_TOL, &move |s| {
+            let shape = Shape::new(&[3, 6, 5, 7]);
+            let (a, ha) = input(s, "a", shape, 65)?;
+            let (b, hb) = input(s, "b", shape, 66)?;
+            let ha = in_compute_layout(s, ha)?;
+            assert_eq!(hb.layout(), Layout::Nchw);
+            let (first, second) = if second_first { (hb, ha) } else { (ha, hb) };
+            let y = first.add(s, second)?;
+            assert_eq!(y.layout(), first.layout(), "the sum is in the first operand's layout");
+            with_grads_as(s, y, &[("a grad", a), ("b grad", b)])
+        });
+    }
+}
+
+/// Dropout draws its mask by memory index, so a channels-last tensor drops
+/// other elements than its NCHW copy would: both runs convert to NHWC here
+/// (the fp32 one too), so both drop the elements `dropout::keep` names at
+/// each element's channels-last index.
+#[test]
+fn dropout_of_channels_last_in_bf16_drops_fp32s_elements() {
+    use bumpgrad::ops::dropout::keep;
+    const SEED: u64 = 0xFEED_5EED_4321;
+    const P: f32 = 0.3;
+    same_in_bf16("bf16 NHWC dropout", BF16_TOL, &|s| {
+        let dims = [4, 6, 5, 7];
+        let shape = Shape::new(&dims);
+        let away: Vec<f32> = values(shape.numel(), 67)
+            .iter()
+            .map(|v| v.signum() * (0.5 + v.abs() / 2.0))
+            .collect();
+        let (x, h) = input_of(s, "x", shape, &away)?;
+        let h = h.to_layout(s, Layout::Nhwc)?;
+        let y = h.dropout(s, P, SEED)?;
+        assert_eq!(y.layout(), Layout::Nhwc, "dropout keeps its input's layout");
+        let out = with_grads_as(s, y, &[("x grad", x)])?;
+        let mut host = vec![0.0; shape.numel()];
+        s.read(y, &mut host)?;
+        let mut grad = vec![0.0; shape.numel()];
+        s.read(out[1].1, &mut grad)?;
+        let dtype = s.compute_dtype();
+        let (c, hw) = (dims[1], dims[2] * dims[3]);
+        for (i, (v, g)) in host.iter().zip(&grad).enumerate() {
+            // NCHW index i is element (n, ch, p), at (n·HW + p)·C + ch.
+            let (n, ch, p) = (i / (c * hw), i / hw % c, i % hw);
+            let at = (n * hw + p) * c + ch;
+            let kept = keep(SEED, at as u64, P);
+            assert_eq!(
+                *v != 0.0,
+                kept,
+                "{dtype}: element {i} (memory {at}) kept ({kept}) but its output is {v}"
+            );
+            assert!(
+                kept || *g == 0.0,
+                "{dtype}: element {i} (memory {at}) dropped but its gradient is {g}"
+            );
+        }
+        Ok(out)
+    });
+}
+
+/// The pools and concat have NCHW kernels only: a channels-last input is
+/// converted to NCHW first, and the output is NCHW.
+#[test]
+fn max_pool_of_channels_last_in_bf16_picks_fp32s_winners() {
+    for (name, dims, a) in WINDOWS {
+        same_in_bf16(&format!("bf16 NHWC max_pool2d {name}"), BF16_TOL, &move |s| {
+            let shape = Shape::new(&dims);
+            let (x, h) = input_of(s, "x", shape, &ordered_values(shape.numel(), 68))?;
+            let h = in_compute_layout(s, h)?;
+            let y = h.max_pool2d(s, a)?;
+            assert_eq!(y.layout(), Layout::Nchw);
+            with_grads_as(s, y, &[("x grad", x)])
+        });
+    }
+    same_in_bf16("bf16 NHWC max_pool2d_relu", BF16_TOL, &|s| {
+        let shape = Shape::new(&[2, 3, 7, 9]);
+        let (x, h) = input_of(s, "x", shape, &ordered_values(shape.numel(), 69))?;
+        let h = in_compute_layout(s, h)?;
+        let y = h.max_pool2d_relu(s)?;
+        assert_eq!(y.layout(), Layout::Nchw);
+        with_grads_as(s, y, &[("x grad", x)])
+    });
+}
+
+#[test]
+fn avg_pool_of_channels_last_in_bf16_matches_fp32() {
+    for (name, dims, a) in WINDOWS {
+        same_in_bf16(&format!("bf16 NHWC avg_pool2d {name}"), BF16_TOL, &move |s| {
+            let (x, h) = input(s, "x", Shape::new(&dims), 70)?;
+            let h = in_compute_layout(s, h)?;
+            let y = h.avg_pool2d(s, a)?;
+            assert_eq!(y.layout(), Layout::Nchw);
+            with_grads_as(s, y, &[("x grad", x)])
+        });
+    }
+}
+
+/// Channels-last parts, an NCHW one among them and one part twice.
+#[test]
+fn concat_of_channels_last_parts_in_bf16_matches_fp32() {
+    same_in_bf16("bf16 NHWC concat_channels", BF16_TOL, &|s| {
+        let (a, ha) = input(s, "a", Shape::new(&[3, 2, 5, 7]), 71)?;
+        let (b, hb) = input(s, "b", Shape::new(&[3, 5, 5, 7]), 72)?;
+        let (c, hc) = input(s, "c", Shape::new(&[3, 1, 5, 7]), 73)?;
+        let (ha, hc) = (in_compute_layout(s, ha)?, in_compute_layout(s, hc)?);
+        let y = Tensor::concat_channels(s, &[ha, hb, hc, ha])?;
+        assert_eq!(y.layout(), Layout::Nchw);
+        with_grads_as(s, y, &[("a grad", a), ("b grad", b), ("c grad", c)])
     });
 }

@@ -35,6 +35,9 @@ pub struct ConvDims {
     pub padding: usize,
     /// The type of input, filters and output (the sums are fp32 in both).
     pub dtype: DType,
+    /// Input, filters and output channels last (NHWC, filters KRSC), as a
+    /// bf16 step keeps them; else NCHW (filters KCRS).
+    pub nhwc: bool,
 }
 
 impl ConvDims {
@@ -79,6 +82,7 @@ mod tests {
             stride: 1,
             padding: 0,
             dtype: DType::F32,
+            nhwc: false,
         };
         assert_eq!(dims(5, 5).output_len(), 0);
         assert_eq!(dims(4, 6).output_len(), 0);
@@ -101,6 +105,7 @@ mod tests {
             stride,
             padding,
             dtype: DType::F32,
+            nhwc: false,
         };
         assert_eq!(dims(3, 3, 1, 1).output_hw(), (7, 8));
         assert_eq!(dims(3, 3, 2, 1).output_hw(), (4, 4));
@@ -276,7 +281,10 @@ impl ConvPlan {
             DType::Bf16 => sys::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
         };
         let tensor_ops = tf32 || d.dtype == DType::Bf16;
-        let nchw = sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
+        let format = match d.nhwc {
+            true => sys::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC,
+            false => sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
+        };
         let (oh, ow) = d.output_hw();
         if oh == 0 || ow == 0 {
             return Err(CudaError::failed(
@@ -297,9 +305,9 @@ impl ConvPlan {
         // SAFETY: every descriptor was created above and is alive; `handle`
         // is the device's cuDNN handle, held under its mutex by the caller.
         unsafe {
-            dnn::set_tensor4d_descriptor(x.0, nchw, data, xs).map_err(dnn_err("cudnnSetTensor4dDescriptor"))?;
-            dnn::set_tensor4d_descriptor(y.0, nchw, data, ys).map_err(dnn_err("cudnnSetTensor4dDescriptor"))?;
-            dnn::set_filter4d_descriptor(w.0, data, nchw, ws).map_err(dnn_err("cudnnSetFilter4dDescriptor"))?;
+            dnn::set_tensor4d_descriptor(x.0, format, data, xs).map_err(dnn_err("cudnnSetTensor4dDescriptor"))?;
+            dnn::set_tensor4d_descriptor(y.0, format, data, ys).map_err(dnn_err("cudnnSetTensor4dDescriptor"))?;
+            dnn::set_filter4d_descriptor(w.0, data, format, ws).map_err(dnn_err("cudnnSetFilter4dDescriptor"))?;
             dnn::set_convolution2d_descriptor(
                 conv.0,
                 pad,

@@ -6,6 +6,11 @@
 //! sharing one gradient buffer would each see the other's later
 //! contributions, and `x.add(s, x)` reaches `2·dy` through `Step::accumulate`
 //! adding the second copy to the first.
+//!
+//! Both operands are read in one layout: a second operand in another layout
+//! than the first's is converted to the first's (see
+//! [`Layout`](crate::tensor::Layout)), and the sum is in the first's layout.
+//! The kernels are elementwise over memory, whatever that layout.
 
 mod cpu;
 #[cfg(test)]
@@ -43,7 +48,8 @@ pub(crate) struct Saved {
 impl<'s> Tensor<'s> {
     /// `self + other`, elementwise; both must have the same shape. Of their
     /// type, or fp32 when their types differ (PyTorch's promotion: the
-    /// bf16 one is cast up).
+    /// bf16 one is cast up). In `self`'s layout: `other` is converted to
+    /// it when its own differs.
     pub fn add(self, s: &mut Step<'s>, other: Tensor<'s>) -> Result<Tensor<'s>> {
         if self.shape() != other.shape() {
             return Err(Error::shape(
@@ -52,8 +58,14 @@ impl<'s> Tensor<'s> {
             ));
         }
         if self.dtype() != other.dtype() {
-            let (a, b) = (self.cast(s, DType::F32)?, other.cast(s, DType::F32)?);
+            // `other` in `self`'s layout too, in the same copy.
+            let a = self.cast(s, DType::F32)?;
+            let b = other.convert(s, DType::F32, self.layout())?;
             return a.add(s, b);
+        }
+        if self.layout() != other.layout() {
+            let b = other.to_layout(s, self.layout())?;
+            return self.add(s, b);
         }
         let y = s.output("add output", self.shape(), &[&self, &other])?;
         match s.uses(&[self.buf().into(), other.buf().into(), y.buf().into()]) {

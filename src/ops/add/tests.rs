@@ -51,3 +51,24 @@ fn add_refuses_different_shapes() {
         .unwrap_err();
     assert!(matches!(err, crate::Error::Shape { op: "add", .. }), "{err}");
 }
+
+/// Operands in different layouts: the second is converted to the first's,
+/// and the sum is in the first's layout.
+#[test]
+fn add_of_two_layouts_gradient_matches_finite_differences() {
+    use crate::tensor::Layout;
+    let shape = Shape::new(&[2, 3, 4, 5]);
+    let (a, b) = (values(120, 4, -1.0, 1.0), values(120, 5, -1.0, 1.0));
+    for (la, lb) in [
+        (Layout::Nhwc, Layout::Nchw),
+        (Layout::Nchw, Layout::Nhwc),
+        (Layout::Nhwc, Layout::Nhwc),
+    ] {
+        check(&[shape, shape], &[a.clone(), b.clone()], &[0, 1], &move |s, x| {
+            let (a, b) = (x[0].to_layout(s, la)?, x[1].to_layout(s, lb)?);
+            let y = a.add(s, b)?;
+            assert_eq!(y.layout(), la, "the first operand's layout");
+            y.to_layout(s, Layout::Nchw)
+        });
+    }
+}

@@ -7,6 +7,10 @@
 //! Backward gathers, per input, `dy / divisor` of every output whose window
 //! covers it, in output order: each gradient element is written once, with
 //! no atomics, and the CUDA kernels mirror the CPU's arithmetic.
+//!
+//! The kernels are NCHW's: a channels-last input ([`Layout::Nhwc`]) is
+//! converted to NCHW first (a recorded cast, whose backward converts the
+//! gradient back), and the output is NCHW.
 
 mod cpu;
 #[cfg(test)]
@@ -16,7 +20,7 @@ use crate::autograd::{Node, Step};
 use crate::backend::cuda::{FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::ops::maxpool2d::{Pool2dArgs, PoolGeometry};
-use crate::tensor::{Tensor, TensorRef};
+use crate::tensor::{Layout, Tensor, TensorRef};
 use crate::Result;
 
 /// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
@@ -56,8 +60,14 @@ pub(crate) fn divisor(g: &PoolGeometry, o: usize, len: usize) -> usize {
 }
 
 impl<'s> Tensor<'s> {
-    /// Average-pools `self` `[N, C, H, W]`; see [`Pool2dArgs`].
+    /// Average-pools `self` `[N, C, H, W]`; see [`Pool2dArgs`]. A
+    /// channels-last input is pooled as its NCHW copy, into NCHW.
     pub fn avg_pool2d(self, s: &mut Step<'s>, args: Pool2dArgs) -> Result<Tensor<'s>> {
+        let this = self.to_layout(s, Layout::Nchw)?;
+        this.avg_pool2d_nchw(s, args)
+    }
+
+    fn avg_pool2d_nchw(self, s: &mut Step<'s>, args: Pool2dArgs) -> Result<Tensor<'s>> {
         let x = self.shape();
         let g = args.geometry("avg_pool2d", x)?;
         let y = s.output("avg-pool output", g.output(x), &[&self])?;

@@ -183,3 +183,16 @@ fn bad_avg_pools_are_typed_errors() {
         );
     }
 }
+
+/// A channels-last input is pooled as its NCHW copy, into NCHW.
+#[test]
+fn channels_last_avg_pool_gradient_matches_finite_differences() {
+    use crate::tensor::Layout;
+    let shape = Shape::new(&[2, 2, 7, 6]);
+    check(&[shape], &[values(shape.numel(), 11, -1.0, 1.0)], &[0], &|s, x| {
+        let x = x[0].to_layout(s, Layout::Nhwc)?;
+        let y = x.avg_pool2d(s, PADDED)?;
+        assert_eq!(y.layout(), Layout::Nchw);
+        Ok(y)
+    });
+}

@@ -418,3 +418,404 @@ extern "C" __global__ void bn_backward_input_bf16(const bf16* x, const bf16* gy,
     bn_backward_input_t(x, gy, y, mean, invstd, weight, bias, sum_dy_xhat, sum_dy, gx, gresidual, n, c, hw, training,
                         mask, vec);
 }
+
+// ---- Channels last (NHWC) ----
+//
+// Element (img, ch, px) of an NHWC tensor is at (img * hw + px) * c + ch:
+// row r = img * hw + px holds one pixel's c channels, and channel ch's
+// values in (img, px) order, the order the NCHW sums run in, are
+// x[r * c + ch] for r = 0, 1, ... The NHWC sums therefore write the very
+// partials the NCHW ones do, per channel and run of `chunk_len` rows, each
+// run's by the same arithmetic (its shifted sums, a fixed tree), and
+// bn_stats_finish and bn_backward_finish merge them unchanged.
+//
+// Every NHWC kernel runs blocks of blockDim.x × blockDim.y threads (256, a
+// power of two each way) over a tile of blockDim.x * vec channels: thread
+// (tx, ty) takes `vec` consecutive channels, tx * vec on, of tile
+// blockIdx.y (one access of up to 16 bytes), on rows ty, ty + blockDim.y,
+// ... of block column blockIdx.x's rows: a warp reads whole rows of the
+// tile, consecutive bytes. `vec` divides c, so a thread's channels are of
+// one row and its accesses aligned. A thread reads its channels' constants
+// once, not once per value.
+
+// V consecutive values at p, widened; or stored, rounded once.
+template <int V> __device__ __forceinline__ void bn_loadv(const float* p, float* v) {
+    if (V == 1) {
+        v[0] = p[0];
+    } else if (V == 2) {
+        float2 q = *reinterpret_cast<const float2*>(p);
+        v[0] = q.x;
+        v[1] = q.y;
+    } else {
+        for (int h = 0; h < V; h += 4) bn_load4(p + h, v + h);
+    }
+}
+template <int V> __device__ __forceinline__ void bn_loadv(const bf16* p, float* v) {
+    if (V == 1) {
+        v[0] = load(p[0]);
+    } else if (V == 2) {
+        unsigned int q = *reinterpret_cast<const unsigned int*>(p);
+        v[0] = __uint_as_float(q << 16);
+        v[1] = __uint_as_float(q & 0xffff0000u);
+    } else if (V == 4) {
+        bn_load4(p, v);
+    } else {
+        // Eight values in one 16-byte access, their bits carried in a float4.
+        for (int h = 0; h < V; h += 8) {
+            float4 q = *reinterpret_cast<const float4*>(p + h);
+            unsigned int u[4] = {__float_as_uint(q.x), __float_as_uint(q.y), __float_as_uint(q.z),
+                                 __float_as_uint(q.w)};
+            for (int k = 0; k < 4; k++) {
+                v[h + 2 * k] = __uint_as_float(u[k] << 16);
+                v[h + 2 * k + 1] = __uint_as_float(u[k] & 0xffff0000u);
+            }
+        }
+    }
+}
+template <int V> __device__ __forceinline__ void bn_storev(float* p, const float* v) {
+    if (V == 1) {
+        p[0] = v[0];
+    } else if (V == 2) {
+        float2 q;
+        q.x = v[0];
+        q.y = v[1];
+        *reinterpret_cast<float2*>(p) = q;
+    } else {
+        for (int h = 0; h < V; h += 4) bn_store4(p + h, v + h);
+    }
+}
+__device__ __forceinline__ unsigned int bn_pack2(float a, float b) {
+    return (unsigned int)store<bf16>(a).bits | ((unsigned int)store<bf16>(b).bits << 16);
+}
+template <int V> __device__ __forceinline__ void bn_storev(bf16* p, const float* v) {
+    if (V == 1) {
+        p[0] = store<bf16>(v[0]);
+    } else if (V == 2) {
+        *reinterpret_cast<unsigned int*>(p) = bn_pack2(v[0], v[1]);
+    } else if (V == 4) {
+        bn_store4(p, v);
+    } else {
+        for (int h = 0; h < V; h += 8) {
+            float4 q;
+            q.x = __uint_as_float(bn_pack2(v[h], v[h + 1]));
+            q.y = __uint_as_float(bn_pack2(v[h + 2], v[h + 3]));
+            q.z = __uint_as_float(bn_pack2(v[h + 4], v[h + 5]));
+            q.w = __uint_as_float(bn_pack2(v[h + 6], v[h + 7]));
+            *reinterpret_cast<float4*>(p + h) = q;
+        }
+    }
+}
+
+// The V per-channel values of a thread's channels, ch on.
+template <int V> __device__ __forceinline__ void bn_channels(const float* p, unsigned int ch, float* v) {
+    for (int e = 0; e < V; e++) v[e] = p[ch + e];
+}
+
+// The first of this thread's channels (c or more: none of them).
+__device__ __forceinline__ unsigned int bn_nhwc_channel(unsigned int vec) {
+    return (blockIdx.y * blockDim.x + threadIdx.x) * vec;
+}
+
+// Rows [first, end) of block column blockIdx.x: `len` each, the last
+// fewer (without overflowing near 2^32).
+__device__ __forceinline__ void bn_nhwc_rows(unsigned int rows, unsigned int len, unsigned int* first,
+                                             unsigned int* end) {
+    unsigned int r0 = blockIdx.x * len;
+    *first = r0;
+    *end = r0 < rows ? r0 + min(len, rows - r0) : r0;
+}
+
+// Sums each of a thread's V values over the block's rows of threads
+// (threadIdx.y) in a fixed tree, in `red` (blockDim.x * blockDim.y * V
+// floats): row 0 gets the totals in v. Every thread of the block calls it.
+template <int V> __device__ __forceinline__ void bn_sum_rows(float* v, float* red) {
+    unsigned int tile = blockDim.x * V;
+    float* mine = red + threadIdx.y * tile + threadIdx.x * V;
+    for (int e = 0; e < V; e++) mine[e] = v[e];
+    __syncthreads();
+    for (unsigned int stride = blockDim.y / 2; stride > 0; stride /= 2) {
+        if (threadIdx.y < stride)
+            for (int e = 0; e < V; e++) mine[e] += mine[stride * tile + e];
+        __syncthreads();
+    }
+    for (int e = 0; e < V; e++) v[e] = red[threadIdx.x * V + e];
+    __syncthreads();
+}
+
+// The reduction space of an NHWC sum: 256 threads of up to 8 values.
+#define BN_NHWC_RED (256 * 8)
+
+// bn_stats_partial in NHWC: block (j, tile) gives run j (rows j *
+// chunk_len on) of each of its channels the run's mean and its sum of
+// squared deviations, shifted by the run's first value as in NCHW.
+template <typename T, int V>
+__device__ void bn_stats_partial_nhwc_v(const T* x, float* partial, unsigned int rows, unsigned int c,
+                                        unsigned int chunk_len, float* red) {
+    unsigned int j = blockIdx.x, chunks = gridDim.x;
+    unsigned int ch = bn_nhwc_channel(V);
+    bool mine = ch < c;
+    unsigned int k0, k1;
+    bn_nhwc_rows(rows, chunk_len, &k0, &k1);
+    float shift[V], s[V], q[V];
+    for (int e = 0; e < V; e++) {
+        shift[e] = 0.0f;
+        s[e] = 0.0f;
+        q[e] = 0.0f;
+    }
+    if (mine && k0 < k1) {
+        bn_loadv<V>(x + (size_t)k0 * c + ch, shift);
+        for (unsigned int r = k0 + threadIdx.y; r < k1; r += blockDim.y) {
+            float v[V];
+            bn_loadv<V>(x + (size_t)r * c + ch, v);
+            for (int e = 0; e < V; e++) {
+                float d = v[e] - shift[e];
+                s[e] += d;
+                q[e] += d * d;
+            }
+        }
+    }
+    bn_sum_rows<V>(s, red);
+    bn_sum_rows<V>(q, red);
+    if (mine && threadIdx.y == 0 && k0 < k1) {
+        float len = (float)(k1 - k0);
+        for (int e = 0; e < V; e++) {
+            float d = s[e] / len;
+            size_t at = 2 * ((size_t)(ch + e) * chunks + j);
+            partial[at] = shift[e] + d;
+            partial[at + 1] = fmaxf(q[e] - s[e] * d, 0.0f);
+        }
+    }
+}
+template <typename T>
+__device__ void bn_stats_partial_nhwc_t(const T* x, float* partial, unsigned int rows, unsigned int c,
+                                        unsigned int chunk_len, unsigned int vec) {
+    __shared__ float red[BN_NHWC_RED];
+    if (sizeof(T) == 2 && vec == 8)
+        bn_stats_partial_nhwc_v<T, 8>(x, partial, rows, c, chunk_len, red);
+    else if (vec == 4)
+        bn_stats_partial_nhwc_v<T, 4>(x, partial, rows, c, chunk_len, red);
+    else if (vec == 2)
+        bn_stats_partial_nhwc_v<T, 2>(x, partial, rows, c, chunk_len, red);
+    else
+        bn_stats_partial_nhwc_v<T, 1>(x, partial, rows, c, chunk_len, red);
+}
+extern "C" __global__ void bn_stats_partial_nhwc(const float* x, float* partial, unsigned int rows, unsigned int c,
+                                                 unsigned int chunk_len, unsigned int vec) {
+    bn_stats_partial_nhwc_t(x, partial, rows, c, chunk_len, vec);
+}
+extern "C" __global__ void bn_stats_partial_nhwc_bf16(const bf16* x, float* partial, unsigned int rows,
+                                                      unsigned int c, unsigned int chunk_len, unsigned int vec) {
+    bn_stats_partial_nhwc_t(x, partial, rows, c, chunk_len, vec);
+}
+
+// bn_apply in NHWC: bn_apply's arithmetic, value for value, on the block
+// column's share of the rows (split evenly over gridDim.x).
+template <typename T, int V>
+__device__ void bn_apply_nhwc_v(const T* x, const float* mean, const float* invstd, const float* weight,
+                                const float* bias, const T* residual, T* y, unsigned int rows, unsigned int c,
+                                unsigned int relu) {
+    unsigned int ch = bn_nhwc_channel(V);
+    if (ch >= c) return;
+    unsigned int r0, r1;
+    bn_nhwc_rows(rows, (rows + gridDim.x - 1) / gridDim.x, &r0, &r1);
+    float mu[V], is[V], w[V], b[V];
+    bn_channels<V>(mean, ch, mu);
+    bn_channels<V>(invstd, ch, is);
+    bn_channels<V>(weight, ch, w);
+    bn_channels<V>(bias, ch, b);
+    for (unsigned int r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
+        size_t at = (size_t)r * c + ch;
+        float v[V], o[V];
+        bn_loadv<V>(x + at, v);
+        for (int e = 0; e < V; e++) o[e] = (v[e] - mu[e]) * is[e] * w[e] + b[e];
+        if (residual) {
+            float rv[V];
+            bn_loadv<V>(residual + at, rv);
+            for (int e = 0; e < V; e++) o[e] += rv[e];
+        }
+        if (relu)
+            for (int e = 0; e < V; e++) o[e] = fmaxf(o[e], 0.0f);
+        bn_storev<V>(y + at, o);
+    }
+}
+template <typename T>
+__device__ void bn_apply_nhwc_t(const T* x, const float* mean, const float* invstd, const float* weight,
+                                const float* bias, const T* residual, T* y, unsigned int rows, unsigned int c,
+                                unsigned int relu, unsigned int vec) {
+    if (sizeof(T) == 2 && vec == 8)
+        bn_apply_nhwc_v<T, 8>(x, mean, invstd, weight, bias, residual, y, rows, c, relu);
+    else if (vec == 4)
+        bn_apply_nhwc_v<T, 4>(x, mean, invstd, weight, bias, residual, y, rows, c, relu);
+    else if (vec == 2)
+        bn_apply_nhwc_v<T, 2>(x, mean, invstd, weight, bias, residual, y, rows, c, relu);
+    else
+        bn_apply_nhwc_v<T, 1>(x, mean, invstd, weight, bias, residual, y, rows, c, relu);
+}
+extern "C" __global__ void bn_apply_nhwc(const float* x, const float* mean, const float* invstd, const float* weight,
+                                         const float* bias, const float* residual, float* y, unsigned int rows,
+                                         unsigned int c, unsigned int relu, unsigned int vec) {
+    bn_apply_nhwc_t(x, mean, invstd, weight, bias, residual, y, rows, c, relu, vec);
+}
+extern "C" __global__ void bn_apply_nhwc_bf16(const bf16* x, const float* mean, const float* invstd,
+                                              const float* weight, const float* bias, const bf16* residual, bf16* y,
+                                              unsigned int rows, unsigned int c, unsigned int relu,
+                                              unsigned int vec) {
+    bn_apply_nhwc_t(x, mean, invstd, weight, bias, residual, y, rows, c, relu, vec);
+}
+
+// bn_backward_partial in NHWC: block (j, tile) sums over run j of each of
+// its channels the passed gradient g and g * (x - mean).
+template <typename T, int V>
+__device__ void bn_backward_partial_nhwc_v(const T* x, const T* gy, const T* y, const float* mean,
+                                           const float* invstd, const float* weight, const float* bias,
+                                           float* partial, unsigned int rows, unsigned int c,
+                                           unsigned int chunk_len, unsigned int mask, float* red) {
+    unsigned int j = blockIdx.x, chunks = gridDim.x;
+    unsigned int ch = bn_nhwc_channel(V);
+    bool mine = ch < c;
+    unsigned int k0, k1;
+    bn_nhwc_rows(rows, chunk_len, &k0, &k1);
+    float centred[V], total[V];
+    for (int e = 0; e < V; e++) {
+        centred[e] = 0.0f;
+        total[e] = 0.0f;
+    }
+    if (mine) {
+        float mu[V], is[V], w[V], b[V];
+        bn_channels<V>(mean, ch, mu);
+        bn_channels<V>(invstd, ch, is);
+        bn_channels<V>(weight, ch, w);
+        bn_channels<V>(bias, ch, b);
+        for (unsigned int r = k0 + threadIdx.y; r < k1; r += blockDim.y) {
+            size_t at = (size_t)r * c + ch;
+            float xv[V], g[V], yv[V];
+            bn_loadv<V>(x + at, xv);
+            bn_loadv<V>(gy + at, g);
+            if (mask >= 2)
+                bn_loadv<V>(y + at, yv);
+            else
+                for (int e = 0; e < V; e++) yv[e] = 0.0f;
+            for (int e = 0; e < V; e++) {
+                float ge = bn_masked<T>(g[e], xv[e], yv[e], mu[e], is[e], w[e], b[e], mask);
+                centred[e] += ge * (xv[e] - mu[e]);
+                total[e] += ge;
+            }
+        }
+    }
+    bn_sum_rows<V>(centred, red);
+    bn_sum_rows<V>(total, red);
+    if (mine && threadIdx.y == 0) {
+        for (int e = 0; e < V; e++) {
+            size_t at = 2 * ((size_t)(ch + e) * chunks + j);
+            partial[at] = centred[e];
+            partial[at + 1] = total[e];
+        }
+    }
+}
+template <typename T>
+__device__ void bn_backward_partial_nhwc_t(const T* x, const T* gy, const T* y, const float* mean,
+                                           const float* invstd, const float* weight, const float* bias,
+                                           float* partial, unsigned int rows, unsigned int c,
+                                           unsigned int chunk_len, unsigned int mask, unsigned int vec) {
+    __shared__ float red[BN_NHWC_RED];
+    if (sizeof(T) == 2 && vec == 8)
+        bn_backward_partial_nhwc_v<T, 8>(x, gy, y, mean, invstd, weight, bias, partial, rows, c, chunk_len, mask,
+                                         red);
+    else if (vec == 4)
+        bn_backward_partial_nhwc_v<T, 4>(x, gy, y, mean, invstd, weight, bias, partial, rows, c, chunk_len, mask,
+                                         red);
+    else if (vec == 2)
+        bn_backward_partial_nhwc_v<T, 2>(x, gy, y, mean, invstd, weight, bias, partial, rows, c, chunk_len, mask,
+                                         red);
+    else
+        bn_backward_partial_nhwc_v<T, 1>(x, gy, y, mean, invstd, weight, bias, partial, rows, c, chunk_len, mask,
+                                         red);
+}
+extern "C" __global__ void bn_backward_partial_nhwc(const float* x, const float* gy, const float* y,
+                                                    const float* mean, const float* invstd, const float* weight,
+                                                    const float* bias, float* partial, unsigned int rows,
+                                                    unsigned int c, unsigned int chunk_len, unsigned int mask,
+                                                    unsigned int vec) {
+    bn_backward_partial_nhwc_t(x, gy, y, mean, invstd, weight, bias, partial, rows, c, chunk_len, mask, vec);
+}
+extern "C" __global__ void bn_backward_partial_nhwc_bf16(const bf16* x, const bf16* gy, const bf16* y,
+                                                         const float* mean, const float* invstd,
+                                                         const float* weight, const float* bias, float* partial,
+                                                         unsigned int rows, unsigned int c, unsigned int chunk_len,
+                                                         unsigned int mask, unsigned int vec) {
+    bn_backward_partial_nhwc_t(x, gy, y, mean, invstd, weight, bias, partial, rows, c, chunk_len, mask, vec);
+}
+
+// bn_backward_input in NHWC: the input's gradient and the residual's, as
+// bn_input_grad_vec computes them, every gy value of a thread's row read
+// before anything is written (gx or gresidual may be gy itself).
+template <typename T, int V>
+__device__ void bn_backward_input_nhwc_v(const T* x, const T* gy, const T* y, const float* mean, const float* invstd,
+                                         const float* weight, const float* bias, const float* sum_dy_xhat,
+                                         const float* sum_dy, T* gx, T* gresidual, unsigned int rows, unsigned int c,
+                                         unsigned int training, unsigned int mask) {
+    unsigned int ch = bn_nhwc_channel(V);
+    if (ch >= c) return;
+    unsigned int r0, r1;
+    bn_nhwc_rows(rows, (rows + gridDim.x - 1) / gridDim.x, &r0, &r1);
+    float mu[V], is[V], w[V], b[V], sdy[V], sdx[V];
+    bn_channels<V>(mean, ch, mu);
+    bn_channels<V>(invstd, ch, is);
+    bn_channels<V>(weight, ch, w);
+    bn_channels<V>(bias, ch, b);
+    bn_channels<V>(sum_dy, ch, sdy);
+    bn_channels<V>(sum_dy_xhat, ch, sdx);
+    float count = (float)rows;
+    for (unsigned int r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
+        size_t at = (size_t)r * c + ch;
+        float xv[V], g[V], yv[V];
+        bn_loadv<V>(x + at, xv);
+        bn_loadv<V>(gy + at, g);
+        if (mask >= 2)
+            bn_loadv<V>(y + at, yv);
+        else
+            for (int e = 0; e < V; e++) yv[e] = 0.0f;
+        for (int e = 0; e < V; e++) g[e] = bn_masked<T>(g[e], xv[e], yv[e], mu[e], is[e], w[e], b[e], mask);
+        if (gresidual) bn_storev<V>(gresidual + at, g);
+        if (!gx) continue;
+        float o[V];
+        for (int e = 0; e < V; e++)
+            o[e] = bn_input_grad(g[e], xv[e], mu[e], is[e], w[e] * is[e], sdy[e], sdx[e], count, training);
+        bn_storev<V>(gx + at, o);
+    }
+}
+template <typename T>
+__device__ void bn_backward_input_nhwc_t(const T* x, const T* gy, const T* y, const float* mean, const float* invstd,
+                                         const float* weight, const float* bias, const float* sum_dy_xhat,
+                                         const float* sum_dy, T* gx, T* gresidual, unsigned int rows, unsigned int c,
+                                         unsigned int training, unsigned int mask, unsigned int vec) {
+    if (sizeof(T) == 2 && vec == 8)
+        bn_backward_input_nhwc_v<T, 8>(x, gy, y, mean, invstd, weight, bias, sum_dy_xhat, sum_dy, gx, gresidual,
+                                       rows, c, training, mask);
+    else if (vec == 4)
+        bn_backward_input_nhwc_v<T, 4>(x, gy, y, mean, invstd, weight, bias, sum_dy_xhat, sum_dy, gx, gresidual,
+                                       rows, c, training, mask);
+    else if (vec == 2)
+        bn_backward_input_nhwc_v<T, 2>(x, gy, y, mean, invstd, weight, bias, sum_dy_xhat, sum_dy, gx, gresidual,
+                                       rows, c, training, mask);
+    else
+        bn_backward_input_nhwc_v<T, 1>(x, gy, y, mean, invstd, weight, bias, sum_dy_xhat, sum_dy, gx, gresidual,
+                                       rows, c, training, mask);
+}
+extern "C" __global__ void bn_backward_input_nhwc(const float* x, const float* gy, const float* y, const float* mean,
+                                                  const float* invstd, const float* weight, const float* bias,
+                                                  const float* sum_dy_xhat, const float* sum_dy, float* gx,
+                                                  float* gresidual, unsigned int rows, unsigned int c,
+                                                  unsigned int training, unsigned int mask, unsigned int vec) {
+    bn_backward_input_nhwc_t(x, gy, y, mean, invstd, weight, bias, sum_dy_xhat, sum_dy, gx, gresidual, rows, c,
+                             training, mask, vec);
+}
+extern "C" __global__ void bn_backward_input_nhwc_bf16(const bf16* x, const bf16* gy, const bf16* y,
+                                                       const float* mean, const float* invstd, const float* weight,
+                                                       const float* bias, const float* sum_dy_xhat,
+                                                       const float* sum_dy, bf16* gx, bf16* gresidual,
+                                                       unsigned int rows, unsigned int c, unsigned int training,
+                                                       unsigned int mask, unsigned int vec) {
+    bn_backward_input_nhwc_t(x, gy, y, mean, invstd, weight, bias, sum_dy_xhat, sum_dy, gx, gresidual, rows, c,
+                             training, mask, vec);
+}

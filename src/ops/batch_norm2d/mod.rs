@@ -36,6 +36,13 @@
 //! residual, the output and their gradients are of the input's type, bf16;
 //! the weight, the bias and every statistic stay fp32, and the GPU computes
 //! every sum in fp32, rounding a value to bf16 once, when it stores it.
+//!
+//! The op runs in its input's layout (a bf16 step's convolutions leave NHWC,
+//! channels last): the output and the input's gradient are in it, and a
+//! residual in the other layout is converted to it. The GPU's channels-last
+//! kernels (`_nhwc`) read a pixel's channels together and write the same
+//! per-run partial sums as the NCHW ones, which the same kernels finish.
+//! The CPU runs a channels-last batch norm on NCHW copies.
 
 mod cpu;
 #[cfg(test)]
@@ -45,7 +52,7 @@ use crate::autograd::{Candidate, Node, Recompute, Step};
 use crate::backend::cuda::{Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::{Backend, Sizing};
 use crate::memory::{Buf, DType, FloatBuf};
-use crate::tensor::{Param, Shape, Tensor, TensorRef};
+use crate::tensor::{Layout, Param, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 use cpu::Mask;
 
@@ -65,6 +72,14 @@ pub(crate) const KERNELS: KernelSource = KernelSource {
         BN_BACKWARD_FINISH,
         BN_BACKWARD_INPUT.f32,
         BN_BACKWARD_INPUT.bf16,
+        BN_STATS_PARTIAL_NHWC.f32,
+        BN_STATS_PARTIAL_NHWC.bf16,
+        BN_APPLY_NHWC.f32,
+        BN_APPLY_NHWC.bf16,
+        BN_BACKWARD_PARTIAL_NHWC.f32,
+        BN_BACKWARD_PARTIAL_NHWC.bf16,
+        BN_BACKWARD_INPUT_NHWC.f32,
+        BN_BACKWARD_INPUT_NHWC.bf16,
     ],
 };
 // The kernels that read or write x-shaped tensors have an entry per type;
@@ -88,6 +103,24 @@ const BN_BACKWARD_INPUT: FloatKernel = FloatKernel {
     f32: "bn_backward_input",
     bf16: "bn_backward_input_bf16",
 };
+// The same four over channels-last tensors (kernels.cu; the finishing
+// kernels merge their partials unchanged).
+const BN_STATS_PARTIAL_NHWC: FloatKernel = FloatKernel {
+    f32: "bn_stats_partial_nhwc",
+    bf16: "bn_stats_partial_nhwc_bf16",
+};
+const BN_APPLY_NHWC: FloatKernel = FloatKernel {
+    f32: "bn_apply_nhwc",
+    bf16: "bn_apply_nhwc_bf16",
+};
+const BN_BACKWARD_PARTIAL_NHWC: FloatKernel = FloatKernel {
+    f32: "bn_backward_partial_nhwc",
+    bf16: "bn_backward_partial_nhwc_bf16",
+};
+const BN_BACKWARD_INPUT_NHWC: FloatKernel = FloatKernel {
+    f32: "bn_backward_input_nhwc",
+    bf16: "bn_backward_input_nhwc_bf16",
+};
 
 /// Threads of a block that sums (a power of two: `block_sum` halves it).
 const REDUCE_THREADS: u32 = 256;
@@ -97,6 +130,17 @@ const REDUCE_THREADS: u32 = 256;
 const RUN_LEN: usize = 4096;
 /// At most this many runs per channel: the finishing block adds them.
 const MAX_RUNS: usize = 1024;
+/// Threads of an NHWC block (kernels.cu): along channels × along rows.
+const NHWC_THREADS: usize = 256;
+/// Fewest rows (pixels) of an NHWC run, where a channel has that many: a
+/// block's rows of threads (32 of them at 16 bytes per thread) read 8 each.
+const NHWC_MIN_RUN: usize = 256;
+/// Blocks an NHWC sum aims at over all its channel tiles: a few per
+/// streaming multiprocessor, so that wide layers with few pixels (ResNet's
+/// last stage) fill the GPU as the NCHW runs of a channel do.
+const NHWC_BLOCKS: usize = 1024;
+/// Rows per thread of the elementwise NHWC kernels.
+const NHWC_ROWS_PER_THREAD: usize = 4;
 
 /// A batch-norm layer's running statistics: non-trainable buffers of the
 /// parameter store (`running_mean`, `running_var` of shape `[C]`,
@@ -144,19 +188,20 @@ impl BatchNormArgs {
 }
 
 /// Sizes of one batch norm: `n` images of `c` planes of `hw` pixels, of
-/// type `dtype` (x's, and so everything x-shaped's).
+/// type `dtype` and in `layout` (x's, and so everything x-shaped's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Geometry {
     n: usize,
     c: usize,
     hw: usize,
     dtype: DType,
+    layout: Layout,
 }
 
 impl Geometry {
     fn new(
         x: Shape,
-        dtype: DType,
+        (dtype, layout): (DType, Layout),
         weight: Shape,
         bias: Shape,
         stats: &RunningStats,
@@ -208,7 +253,13 @@ impl Geometry {
                 args.momentum
             )));
         }
-        Ok(Self { n, c, hw, dtype })
+        Ok(Self {
+            n,
+            c,
+            hw,
+            dtype,
+            layout,
+        })
     }
 
     fn numel(&self) -> usize {
@@ -228,6 +279,16 @@ impl Geometry {
     /// How the GPU splits a channel's `n·hw` values: (runs, values per run).
     fn runs(&self) -> (usize, usize) {
         let count = self.n * self.hw;
+        if self.layout == Layout::Nhwc {
+            // Runs of rows, a block per run and channel tile: enough blocks
+            // to fill the GPU, enough rows per block to hide its tree.
+            let runs = count
+                .div_ceil(NHWC_MIN_RUN)
+                .min(NHWC_BLOCKS.div_ceil(self.nhwc_tiles()))
+                .clamp(1, MAX_RUNS);
+            let len = count.div_ceil(runs);
+            return (count.div_ceil(len), len);
+        }
         let runs = count.div_ceil(RUN_LEN).clamp(1, MAX_RUNS);
         let len = count.div_ceil(runs);
         // The bf16 sums read four values at a time where runs start on a
@@ -281,11 +342,75 @@ impl Geometry {
         }
     }
 
-    /// A per-run kernel's grid: x over a channel's runs, y over channels.
+    /// A per-run kernel's grid: x over a channel's runs, y over channels
+    /// (over channel tiles in NHWC).
     fn run_grid(&self) -> Grid {
+        match self.layout {
+            Layout::Nchw => Grid {
+                blocks: (self.runs().0 as u32, self.c as u32),
+                threads: (REDUCE_THREADS, 1),
+            },
+            Layout::Nhwc => self.nhwc_grid(self.runs().0),
+        }
+    }
+
+    /// Rows of an NHWC tensor: its pixels, `n·hw`.
+    fn rows(&self) -> Arg<'static> {
+        Arg::U32((self.n * self.hw) as u32)
+    }
+
+    /// Channels per thread of the NHWC kernels: consecutive ones of a
+    /// pixel, 16 bytes of them where `c` allows (kernels.cu).
+    fn nhwc_vec(&self) -> usize {
+        let most = match self.dtype {
+            DType::Bf16 => 8,
+            DType::F32 => 4,
+        };
+        [8, 4, 2, 1]
+            .into_iter()
+            .find(|&v| v <= most && self.c.is_multiple_of(v))
+            .unwrap_or(1)
+    }
+
+    /// Threads of an NHWC block: (along channels, along rows), powers of
+    /// two. Along channels as many as a row of the channels needs, up to
+    /// 128 bytes of it (a warp then reads whole 128-byte lines).
+    fn nhwc_threads(&self) -> (usize, usize) {
+        let vec = self.nhwc_vec();
+        let widest = 128 / (vec * self.dtype.size());
+        let along = self.c.div_ceil(vec).next_power_of_two().min(widest);
+        (along, NHWC_THREADS / along)
+    }
+
+    /// Channel tiles of the NHWC kernels: a block's channels each.
+    fn nhwc_tiles(&self) -> usize {
+        self.c.div_ceil(self.nhwc_threads().0 * self.nhwc_vec())
+    }
+
+    /// An NHWC grid of `columns` blocks along the rows per channel tile.
+    fn nhwc_grid(&self, columns: usize) -> Grid {
+        let (along, rows) = self.nhwc_threads();
         Grid {
-            blocks: (self.runs().0 as u32, self.c as u32),
-            threads: (REDUCE_THREADS, 1),
+            blocks: (columns as u32, self.nhwc_tiles() as u32),
+            threads: (along as u32, rows as u32),
+        }
+    }
+
+    /// The grid of an elementwise NHWC kernel: a few rows per thread, the
+    /// rows split evenly over the block columns (the kernel divides).
+    fn nhwc_elementwise_grid(&self) -> Grid {
+        let rows_per_block = self.nhwc_threads().1 * NHWC_ROWS_PER_THREAD;
+        self.nhwc_grid((self.n * self.hw).div_ceil(rows_per_block))
+    }
+
+    /// The CPU kernels read NCHW only: an NHWC batch norm on a CPU is run on
+    /// NCHW copies (see `normalized`), so one here is a bug.
+    fn cpu_layout(&self) -> std::result::Result<(), crate::backend::BackendError> {
+        match self.layout {
+            Layout::Nchw => Ok(()),
+            Layout::Nhwc => Err(crate::backend::BackendError::Internal(
+                "a channels-last batch norm on the CPU",
+            )),
         }
     }
 }
@@ -394,14 +519,31 @@ impl<'s> Tensor<'s> {
         fused: Fused,
         residual: Option<Tensor<'s>>,
     ) -> Result<Tensor<'s>> {
-        let g = Geometry::new(self.shape(), self.dtype(), weight.shape(), bias.shape(), &stats, &args)?;
+        let g = Geometry::new(
+            self.shape(),
+            (self.dtype(), self.layout()),
+            weight.shape(),
+            bias.shape(),
+            &stats,
+            &args,
+        )?;
+        // The CPU kernels read NCHW: a channels-last batch norm there runs
+        // on NCHW copies, its output made channels last again.
+        if g.layout == Layout::Nhwc && matches!(s.backend().sizing(), Sizing::Cpu { .. }) {
+            let x = self.to_layout(s, Layout::Nchw)?;
+            let residual = residual.map(|r| r.to_layout(s, Layout::Nchw)).transpose()?;
+            let y = x.normalized(s, [weight, bias], stats, args, fused, residual)?;
+            return y.to_layout(s, Layout::Nhwc);
+        }
         // The kernels read the weight and bias as fp32 and everything
-        // x-shaped as x's type, as autocast does: a bf16 weight is widened
-        // (its gradient goes back through the cast) and a residual of the
-        // other type made x's.
+        // x-shaped as x's type and in x's layout, as autocast does: a bf16
+        // weight is widened (its gradient goes back through the cast) and a
+        // residual of the other type or layout made x's.
         let weight = weight.cast(s, DType::F32)?;
         let bias = bias.cast(s, DType::F32)?;
-        let residual = residual.map(|r| r.cast(s, self.dtype())).transpose()?;
+        let residual = residual
+            .map(|r| r.convert(s, self.dtype(), self.layout()))
+            .transpose()?;
         let what = match fused {
             Fused::Nothing => "batch-norm output",
             Fused::Relu => "batch-norm relu output",
@@ -486,6 +628,7 @@ fn batch_stats(
         batches.into(),
     ]) {
         Backend::Cpu(cpu) => cpu.run(|v, _| {
+            g.cpu_layout()?;
             cpu::batch_stats(
                 g.c,
                 g.hw,
@@ -507,11 +650,26 @@ fn batch_stats(
             ))?;
             let [n, c, hw] = g.dims();
             let (runs, run_len) = g.runs();
-            gpu.launch(
-                BN_STATS_PARTIAL.of(g.dtype_of(&[Some(x)])?),
-                g.run_grid(),
-                &[x.into(), partial.into(), n, c, hw, Arg::U32(run_len as u32)],
-            )?;
+            let dtype = g.dtype_of(&[Some(x)])?;
+            match g.layout {
+                Layout::Nchw => gpu.launch(
+                    BN_STATS_PARTIAL.of(dtype),
+                    g.run_grid(),
+                    &[x.into(), partial.into(), n, c, hw, Arg::U32(run_len as u32)],
+                )?,
+                Layout::Nhwc => gpu.launch(
+                    BN_STATS_PARTIAL_NHWC.of(dtype),
+                    g.run_grid(),
+                    &[
+                        x.into(),
+                        partial.into(),
+                        g.rows(),
+                        c,
+                        Arg::U32(run_len as u32),
+                        Arg::U32(g.nhwc_vec() as u32),
+                    ],
+                )?,
+            }
             gpu.launch(
                 BN_STATS_FINISH,
                 Grid::blocks(g.c, REDUCE_THREADS),
@@ -591,6 +749,7 @@ impl Saved {
             y.into(),
         ]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
+                g.cpu_layout()?;
                 let residual = match r {
                     Some(r) => Some(v.read(r)?),
                     None => None,
@@ -611,6 +770,27 @@ impl Saved {
                 );
                 Ok(())
             })?,
+            Backend::Cuda(gpu) if g.layout == Layout::Nhwc => {
+                let dtype = g.dtype_of(&[Some(x), r, Some(y)])?;
+                let [_, c, _] = g.dims();
+                gpu.launch(
+                    BN_APPLY_NHWC.of(dtype),
+                    g.nhwc_elementwise_grid(),
+                    &[
+                        x.into(),
+                        self.mean.into(),
+                        self.invstd.into(),
+                        w.into(),
+                        b.into(),
+                        r.map_or(Arg::Null, Arg::from),
+                        y.into(),
+                        g.rows(),
+                        c,
+                        Arg::U32(relu as u32),
+                        Arg::U32(g.nhwc_vec() as u32),
+                    ],
+                )?
+            }
             Backend::Cuda(gpu) => {
                 let dtype = g.dtype_of(&[Some(x), r, Some(y)])?;
                 let [n, c, hw] = g.dims();
@@ -710,6 +890,7 @@ impl Saved {
             gb.into(),
         ]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
+                g.cpu_layout()?;
                 let mask = self.mask(v.read(w)?, v.read(b)?, mask_code, y.map(|y| v.read(y)).transpose()?);
                 cpu::backward_sums(
                     g.c,
@@ -731,25 +912,46 @@ impl Saved {
                 let dtype = g.dtype_of(&[Some(x), Some(gy), y])?;
                 let [n, c, hw] = g.dims();
                 let (runs, run_len) = g.runs();
-                gpu.launch(
-                    BN_BACKWARD_PARTIAL.of(dtype),
-                    g.run_grid(),
-                    &[
-                        x.into(),
-                        gy.into(),
-                        y.map_or(Arg::Null, Arg::from),
-                        mean.into(),
-                        invstd.into(),
-                        w.into(),
-                        b.into(),
-                        partial.into(),
-                        n,
-                        c,
-                        hw,
-                        Arg::U32(run_len as u32),
-                        Arg::U32(mask_code),
-                    ],
-                )?;
+                match g.layout {
+                    Layout::Nchw => gpu.launch(
+                        BN_BACKWARD_PARTIAL.of(dtype),
+                        g.run_grid(),
+                        &[
+                            x.into(),
+                            gy.into(),
+                            y.map_or(Arg::Null, Arg::from),
+                            mean.into(),
+                            invstd.into(),
+                            w.into(),
+                            b.into(),
+                            partial.into(),
+                            n,
+                            c,
+                            hw,
+                            Arg::U32(run_len as u32),
+                            Arg::U32(mask_code),
+                        ],
+                    )?,
+                    Layout::Nhwc => gpu.launch(
+                        BN_BACKWARD_PARTIAL_NHWC.of(dtype),
+                        g.run_grid(),
+                        &[
+                            x.into(),
+                            gy.into(),
+                            y.map_or(Arg::Null, Arg::from),
+                            mean.into(),
+                            invstd.into(),
+                            w.into(),
+                            b.into(),
+                            partial.into(),
+                            g.rows(),
+                            c,
+                            Arg::U32(run_len as u32),
+                            Arg::U32(mask_code),
+                            Arg::U32(g.nhwc_vec() as u32),
+                        ],
+                    )?,
+                }
                 gpu.launch(
                     BN_BACKWARD_FINISH,
                     Grid::blocks(g.c, REDUCE_THREADS),
@@ -801,6 +1003,7 @@ impl Saved {
                 gr.unwrap_or_default().into(),
             ]) {
                 Backend::Cpu(cpu) => cpu.run(|v, _| {
+                    g.cpu_layout()?;
                     let (wv, bv) = (v.read(w)?, v.read(b)?);
                     let mask = self.mask(wv, bv, mask_code, y.map(|y| v.read(y)).transpose()?);
                     let k = cpu::Channels {
@@ -831,6 +1034,32 @@ impl Saved {
                     }
                     Ok(())
                 })?,
+                Backend::Cuda(gpu) if g.layout == Layout::Nhwc => {
+                    let dtype = g.dtype_of(&[Some(x), Some(gy), y, gx, gr])?;
+                    let [_, c, _] = g.dims();
+                    gpu.launch(
+                        BN_BACKWARD_INPUT_NHWC.of(dtype),
+                        g.nhwc_elementwise_grid(),
+                        &[
+                            x.into(),
+                            gy.into(),
+                            y.map_or(Arg::Null, Arg::from),
+                            mean.into(),
+                            invstd.into(),
+                            w.into(),
+                            b.into(),
+                            gw.into(),
+                            gb.into(),
+                            gx.map_or(Arg::Null, Arg::from),
+                            gr.map_or(Arg::Null, Arg::from),
+                            g.rows(),
+                            c,
+                            Arg::U32(self.training as u32),
+                            Arg::U32(mask_code),
+                            Arg::U32(g.nhwc_vec() as u32),
+                        ],
+                    )?
+                }
                 Backend::Cuda(gpu) => {
                     let dtype = g.dtype_of(&[Some(x), Some(gy), y, gx, gr])?;
                     let [n, c, hw] = g.dims();

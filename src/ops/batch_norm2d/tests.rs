@@ -618,3 +618,111 @@ fn a_parameter_residual_gets_its_gradient_in_its_slot() {
     let slot = read_grad(&mut arena, param);
     assert_eq!(slot, expected, "the residual's gradient is in its slot");
 }
+
+#[test]
+fn channels_last_on_the_cpu_runs_on_nchw_copies_with_the_same_results_and_gradients() {
+    use crate::tensor::Layout;
+    for args in [BatchNormArgs::train(), BatchNormArgs::eval()] {
+        let mut arena = arena();
+        let stats = running_stats(&mut arena, &[0.3, -0.2, 0.1], &[0.5, 1.3, 2.0]);
+        let shapes = [Shape::new(&X), Shape::new(&[3]), Shape::new(&[3]), Shape::new(&X)];
+        let inputs = [
+            values(72, 54, -2.0, 2.0),
+            values(3, 55, 0.5, 1.5),
+            values(3, 56, -0.5, 0.5),
+            values(72, 57, -1.0, 1.0),
+        ];
+        // (The inputs of `fused_add_relu_gradients_match_finite_differences`,
+        // no pre-activation within a finite difference of the relu's kink.)
+        // The output channels last, read back in NCHW order: the NCHW
+        // result's bits (the same arithmetic on the same values).
+        let run = |arena: &mut Arena, nhwc: bool| {
+            arena
+                .step(|s| {
+                    let t = shapes
+                        .iter()
+                        .zip(&inputs)
+                        .map(|(sh, v)| s.input("x", *sh, v))
+                        .collect::<crate::Result<Vec<_>>>()?;
+                    let layout = if nhwc { Layout::Nhwc } else { Layout::Nchw };
+                    let x = t[0].to_layout(s, layout)?;
+                    let y = x.batch_norm2d_add_relu(s, t[1], t[2], stats, args, t[3])?;
+                    assert_eq!(y.layout(), layout, "the output is in the input's layout");
+                    let mut out = vec![0.0; y.shape().numel()];
+                    s.read(y, &mut out)?;
+                    Ok(out)
+                })
+                .expect("step")
+        };
+        let (nchw, nhwc) = (run(&mut arena, false), run(&mut arena, true));
+        assert_eq!(
+            nchw.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            nhwc.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "channels last gives the NCHW bits"
+        );
+        // Gradients through the copies (input and residual channels last,
+        // the residual cast to the input's layout by the op when it is not).
+        for residual_nhwc in [true, false] {
+            check_on(&mut arena, &shapes, &inputs, &[0, 1, 2, 3], &move |s, t| {
+                let x = t[0].to_layout(s, Layout::Nhwc)?;
+                let r = match residual_nhwc {
+                    true => t[3].to_layout(s, Layout::Nhwc)?,
+                    false => t[3],
+                };
+                let y = x.batch_norm2d_add_relu(s, t[1], t[2], stats, args, r)?;
+                y.to_layout(s, Layout::Nchw)
+            });
+        }
+    }
+}
+
+#[test]
+fn nhwc_launch_sizes_cover_every_row_and_channel_once() {
+    use super::{Geometry, MAX_RUNS, NHWC_THREADS};
+    use crate::memory::DType;
+    use crate::tensor::Layout;
+    for dtype in [DType::F32, DType::Bf16] {
+        for (n, c, hw) in [
+            (512, 64, 1024),
+            (512, 128, 256),
+            (512, 256, 64),
+            (512, 512, 16),
+            (8, 6, 144),
+            (40, 5, 1),
+            (2, 3, 12),
+            (1, 1, 2),
+            (37, 24, 320),
+            (4096, 1000, 1),
+        ] {
+            let g = Geometry {
+                n,
+                c,
+                hw,
+                dtype,
+                layout: Layout::Nhwc,
+            };
+            let what = format!("{dtype} n {n} c {c} hw {hw}");
+            let (vec, (along, rows)) = (g.nhwc_vec(), g.nhwc_threads());
+            assert!(c.is_multiple_of(vec) && vec * dtype.size() <= 16, "{what}: vec {vec}");
+            assert_eq!(along * rows, NHWC_THREADS, "{what}");
+            assert!(along.is_power_of_two() && rows.is_power_of_two(), "{what}");
+            // The tiles cover the channels, the last tile not wholly idle.
+            let tile = along * vec;
+            assert!(g.nhwc_tiles() * tile >= c && (g.nhwc_tiles() - 1) * tile < c, "{what}");
+            // Every run non-empty, together every row once.
+            let (runs, len) = g.runs();
+            assert!((1..=MAX_RUNS).contains(&runs), "{what}: {runs} runs");
+            assert!(
+                runs * len >= n * hw && (runs - 1) * len < n * hw,
+                "{what}: {runs} × {len}"
+            );
+            let grid = g.run_grid();
+            assert_eq!(grid.blocks, (runs as u32, g.nhwc_tiles() as u32), "{what}");
+            assert_eq!(grid.threads, (along as u32, rows as u32), "{what}");
+            // A fp32 tile of a row of 16-byte threads spans 128 bytes.
+            if dtype == DType::F32 && c.is_multiple_of(32) {
+                assert_eq!(tile * dtype.size(), 128, "{what}");
+            }
+        }
+    }
+}

@@ -1,10 +1,12 @@
-//! cast: a tensor in another float type. A mixed-precision step casts what
-//! a convolution or a matrix product reads (its input, its weights) to
-//! bf16, as PyTorch's autocast does; backward casts the gradient back, so a
-//! weight's bf16 gradient lands in its fp32 slot of the gradient slab.
+//! cast: a tensor in another float type and/or layout. A mixed-precision
+//! step casts what a convolution or a matrix product reads (its input, its
+//! weights) to bf16, as PyTorch's autocast does, and a convolution's 4-D
+//! operands to channels last (see [`Layout`]); backward casts the gradient
+//! back, so a weight's bf16 channels-last gradient lands in its fp32 NCHW
+//! slot of the gradient slab.
 //!
 //! fp32 to bf16 rounds to nearest even (the `half` crate's rounding, and
-//! our kernels'); bf16 to fp32 is exact.
+//! our kernels'); bf16 to fp32 is exact; a layout change moves values only.
 
 #[cfg(test)]
 mod tests;
@@ -13,17 +15,20 @@ use crate::autograd::{Node, Step};
 use crate::backend::cuda::{Arg, Grid, KernelSource};
 use crate::backend::{Backend, BackendError};
 use crate::memory::{bf16, DType, FloatBuf};
-use crate::tensor::{Tensor, TensorRef};
+use crate::tensor::{Layout, Shape, Tensor, TensorRef};
 use crate::Result;
 
 /// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
 pub(crate) const KERNELS: KernelSource = KernelSource {
     owner: "cast",
     source: include_str!("kernels.cu"),
-    entries: &[CAST_F32_BF16, CAST_BF16_F32],
+    entries: &[CONVERT[0][0], CONVERT[0][1], CONVERT[1][0], CONVERT[1][1]],
 };
-const CAST_F32_BF16: &str = "cast_f32_bf16";
-const CAST_BF16_F32: &str = "cast_bf16_f32";
+/// By source type, then destination type (fp32, bf16).
+const CONVERT: [[&str; 2]; 2] = [
+    ["convert_f32_f32", "convert_f32_bf16"],
+    ["convert_bf16_f32", "convert_bf16_bf16"],
+];
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {
@@ -32,17 +37,37 @@ pub(crate) struct Saved {
 }
 
 impl<'s> Tensor<'s> {
-    /// `self` in `dtype`: itself when it is of that type already.
+    /// `self` in `dtype`, in its own layout: itself when it is of that type
+    /// already.
     pub fn cast(self, s: &mut Step<'s>, dtype: DType) -> Result<Tensor<'s>> {
-        if self.dtype() == dtype {
+        self.convert(s, dtype, self.layout())
+    }
+
+    /// `self` in `layout`, of its own type (a 4-D tensor; any other is
+    /// row-major already).
+    pub fn to_layout(self, s: &mut Step<'s>, layout: Layout) -> Result<Tensor<'s>> {
+        self.convert(s, self.dtype(), layout)
+    }
+
+    /// `self` in `dtype` and `layout` (the layout of a tensor not 4-D stays
+    /// row-major): itself when it is both already.
+    pub fn convert(self, s: &mut Step<'s>, dtype: DType, layout: Layout) -> Result<Tensor<'s>> {
+        let layout = if self.shape().rank() == 4 { layout } else { Layout::Nchw };
+        if self.dtype() == dtype && self.layout() == layout {
             return Ok(self);
         }
-        let what = match dtype {
-            DType::Bf16 => "bf16 copy",
-            DType::F32 => "f32 copy",
+        let what = match (dtype, layout == self.layout(), layout) {
+            (DType::Bf16, true, _) => "bf16 copy",
+            (DType::F32, true, _) => "f32 copy",
+            (d, false, Layout::Nhwc) if d == self.dtype() => "channels-last copy",
+            (d, false, Layout::Nchw) if d == self.dtype() => "NCHW copy",
+            (DType::Bf16, false, Layout::Nhwc) => "bf16 channels-last copy",
+            (DType::Bf16, false, Layout::Nchw) => "bf16 NCHW copy",
+            (DType::F32, false, Layout::Nhwc) => "f32 channels-last copy",
+            (DType::F32, false, Layout::Nchw) => "f32 NCHW copy",
         };
-        let y = s.output_of(what, self.shape(), dtype, &[&self])?;
-        convert(s, self.buf(), y.buf())?;
+        let y = s.output_as(what, self.shape(), dtype, layout, &[&self])?;
+        convert(s, self.shape(), (self.buf(), self.layout()), (y.buf(), layout))?;
         if y.requires_grad() {
             s.record(Node::Cast(Saved {
                 x: self.inner,
@@ -53,31 +78,77 @@ impl<'s> Tensor<'s> {
     }
 }
 
-/// `dst = src` across the float types (of one length).
-fn convert(s: &mut Step<'_>, src: FloatBuf, dst: FloatBuf) -> Result<()> {
-    let n = src.len();
+/// `dst = src` across the float types and layouts (of one shape).
+fn convert(
+    s: &mut Step<'_>,
+    shape: Shape,
+    (src, from): (FloatBuf, Layout),
+    (dst, to): (FloatBuf, Layout),
+) -> Result<()> {
+    let (n, c, hw) = match shape.rank() {
+        4 => (shape.dim(0), shape.dim(1), shape.dim(2) * shape.dim(3)),
+        _ => (1, 1, shape.numel()),
+    };
+    let mode = match (from, to) {
+        (Layout::Nchw, Layout::Nhwc) => 1,
+        (Layout::Nhwc, Layout::Nchw) => 2,
+        _ => 0,
+    };
+    // Where element `i` of `dst` comes from in `src`.
+    let source = move |i: usize| match mode {
+        1 => {
+            let (ch, p, img) = (i % c, i / c % hw, i / (c * hw));
+            (img * c + ch) * hw + p
+        }
+        2 => {
+            let (p, ch, img) = (i % hw, i / hw % c, i / (c * hw));
+            (img * hw + p) * c + ch
+        }
+        _ => i,
+    };
     match s.uses(&[src.into(), dst.into()]) {
         Backend::Cpu(cpu) => cpu.run(|v, _| {
             match (src, dst) {
                 (FloatBuf::F32(a), FloatBuf::Bf16(b)) => {
                     let (a, b) = (v.read(a)?, v.write(b)?);
-                    b.iter_mut().zip(a).for_each(|(b, &a)| *b = bf16::from_f32(a));
+                    b.iter_mut()
+                        .enumerate()
+                        .for_each(|(i, b)| *b = bf16::from_f32(a[source(i)]));
                 }
                 (FloatBuf::Bf16(a), FloatBuf::F32(b)) => {
                     let (a, b) = (v.read(a)?, v.write(b)?);
-                    b.iter_mut().zip(a).for_each(|(b, a)| *b = a.to_f32());
+                    b.iter_mut().enumerate().for_each(|(i, b)| *b = a[source(i)].to_f32());
                 }
-                _ => return Err(BackendError::Internal("a cast from a type to itself")),
+                (FloatBuf::F32(a), FloatBuf::F32(b)) => {
+                    let (a, b) = (v.read(a)?, v.write(b)?);
+                    b.iter_mut().enumerate().for_each(|(i, b)| *b = a[source(i)]);
+                }
+                (FloatBuf::Bf16(a), FloatBuf::Bf16(b)) => {
+                    let (a, b) = (v.read(a)?, v.write(b)?);
+                    b.iter_mut().enumerate().for_each(|(i, b)| *b = a[source(i)]);
+                }
             }
             Ok(())
         })?,
         Backend::Cuda(gpu) => {
-            let entry = match (src.dtype(), dst.dtype()) {
-                (DType::F32, DType::Bf16) => CAST_F32_BF16,
-                (DType::Bf16, DType::F32) => CAST_BF16_F32,
-                _ => return Err(BackendError::Internal("a cast from a type to itself").into()),
+            let index = |d: DType| match d {
+                DType::F32 => 0,
+                DType::Bf16 => 1,
             };
-            gpu.launch(entry, Grid::over(n), &[src.into(), dst.into(), Arg::U32(n as u32)])?
+            let entry = CONVERT[index(src.dtype())][index(dst.dtype())];
+            let u32 = |v: usize| u32::try_from(v).map_err(|_| BackendError::Internal("a tensor too large to cast"));
+            gpu.launch(
+                entry,
+                Grid::over(dst.len()),
+                &[
+                    src.into(),
+                    dst.into(),
+                    Arg::U32(u32(n)?),
+                    Arg::U32(u32(c)?),
+                    Arg::U32(u32(hw)?),
+                    Arg::U32(mode),
+                ],
+            )?
         }
         Backend::Dry(_) => {}
     }
@@ -92,7 +163,7 @@ impl Saved {
         }
         // A parameter's first gradient is cast straight into its slot.
         let gx = s.grad_buffer(&self.x, "cast input grad")?;
-        convert(s, gy, gx)?;
+        convert(s, self.x.shape, (gy, self.y.layout), (gx, self.x.layout))?;
         s.accumulate(&self.x, gx)
     }
 }

@@ -1,5 +1,5 @@
 use crate::memory::{bf16, DType};
-use crate::tensor::Shape;
+use crate::tensor::{Layout, Shape};
 
 fn arena() -> crate::Arena {
     crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap()
@@ -75,4 +75,67 @@ fn the_gradient_of_a_cast_is_the_upstream_gradient_cast_back() {
         assert_eq!(o, bf16::from_f32(*g).to_f32(), "upstream {g}");
     }
     assert_ne!(gx[2], gy[2], "the gradient did pass through bf16");
+}
+
+/// Channels last lays element (n, c, p) at `(n·HW + p)·C + c`: checked on
+/// the raw bytes of a bf16 channels-last copy, and a read gives the values
+/// back in NCHW order.
+#[test]
+fn a_channels_last_copy_lays_channels_innermost() {
+    let shape = Shape::new(&[2, 3, 2, 2]);
+    let x: Vec<f32> = (0..24).map(|v| v as f32).collect();
+    let (raw, read) = arena()
+        .step(|s| {
+            let t = s.input("x", shape, &x)?;
+            let y = t.convert(s, DType::Bf16, Layout::Nhwc)?;
+            assert_eq!((y.dtype(), y.layout()), (DType::Bf16, Layout::Nhwc));
+            let crate::memory::FloatBuf::Bf16(buf) = y.buf() else {
+                unreachable!("a bf16 copy")
+            };
+            let mut raw = vec![bf16::ZERO; 24];
+            s.uses(&[buf.into()]).download(buf, &mut raw)?;
+            let mut read = vec![0.0; 24];
+            s.read(y, &mut read)?;
+            Ok((raw, read))
+        })
+        .unwrap();
+    let (c, hw) = (3, 4);
+    for n in 0..2 {
+        for ch in 0..c {
+            for p in 0..hw {
+                assert_eq!(
+                    raw[(n * hw + p) * c + ch].to_f32(),
+                    x[(n * c + ch) * hw + p],
+                    "n {n} c {ch} p {p}"
+                );
+            }
+        }
+    }
+    assert_eq!(read, x, "a read gives NCHW order whatever the layout");
+}
+
+/// A gradient passes back through a layout change to the input's layout,
+/// and a reshape of a channels-last tensor reshapes its NCHW values.
+#[test]
+fn gradients_return_through_a_layout_change_and_a_reshape_sees_nchw_order() {
+    let shape = Shape::new(&[2, 3, 1, 2]);
+    let x: Vec<f32> = (0..12).map(|v| v as f32 * 0.5).collect();
+    let gy: Vec<f32> = (0..12).map(|v| 1.0 + v as f32).collect();
+    let (flat, gx) = arena()
+        .step(|s| {
+            let t = s.variable("x", shape, &x)?;
+            let h = t.to_layout(s, Layout::Nhwc)?;
+            let y = h.flatten(s)?;
+            assert_eq!(y.layout(), Layout::Nchw);
+            let g = s.input("upstream", y.shape(), &gy)?;
+            let grads = s.backward_from(y, g)?;
+            let gx = s.grad(&grads, t).expect("x has a gradient");
+            let (mut flat, mut out) = (vec![0.0; 12], vec![0.0; 12]);
+            s.read(y, &mut flat)?;
+            s.read(gx, &mut out)?;
+            Ok((flat, out))
+        })
+        .unwrap();
+    assert_eq!(flat, x, "flatten reads the values in NCHW order");
+    assert_eq!(gx, gy, "the gradient is the upstream one, back in NCHW");
 }

@@ -5,6 +5,10 @@
 //! bounded, so each part records a node of its own, naming where its
 //! channels sit in the output; backward copies each part's slice of `dy`
 //! into the part's gradient. One copy kernel per part in each direction.
+//!
+//! The kernels are NCHW's: a channels-last part ([`Layout::Nhwc`]) is
+//! converted to NCHW as its turn comes (a recorded cast, whose backward
+//! converts its gradient back), and the output is NCHW.
 
 mod cpu;
 #[cfg(test)]
@@ -14,7 +18,7 @@ use crate::autograd::{Node, Step};
 use crate::backend::cuda::{Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::memory::DType;
-use crate::tensor::{Shape, Tensor, TensorRef};
+use crate::tensor::{Layout, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
 /// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
@@ -67,7 +71,8 @@ pub(crate) struct Saved {
 }
 
 impl<'s> Tensor<'s> {
-    /// `parts` concatenated along dimension 1 (channels), in order.
+    /// `parts` concatenated along dimension 1 (channels), in order, as NCHW
+    /// whatever their layouts.
     pub fn concat_channels(s: &mut Step<'s>, parts: &[Tensor<'s>]) -> Result<Tensor<'s>> {
         let bad = |detail: String| Err(Error::shape("concat_channels", detail));
         let Some(first) = parts.first() else {
@@ -96,16 +101,18 @@ impl<'s> Tensor<'s> {
         // for them all (no list on the heap in a training step).
         let wants = parts.iter().find(|p| p.requires_grad()).unwrap_or(first);
         // Parts of different types meet in fp32 (PyTorch's promotion), each
-        // cast as its turn comes: no list of cast parts either.
+        // cast (and a channels-last one converted to NCHW) as its turn
+        // comes: no list of cast parts either.
         let dtype = if parts.iter().all(|p| p.dtype() == first.dtype()) {
             first.dtype()
         } else {
             DType::F32
         };
-        let y = s.output_of("concat output", out, dtype, &[wants])?;
+        let y = s.output_as("concat output", out, dtype, Layout::Nchw, &[wants])?;
         let mut at = 0;
         for part in parts {
-            let part = part.cast(s, dtype)?;
+            // Of the output's type and layout (itself when it is both).
+            let part = part.convert(s, dtype, Layout::Nchw)?;
             let slot = Slot {
                 images: n,
                 channels: part.shape().dim(1),

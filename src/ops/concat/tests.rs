@@ -81,3 +81,20 @@ fn concat_refuses_no_parts_and_mismatched_parts() {
         );
     }
 }
+
+/// Channels-last parts are converted to NCHW, and the output is NCHW.
+#[test]
+fn concat_of_channels_last_parts_gradient_matches_finite_differences() {
+    use crate::tensor::Layout;
+    let shapes = [Shape::new(&[2, 3, 3, 4]), Shape::new(&[2, 2, 3, 4])];
+    let inputs: Vec<Vec<f32>> = (0..2)
+        .map(|i| values(shapes[i].numel(), 20 + i as u64, -1.0, 1.0))
+        .collect();
+    check(&shapes, &inputs, &[0, 1], &|s, x| {
+        let a = x[0].to_layout(s, Layout::Nhwc)?;
+        // An NHWC part, an NCHW one, and the NHWC one again.
+        let y = Tensor::concat_channels(s, &[a, x[1], a])?;
+        assert_eq!(y.layout(), Layout::Nchw);
+        Ok(y)
+    });
+}

@@ -558,6 +558,7 @@ mod tests {
                 stride: 1,
                 pad: 0,
                 dtype: crate::memory::DType::F32,
+                layout: crate::tensor::Layout::Nchw,
             };
             let (k, p) = (g.k(), g.p());
             let x = values(n * c * h * w, 1);

@@ -230,6 +230,7 @@ mod tests {
                 stride,
                 pad,
                 dtype: crate::memory::DType::F32,
+                layout: crate::tensor::Layout::Nchw,
             };
             let (k, p) = (g.k(), g.p());
             let x = values(n * c * h * w, 1);

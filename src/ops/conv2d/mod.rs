@@ -26,7 +26,7 @@ use crate::autograd::{Candidate, Node, Recompute, Step};
 use crate::backend::cuda::{Arg, ConvDims, ConvPass, FloatKernel, Grid, KernelSource};
 use crate::backend::{Backend, BackendError, Sizing};
 use crate::memory::{Buf, DType, FloatBuf};
-use crate::tensor::{Shape, Tensor, TensorRef};
+use crate::tensor::{Layout, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
 /// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
@@ -79,12 +79,20 @@ pub(crate) struct Geometry {
     pub ow: usize,
     pub stride: usize,
     pub pad: usize,
-    /// What it computes in: its input's, filters' and output's type.
+    /// What it computes in: its input's, filters' and output's type...
     pub dtype: DType,
+    /// ...and their layout (channels last in a bf16 step).
+    pub layout: Layout,
 }
 
 impl Geometry {
-    fn new(x: Shape, w: Shape, bias: Option<Shape>, args: Conv2dArgs, dtype: DType) -> Result<Self> {
+    fn new(
+        x: Shape,
+        w: Shape,
+        bias: Option<Shape>,
+        args: Conv2dArgs,
+        (dtype, layout): (DType, Layout),
+    ) -> Result<Self> {
         let bad = |detail: String| Err(Error::shape("conv2d", detail));
         if x.rank() != 4 || w.rank() != 4 {
             return bad(format!("input [N, C, H, W] and weight [F, C, KH, KW], got {x} and {w}"));
@@ -127,6 +135,7 @@ impl Geometry {
             stride,
             pad,
             dtype,
+            layout,
         })
     }
 
@@ -156,6 +165,7 @@ impl Geometry {
             stride: self.stride,
             padding: self.pad,
             dtype: self.dtype,
+            nhwc: self.layout == Layout::Nhwc,
         }
     }
 
@@ -188,7 +198,8 @@ impl<'s> Tensor<'s> {
     /// Convolves `self` `[N, C, H, W]` with `weight` `[F, C, KH, KW]` (plus
     /// `bias` `[F]`), stepping and padding as `args` say: `[N, F, OH, OW]`.
     /// In a mixed-precision step all three are cast to bf16 first (a
-    /// parameter's copy is made here, once per use), and so is the output.
+    /// parameter's copy is made here, once per use), input and weight
+    /// channels last, and so is the output.
     pub fn conv2d(
         self,
         s: &mut Step<'s>,
@@ -196,10 +207,16 @@ impl<'s> Tensor<'s> {
         bias: Option<Tensor<'s>>,
         args: Conv2dArgs,
     ) -> Result<Tensor<'s>> {
-        let dtype = s.compute_dtype();
-        let g = Geometry::new(self.shape(), weight.shape(), bias.map(|b| b.shape()), args, dtype)?;
-        let x = self.cast(s, dtype)?;
-        let weight = weight.cast(s, dtype)?;
+        let (dtype, layout) = (s.compute_dtype(), s.compute_layout());
+        let g = Geometry::new(
+            self.shape(),
+            weight.shape(),
+            bias.map(|b| b.shape()),
+            args,
+            (dtype, layout),
+        )?;
+        let x = self.convert(s, dtype, layout)?;
+        let weight = weight.convert(s, dtype, layout)?;
         let bias = bias.map(|b| b.cast(s, dtype)).transpose()?;
         x.convolve(s, g, weight, bias)
     }
@@ -211,9 +228,10 @@ impl<'s> Tensor<'s> {
         weight: Tensor<'s>,
         bias: Option<Tensor<'s>>,
     ) -> Result<Tensor<'s>> {
+        let (what, out) = ("conv2d output", g.output());
         let y = match bias {
-            Some(b) => s.output("conv2d output", g.output(), &[&self, &weight, &b])?,
-            None => s.output("conv2d output", g.output(), &[&self, &weight])?,
+            Some(b) => s.output_as(what, out, g.dtype, g.layout, &[&self, &weight, &b])?,
+            None => s.output_as(what, out, g.dtype, g.layout, &[&self, &weight])?,
         };
         forward_into(s, &g, self.buf(), weight.buf(), bias.map(|b| b.buf()), y.buf())?;
         // Counted in every step, so that a candidate's number is its place
@@ -299,6 +317,7 @@ fn forward_into(
                         Arg::U32(g.n as u32),
                         Arg::U32(g.f as u32),
                         Arg::U32(g.p() as u32),
+                        Arg::U32((g.layout == Layout::Nhwc) as u32),
                     ],
                 )?;
             }
@@ -365,6 +384,7 @@ impl Saved {
                         Arg::U32(g.n as u32),
                         Arg::U32(g.f as u32),
                         Arg::U32(g.p() as u32),
+                        Arg::U32((g.layout == Layout::Nhwc) as u32),
                     ],
                 )?,
                 Backend::Dry(_) => {}

@@ -259,7 +259,7 @@ fn a_recomputation_that_needs_its_own_output_is_an_error_not_a_recursion() {
                 w.shape(),
                 None,
                 Conv2dArgs::default(),
-                crate::memory::DType::F32,
+                (crate::memory::DType::F32, crate::tensor::Layout::Nchw),
             )?;
             // A recipe for x that reads x: what a wrongly registered one does.
             let wrong = Saved {

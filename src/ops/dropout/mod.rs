@@ -2,6 +2,13 @@
 //! by `1 / (1 - p)`. Whether element `i` is kept is a pure function of
 //! `(seed, i)` ([`keep`]), so backward recomputes the mask instead of storing
 //! it, and a GPU kernel draws exactly the same mask.
+//!
+//! The index is the element's place in memory, whatever the tensor's
+//! layout: the kernels are elementwise, the output and the gradient are in
+//! the input's layout, and a channels-last tensor is masked as its memory
+//! runs (a mask other than its NCHW copy's, equally random). A batch's rows
+//! are contiguous in either layout, so [`DropoutSeed::shifted`] still
+//! splits a batch's draws between data-parallel ranks.
 
 mod cpu;
 #[cfg(test)]

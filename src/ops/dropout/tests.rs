@@ -79,3 +79,16 @@ fn a_per_step_seed_is_the_fixed_seed_of_that_step() {
         fixed
     );
 }
+
+/// A channels-last tensor keeps its layout, and is masked by memory index.
+#[test]
+fn channels_last_dropout_keeps_the_layout() {
+    use crate::tensor::Layout;
+    let shape = Shape::new(&[2, 3, 4, 5]);
+    check(&[shape], &[values(120, 32, -1.0, 1.0)], &[0], &|s, x| {
+        let x = x[0].to_layout(s, Layout::Nhwc)?;
+        let y = x.dropout(s, 0.5, 1234)?;
+        assert_eq!(y.layout(), Layout::Nhwc);
+        y.to_layout(s, Layout::Nchw)
+    });
+}

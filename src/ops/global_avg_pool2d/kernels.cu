@@ -35,3 +35,50 @@ extern "C" __global__ void global_avg_pool_backward_bf16(const bf16* gy, bf16* g
                                                          unsigned int area) {
     global_avg_pool_backward_t(gy, gx, planes, area);
 }
+
+// The same pool of a channels-last input: element (n, c, p) at
+// x[(n*area + p)*channels + c]. One thread per (n, c), as above, summing its
+// `area` values in p's order (the NCHW kernel's order, so both layouts give
+// the same bits); neighbouring threads read neighbouring channels, so each
+// step of the loop is one coalesced read of a pixel's channels. ResNet's
+// head (N x 512 channels) gives N*512 threads: enough to fill the GPU.
+template <typename T>
+__device__ void global_avg_pool_nhwc_forward_t(const T* x, T* y, unsigned int images, unsigned int channels,
+                                               unsigned int area) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= images * channels) return;
+    unsigned int n = i / channels, c = i - n * channels;
+    const T* v = x + (size_t)n * area * channels + c;
+    float sum = 0.0f;
+#pragma unroll 4
+    for (unsigned int p = 0; p < area; ++p) sum += load(v[(size_t)p * channels]);
+    y[i] = store<T>(sum / (float)area);
+}
+extern "C" __global__ void global_avg_pool_nhwc_forward(const float* x, float* y, unsigned int images,
+                                                        unsigned int channels, unsigned int area) {
+    global_avg_pool_nhwc_forward_t(x, y, images, channels, area);
+}
+extern "C" __global__ void global_avg_pool_nhwc_forward_bf16(const bf16* x, bf16* y, unsigned int images,
+                                                             unsigned int channels, unsigned int area) {
+    global_avg_pool_nhwc_forward_t(x, y, images, channels, area);
+}
+
+// gx[(n*area + p)*channels + c] = gy[n*channels + c] / area: one thread per
+// element of gx, written in memory order.
+template <typename T>
+__device__ void global_avg_pool_nhwc_backward_t(const T* gy, T* gx, unsigned int images, unsigned int channels,
+                                                unsigned int area) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned int per_image = area * channels;
+    if (i >= images * per_image) return;
+    unsigned int n = i / per_image, c = i % channels;
+    gx[i] = store<T>(load(gy[n * channels + c]) / (float)area);
+}
+extern "C" __global__ void global_avg_pool_nhwc_backward(const float* gy, float* gx, unsigned int images,
+                                                         unsigned int channels, unsigned int area) {
+    global_avg_pool_nhwc_backward_t(gy, gx, images, channels, area);
+}
+extern "C" __global__ void global_avg_pool_nhwc_backward_bf16(const bf16* gy, bf16* gx, unsigned int images,
+                                                              unsigned int channels, unsigned int area) {
+    global_avg_pool_nhwc_backward_t(gy, gx, images, channels, area);
+}

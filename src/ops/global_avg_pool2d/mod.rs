@@ -2,6 +2,12 @@
 //! `[N, C]` (PyTorch's `AdaptiveAvgPool2d(1)` then `flatten(1)`). Each mean
 //! is the plane's sum in row-major order divided by `H·W`, on both devices;
 //! backward spreads `dy / (H·W)` over the plane.
+//!
+//! A channels-last input ([`Layout::Nhwc`], a mixed-precision step's
+//! activations) has kernels of its own that read it in place: each mean
+//! sums the same values in the same order, so both layouts give the same
+//! bits; the output `[N, C]` is row-major either way, and the input's
+//! gradient is in the input's layout.
 
 mod cpu;
 #[cfg(test)]
@@ -10,7 +16,7 @@ mod tests;
 use crate::autograd::{Node, Step};
 use crate::backend::cuda::{Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
-use crate::tensor::{Shape, Tensor, TensorRef};
+use crate::tensor::{Layout, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
 /// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
@@ -22,6 +28,10 @@ pub(crate) const KERNELS: KernelSource = KernelSource {
         GLOBAL_AVG_POOL_FORWARD.bf16,
         GLOBAL_AVG_POOL_BACKWARD.f32,
         GLOBAL_AVG_POOL_BACKWARD.bf16,
+        GLOBAL_AVG_POOL_NHWC_FORWARD.f32,
+        GLOBAL_AVG_POOL_NHWC_FORWARD.bf16,
+        GLOBAL_AVG_POOL_NHWC_BACKWARD.f32,
+        GLOBAL_AVG_POOL_NHWC_BACKWARD.bf16,
     ],
 };
 const GLOBAL_AVG_POOL_FORWARD: FloatKernel = FloatKernel {
@@ -31,6 +41,15 @@ const GLOBAL_AVG_POOL_FORWARD: FloatKernel = FloatKernel {
 const GLOBAL_AVG_POOL_BACKWARD: FloatKernel = FloatKernel {
     f32: "global_avg_pool_backward",
     bf16: "global_avg_pool_backward_bf16",
+};
+
+const GLOBAL_AVG_POOL_NHWC_FORWARD: FloatKernel = FloatKernel {
+    f32: "global_avg_pool_nhwc_forward",
+    bf16: "global_avg_pool_nhwc_forward_bf16",
+};
+const GLOBAL_AVG_POOL_NHWC_BACKWARD: FloatKernel = FloatKernel {
+    f32: "global_avg_pool_nhwc_backward",
+    bf16: "global_avg_pool_nhwc_backward_bf16",
 };
 
 #[derive(Clone, Copy, Debug)]
@@ -51,11 +70,28 @@ impl<'s> Tensor<'s> {
         }
         let y = s.output("global-avg-pool output", Shape::new(&[x.dim(0), x.dim(1)]), &[&self])?;
         let (planes, area) = (x.dim(0) * x.dim(1), x.dim(2) * x.dim(3));
+        let nhwc = self.layout() == Layout::Nhwc;
         match s.uses(&[self.buf().into(), y.buf().into()]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
-                cpu::forward(area, v.read(self.buf())?, v.write(y.buf())?);
+                let (x_, y_) = (v.read(self.buf())?, v.write(y.buf())?);
+                if nhwc {
+                    cpu::forward_nhwc(x.dim(1), area, x_, y_);
+                } else {
+                    cpu::forward(area, x_, y_);
+                }
                 Ok(())
             })?,
+            Backend::Cuda(gpu) if nhwc => gpu.launch(
+                GLOBAL_AVG_POOL_NHWC_FORWARD.of(y.dtype()),
+                Grid::over(planes),
+                &[
+                    self.buf().into(),
+                    y.buf().into(),
+                    Arg::U32(x.dim(0) as u32),
+                    Arg::U32(x.dim(1) as u32),
+                    Arg::U32(area as u32),
+                ],
+            )?,
             Backend::Cuda(gpu) => gpu.launch(
                 GLOBAL_AVG_POOL_FORWARD.of(y.dtype()),
                 Grid::over(planes),
@@ -87,11 +123,28 @@ impl Saved {
         let x = self.x.shape;
         let (planes, area) = (x.dim(0) * x.dim(1), x.dim(2) * x.dim(3));
         let gx = s.grad_buffer(&self.x, "global-avg-pool input grad")?;
+        let nhwc = self.x.layout == Layout::Nhwc;
         match s.uses(&[gy.into(), gx.into()]) {
             Backend::Cpu(cpu) => cpu.run(|v, _| {
-                cpu::backward(area, v.read(gy)?, v.write(gx)?);
+                let (gy, gx) = (v.read(gy)?, v.write(gx)?);
+                if nhwc {
+                    cpu::backward_nhwc(x.dim(1), area, gy, gx);
+                } else {
+                    cpu::backward(area, gy, gx);
+                }
                 Ok(())
             })?,
+            Backend::Cuda(gpu) if nhwc => gpu.launch(
+                GLOBAL_AVG_POOL_NHWC_BACKWARD.of(gx.dtype()),
+                Grid::over(planes * area),
+                &[
+                    gy.into(),
+                    gx.into(),
+                    Arg::U32(x.dim(0) as u32),
+                    Arg::U32(x.dim(1) as u32),
+                    Arg::U32(area as u32),
+                ],
+            )?,
             Backend::Cuda(gpu) => gpu.launch(
                 GLOBAL_AVG_POOL_BACKWARD.of(gx.dtype()),
                 Grid::over(planes * area),

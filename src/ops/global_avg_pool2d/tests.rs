@@ -52,3 +52,49 @@ fn global_avg_pool_refuses_other_ranks() {
         );
     }
 }
+
+#[test]
+fn channels_last_global_avg_pool_gradient_matches_finite_differences() {
+    let shape = Shape::new(&[2, 3, 3, 5]);
+    check(&[shape], &[values(shape.numel(), 6, -1.0, 1.0)], &[0], &|s, x| {
+        let x = x[0].to_layout(s, crate::tensor::Layout::Nhwc)?;
+        x.global_avg_pool2d(s)
+    });
+}
+
+/// A channels-last input pools in place (no NCHW copy) to the NCHW
+/// input's bits, into a row-major `[N, C]`; its gradient is channels last
+/// and reads back as the NCHW one's.
+#[test]
+fn channels_last_global_avg_pool_gives_nchws_bits() {
+    use crate::tensor::Layout;
+    let shape = Shape::new(&[3, 70, 4, 3]);
+    let x = values(shape.numel(), 7, -1.0, 1.0);
+    let gy = values(210, 8, -1.0, 1.0);
+    let mut arena = crate::Arena::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
+    let mut run = |layout: Layout| {
+        arena
+            .step(|s| {
+                let v = s.variable("x", shape, &x)?;
+                let t = v.to_layout(s, layout)?;
+                let y = t.global_avg_pool2d(s)?;
+                assert_eq!((y.shape(), y.layout()), (Shape::new(&[3, 70]), Layout::Nchw));
+                let g = s.input("gy", y.shape(), &gy)?;
+                let grads = s.backward_from(y, g)?;
+                let gt = s.grad(&grads, t).expect("a gradient");
+                assert_eq!(gt.layout(), layout);
+                let gv = s.grad(&grads, v).expect("a gradient");
+                let (mut out, mut gt_host, mut gv_host) = (vec![0.0; 210], vec![0.0; x.len()], vec![0.0; x.len()]);
+                s.read(y, &mut out)?;
+                s.read(gt, &mut gt_host)?;
+                s.read(gv, &mut gv_host)?;
+                Ok((out, gt_host, gv_host))
+            })
+            .unwrap()
+    };
+    let nchw = run(Layout::Nchw);
+    let nhwc = run(Layout::Nhwc);
+    assert!(nchw.0 == nhwc.0, "the means differ");
+    assert!(nchw.1 == nhwc.1, "the pool's input gradients differ");
+    assert!(nchw.2 == nhwc.2, "the variable's gradients differ");
+}

@@ -13,6 +13,10 @@
 //! `max_pool2d_relu` fuses the relu that follows a pool in most CNNs: one
 //! kernel and one buffer fewer each way, and `relu(max(x)) = max(relu(x))`,
 //! so the result is the unfused pair's.
+//!
+//! The kernels are NCHW's: a channels-last input ([`Layout::Nhwc`]) is
+//! converted to NCHW first (a recorded cast, whose backward converts the
+//! gradient back), and the output is NCHW.
 
 mod cpu;
 #[cfg(test)]
@@ -22,7 +26,7 @@ use crate::autograd::{Node, Step};
 use crate::backend::cuda::{Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::memory::Buf;
-use crate::tensor::{Shape, Tensor, TensorRef};
+use crate::tensor::{Layout, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
 /// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
@@ -203,16 +207,19 @@ pub(crate) struct Saved {
 
 impl<'s> Tensor<'s> {
     /// Max-pools `self` `[N, C, H, W]`; see [`Pool2dArgs`].
+    /// A channels-last input is pooled as its NCHW copy, into NCHW.
     pub fn max_pool2d(self, s: &mut Step<'s>, args: Pool2dArgs) -> Result<Tensor<'s>> {
+        let x = self.to_layout(s, Layout::Nchw)?;
         if args == Pool2dArgs::new(2, 2) {
-            return self.pool(s, false);
+            return x.pool(s, false);
         }
-        self.pool_window(s, args)
+        x.pool_window(s, args)
     }
 
-    /// `relu(max_pool2d(self, Pool2dArgs::new(2, 2)))` in one kernel.
+    /// `relu(max_pool2d(self, Pool2dArgs::new(2, 2)))` in one kernel (of a
+    /// channels-last input's NCHW copy, into NCHW).
     pub fn max_pool2d_relu(self, s: &mut Step<'s>) -> Result<Tensor<'s>> {
-        self.pool(s, true)
+        self.to_layout(s, Layout::Nchw)?.pool(s, true)
     }
 
     fn pool_window(self, s: &mut Step<'s>, args: Pool2dArgs) -> Result<Tensor<'s>> {

@@ -287,3 +287,32 @@ fn bad_pools_are_typed_errors() {
         );
     }
 }
+
+/// A channels-last input is pooled as its NCHW copy, into NCHW.
+#[test]
+fn channels_last_max_pools_gradients_match_finite_differences() {
+    use crate::tensor::Layout;
+    let shape = Shape::new(&[2, 3, 5, 6]);
+    let overlapping = Pool2dArgs {
+        kernel: 3,
+        stride: 2,
+        padding: 1,
+        ceil_mode: true,
+    };
+    for (relu, a) in [
+        (false, Pool2dArgs::new(2, 2)),
+        (true, Pool2dArgs::new(2, 2)),
+        (false, overlapping),
+    ] {
+        check(&[shape], &[distinct(shape.numel(), 41, 0.05)], &[0], &move |s, x| {
+            let x = x[0].to_layout(s, Layout::Nhwc)?;
+            let y = if relu {
+                x.max_pool2d_relu(s)?
+            } else {
+                x.max_pool2d(s, a)?
+            };
+            assert_eq!(y.layout(), Layout::Nchw);
+            Ok(y)
+        });
+    }
+}

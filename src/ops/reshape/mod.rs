@@ -1,11 +1,13 @@
 //! reshape: the same elements under another shape. No copy: the output
-//! aliases the input's buffer, and so does the input's gradient.
+//! aliases the input's buffer, and so does the input's gradient; a
+//! channels-last input is made NCHW first, since a shape's elements are in
+//! row-major order.
 
 #[cfg(test)]
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::tensor::{Shape, Tensor, TensorRef};
+use crate::tensor::{Layout, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
 #[derive(Clone, Copy, Debug)]
@@ -21,6 +23,9 @@ impl<'s> Tensor<'s> {
                 "reshape",
                 format!("{} elements into {shape}", self.shape().numel()),
             ));
+        }
+        if self.layout() != Layout::Nchw {
+            return self.to_layout(s, Layout::Nchw)?.reshape(s, shape);
         }
         let requires_grad = self.requires_grad() && s.grad_enabled();
         let y = s.alias(self.buf(), shape, requires_grad);
