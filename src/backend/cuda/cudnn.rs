@@ -182,10 +182,26 @@ pub struct ConvPlan {
     timed: Mutex<Option<Timed>>,
 }
 
+/// The math an algorithm runs with: the one cuDNN found it with where
+/// tensor ops are allowed, else FMA (cuDNN's default math may run TF32 on
+/// fp32 data).
+fn math_of(found: sys::cudnnMathType_t, tensor_ops: bool) -> sys::cudnnMathType_t {
+    match tensor_ops {
+        true => found,
+        false => sys::cudnnMathType_t::CUDNN_FMA_MATH,
+    }
+}
+
+/// An algorithm with the math it was found with: cuDNN runs an algorithm's
+/// tensor-op kernels only when the convolution descriptor's math type is
+/// the one its `Find`/`Get` result reported, so each pass sets it before it
+/// runs (as PyTorch does).
+type Algo<A> = (A, sys::cudnnMathType_t);
+
 struct Timed {
-    fwd: Vec<(sys::cudnnConvolutionFwdAlgo_t, usize, f64)>,
-    data: Vec<(sys::cudnnConvolutionBwdDataAlgo_t, usize, f64)>,
-    filter: Vec<(sys::cudnnConvolutionBwdFilterAlgo_t, usize, f64)>,
+    fwd: Vec<(Algo<sys::cudnnConvolutionFwdAlgo_t>, usize, f64)>,
+    data: Vec<(Algo<sys::cudnnConvolutionBwdDataAlgo_t>, usize, f64)>,
+    filter: Vec<(Algo<sys::cudnnConvolutionBwdFilterAlgo_t>, usize, f64)>,
 }
 
 /// Seconds the algorithm `chosen` of a pass takes beyond the fastest of
@@ -202,9 +218,9 @@ fn seconds_lost<A: PartialEq>(timed: &[(A, usize, f64)], chosen: A) -> f64 {
 /// The algorithm of each pass and the workspace bytes it needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Choices {
-    fwd: (sys::cudnnConvolutionFwdAlgo_t, usize),
-    data: (sys::cudnnConvolutionBwdDataAlgo_t, usize),
-    filter: (sys::cudnnConvolutionBwdFilterAlgo_t, usize),
+    fwd: (Algo<sys::cudnnConvolutionFwdAlgo_t>, usize),
+    data: (Algo<sys::cudnnConvolutionBwdDataAlgo_t>, usize),
+    filter: (Algo<sys::cudnnConvolutionBwdFilterAlgo_t>, usize),
 }
 
 /// Whether an algorithm cuDNN reports may run: it ran (or may), uses the
@@ -257,10 +273,12 @@ macro_rules! choose {
                     .filter(|p| allowed!(p, usize::MAX, $deterministic, $tensor_ops))
                     .min_by_key(|p| p.memory)
             });
-        let algo = ok
-            .ok_or_else(|| CudaError::failed($what, "cuDNN offers no algorithm for this convolution"))?
-            .algo;
-        (algo, $size(algo).map_err(dnn_err($what))?)
+        let found = ok.ok_or_else(|| CudaError::failed($what, "cuDNN offers no algorithm for this convolution"))?;
+        let algo = found.algo;
+        (
+            (algo, math_of(found.mathType, $tensor_ops)),
+            $size(algo, math_of(found.mathType, $tensor_ops)).map_err(dnn_err($what))?,
+        )
     }};
 }
 
@@ -330,7 +348,8 @@ impl ConvPlan {
                 sys::cudnnConvolutionFwdAlgoPerf_t,
                 8,
                 |n, r, p| dnn::get_convolution_forward_algorithm(handle, x.0, w.0, conv.0, y.0, n, r, p),
-                |a| dnn::get_convolution_forward_workspace_size(handle, x.0, w.0, conv.0, y.0, a),
+                |a, m| dnn::set_convolution_math_type(conv.0, m)
+                    .and_then(|()| dnn::get_convolution_forward_workspace_size(handle, x.0, w.0, conv.0, y.0, a)),
                 deterministic,
                 tensor_ops,
                 "choosing the convolution forward algorithm"
@@ -339,7 +358,8 @@ impl ConvPlan {
                 sys::cudnnConvolutionBwdDataAlgoPerf_t,
                 6,
                 |n, r, p| dnn::get_convolution_backward_data_algorithm(handle, w.0, y.0, conv.0, x.0, n, r, p),
-                |a| dnn::get_convolution_backward_data_workspace_size(handle, w.0, y.0, conv.0, x.0, a),
+                |a, m| dnn::set_convolution_math_type(conv.0, m)
+                    .and_then(|()| dnn::get_convolution_backward_data_workspace_size(handle, w.0, y.0, conv.0, x.0, a)),
                 deterministic,
                 tensor_ops,
                 "choosing the convolution input-gradient algorithm"
@@ -348,7 +368,9 @@ impl ConvPlan {
                 sys::cudnnConvolutionBwdFilterAlgoPerf_t,
                 7,
                 |n, r, p| dnn::get_convolution_backward_filter_algorithm(handle, x.0, y.0, conv.0, w.0, n, r, p),
-                |a| dnn::get_convolution_backward_filter_workspace_size(handle, x.0, y.0, conv.0, w.0, a),
+                |a, m| dnn::set_convolution_math_type(conv.0, m).and_then(|()| {
+                    dnn::get_convolution_backward_filter_workspace_size(handle, x.0, y.0, conv.0, w.0, a)
+                }),
                 deterministic,
                 tensor_ops,
                 "choosing the convolution weight-gradient algorithm"
@@ -468,7 +490,13 @@ impl ConvPlan {
         let fwd = fwd[..returned.max(0) as usize]
             .iter()
             .filter(|p| allowed!(p, workspace_bytes, det, tensor_ops))
-            .map(|p| (p.algo, p.memory, f64::from(p.time) / 1e3))
+            .map(|p| {
+                (
+                    (p.algo, math_of(p.mathType, tensor_ops)),
+                    p.memory,
+                    f64::from(p.time) / 1e3,
+                )
+            })
             .collect();
         let mut data: [sys::cudnnConvolutionBwdDataAlgoPerf_t; 8] = std::mem::zeroed();
         sys::cudnnFindConvolutionBackwardDataAlgorithmEx(
@@ -491,7 +519,13 @@ impl ConvPlan {
         let data = data[..returned.max(0) as usize]
             .iter()
             .filter(|p| allowed!(p, workspace_bytes, det, tensor_ops))
-            .map(|p| (p.algo, p.memory, f64::from(p.time) / 1e3))
+            .map(|p| {
+                (
+                    (p.algo, math_of(p.mathType, tensor_ops)),
+                    p.memory,
+                    f64::from(p.time) / 1e3,
+                )
+            })
             .collect();
         let mut filter: [sys::cudnnConvolutionBwdFilterAlgoPerf_t; 8] = std::mem::zeroed();
         sys::cudnnFindConvolutionBackwardFilterAlgorithmEx(
@@ -514,7 +548,13 @@ impl ConvPlan {
         let filter = filter[..returned.max(0) as usize]
             .iter()
             .filter(|p| allowed!(p, workspace_bytes, det, tensor_ops))
-            .map(|p| (p.algo, p.memory, f64::from(p.time) / 1e3))
+            .map(|p| {
+                (
+                    (p.algo, math_of(p.mathType, tensor_ops)),
+                    p.memory,
+                    f64::from(p.time) / 1e3,
+                )
+            })
             .collect();
         *self.timed.lock().unwrap_or_else(|e| e.into_inner()) = Some(Timed { fwd, data, filter });
         self.select(usize::MAX);
@@ -548,6 +588,12 @@ impl ConvPlan {
         let out = out as *mut c_void;
         let ws = workspace as *mut c_void;
         let c = self.choices();
+        let math = match pass {
+            ConvPass::Forward => c.fwd.0 .1,
+            ConvPass::InputGrad => c.data.0 .1,
+            ConvPass::WeightGrad => c.filter.0 .1,
+        };
+        dnn::set_convolution_math_type(self.conv.0, math).map_err(dnn_err("cudnnSetConvolutionMathType"))?;
         match pass {
             ConvPass::Forward => dnn::convolution_forward(
                 handle,
@@ -557,7 +603,7 @@ impl ConvPlan {
                 self.w.0,
                 ptr(b),
                 self.conv.0,
-                c.fwd.0,
+                c.fwd.0 .0,
                 ws,
                 c.fwd.1,
                 beta,
@@ -573,7 +619,7 @@ impl ConvPlan {
                 self.y.0,
                 ptr(b),
                 self.conv.0,
-                c.data.0,
+                c.data.0 .0,
                 ws,
                 c.data.1,
                 beta,
@@ -589,7 +635,7 @@ impl ConvPlan {
                 self.y.0,
                 ptr(b),
                 self.conv.0,
-                c.filter.0,
+                c.filter.0 .0,
                 ws,
                 c.filter.1,
                 beta,
