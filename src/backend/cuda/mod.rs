@@ -22,6 +22,7 @@ pub use error::CudaError;
 use error::Sentence;
 pub use gpu::Gpu;
 pub use graph::CapturedGraph;
+pub(crate) use kernels::float_kernel;
 pub use kernels::{FloatKernel, KernelSource};
 pub use nccl::{unique_id, Nccl};
 pub use timing::OpTime;

@@ -8,7 +8,7 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, FloatKernel, Grid, KernelSource};
+use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::tensor::{Shape, Tensor, TensorRef};
 use crate::{Error, Result};
@@ -24,14 +24,8 @@ pub(crate) const KERNELS: KernelSource = KernelSource {
         GLOBAL_AVG_POOL_BACKWARD.bf16,
     ],
 };
-const GLOBAL_AVG_POOL_FORWARD: FloatKernel = FloatKernel {
-    f32: "global_avg_pool_forward",
-    bf16: "global_avg_pool_forward_bf16",
-};
-const GLOBAL_AVG_POOL_BACKWARD: FloatKernel = FloatKernel {
-    f32: "global_avg_pool_backward",
-    bf16: "global_avg_pool_backward_bf16",
-};
+const GLOBAL_AVG_POOL_FORWARD: FloatKernel = float_kernel!("global_avg_pool_forward");
+const GLOBAL_AVG_POOL_BACKWARD: FloatKernel = float_kernel!("global_avg_pool_backward");
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {
