@@ -42,8 +42,21 @@ pub(crate) fn same_in_bf16(test: &str, tol: f32, body: &Body) -> Option<Vec<(&'s
     let on_fp32 = run(fp32, body);
     let bf16 = gpu_as(test, Precision::Bf16).expect("the GPU opened once");
     let on_bf16 = run(bf16, body);
-    assert_same_names(test, &on_fp32, &on_bf16);
-    for ((name, a), (_, b)) in on_fp32.iter().zip(&on_bf16) {
+    assert_within_bf16(test, tol, &on_fp32, &on_bf16);
+    Some(on_bf16)
+}
+
+/// Every tensor of `on_bf16` within `tol` of the scale of `on_fp32`'s (the
+/// same names, in order), each distance printed, and some bit of some
+/// tensor different: were the bf16 path not taken, both would be fp32's.
+pub(crate) fn assert_within_bf16(
+    test: &str,
+    tol: f32,
+    on_fp32: &[(&'static str, Vec<f32>)],
+    on_bf16: &[(&'static str, Vec<f32>)],
+) {
+    assert_same_names(test, on_fp32, on_bf16);
+    for ((name, a), (_, b)) in on_fp32.iter().zip(on_bf16) {
         assert_eq!(a.len(), b.len(), "{test}: {name}: lengths differ");
         assert!(
             b.iter().all(|v| v.is_finite()),
@@ -61,13 +74,12 @@ pub(crate) fn same_in_bf16(test: &str, tol: f32, body: &Body) -> Option<Vec<(&'s
     }
     let differs = on_fp32
         .iter()
-        .zip(&on_bf16)
+        .zip(on_bf16)
         .any(|((_, a), (_, b))| a.iter().zip(b).any(|(x, y)| x.to_bits() != y.to_bits()));
     assert!(
         differs,
         "{test}: bf16 gave fp32's bits everywhere: the bf16 path did not run"
     );
-    Some(on_bf16)
 }
 
 /// A variable of `shape` (fp32, so its gradient comes back in fp32) and

@@ -31,6 +31,18 @@ pub struct FloatKernel {
     pub bf16: &'static str,
 }
 
+/// The [`FloatKernel`] of a source's kernel `name`: its fp32 entry is
+/// `name`, its bf16 one `name_bf16`, as every source spells them.
+macro_rules! float_kernel {
+    ($name:literal) => {
+        $crate::backend::cuda::FloatKernel {
+            f32: $name,
+            bf16: concat!($name, "_bf16"),
+        }
+    };
+}
+pub(crate) use float_kernel;
+
 impl FloatKernel {
     /// The entry for tensors of `dtype`.
     pub const fn of(&self, dtype: DType) -> &'static str {
@@ -42,10 +54,7 @@ impl FloatKernel {
 }
 
 /// The backend's own kernels: gradients of a tensor used twice meet here.
-pub(crate) const ADD_ASSIGN: FloatKernel = FloatKernel {
-    f32: "add_assign",
-    bf16: "add_assign_bf16",
-};
+pub(crate) const ADD_ASSIGN: FloatKernel = float_kernel!("add_assign");
 pub(crate) const BACKEND_KERNELS: KernelSource = KernelSource {
     owner: "backend",
     source: include_str!("common.cu"),

@@ -22,6 +22,7 @@ pub use error::CudaError;
 use error::Sentence;
 pub use gpu::Gpu;
 pub use graph::CapturedGraph;
+pub(crate) use kernels::float_kernel;
 pub use kernels::{FloatKernel, KernelSource};
 pub use nccl::{unique_id, Nccl};
 pub use timing::OpTime;
@@ -435,10 +436,12 @@ impl CudaBackend {
         let stream = self.gpu.stream.cu_stream();
         self.timer.before(&self.gpu, "fill", self.capturing);
         // SAFETY: the range is `dst`, inside the arena; a 4-byte element is
-        // written as its 32-bit pattern, a byte as itself.
+        // written as its 32-bit pattern, a 2-byte one (bf16) as its 16-bit
+        // pattern, a byte as itself.
         let r = unsafe {
             match T::SIZE {
                 4 => sys::cuMemsetD32Async(ptr, value.bit_pattern(), dst.len(), stream).result(),
+                2 => sys::cuMemsetD16Async(ptr, value.bit_pattern() as u16, dst.len(), stream).result(),
                 _ => sys::cuMemsetD8Async(ptr, value.bit_pattern() as u8, dst.bytes(), stream).result(),
             }
         };

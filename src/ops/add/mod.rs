@@ -17,7 +17,7 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, FloatKernel, Grid, KernelSource};
+use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::memory::DType;
 use crate::tensor::{Tensor, TensorRef};
@@ -29,14 +29,8 @@ pub(crate) const KERNELS: KernelSource = KernelSource {
     source: include_str!("kernels.cu"),
     entries: &[ADD_FORWARD.f32, ADD_FORWARD.bf16, ADD_GRAD_COPY.f32, ADD_GRAD_COPY.bf16],
 };
-const ADD_FORWARD: FloatKernel = FloatKernel {
-    f32: "add_forward",
-    bf16: "add_forward_bf16",
-};
-const ADD_GRAD_COPY: FloatKernel = FloatKernel {
-    f32: "add_grad_copy",
-    bf16: "add_grad_copy_bf16",
-};
+const ADD_FORWARD: FloatKernel = float_kernel!("add_forward");
+const ADD_GRAD_COPY: FloatKernel = float_kernel!("add_grad_copy");
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {

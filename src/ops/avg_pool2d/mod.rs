@@ -17,7 +17,7 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{FloatKernel, Grid, KernelSource};
+use crate::backend::cuda::{float_kernel, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::ops::maxpool2d::{Pool2dArgs, PoolGeometry};
 use crate::tensor::{Layout, Tensor, TensorRef};
@@ -34,14 +34,8 @@ pub(crate) const KERNELS: KernelSource = KernelSource {
         AVGPOOL_BACKWARD.bf16,
     ],
 };
-const AVGPOOL_FORWARD: FloatKernel = FloatKernel {
-    f32: "avgpool_forward",
-    bf16: "avgpool_forward_bf16",
-};
-const AVGPOOL_BACKWARD: FloatKernel = FloatKernel {
-    f32: "avgpool_backward",
-    bf16: "avgpool_backward_bf16",
-};
+const AVGPOOL_FORWARD: FloatKernel = float_kernel!("avgpool_forward");
+const AVGPOOL_BACKWARD: FloatKernel = float_kernel!("avgpool_backward");
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {

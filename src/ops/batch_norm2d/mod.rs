@@ -49,7 +49,7 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Candidate, Node, Recompute, Step};
-use crate::backend::cuda::{Arg, FloatKernel, Grid, KernelSource};
+use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::{Backend, Sizing};
 use crate::memory::{Buf, DType, FloatBuf};
 use crate::tensor::{Layout, Param, Shape, Tensor, TensorRef};
@@ -84,43 +84,19 @@ pub(crate) const KERNELS: KernelSource = KernelSource {
 };
 // The kernels that read or write x-shaped tensors have an entry per type;
 // the others read and write per-channel fp32 only.
-const BN_STATS_PARTIAL: FloatKernel = FloatKernel {
-    f32: "bn_stats_partial",
-    bf16: "bn_stats_partial_bf16",
-};
+const BN_STATS_PARTIAL: FloatKernel = float_kernel!("bn_stats_partial");
 const BN_STATS_FINISH: &str = "bn_stats_finish";
 const BN_EVAL_STATS: &str = "bn_eval_stats";
-const BN_APPLY: FloatKernel = FloatKernel {
-    f32: "bn_apply",
-    bf16: "bn_apply_bf16",
-};
-const BN_BACKWARD_PARTIAL: FloatKernel = FloatKernel {
-    f32: "bn_backward_partial",
-    bf16: "bn_backward_partial_bf16",
-};
+const BN_APPLY: FloatKernel = float_kernel!("bn_apply");
+const BN_BACKWARD_PARTIAL: FloatKernel = float_kernel!("bn_backward_partial");
 const BN_BACKWARD_FINISH: &str = "bn_backward_finish";
-const BN_BACKWARD_INPUT: FloatKernel = FloatKernel {
-    f32: "bn_backward_input",
-    bf16: "bn_backward_input_bf16",
-};
+const BN_BACKWARD_INPUT: FloatKernel = float_kernel!("bn_backward_input");
 // The same four over channels-last tensors (kernels.cu; the finishing
 // kernels merge their partials unchanged).
-const BN_STATS_PARTIAL_NHWC: FloatKernel = FloatKernel {
-    f32: "bn_stats_partial_nhwc",
-    bf16: "bn_stats_partial_nhwc_bf16",
-};
-const BN_APPLY_NHWC: FloatKernel = FloatKernel {
-    f32: "bn_apply_nhwc",
-    bf16: "bn_apply_nhwc_bf16",
-};
-const BN_BACKWARD_PARTIAL_NHWC: FloatKernel = FloatKernel {
-    f32: "bn_backward_partial_nhwc",
-    bf16: "bn_backward_partial_nhwc_bf16",
-};
-const BN_BACKWARD_INPUT_NHWC: FloatKernel = FloatKernel {
-    f32: "bn_backward_input_nhwc",
-    bf16: "bn_backward_input_nhwc_bf16",
-};
+const BN_STATS_PARTIAL_NHWC: FloatKernel = float_kernel!("bn_stats_partial_nhwc");
+const BN_APPLY_NHWC: FloatKernel = float_kernel!("bn_apply_nhwc");
+const BN_BACKWARD_PARTIAL_NHWC: FloatKernel = float_kernel!("bn_backward_partial_nhwc");
+const BN_BACKWARD_INPUT_NHWC: FloatKernel = float_kernel!("bn_backward_input_nhwc");
 
 /// Threads of a block that sums (a power of two: `block_sum` halves it).
 const REDUCE_THREADS: u32 = 256;

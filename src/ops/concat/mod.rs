@@ -15,7 +15,7 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, FloatKernel, Grid, KernelSource};
+use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::memory::DType;
 use crate::tensor::{Layout, Shape, Tensor, TensorRef};
@@ -32,14 +32,8 @@ pub(crate) const KERNELS: KernelSource = KernelSource {
         CONCAT_BACKWARD.bf16,
     ],
 };
-const CONCAT_FORWARD: FloatKernel = FloatKernel {
-    f32: "concat_forward",
-    bf16: "concat_forward_bf16",
-};
-const CONCAT_BACKWARD: FloatKernel = FloatKernel {
-    f32: "concat_backward",
-    bf16: "concat_backward_bf16",
-};
+const CONCAT_FORWARD: FloatKernel = float_kernel!("concat_forward");
+const CONCAT_BACKWARD: FloatKernel = float_kernel!("concat_backward");
 
 /// Where one part's channels sit in the output: `channels` of them from
 /// `first`, in an output of `total` channels and planes of `area` elements.

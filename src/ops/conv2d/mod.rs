@@ -23,7 +23,7 @@ mod im2col;
 mod tests;
 
 use crate::autograd::{Candidate, Node, Recompute, Step};
-use crate::backend::cuda::{Arg, ConvDims, ConvPass, FloatKernel, Grid, KernelSource};
+use crate::backend::cuda::{float_kernel, Arg, ConvDims, ConvPass, FloatKernel, Grid, KernelSource};
 use crate::backend::{Backend, BackendError, Sizing};
 use crate::memory::{Buf, DType, FloatBuf};
 use crate::tensor::{Layout, Shape, Tensor, TensorRef};
@@ -40,14 +40,8 @@ pub(crate) const KERNELS: KernelSource = KernelSource {
         CONV_BIAS_GRAD.bf16,
     ],
 };
-const CONV_BIAS_ADD: FloatKernel = FloatKernel {
-    f32: "conv_bias_add",
-    bf16: "conv_bias_add_bf16",
-};
-const CONV_BIAS_GRAD: FloatKernel = FloatKernel {
-    f32: "conv_bias_grad",
-    bf16: "conv_bias_grad_bf16",
-};
+const CONV_BIAS_ADD: FloatKernel = float_kernel!("conv_bias_add");
+const CONV_BIAS_GRAD: FloatKernel = float_kernel!("conv_bias_grad");
 
 /// How a convolution steps over its input. The default, stride 1 and no
 /// padding, is a "valid" convolution.

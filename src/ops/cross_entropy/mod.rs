@@ -24,7 +24,7 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, FloatKernel, Grid, KernelSource};
+use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::memory::{Buf, DType};
 use crate::tensor::{Labels, Shape, Tensor, TensorRef};
@@ -36,15 +36,9 @@ pub(crate) const KERNELS: KernelSource = KernelSource {
     source: include_str!("kernels.cu"),
     entries: &[CE_ROWS.f32, CE_ROWS.bf16, CE_MEAN, CE_BACKWARD.f32, CE_BACKWARD.bf16],
 };
-const CE_ROWS: FloatKernel = FloatKernel {
-    f32: "ce_rows",
-    bf16: "ce_rows_bf16",
-};
+const CE_ROWS: FloatKernel = float_kernel!("ce_rows");
 const CE_MEAN: &str = "ce_mean";
-const CE_BACKWARD: FloatKernel = FloatKernel {
-    f32: "ce_backward",
-    bf16: "ce_backward_bf16",
-};
+const CE_BACKWARD: FloatKernel = float_kernel!("ce_backward");
 
 /// Threads of the per-row block: one warp for a few classes, up to 256 (the
 /// kernels' shared arrays) for many. A power of two, as the tree reductions

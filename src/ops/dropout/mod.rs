@@ -15,7 +15,7 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, FloatKernel, Grid, KernelSource};
+use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::memory::{Buf, FloatBuf};
 use crate::ops::cursor::{step_seed, StepCursor};
@@ -39,10 +39,7 @@ pub(crate) const KERNELS: KernelSource = KernelSource {
     source: include_str!("kernels.cu"),
     entries: &[DROPOUT_APPLY.f32, DROPOUT_APPLY.bf16],
 };
-const DROPOUT_APPLY: FloatKernel = FloatKernel {
-    f32: "dropout_apply",
-    bf16: "dropout_apply_bf16",
-};
+const DROPOUT_APPLY: FloatKernel = float_kernel!("dropout_apply");
 
 /// Where a dropout mask's seed comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

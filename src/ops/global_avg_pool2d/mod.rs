@@ -14,7 +14,7 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, FloatKernel, Grid, KernelSource};
+use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::tensor::{Layout, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
@@ -34,23 +34,11 @@ pub(crate) const KERNELS: KernelSource = KernelSource {
         GLOBAL_AVG_POOL_NHWC_BACKWARD.bf16,
     ],
 };
-const GLOBAL_AVG_POOL_FORWARD: FloatKernel = FloatKernel {
-    f32: "global_avg_pool_forward",
-    bf16: "global_avg_pool_forward_bf16",
-};
-const GLOBAL_AVG_POOL_BACKWARD: FloatKernel = FloatKernel {
-    f32: "global_avg_pool_backward",
-    bf16: "global_avg_pool_backward_bf16",
-};
+const GLOBAL_AVG_POOL_FORWARD: FloatKernel = float_kernel!("global_avg_pool_forward");
+const GLOBAL_AVG_POOL_BACKWARD: FloatKernel = float_kernel!("global_avg_pool_backward");
 
-const GLOBAL_AVG_POOL_NHWC_FORWARD: FloatKernel = FloatKernel {
-    f32: "global_avg_pool_nhwc_forward",
-    bf16: "global_avg_pool_nhwc_forward_bf16",
-};
-const GLOBAL_AVG_POOL_NHWC_BACKWARD: FloatKernel = FloatKernel {
-    f32: "global_avg_pool_nhwc_backward",
-    bf16: "global_avg_pool_nhwc_backward_bf16",
-};
+const GLOBAL_AVG_POOL_NHWC_FORWARD: FloatKernel = float_kernel!("global_avg_pool_nhwc_forward");
+const GLOBAL_AVG_POOL_NHWC_BACKWARD: FloatKernel = float_kernel!("global_avg_pool_nhwc_backward");
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {

@@ -6,7 +6,7 @@ pub(crate) mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, FloatKernel, Gemm, Grid, KernelSource, BLAS_WORKSPACE};
+use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Gemm, Grid, KernelSource, BLAS_WORKSPACE};
 use crate::backend::{Backend, BackendError, Sizing};
 use crate::memory::{Buf, FloatBuf};
 use crate::tensor::{Shape, Tensor, TensorRef};
@@ -18,14 +18,8 @@ pub(crate) const KERNELS: KernelSource = KernelSource {
     source: include_str!("kernels.cu"),
     entries: &[BIAS_ROWS.f32, BIAS_ROWS.bf16, BIAS_ROWS_GRAD.f32, BIAS_ROWS_GRAD.bf16],
 };
-const BIAS_ROWS: FloatKernel = FloatKernel {
-    f32: "bias_rows",
-    bf16: "bias_rows_bf16",
-};
-const BIAS_ROWS_GRAD: FloatKernel = FloatKernel {
-    f32: "bias_rows_grad",
-    bf16: "bias_rows_grad_bf16",
-};
+const BIAS_ROWS: FloatKernel = float_kernel!("bias_rows");
+const BIAS_ROWS_GRAD: FloatKernel = float_kernel!("bias_rows_grad");
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {

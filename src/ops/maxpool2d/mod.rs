@@ -23,7 +23,7 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, FloatKernel, Grid, KernelSource};
+use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::memory::Buf;
 use crate::tensor::{Layout, Shape, Tensor, TensorRef};
@@ -46,26 +46,11 @@ pub(crate) const KERNELS: KernelSource = KernelSource {
         MAXPOOL_WINDOW_BACKWARD.bf16,
     ],
 };
-const MAXPOOL_FORWARD: FloatKernel = FloatKernel {
-    f32: "maxpool_forward",
-    bf16: "maxpool_forward_bf16",
-};
-const MAXPOOL_RELU_FORWARD: FloatKernel = FloatKernel {
-    f32: "maxpool_relu_forward",
-    bf16: "maxpool_relu_forward_bf16",
-};
-const MAXPOOL_BACKWARD: FloatKernel = FloatKernel {
-    f32: "maxpool_backward",
-    bf16: "maxpool_backward_bf16",
-};
-const MAXPOOL_WINDOW_FORWARD: FloatKernel = FloatKernel {
-    f32: "maxpool_window_forward",
-    bf16: "maxpool_window_forward_bf16",
-};
-const MAXPOOL_WINDOW_BACKWARD: FloatKernel = FloatKernel {
-    f32: "maxpool_window_backward",
-    bf16: "maxpool_window_backward_bf16",
-};
+const MAXPOOL_FORWARD: FloatKernel = float_kernel!("maxpool_forward");
+const MAXPOOL_RELU_FORWARD: FloatKernel = float_kernel!("maxpool_relu_forward");
+const MAXPOOL_BACKWARD: FloatKernel = float_kernel!("maxpool_backward");
+const MAXPOOL_WINDOW_FORWARD: FloatKernel = float_kernel!("maxpool_window_forward");
+const MAXPOOL_WINDOW_BACKWARD: FloatKernel = float_kernel!("maxpool_window_backward");
 
 /// A square pooling window, as PyTorch's `MaxPool2d` / `AvgPool2d` take it
 /// (dilation 1). `ceil_mode` rounds the output size up, but a last window

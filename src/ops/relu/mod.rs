@@ -5,7 +5,7 @@ mod cpu;
 mod tests;
 
 use crate::autograd::{Node, Step};
-use crate::backend::cuda::{Arg, FloatKernel, Grid, KernelSource};
+use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::tensor::{Tensor, TensorRef};
 use crate::Result;
@@ -21,14 +21,8 @@ pub(crate) const KERNELS: KernelSource = KernelSource {
         RELU_BACKWARD.bf16,
     ],
 };
-const RELU_FORWARD: FloatKernel = FloatKernel {
-    f32: "relu_forward",
-    bf16: "relu_forward_bf16",
-};
-const RELU_BACKWARD: FloatKernel = FloatKernel {
-    f32: "relu_backward",
-    bf16: "relu_backward_bf16",
-};
+const RELU_FORWARD: FloatKernel = float_kernel!("relu_forward");
+const RELU_BACKWARD: FloatKernel = float_kernel!("relu_backward");
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {
