@@ -153,15 +153,23 @@ fn run(device: Device, body: &Body) -> Vec<(&'static str, Vec<f32>)> {
     arena
         .step(|s| {
             let outputs = body(s)?;
-            let mut read = Vec::new();
-            for (name, t) in outputs {
-                let mut host = vec![0.0; t.shape().numel()];
-                s.read(t, &mut host)?;
-                read.push((name, host));
-            }
-            Ok(read)
+            read_all(s, outputs)
         })
         .expect("step")
+}
+
+/// Every named tensor read to the host, in order.
+fn read_all<'s>(
+    s: &mut Step<'s>,
+    named: Vec<(&'static str, Tensor<'s>)>,
+) -> bumpgrad::Result<Vec<(&'static str, Vec<f32>)>> {
+    let mut read = Vec::new();
+    for (name, t) in named {
+        let mut host = vec![0.0; t.shape().numel()];
+        s.read(t, &mut host)?;
+        read.push((name, host));
+    }
+    Ok(read)
 }
 
 /// The shared body on both backends, compared.

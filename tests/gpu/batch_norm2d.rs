@@ -4,15 +4,16 @@
 use super::*;
 use bumpgrad::nn::Init;
 use bumpgrad::ops::batch_norm2d::{BatchNormArgs, RunningStats};
+use bumpgrad::Param;
 
-/// Two steps of a batch norm in `args`' mode on `device`, weight and bias
-/// parameters of a store and its running statistics buffers: the second
-/// step's output and gradients, then the running statistics after both.
-fn bn_steps(device: Device, shape: Shape, args: BatchNormArgs, form: Form) -> Vec<(&'static str, Vec<f32>)> {
-    let (c, hw) = (shape.dim(1), shape.dim(2) * shape.dim(3));
+/// An arena on `device` (step region poisoned) holding a batch norm's
+/// weight and bias parameters for `c` channels and its running statistics
+/// buffers, the statistics set to values of their own so that evaluation
+/// visibly uses them.
+pub(crate) fn bn_arena(device: Device, c: usize) -> (Arena, ParamStore, (Param, Param, RunningStats)) {
     let mut arena = Arena::new(device, 64 << 20).expect("arena");
     arena.set_poison_step(true);
-    let (_store, (weight, bias, stats)) = ParamStore::build(&mut arena.persistent(), 3, |pb| {
+    let (store, parts) = ParamStore::build(&mut arena.persistent(), 3, |pb| {
         let bn = pb.pp("bn");
         let channels = Shape::new(&[c]);
         Ok((
@@ -26,10 +27,35 @@ fn bn_steps(device: Device, shape: Shape, args: BatchNormArgs, form: Form) -> Ve
         ))
     })
     .expect("store");
-    // Running statistics of their own, so that evaluation visibly uses them.
+    let stats = parts.2;
     arena.write_persistent(stats.mean.buf(), &values(c, 50)).expect("write");
     let var: Vec<f32> = values(c, 51).iter().map(|v| 0.5 + v.abs()).collect();
     arena.write_persistent(stats.var.buf(), &var).expect("write");
+    (arena, store, parts)
+}
+
+/// The running statistics as they are in the arena, by name.
+pub(crate) fn read_stats(arena: &mut Arena, stats: RunningStats) -> Vec<(&'static str, Vec<f32>)> {
+    [
+        ("running_mean", stats.mean),
+        ("running_var", stats.var),
+        ("num_batches_tracked", stats.batches),
+    ]
+    .into_iter()
+    .map(|(name, p)| {
+        let mut host = vec![0.0; p.shape().numel()];
+        arena.read_persistent(p.buf(), &mut host).expect("read");
+        (name, host)
+    })
+    .collect()
+}
+
+/// Two steps of a batch norm in `args`' mode on `device`, weight and bias
+/// parameters of a store and its running statistics buffers: the second
+/// step's output and gradients, then the running statistics after both.
+fn bn_steps(device: Device, shape: Shape, args: BatchNormArgs, form: Form) -> Vec<(&'static str, Vec<f32>)> {
+    let (c, hw) = (shape.dim(1), shape.dim(2) * shape.dim(3));
+    let (mut arena, _store, (weight, bias, stats)) = bn_arena(device, c);
     let mut read = Vec::new();
     for step in 0..2u64 {
         let out = arena
@@ -57,28 +83,14 @@ fn bn_steps(device: Device, shape: Shape, args: BatchNormArgs, form: Form) -> Ve
                 let mut wanted = vec![("x grad", x), ("weight grad", w), ("bias grad", b)];
                 wanted.extend(named);
                 let named = with_grads(s, y, &wanted)?;
-                let mut v = Vec::new();
-                for (name, t) in named {
-                    let mut host = vec![0.0; t.shape().numel()];
-                    s.read(t, &mut host)?;
-                    v.push((name, host));
-                }
-                Ok(v)
+                read_all(s, named)
             })
             .expect("step");
         if step == 1 {
             read.extend(out);
         }
     }
-    for (name, p) in [
-        ("running_mean", stats.mean),
-        ("running_var", stats.var),
-        ("num_batches_tracked", stats.batches),
-    ] {
-        let mut host = vec![0.0; p.shape().numel()];
-        arena.read_persistent(p.buf(), &mut host).expect("read");
-        read.push((name, host));
-    }
+    read.extend(read_stats(&mut arena, stats));
     read
 }
 

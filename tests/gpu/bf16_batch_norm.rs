@@ -11,11 +11,11 @@
 //! values. Inputs rounded in one run only would move a pre-activation near
 //! 0 across it now and then, and that value's gradient by the scale itself.
 
+use super::batch_norm2d::{bn_arena, read_stats};
 use super::bf16::*;
 use super::*;
 use bumpgrad::backend::Precision;
-use bumpgrad::nn::Init;
-use bumpgrad::ops::batch_norm2d::{BatchNormArgs, RunningStats};
+use bumpgrad::ops::batch_norm2d::BatchNormArgs;
 use bumpgrad::Layout;
 
 /// What follows the batch norm under test.
@@ -54,26 +54,7 @@ fn bn_steps(
     channels_last: bool,
 ) -> Vec<(&'static str, Vec<f32>)> {
     let (c, hw) = (shape.dim(1), shape.dim(2) * shape.dim(3));
-    let mut arena = Arena::new(device, 64 << 20).expect("arena");
-    arena.set_poison_step(true);
-    let (_store, (weight, bias, stats)) = ParamStore::build(&mut arena.persistent(), 3, |pb| {
-        let bn = pb.pp("bn");
-        let channels = Shape::new(&[c]);
-        Ok((
-            bn.param("weight", channels, Init::UniformFanIn(1))?,
-            bn.param("bias", channels, Init::UniformFanIn(1))?,
-            RunningStats {
-                mean: bn.buffer("running_mean", channels, Init::Constant(0.0))?,
-                var: bn.buffer("running_var", channels, Init::Constant(1.0))?,
-                batches: bn.buffer("num_batches_tracked", Shape::new(&[]), Init::Constant(0.0))?,
-            },
-        ))
-    })
-    .expect("store");
-    // Running statistics of their own, so that evaluation visibly uses them.
-    arena.write_persistent(stats.mean.buf(), &values(c, 50)).expect("write");
-    let var: Vec<f32> = values(c, 51).iter().map(|v| 0.5 + v.abs()).collect();
-    arena.write_persistent(stats.var.buf(), &var).expect("write");
+    let (mut arena, _store, (weight, bias, stats)) = bn_arena(device, c);
     let mut read = Vec::new();
     for step in 0..2u64 {
         let out = arena
@@ -129,28 +110,14 @@ fn bn_steps(
                 let mut wanted = vec![("x grad", x), ("weight grad", w), ("bias grad", b)];
                 wanted.extend(named);
                 let named = with_grads_as(s, y, &wanted)?;
-                let mut v = Vec::new();
-                for (name, t) in named {
-                    let mut host = vec![0.0; t.shape().numel()];
-                    s.read(t, &mut host)?;
-                    v.push((name, host));
-                }
-                Ok(v)
+                read_all(s, named)
             })
             .expect("step");
         if step == 1 {
             read.extend(out);
         }
     }
-    for (name, p) in [
-        ("running_mean", stats.mean),
-        ("running_var", stats.var),
-        ("num_batches_tracked", stats.batches),
-    ] {
-        let mut host = vec![0.0; p.shape().numel()];
-        arena.read_persistent(p.buf(), &mut host).expect("read");
-        read.push((name, host));
-    }
+    read.extend(read_stats(&mut arena, stats));
     read
 }
 

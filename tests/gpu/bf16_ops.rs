@@ -5,14 +5,7 @@ use super::bf16::*;
 use super::*;
 use bumpgrad::{DType, Layout};
 
-const fn args(kernel: usize, stride: usize, padding: usize, ceil_mode: bool) -> Pool2dArgs {
-    Pool2dArgs {
-        kernel,
-        stride,
-        padding,
-        ceil_mode,
-    }
-}
+use super::pools::args;
 
 /// The windows the pools are compared on, with an input shape for each:
 /// the 2×2 kernels on an odd size, padding, and SqueezeNet's 3×3 stride-2

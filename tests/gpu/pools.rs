@@ -4,7 +4,7 @@
 
 use super::*;
 
-const fn args(kernel: usize, stride: usize, padding: usize, ceil_mode: bool) -> Pool2dArgs {
+pub(crate) const fn args(kernel: usize, stride: usize, padding: usize, ceil_mode: bool) -> Pool2dArgs {
     Pool2dArgs {
         kernel,
         stride,
