@@ -338,10 +338,13 @@ impl ConvPlan {
                 float,
             )
             .map_err(dnn_err("cudnnSetConvolution2dDescriptor"))?;
-            let math = if tensor_ops {
-                sys::cudnnMathType_t::CUDNN_DEFAULT_MATH
-            } else {
-                sys::cudnnMathType_t::CUDNN_FMA_MATH
+            // As PyTorch sets it: cuDNN's default math allows TF32 on fp32
+            // data but keeps bf16 data off the tensor cores, which only
+            // tensor-op math opens to it.
+            let math = match (d.dtype, tensor_ops) {
+                (DType::Bf16, _) => sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH,
+                (DType::F32, true) => sys::cudnnMathType_t::CUDNN_DEFAULT_MATH,
+                (DType::F32, false) => sys::cudnnMathType_t::CUDNN_FMA_MATH,
             };
             dnn::set_convolution_math_type(conv.0, math).map_err(dnn_err("cudnnSetConvolutionMathType"))?;
             let fwd = choose!(
