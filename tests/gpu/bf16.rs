@@ -310,14 +310,14 @@ fn a_resnet18_trains_on_mnist_in_bf16_as_in_fp32() {
         device: DeviceRequest::Cuda,
         model: ResNet::choice(Depth::R18, 0.25),
         data_dir: data_dir(),
-        train_limit: Some(8_000),
-        test_limit: Some(2_000),
-        epochs: 3,
+        epochs: 2,
         batch: 128,
         lr: 0.05,
         ..TrainConfig::default()
     };
-    trains_in_bf16_as_in_fp32("bf16 resnet18 mnist", cfg, 0.05, 0.03);
+    // The whole of MNIST: on 8,000 images the last epoch's test accuracy
+    // still swung by 9 points between two runs whose losses agreed to 2%.
+    trains_in_bf16_as_in_fp32("bf16 resnet18 mnist", cfg, 0.05, 0.01);
 }
 
 #[test]
