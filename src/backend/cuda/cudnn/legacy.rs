@@ -1,142 +1,17 @@
-//! Convolutions through cuDNN: per convolution shape, the descriptors, the
-//! algorithm of each pass and its workspace size. The first choice is
-//! cuDNN's heuristic's (with FMA math so results match the CPU's within
-//! float rounding unless TF32 was asked for, and a workspace of at most
-//! [`WORKSPACE_LIMIT`]); a training run then times every algorithm on the
-//! device and chooses again (see [`ConvPlan::tune`] and `train::prepare`).
-//! The workspace itself is allocated in the step region by the op, like
-//! any temporary.
+//! Convolutions through cuDNN's legacy API (descriptors and numbered
+//! algorithms): the fp32 path. The first choice is cuDNN's heuristic's
+//! (with FMA math so results match the CPU's within float rounding unless
+//! TF32 was asked for, and a workspace of at most [`WORKSPACE_LIMIT`]); a
+//! training run then times every algorithm on the device and chooses again
+//! (see [`LegacyConv::tune`] and `train::prepare`).
 
-use super::CudaError;
+use super::{dnn_err, int, seconds_lost, ConvDims, ConvPass, WORKSPACE_LIMIT};
+use crate::backend::cuda::CudaError;
 use crate::memory::DType;
 use cudarc::cudnn::result as dnn;
 use cudarc::cudnn::sys;
 use std::ffi::c_void;
 use std::sync::Mutex;
-
-/// The largest workspace the heuristic's choice may ask for. The tiny
-/// convolutions of the MNIST CNN need none; a limit keeps a heuristic's FFT
-/// choice from tripling the step region.
-pub const WORKSPACE_LIMIT: usize = 8 << 20;
-
-/// A convolution's sizes: input `[n, c, h, w]`, filters `[f, c, kh, kw]`,
-/// the same stride and zero padding in both directions. A plan is made per
-/// distinct value, so stride and padding are part of the cache key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConvDims {
-    pub n: usize,
-    pub c: usize,
-    pub h: usize,
-    pub w: usize,
-    pub f: usize,
-    pub kh: usize,
-    pub kw: usize,
-    pub stride: usize,
-    pub padding: usize,
-    /// The type of input, filters and output (the sums are fp32 in both).
-    pub dtype: DType,
-    /// Input, filters and output channels last (NHWC, filters KRSC), as a
-    /// bf16 step keeps them; else NCHW (filters KCRS).
-    pub nhwc: bool,
-}
-
-impl ConvDims {
-    pub fn input_len(&self) -> usize {
-        self.n * self.c * self.h * self.w
-    }
-    pub fn filter_len(&self) -> usize {
-        self.f * self.c * self.kh * self.kw
-    }
-    /// Output rows and columns, PyTorch's `(h + 2·padding − kh) / stride + 1`;
-    /// zero where the kernel does not fit the padded input (no output
-    /// position) or the stride is 0.
-    pub fn output_hw(&self) -> (usize, usize) {
-        let len = |d: usize, k: usize| match (d + 2 * self.padding).checked_sub(k) {
-            Some(room) if self.stride > 0 => room / self.stride + 1,
-            _ => 0,
-        };
-        (len(self.h, self.kh), len(self.w, self.kw))
-    }
-
-    pub fn output_len(&self) -> usize {
-        let (oh, ow) = self.output_hw();
-        self.n * self.f * oh * ow
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::ConvDims;
-    use crate::memory::DType;
-
-    #[test]
-    fn a_kernel_larger_than_its_input_has_no_output() {
-        let dims = |kh, kw| ConvDims {
-            n: 2,
-            c: 1,
-            h: 4,
-            w: 5,
-            f: 3,
-            kh,
-            kw,
-            stride: 1,
-            padding: 0,
-            dtype: DType::F32,
-            nhwc: false,
-        };
-        assert_eq!(dims(5, 5).output_len(), 0);
-        assert_eq!(dims(4, 6).output_len(), 0);
-        assert_eq!(dims(9, 3).output_len(), 0);
-        assert_eq!(dims(3, 11).output_len(), 0);
-        assert_eq!(dims(4, 5).output_len(), 2 * 3);
-        assert_eq!(dims(3, 3).output_len(), 2 * 3 * 2 * 3);
-    }
-
-    #[test]
-    fn output_sizes_follow_pytorch_with_stride_and_padding() {
-        let dims = |kh, kw, stride, padding| ConvDims {
-            n: 2,
-            c: 1,
-            h: 7,
-            w: 8,
-            f: 3,
-            kh,
-            kw,
-            stride,
-            padding,
-            dtype: DType::F32,
-            nhwc: false,
-        };
-        assert_eq!(dims(3, 3, 1, 1).output_hw(), (7, 8));
-        assert_eq!(dims(3, 3, 2, 1).output_hw(), (4, 4));
-        assert_eq!(dims(1, 1, 2, 0).output_hw(), (4, 4));
-        assert_eq!(dims(7, 7, 2, 3).output_hw(), (4, 4));
-        assert_eq!(dims(9, 10, 1, 1).output_hw(), (1, 1));
-        assert_eq!(dims(10, 3, 1, 1).output_len(), 0);
-        assert_eq!(dims(3, 3, 0, 1).output_len(), 0);
-        assert_eq!(dims(3, 3, 2, 1).output_len(), 2 * 3 * 4 * 4);
-    }
-
-    #[test]
-    fn an_algorithm_loses_its_time_beyond_the_fastest_timed() {
-        // Fastest first, as cuDNN returns them: (algorithm, workspace, seconds).
-        let timed = [(7, 4096, 1.0e-3), (2, 512, 2.5e-3), (5, 0, 4.0e-3)];
-        assert_eq!(super::seconds_lost(&timed, 7), 0.0);
-        assert!((super::seconds_lost(&timed, 2) - 1.5e-3).abs() < 1e-12);
-        assert!((super::seconds_lost(&timed, 5) - 3.0e-3).abs() < 1e-12);
-        // The heuristic's choice, kept where nothing timed fits: unknown.
-        assert_eq!(super::seconds_lost(&timed, 9), 0.0);
-        assert_eq!(super::seconds_lost::<i32>(&[], 9), 0.0);
-    }
-}
-
-/// Which of the three passes a workspace is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConvPass {
-    Forward,
-    InputGrad,
-    WeightGrad,
-}
 
 struct TensorDesc(sys::cudnnTensorDescriptor_t);
 struct FilterDesc(sys::cudnnFilterDescriptor_t);
@@ -144,7 +19,7 @@ struct ConvDesc(sys::cudnnConvolutionDescriptor_t);
 
 impl Drop for TensorDesc {
     fn drop(&mut self) {
-        // SAFETY: created once by `ConvPlan::new`, destroyed once here.
+        // SAFETY: created once by `LegacyConv::new`, destroyed once here.
         let _ = unsafe { dnn::destroy_tensor_descriptor(self.0) };
     }
 }
@@ -161,9 +36,9 @@ impl Drop for ConvDesc {
     }
 }
 
-/// The descriptors and algorithms of one convolution shape.
-pub struct ConvPlan {
-    pub dims: ConvDims,
+/// The descriptors and algorithms of one convolution shape, through
+/// cuDNN's legacy API: fp32 data.
+pub(super) struct LegacyConv {
     x: TensorDesc,
     w: FilterDesc,
     conv: ConvDesc,
@@ -174,7 +49,7 @@ pub struct ConvPlan {
     tensor_ops: bool,
     /// cuDNN's heuristic choice, within [`WORKSPACE_LIMIT`]...
     heuristic: Choices,
-    /// ...and the one the passes run: the heuristic's until [`ConvPlan::tune`]
+    /// ...and the one the passes run: the heuristic's until [`LegacyConv::tune`]
     /// times the algorithms on the device.
     chosen: Mutex<Choices>,
     /// The timed algorithms of each pass that may run, fastest first, with
@@ -204,17 +79,6 @@ struct Timed {
     filter: Vec<(Algo<sys::cudnnConvolutionBwdFilterAlgo_t>, usize, f64)>,
 }
 
-/// Seconds the algorithm `chosen` of a pass takes beyond the fastest of
-/// `timed` (that pass's timed list, fastest first); 0 where `chosen` was
-/// not timed (the heuristic's, kept where nothing timed fits).
-fn seconds_lost<A: PartialEq>(timed: &[(A, usize, f64)], chosen: A) -> f64 {
-    let fastest = timed.first().map_or(0.0, |t| t.2);
-    timed
-        .iter()
-        .find(|t| t.0 == chosen)
-        .map_or(0.0, |t| (t.2 - fastest).max(0.0))
-}
-
 /// The algorithm of each pass and the workspace bytes it needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Choices {
@@ -239,17 +103,8 @@ macro_rules! allowed {
 
 // SAFETY: the descriptors are host objects that are never modified after
 // `new`; cuDNN reads them from whichever thread holds the handle's mutex.
-unsafe impl Send for ConvPlan {}
-unsafe impl Sync for ConvPlan {}
-
-fn dnn_err(op: &'static str) -> impl Fn(dnn::CudnnError) -> CudaError {
-    move |e| CudaError::failed(op, e)
-}
-
-fn int(v: usize) -> Result<i32, CudaError> {
-    i32::try_from(v)
-        .map_err(|_| CudaError::failed("describing a convolution", format!("size {v} exceeds cuDNN's range")))
-}
+unsafe impl Send for LegacyConv {}
+unsafe impl Sync for LegacyConv {}
 
 /// The first algorithm of cuDNN's ranking that ran, uses FMA math (or,
 /// with `tf32`, tensor-op math), fits the workspace limit and, when asked,
@@ -282,7 +137,7 @@ macro_rules! choose {
     }};
 }
 
-impl ConvPlan {
+impl LegacyConv {
     /// `deterministic`: only algorithms that sum in a fixed order (no
     /// atomics), so a run is reproducible bit for bit, at a cost in speed.
     /// `tf32`: cuDNN's default math, which for float data may run TF32
@@ -380,7 +235,6 @@ impl ConvPlan {
             );
             let heuristic = Choices { fwd, data, filter };
             Ok(Self {
-                dims: d,
                 x,
                 w,
                 conv,
@@ -409,7 +263,7 @@ impl ConvPlan {
     }
 
     /// Seconds the pass's chosen algorithm takes beyond the fastest timed
-    /// one, by cuDNN's timings (0 before [`ConvPlan::tune`]): what holding
+    /// one, by cuDNN's timings (0 before [`LegacyConv::tune`]): what holding
     /// workspaces below the fastest's costs.
     pub fn seconds_lost(&self, pass: ConvPass) -> f64 {
         let c = self.choices();

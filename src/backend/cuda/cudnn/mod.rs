@@ -1,0 +1,283 @@
+//! Convolutions through cuDNN: per convolution shape, what runs each of
+//! its three passes and the workspace each needs. fp32 convolutions go
+//! through cuDNN's legacy API ([`legacy`]); bf16 ones through its graph API
+//! ([`engines`]), which alone reaches the tensor-core kernels cuDNN has for
+//! this GPU (on the H200 its bf16 input gradients ran 6× faster than the
+//! legacy algorithms' best). Either way the first choice is cuDNN's
+//! heuristic's, within [`WORKSPACE_LIMIT`]; a training run then times the
+//! candidates on the device and chooses again (see [`ConvPlan::tune`] and
+//! `train::prepare`). The workspace itself is allocated in the step region
+//! by the op, like any temporary.
+
+mod engines;
+mod legacy;
+
+use super::CudaError;
+use crate::memory::DType;
+use cudarc::cudnn::result as dnn;
+use cudarc::cudnn::sys;
+use engines::GraphConv;
+use legacy::LegacyConv;
+
+/// The largest workspace the heuristic's choice may ask for. The tiny
+/// convolutions of the MNIST CNN need none; a limit keeps a heuristic's FFT
+/// choice from tripling the step region.
+pub const WORKSPACE_LIMIT: usize = 8 << 20;
+
+/// A convolution's sizes: input `[n, c, h, w]`, filters `[f, c, kh, kw]`,
+/// the same stride and zero padding in both directions. A plan is made per
+/// distinct value, so stride and padding are part of the cache key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvDims {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub f: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub stride: usize,
+    pub padding: usize,
+    /// The type of input, filters and output (the sums are fp32 in both).
+    pub dtype: DType,
+    /// Input, filters and output channels last (NHWC, filters KRSC), as a
+    /// bf16 step keeps them; else NCHW (filters KCRS).
+    pub nhwc: bool,
+}
+
+impl ConvDims {
+    pub fn input_len(&self) -> usize {
+        self.n * self.c * self.h * self.w
+    }
+    pub fn filter_len(&self) -> usize {
+        self.f * self.c * self.kh * self.kw
+    }
+    /// Output rows and columns, PyTorch's `(h + 2·padding − kh) / stride + 1`;
+    /// zero where the kernel does not fit the padded input (no output
+    /// position) or the stride is 0.
+    pub fn output_hw(&self) -> (usize, usize) {
+        let len = |d: usize, k: usize| match (d + 2 * self.padding).checked_sub(k) {
+            Some(room) if self.stride > 0 => room / self.stride + 1,
+            _ => 0,
+        };
+        (len(self.h, self.kh), len(self.w, self.kw))
+    }
+
+    pub fn output_len(&self) -> usize {
+        let (oh, ow) = self.output_hw();
+        self.n * self.f * oh * ow
+    }
+}
+
+/// Which of the three passes a workspace is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConvPass {
+    Forward,
+    InputGrad,
+    WeightGrad,
+}
+
+/// What runs one convolution shape's passes.
+pub struct ConvPlan {
+    pub dims: ConvDims,
+    engine: Engine,
+}
+
+enum Engine {
+    Legacy(LegacyConv),
+    Graph(GraphConv),
+}
+
+impl ConvPlan {
+    /// `deterministic`: only algorithms that sum in a fixed order (no
+    /// atomics), so a run is reproducible bit for bit, at a cost in speed.
+    /// `tf32`: fp32 data may run TF32 tensor-op kernels (see
+    /// [`crate::backend::Precision`]). bf16 data goes to the graph API,
+    /// and to the legacy one only where the graph API offers no engine.
+    pub(crate) fn new(
+        handle: sys::cudnnHandle_t,
+        d: ConvDims,
+        deterministic: bool,
+        tf32: bool,
+    ) -> Result<Self, CudaError> {
+        let engine = match d.dtype {
+            DType::Bf16 => match GraphConv::new(handle, d, deterministic) {
+                Ok(g) => Engine::Graph(g),
+                Err(_) => Engine::Legacy(LegacyConv::new(handle, d, deterministic, tf32)?),
+            },
+            DType::F32 => Engine::Legacy(LegacyConv::new(handle, d, deterministic, tf32)?),
+        };
+        Ok(Self { dims: d, engine })
+    }
+
+    /// Workspace bytes the pass needs (either way of writing its output).
+    pub fn workspace_bytes(&self, pass: ConvPass) -> usize {
+        match &self.engine {
+            Engine::Legacy(l) => l.workspace_bytes(pass),
+            Engine::Graph(g) => g.workspace_bytes(pass),
+        }
+    }
+
+    /// Seconds the pass's choice takes beyond the fastest timed one (0
+    /// before [`ConvPlan::tune`]): what holding workspaces below the
+    /// fastest's costs.
+    pub fn seconds_lost(&self, pass: ConvPass) -> f64 {
+        match &self.engine {
+            Engine::Legacy(l) => l.seconds_lost(pass),
+            Engine::Graph(g) => g.seconds_lost(pass),
+        }
+    }
+
+    /// Goes back to cuDNN's heuristic choice (when the timed choices' step
+    /// does not fit).
+    pub(crate) fn untune(&self) {
+        match &self.engine {
+            Engine::Legacy(l) => l.untune(),
+            Engine::Graph(g) => g.untune(),
+        }
+    }
+
+    /// Chooses, for each pass, the fastest timed candidate whose workspace
+    /// is at most `limit` bytes (the heuristic's choice where none was
+    /// timed or none fits). Returns the largest workspace chosen.
+    pub(crate) fn select(&self, limit: usize) -> usize {
+        match &self.engine {
+            Engine::Legacy(l) => l.select(limit),
+            Engine::Graph(g) => g.select(limit),
+        }
+    }
+
+    /// Times every candidate of each pass on the device with up to
+    /// `workspace_bytes` of workspace and selects the fastest of each.
+    /// Returns whether a choice changed from the heuristic's.
+    ///
+    /// # Safety
+    /// `x`, `w` and `y` must address live device memory of at least the
+    /// input, filter and output sizes of `dims`, disjoint, that the device
+    /// may overwrite; `workspace` at least `workspace_bytes` bytes, disjoint
+    /// from them; `handle` the cuDNN handle this plan was made with.
+    pub(crate) unsafe fn tune(
+        &self,
+        handle: sys::cudnnHandle_t,
+        xwy: [u64; 3],
+        workspace: u64,
+        workspace_bytes: usize,
+    ) -> Result<bool, CudaError> {
+        match &self.engine {
+            Engine::Legacy(l) => l.tune(handle, xwy, workspace, workspace_bytes),
+            Engine::Graph(g) => g.tune(handle, xwy, workspace, workspace_bytes),
+        }
+    }
+
+    /// Runs one pass: `a` and `b` are its two inputs; `out` is overwritten,
+    /// or with `accumulate` added to.
+    ///
+    /// # Safety
+    /// The pointers must address live device memory of at least the sizes
+    /// of `dims` (forward: input, filters → output; input grad: filters,
+    /// output grad → input grad; weight grad: input, output grad → filter
+    /// grad), `workspace` at least `workspace_bytes(pass)` bytes, and
+    /// `handle` must be the cuDNN handle this plan was made with.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn run(
+        &self,
+        handle: sys::cudnnHandle_t,
+        pass: ConvPass,
+        a: u64,
+        b: u64,
+        workspace: u64,
+        out: u64,
+        accumulate: bool,
+    ) -> Result<(), CudaError> {
+        match &self.engine {
+            Engine::Legacy(l) => l.run(handle, pass, a, b, workspace, out, accumulate),
+            Engine::Graph(g) => g.run(handle, pass, a, b, workspace, out, accumulate),
+        }
+    }
+}
+
+/// Seconds the algorithm `chosen` of a pass takes beyond the fastest of
+/// `timed` (that pass's timed list, fastest first); 0 where `chosen` was
+/// not timed (the heuristic's, kept where nothing timed fits).
+pub(super) fn seconds_lost<A: PartialEq>(timed: &[(A, usize, f64)], chosen: A) -> f64 {
+    let fastest = timed.first().map_or(0.0, |t| t.2);
+    timed
+        .iter()
+        .find(|t| t.0 == chosen)
+        .map_or(0.0, |t| (t.2 - fastest).max(0.0))
+}
+
+pub(super) fn dnn_err(op: &'static str) -> impl Fn(dnn::CudnnError) -> CudaError {
+    move |e| CudaError::failed(op, e)
+}
+
+pub(super) fn int(v: usize) -> Result<i32, CudaError> {
+    i32::try_from(v)
+        .map_err(|_| CudaError::failed("describing a convolution", format!("size {v} exceeds cuDNN's range")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ConvDims;
+    use crate::memory::DType;
+
+    #[test]
+    fn a_kernel_larger_than_its_input_has_no_output() {
+        let dims = |kh, kw| ConvDims {
+            n: 2,
+            c: 1,
+            h: 4,
+            w: 5,
+            f: 3,
+            kh,
+            kw,
+            stride: 1,
+            padding: 0,
+            dtype: DType::F32,
+            nhwc: false,
+        };
+        assert_eq!(dims(5, 5).output_len(), 0);
+        assert_eq!(dims(4, 6).output_len(), 0);
+        assert_eq!(dims(9, 3).output_len(), 0);
+        assert_eq!(dims(3, 11).output_len(), 0);
+        assert_eq!(dims(4, 5).output_len(), 2 * 3);
+        assert_eq!(dims(3, 3).output_len(), 2 * 3 * 2 * 3);
+    }
+
+    #[test]
+    fn output_sizes_follow_pytorch_with_stride_and_padding() {
+        let dims = |kh, kw, stride, padding| ConvDims {
+            n: 2,
+            c: 1,
+            h: 7,
+            w: 8,
+            f: 3,
+            kh,
+            kw,
+            stride,
+            padding,
+            dtype: DType::F32,
+            nhwc: false,
+        };
+        assert_eq!(dims(3, 3, 1, 1).output_hw(), (7, 8));
+        assert_eq!(dims(3, 3, 2, 1).output_hw(), (4, 4));
+        assert_eq!(dims(1, 1, 2, 0).output_hw(), (4, 4));
+        assert_eq!(dims(7, 7, 2, 3).output_hw(), (4, 4));
+        assert_eq!(dims(9, 10, 1, 1).output_hw(), (1, 1));
+        assert_eq!(dims(10, 3, 1, 1).output_len(), 0);
+        assert_eq!(dims(3, 3, 0, 1).output_len(), 0);
+        assert_eq!(dims(3, 3, 2, 1).output_len(), 2 * 3 * 4 * 4);
+    }
+
+    #[test]
+    fn an_algorithm_loses_its_time_beyond_the_fastest_timed() {
+        // Fastest first, as cuDNN returns them: (algorithm, workspace, seconds).
+        let timed = [(7, 4096, 1.0e-3), (2, 512, 2.5e-3), (5, 0, 4.0e-3)];
+        assert_eq!(super::seconds_lost(&timed, 7), 0.0);
+        assert!((super::seconds_lost(&timed, 2) - 1.5e-3).abs() < 1e-12);
+        assert!((super::seconds_lost(&timed, 5) - 3.0e-3).abs() < 1e-12);
+        // The heuristic's choice, kept where nothing timed fits: unknown.
+        assert_eq!(super::seconds_lost(&timed, 9), 0.0);
+        assert_eq!(super::seconds_lost::<i32>(&[], 9), 0.0);
+    }
+}
