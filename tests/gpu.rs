@@ -44,6 +44,8 @@ mod precision;
 mod bf16;
 #[path = "gpu/bf16_batch_norm.rs"]
 mod bf16_batch_norm;
+#[path = "gpu/bf16_compose.rs"]
+mod bf16_compose;
 #[path = "gpu/bf16_ops.rs"]
 mod bf16_ops;
 
