@@ -6,6 +6,7 @@
 //! activations in bf16, so checkpoints, gradient sums and the budget's
 //! recomputation all meet the same fp32 state an fp32 run has.
 
+use super::networks::narrow_under;
 use super::*;
 use bumpgrad::backend::Precision;
 use bumpgrad::checkpoint::{self, NamedTensor};
@@ -16,6 +17,14 @@ use std::path::{Path, PathBuf};
 /// Epoch losses of a bf16 run against an fp32 run of the same batches, as
 /// `a_resnet18_trains_on_mnist_in_bf16_as_in_fp32` holds them.
 const BF16_VS_FP32: f64 = 0.05;
+
+/// Epoch losses of two bf16 runs of the same step (with and without a
+/// budget, through NCCL or not, on one GPU or two): they part only where
+/// sums run in another order (cuDNN's atomics, two ranks' gradients
+/// rounded to bf16 apart before their fp32 sum), but bf16 makes a
+/// last-bit difference a rounding step of 2^-9 wherever it crosses a
+/// rounding boundary, so the runs drift apart faster than two fp32 runs.
+const BF16_AGAIN: f64 = 0.03;
 
 /// A narrow ResNet-18 on 6,400 MNIST images (50 steps of 128 an epoch),
 /// two epochs, SGD with momentum (so a checkpoint holds optimizer state as
@@ -227,4 +236,89 @@ fn a_checkpoint_resumes_across_precisions_bf16() {
     for run in &straight {
         let _ = std::fs::remove_dir_all(&run.dir);
     }
+}
+
+/// A memory budget holds a bf16 step: a narrow ResNet-18 in bf16 under 60%
+/// of its own planned step (on MNIST, whose loss falls, so a recomputation
+/// that gave wrong values would show) recomputes in backward, plans a step
+/// within the budget whose bytes at its peak are mostly bf16, stays within
+/// the budget in every epoch (a run without one goes above it), and trains
+/// as the bf16 run without a budget does.
+#[test]
+fn bf16_trains_under_a_memory_budget() {
+    use bumpgrad::train::memory_report;
+    let test = "bf16 memory budget";
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_probe) = gpu(test) else { return };
+    drop(_probe);
+    let cfg = |budget| TrainConfig {
+        precision: Precision::Bf16,
+        data_dir: data_dir(),
+        // 50 steps of 64 an epoch, with momentum so that the loss falls
+        // well within two epochs.
+        train_limit: Some(3200),
+        test_limit: Some(1000),
+        optimizer: SgdConfig {
+            momentum: 0.9,
+            ..SgdConfig::default()
+        }
+        .choice(),
+        ..narrow_under(budget)
+    };
+    let (free, _) = memory_report(&cfg(None)).expect("the bf16 plan");
+    let budget = free.plan_peak_bytes * 6 / 10;
+    let (under, _) = memory_report(&cfg(Some(budget))).expect("a bf16 plan within 60% of its step");
+    let kinds = under.recomputed.as_ref().expect("recomputed").kinds.clone();
+    eprintln!(
+        "{test}: step {} without a budget ({:?}), {} under {budget} ({:?}); recomputed {kinds:?}",
+        free.plan_peak_bytes, free.step_peak_by_type, under.plan_peak_bytes, under.step_peak_by_type
+    );
+    assert!(
+        kinds.iter().any(|k| k.dropped > 0),
+        "{test}: nothing recomputed: {kinds:?}"
+    );
+    assert!(
+        under.plan_peak_bytes <= budget,
+        "{test}: planned {} above {budget}",
+        under.plan_peak_bytes
+    );
+    assert_eq!(
+        under.step_peak_by_type.first().map(|t| t.element),
+        Some("bf16"),
+        "{test}: the budgeted step's peak is not mostly bf16: {:?}",
+        under.step_peak_by_type
+    );
+    let budgeted = train_on(&cfg(Some(budget)));
+    let unbudgeted = train_on(&cfg(None));
+    for r in &budgeted {
+        assert_eq!(r.precision, Precision::Bf16);
+        assert!(r.graph, "{test}: the budgeted bf16 step is captured");
+        assert!(
+            r.arena.step_high_water_bytes <= budget,
+            "{test}, epoch {}: {} above {budget}",
+            r.epoch,
+            r.arena.step_high_water_bytes
+        );
+    }
+    // Else the budget held nothing down and the check above is empty.
+    assert!(
+        unbudgeted[0].arena.step_high_water_bytes > budget,
+        "{test}: without a budget the step takes {}, within {budget}",
+        unbudgeted[0].arena.step_high_water_bytes
+    );
+    for (b, u) in budgeted.iter().zip(&unbudgeted) {
+        gap(
+            test,
+            &format!("epoch {}, budgeted vs not", b.epoch),
+            u.train_loss,
+            b.train_loss,
+        );
+    }
+    assert_same_losses(&format!("{test}: budgeted vs not"), &unbudgeted, &budgeted, BF16_AGAIN);
+    assert!(
+        unbudgeted[1].train_loss < 0.8 * unbudgeted[0].train_loss,
+        "{test}: the loss must fall for the comparison to mean anything: {} then {}",
+        unbudgeted[0].train_loss,
+        unbudgeted[1].train_loss
+    );
 }
