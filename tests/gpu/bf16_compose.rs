@@ -12,6 +12,7 @@ use bumpgrad::backend::Precision;
 use bumpgrad::checkpoint::{self, NamedTensor};
 use bumpgrad::models::{Depth, ResNet};
 use bumpgrad::optim::SgdConfig;
+use bumpgrad::train::RunInfo;
 use std::path::{Path, PathBuf};
 
 /// Epoch losses of a bf16 run against an fp32 run of the same batches, as
@@ -320,5 +321,129 @@ fn bf16_trains_under_a_memory_budget() {
         "{test}: the loss must fall for the comparison to mean anything: {} then {}",
         unbudgeted[0].train_loss,
         unbudgeted[1].train_loss
+    );
+}
+
+/// What a data-parallel rank reports: its gradient buckets, its trainable
+/// values and its epochs.
+#[derive(Default)]
+struct Rank {
+    buckets: Vec<(Vec<String>, usize)>,
+    parameters: usize,
+    epochs: Vec<EpochReport>,
+}
+
+impl Observer for Rank {
+    fn started(&mut self, info: &RunInfo) {
+        self.buckets = info.buckets.clone();
+        self.parameters = info.parameters;
+    }
+    fn epoch(&mut self, r: &EpochReport) {
+        self.epochs.push(r.clone());
+    }
+}
+
+/// A bf16 rank's gradient buckets are fp32: slices of the fp32 gradient
+/// slab, 4 bytes a trainable value at least (bf16 buckets would hold 2
+/// and padding), covering every parameter.
+fn assert_fp32_buckets(test: &str, rank: &Rank) {
+    let bytes: usize = rank.buckets.iter().map(|(_, b)| b).sum();
+    assert!(!rank.buckets.is_empty(), "{test}: no gradient buckets");
+    assert!(
+        bytes >= 4 * rank.parameters,
+        "{test}: {} buckets of {bytes} bytes for {} fp32 gradients",
+        rank.buckets.len(),
+        rank.parameters
+    );
+}
+
+/// A bf16 run through the data-parallel path as a NCCL world of one GPU
+/// trains as the plain bf16 run: each step's gradient buckets are queued
+/// for their sum during a bf16 backward, so a bucket summed before its
+/// gradients were cast into the fp32 slab (or one never summed into it)
+/// would part the runs. A narrow ResNet-18, whose batch norms see the same
+/// batch alone or as one rank.
+#[test]
+fn data_parallel_bf16_through_nccl_on_one_gpu_trains_as_the_plain_bf16_run() {
+    let test = "data_parallel bf16 one gpu through nccl";
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !gpus(test, 1) {
+        return;
+    }
+    let cfg = narrow_mnist(Precision::Bf16);
+    let plain = train_on(&cfg);
+    // Buckets of 256 KiB: several, each summed while backward goes on.
+    let mut ranks = watch_on_gpus(&cfg, 1, 256 << 10, Rank::default);
+    let ranked = ranks.remove(0);
+    assert!(ranked.buckets.len() > 1, "{test}: {:?}", ranked.buckets);
+    assert_fp32_buckets(test, &ranked);
+    for r in &ranked.epochs {
+        assert_eq!(r.precision, Precision::Bf16);
+        assert!(r.graph, "{test}: the NCCL path captures its bf16 step too");
+    }
+    for (p, r) in plain.iter().zip(&ranked.epochs) {
+        gap(
+            test,
+            &format!("epoch {}, world of 1 vs plain", r.epoch),
+            p.train_loss,
+            r.train_loss,
+        );
+    }
+    assert_same_losses(
+        &format!("{test}: world of 1 vs plain"),
+        &plain,
+        &ranked.epochs,
+        BF16_AGAIN,
+    );
+}
+
+/// bf16 on two GPUs, 50 examples each, trains as bf16 on one GPU with
+/// 100: both ranks report the same summed losses, their buckets are fp32,
+/// and the losses follow one GPU's. The MNIST CNN (its convolutions in
+/// bf16): it has no batch norm, so two ranks compute exactly the step of
+/// one GPU, whereas a ResNet's batch norms would normalise each rank's 50
+/// examples apart (they are not synchronised across ranks).
+#[test]
+fn data_parallel_bf16_matches_one_gpu() {
+    let test = "data_parallel bf16 two gpus";
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !gpus(test, 2) {
+        return;
+    }
+    // 2050 images: 21 steps, the last of 50 images, shared 25 / 25.
+    let cfg = |batch| TrainConfig {
+        batch,
+        train_limit: Some(2050),
+        precision: Precision::Bf16,
+        ..gpu_config(2)
+    };
+    let one = train_on(&cfg(100));
+    let ranks = watch_on_gpus(&cfg(50), 2, bumpgrad::distributed::DEFAULT_BUCKET_BYTES, Rank::default);
+    let losses = |r: &Rank| r.epochs.iter().map(|r| r.train_loss).collect::<Vec<_>>();
+    assert_eq!(
+        losses(&ranks[0]),
+        losses(&ranks[1]),
+        "{test}: both ranks see the same summed losses"
+    );
+    for rank in &ranks {
+        assert_fp32_buckets(test, rank);
+        for r in &rank.epochs {
+            assert_eq!(r.precision, Precision::Bf16);
+            assert!(r.graph, "{test}: rank {} captures its bf16 step", r.rank);
+        }
+    }
+    for (o, r) in one.iter().zip(&ranks[0].epochs) {
+        gap(
+            test,
+            &format!("epoch {}, 2 GPUs × 50 vs 1 GPU × 100", r.epoch),
+            o.train_loss,
+            r.train_loss,
+        );
+    }
+    assert_same_losses(
+        &format!("{test}: 2 GPUs × 50 vs 1 GPU × 100"),
+        &one,
+        &ranks[0].epochs,
+        BF16_AGAIN,
     );
 }
