@@ -44,6 +44,8 @@ mod precision;
 mod bf16;
 #[path = "gpu/bf16_batch_norm.rs"]
 mod bf16_batch_norm;
+#[path = "gpu/bf16_compose.rs"]
+mod bf16_compose;
 #[path = "gpu/bf16_ops.rs"]
 mod bf16_ops;
 
@@ -817,6 +819,20 @@ fn gpus(test: &str, n: usize) -> bool {
 /// Trains `cfg` as `size` data-parallel ranks through NCCL, one thread and
 /// one GPU each (the CLI runs one process per GPU; NCCL is the same).
 fn train_on_gpus(cfg: &TrainConfig, size: usize, bucket_bytes: usize) -> Vec<Vec<EpochReport>> {
+    watch_on_gpus(cfg, size, bucket_bytes, || Collect(Vec::new()))
+        .into_iter()
+        .map(|seen| seen.0)
+        .collect()
+}
+
+/// [`train_on_gpus`], each rank reporting to an observer of its own (made
+/// by `observer`), which is returned, by rank.
+fn watch_on_gpus<O: Observer + Send>(
+    cfg: &TrainConfig,
+    size: usize,
+    bucket_bytes: usize,
+    observer: impl Fn() -> O + Sync,
+) -> Vec<O> {
     use bumpgrad::backend::Group;
     use bumpgrad::distributed::{DataParallel, World};
     let id = bumpgrad::backend::cuda::unique_id().expect("a NCCL id");
@@ -831,15 +847,15 @@ fn train_on_gpus(cfg: &TrainConfig, size: usize, bucket_bytes: usize) -> Vec<Vec
                     }),
                     ..cfg.clone()
                 };
-                let stop = &stop;
+                let (stop, observer) = (&stop, &observer);
                 s.spawn(move || {
                     let join = train::Join {
                         group: Group::Nccl { id, rank, world: size },
                         ordinal: rank,
                     };
-                    let mut seen = Collect(Vec::new());
+                    let mut seen = observer();
                     train::train_rank(&cfg, Some(join), &mut seen, stop, None).expect("rank trains");
-                    seen.0
+                    seen
                 })
             })
             .collect();

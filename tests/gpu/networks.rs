@@ -153,7 +153,7 @@ fn timed_convolutions_are_planned_for_and_train_as_the_cpu_does() {
 
 /// A narrow ResNet-18 on the GPU with heuristic algorithms (the same
 /// every run), under `budget` if any.
-fn narrow_under(budget: Option<usize>) -> TrainConfig {
+pub(crate) fn narrow_under(budget: Option<usize>) -> TrainConfig {
     use bumpgrad::models::{Depth, ResNet};
     TrainConfig {
         device: DeviceRequest::Cuda,

@@ -1,0 +1,449 @@
+//! `--precision bf16` with the rest of a run, on the GPU (issue 16): a
+//! checkpoint written in one precision resumes in the other, a memory
+//! budget holds a bf16 step, and data-parallel ranks train in bf16 as one
+//! GPU does. A bf16 run keeps its master weights, their gradients and the
+//! optimizer's state in fp32 (the persistent region) and only a step's
+//! activations in bf16, so checkpoints, gradient sums and the budget's
+//! recomputation all meet the same fp32 state an fp32 run has.
+
+use super::networks::narrow_under;
+use super::*;
+use bumpgrad::backend::Precision;
+use bumpgrad::checkpoint::{self, NamedTensor};
+use bumpgrad::models::{Depth, ResNet};
+use bumpgrad::optim::SgdConfig;
+use bumpgrad::train::RunInfo;
+use std::path::{Path, PathBuf};
+
+/// Epoch losses of a bf16 run against an fp32 run of the same batches, as
+/// `a_resnet18_trains_on_mnist_in_bf16_as_in_fp32` holds them.
+const BF16_VS_FP32: f64 = 0.05;
+
+/// Epoch losses of two bf16 runs of the same step (with and without a
+/// budget, through NCCL or not, on one GPU or two): they part only where
+/// sums run in another order (cuDNN's atomics, two ranks' gradients
+/// rounded to bf16 apart before their fp32 sum), but bf16 makes a
+/// last-bit difference a rounding step of 2^-9 wherever it crosses a
+/// rounding boundary, so the runs drift apart faster than two fp32 runs.
+const BF16_AGAIN: f64 = 0.03;
+
+/// A narrow ResNet-18 on 6,400 MNIST images (50 steps of 128 an epoch),
+/// two epochs, SGD with momentum (so a checkpoint holds optimizer state as
+/// well as parameters and running statistics), cuDNN's heuristic
+/// algorithms (the same in every run), in `precision`. MNIST rather than
+/// random labels: its loss falls several-fold over two epochs, so a run
+/// that lost its state or its gradients is far from one that kept them.
+fn narrow_mnist(precision: Precision) -> TrainConfig {
+    TrainConfig {
+        device: DeviceRequest::Cuda,
+        model: ResNet::choice(Depth::R18, 0.25),
+        data_dir: data_dir(),
+        train_limit: Some(6400),
+        test_limit: Some(1000),
+        epochs: 2,
+        batch: 128,
+        lr: 0.02,
+        optimizer: SgdConfig {
+            momentum: 0.9,
+            ..SgdConfig::default()
+        }
+        .choice(),
+        conv_algos: ConvAlgos::Heuristic,
+        precision,
+        ..TrainConfig::default()
+    }
+}
+
+/// A fresh directory under the system's temporary one.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("bumpgrad-gpu-bf16-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// Every tensor of the checkpoint file at `path` as the file declares it
+/// (name, element type, shape), by name.
+fn declared(path: &Path) -> Vec<(String, safetensors::Dtype, Vec<usize>)> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut tensors: Vec<_> = file
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| (name, view.dtype(), view.shape().to_vec()))
+        .collect();
+    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    tensors
+}
+
+/// The relative gap between two epoch losses, after saying it.
+fn gap(test: &str, what: &str, reference: f64, other: f64) -> f64 {
+    let gap = (other - reference).abs() / reference.abs();
+    let _ = writeln!(
+        std::io::stderr(),
+        "{test}: {what}: loss {other:.5} against {reference:.5} ({:.2}%)",
+        100.0 * gap
+    );
+    gap
+}
+
+/// Every tensor of `loaded` is the one of `saved` of its name, bit for bit,
+/// and neither has a tensor the other lacks.
+fn assert_loaded(what: &str, saved: &[NamedTensor], loaded: &[NamedTensor]) {
+    let names = |t: &[NamedTensor]| {
+        let mut names: Vec<String> = t.iter().map(|t| t.name.clone()).collect();
+        names.sort_unstable();
+        names
+    };
+    assert_eq!(names(saved), names(loaded), "{what}: other tensors");
+    for t in loaded {
+        let s = saved.iter().find(|s| s.name == t.name).expect("the same names");
+        assert_eq!(s.shape, t.shape, "{what}: {}", t.name);
+        let differs = s
+            .values
+            .iter()
+            .zip(&t.values)
+            .position(|(a, b)| a.to_bits() != b.to_bits());
+        if let Some(i) = differs {
+            panic!(
+                "{what}: {}[{i}] is {} after resuming, {} in the checkpoint",
+                t.name, t.values[i], s.values[i]
+            );
+        }
+    }
+}
+
+/// An uninterrupted run that wrote a checkpoint after each epoch.
+struct Straight {
+    precision: Precision,
+    reports: Vec<EpochReport>,
+    dir: PathBuf,
+    /// The checkpoint written after epoch 1, and its file.
+    after_one: checkpoint::Checkpoint,
+    file: PathBuf,
+}
+
+/// A checkpoint written after epoch 1 of an fp32 run resumes in bf16 for
+/// epoch 2, and one of a bf16 run in fp32: the two runs' checkpoint files
+/// declare the same tensors, all fp32 (master weights, running statistics
+/// and momentum, never bf16 copies); right after the resume the session
+/// holds the checkpoint's tensors bit for bit; and the resumed epoch's
+/// loss is within bf16's tolerance both of the run that wrote the
+/// checkpoint (its epoch 2, from the same state) and of an uninterrupted
+/// run in the resumed precision. A resume that loaded nothing would train
+/// epoch 2 from fresh weights, at about epoch 1's loss.
+#[test]
+fn a_checkpoint_resumes_across_precisions_bf16() {
+    use bumpgrad::train::{prepare, CheckpointPolicy, Every, Position};
+    let test = "bf16 checkpoint across precisions";
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_probe) = gpu(test) else { return };
+    drop(_probe);
+    let saving = |precision, dir: &Path| TrainConfig {
+        checkpoints: Some(CheckpointPolicy {
+            dir: dir.to_path_buf(),
+            every: Some(Every::Epochs(1)),
+            keep: 2,
+        }),
+        ..narrow_mnist(precision)
+    };
+    // Two uninterrupted runs, each writing a checkpoint after either epoch.
+    let mut straight = Vec::new();
+    for (precision, name) in [(Precision::Fp32, "fp32"), (Precision::Bf16, "bf16")] {
+        let dir = scratch(&format!("resume-{name}"));
+        let reports = train_on(&saving(precision, &dir));
+        assert_eq!(reports.len(), 2);
+        assert!(reports.iter().all(|r| r.precision == precision));
+        let file = dir.join(checkpoint::file_name(reports[0].steps as u64));
+        let after_one = checkpoint::read(&file).unwrap_or_else(|e| panic!("{test}: {e}"));
+        assert_eq!(after_one.epoch, 1, "{}: written after epoch 1", file.display());
+        straight.push(Straight {
+            precision,
+            reports,
+            dir,
+            after_one,
+            file,
+        });
+    }
+    let [fp32, bf16] = [&straight[0], &straight[1]];
+    // The same tensors, names, types and shapes, whichever precision wrote
+    // them; optimizer state among them.
+    let (a, b) = (declared(&fp32.file), declared(&bf16.file));
+    assert_eq!(
+        a, b,
+        "{test}: an fp32 and a bf16 run's checkpoints declare other tensors"
+    );
+    assert!(
+        a.iter().all(|(_, dtype, _)| *dtype == safetensors::Dtype::F32),
+        "{test}: {a:?}"
+    );
+    assert!(
+        a.iter().any(|(name, _, _)| name.ends_with(".momentum_buffer")),
+        "{test}: no optimizer state in {a:?}"
+    );
+    // Else both runs computed in fp32, and resuming "across" would prove
+    // nothing.
+    assert!(
+        fp32.after_one
+            .tensors
+            .iter()
+            .zip(&bf16.after_one.tensors)
+            .any(|(x, y)| x.values != y.values),
+        "{test}: the bf16 run's checkpoint is the fp32 run's"
+    );
+    // Else a resume that loaded nothing (epoch 2 from fresh weights, at
+    // about epoch 1's loss) could pass the comparisons below.
+    assert!(
+        fp32.reports[1].train_loss < (1.0 - 3.0 * BF16_VS_FP32) * fp32.reports[0].train_loss,
+        "{test}: epoch 2 must train well below epoch 1 ({} then {}) for the comparison to mean anything",
+        fp32.reports[0].train_loss,
+        fp32.reports[1].train_loss
+    );
+    // Each checkpoint resumed in the other precision.
+    for (saved, into) in [(fp32, bf16), (bf16, fp32)] {
+        let what = format!("{:?} resumed in {:?}", saved.precision, into.precision);
+        let (mut session, _) = prepare(&narrow_mnist(into.precision)).expect("prepare");
+        let at = session
+            .resume(&saved.after_one)
+            .unwrap_or_else(|e| panic!("{test}: {what}: {e}"));
+        assert_eq!(at, Position::epoch_start(1), "{test}: {what}");
+        assert_eq!(session.steps_done(), saved.after_one.step, "{test}: {what}");
+        let loaded = session.state_tensors().expect("read the state back");
+        assert_loaded(&format!("{test}: {what}"), &saved.after_one.tensors, &loaded);
+        let mut seen = Collect(Vec::new());
+        let resumed = session.epoch(2, &mut seen).expect("epoch 2");
+        assert_eq!(resumed.precision, into.precision, "{test}: {what}");
+        let (continued, uninterrupted) = (&saved.reports[1], &into.reports[1]);
+        let from_same_state = gap(
+            test,
+            &format!("{what}, epoch 2 vs the run that saved it"),
+            continued.train_loss,
+            resumed.train_loss,
+        );
+        let as_straight = gap(
+            test,
+            &format!("{what}, epoch 2 vs an uninterrupted {:?} run", into.precision),
+            uninterrupted.train_loss,
+            resumed.train_loss,
+        );
+        assert!(
+            from_same_state <= BF16_VS_FP32,
+            "{test}: {what}: epoch 2 left the run it continues"
+        );
+        assert!(
+            as_straight <= BF16_VS_FP32,
+            "{test}: {what}: epoch 2 is not an uninterrupted run's"
+        );
+    }
+    for run in &straight {
+        let _ = std::fs::remove_dir_all(&run.dir);
+    }
+}
+
+/// A memory budget holds a bf16 step: a narrow ResNet-18 in bf16 under 60%
+/// of its own planned step (on MNIST, whose loss falls, so a recomputation
+/// that gave wrong values would show) recomputes in backward, plans a step
+/// within the budget whose bytes at its peak are mostly bf16, stays within
+/// the budget in every epoch (a run without one goes above it), and trains
+/// as the bf16 run without a budget does.
+#[test]
+fn bf16_trains_under_a_memory_budget() {
+    use bumpgrad::train::memory_report;
+    let test = "bf16 memory budget";
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_probe) = gpu(test) else { return };
+    drop(_probe);
+    let cfg = |budget| TrainConfig {
+        precision: Precision::Bf16,
+        data_dir: data_dir(),
+        // 50 steps of 64 an epoch, with momentum so that the loss falls
+        // well within two epochs.
+        train_limit: Some(3200),
+        test_limit: Some(1000),
+        optimizer: SgdConfig {
+            momentum: 0.9,
+            ..SgdConfig::default()
+        }
+        .choice(),
+        ..narrow_under(budget)
+    };
+    let (free, _) = memory_report(&cfg(None)).expect("the bf16 plan");
+    let budget = free.plan_peak_bytes * 6 / 10;
+    let (under, _) = memory_report(&cfg(Some(budget))).expect("a bf16 plan within 60% of its step");
+    let kinds = under.recomputed.as_ref().expect("recomputed").kinds.clone();
+    eprintln!(
+        "{test}: step {} without a budget ({:?}), {} under {budget} ({:?}); recomputed {kinds:?}",
+        free.plan_peak_bytes, free.step_peak_by_type, under.plan_peak_bytes, under.step_peak_by_type
+    );
+    assert!(
+        kinds.iter().any(|k| k.dropped > 0),
+        "{test}: nothing recomputed: {kinds:?}"
+    );
+    assert!(
+        under.plan_peak_bytes <= budget,
+        "{test}: planned {} above {budget}",
+        under.plan_peak_bytes
+    );
+    assert_eq!(
+        under.step_peak_by_type.first().map(|t| t.element),
+        Some("bf16"),
+        "{test}: the budgeted step's peak is not mostly bf16: {:?}",
+        under.step_peak_by_type
+    );
+    let budgeted = train_on(&cfg(Some(budget)));
+    let unbudgeted = train_on(&cfg(None));
+    for r in &budgeted {
+        assert_eq!(r.precision, Precision::Bf16);
+        assert!(r.graph, "{test}: the budgeted bf16 step is captured");
+        assert!(
+            r.arena.step_high_water_bytes <= budget,
+            "{test}, epoch {}: {} above {budget}",
+            r.epoch,
+            r.arena.step_high_water_bytes
+        );
+    }
+    // Else the budget held nothing down and the check above is empty.
+    assert!(
+        unbudgeted[0].arena.step_high_water_bytes > budget,
+        "{test}: without a budget the step takes {}, within {budget}",
+        unbudgeted[0].arena.step_high_water_bytes
+    );
+    for (b, u) in budgeted.iter().zip(&unbudgeted) {
+        gap(
+            test,
+            &format!("epoch {}, budgeted vs not", b.epoch),
+            u.train_loss,
+            b.train_loss,
+        );
+    }
+    assert_same_losses(&format!("{test}: budgeted vs not"), &unbudgeted, &budgeted, BF16_AGAIN);
+    assert!(
+        unbudgeted[1].train_loss < 0.8 * unbudgeted[0].train_loss,
+        "{test}: the loss must fall for the comparison to mean anything: {} then {}",
+        unbudgeted[0].train_loss,
+        unbudgeted[1].train_loss
+    );
+}
+
+/// What a data-parallel rank reports: its gradient buckets, its trainable
+/// values and its epochs.
+#[derive(Default)]
+struct Rank {
+    buckets: Vec<(Vec<String>, usize)>,
+    parameters: usize,
+    epochs: Vec<EpochReport>,
+}
+
+impl Observer for Rank {
+    fn started(&mut self, info: &RunInfo) {
+        self.buckets = info.buckets.clone();
+        self.parameters = info.parameters;
+    }
+    fn epoch(&mut self, r: &EpochReport) {
+        self.epochs.push(r.clone());
+    }
+}
+
+/// A bf16 rank's gradient buckets are fp32: slices of the fp32 gradient
+/// slab, 4 bytes a trainable value at least (bf16 buckets would hold 2
+/// and padding), covering every parameter.
+fn assert_fp32_buckets(test: &str, rank: &Rank) {
+    let bytes: usize = rank.buckets.iter().map(|(_, b)| b).sum();
+    assert!(!rank.buckets.is_empty(), "{test}: no gradient buckets");
+    assert!(
+        bytes >= 4 * rank.parameters,
+        "{test}: {} buckets of {bytes} bytes for {} fp32 gradients",
+        rank.buckets.len(),
+        rank.parameters
+    );
+}
+
+/// A bf16 run through the data-parallel path as a NCCL world of one GPU
+/// trains as the plain bf16 run: each step's gradient buckets are queued
+/// for their sum during a bf16 backward, so a bucket summed before its
+/// gradients were cast into the fp32 slab (or one never summed into it)
+/// would part the runs. A narrow ResNet-18, whose batch norms see the same
+/// batch alone or as one rank.
+#[test]
+fn data_parallel_bf16_through_nccl_on_one_gpu_trains_as_the_plain_bf16_run() {
+    let test = "data_parallel bf16 one gpu through nccl";
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !gpus(test, 1) {
+        return;
+    }
+    let cfg = narrow_mnist(Precision::Bf16);
+    let plain = train_on(&cfg);
+    // Buckets of 256 KiB: several, each summed while backward goes on.
+    let mut ranks = watch_on_gpus(&cfg, 1, 256 << 10, Rank::default);
+    let ranked = ranks.remove(0);
+    assert!(ranked.buckets.len() > 1, "{test}: {:?}", ranked.buckets);
+    assert_fp32_buckets(test, &ranked);
+    for r in &ranked.epochs {
+        assert_eq!(r.precision, Precision::Bf16);
+        assert!(r.graph, "{test}: the NCCL path captures its bf16 step too");
+    }
+    for (p, r) in plain.iter().zip(&ranked.epochs) {
+        gap(
+            test,
+            &format!("epoch {}, world of 1 vs plain", r.epoch),
+            p.train_loss,
+            r.train_loss,
+        );
+    }
+    assert_same_losses(
+        &format!("{test}: world of 1 vs plain"),
+        &plain,
+        &ranked.epochs,
+        BF16_AGAIN,
+    );
+}
+
+/// bf16 on two GPUs, 50 examples each, trains as bf16 on one GPU with
+/// 100: both ranks report the same summed losses, their buckets are fp32,
+/// and the losses follow one GPU's. The MNIST CNN (its convolutions in
+/// bf16): it has no batch norm, so two ranks compute exactly the step of
+/// one GPU, whereas a ResNet's batch norms would normalise each rank's 50
+/// examples apart (they are not synchronised across ranks).
+#[test]
+fn data_parallel_bf16_matches_one_gpu() {
+    let test = "data_parallel bf16 two gpus";
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !gpus(test, 2) {
+        return;
+    }
+    // 2050 images: 21 steps, the last of 50 images, shared 25 / 25.
+    let cfg = |batch| TrainConfig {
+        batch,
+        train_limit: Some(2050),
+        precision: Precision::Bf16,
+        ..gpu_config(2)
+    };
+    let one = train_on(&cfg(100));
+    let ranks = watch_on_gpus(&cfg(50), 2, bumpgrad::distributed::DEFAULT_BUCKET_BYTES, Rank::default);
+    let losses = |r: &Rank| r.epochs.iter().map(|r| r.train_loss).collect::<Vec<_>>();
+    assert_eq!(
+        losses(&ranks[0]),
+        losses(&ranks[1]),
+        "{test}: both ranks see the same summed losses"
+    );
+    for rank in &ranks {
+        assert_fp32_buckets(test, rank);
+        for r in &rank.epochs {
+            assert_eq!(r.precision, Precision::Bf16);
+            assert!(r.graph, "{test}: rank {} captures its bf16 step", r.rank);
+        }
+    }
+    for (o, r) in one.iter().zip(&ranks[0].epochs) {
+        gap(
+            test,
+            &format!("epoch {}, 2 GPUs × 50 vs 1 GPU × 100", r.epoch),
+            o.train_loss,
+            r.train_loss,
+        );
+    }
+    assert_same_losses(
+        &format!("{test}: 2 GPUs × 50 vs 1 GPU × 100"),
+        &one,
+        &ranks[0].epochs,
+        BF16_AGAIN,
+    );
+}
