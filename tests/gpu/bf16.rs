@@ -222,6 +222,22 @@ fn a_bf16_tensor_used_twice_accumulates_both_gradients() {
     });
 }
 
+/// A bf16 tensor read by two convolutions: the first gradient to arrive is
+/// written, the second is added by cuDNN itself (its `beta = 1`, a graph
+/// of its own to cuDNN's graph API).
+#[test]
+fn a_bf16_tensor_read_by_two_convolutions_gets_both_input_gradients() {
+    same_in_bf16("bf16 read by two convolutions", BF16_TOL, &|s| {
+        let (x, h) = input(s, "x", Shape::new(&[4, 16, 8, 8]), 14)?;
+        let w1 = s.variable("w1", Shape::new(&[16, 16, 3, 3]), &values(16 * 16 * 9, 15))?;
+        let w2 = s.variable("w2", Shape::new(&[16, 16, 1, 1]), &values(16 * 16, 16))?;
+        let a = h.conv2d(s, w1, None, Conv2dArgs { stride: 1, padding: 1 })?;
+        let b = h.conv2d(s, w2, None, Conv2dArgs { stride: 1, padding: 0 })?;
+        let y = a.add(s, b)?;
+        with_grads_as(s, y, &[("x grad", x), ("w1 grad", w1), ("w2 grad", w2)])
+    });
+}
+
 /// A network trained in bf16 against the same run in fp32, on the GPU:
 /// the bf16 step is captured as one graph and runs on its plan to the byte
 /// (its high-water is the plan's peak), the plan keeps the activations in
