@@ -136,6 +136,15 @@ impl Device {
         }
     }
 
+    /// Every convolution shape planned on this device so far and which of
+    /// cuDNN's APIs runs it; none on the CPU.
+    pub fn convolution_apis(&self) -> Vec<(cuda::ConvDims, cuda::ConvApi)> {
+        match self {
+            Self::Cuda(gpu) => gpu.gpu().conv_plans().iter().map(|p| (p.dims, p.api())).collect(),
+            Self::Cpu(_) => Vec::new(),
+        }
+    }
+
     /// The arithmetic of the GPU's convolutions and matrix products (see
     /// [`Precision`] and [`cuda::Gpu::set_precision`]). The CPU computes in
     /// fp32 only: `Tf32` is refused there, not ignored.

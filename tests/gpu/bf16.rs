@@ -43,7 +43,21 @@ pub(crate) fn same_in_bf16(test: &str, tol: f32, body: &Body) -> Option<Vec<(&'s
     let bf16 = gpu_as(test, Precision::Bf16).expect("the GPU opened once");
     let on_bf16 = run(bf16, body);
     assert_within_bf16(test, tol, &on_fp32, &on_bf16);
+    assert_bf16_convolutions_on_the_graph_api(test);
     Some(on_bf16)
+}
+
+/// Every bf16 convolution planned so far runs on cuDNN's graph API: the
+/// legacy API takes bf16 only where the graph API refused it, and there
+/// a test of the bf16 path would not be testing it.
+pub(crate) fn assert_bf16_convolutions_on_the_graph_api(test: &str) {
+    use bumpgrad::backend::cuda::ConvApi;
+    let device = gpu(test).expect("the GPU opened once");
+    for (dims, api) in device.convolution_apis() {
+        if dims.dtype == DType::Bf16 {
+            assert_eq!(api, ConvApi::Graph, "{test}: bf16 convolution {dims:?}");
+        }
+    }
 }
 
 /// Every tensor of `on_bf16` within `tol` of the scale of `on_fp32`'s (the
@@ -317,6 +331,7 @@ fn trains_in_bf16_as_in_fp32(test: &str, cfg: TrainConfig, loss_tol: f64, accura
         f.test_accuracy
     );
     assert_same_losses(&format!("{test}: bf16 vs fp32"), &on_fp32, &on_bf16, loss_tol);
+    assert_bf16_convolutions_on_the_graph_api(test);
 }
 
 #[test]

@@ -17,7 +17,7 @@ mod memory;
 mod nccl;
 mod timing;
 
-pub use cudnn::{ConvDims, ConvPass, WORKSPACE_LIMIT};
+pub use cudnn::{ConvApi, ConvDims, ConvPass, WORKSPACE_LIMIT};
 pub use error::CudaError;
 use error::Sentence;
 pub use gpu::Gpu;

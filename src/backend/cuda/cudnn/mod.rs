@@ -81,6 +81,19 @@ pub enum ConvPass {
 pub struct ConvPlan {
     pub dims: ConvDims,
     engine: Engine,
+    /// Why the graph API could not take a bf16 convolution that therefore
+    /// runs on the legacy one.
+    refused: Option<String>,
+}
+
+/// Which of cuDNN's APIs runs a convolution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConvApi {
+    /// The graph API's execution plans.
+    Graph,
+    /// The legacy API's numbered algorithms: fp32 always; bf16 only where
+    /// the graph API refused the convolution, with what it said.
+    Legacy { graph_refused: Option<String> },
 }
 
 enum Engine {
@@ -100,14 +113,31 @@ impl ConvPlan {
         deterministic: bool,
         tf32: bool,
     ) -> Result<Self, CudaError> {
-        let engine = match d.dtype {
+        let (engine, refused) = match d.dtype {
             DType::Bf16 => match GraphConv::new(handle, d, deterministic) {
-                Ok(g) => Engine::Graph(g),
-                Err(_) => Engine::Legacy(LegacyConv::new(handle, d, deterministic, tf32)?),
+                Ok(g) => (Engine::Graph(g), None),
+                Err(e) => (
+                    Engine::Legacy(LegacyConv::new(handle, d, deterministic, tf32)?),
+                    Some(e.to_string()),
+                ),
             },
-            DType::F32 => Engine::Legacy(LegacyConv::new(handle, d, deterministic, tf32)?),
+            DType::F32 => (Engine::Legacy(LegacyConv::new(handle, d, deterministic, tf32)?), None),
         };
-        Ok(Self { dims: d, engine })
+        Ok(Self {
+            dims: d,
+            engine,
+            refused,
+        })
+    }
+
+    /// Which API runs this convolution.
+    pub fn api(&self) -> ConvApi {
+        match &self.engine {
+            Engine::Graph(_) => ConvApi::Graph,
+            Engine::Legacy(_) => ConvApi::Legacy {
+                graph_refused: self.refused.clone(),
+            },
+        }
     }
 
     /// Workspace bytes the pass needs (either way of writing its output).
