@@ -62,6 +62,15 @@ impl Backend {
         }
     }
 
+    /// Which of cuDNN's APIs runs each convolution planned so far (see
+    /// [`super::Device::convolution_apis`]).
+    pub(crate) fn convolution_apis(&self) -> Vec<(super::cuda::ConvDims, super::cuda::ConvApi)> {
+        match self {
+            Self::Cuda(gpu) => gpu.gpu().conv_plans().iter().map(|p| (p.dims, p.api())).collect(),
+            Self::Cpu(_) | Self::Dry(_) => Vec::new(),
+        }
+    }
+
     /// Back to the heuristic's convolution algorithms.
     pub(crate) fn untune_convolutions(&self) {
         if let Self::Cuda(gpu) = self {

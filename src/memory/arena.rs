@@ -622,6 +622,12 @@ impl Arena {
         self.backend.select_convolutions(limit)
     }
 
+    /// Which of cuDNN's APIs runs each convolution planned so far; none
+    /// off the GPU.
+    pub fn convolution_apis(&self) -> Vec<(crate::backend::cuda::ConvDims, crate::backend::cuda::ConvApi)> {
+        self.backend.convolution_apis()
+    }
+
     /// Undoes [`Arena::tune_convolutions`].
     pub fn untune_convolutions(&self) {
         self.backend.untune_convolutions();

@@ -727,6 +727,16 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
     if let Some(on) = cfg.poison_step {
         arena.set_poison_step(on);
     }
+    let legacy_bf16_convolutions = arena
+        .convolution_apis()
+        .into_iter()
+        .filter_map(|(dims, api)| match api {
+            crate::backend::cuda::ConvApi::Legacy {
+                graph_refused: Some(why),
+            } => Some((dims, why)),
+            _ => None,
+        })
+        .collect();
     let session = Session::new(cfg, &host, arena)?;
     let info = RunInfo {
         device: session.arena().device(),
@@ -753,6 +763,7 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
         nccl_bytes,
         workspace_growth: cfg.workspace_growth,
         conv_tuning,
+        legacy_bf16_convolutions,
         recomputed: (!needs.dropped.is_empty()).then(|| {
             let extra = extra_seconds(&needs.candidates, &needs.dropped, &speed);
             (

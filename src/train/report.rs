@@ -52,6 +52,9 @@ pub struct RunInfo {
     /// (`--workspace-growth`).
     pub workspace_growth: f64,
     pub conv_tuning: Option<ConvTuning>,
+    /// bf16 convolutions cuDNN's graph API refused, which therefore run on
+    /// its slower legacy API: each shape and what the graph API said.
+    pub legacy_bf16_convolutions: Vec<(crate::backend::cuda::ConvDims, String)>,
     /// Under a memory budget (or a given arena too small for the step):
     /// the convolution and block outputs the step recomputes in backward,
     /// of those it has, and the seconds a step that adds by the device's

@@ -130,6 +130,12 @@ impl Observer for Printer {
                 t.changed,
             ));
         }
+        if let Some((dims, why)) = info.legacy_bf16_convolutions.first() {
+            self.say(&format!(
+                "cuDNN: {} bf16 convolution shapes run on the legacy API, slower, as the graph API refused them (the first, {dims:?}: {why})",
+                info.legacy_bf16_convolutions.len(),
+            ));
+        }
         if !info.buckets.is_empty() {
             let buckets: Vec<String> = info
                 .buckets

@@ -27,7 +27,7 @@ pub const WORKSPACE_LIMIT: usize = 8 << 20;
 /// A convolution's sizes: input `[n, c, h, w]`, filters `[f, c, kh, kw]`,
 /// the same stride and zero padding in both directions. A plan is made per
 /// distinct value, so stride and padding are part of the cache key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct ConvDims {
     pub n: usize,
     pub c: usize,
