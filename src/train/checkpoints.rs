@@ -78,9 +78,10 @@ const LOSS_SUM: &str = "epoch_loss_sum";
 /// batches would not be the ones the checkpoint's run would have drawn.
 /// The model and optimizer are recorded with their settings, so a
 /// checkpoint resumes only into the network and optimizer that wrote it.
-/// The precision (fp32 or TF32) is not among them: it is how the device
-/// computes, not part of the model or its state, so a run may resume under
-/// the other one.
+/// The precision (fp32, TF32 or bf16) is not among them: it is how the
+/// device computes, not part of the model or its state (bf16 runs keep
+/// fp32 master weights, so their checkpoints are fp32 too), so a run may
+/// resume under another.
 const SAME: [&str; 5] = ["batch", "train_limit", "model", "optimizer", "augment"];
 
 /// Values of the settings in [`SAME`], as the checkpoint records them.

@@ -83,8 +83,8 @@ pub struct TrainConfig {
     /// repeats bit for bit (slower; the CPU is deterministic anyway).
     pub deterministic: bool,
     /// The arithmetic of convolutions and matrix products: fp32 FMA math,
-    /// or TF32 tensor-core math (GPU only). Not part of the model: a
-    /// checkpoint resumes under either.
+    /// TF32 tensor-core math, or bf16 mixed precision (both GPU only). Not
+    /// part of the model: a checkpoint resumes under any of them.
     pub precision: Precision,
     /// How a GPU chooses its convolution algorithms (see [`ConvAlgos`]);
     /// deterministic convolutions are always the heuristic's.

@@ -77,7 +77,8 @@ pub struct EpochReport {
     pub seconds: f64,
     pub eval_seconds: f64,
     pub steps: usize,
-    /// The arithmetic of convolutions and matrix products ("fp32", "tf32").
+    /// The arithmetic of convolutions and matrix products ("fp32", "tf32",
+    /// "bf16").
     pub precision: Precision,
     pub arena: ArenaStats,
     /// The process's resident memory after the epoch, where the OS tells it.
