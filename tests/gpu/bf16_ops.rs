@@ -166,41 +166,56 @@ fn concat_of_bf16_and_fp32_parts_is_fp32() {
     });
 }
 
+/// Dropout of `shape` (in `layout` where given) on inputs at least 1/2
+/// away from 0, so a kept one never reads as dropped: every element is
+/// kept exactly where `dropout::keep` keeps its memory index `at(i)` (`i`
+/// its NCHW index), and a dropped one's gradient is 0.
+fn dropout_keeps_where_keep_says<'s>(
+    s: &mut Step<'s>,
+    (shape, values_seed, seed): (Shape, u64, u64),
+    layout: Option<Layout>,
+    at: &dyn Fn(usize) -> usize,
+) -> bumpgrad::Result<Vec<(&'static str, Tensor<'s>)>> {
+    use bumpgrad::ops::dropout::keep;
+    const P: f32 = 0.3;
+    let away: Vec<f32> = values(shape.numel(), values_seed)
+        .iter()
+        .map(|v| v.signum() * (0.5 + v.abs() / 2.0))
+        .collect();
+    let (x, mut h) = input_of(s, "x", shape, &away)?;
+    if let Some(layout) = layout {
+        h = h.to_layout(s, layout)?;
+    }
+    let y = h.dropout(s, P, seed)?;
+    assert_eq!(y.layout(), h.layout(), "dropout keeps its input's layout");
+    let out = with_grads_as(s, y, &[("x grad", x)])?;
+    let mut host = vec![0.0; shape.numel()];
+    s.read(y, &mut host)?;
+    let mut grad = vec![0.0; shape.numel()];
+    s.read(out[1].1, &mut grad)?;
+    let dtype = s.compute_dtype();
+    for (i, (v, g)) in host.iter().zip(&grad).enumerate() {
+        let at = at(i);
+        let kept = keep(seed, at as u64, P);
+        assert_eq!(
+            *v != 0.0,
+            kept,
+            "{dtype}: element {i} (memory {at}) kept ({kept}) but its output is {v}"
+        );
+        assert!(
+            kept || *g == 0.0,
+            "{dtype}: element {i} (memory {at}) dropped but its gradient is {g}"
+        );
+    }
+    Ok(out)
+}
+
 /// The mask is a function of the seed and the element's index alone, so
-/// both types drop exactly the elements `dropout::keep` drops; the inputs
-/// are at least 1/2 away from 0, so a kept one never reads as dropped.
+/// both types drop exactly the elements `dropout::keep` drops.
 #[test]
 fn dropout_in_bf16_drops_fp32s_elements() {
-    use bumpgrad::ops::dropout::keep;
-    const SEED: u64 = 0xDEAD_BEEF_1234;
-    const P: f32 = 0.3;
     same_in_bf16("bf16 dropout", BF16_TOL, &|s| {
-        let shape = Shape::new(&[10, 100]);
-        let away: Vec<f32> = values(shape.numel(), 59)
-            .iter()
-            .map(|v| v.signum() * (0.5 + v.abs() / 2.0))
-            .collect();
-        let (x, h) = input_of(s, "x", shape, &away)?;
-        let y = h.dropout(s, P, SEED)?;
-        let out = with_grads_as(s, y, &[("x grad", x)])?;
-        let mut host = vec![0.0; shape.numel()];
-        s.read(y, &mut host)?;
-        let mut grad = vec![0.0; shape.numel()];
-        s.read(out[1].1, &mut grad)?;
-        let dtype = s.compute_dtype();
-        for (i, (v, g)) in host.iter().zip(&grad).enumerate() {
-            let kept = keep(SEED, i as u64, P);
-            assert_eq!(
-                *v != 0.0,
-                kept,
-                "{dtype}: element {i} kept ({kept}) but its output is {v}"
-            );
-            assert!(
-                kept || *g == 0.0,
-                "{dtype}: element {i} dropped but its gradient is {g}"
-            );
-        }
-        Ok(out)
+        dropout_keeps_where_keep_says(s, (Shape::new(&[10, 100]), 59, 0xDEAD_BEEF_1234), None, &|i| i)
     });
 }
 
@@ -304,43 +319,12 @@ fn add_of_channels_last_and_nchw_in_bf16_matches_fp32() {
 /// each element's channels-last index.
 #[test]
 fn dropout_of_channels_last_in_bf16_drops_fp32s_elements() {
-    use bumpgrad::ops::dropout::keep;
-    const SEED: u64 = 0xFEED_5EED_4321;
-    const P: f32 = 0.3;
     same_in_bf16("bf16 NHWC dropout", BF16_TOL, &|s| {
         let dims = [4, 6, 5, 7];
-        let shape = Shape::new(&dims);
-        let away: Vec<f32> = values(shape.numel(), 67)
-            .iter()
-            .map(|v| v.signum() * (0.5 + v.abs() / 2.0))
-            .collect();
-        let (x, h) = input_of(s, "x", shape, &away)?;
-        let h = h.to_layout(s, Layout::Nhwc)?;
-        let y = h.dropout(s, P, SEED)?;
-        assert_eq!(y.layout(), Layout::Nhwc, "dropout keeps its input's layout");
-        let out = with_grads_as(s, y, &[("x grad", x)])?;
-        let mut host = vec![0.0; shape.numel()];
-        s.read(y, &mut host)?;
-        let mut grad = vec![0.0; shape.numel()];
-        s.read(out[1].1, &mut grad)?;
-        let dtype = s.compute_dtype();
         let (c, hw) = (dims[1], dims[2] * dims[3]);
-        for (i, (v, g)) in host.iter().zip(&grad).enumerate() {
-            // NCHW index i is element (n, ch, p), at (n·HW + p)·C + ch.
-            let (n, ch, p) = (i / (c * hw), i / hw % c, i % hw);
-            let at = (n * hw + p) * c + ch;
-            let kept = keep(SEED, at as u64, P);
-            assert_eq!(
-                *v != 0.0,
-                kept,
-                "{dtype}: element {i} (memory {at}) kept ({kept}) but its output is {v}"
-            );
-            assert!(
-                kept || *g == 0.0,
-                "{dtype}: element {i} (memory {at}) dropped but its gradient is {g}"
-            );
-        }
-        Ok(out)
+        // NCHW index i is element (n, ch, p), at (n·HW + p)·C + ch.
+        let at = |i: usize| (i / (c * hw) * hw + i % hw) * c + i / hw % c;
+        dropout_keeps_where_keep_says(s, (Shape::new(&dims), 67, 0xFEED_5EED_4321), Some(Layout::Nhwc), &at)
     });
 }
 

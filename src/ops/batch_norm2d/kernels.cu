@@ -663,6 +663,22 @@ extern "C" __global__ void bn_apply_nhwc_bf16(const bf16* x, const float* mean, 
     bn_apply_nhwc_t(x, mean, invstd, weight, bias, residual, y, rows, c, relu, vec);
 }
 
+// A thread's V values of x at `at` and of the gradient passed back
+// through the fused relu (`mask`, as bn_masked), both NHWC.
+template <typename T, int V>
+__device__ __forceinline__ void bn_masked_row(const T* x, const T* gy, const T* y, size_t at, const float* mu,
+                                              const float* is, const float* w, const float* b, unsigned int mask,
+                                              float* xv, float* g) {
+    float yv[V];
+    bn_loadv<V>(x + at, xv);
+    bn_loadv<V>(gy + at, g);
+    if (mask >= 2)
+        bn_loadv<V>(y + at, yv);
+    else
+        for (int e = 0; e < V; e++) yv[e] = 0.0f;
+    for (int e = 0; e < V; e++) g[e] = bn_masked<T>(g[e], xv[e], yv[e], mu[e], is[e], w[e], b[e], mask);
+}
+
 // bn_backward_partial in NHWC: block (j, tile) sums over run j of each of
 // its channels the passed gradient g and g * (x - mean).
 template <typename T, int V>
@@ -687,18 +703,11 @@ __device__ void bn_backward_partial_nhwc_v(const T* x, const T* gy, const T* y, 
         bn_channels<V>(weight, ch, w);
         bn_channels<V>(bias, ch, b);
         for (unsigned int r = k0 + threadIdx.y; r < k1; r += blockDim.y) {
-            size_t at = (size_t)r * c + ch;
-            float xv[V], g[V], yv[V];
-            bn_loadv<V>(x + at, xv);
-            bn_loadv<V>(gy + at, g);
-            if (mask >= 2)
-                bn_loadv<V>(y + at, yv);
-            else
-                for (int e = 0; e < V; e++) yv[e] = 0.0f;
+            float xv[V], g[V];
+            bn_masked_row<T, V>(x, gy, y, (size_t)r * c + ch, mu, is, w, b, mask, xv, g);
             for (int e = 0; e < V; e++) {
-                float ge = bn_masked<T>(g[e], xv[e], yv[e], mu[e], is[e], w[e], b[e], mask);
-                centred[e] += ge * (xv[e] - mu[e]);
-                total[e] += ge;
+                centred[e] += g[e] * (xv[e] - mu[e]);
+                total[e] += g[e];
             }
         }
     }
@@ -768,14 +777,8 @@ __device__ void bn_backward_input_nhwc_v(const T* x, const T* gy, const T* y, co
     float count = (float)rows;
     for (unsigned int r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
         size_t at = (size_t)r * c + ch;
-        float xv[V], g[V], yv[V];
-        bn_loadv<V>(x + at, xv);
-        bn_loadv<V>(gy + at, g);
-        if (mask >= 2)
-            bn_loadv<V>(y + at, yv);
-        else
-            for (int e = 0; e < V; e++) yv[e] = 0.0f;
-        for (int e = 0; e < V; e++) g[e] = bn_masked<T>(g[e], xv[e], yv[e], mu[e], is[e], w[e], b[e], mask);
+        float xv[V], g[V];
+        bn_masked_row<T, V>(x, gy, y, at, mu, is, w, b, mask, xv, g);
         if (gresidual) bn_storev<V>(gresidual + at, g);
         if (!gx) continue;
         float o[V];

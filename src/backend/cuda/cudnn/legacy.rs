@@ -101,6 +101,25 @@ macro_rules! allowed {
     }};
 }
 
+/// The allowed algorithms of a pass's `Find…Ex` results (fastest first, as
+/// cuDNN returns them), each with the math it runs with, its workspace
+/// bytes and seconds.
+macro_rules! timed {
+    ($found:expr, $limit:expr, $deterministic:expr, $tensor_ops:expr) => {
+        $found
+            .iter()
+            .filter(|p| allowed!(p, $limit, $deterministic, $tensor_ops))
+            .map(|p| {
+                (
+                    (p.algo, math_of(p.mathType, $tensor_ops)),
+                    p.memory,
+                    f64::from(p.time) / 1e3,
+                )
+            })
+            .collect()
+    };
+}
+
 // SAFETY: the descriptors are host objects that are never modified after
 // `new`; cuDNN reads them from whichever thread holds the handle's mutex.
 unsafe impl Send for LegacyConv {}
@@ -344,17 +363,7 @@ impl LegacyConv {
         )
         .result()
         .map_err(dnn_err("cudnnFindConvolutionForwardAlgorithmEx"))?;
-        let fwd = fwd[..returned.max(0) as usize]
-            .iter()
-            .filter(|p| allowed!(p, workspace_bytes, det, tensor_ops))
-            .map(|p| {
-                (
-                    (p.algo, math_of(p.mathType, tensor_ops)),
-                    p.memory,
-                    f64::from(p.time) / 1e3,
-                )
-            })
-            .collect();
+        let fwd = timed!(&fwd[..returned.max(0) as usize], workspace_bytes, det, tensor_ops);
         let mut data: [sys::cudnnConvolutionBwdDataAlgoPerf_t; 8] = std::mem::zeroed();
         sys::cudnnFindConvolutionBackwardDataAlgorithmEx(
             handle,
@@ -373,17 +382,7 @@ impl LegacyConv {
         )
         .result()
         .map_err(dnn_err("cudnnFindConvolutionBackwardDataAlgorithmEx"))?;
-        let data = data[..returned.max(0) as usize]
-            .iter()
-            .filter(|p| allowed!(p, workspace_bytes, det, tensor_ops))
-            .map(|p| {
-                (
-                    (p.algo, math_of(p.mathType, tensor_ops)),
-                    p.memory,
-                    f64::from(p.time) / 1e3,
-                )
-            })
-            .collect();
+        let data = timed!(&data[..returned.max(0) as usize], workspace_bytes, det, tensor_ops);
         let mut filter: [sys::cudnnConvolutionBwdFilterAlgoPerf_t; 8] = std::mem::zeroed();
         sys::cudnnFindConvolutionBackwardFilterAlgorithmEx(
             handle,
@@ -402,17 +401,7 @@ impl LegacyConv {
         )
         .result()
         .map_err(dnn_err("cudnnFindConvolutionBackwardFilterAlgorithmEx"))?;
-        let filter = filter[..returned.max(0) as usize]
-            .iter()
-            .filter(|p| allowed!(p, workspace_bytes, det, tensor_ops))
-            .map(|p| {
-                (
-                    (p.algo, math_of(p.mathType, tensor_ops)),
-                    p.memory,
-                    f64::from(p.time) / 1e3,
-                )
-            })
-            .collect();
+        let filter = timed!(&filter[..returned.max(0) as usize], workspace_bytes, det, tensor_ops);
         *self.timed.lock().unwrap_or_else(|e| e.into_inner()) = Some(Timed { fwd, data, filter });
         self.select(usize::MAX);
         Ok(self.choices() != self.heuristic)
