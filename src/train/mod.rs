@@ -16,7 +16,7 @@ mod task;
 pub use budget::{extra_seconds, least_extra_seconds, Speed};
 pub use checkpoints::{CheckpointPolicy, Every, Position};
 pub use max_batch::{max_batch, MaxBatch, Probe};
-pub use report::{resident_bytes, ConvTuning, EpochReport, Observer, Quiet, RunInfo, StepProfile};
+pub use report::{resident_bytes, ConvTuning, EpochReport, Observer, Quiet, RecomputePlan, RunInfo, StepProfile};
 pub use session::{Control, Session, StepKind, READBACK};
 pub use task::{Classification, Task};
 
@@ -527,6 +527,7 @@ fn recomputed(needs: &ArenaNeeds, unbudgeted: &ArenaNeeds, budget: usize, speed:
     let step_macs: u64 = 3 * needs.candidates.iter().map(|c| c.multiply_adds).sum::<u64>();
     Recomputed {
         dropped: dropped.len(),
+        which: needs.dropped.clone(),
         candidates: needs.candidates.len(),
         dropped_bytes: dropped.iter().map(|c| c.bytes).sum(),
         kinds,
@@ -565,8 +566,15 @@ pub fn prepare(cfg: &TrainConfig) -> Result<(Session, RunInfo)> {
 
 /// Times the convolution algorithms on `arena` (see [`prepare_in`]) and
 /// keeps the fastest whose step fits: at most `cfg.workspace_growth` over the
-/// heuristic's `needs`, and `capacity`. On success `needs` becomes the
-/// timed choices' (their plans are the ones to follow).
+/// heuristic's `needs`, the budget, and `capacity`. On success `needs`
+/// becomes the timed choices' (their plans are the ones to follow).
+///
+/// What the step recomputes stays what `needs` chose on the heuristic's
+/// algorithms, which is what `bumpgrad memory` reports for the same
+/// settings: the timed algorithms' workspaces are held down until that
+/// choice's step fits, never traded for more recomputation. (Searching
+/// again with the timed workspaces let a run drop far more than `memory`
+/// said, at several times its predicted cost.)
 fn time_convolutions(
     cfg: &TrainConfig,
     host: &ImageSet,
@@ -586,12 +594,7 @@ fn time_convolutions(
     let bound = (needs.step_bytes + tuning_headroom(cfg, needs.step_bytes))
         .min(capacity - needs.persistent_bytes)
         .min(cfg.memory_budget.unwrap_or(usize::MAX).max(needs.step_bytes));
-    let dropped = needs.dropped.clone();
-    // Under a budget (or an arena that is one) the timed algorithms'
-    // workspaces change what must be recomputed: the search runs again
-    // with them, within the same budget; else the heuristic's drops stay.
-    let budgeted = cfg.memory_budget.is_some() || !dropped.is_empty();
-    let speed = budget::gpu_speed(cfg);
+    let (dropped, transient_chains) = (needs.dropped.clone(), needs.transient_chains);
     let largest = arena.select_convolutions(usize::MAX);
     let mut fitted = None;
     let settled = settle_workspaces(
@@ -599,17 +602,7 @@ fn time_convolutions(
         crate::backend::cuda::WORKSPACE_LIMIT,
         |limit| Ok(arena.select_convolutions(limit)),
         || {
-            let timed = match budgeted {
-                true => {
-                    let twin = || arena.dry_twin();
-                    let free = measure_dropping(cfg, host, twin(), &[])?;
-                    match budget::search(cfg, host, &twin, free, bound, &speed, budget::Mode::Probe)? {
-                        budget::Outcome::Fits(fit) => fit,
-                        budget::Outcome::Short { .. } => return Ok(false),
-                    }
-                }
-                false => measure_chains(cfg, host, arena.dry_twin(), &dropped, needs.transient_chains)?,
-            };
+            let timed = measure_chains(cfg, host, arena.dry_twin(), &dropped, transient_chains)?;
             let fits = timed.step_bytes <= bound && timed.total() <= capacity;
             if fits {
                 fitted = Some(timed);
@@ -619,12 +612,7 @@ fn time_convolutions(
     )?;
     match (settled, fitted) {
         (Some(limit), Some(timed)) => {
-            // The search tried each limit for a fit only: the choice kept
-            // is made as cheap as it can be under the arena's final one.
-            *needs = match budgeted {
-                true => budget::polish(cfg, host, &|| arena.dry_twin(), timed, bound, &speed)?,
-                false => timed,
-            };
+            *needs = timed;
             Ok(ConvTuning {
                 changed,
                 workspace_limit: limit,
@@ -764,14 +752,11 @@ pub fn prepare_in(cfg: &TrainConfig, join: Option<Join>) -> Result<(Session, Run
         workspace_growth: cfg.workspace_growth,
         conv_tuning,
         legacy_bf16_convolutions,
-        recomputed: (!needs.dropped.is_empty()).then(|| {
-            let extra = extra_seconds(&needs.candidates, &needs.dropped, &speed);
-            (
-                needs.dropped.len(),
-                needs.candidates.len(),
-                extra,
-                needs.transient_chains,
-            )
+        recomputed: (!needs.dropped.is_empty()).then(|| RecomputePlan {
+            dropped: needs.dropped.clone(),
+            candidates: needs.candidates.len(),
+            predicted_extra_seconds: extra_seconds(&needs.candidates, &needs.dropped, &speed),
+            transient_chains: needs.transient_chains,
         }),
     };
     Ok((session, info))

@@ -56,11 +56,26 @@ pub struct RunInfo {
     /// its slower legacy API: each shape and what the graph API said.
     pub legacy_bf16_convolutions: Vec<(crate::backend::cuda::ConvDims, String)>,
     /// Under a memory budget (or a given arena too small for the step):
-    /// the convolution and block outputs the step recomputes in backward,
-    /// of those it has, and the seconds a step that adds by the device's
-    /// cost model.
-    /// Last, whether chains of them are made again for each reader.
-    pub recomputed: Option<(usize, usize, f64, bool)>,
+    /// what the step recomputes in backward rather than keep.
+    pub recomputed: Option<RecomputePlan>,
+}
+
+/// The convolution and block outputs a training step recomputes in
+/// backward (under a memory budget): the choice `bumpgrad memory` reports
+/// for the same settings.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RecomputePlan {
+    /// The recomputed candidates, by their index in the order the step
+    /// makes them...
+    pub dropped: Vec<u32>,
+    /// ...of this many...
+    pub candidates: usize,
+    /// ...the seconds a step takes longer for it, by the device's cost
+    /// model...
+    pub predicted_extra_seconds: f64,
+    /// ...and whether chains of them are made again for each reader
+    /// rather than held.
+    pub transient_chains: bool,
 }
 
 /// One epoch, as `--json` prints it.
@@ -101,6 +116,11 @@ pub struct EpochReport {
     /// library call counts once).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernels_per_step: Option<usize>,
+    /// On the GPU: the work bumpgrad itself queued for a step (kernels,
+    /// library calls, copies, fills), each of which a graph holds as one
+    /// node or more (a library call may expand to several kernels).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ops_per_step: Option<usize>,
     /// With `--profile`: the sum of one step's op times on the GPU, the floor
     /// a step could reach with no gaps between kernels...
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -91,7 +91,8 @@ impl Observer for Printer {
         // Held workspaces cost time too: the prediction is the budget's
         // whole cost, recomputation and slower algorithms together.
         let lost = info.conv_tuning.map_or(0.0, |t| t.seconds_lost);
-        if let Some((dropped, of, extra, transient)) = info.recomputed {
+        if let Some(plan) = &info.recomputed {
+            let (dropped, of, extra) = (plan.dropped.len(), plan.candidates, plan.predicted_extra_seconds);
             let slower = match lost > 0.0 {
                 true => format!(
                     ": {:.2} recomputing, {:.2} in slower convolution algorithms",
@@ -102,7 +103,7 @@ impl Observer for Printer {
             };
             self.say(&format!(
                 "memory: the step recomputes {dropped} of its {of} convolution and block outputs in backward rather than keep them{}, to fit {} (predicted {:.2} ms more a step{slower})",
-                if transient { ", chains of them made again for each reader" } else { "" },
+                if plan.transient_chains { ", chains of them made again for each reader" } else { "" },
                 if info.arena_size_measured { "--memory-budget" } else { "--arena-size" },
                 (extra + lost) * 1e3,
             ));

@@ -91,12 +91,6 @@ pub(super) fn speed(cfg: &TrainConfig, device: &Device) -> Speed {
     Speed::of(super::device_kind(device), cfg.precision, device.threads())
 }
 
-/// The cost model of a GPU run of `cfg` (for an arena whose device is
-/// held by the arena itself).
-pub(super) fn gpu_speed(cfg: &TrainConfig) -> Speed {
-    Speed::of(DeviceKind::Cuda, cfg.precision, 1)
-}
-
 /// Seconds recomputing `dropped` of `candidates` adds to a step: each
 /// once, or as many times as a dry step counted it made again (chains
 /// remade for each reader).
