@@ -204,13 +204,16 @@ fn a_memory_budget_trains_on_the_gpu_as_on_the_cpu() {
     assert_same_losses("cpu vs gpu", &cpu, &gpu, 2e-3);
 }
 
-/// Under a budget near the least step, the timed algorithms' workspaces
-/// are held down, and the run says what that costs by cuDNN's timings:
-/// more than nothing, less than the step itself takes.
+/// Under a budget near the least step, with timed convolutions (the
+/// default): the run recomputes exactly what `bumpgrad memory` reports for
+/// the same settings (the same outputs, the same way with chains), holds
+/// the timed algorithms' workspaces down rather than recompute more, says
+/// what that costs by cuDNN's timings (more than nothing, less than the
+/// step itself takes), and trains within the budget on its plan.
 #[test]
-fn held_workspaces_are_priced_by_the_timed_algorithms() {
+fn held_workspaces_are_priced_and_the_run_recomputes_what_memory_reports() {
     use bumpgrad::models::{Depth, ResNet};
-    use bumpgrad::train::{memory_report, prepare};
+    use bumpgrad::train::{memory_report, prepare, StepKind};
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(_probe) = gpu("held_workspaces") else {
         return;
@@ -221,21 +224,48 @@ fn held_workspaces_are_priced_by_the_timed_algorithms() {
         model: ResNet::choice(Depth::R18, 0.5),
         data_dir: "synthetic:cifar10:1024".into(),
         batch: 256,
+        epochs: 2,
         memory_budget: budget,
         ..TrainConfig::default()
     };
     let (free, _) = memory_report(&cfg(None)).expect("plan");
     // The tightest of a few fractions the heuristic's step meets.
-    let budget = [30, 40, 50, 60]
+    let (budget, reported) = [30, 40, 50, 60]
         .iter()
         .map(|pct| free.plan_peak_bytes / 100 * pct)
-        .find(|&b| memory_report(&cfg(Some(b))).is_ok())
+        .find_map(|b| memory_report(&cfg(Some(b))).ok().map(|(r, _)| (b, r)))
         .expect("some budget fits");
-    let (_, info) = prepare(&cfg(Some(budget))).expect("prepare");
+    let reported = reported.recomputed.expect("the report says what is recomputed");
+    let (mut session, info) = prepare(&cfg(Some(budget))).expect("prepare");
     let tuning = info.conv_tuning.expect("a GPU times its convolutions");
-    eprintln!("budget {budget}: {tuning:?}");
+    let followed = info.recomputed.clone().expect("the run recomputes");
+    eprintln!(
+        "held_workspaces: budget {budget}: {tuning:?}; memory recomputes {:?} ({} chains remade), the run {:?}",
+        reported.which, reported.transient_chains, followed
+    );
+    assert_eq!(
+        (&followed.dropped, followed.transient_chains),
+        (&reported.which, reported.transient_chains),
+        "the run recomputes what `memory` reported for the same settings"
+    );
     assert!(tuning.kept && tuning.workspace_limit.is_some(), "{tuning:?}");
     assert!(tuning.seconds_lost > 0.0 && tuning.seconds_lost < 1.0, "{tuning:?}");
+    let planned = info
+        .memory
+        .as_ref()
+        .expect("a memory plan")
+        .plans
+        .iter()
+        .find(|p| p.key == StepKind::Train as u32)
+        .expect("a training plan")
+        .peak;
+    assert!(planned <= budget, "the plan's peak {planned} above the budget {budget}");
+    let mut seen = Collect(Vec::new());
+    for epoch in 1..=2 {
+        let r = session.epoch(epoch, &mut seen).expect("epoch");
+        assert_eq!(r.arena.step_high_water_bytes, planned, "epoch {epoch} left its plan");
+        assert!(r.train_loss.is_finite(), "epoch {epoch}: loss {}", r.train_loss);
+    }
 }
 
 /// The least step the GPU's planner finds (chains of drops remade for each
