@@ -35,29 +35,47 @@ pub(crate) fn apart(a: &[f32], b: &[f32]) -> f32 {
 /// Runs `body` on the GPU in fp32 and in bf16 and holds every tensor it
 /// returns to within `tol` of the scale of fp32's; returns the bf16 run's
 /// tensors. At least one tensor must differ from fp32's in some bit: were
-/// the bf16 path not taken, both runs would be fp32's.
+/// the bf16 path not taken, both runs would be fp32's. Every bf16
+/// convolution the bf16 run's own device planned ran on the graph API.
 pub(crate) fn same_in_bf16(test: &str, tol: f32, body: &Body) -> Option<Vec<(&'static str, Vec<f32>)>> {
+    bf16_against_fp32(test, tol, body).map(|(on_bf16, _)| on_bf16)
+}
+
+/// [`same_in_bf16`] for a body with convolutions: at least one ran in
+/// bf16, on the graph API.
+pub(crate) fn same_in_bf16_with_convolutions(test: &str, tol: f32, body: &Body) {
+    if let Some((_, convolutions)) = bf16_against_fp32(test, tol, body) {
+        assert!(convolutions > 0, "{test}: no bf16 convolution ran");
+    }
+}
+
+/// [`same_in_bf16`]'s work, with the bf16 convolutions counted.
+fn bf16_against_fp32(test: &str, tol: f32, body: &Body) -> Option<(Vec<(&'static str, Vec<f32>)>, usize)> {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let fp32 = gpu_as(test, Precision::Fp32)?;
     let on_fp32 = run(fp32, body);
     let bf16 = gpu_as(test, Precision::Bf16).expect("the GPU opened once");
-    let on_bf16 = run(bf16, body);
+    let (on_bf16, apis) = run_seeing_convolutions(bf16, body);
     assert_within_bf16(test, tol, &on_fp32, &on_bf16);
-    assert_bf16_convolutions_on_the_graph_api(test);
-    Some(on_bf16)
+    let convolutions = assert_bf16_convolutions_on_the_graph_api(test, &apis);
+    Some((on_bf16, convolutions))
 }
 
-/// Every bf16 convolution planned so far runs on cuDNN's graph API: the
-/// legacy API takes bf16 only where the graph API refused it, and there
-/// a test of the bf16 path would not be testing it.
-pub(crate) fn assert_bf16_convolutions_on_the_graph_api(test: &str) {
+/// Every bf16 convolution in `apis` (those the device that ran a test
+/// planned) runs on cuDNN's graph API: the legacy API takes bf16 only
+/// where the graph API refused it, and there a test of the bf16 path
+/// would not be testing it. Returns how many bf16 convolutions there were,
+/// for callers that know there must be some.
+pub(crate) fn assert_bf16_convolutions_on_the_graph_api(test: &str, apis: &ConvApis) -> usize {
     use bumpgrad::backend::cuda::ConvApi;
-    let device = gpu(test).expect("the GPU opened once");
-    for (dims, api) in device.convolution_apis() {
+    let mut bf16 = 0;
+    for (dims, api) in apis {
         if dims.dtype == DType::Bf16 {
-            assert_eq!(api, ConvApi::Graph, "{test}: bf16 convolution {dims:?}");
+            assert_eq!(*api, ConvApi::Graph, "{test}: bf16 convolution {dims:?}");
+            bf16 += 1;
         }
     }
+    bf16
 }
 
 /// Every tensor of `on_bf16` within `tol` of the scale of `on_fp32`'s (the
@@ -149,7 +167,7 @@ fn relu_in_bf16_is_fp32s_rounded() {
 /// convolution with bias) matches fp32's NCHW one.
 #[test]
 fn a_channels_last_slice_in_bf16_matches_fp32() {
-    same_in_bf16("bf16 channels-last slice", BF16_TOL, &|s| {
+    same_in_bf16_with_convolutions("bf16 channels-last slice", BF16_TOL, &|s| {
         let (x, h) = input(s, "x", Shape::new(&[4, 16, 12, 12]), 21)?;
         let layout = s.compute_layout();
         let h = h.to_layout(s, layout)?;
@@ -175,7 +193,7 @@ fn a_channels_last_slice_in_bf16_matches_fp32() {
 /// reads back as fp32's.
 #[test]
 fn conv2d_in_bf16_runs_on_the_tensor_cores_within_bf16s_rounding() {
-    same_in_bf16("bf16 conv2d", BF16_TOL, &|s| {
+    same_in_bf16_with_convolutions("bf16 conv2d", BF16_TOL, &|s| {
         let (x, h) = input(s, "x", Shape::new(&[8, 64, 16, 16]), 3)?;
         let w = s.variable("w", Shape::new(&[64, 64, 3, 3]), &values(64 * 64 * 9, 4))?;
         let y = h.conv2d(s, w, None, Conv2dArgs { stride: 1, padding: 1 })?;
@@ -186,7 +204,7 @@ fn conv2d_in_bf16_runs_on_the_tensor_cores_within_bf16s_rounding() {
 
 #[test]
 fn conv2d_with_bias_and_stride_in_bf16_matches_fp32() {
-    same_in_bf16("bf16 conv2d+bias", BF16_TOL, &|s| {
+    same_in_bf16_with_convolutions("bf16 conv2d+bias", BF16_TOL, &|s| {
         let (x, h) = input(s, "x", Shape::new(&[3, 5, 9, 9]), 5)?;
         let w = s.variable("w", Shape::new(&[4, 5, 3, 3]), &values(180, 6))?;
         let b = s.variable("b", Shape::new(&[4]), &values(4, 7))?;
@@ -226,7 +244,7 @@ fn cross_entropy_of_bf16_logits_is_an_fp32_loss() {
 /// (`add_assign_bf16`).
 #[test]
 fn a_bf16_tensor_used_twice_accumulates_both_gradients() {
-    same_in_bf16("bf16 used twice", BF16_TOL, &|s| {
+    same_in_bf16_with_convolutions("bf16 used twice", BF16_TOL, &|s| {
         let (x, h) = input(s, "x", Shape::new(&[4, 8, 6, 6]), 12)?;
         let w = s.variable("w", Shape::new(&[8, 8, 3, 3]), &values(576, 13))?;
         let a = h.relu(s)?;
@@ -243,7 +261,7 @@ fn a_bf16_tensor_used_twice_accumulates_both_gradients() {
 /// each convolution through a conversion of its own.
 #[test]
 fn a_bf16_tensor_read_by_two_convolutions_gets_both_input_gradients() {
-    same_in_bf16("bf16 read by two convolutions", BF16_TOL, &|s| {
+    same_in_bf16_with_convolutions("bf16 read by two convolutions", BF16_TOL, &|s| {
         let (x, h) = input(s, "x", Shape::new(&[4, 16, 8, 8]), 14)?;
         let (dtype, layout) = (s.compute_dtype(), s.compute_layout());
         let h = h.convert(s, dtype, layout)?;
@@ -335,12 +353,17 @@ fn trains_in_bf16_as_in_fp32(test: &str, cfg: TrainConfig, loss_tol: f64, accura
         f.test_accuracy
     );
     assert_same_losses(&format!("{test}: bf16 vs fp32"), &on_fp32, &on_bf16, loss_tol);
-    assert_bf16_convolutions_on_the_graph_api(test);
+    let convolutions = assert_bf16_convolutions_on_the_graph_api(test, &session.arena().convolution_apis());
+    assert!(convolutions > 0, "{test}: the bf16 run planned no bf16 convolution");
 }
 
 #[test]
 fn a_resnet18_trains_on_mnist_in_bf16_as_in_fp32() {
     use bumpgrad::models::{Depth, ResNet};
+    // Deterministic convolutions in both runs, so that what parts them is
+    // the precision alone, the same every run: with timed (atomic)
+    // algorithms two runs of one precision part too, and an accuracy
+    // bound would hold their noise as well.
     let cfg = TrainConfig {
         device: DeviceRequest::Cuda,
         model: ResNet::choice(Depth::R18, 0.25),
@@ -348,6 +371,7 @@ fn a_resnet18_trains_on_mnist_in_bf16_as_in_fp32() {
         epochs: 2,
         batch: 128,
         lr: 0.05,
+        deterministic: true,
         ..TrainConfig::default()
     };
     // The whole of MNIST: on 8,000 images the last epoch's test accuracy
