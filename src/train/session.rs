@@ -129,6 +129,7 @@ pub struct Session {
     profiled: Option<StepProfile>,
     profile_reported: bool,
     kernels_per_step: Option<usize>,
+    ops_per_step: Option<usize>,
     /// Free device memory after the first training step (GPU only).
     first_step_free: Option<usize>,
 }
@@ -272,6 +273,7 @@ impl Session {
             profiled: None,
             profile_reported: false,
             kernels_per_step: None,
+            ops_per_step: None,
             first_step_free: None,
         })
     }
@@ -503,13 +505,11 @@ impl Session {
                 let graph = self.arena.capture_step(key, body);
                 self.arena.pause_op_timing();
                 let graph = graph?;
+                let ops = (self.arena.ops_queued().unwrap_or(0) - ops_before) as usize;
                 // Two event nodes bracket each op when timing.
-                let events = if timing {
-                    2 * (self.arena.ops_queued().unwrap_or(0) - ops_before) as usize
-                } else {
-                    0
-                };
+                let events = if timing { 2 * ops } else { 0 };
                 self.kernels_per_step = Some(graph.nodes() - events);
+                self.ops_per_step = Some(ops);
                 self.graph = Some(graph);
                 self.profile &= timing;
             }
@@ -527,6 +527,7 @@ impl Session {
             let ops = self.arena.ops_queued().zip(ops_before).map(|(a, b)| (a - b) as usize);
             if !self.use_graph {
                 self.kernels_per_step = self.kernels_per_step.or(ops);
+                self.ops_per_step = self.ops_per_step.or(ops);
             }
             if timing {
                 let span = self.arena.read_op_times(&mut self.op_times)?;
@@ -737,6 +738,7 @@ impl Session {
             device_free_bytes_first_step: self.first_step_free,
             graph: self.use_graph,
             kernels_per_step: self.kernels_per_step,
+            ops_per_step: self.ops_per_step,
             kernel_seconds_per_step: self.profiled.as_ref().map(|p| p.kernel_seconds),
             span_seconds_per_step: self.profiled.as_ref().and_then(|p| p.span_seconds),
         };
