@@ -7,27 +7,29 @@
 //! Step tensors carry the step's lifetime, so keeping one past its reset
 //! does not compile. On a GPU a whole step is captured once as a CUDA graph.
 //!
-//! The crate, from the bottom up:
+//! The crate, from the bottom up (the layers of `docs/ARCHITECTURE.md`):
+//! - [`rng`]: the small PRNG that initialisation, shuffling and dropout
+//!   share, below every layer that draws numbers;
 //! - [`memory`]: the arena, its regions, statistics, liveness plans, the
 //!   memory report, typed handles and shapes: bytes only, reaching device
 //!   capabilities (graphs, timing) through methods of the backend;
 //! - [`backend`]: where memory lives and kernels run (CPU, CUDA, and a dry
-//!   backend that measures) — the only home of `unsafe`;
+//!   backend that measures) — the home of `unsafe`, but for the launcher's
+//!   two `libc` calls in `distributed`;
 //! - [`tensor`]: step tensors, persistent parameters and data sets;
 //! - [`autograd`]: the step scope (`Arena::step`), the tape and backward;
 //! - [`ops`]: one folder per op — forward, backward, kernels, tests;
 //! - [`nn`]: parameters with names in slabs (`ParamBuilder`,
 //!   `ParamStore`), and the `Model` and `Optimizer` traits;
-//! - [`models`]: networks built from ops and `nn` (the MNIST CNN);
+//! - [`data`]: IDX files, MNIST, CIFAR-10, the epoch's shuffled order;
+//! - [`models`]: networks built from ops and `nn` (the MNIST CNN, ResNet-18
+//!   and -50, SqueezeNet);
 //! - [`optim`]: optimizers updating the parameter slab in place;
-//! - [`data`]: IDX files, MNIST, the epoch's shuffled order;
-//! - [`rng`]: the small PRNG that initialisation, shuffling and dropout
-//!   share, below every layer that draws numbers;
+//! - [`distributed`]: data-parallel training — rendezvous, the `--gpus`
+//!   launcher, gradient buckets summed during backward;
 //! - [`checkpoint`]: a run's state as atomic, checksummed safetensors files;
 //! - [`train`]: sizing, the training loop, checkpoints and resume, reports,
-//!   used by the CLI;
-//! - [`distributed`]: data-parallel training — rendezvous, the `--gpus`
-//!   launcher, gradient buckets summed during backward.
+//!   used by the CLI.
 //!
 //! A step in miniature: one named parameter in a store, three steps of SGD.
 //!
