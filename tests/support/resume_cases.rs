@@ -71,7 +71,8 @@ fn small(on: &TrainConfig) -> TrainConfig {
 /// then one of 8): its batch norms' running statistics and
 /// `num_batches_tracked` live in the parameter store's buffers, which no
 /// training loss reads (a step normalises by its batch's statistics), so
-/// only the final state and the test accuracy show whether they came back.
+/// only the final state shows whether they came back (the test accuracy,
+/// which reads them, is near chance after these 12 steps: 8 to 11%).
 pub fn resnet(on: &TrainConfig) -> Case {
     Case {
         name: "resnet",
@@ -368,9 +369,10 @@ pub fn stop_and_resume(case: &Case) -> (Run, Run) {
     (straight, resumed)
 }
 
-/// Every difference between `b` and `a` (the reference) from step `from`
-/// on: step losses, epoch losses and accuracies, steps done, and the final
-/// state tensor by tensor, bit for bit; empty when they are the same run.
+/// Every difference of `b` from `a` (the reference) from step `from` on,
+/// each written "`b`'s value against `a`'s": step losses, epoch losses and
+/// accuracies, steps done, and the final state tensor by tensor, bit for
+/// bit; empty when they are the same run.
 pub fn differences(a: &Run, b: &Run, from: (usize, usize)) -> Vec<String> {
     let mut out = Vec::new();
     let want: Vec<_> = a.steps.iter().filter(|s| (s.0, s.1) >= from).collect();
@@ -384,11 +386,13 @@ pub fn differences(a: &Run, b: &Run, from: (usize, usize)) -> Vec<String> {
         ));
     }
     for (w, g) in want.iter().zip(&b.steps) {
-        if (w.0, w.1, w.2.to_bits()) != (g.0, g.1, g.2.to_bits()) {
+        if (w.0, w.1) != (g.0, g.1) {
             out.push(format!(
-                "epoch {} step {}: loss {} (epoch {} step {} of the other run: {})",
-                g.0, g.1, g.2, w.0, w.1, w.2
+                "heard epoch {} step {} where epoch {} step {} was due",
+                g.0, g.1, w.0, w.1
             ));
+        } else if w.2.to_bits() != g.2.to_bits() {
+            out.push(format!("epoch {} step {}: loss {} against {}", g.0, g.1, g.2, w.2));
         }
     }
     let want: Vec<_> = a.reports.iter().filter(|r| r.epoch >= from.0).collect();
@@ -414,7 +418,7 @@ pub fn differences(a: &Run, b: &Run, from: (usize, usize)) -> Vec<String> {
     }
     for t in &b.state {
         let Some(w) = a.state.iter().find(|w| w.name == t.name) else {
-            out.push(format!("{} is only in one state", t.name));
+            out.push(format!("{} is not in the other state", t.name));
             continue;
         };
         if w.shape != t.shape {
@@ -434,6 +438,9 @@ pub fn differences(a: &Run, b: &Run, from: (usize, usize)) -> Vec<String> {
                 w.values[i]
             ));
         }
+    }
+    for w in a.state.iter().filter(|w| !b.state.iter().any(|t| t.name == w.name)) {
+        out.push(format!("{} is missing", w.name));
     }
     out
 }
@@ -550,7 +557,7 @@ pub fn assert_same_from(case: &Case, straight: &Run, resumed: &Run) {
     let differ = differences(straight, resumed, from);
     assert!(
         differ.is_empty(),
-        "{name}: resumed at epoch {} step {}, the run differs from the uninterrupted one:\n  {}",
+        "{name}: resumed at epoch {} step {}, the run differs from the uninterrupted one (resumed against uninterrupted):\n  {}",
         from.0,
         from.1,
         differ.join("\n  ")
