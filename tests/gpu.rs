@@ -39,6 +39,8 @@ mod optim_fixtures;
 mod pools;
 #[path = "gpu/precision.rs"]
 mod precision;
+#[path = "gpu/resume.rs"]
+mod resume;
 
 #[path = "gpu/bf16.rs"]
 mod bf16;
@@ -739,54 +741,6 @@ fn an_arena_larger_than_the_gpu_is_a_clear_error() {
         Err(other) => panic!("expected a device allocation error, got {other}"),
         Ok(_) => panic!("16 TiB cannot be allocated"),
     }
-}
-
-#[test]
-fn a_run_resumed_on_the_gpu_continues_where_it_stopped() {
-    use bumpgrad::train::{CheckpointPolicy, Every};
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(_probe) = gpu("gpu_resume") else { return };
-    drop(_probe);
-    let dir = |name: &str| std::env::temp_dir().join(format!("bumpgrad-gpu-resume-{name}-{}", std::process::id()));
-    let cfg = |dir: &std::path::Path, epochs| TrainConfig {
-        train_limit: Some(3000),
-        checkpoints: Some(CheckpointPolicy {
-            dir: dir.to_path_buf(),
-            every: Some(Every::Epochs(1)),
-            keep: 2,
-        }),
-        ..gpu_config(epochs)
-    };
-    let (straight, split) = (dir("straight"), dir("split"));
-    let _ = (std::fs::remove_dir_all(&straight), std::fs::remove_dir_all(&split));
-    let whole = train_on(&cfg(&straight, 2));
-    train_on(&cfg(&split, 1));
-    let resumed = train_on(&TrainConfig {
-        resume: Some(split.clone()),
-        ..cfg(&split, 2)
-    });
-    // A resumed run starts at epoch 2; one that ignored the checkpoint
-    // would train epochs 1 and 2 again.
-    assert_eq!(
-        resumed.iter().map(|r| r.epoch).collect::<Vec<_>>(),
-        vec![2],
-        "the resumed run skips the epoch it was given"
-    );
-    assert_same_curve("resumed vs straight", &whole[1..], &resumed, 1e-4);
-    let newest = |d: &std::path::Path| bumpgrad::checkpoint::latest_valid(d).unwrap().unwrap().checkpoint;
-    let (a, b) = (newest(&straight), newest(&split));
-    assert_eq!(a.step, b.step);
-    assert_eq!(
-        a.tensors.len(),
-        b.tensors.len(),
-        "the checkpoints hold the same tensors"
-    );
-    for (x, y) in a.tensors.iter().zip(&b.tensors) {
-        assert_eq!(x.name, y.name);
-        // cuDNN's weight-gradient algorithm may sum in another order.
-        assert_close(&format!("resumed {}", x.name), &x.values, &y.values);
-    }
-    let _ = (std::fs::remove_dir_all(&straight), std::fs::remove_dir_all(&split));
 }
 
 #[test]

@@ -344,3 +344,44 @@ fn a_diverging_run_stops_at_the_step_and_keeps_the_last_good_checkpoint() {
     assert_eq!(last.step, diverged_at - 1, "{err}");
     assert!(last.tensors.iter().all(|t| t.values.iter().all(|v| v.is_finite())));
 }
+
+/// Stopped mid-epoch after a periodic checkpoint and resumed from it, on the
+/// CPU: one body for every case (`support/resume_cases.rs`).
+#[path = "support/resume_cases.rs"]
+mod resume_cases;
+
+fn resumes_bit_for_bit(case: fn(&TrainConfig) -> resume_cases::Case) {
+    let on_the_cpu = TrainConfig {
+        device: DeviceRequest::Cpu,
+        threads: 2,
+        ..TrainConfig::default()
+    };
+    let case = case(&on_the_cpu);
+    let (straight, resumed) = resume_cases::stop_and_resume(&case);
+    resume_cases::assert_same_from(&case, &straight, &resumed);
+}
+
+#[test]
+fn a_resnet_resumed_mid_epoch_gets_its_batch_norm_statistics_back() {
+    resumes_bit_for_bit(resume_cases::resnet);
+}
+
+#[test]
+fn adamw_resumed_mid_epoch_continues_its_moments_and_update_count() {
+    resumes_bit_for_bit(resume_cases::adamw);
+}
+
+#[test]
+fn a_warm_up_schedule_resumed_mid_epoch_continues_where_it_was() {
+    resumes_bit_for_bit(resume_cases::warmup);
+}
+
+#[test]
+fn augmentation_resumed_mid_epoch_continues_its_draws() {
+    resumes_bit_for_bit(resume_cases::augment);
+}
+
+#[test]
+fn a_run_under_a_memory_budget_resumed_mid_epoch_recomputes_as_before() {
+    resumes_bit_for_bit(resume_cases::budget);
+}

@@ -130,15 +130,35 @@ struct Straight {
     file: PathBuf,
 }
 
+/// How far the test accuracy of epoch 2 resumed in the other precision may
+/// be from the epoch 2 of the run that saved the checkpoint: 2 points, 20
+/// of the 1,000 test images. The two epochs start from the same weights,
+/// running statistics and momentum and see the same batches in the same
+/// order with the same (deterministic) algorithms, so only bf16's rounding
+/// over 50 steps parts them, where `bf16.rs` holds whole bf16 and fp32 runs
+/// (two epochs apart from the first step) to 1 point on the whole of
+/// MNIST; twice that here, for a test set a tenth the size and a network
+/// whose running statistics still move from batch to batch. A resumed
+/// model that is not the saved one (other weights, a broken evaluation) is
+/// tens of points off. The test prints the gap it meets.
+const ACCURACY_ACROSS_PRECISIONS: f64 = 0.02;
+
 /// A checkpoint written after epoch 1 of an fp32 run resumes in bf16 for
 /// epoch 2, and one of a bf16 run in fp32: the two runs' checkpoint files
 /// declare the same tensors, all fp32 (master weights, running statistics
 /// and momentum, never bf16 copies); right after the resume the session
-/// holds the checkpoint's tensors bit for bit; and the resumed epoch's
-/// loss is within bf16's tolerance both of the run that wrote the
-/// checkpoint (its epoch 2, from the same state) and of an uninterrupted
-/// run in the resumed precision. A resume that loaded nothing would train
-/// epoch 2 from fresh weights, at about epoch 1's loss.
+/// holds the checkpoint's tensors bit for bit. Every run uses deterministic
+/// algorithms, so a checkpoint resumed in the precision that wrote it
+/// trains epoch 2 exactly as the run that wrote it did (loss and accuracy,
+/// bit for bit), and a resume in the other precision differs from that run
+/// by the precision alone: its epoch 2 starts from the same state and sees
+/// the same batches, and its loss is held within `BF16_VS_FP32` of that
+/// run's epoch 2, its test accuracy within `ACCURACY_ACROSS_PRECISIONS`.
+/// It is not compared with an uninterrupted run in the other precision,
+/// which took another path through epoch 1 (the fp32 checkpoint resumed in
+/// bf16 was 5.81% from it on the H200, loss 0.22089 against 0.23453). A
+/// resume that loaded nothing would train epoch 2 from fresh weights, at
+/// about epoch 1's loss.
 #[test]
 fn a_checkpoint_resumes_across_precisions_bf16() {
     use bumpgrad::train::{prepare, CheckpointPolicy, Every, Position};
@@ -146,13 +166,17 @@ fn a_checkpoint_resumes_across_precisions_bf16() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(_probe) = gpu(test) else { return };
     drop(_probe);
+    let deterministic = |precision| TrainConfig {
+        deterministic: true,
+        ..narrow_mnist(precision)
+    };
     let saving = |precision, dir: &Path| TrainConfig {
         checkpoints: Some(CheckpointPolicy {
             dir: dir.to_path_buf(),
             every: Some(Every::Epochs(1)),
             keep: 2,
         }),
-        ..narrow_mnist(precision)
+        ..deterministic(precision)
     };
     // Two uninterrupted runs, each writing a checkpoint after either epoch.
     let mut straight = Vec::new();
@@ -173,6 +197,15 @@ fn a_checkpoint_resumes_across_precisions_bf16() {
         });
     }
     let [fp32, bf16] = [&straight[0], &straight[1]];
+    // For reference only: the two precisions apart over two epochs.
+    let (f, b) = (&fp32.reports[1], &bf16.reports[1]);
+    gap(test, "uninterrupted bf16 vs fp32, epoch 2", f.train_loss, b.train_loss);
+    let _ = writeln!(
+        std::io::stderr(),
+        "{test}: uninterrupted bf16 vs fp32, epoch 2: test accuracy {} against {}",
+        b.test_accuracy,
+        f.test_accuracy
+    );
     // The same tensors, names, types and shapes, whichever precision wrote
     // them; optimizer state among them.
     let (a, b) = (declared(&fp32.file), declared(&bf16.file));
@@ -206,10 +239,10 @@ fn a_checkpoint_resumes_across_precisions_bf16() {
         fp32.reports[0].train_loss,
         fp32.reports[1].train_loss
     );
-    // Each checkpoint resumed in the other precision.
-    for (saved, into) in [(fp32, bf16), (bf16, fp32)] {
+    // Each checkpoint resumed in its own precision, then in the other.
+    for (saved, into) in [(fp32, fp32), (fp32, bf16), (bf16, bf16), (bf16, fp32)] {
         let what = format!("{:?} resumed in {:?}", saved.precision, into.precision);
-        let (mut session, _) = prepare(&narrow_mnist(into.precision)).expect("prepare");
+        let (mut session, _) = prepare(&deterministic(into.precision)).expect("prepare");
         let at = session
             .resume(&saved.after_one)
             .unwrap_or_else(|e| panic!("{test}: {what}: {e}"));
@@ -220,27 +253,45 @@ fn a_checkpoint_resumes_across_precisions_bf16() {
         let mut seen = Collect(Vec::new());
         let resumed = session.epoch(2, &mut seen).expect("epoch 2");
         assert_eq!(resumed.precision, into.precision, "{test}: {what}");
-        let (continued, uninterrupted) = (&saved.reports[1], &into.reports[1]);
-        let from_same_state = gap(
+        // The run that saved the checkpoint, from the same state.
+        let continued = &saved.reports[1];
+        let loss_gap = gap(
             test,
             &format!("{what}, epoch 2 vs the run that saved it"),
             continued.train_loss,
             resumed.train_loss,
         );
-        let as_straight = gap(
-            test,
-            &format!("{what}, epoch 2 vs an uninterrupted {:?} run", into.precision),
-            uninterrupted.train_loss,
-            resumed.train_loss,
+        let accuracy_gap = (resumed.test_accuracy - continued.test_accuracy).abs();
+        let _ = writeln!(
+            std::io::stderr(),
+            "{test}: {what}, epoch 2 vs the run that saved it: test accuracy {} against {} ({:.1} points)",
+            resumed.test_accuracy,
+            continued.test_accuracy,
+            100.0 * accuracy_gap
         );
-        assert!(
-            from_same_state <= BF16_VS_FP32,
-            "{test}: {what}: epoch 2 left the run it continues"
-        );
-        assert!(
-            as_straight <= BF16_VS_FP32,
-            "{test}: {what}: epoch 2 is not an uninterrupted run's"
-        );
+        if saved.precision == into.precision {
+            assert_eq!(
+                (resumed.train_loss.to_bits(), resumed.test_accuracy.to_bits()),
+                (continued.train_loss.to_bits(), continued.test_accuracy.to_bits()),
+                "{test}: {what}: epoch 2 is not the one of the run that saved the checkpoint (loss {} against {}, accuracy {} against {}), so a comparison across precisions would not compare the precision alone",
+                resumed.train_loss,
+                continued.train_loss,
+                resumed.test_accuracy,
+                continued.test_accuracy
+            );
+        } else {
+            assert!(
+                loss_gap <= BF16_VS_FP32,
+                "{test}: {what}: epoch 2's loss left the run it continues"
+            );
+            assert!(
+                accuracy_gap <= ACCURACY_ACROSS_PRECISIONS,
+                "{test}: {what}: epoch 2's test accuracy {} is {:.1} points from the {} of the run it continues",
+                resumed.test_accuracy,
+                100.0 * accuracy_gap,
+                continued.test_accuracy
+            );
+        }
     }
     for run in &straight {
         let _ = std::fs::remove_dir_all(&run.dir);
