@@ -541,7 +541,7 @@ pub fn assert_same_from(case: &Case, straight: &Run, resumed: &Run) {
     assert_whole_state(&format!("{name}, resumed"), case, resumed);
     if let Some(budget) = case.cfg.memory_budget {
         for (what, run) in [("uninterrupted", straight), ("resumed", resumed)] {
-            let recomputed = run.info.recomputed.map_or(0, |r| r.dropped.len());
+            let recomputed = run.info.recomputed.as_ref().map_or(0, |r| r.dropped.len());
             assert!(recomputed > 0, "{name}, {what}: nothing recomputed");
             for r in &run.reports {
                 assert!(
