@@ -22,6 +22,8 @@ use bumpgrad::{Arena, ArenaError, Device, Error, Shape, Step, Tensor};
 use std::io::Write;
 use std::sync::Mutex;
 
+#[path = "support/skip.rs"]
+mod skip;
 #[path = "support/used_twice.rs"]
 mod used_twice;
 
@@ -61,32 +63,10 @@ mod data;
 /// figure that another test's arena would change.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// How many GPUs this run insists on: `BUMPGRAD_REQUIRE_GPU=N` (set by
-/// `scripts/gpu.sh` to the GPUs `nvidia-smi` lists) turns the skip of every
-/// test that needs at most N GPUs into a failure, so a GPU machine cannot
-/// pass these tests by skipping them.
-fn required_gpus() -> usize {
-    match std::env::var("BUMPGRAD_REQUIRE_GPU") {
-        Err(_) => 0,
-        Ok(v) => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("BUMPGRAD_REQUIRE_GPU={v:?}: expected a number of GPUs, e.g. 1")),
-    }
-}
-
 /// Says, where a person will see it, that `test` did not run for want of
-/// `needs` GPUs; fails instead when the run requires that many.
-fn skip(test: &str, needs: usize, why: &str) {
-    let required = required_gpus();
-    assert!(
-        needs > required,
-        "{test} needs {needs} GPU(s) and BUMPGRAD_REQUIRE_GPU={required}, but none is usable: {why}"
-    );
-    // Written to the process's stderr, not through the harness's captured
-    // `eprintln!`, so that the skip is always visible.
-    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
-}
+/// `needs` GPUs; fails instead when `BUMPGRAD_REQUIRE_GPU` requires that
+/// many (see `support/skip.rs`).
+use skip::for_want_of_gpus as skip;
 
 /// GPU `ordinal`, or `None` after saying why not (for `needs` GPUs). Only
 /// an absent GPU skips: a driver, device or library that is not there. A

@@ -6,7 +6,7 @@
 use bumpgrad::backend::DeviceRequest;
 use bumpgrad::models::{Depth, ResNet};
 use bumpgrad::train::{self, Quiet, TrainConfig};
-use bumpgrad::{Error, Setting};
+use bumpgrad::{ArenaError, ByteSize, Error, Setting};
 
 fn config(budget: Option<usize>) -> TrainConfig {
     TrainConfig {
@@ -127,11 +127,24 @@ fn an_arena_too_small_for_the_step_recomputes_to_fit_or_is_refused_as_before() {
     let bits = |r: &[train::EpochReport]| r.iter().map(|e| e.train_loss.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&reports), bits(&unbudgeted));
     assert!(reports[0].arena.step_high_water_bytes <= tight - free.persistent_bytes);
-    match run(free.persistent_bytes + free.plan_peak_bytes / 3) {
-        Err(Error::Arena(e)) => assert!(
-            e.to_string().contains(&format!("{whole}")) || e.to_string().contains("would fit"),
-            "{e}"
-        ),
+    let third = free.persistent_bytes + free.plan_peak_bytes / 3;
+    match run(third) {
+        // Either refusal names the arena that holds the whole step without
+        // recomputing: the field the CLI's hint is made from, and the text.
+        Err(Error::Arena(
+            e @ (ArenaError::StepTooLarge { would_fit, .. } | ArenaError::Exhausted { would_fit, .. }),
+        )) => {
+            assert_eq!(would_fit, whole, "the arena that would fit: {e}");
+            let text = e.to_string();
+            assert!(
+                text.ends_with(&format!("an arena of {} would fit", ByteSize(whole))),
+                "{text}"
+            );
+            assert!(
+                text.contains(&format!("{}", ByteSize(third))),
+                "the given arena: {text}"
+            );
+        }
         other => panic!("a third of the step fits no recomputation: {other:?}"),
     }
 }

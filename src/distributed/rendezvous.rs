@@ -241,14 +241,26 @@ fn lead(
     make_payload: impl FnOnce() -> Result<[u8; PAYLOAD_LEN], String>,
     log: &mut dyn FnMut(&str),
 ) -> Result<([u8; PAYLOAD_LEN], Links), DistError> {
-    let start = Instant::now();
-    let deadline = start + cfg.timeout.min(MAX_WAIT);
     // std sets SO_REUSEADDR on Unix: a port the previous run left in
     // TIME_WAIT can be listened on again at once.
     let listener = TcpListener::bind(cfg.addr.as_str()).map_err(|source| DistError::Bind {
         addr: cfg.addr.clone(),
         source,
     })?;
+    lead_on(listener, cfg, make_payload, log)
+}
+
+/// Rank 0's side of the rendezvous, on `listener` (bound to `cfg.addr`).
+/// Apart from [`lead`] for the tests, which hand rank 0 a port the system
+/// chose and bound, so that nothing can take it before rank 0 listens.
+fn lead_on(
+    listener: TcpListener,
+    cfg: &RendezvousConfig,
+    make_payload: impl FnOnce() -> Result<[u8; PAYLOAD_LEN], String>,
+    log: &mut dyn FnMut(&str),
+) -> Result<([u8; PAYLOAD_LEN], Links), DistError> {
+    let start = Instant::now();
+    let deadline = start + cfg.timeout.min(MAX_WAIT);
     // Non-blocking so that one thread can watch the deadline, the listener
     // and every waiting connection in turn.
     listener
