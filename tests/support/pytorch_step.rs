@@ -155,7 +155,7 @@ pub fn bumpgrad_step(device: Device, net: Fixture) -> Tensors {
 pub const PYTORCH_ERROR_FACTOR: f32 = 4.0;
 
 /// Asserts `ours` holds every tensor of the fixture's step (but the batch
-/// and the error figures) with its shape, each within `1e-4` of the largest
+/// and the error figures) with its shape, every value finite, each within `1e-4` of the largest
 /// magnitude of PyTorch's float64 answer, or, where PyTorch's own float32
 /// step is further off than that, within [`PYTORCH_ERROR_FACTOR`] times
 /// PyTorch's float32 error. ResNet-18 needs no such allowance (PyTorch's
@@ -164,6 +164,28 @@ pub const PYTORCH_ERROR_FACTOR: f32 = 4.0;
 /// gradients land up to 11% of scale from the float64 answer.
 pub fn assert_matches_pytorch(what: &str, net: Fixture, ours: &Tensors) {
     let expected = load(net, "step.safetensors");
+    // A NaN compares neither greater nor smaller: checked first, it cannot
+    // slip through a comparison below.
+    for (source, tensors) in [("the fixture", &expected), ("bumpgrad", ours)] {
+        let broken: Vec<String> = tensors
+            .iter()
+            .filter_map(|(name, (_, values))| {
+                let bad = values.iter().filter(|v| !v.is_finite()).count();
+                let i = values.iter().position(|v| !v.is_finite())?;
+                Some(format!(
+                    "{name}[{i}] = {} ({bad} of {} values not finite)",
+                    values[i],
+                    values.len()
+                ))
+            })
+            .collect();
+        assert!(
+            broken.is_empty(),
+            "{what}: {source} gave non-finite values in {} tensors:\n{}",
+            broken.len(),
+            broken.join("\n")
+        );
+    }
     let mut compared = 0;
     let mut wrong = Vec::new();
     for (name, (dims, want)) in &expected {
@@ -179,12 +201,14 @@ pub fn assert_matches_pytorch(what: &str, net: Fixture, ours: &Tensors) {
         }
         let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         assert!(scale > 0.0, "{what}: {name} is all zeros, which proves nothing");
+        assert_eq!(got.len(), want.len(), "{what}: {name}: length");
         let worst = want
             .iter()
             .zip(got)
             .enumerate()
             .map(|(i, (w, g))| ((w - g).abs(), i))
-            .fold((0.0f32, 0), |a, b| if b.0 > a.0 { b } else { a });
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+            .expect("a tensor holds values");
         let pytorch_error = expected
             .get(&format!("f32err.{name}"))
             .unwrap_or_else(|| panic!("{what}: the fixture has no float32 error for {name}"))
