@@ -1,7 +1,8 @@
 //! One step of a narrow ResNet-18, ResNet-50 or SqueezeNet against PyTorch's
 //! answer (`bench/pytorch_steps.py` wrote `tests/fixtures/resnet/`,
 //! `resnet50/` and `squeezenet/`): bumpgrad
-//! loads PyTorch's initial weights by name, runs a forward (in training mode;
+//! loads the fixture's weights (PyTorch's initial ones; ResNet-50's with
+//! each bottleneck's last batch-norm weight at 0.2) by name, runs a forward (in training mode;
 //! SqueezeNet's in evaluation mode, whose dropout draws differ from
 //! PyTorch's) and the backward of the mean cross-entropy on PyTorch's batch, and returns the
 //! logits, the loss, every parameter's gradient and every buffer after the
