@@ -59,6 +59,11 @@ mod cross_entropy;
 #[path = "gpu/data.rs"]
 mod data;
 
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+#[path = "gpu/zero_alloc.rs"]
+mod zero_alloc;
+
 /// GPU tests run one at a time: the free-memory test reads a device-wide
 /// figure that another test's arena would change.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());

@@ -5,12 +5,16 @@
 //! them: full steps and a shorter last one, SGD with momentum, the step
 //! region poisoned after every step, read-backs, evaluation with its own
 //! shorter last batch, the epoch reports, and a checkpoint after every step.
+//! And under a memory budget, whose steps recompute in backward what they
+//! dropped in forward.
 
 use bumpgrad::backend::DeviceRequest;
 use bumpgrad::models::{Depth, ResNet, SqueezeNet};
 use bumpgrad::nn::ModelChoice;
 use bumpgrad::optim::SgdConfig;
-use bumpgrad::train::{prepare, CheckpointPolicy, Control, EpochReport, Every, Observer, Position, TrainConfig};
+use bumpgrad::train::{
+    memory_report, prepare, CheckpointPolicy, Control, EpochReport, Every, Observer, Position, StepKind, TrainConfig,
+};
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 
@@ -77,21 +81,19 @@ fn two_epochs_allocate_nothing_between_checkpoints() {
         ("resnet18", ResNet::choice(Depth::R18, 0.125)),
         ("squeezenet", SqueezeNet::choice(0.25)),
     ] {
-        two_epochs_of(name, model);
+        two_epochs_of(name, model, None);
     }
+    // The narrow ResNet-18 under 60% of its step: convolution and block
+    // outputs are dropped in forward and made again in backward, into
+    // buffers of the step's plan, by ops the tape already holds.
+    let resnet = || ResNet::choice(Depth::R18, 0.125);
+    let (free, _) = memory_report(&config("resnet18-sized", resnet(), None)).expect("plan");
+    two_epochs_of("resnet18-budget", resnet(), Some(free.plan_peak_bytes * 3 / 5));
 }
 
-fn two_epochs_of(name: &str, model: ModelChoice) {
-    let dir = std::env::temp_dir().join(format!("bumpgrad-zero-alloc-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let policy = CheckpointPolicy {
-        dir: dir.clone(),
-        // After every step but an epoch's last (which the epoch's end
-        // follows), so the warm-up is the first step alone.
-        every: Some(Every::Steps(1)),
-        keep: 2,
-    };
-    let cfg = TrainConfig {
+/// A run of `model` as the count makes it, under memory budget `budget`.
+fn config(name: &str, model: ModelChoice, budget: Option<usize>) -> TrainConfig {
+    TrainConfig {
         device: DeviceRequest::Cpu,
         threads: 2,
         data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
@@ -106,12 +108,49 @@ fn two_epochs_of(name: &str, model: ModelChoice) {
         }
         .choice(),
         poison_step: Some(true),
-        checkpoints: Some(policy.clone()),
+        checkpoints: Some(policy(name)),
+        memory_budget: budget,
         model,
         ..TrainConfig::default()
-    };
+    }
+}
+
+fn policy(name: &str) -> CheckpointPolicy {
+    CheckpointPolicy {
+        dir: std::env::temp_dir().join(format!("bumpgrad-zero-alloc-{}-{name}", std::process::id())),
+        // After every step but an epoch's last (which the epoch's end
+        // follows), so the warm-up is the first step alone.
+        every: Some(Every::Steps(1)),
+        keep: 2,
+    }
+}
+
+fn two_epochs_of(name: &str, model: ModelChoice, budget: Option<usize>) {
+    let policy = policy(name);
+    let dir = policy.dir.clone();
+    let _ = std::fs::remove_dir_all(&dir);
+    let cfg = config(name, model, budget);
     let (mut session, info) = prepare(&cfg).expect("session");
     assert_eq!(info.steps_per_epoch, 11);
+    if budget.is_some() {
+        // The run's own report: it recomputes, and its training step's
+        // plan holds the ops that do.
+        let (dropped, candidates, ..) = info.recomputed.expect("the report says what is recomputed");
+        assert!(
+            dropped > 0 && dropped < candidates,
+            "{name}: {dropped} of {candidates} dropped"
+        );
+        let memory = info.memory.as_ref().expect("a memory plan");
+        let train = memory
+            .plans
+            .iter()
+            .find(|p| p.key == StepKind::Train as u32)
+            .expect("a training plan");
+        assert!(
+            !train.recompute_ticks.is_empty(),
+            "{name}: no op of the step recomputes"
+        );
+    }
     assert_eq!(session.optimizer().state().len(), 1, "momentum is on");
     assert!(session.arena().poisons_steps(), "poisoning is on");
     let stop = AtomicBool::new(false);

@@ -43,6 +43,14 @@ impl Backend {
         }
     }
 
+    /// The CUDA calls made so far on the GPU, by kind; `None` off the GPU.
+    pub fn cuda_calls(&self) -> Option<super::cuda::CudaCalls> {
+        match self {
+            Self::Cuda(gpu) => Some(gpu.calls()),
+            Self::Cpu(_) | Self::Dry(_) => None,
+        }
+    }
+
     /// Times the convolution algorithms on `bytes` free bytes at `offset`
     /// (see [`super::cuda::CudaBackend::tune_convolutions`]); 0 changed on
     /// a device that has nothing to time.
@@ -149,6 +157,7 @@ mod tests {
             );
             assert!(matches!(backend.end_capture(), Err(BackendError::NeedsCuda { .. })));
             assert_eq!(backend.ops_queued(), None);
+            assert_eq!(backend.cuda_calls(), None);
             assert!(!backend.enable_timing(8).unwrap());
             assert!(!backend.start_timing());
             backend.pause_timing();

@@ -348,6 +348,12 @@ impl Arena {
         self.backend.ops_queued()
     }
 
+    /// The CUDA calls the device has made so far, by kind (GPU only): a
+    /// difference of two readings is what the steps between them called.
+    pub fn cuda_calls(&self) -> Option<crate::backend::cuda::CudaCalls> {
+        self.backend.cuda_calls()
+    }
+
     /// Resets the step region to the mark and records the step's figures.
     fn reset(&mut self) -> Result<(), BackendError> {
         let used = match self.active {

@@ -8,6 +8,7 @@
 //! arena that measures a run: cuDNN's workspace sizes are the device's
 //! answer, so the measurement asks the device.
 
+use super::calls::{Call, CallCounter, CudaCalls};
 use super::cudnn::{ConvDims, ConvPlan};
 use super::kernels::{KernelSource, Kernels};
 use super::CudaError;
@@ -50,6 +51,8 @@ pub struct Gpu {
     /// The arithmetic of convolutions and matrix products, as its place in
     /// [`Precision::ALL`] (see [`Gpu::set_precision`]).
     precision: AtomicU8,
+    /// The CUDA calls made on this GPU by the backends that hold it.
+    pub(crate) calls: CallCounter,
 }
 
 /// Names each CUDA library we load, for the error when it is missing.
@@ -147,7 +150,13 @@ impl Gpu {
             sync_each_op: std::env::var_os("BUMPGRAD_CUDA_SYNC").is_some_and(|v| v != "0"),
             deterministic: AtomicBool::new(false),
             precision: AtomicU8::new(0),
+            calls: CallCounter::default(),
         }))
+    }
+
+    /// The CUDA calls made on this GPU so far (see [`CudaCalls`]).
+    pub fn calls(&self) -> CudaCalls {
+        self.calls.read()
     }
 
     /// "NVIDIA H200 (sm_90)".
@@ -157,6 +166,7 @@ impl Gpu {
 
     /// Makes this GPU's context current on the calling thread.
     pub(crate) fn enter(&self) -> Result<(), CudaError> {
+        self.calls.count(Call::Context);
         self.ctx
             .bind_to_thread()
             .map_err(|e| CudaError::failed("binding the CUDA context", e))

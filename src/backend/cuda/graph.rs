@@ -6,7 +6,7 @@
 //! the addresses the next step would use. The arena (which owns the graph's
 //! validity check) refuses a replay after its mark moved.
 
-use super::{CudaBackend, CudaError, Gpu};
+use super::{Call, CudaBackend, CudaError, Gpu};
 use crate::backend::BackendError;
 use cudarc::driver::{result as driver, sys};
 use std::sync::Arc;
@@ -53,6 +53,7 @@ impl CudaBackend {
     /// data-parallel run share a process or NCCL's own threads work.
     pub fn begin_capture(&mut self) -> Result<(), BackendError> {
         self.enter("cuStreamBeginCapture")?;
+        self.gpu.calls.count(Call::Capture);
         // SAFETY: the stream is ours and not being captured (`capturing`).
         let r = unsafe {
             driver::stream::begin_capture(
@@ -70,6 +71,7 @@ impl CudaBackend {
     pub fn end_capture(&mut self) -> Result<CapturedGraph, BackendError> {
         self.capturing = false;
         let stream = self.gpu.stream.cu_stream();
+        self.gpu.calls.count(Call::Capture);
         // SAFETY: the stream was put in capture mode by `begin_capture`.
         let graph = unsafe { driver::stream::end_capture(stream) }
             .map_err(|e| self.poison("cuStreamEndCapture", CudaError::failed("cuStreamEndCapture", e)))?;
@@ -80,6 +82,9 @@ impl CudaBackend {
             ));
         }
         let mut nodes = 0usize;
+        // Counting the nodes, then instantiating.
+        self.gpu.calls.count(Call::Capture);
+        self.gpu.calls.count(Call::Capture);
         // SAFETY: `graph` is the graph just captured; a null node array asks
         // only for the count.
         let counted = unsafe { sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut nodes) }.result();
@@ -112,6 +117,7 @@ impl CudaBackend {
         // SAFETY: the exec is alive (owned by `graph`) and belongs to this
         // GPU's context; the arena checked that the memory it addresses is
         // laid out as when it was captured.
+        self.gpu.calls.count(Call::GraphLaunch);
         let r = unsafe { driver::graph::launch(graph.exec, self.gpu.stream.cu_stream()) };
         self.ops_queued += 1;
         self.check("cuGraphLaunch", r)

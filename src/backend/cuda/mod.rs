@@ -8,6 +8,7 @@
 //! work ([`CudaError::Poisoned`]): a run never continues on state a failed
 //! kernel may have corrupted.
 
+mod calls;
 mod cudnn;
 mod error;
 mod gpu;
@@ -17,6 +18,8 @@ mod memory;
 mod nccl;
 mod timing;
 
+pub(crate) use calls::Call;
+pub use calls::CudaCalls;
 pub use cudnn::{ConvApi, ConvDims, ConvPass, WORKSPACE_LIMIT};
 pub use error::CudaError;
 use error::Sentence;
@@ -277,6 +280,7 @@ impl CudaBackend {
             drop(libs);
             changed += usize::from(r.map_err(|e| self.poison(OP, e))?);
         }
+        self.gpu.calls.count(Call::Fill);
         // SAFETY: the range was checked above and lies in the arena.
         unsafe { driver::memset_d8_async(base, 0, touched, self.gpu.stream.cu_stream()) }
             .map_err(|e| self.poison(OP, CudaError::failed("cuMemsetD8Async", e)))?;
@@ -299,6 +303,7 @@ impl CudaBackend {
 
     /// Waits for every queued kernel; reports an asynchronous error as `op`'s.
     pub fn synchronize(&mut self, op: &'static str) -> Result<(), BackendError> {
+        self.gpu.calls.count(Call::Synchronize);
         // SAFETY: the stream is alive as long as `gpu`.
         let r = unsafe { driver::stream::synchronize(self.gpu.stream.cu_stream()) };
         r.map_err(|e| self.poison(op, CudaError::failed(op, e)))
@@ -316,6 +321,11 @@ impl CudaBackend {
     /// and fills (a library call may run several kernels).
     pub fn ops_queued(&self) -> u64 {
         self.ops_queued
+    }
+
+    /// The CUDA calls made on this GPU so far (see [`CudaCalls`]).
+    pub fn calls(&self) -> CudaCalls {
+        self.gpu.calls()
     }
 
     /// Launches the kernel registered as `op` when the device was
@@ -373,6 +383,7 @@ impl CudaBackend {
             *param = storage[start..].as_mut_ptr().cast();
         }
         self.timer.before(&self.gpu, op, self.capturing);
+        self.gpu.calls.count(Call::Kernel);
         // SAFETY: `f` is a loaded kernel of ours; `params` holds one pointer
         // per parameter, in order, to a value of the parameter's size and
         // layout (the ops pass arguments in the order and types of the `.cu`
@@ -409,6 +420,7 @@ impl CudaBackend {
         // which the driver stages before returning, so `src` may be reused
         // as soon as this returns.
         self.timer.before(&self.gpu, "copy to the GPU", self.capturing);
+        self.gpu.calls.count(Call::Copy);
         let r = unsafe { driver::memcpy_htod_async(ptr, src, self.gpu.stream.cu_stream()) };
         self.finish("copy to the GPU", r)
     }
@@ -422,6 +434,7 @@ impl CudaBackend {
             ));
         }
         let ptr = self.address(src)?;
+        self.gpu.calls.count(Call::Copy);
         // SAFETY: `src` lies in the arena and holds `dst.len()` elements; we
         // wait for the copy before `dst` is released to the caller.
         let r = unsafe { driver::memcpy_dtoh_async(dst, ptr, self.gpu.stream.cu_stream()) };
@@ -435,6 +448,7 @@ impl CudaBackend {
         let ptr = self.address(dst)?;
         let stream = self.gpu.stream.cu_stream();
         self.timer.before(&self.gpu, "fill", self.capturing);
+        self.gpu.calls.count(Call::Fill);
         // SAFETY: the range is `dst`, inside the arena; a 4-byte element is
         // written as its 32-bit pattern, a 2-byte one (bf16) as its 16-bit
         // pattern, a byte as itself.
@@ -504,6 +518,9 @@ impl CudaBackend {
         let (m, n, k, lda, ldb, ldc) = (int(g.m)?, int(g.n)?, int(g.k)?, int(g.lda)?, int(g.ldb)?, int(g.ldc)?);
         let (alpha, beta) = (1.0f32, g.beta);
         self.timer.before(&self.gpu, name, self.capturing);
+        // The workspace, then the product.
+        self.gpu.calls.count(Call::Cublas);
+        self.gpu.calls.count(Call::Cublas);
         let libs = self.gpu.libs.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: every matrix lies inside the arena and spans no more than
         // its buffer (checked above), in the type its pointer is passed as
@@ -608,6 +625,7 @@ impl CudaBackend {
             ConvPass::WeightGrad => "cudnnConvolutionBackwardFilter",
         };
         self.timer.before(&self.gpu, op, self.capturing);
+        self.gpu.calls.count(Call::Cudnn);
         let libs = self.gpu.libs.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: the buffers lie in the arena and have exactly the sizes
         // the plan's descriptors describe (checked above), the workspace is
@@ -636,6 +654,7 @@ impl CudaBackend {
         self.enter("ncclAllReduce")?;
         let ptr = self.address(buf)?;
         let compute = self.gpu.stream.cu_stream();
+        self.gpu.calls.count(Call::Nccl);
         let r = match self.nccl.as_mut() {
             // SAFETY: `buf` lies in the arena (checked by `address`), which
             // outlives the communicator; the ops that write it were queued
@@ -655,7 +674,10 @@ impl CudaBackend {
     pub fn join_collectives(&mut self) -> Result<(), BackendError> {
         let compute = self.gpu.stream.cu_stream();
         let r = match self.nccl.as_mut() {
-            Some(nccl) => nccl.join(compute),
+            Some(nccl) => {
+                self.gpu.calls.count(Call::Nccl);
+                nccl.join(compute)
+            }
             None => return Ok(()),
         };
         r.map_err(|e| self.poison("joining the NCCL stream", e))
@@ -687,14 +709,17 @@ impl CudaBackend {
     /// time from the first op's start to the last one's end.
     pub fn finish_timing(&mut self, out: &mut Vec<OpTime>) -> Result<Option<f64>, BackendError> {
         self.synchronize("timing a step")?;
-        self.timer.collect(out).map_err(|e| self.poison("timing a step", e))?;
-        self.timer.span().map_err(|e| self.poison("timing a step", e))
+        self.timer
+            .collect(&self.gpu, out)
+            .map_err(|e| self.poison("timing a step", e))?;
+        self.timer.span(&self.gpu).map_err(|e| self.poison("timing a step", e))
     }
 
     /// Total and free device memory, as `cuMemGetInfo` reports them.
     pub fn memory_info(&mut self) -> Result<(usize, usize), BackendError> {
         self.enter("cuMemGetInfo")?;
         self.synchronize("cuMemGetInfo")?;
+        self.gpu.calls.count(Call::MemoryInfo);
         match self.gpu.memory_info() {
             Ok((free, total)) => Ok((total, free)),
             Err(e) => Err(self.poison("cuMemGetInfo", e)),

@@ -10,7 +10,7 @@
 //! at start-up: an event may take device memory of its own, and nothing may
 //! take device memory once training runs.
 
-use super::{CudaError, Gpu};
+use super::{Call, CudaError, Gpu};
 use cudarc::driver::{result as driver, sys};
 
 /// How long one op of a timed step took on the GPU.
@@ -91,11 +91,12 @@ impl OpTimer {
 
     /// Stops timing and returns each op's time; the stream must have been
     /// synchronised since the last op.
-    pub fn collect(&mut self, out: &mut Vec<OpTime>) -> Result<(), CudaError> {
+    pub fn collect(&mut self, gpu: &Gpu, out: &mut Vec<OpTime>) -> Result<(), CudaError> {
         self.recording = false;
         out.clear();
         for (i, &op) in self.ops.iter().enumerate() {
             let (start, end) = self.events[i];
+            gpu.calls.count(Call::Event);
             // SAFETY: both events were recorded on our stream, which the
             // caller synchronised, so both have completed.
             let ms = unsafe { driver::event::elapsed(start, end) }
@@ -109,12 +110,13 @@ impl OpTimer {
     }
 
     /// GPU time from the first op's start to the last op's end.
-    pub fn span(&self) -> Result<Option<f64>, CudaError> {
+    pub fn span(&self, gpu: &Gpu) -> Result<Option<f64>, CudaError> {
         let (Some(&(first, _)), Some(&(_, last))) =
             (self.events.first(), self.events.get(self.ops.len().wrapping_sub(1)))
         else {
             return Ok(None);
         };
+        gpu.calls.count(Call::Event);
         // SAFETY: as in `collect`.
         let ms =
             unsafe { driver::event::elapsed(first, last) }.map_err(|e| CudaError::failed("cuEventElapsedTime", e))?;
@@ -131,6 +133,7 @@ fn record(event: sys::CUevent, gpu: &Gpu, capturing: bool) -> Result<(), sys::CU
     } else {
         sys::CUevent_record_flags::CU_EVENT_RECORD_DEFAULT
     } as u32;
+    gpu.calls.count(Call::Event);
     // SAFETY: the event was created by `OpTimer::create` and is alive; the
     // stream belongs to `gpu`. A failed record only loses one op's timing.
     match unsafe { sys::cuEventRecordWithFlags(event, gpu.stream.cu_stream(), flags) } {
