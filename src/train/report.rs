@@ -101,10 +101,18 @@ pub struct EpochReport {
     /// On a GPU: free device memory (`cuMemGetInfo`) after the epoch...
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_free_bytes: Option<usize>,
-    /// ...and after the run's first training step. Nothing allocates device
-    /// memory but the arena, made before it, so the two are equal.
+    /// ...and after the run's first training step. Nothing of this run
+    /// allocates device memory but the arena, made before it, so the two
+    /// are equal unless another process took or gave back memory on the
+    /// GPU meanwhile: a figure to report, not to hold a run to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_free_bytes_first_step: Option<usize>,
+    /// On a GPU: the device allocations made on it since it opened, which
+    /// is one, the arena's, in every epoch (the libraries' workspaces and
+    /// scratch come from the arena too). Unlike the free bytes above, which
+    /// any other process on the GPU moves, this is bumpgrad's alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_allocations: Option<u64>,
     /// The device's memory in all (so `total - free` is what every process
     /// on it holds, this one's context and libraries included).
     #[serde(skip_serializing_if = "Option::is_none")]

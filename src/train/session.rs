@@ -736,6 +736,7 @@ impl Session {
             device_free_bytes: memory.map(|(_, free)| free),
             device_total_bytes: memory.map(|(total, _)| total),
             device_free_bytes_first_step: self.first_step_free,
+            device_allocations: self.arena.cuda_calls().map(|c| c.allocations),
             graph: self.use_graph,
             kernels_per_step: self.kernels_per_step,
             ops_per_step: self.ops_per_step,

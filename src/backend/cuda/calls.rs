@@ -4,9 +4,9 @@
 //! Every call a step can reach is counted where it is made, before its
 //! result is known: each is one relaxed atomic add on a counter of the
 //! GPU's own, nothing a launch would notice. Set-up calls (opening the GPU,
-//! planning and timing convolutions, creating events, allocating the arena)
-//! are not counted; nor are the CUDA calls the libraries make inside one of
-//! theirs.
+//! planning and timing convolutions, creating events) are not counted; nor
+//! are the CUDA calls the libraries make inside one of theirs. Device
+//! allocations are: the arena's is the only one a run may make.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -43,9 +43,11 @@ pub(crate) enum Call {
     Nccl,
     /// `cuMemGetInfo`.
     MemoryInfo,
+    /// `cuMemAlloc`: the arena's one block.
+    Allocation,
 }
 
-const KINDS: usize = Call::MemoryInfo as usize + 1;
+const KINDS: usize = Call::Allocation as usize + 1;
 
 /// A GPU's counts of calls, one per [`Call`].
 #[derive(Debug, Default)]
@@ -71,6 +73,7 @@ impl CallCounter {
             capture: n(Call::Capture),
             nccl: n(Call::Nccl),
             memory_info: n(Call::MemoryInfo),
+            allocations: n(Call::Allocation),
         }
     }
 }
@@ -91,6 +94,7 @@ pub struct CudaCalls {
     pub capture: u64,
     pub nccl: u64,
     pub memory_info: u64,
+    pub allocations: u64,
 }
 
 impl std::ops::Sub for CudaCalls {
@@ -111,6 +115,7 @@ impl std::ops::Sub for CudaCalls {
             capture: self.capture - rhs.capture,
             nccl: self.nccl - rhs.nccl,
             memory_info: self.memory_info - rhs.memory_info,
+            allocations: self.allocations - rhs.allocations,
         }
     }
 }
@@ -137,6 +142,7 @@ mod tests {
             Capture,
             Nccl,
             MemoryInfo,
+            Allocation,
         ];
         assert_eq!(all.len(), KINDS);
         let counter = CallCounter::default();
@@ -160,6 +166,7 @@ mod tests {
             capture: 10,
             nccl: 11,
             memory_info: 12,
+            allocations: 13,
         };
         assert_eq!(counter.read() - before, expected);
         assert_eq!(counter.read().kernels, 2);

@@ -199,6 +199,7 @@ pub struct CudaBackend {
 impl CudaBackend {
     pub(crate) fn new(device: CudaDevice, capacity: usize) -> Result<Self, BackendError> {
         let (gpu, nccl) = (device.gpu, device.nccl);
+        gpu.calls.count(Call::Allocation);
         let memory = DeviceMemory::new(&gpu.ctx, gpu.stream.cu_stream(), capacity)?;
         let mut backend = Self {
             nccl,
