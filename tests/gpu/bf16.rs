@@ -295,9 +295,13 @@ fn trains_in_bf16_as_in_fp32(test: &str, cfg: TrainConfig, loss_tol: f64, accura
     };
     let (fp32_plan, _) = memory_report(&cfg).expect("fp32 plan");
     let (bf16_plan, _) = memory_report(&bf16).expect("bf16 plan");
-    eprintln!(
+    let _ = writeln!(
+        std::io::stderr(),
         "{test}: step peak fp32 {} ({:?}), bf16 {} ({:?})",
-        fp32_plan.plan_peak_bytes, fp32_plan.step_peak_by_type, bf16_plan.plan_peak_bytes, bf16_plan.step_peak_by_type
+        fp32_plan.plan_peak_bytes,
+        fp32_plan.step_peak_by_type,
+        bf16_plan.plan_peak_bytes,
+        bf16_plan.step_peak_by_type
     );
     assert_eq!(
         bf16_plan.step_peak_by_type[0].element, "bf16",
@@ -327,7 +331,8 @@ fn trains_in_bf16_as_in_fp32(test: &str, cfg: TrainConfig, loss_tol: f64, accura
         .collect();
     let on_fp32 = train_on(&cfg);
     for (b, f) in on_bf16.iter().zip(&on_fp32) {
-        eprintln!(
+        let _ = writeln!(
+            std::io::stderr(),
             "{test}: epoch {}: loss bf16 {:.4} fp32 {:.4}, accuracy bf16 {:.4} fp32 {:.4}, ms/step bf16 {:.2} fp32 {:.2}",
             b.epoch,
             b.train_loss,

@@ -131,23 +131,34 @@ struct Straight {
 }
 
 /// How far the test accuracy of epoch 2 resumed in the other precision may
-/// be from the epoch 2 of the run that saved the checkpoint: 2 points, 20
-/// of the 1,000 test images. The two epochs start from the same weights,
-/// running statistics and momentum and see the same batches in the same
-/// order with the same (deterministic) algorithms, so only bf16's rounding
-/// over 50 steps parts them, where `bf16.rs` holds whole bf16 and fp32 runs
-/// (two epochs apart from the first step) to 1 point on the whole of
-/// MNIST; twice that here, for a test set a tenth the size and a network
-/// whose running statistics still move from batch to batch. A resumed
-/// model that is not the saved one (other weights, a broken evaluation) is
-/// tens of points off. The test prints the gap it meets.
-const ACCURACY_ACROSS_PRECISIONS: f64 = 0.02;
+/// be from the epoch 2 of the run that saved the checkpoint: 5 points, 50
+/// of the 1,000 test images. The two epochs start from the same state and
+/// see the same batches with the same (deterministic) algorithms, so only
+/// the precision parts them, and this narrow network's accuracy after two
+/// epochs moves far more than its loss with it: on the H200 the
+/// uninterrupted bf16 and fp32 runs ended epoch 2 at 0.919 and 0.884 (3.5
+/// points) with losses 0.6% apart, and the fp32 checkpoint resumed in bf16
+/// at 0.921 against 0.884. Deterministic, so the figure is the build's, not
+/// chance's. A resumed model that is not the saved one (other weights, lost
+/// running statistics) is tens of points off; the evaluation right after
+/// the resume is held far closer (`ACCURACY_AT_RESUME`).
+const ACCURACY_ACROSS_PRECISIONS: f64 = 0.05;
+
+/// How far the accuracy of a checkpoint evaluated in the other precision
+/// right after the resume may be from the accuracy the saving run measured
+/// on the same state (its epoch 1): the same weights and running
+/// statistics, only the evaluation's arithmetic differs, which moves a few
+/// of the 1,000 test images at most. Resumed in its own precision, the two
+/// are equal bit for bit.
+const ACCURACY_AT_RESUME: f64 = 0.01;
 
 /// A checkpoint written after epoch 1 of an fp32 run resumes in bf16 for
 /// epoch 2, and one of a bf16 run in fp32: the two runs' checkpoint files
 /// declare the same tensors, all fp32 (master weights, running statistics
 /// and momentum, never bf16 copies); right after the resume the session
-/// holds the checkpoint's tensors bit for bit. Every run uses deterministic
+/// holds the checkpoint's tensors bit for bit, and evaluates to the
+/// accuracy the saving run measured on that state (bit for bit in the same
+/// precision, within `ACCURACY_AT_RESUME` in the other). Every run uses deterministic
 /// algorithms, so a checkpoint resumed in the precision that wrote it
 /// trains epoch 2 exactly as the run that wrote it did (loss and accuracy,
 /// bit for bit), and a resume in the other precision differs from that run
@@ -250,6 +261,27 @@ fn a_checkpoint_resumes_across_precisions_bf16() {
         assert_eq!(session.steps_done(), saved.after_one.step, "{test}: {what}");
         let loaded = session.state_tensors().expect("read the state back");
         assert_loaded(&format!("{test}: {what}"), &saved.after_one.tensors, &loaded);
+        // The resumed state evaluated before any training: the saving run
+        // measured the same state's accuracy after its epoch 1.
+        let at_resume = session.evaluate().expect("evaluate the resumed state");
+        let saved_accuracy = saved.reports[0].test_accuracy;
+        let _ = writeln!(
+            std::io::stderr(),
+            "{test}: {what}: test accuracy right after the resume {at_resume} against {saved_accuracy} when saved ({:.1} points)",
+            100.0 * (at_resume - saved_accuracy).abs()
+        );
+        if saved.precision == into.precision {
+            assert_eq!(
+                at_resume.to_bits(),
+                saved_accuracy.to_bits(),
+                "{test}: {what}: the resumed state evaluates to {at_resume}, the saved one to {saved_accuracy}"
+            );
+        } else {
+            assert!(
+                (at_resume - saved_accuracy).abs() <= ACCURACY_AT_RESUME,
+                "{test}: {what}: the resumed state evaluates to {at_resume}, {saved_accuracy} when saved"
+            );
+        }
         let mut seen = Collect(Vec::new());
         let resumed = session.epoch(2, &mut seen).expect("epoch 2");
         assert_eq!(resumed.precision, into.precision, "{test}: {what}");
@@ -333,9 +365,13 @@ fn bf16_trains_under_a_memory_budget() {
     let budget = free.plan_peak_bytes * 6 / 10;
     let (under, _) = memory_report(&cfg(Some(budget))).expect("a bf16 plan within 60% of its step");
     let kinds = under.recomputed.as_ref().expect("recomputed").kinds.clone();
-    eprintln!(
+    let _ = writeln!(
+        std::io::stderr(),
         "{test}: step {} without a budget ({:?}), {} under {budget} ({:?}); recomputed {kinds:?}",
-        free.plan_peak_bytes, free.step_peak_by_type, under.plan_peak_bytes, under.step_peak_by_type
+        free.plan_peak_bytes,
+        free.step_peak_by_type,
+        under.plan_peak_bytes,
+        under.step_peak_by_type
     );
     assert!(
         kinds.iter().any(|k| k.dropped > 0),

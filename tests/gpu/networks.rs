@@ -223,9 +223,12 @@ fn held_workspaces_are_priced_and_the_run_recomputes_what_memory_reports() {
     let (mut session, info) = prepare(&cfg(Some(budget))).expect("prepare");
     let tuning = info.conv_tuning.expect("a GPU times its convolutions");
     let followed = info.recomputed.clone().expect("the run recomputes");
-    eprintln!(
+    let _ = writeln!(
+        std::io::stderr(),
         "held_workspaces: budget {budget}: {tuning:?}; memory recomputes {:?} ({} chains remade), the run {:?}",
-        reported.which, reported.transient_chains, followed
+        reported.which,
+        reported.transient_chains,
+        followed
     );
     assert_eq!(
         (&followed.dropped, followed.transient_chains),
