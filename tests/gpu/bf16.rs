@@ -49,8 +49,11 @@ pub(crate) fn same_in_bf16_with_convolutions(test: &str, tol: f32, body: &Body) 
     }
 }
 
+/// Named tensors read back from a step.
+type Read = Vec<(&'static str, Vec<f32>)>;
+
 /// [`same_in_bf16`]'s work, with the bf16 convolutions counted.
-fn bf16_against_fp32(test: &str, tol: f32, body: &Body) -> Option<(Vec<(&'static str, Vec<f32>)>, usize)> {
+fn bf16_against_fp32(test: &str, tol: f32, body: &Body) -> Option<(Read, usize)> {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let fp32 = gpu_as(test, Precision::Fp32)?;
     let on_fp32 = run(fp32, body);
