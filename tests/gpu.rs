@@ -490,6 +490,18 @@ fn gpu_config(epochs: usize) -> TrainConfig {
     }
 }
 
+/// The peak of the training step's plan a prepared run follows.
+fn training_plan_peak(info: &bumpgrad::train::RunInfo) -> usize {
+    info.memory
+        .as_ref()
+        .expect("a memory plan")
+        .plans
+        .iter()
+        .find(|p| p.key == bumpgrad::train::StepKind::Train as u32)
+        .expect("a training plan")
+        .peak
+}
+
 fn train_on(cfg: &TrainConfig) -> Vec<EpochReport> {
     let mut seen = Collect(Vec::new());
     train::train(cfg, &mut seen).expect("training");

@@ -288,7 +288,7 @@ fn a_bf16_tensor_read_by_two_convolutions_gets_both_input_gradients() {
 /// H200 the two runs' first-epoch losses agreed to 0.2% while their test
 /// accuracies were 51% and 71%).
 fn trains_in_bf16_as_in_fp32(test: &str, cfg: TrainConfig, loss_tol: f64, accuracy_tol: f64) {
-    use bumpgrad::train::{memory_report, prepare, StepKind};
+    use bumpgrad::train::{memory_report, prepare};
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(_probe) = gpu(test) else { return };
     drop(_probe);
@@ -319,15 +319,7 @@ fn trains_in_bf16_as_in_fp32(test: &str, cfg: TrainConfig, loss_tol: f64, accura
     );
     assert_eq!(bf16_plan.persistent_by_type, fp32_plan.persistent_by_type);
     let (mut session, info) = prepare(&bf16).expect("prepare");
-    let planned = info
-        .memory
-        .as_ref()
-        .expect("a memory plan")
-        .plans
-        .iter()
-        .find(|p| p.key == StepKind::Train as u32)
-        .expect("a training plan")
-        .peak;
+    let planned = training_plan_peak(&info);
     let mut seen = Collect(Vec::new());
     let on_bf16: Vec<EpochReport> = (1..=bf16.epochs)
         .map(|e| session.epoch(e, &mut seen).expect("epoch"))

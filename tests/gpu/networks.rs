@@ -197,7 +197,7 @@ fn a_memory_budget_trains_on_the_gpu_as_on_the_cpu() {
 #[test]
 fn held_workspaces_are_priced_and_the_run_recomputes_what_memory_reports() {
     use bumpgrad::models::{Depth, ResNet};
-    use bumpgrad::train::{memory_report, prepare, StepKind};
+    use bumpgrad::train::{memory_report, prepare};
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(_probe) = gpu("held_workspaces") else {
         return;
@@ -237,15 +237,7 @@ fn held_workspaces_are_priced_and_the_run_recomputes_what_memory_reports() {
     );
     assert!(tuning.kept && tuning.workspace_limit.is_some(), "{tuning:?}");
     assert!(tuning.seconds_lost > 0.0 && tuning.seconds_lost < 1.0, "{tuning:?}");
-    let planned = info
-        .memory
-        .as_ref()
-        .expect("a memory plan")
-        .plans
-        .iter()
-        .find(|p| p.key == StepKind::Train as u32)
-        .expect("a training plan")
-        .peak;
+    let planned = training_plan_peak(&info);
     assert!(planned <= budget, "the plan's peak {planned} above the budget {budget}");
     let mut seen = Collect(Vec::new());
     for epoch in 1..=2 {
