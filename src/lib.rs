@@ -79,6 +79,7 @@ pub mod nn;
 pub mod ops;
 pub mod optim;
 pub mod rng;
+pub mod tasks;
 pub mod tensor;
 pub mod train;
 
