@@ -43,6 +43,8 @@ mod pools;
 mod precision;
 #[path = "gpu/resume.rs"]
 mod resume;
+#[path = "gpu/shapes.rs"]
+mod shapes;
 
 #[path = "gpu/bf16.rs"]
 mod bf16;

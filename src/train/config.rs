@@ -34,6 +34,8 @@ pub struct RunConfig {
     /// Other batch sizes the session may step at ([`super::Session::set_batch`]),
     /// each with its own plans (and graph) in the one arena, which is sized
     /// for the largest. Empty for a run of one batch size, as the CLI's.
+    /// The learning-rate table and a checkpoint's fingerprint are laid out
+    /// for `batch`'s steps.
     pub other_batches: Vec<usize>,
     /// The network to train.
     pub model: ModelChoice,

@@ -259,6 +259,12 @@ impl Session {
         self.use_graph
     }
 
+    /// How many batch sizes' full training steps have been captured as
+    /// graphs so far (each size has its own).
+    pub fn graphs_captured(&self) -> usize {
+        self.graphs.iter().filter(|g| g.is_some()).count()
+    }
+
     /// The batch size the session steps at (per rank).
     pub fn batch(&self) -> usize {
         self.shapes.batches()[self.at]
