@@ -13,8 +13,9 @@
 //! asked to stop right after the checkpoint at `resume_at` steps (in epoch
 //! 2); it stops one step later with a checkpoint of its own, which is then
 //! removed, as if the process had been killed: the resumed run starts from
-//! the periodic checkpoint. The runs are driven here as `train::train_until`
-//! drives them (prepare, resume from the newest valid checkpoint, epochs),
+//! the periodic checkpoint. The runs are driven here as `train::train`
+//! drives them (the pipeline's session, resume from the newest valid
+//! checkpoint, epochs),
 //! so that the final state can be read from the session itself.
 
 // Each test binary that includes this file uses part of it.
@@ -225,7 +226,7 @@ impl Observer for Watch<'_> {
     }
 }
 
-/// Runs `cfg` as `train_until` does, from the newest valid checkpoint in
+/// Runs `cfg` as `train::train` does, from the newest valid checkpoint in
 /// `cfg.run.resume` if there is one, asking it to stop once it has heard step
 /// `stop_after`; returns what it reported and its final state.
 pub fn run(cfg: &TrainConfig, stop_after: Option<(usize, usize)>) -> Run {
