@@ -77,7 +77,32 @@ pub trait TaskConfig: fmt::Debug + Clone + Send + Sync + 'static {
     fn build(&self, set: &ImageSet, p: &mut Persistent<'_>, seed: u64) -> Result<Box<dyn Task>>;
 }
 
-type Build = dyn Fn(&ImageSet, &mut Persistent<'_>, u64) -> Result<Box<dyn Task>> + Send + Sync;
+/// A [`TaskConfig`] behind a pointer (`Clone` keeps the trait itself from
+/// being one).
+trait AnyTaskConfig: Send + Sync {
+    fn validate(&self) -> Result<()>;
+    fn input_of(&self, set: &ImageSet) -> Input;
+    fn check(&self, set: &ImageSet) -> Result<()>;
+    fn build(&self, set: &ImageSet, p: &mut Persistent<'_>, seed: u64) -> Result<Box<dyn Task>>;
+}
+
+impl<C: TaskConfig> AnyTaskConfig for C {
+    fn validate(&self) -> Result<()> {
+        TaskConfig::validate(self)
+    }
+
+    fn input_of(&self, set: &ImageSet) -> Input {
+        TaskConfig::input_of(self, set)
+    }
+
+    fn check(&self, set: &ImageSet) -> Result<()> {
+        TaskConfig::check(self, set)
+    }
+
+    fn build(&self, set: &ImageSet, p: &mut Persistent<'_>, seed: u64) -> Result<Box<dyn Task>> {
+        TaskConfig::build(self, set, p, seed)
+    }
+}
 
 /// A task picked by name with its settings, not yet built: what a run's
 /// settings carry, so the training loop builds whatever it is given.
@@ -86,23 +111,16 @@ pub struct TaskChoice {
     name: &'static str,
     settings: String,
     draws: String,
-    validate: Arc<dyn Fn() -> Result<()> + Send + Sync>,
-    input_of: Arc<dyn Fn(&ImageSet) -> Input + Send + Sync>,
-    check: Arc<dyn Fn(&ImageSet) -> Result<()> + Send + Sync>,
-    build: Arc<Build>,
+    config: Arc<dyn AnyTaskConfig>,
 }
 
 impl TaskChoice {
     pub fn new<C: TaskConfig>(name: &'static str, config: C) -> Self {
-        let (v, i, c) = (config.clone(), config.clone(), config.clone());
         Self {
             name,
             settings: format!("{config:?}"),
             draws: config.draws(),
-            validate: Arc::new(move || v.validate()),
-            input_of: Arc::new(move |set| i.input_of(set)),
-            check: Arc::new(move |set| c.check(set)),
-            build: Arc::new(move |set, p, seed| config.build(set, p, seed)),
+            config: Arc::new(config),
         }
     }
 
@@ -121,19 +139,19 @@ impl TaskChoice {
     }
 
     pub fn validate(&self) -> Result<()> {
-        (self.validate)()
+        self.config.validate()
     }
 
     pub fn input_of(&self, set: &ImageSet) -> Input {
-        (self.input_of)(set)
+        self.config.input_of(set)
     }
 
     pub fn check(&self, set: &ImageSet) -> Result<()> {
-        (self.check)(set)
+        self.config.check(set)
     }
 
     pub fn build(&self, set: &ImageSet, p: &mut Persistent<'_>, seed: u64) -> Result<Box<dyn Task>> {
-        (self.build)(set, p, seed)
+        self.config.build(set, p, seed)
     }
 }
 
