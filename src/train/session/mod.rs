@@ -275,9 +275,10 @@ impl Session {
         self.shapes.batches()
     }
 
-    /// Steps at `batch` from the next epoch on (or the next step, mid-epoch:
-    /// the cursor then counts steps of the new size). Each batch size has
-    /// its own plans and graph; one it was not planned for is refused.
+    /// Steps at `batch` from the next epoch on: call it between epochs (a
+    /// step finds its examples at its index in the epoch times the batch).
+    /// Each batch size has its own plans and graph; one the session was not
+    /// planned for is refused.
     pub fn set_batch(&mut self, batch: usize) -> Result<()> {
         self.at = self.shapes.place(batch).ok_or_else(|| {
             Error::Config(format!(
