@@ -15,7 +15,7 @@
 use bumpgrad::backend::DeviceRequest;
 use bumpgrad::nn::{Init, Input, Mode, Model, ModelChoice, ParamBuilder};
 use bumpgrad::optim::SgdConfig;
-use bumpgrad::train::{train, EpochReport, Observer, TrainConfig};
+use bumpgrad::train::{train, EpochReport, Hooks, Observer, RunConfig, TrainConfig};
 use bumpgrad::{Param, Shape, Step, Tensor};
 
 /// The network's settings.
@@ -57,7 +57,12 @@ impl Model for Mlp {
     }
 }
 
-struct Print;
+/// Prints each epoch's report and keeps the last test accuracy.
+#[derive(Default)]
+struct Print {
+    accuracy: Option<f64>,
+}
+
 impl Observer for Print {
     fn epoch(&mut self, r: &EpochReport) {
         println!(
@@ -67,29 +72,33 @@ impl Observer for Print {
             100.0 * r.test_accuracy,
             r.seconds
         );
+        self.accuracy = Some(r.test_accuracy);
     }
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut cfg = TrainConfig {
-        model: ModelChoice::new::<Mlp>("mlp", MlpConfig { hidden: 128 }),
-        optimizer: SgdConfig {
-            momentum: 0.9,
-            ..SgdConfig::default()
-        }
-        .choice(),
-        lr: 0.01,
-        epochs: 1,
-        data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
+        run: RunConfig {
+            model: ModelChoice::new::<Mlp>("mlp", MlpConfig { hidden: 128 }),
+            optimizer: SgdConfig {
+                momentum: 0.9,
+                ..SgdConfig::default()
+            }
+            .choice(),
+            lr: 0.01,
+            epochs: 1,
+            data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
+            ..RunConfig::default()
+        },
         ..TrainConfig::default()
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
         match flag.as_str() {
-            "--train-limit" => cfg.train_limit = Some(value.parse()?),
+            "--train-limit" => cfg.run.train_limit = Some(value.parse()?),
             "--device" => {
-                cfg.device = match value.as_str() {
+                cfg.device.request = match value.as_str() {
                     "auto" => DeviceRequest::Auto,
                     "cpu" => DeviceRequest::Cpu,
                     "cuda" => DeviceRequest::Cuda,
@@ -99,13 +108,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             other => return Err(format!("unknown flag {other}; try --train-limit N or --device cpu").into()),
         }
     }
-    let reports = train(&cfg, &mut Print)?;
-    let last = reports.last().ok_or("no epoch ran")?;
+    let mut print = Print::default();
+    train(&cfg, Hooks::new(&mut print))?;
+    let accuracy = print.accuracy.ok_or("no epoch ran")?;
     // A perceptron that learned anything beats chance (10%) by far.
-    if last.test_accuracy < 0.5 {
+    if accuracy < 0.5 {
         return Err(format!(
             "test accuracy {:.1}% after an epoch: it did not learn",
-            100.0 * last.test_accuracy
+            100.0 * accuracy
         )
         .into());
     }

@@ -22,14 +22,18 @@
 //! - [`nn`]: parameters with names in slabs (`ParamBuilder`,
 //!   `ParamStore`), and the `Model` and `Optimizer` traits;
 //! - [`data`]: IDX files, MNIST, CIFAR-10, the epoch's shuffled order;
+//! - [`tasks`]: what a batch means — its input and targets at the cursor,
+//!   the loss, the metric (image classification);
 //! - [`models`]: networks built from ops and `nn` (the MNIST CNN, ResNet-18
 //!   and -50, SqueezeNet);
 //! - [`optim`]: optimizers updating the parameter slab in place;
 //! - [`distributed`]: data-parallel training — rendezvous, the `--gpus`
-//!   launcher, gradient buckets summed during backward;
+//!   launcher, gradient buckets summed during backward, running one rank;
 //! - [`checkpoint`]: a run's state as atomic, checksummed safetensors files;
-//! - [`train`]: sizing, the training loop, checkpoints and resume, reports,
-//!   used by the CLI.
+//! - [`train`]: one pipeline from a run's settings to a session in an arena
+//!   sized for it (dry runs, memory budget, convolution tuning, plans), the
+//!   session's epochs, checkpoints and resume, reports; one entry point,
+//!   [`train::train`], used by the CLI.
 //!
 //! A step in miniature: one named parameter in a store, three steps of SGD.
 //!
@@ -79,6 +83,7 @@ pub mod nn;
 pub mod ops;
 pub mod optim;
 pub mod rng;
+pub mod tasks;
 pub mod tensor;
 pub mod train;
 

@@ -17,9 +17,10 @@ use bumpgrad::backend::{DeviceRequest, Group};
 use bumpgrad::checkpoint::NamedTensor;
 use bumpgrad::distributed::rendezvous::{rendezvous, RendezvousConfig, WatchOptions};
 use bumpgrad::distributed::token::Token;
+use bumpgrad::distributed::Join;
 use bumpgrad::distributed::{local, DataParallel, DistError, World, DEFAULT_BUCKET_BYTES};
 use bumpgrad::train::{
-    prepare_in, train_rank, CheckpointPolicy, EpochReport, Every, Join, Observer, Quiet, TrainConfig,
+    train, CheckpointPolicy, EpochReport, Every, Hooks, Observer, Pipeline, Quiet, Reports, TrainConfig,
 };
 use bumpgrad::Error;
 use std::io::{ErrorKind, Read, Write};
@@ -30,27 +31,40 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 fn config(batch: usize, train_limit: usize, epochs: usize) -> TrainConfig {
-    TrainConfig {
-        device: DeviceRequest::Cpu,
-        epochs,
-        batch,
-        threads: 1,
-        data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
-        train_limit: Some(train_limit),
-        test_limit: Some(200),
-        poison_step: Some(true),
-        ..TrainConfig::default()
-    }
+    let mut cfg = TrainConfig::default();
+    cfg.device.request = DeviceRequest::Cpu;
+    cfg.run.epochs = epochs;
+    cfg.run.batch = batch;
+    cfg.device.threads = 1;
+    cfg.run.data_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into();
+    cfg.run.train_limit = Some(train_limit);
+    cfg.run.test_limit = Some(200);
+    cfg.memory.poison_step = Some(true);
+    cfg
+}
+
+/// Trains `cfg` as one rank whose device joins its group as `join` says,
+/// stopping once `stop` is set; every epoch's report.
+fn train_rank(cfg: &TrainConfig, join: Join, stop: &AtomicBool) -> Result<Vec<EpochReport>, Error> {
+    let mut reports = Reports::default();
+    train(cfg, Hooks::new(&mut reports).stop_on(stop).as_rank(join))?;
+    Ok(reports.0)
+}
+
+/// Trains `cfg` on one device; every epoch's report.
+fn train_alone(cfg: &TrainConfig) -> Result<Vec<EpochReport>, Error> {
+    let mut reports = Reports::default();
+    train(cfg, Hooks::new(&mut reports))?;
+    Ok(reports.0)
 }
 
 fn ranked(cfg: &TrainConfig, rank: usize, size: usize, bucket_bytes: usize) -> TrainConfig {
-    TrainConfig {
-        data_parallel: Some(DataParallel {
-            world: World { rank, size },
-            bucket_bytes,
-        }),
-        ..cfg.clone()
-    }
+    let mut cfg = cfg.clone();
+    cfg.run.data_parallel = Some(DataParallel {
+        world: World { rank, size },
+        bucket_bytes,
+    });
+    cfg
 }
 
 /// Runs `size` ranks of `cfg` (each made by `per_rank`), one thread each;
@@ -73,7 +87,7 @@ fn run_group(
                         group: Group::Local(peer),
                         ordinal: 0,
                     };
-                    train_rank(&cfg, Some(join), &mut Quiet, stop, None)
+                    train_rank(&cfg, join, stop)
                 })
             })
             .collect();
@@ -99,10 +113,10 @@ fn run_group_keeping_state(size: usize, per_rank: impl Fn(usize) -> TrainConfig 
                         group: Group::Local(peer),
                         ordinal: 0,
                     };
-                    let (mut session, _) = prepare_in(&cfg, Some(join))?;
+                    let (mut session, _) = Pipeline::open(&cfg, Some(join)).and_then(Pipeline::build)?;
                     session.sync_replicas()?;
                     let reports = session.on_workers(|s| {
-                        (1..=cfg.epochs)
+                        (1..=cfg.run.epochs)
                             .map(|epoch| s.epoch(epoch, &mut Quiet))
                             .collect::<Result<Vec<_>, _>>()
                     })?;
@@ -139,7 +153,7 @@ fn losses(reports: &[EpochReport]) -> Vec<f64> {
 #[test]
 fn one_rank_through_the_data_parallel_path_is_the_plain_run_bit_for_bit() {
     let cfg = config(50, 1000, 2);
-    let plain = bumpgrad::train::train(&cfg, &mut Quiet).expect("plain run");
+    let plain = train_alone(&cfg).expect("plain run");
     let ranked_run = run_group(1, |r| ranked(&cfg, r, 1, DEFAULT_BUCKET_BYTES), &no_stops(1))
         .pop()
         .unwrap()
@@ -152,7 +166,7 @@ fn one_rank_through_the_data_parallel_path_is_the_plain_run_bit_for_bit() {
 /// `size` ranks × `batch` against one device with `size × batch`, over
 /// `train_limit` images (a shorter last step when it does not divide).
 fn matches_one_device(size: usize, batch: usize, train_limit: usize, bucket_bytes: usize) {
-    let one = bumpgrad::train::train(&config(size * batch, train_limit, 2), &mut Quiet).expect("one device");
+    let one = train_alone(&config(size * batch, train_limit, 2)).expect("one device");
     let cfg = config(batch, train_limit, 2);
     let results = run_group_keeping_state(size, |r| ranked(&cfg, r, size, bucket_bytes));
     let (ranks, states): (Vec<Vec<EpochReport>>, Vec<Vec<NamedTensor>>) =
@@ -210,7 +224,7 @@ fn a_rank_that_fails_ends_the_others_promptly() {
         |rank| {
             let mut c = ranked(&cfg, rank, 2, DEFAULT_BUCKET_BYTES);
             if rank == 1 {
-                c.data_dir = PathBuf::from("/nonexistent/mnist");
+                c.run.data_dir = PathBuf::from("/nonexistent/mnist");
             }
             c
         },
@@ -259,7 +273,7 @@ fn a_rank_failing_mid_training_ends_the_others_promptly() {
     // loses its checkpoint directory after step 7, so the checkpoint after
     // step 10 fails: rank 0 ends with that error, mid-epoch.
     let mut cfg = config(25, 2000, 1);
-    cfg.checkpoints = Some(CheckpointPolicy {
+    cfg.run.checkpoints = Some(CheckpointPolicy {
         dir: dir.clone(),
         every: Some(Every::Steps(5)),
         keep: 3,
@@ -283,7 +297,7 @@ fn a_rank_failing_mid_training_ends_the_others_promptly() {
                         group: Group::Local(peer),
                         ordinal: 0,
                     };
-                    let result = train_rank(&cfg, Some(join), &mut observer, &AtomicBool::new(false), None);
+                    let result = train(&cfg, Hooks::new(&mut observer).as_rank(join));
                     (result, observer.steps, observer.checkpoints)
                 })
             })
@@ -316,7 +330,7 @@ fn each_rank_evaluates_its_share_of_the_test_set() {
     // 67 and 67, so 3 evaluation steps of at most 30 on each rank where
     // the whole set would take 7. The arena resets once per step.
     let mut cfg = config(30, 900, 1);
-    cfg.test_limit = Some(200);
+    cfg.run.test_limit = Some(200);
     let results = run_group(3, |r| ranked(&cfg, r, 3, DEFAULT_BUCKET_BYTES), &no_stops(3));
     let reports: Vec<EpochReport> = results.into_iter().map(|r| r.expect("rank").remove(0)).collect();
     for report in &reports {
@@ -325,7 +339,7 @@ fn each_rank_evaluates_its_share_of_the_test_set() {
         assert_eq!(report.test_accuracy, reports[0].test_accuracy, "the counts are summed");
     }
     // Fewer test images than ranks: rank 0's share is empty.
-    cfg.test_limit = Some(2);
+    cfg.run.test_limit = Some(2);
     let results = run_group(3, |r| ranked(&cfg, r, 3, DEFAULT_BUCKET_BYTES), &no_stops(3));
     let reports: Vec<EpochReport> = results.into_iter().map(|r| r.expect("rank").remove(0)).collect();
     let resets: Vec<u64> = reports.iter().map(|r| r.arena.resets).collect();
@@ -442,7 +456,7 @@ fn strangers_on_the_rendezvous_port_neither_stop_the_group_nor_its_training() {
                         group: Group::Local(peer),
                         ordinal: 0,
                     };
-                    let trained = train_rank(&cfg, Some(join), &mut Quiet, &AtomicBool::new(false), None);
+                    let trained = train_rank(&cfg, join, &AtomicBool::new(false));
                     watch.finish();
                     (trained, failure.try_recv().ok())
                 })
@@ -465,7 +479,7 @@ fn a_stop_asked_of_one_rank_stops_every_rank_after_the_same_step() {
     let dir = std::env::temp_dir().join(format!("bumpgrad-dp-stop-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut cfg = config(25, 2000, 1);
-    cfg.checkpoints = Some(CheckpointPolicy {
+    cfg.run.checkpoints = Some(CheckpointPolicy {
         dir: dir.clone(),
         every: Some(Every::Epochs(1)),
         keep: 3,

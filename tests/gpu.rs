@@ -17,7 +17,7 @@ use bumpgrad::ops::cross_entropy::CrossEntropyArgs;
 use bumpgrad::ops::gather::Normalize;
 use bumpgrad::ops::maxpool2d::Pool2dArgs;
 use bumpgrad::optim::{AdamWConfig, Schedule};
-use bumpgrad::train::{self, ConvAlgos, EpochReport, Observer, TrainConfig};
+use bumpgrad::train::{self, ConvAlgos, EpochReport, Hooks, Observer, Pipeline, TrainConfig};
 use bumpgrad::{Arena, ArenaError, Device, Error, Shape, Step, Tensor};
 use std::io::Write;
 use std::sync::Mutex;
@@ -43,6 +43,8 @@ mod pools;
 mod precision;
 #[path = "gpu/resume.rs"]
 mod resume;
+#[path = "gpu/shapes.rs"]
+mod shapes;
 
 #[path = "gpu/bf16.rs"]
 mod bf16;
@@ -478,16 +480,15 @@ impl Observer for Collect {
 /// every run (timed ones may differ between two runs, and FFT ones round
 /// further from the CPU; `networks.rs` holds a timed run to the CPU).
 fn gpu_config(epochs: usize) -> TrainConfig {
-    TrainConfig {
-        device: DeviceRequest::Cuda,
-        conv_algos: ConvAlgos::Heuristic,
-        epochs,
-        data_dir: data_dir(),
-        train_limit: Some(10_000),
-        test_limit: Some(2_000),
-        poison_step: Some(true),
-        ..TrainConfig::default()
-    }
+    let mut cfg = TrainConfig::default();
+    cfg.device.request = DeviceRequest::Cuda;
+    cfg.device.conv_algos = ConvAlgos::Heuristic;
+    cfg.run.epochs = epochs;
+    cfg.run.data_dir = data_dir();
+    cfg.run.train_limit = Some(10_000);
+    cfg.run.test_limit = Some(2_000);
+    cfg.memory.poison_step = Some(true);
+    cfg
 }
 
 /// The peak of the training step's plan a prepared run follows.
@@ -504,7 +505,7 @@ fn training_plan_peak(info: &bumpgrad::train::RunInfo) -> usize {
 
 fn train_on(cfg: &TrainConfig) -> Vec<EpochReport> {
     let mut seen = Collect(Vec::new());
-    train::train(cfg, &mut seen).expect("training");
+    train::train(cfg, Hooks::new(&mut seen)).expect("training");
     seen.0
 }
 
@@ -520,9 +521,10 @@ fn device_memory_is_allocated_once_before_the_first_step() {
     };
     drop(_probe);
     for graph in [true, false] {
-        let reports = train_on(&TrainConfig {
-            graph: Some(graph),
-            ..gpu_config(5)
+        let reports = train_on(&{
+            let mut cfg = gpu_config(5);
+            cfg.device.graph = Some(graph);
+            cfg
         });
         assert_allocated_once(&format!("graph {graph}"), &reports);
         let last = reports.last().unwrap();
@@ -604,11 +606,12 @@ fn replaying_a_captured_step_gives_the_uncaptured_runs_loss_curve() {
     // of one seed part now and then (a last-bit difference flips a
     // max-pool choice; 1e-3 apart in loss after an epoch on the H200), so
     // only a deterministic pair can be held to what a replay promises.
-    let cfg = |graph, deterministic| TrainConfig {
-        graph: Some(graph),
-        train_limit: Some(5050),
-        deterministic,
-        ..gpu_config(3)
+    let cfg = |graph, deterministic| {
+        let mut cfg = gpu_config(3);
+        cfg.device.graph = Some(graph);
+        cfg.run.train_limit = Some(5050);
+        cfg.device.deterministic = deterministic;
+        cfg
     };
     let graph = train_on(&cfg(true, true));
     let eager = train_on(&cfg(false, true));
@@ -634,11 +637,12 @@ fn replaying_a_captured_step_gives_the_uncaptured_runs_loss_curve() {
     // cursor, and AdamW's update count from the cursor: a replay follows
     // both (a rate baked into the capture would part the runs after the
     // first replayed step).
-    let scheduled = |graph| TrainConfig {
-        optimizer: AdamWConfig::default().choice(),
-        lr: 2e-3,
-        schedule: "cosine".parse::<Schedule>().unwrap().with_warmup(0.5).unwrap(),
-        ..cfg(graph, true)
+    let scheduled = |graph| {
+        let mut cfg = cfg(graph, true);
+        cfg.run.optimizer = AdamWConfig::default().choice();
+        cfg.run.lr = 2e-3;
+        cfg.run.schedule = "cosine".parse::<Schedule>().unwrap().with_warmup(0.5).unwrap();
+        cfg
     };
     let graph = train_on(&scheduled(true));
     assert_eq!(
@@ -646,18 +650,20 @@ fn replaying_a_captured_step_gives_the_uncaptured_runs_loss_curve() {
         bits(&train_on(&scheduled(false))),
         "a replay follows the schedule and AdamW's step count, bit for bit"
     );
-    let constant = train_on(&TrainConfig {
-        schedule: Schedule::default(),
-        ..scheduled(true)
+    let constant = train_on(&{
+        let mut cfg = scheduled(true);
+        cfg.run.schedule = Schedule::default();
+        cfg
     });
     assert_ne!(bits(&constant), bits(&graph), "the schedule changes the run");
     // The step graph holds what bumpgrad queued for the step, each op one
     // node or a few (how many kernels a cuDNN or cuBLAS call becomes is
     // the library version's choice, so the nodes are bounded, not
     // counted): the MNIST CNN's step with cuDNN's heuristic algorithms.
-    let fastest = train_on(&TrainConfig {
-        epochs: 1,
-        ..cfg(true, false)
+    let fastest = train_on(&{
+        let mut cfg = cfg(true, false);
+        cfg.run.epochs = 1;
+        cfg
     });
     let (nodes, ops) = (
         fastest[0].kernels_per_step.expect("a graph's nodes"),
@@ -679,10 +685,11 @@ fn a_deterministic_gpu_run_repeats_bit_for_bit() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(_probe) = gpu("deterministic") else { return };
     drop(_probe);
-    let cfg = TrainConfig {
-        train_limit: Some(3000),
-        deterministic: true,
-        ..gpu_config(2)
+    let cfg = {
+        let mut cfg = gpu_config(2);
+        cfg.run.train_limit = Some(3000);
+        cfg.device.deterministic = true;
+        cfg
     };
     let (a, b) = (train_on(&cfg), train_on(&cfg));
     let losses = |r: &[EpochReport]| r.iter().map(|r| r.train_loss.to_bits()).collect::<Vec<_>>();
@@ -699,13 +706,14 @@ fn training_on_the_gpu_follows_the_cpus_loss_curve() {
     // Deterministic convolutions: the GPU's side is then the same every
     // run, so the comparison (accuracy to 3 of 1,000 images) holds or
     // fails for the build, never by chance.
-    let cfg = |device| TrainConfig {
-        device,
-        threads: 2,
-        train_limit: Some(2000),
-        test_limit: Some(1000),
-        deterministic: true,
-        ..gpu_config(2)
+    let cfg = |device| {
+        let mut cfg = gpu_config(2);
+        cfg.device.request = device;
+        cfg.device.threads = 2;
+        cfg.run.train_limit = Some(2000);
+        cfg.run.test_limit = Some(1000);
+        cfg.device.deterministic = true;
+        cfg
     };
     let on_gpu = train_on(&cfg(DeviceRequest::Cuda));
     let on_cpu = train_on(&cfg(DeviceRequest::Cpu));
@@ -724,11 +732,12 @@ fn an_arena_too_small_on_the_gpu_names_the_op_and_the_size_that_fits() {
     drop(_probe);
     // The data set alone (10k + 2k images) takes 9.2 MiB; 10 MiB leaves too
     // little for a step.
-    let cfg = TrainConfig {
-        arena_size: Some(10 << 20),
-        ..gpu_config(1)
+    let cfg = {
+        let mut cfg = gpu_config(1);
+        cfg.memory.arena_size = Some(10 << 20);
+        cfg
     };
-    match train::prepare(&cfg) {
+    match train::Pipeline::open(&cfg, None).and_then(Pipeline::build) {
         Err(Error::Arena(ArenaError::StepTooLarge {
             step_bytes,
             would_fit,
@@ -737,11 +746,14 @@ fn an_arena_too_small_on_the_gpu_names_the_op_and_the_size_that_fits() {
         })) => {
             assert!(step_bytes > 0 && !live.is_empty(), "{live:?}");
             assert!(would_fit > 10 << 20, "{would_fit}");
-            let fits = TrainConfig {
-                arena_size: Some(would_fit),
-                ..gpu_config(1)
+            let fits = {
+                let mut cfg = gpu_config(1);
+                cfg.memory.arena_size = Some(would_fit);
+                cfg
             };
-            train::prepare(&fits).expect("the size the error suggests fits");
+            train::Pipeline::open(&fits, None)
+                .and_then(Pipeline::build)
+                .expect("the size the error suggests fits");
         }
         Err(other) => panic!("expected exhaustion, got {other}"),
         Ok(_) => panic!("a 10 MiB arena cannot hold this run"),
@@ -755,11 +767,12 @@ fn an_arena_larger_than_the_gpu_is_a_clear_error() {
         return;
     };
     drop(_probe);
-    let cfg = TrainConfig {
-        arena_size: Some(1 << 44),
-        ..gpu_config(1)
+    let cfg = {
+        let mut cfg = gpu_config(1);
+        cfg.memory.arena_size = Some(1 << 44);
+        cfg
     };
-    match train::prepare(&cfg) {
+    match train::Pipeline::open(&cfg, None).and_then(Pipeline::build) {
         Err(Error::Arena(ArenaError::Backend(BackendError::DeviceAllocation { bytes, .. }))) => {
             assert_eq!(bytes, 1 << 44)
         }
@@ -797,11 +810,12 @@ fn the_gpu_plan_is_near_its_bound_and_training_matches_the_unplanned_run() {
     // seed part now and then (a planned and a bump-allocated run were once
     // 1.22536 against 1.22968 after two epochs on the H200), and where the
     // bytes sit must change no bit.
-    let cfg = |memory_plan| TrainConfig {
-        train_limit: Some(3000),
-        memory_plan,
-        deterministic: true,
-        ..gpu_config(2)
+    let cfg = |memory_plan| {
+        let mut cfg = gpu_config(2);
+        cfg.run.train_limit = Some(3000);
+        cfg.memory.memory_plan = memory_plan;
+        cfg.device.deterministic = true;
+        cfg
     };
     let (planned, bumped) = (train_on(&cfg(true)), train_on(&cfg(false)));
     let bits = |r: &[EpochReport]| {
@@ -819,10 +833,11 @@ fn the_gpu_plan_is_near_its_bound_and_training_matches_the_unplanned_run() {
     // MiB planned against 7.32 MiB bumped (0.52×). Deterministic ones
     // planned 10.1 against 15.1 MiB (0.67×) on the H200.
     let high_water = |memory_plan| {
-        train_on(&TrainConfig {
-            train_limit: Some(1000),
-            memory_plan,
-            ..gpu_config(1)
+        train_on(&{
+            let mut cfg = gpu_config(1);
+            cfg.run.train_limit = Some(1000);
+            cfg.memory.memory_plan = memory_plan;
+            cfg
         })[0]
             .arena
             .step_high_water_bytes
@@ -860,21 +875,22 @@ fn watch_on_gpus<O: Observer + Send>(
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..size)
             .map(|rank| {
-                let cfg = TrainConfig {
-                    data_parallel: Some(DataParallel {
+                let cfg = {
+                    let mut cfg = cfg.clone();
+                    cfg.run.data_parallel = Some(DataParallel {
                         world: World { rank, size },
                         bucket_bytes,
-                    }),
-                    ..cfg.clone()
+                    });
+                    cfg
                 };
                 let (stop, observer) = (&stop, &observer);
                 s.spawn(move || {
-                    let join = train::Join {
+                    let join = bumpgrad::distributed::Join {
                         group: Group::Nccl { id, rank, world: size },
                         ordinal: rank,
                     };
                     let mut seen = observer();
-                    train::train_rank(&cfg, Some(join), &mut seen, stop, None).expect("rank trains");
+                    train::train(&cfg, Hooks::new(&mut seen).stop_on(stop).as_rank(join)).expect("rank trains");
                     seen
                 })
             })
@@ -893,10 +909,11 @@ fn data_parallel_one_gpu_through_nccl_trains_as_the_plain_gpu_run() {
     // of one seed land on different trajectories now and then (1.7453 vs
     // 1.7464 after an epoch, seen on the H200), which would hide what this
     // test compares.
-    let cfg = TrainConfig {
-        train_limit: Some(5050),
-        deterministic: true,
-        ..gpu_config(2)
+    let cfg = {
+        let mut cfg = gpu_config(2);
+        cfg.run.train_limit = Some(5050);
+        cfg.device.deterministic = true;
+        cfg
     };
     let plain = train_on(&cfg);
     let ranked = train_on_gpus(&cfg, 1, bumpgrad::distributed::DEFAULT_BUCKET_BYTES).remove(0);
@@ -915,11 +932,12 @@ fn data_parallel_two_gpus_with_batch_50_follow_one_gpu_with_batch_100() {
     // convolutions, so the runs part only where two ranks' sums run in
     // another order than one GPU's, and training amplifies those last-bit
     // differences (not measured on two GPUs: none was lent).
-    let cfg = |batch| TrainConfig {
-        batch,
-        train_limit: Some(2050),
-        deterministic: true,
-        ..gpu_config(2)
+    let cfg = |batch| {
+        let mut cfg = gpu_config(2);
+        cfg.run.batch = batch;
+        cfg.run.train_limit = Some(2050);
+        cfg.device.deterministic = true;
+        cfg
     };
     let one = train_on(&cfg(100));
     for bucket_bytes in [bumpgrad::distributed::DEFAULT_BUCKET_BYTES, 1 << 20] {

@@ -1,26 +1,36 @@
-//! Training under a memory budget (`TrainConfig::memory_budget`, the CLI's
+//! Training under a memory budget (`MemoryConfig::memory_budget`, the CLI's
 //! `--memory-budget`): convolution and block outputs are recomputed in backward
 //! rather than kept, as few as bring the step within the budget, and the
 //! run is the run without a budget, bit for bit on the CPU.
 
-use bumpgrad::backend::DeviceRequest;
 use bumpgrad::models::{Depth, ResNet};
-use bumpgrad::train::{self, Quiet, TrainConfig};
+use bumpgrad::train::{self, DeviceConfig, EpochReport, Hooks, MemoryConfig, Reports, RunConfig, TrainConfig};
 use bumpgrad::{ArenaError, ByteSize, Error, Setting};
 
 fn config(budget: Option<usize>) -> TrainConfig {
     TrainConfig {
-        device: DeviceRequest::Cpu,
-        model: ResNet::choice(Depth::R18, 0.125),
-        data_dir: "synthetic:cifar10:96".into(),
-        batch: 16,
-        epochs: 2,
-        threads: 2,
-        lr: 0.05,
-        poison_step: Some(true),
-        memory_budget: budget,
-        ..TrainConfig::default()
+        run: RunConfig {
+            model: ResNet::choice(Depth::R18, 0.125),
+            data_dir: "synthetic:cifar10:96".into(),
+            batch: 16,
+            epochs: 2,
+            lr: 0.05,
+            ..RunConfig::default()
+        },
+        memory: MemoryConfig {
+            poison_step: Some(true),
+            memory_budget: budget,
+            ..MemoryConfig::default()
+        },
+        device: DeviceConfig::cpu(2),
     }
+}
+
+/// Trains `cfg`, keeping every epoch's report.
+fn trained(cfg: &TrainConfig) -> bumpgrad::Result<Vec<EpochReport>> {
+    let mut reports = Reports::default();
+    train::train(cfg, Hooks::new(&mut reports))?;
+    Ok(reports.0)
 }
 
 const MIB: usize = 1 << 20;
@@ -51,7 +61,7 @@ fn trains_as_without_under(percent: usize) -> Vec<(&'static str, usize)> {
         "{recomputed:?}"
     );
     let train = |cfg: TrainConfig| {
-        let reports = train::train(&cfg, &mut Quiet).expect("train");
+        let reports = trained(&cfg).expect("train");
         let losses: Vec<u64> = reports.iter().map(|r| r.train_loss.to_bits()).collect();
         (losses, reports.last().unwrap().arena.step_high_water_bytes)
     };
@@ -113,18 +123,14 @@ fn an_arena_too_small_for_the_step_recomputes_to_fit_or_is_refused_as_before() {
     let (free, _) = train::memory_report(&config(None)).expect("plan");
     let whole = free.arena_bytes;
     let run = |arena: usize| {
-        train::train(
-            &TrainConfig {
-                arena_size: Some(arena),
-                ..config(None)
-            },
-            &mut Quiet,
-        )
+        let mut cfg = config(None);
+        cfg.memory.arena_size = Some(arena);
+        trained(&cfg)
     };
     let tight = free.persistent_bytes + free.plan_peak_bytes * 9 / 10;
     let reports = run(tight).expect("recomputing fits 90% of the step");
-    let unbudgeted = train::train(&config(None), &mut Quiet).expect("train");
-    let bits = |r: &[train::EpochReport]| r.iter().map(|e| e.train_loss.to_bits()).collect::<Vec<_>>();
+    let unbudgeted = trained(&config(None)).expect("train");
+    let bits = |r: &[EpochReport]| r.iter().map(|e| e.train_loss.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&reports), bits(&unbudgeted));
     assert!(reports[0].arena.step_high_water_bytes <= tight - free.persistent_bytes);
     let third = free.persistent_bytes + free.plan_peak_bytes / 3;
@@ -163,7 +169,7 @@ fn the_least_step_remakes_chains_for_each_reader_and_trains_bit_for_bit_as_witho
     let recomputed = report.recomputed.expect("recomputed");
     assert!(recomputed.transient_chains, "{recomputed:?}");
     let bits = |cfg: TrainConfig| {
-        let reports = train::train(&cfg, &mut Quiet).expect("train");
+        let reports = trained(&cfg).expect("train");
         let peak = reports.iter().map(|r| r.arena.step_high_water_bytes).max().unwrap();
         (reports.iter().map(|r| r.train_loss.to_bits()).collect::<Vec<_>>(), peak)
     };

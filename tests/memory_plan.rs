@@ -3,10 +3,10 @@
 //! holds about half the bytes of bump allocation, and training follows the
 //! same path with and without it.
 
-use bumpgrad::backend::{Device, DeviceRequest};
-use bumpgrad::data::ImageSet;
 use bumpgrad::memory::{PlannedBuf, StepPlan};
-use bumpgrad::train::{measure, train, Quiet, StepKind, TrainConfig};
+use bumpgrad::train::{
+    DeviceConfig, EpochReport, Hooks, MemoryConfig, Pipeline, Reports, RunConfig, StepKind, TrainConfig,
+};
 
 /// "Half the bytes of bump allocation" (README: the training step's plan
 /// holds 3.82 of bump allocation's 7.32 MiB on the H200 at batch 100, 0.52;
@@ -17,24 +17,37 @@ const HALF: std::ops::RangeInclusive<f64> = 0.49..=0.54;
 
 fn config(batch: usize) -> TrainConfig {
     TrainConfig {
-        device: DeviceRequest::Cpu,
-        batch,
-        epochs: 1,
-        threads: 2,
-        data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
-        train_limit: Some(2050),
-        test_limit: Some(1010),
-        poison_step: Some(true),
-        ..TrainConfig::default()
+        run: RunConfig {
+            batch,
+            epochs: 1,
+            data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
+            train_limit: Some(2050),
+            test_limit: Some(1010),
+            ..RunConfig::default()
+        },
+        memory: MemoryConfig {
+            poison_step: Some(true),
+            ..MemoryConfig::default()
+        },
+        device: DeviceConfig::cpu(2),
     }
 }
 
+/// The plans of `cfg`'s steps, measured by a dry run on the CPU.
+fn plans_of(cfg: &TrainConfig) -> Vec<StepPlan> {
+    let pipeline = Pipeline::open(cfg, None).unwrap();
+    pipeline.dry_runs().plain().unwrap().plans
+}
+
 fn plans(batch: usize) -> Vec<StepPlan> {
-    let cfg = config(batch);
-    let mut host = ImageSet::load(&cfg.data_dir).unwrap();
-    host.limit_train(2050).unwrap();
-    host.limit_test(1010).unwrap();
-    measure(&cfg, &host, &Device::cpu(2).unwrap()).unwrap().plans
+    plans_of(&config(batch))
+}
+
+/// Trains `cfg`, keeping every epoch's report.
+fn train(cfg: &TrainConfig) -> Vec<EpochReport> {
+    let mut reports = Reports::default();
+    bumpgrad::train::train(cfg, Hooks::new(&mut reports)).unwrap();
+    reports.0
 }
 
 /// Op by op, from the traced lifetimes alone (not through the planner's own
@@ -99,15 +112,10 @@ fn buffers_alive_together_never_share_bytes_and_the_peak_is_near_the_bound() {
 
 #[test]
 fn training_is_the_same_with_and_without_the_plan() {
-    let planned = train(&config(100), &mut Quiet).unwrap();
-    let bumped = train(
-        &TrainConfig {
-            memory_plan: false,
-            ..config(100)
-        },
-        &mut Quiet,
-    )
-    .unwrap();
+    let planned = train(&config(100));
+    let mut bump = config(100);
+    bump.memory.memory_plan = false;
+    let bumped = train(&bump);
     assert_eq!(planned[0].train_loss, bumped[0].train_loss);
     assert_eq!(planned[0].test_accuracy, bumped[0].test_accuracy);
     let (p, b) = (
@@ -126,16 +134,12 @@ fn training_is_the_same_with_and_without_the_plan() {
 /// the CPU: nothing runs).
 #[test]
 fn a_resnet18_step_at_batch_128_plans_within_five_percent_of_its_bound() {
-    use bumpgrad::data::DataSource;
     use bumpgrad::models::{Depth, ResNet};
-    let cfg = TrainConfig {
-        model: ResNet::choice(Depth::R18, 1.0),
-        batch: 128,
-        data_dir: "synthetic:cifar10:300".into(),
-        ..config(128)
-    };
-    let host = ImageSet::open(&DataSource::parse("synthetic:cifar10:300").unwrap()).unwrap();
-    let plans = measure(&cfg, &host, &Device::cpu(2).unwrap()).unwrap().plans;
+    let mut cfg = config(128);
+    cfg.run.model = ResNet::choice(Depth::R18, 1.0);
+    cfg.run.data_dir = "synthetic:cifar10:300".into();
+    (cfg.run.train_limit, cfg.run.test_limit) = (None, None);
+    let plans = plans_of(&cfg);
     let train = plans.iter().find(|p| p.key == StepKind::Train as u32).unwrap();
     assert!(train.bufs.len() > 150, "{} buffers", train.bufs.len());
     for plan in &plans {
@@ -165,16 +169,12 @@ fn a_resnet18_step_at_batch_128_plans_within_five_percent_of_its_bound() {
 /// stem and the first convolution of each of the 8 blocks: 9 of them).
 #[test]
 fn a_resnet_recomputes_its_batch_norm_relu_outputs_instead_of_keeping_them() {
-    use bumpgrad::data::DataSource;
     use bumpgrad::models::{Depth, ResNet};
-    let cfg = TrainConfig {
-        model: ResNet::choice(Depth::R18, 0.125),
-        batch: 16,
-        data_dir: "synthetic:cifar10:64".into(),
-        ..config(16)
-    };
-    let host = ImageSet::open(&DataSource::parse("synthetic:cifar10:64").unwrap()).unwrap();
-    let plans = measure(&cfg, &host, &Device::cpu(2).unwrap()).unwrap().plans;
+    let mut cfg = config(16);
+    cfg.run.model = ResNet::choice(Depth::R18, 0.125);
+    cfg.run.data_dir = "synthetic:cifar10:64".into();
+    (cfg.run.train_limit, cfg.run.test_limit) = (None, None);
+    let plans = plans_of(&cfg);
     let train = plans.iter().find(|p| p.key == StepKind::Train as u32).unwrap();
     let named = |what: &'static str| train.bufs.iter().filter(move |b| b.what == what);
     let backward = named("gradient seed").next().expect("a gradient seed").life.born;

@@ -13,9 +13,8 @@
 //! GPU run is not there to check CPU recordings, and a GPU host need not be
 //! x86-64 (an aarch64 Grace Hopper has no AVX2).
 
-use bumpgrad::backend::DeviceRequest;
 use bumpgrad::optim::SgdConfig;
-use bumpgrad::train::{train, Observer, TrainConfig};
+use bumpgrad::train::{train, DeviceConfig, Hooks, Observer, RunConfig, TrainConfig};
 
 #[path = "support/skip.rs"]
 mod skip;
@@ -31,22 +30,24 @@ impl Observer for Losses {
 
 fn losses(momentum: f32) -> Vec<u32> {
     let cfg = TrainConfig {
-        device: DeviceRequest::Cpu,
-        threads: 2,
-        epochs: 2,
-        batch: 100,
-        optimizer: SgdConfig {
-            momentum,
-            ..SgdConfig::default()
-        }
-        .choice(),
-        data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
-        train_limit: Some(1050),
-        test_limit: Some(100),
+        run: RunConfig {
+            epochs: 2,
+            batch: 100,
+            optimizer: SgdConfig {
+                momentum,
+                ..SgdConfig::default()
+            }
+            .choice(),
+            data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
+            train_limit: Some(1050),
+            test_limit: Some(100),
+            ..RunConfig::default()
+        },
+        device: DeviceConfig::cpu(2),
         ..TrainConfig::default()
     };
     let mut seen = Losses::default();
-    train(&cfg, &mut seen).expect("training");
+    train(&cfg, Hooks::new(&mut seen)).expect("training");
     seen.0
 }
 

@@ -6,7 +6,7 @@
 use bumpgrad::backend::DeviceRequest;
 use bumpgrad::checkpoint::{self, Checkpoint};
 use bumpgrad::optim::SgdConfig;
-use bumpgrad::train::{train, train_until, CheckpointPolicy, EpochReport, Every, Observer, TrainConfig};
+use bumpgrad::train::{train, CheckpointPolicy, EpochReport, Every, Hooks, Observer, TrainConfig};
 use bumpgrad::Error;
 use bumpgrad::Setting;
 use std::path::{Path, PathBuf};
@@ -20,22 +20,21 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn config(dir: &Path, epochs: usize, every: Every) -> TrainConfig {
-    TrainConfig {
-        device: DeviceRequest::Cpu,
-        epochs,
-        batch: 50,
-        threads: 2,
-        data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
-        train_limit: Some(1000),
-        test_limit: Some(200),
-        poison_step: Some(true),
-        checkpoints: Some(CheckpointPolicy {
-            dir: dir.to_path_buf(),
-            every: Some(every),
-            keep: 3,
-        }),
-        ..TrainConfig::default()
-    }
+    let mut cfg = TrainConfig::default();
+    cfg.device.request = DeviceRequest::Cpu;
+    cfg.run.epochs = epochs;
+    cfg.run.batch = 50;
+    cfg.device.threads = 2;
+    cfg.run.data_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into();
+    cfg.run.train_limit = Some(1000);
+    cfg.run.test_limit = Some(200);
+    cfg.memory.poison_step = Some(true);
+    cfg.run.checkpoints = Some(CheckpointPolicy {
+        dir: dir.to_path_buf(),
+        every: Some(every),
+        keep: 3,
+    });
+    cfg
 }
 
 fn newest(dir: &Path) -> Checkpoint {
@@ -92,7 +91,7 @@ fn watch(stop: &AtomicBool, stop_after: Option<usize>) -> Watch<'_> {
 fn run_straight(cfg: &TrainConfig) -> Watch<'static> {
     static NEVER: AtomicBool = AtomicBool::new(false);
     let mut seen = watch(&NEVER, None);
-    train_until(cfg, &mut seen, &NEVER).unwrap();
+    train(cfg, Hooks::new(&mut seen).stop_on(&NEVER)).unwrap();
     seen
 }
 
@@ -165,14 +164,19 @@ fn assert_same_from(straight: &Watch<'_>, resumed: &Watch<'_>, epoch: usize, ste
 fn one_epoch_then_resume_equals_two_epochs_straight_bit_for_bit() {
     let (straight, split) = (scratch("straight"), scratch("split"));
     let straight_run = run_straight(&config(&straight, 2, Every::Epochs(1)));
-    train(&config(&split, 1, Every::Epochs(1)), &mut bumpgrad::train::Quiet).unwrap();
+    train(
+        &config(&split, 1, Every::Epochs(1)),
+        Hooks::new(&mut bumpgrad::train::Quiet),
+    )
+    .unwrap();
     let stop = AtomicBool::new(false);
     let mut seen = watch(&stop, None);
-    let resumed_cfg = TrainConfig {
-        resume: Some(split.clone()),
-        ..config(&split, 2, Every::Epochs(1))
+    let resumed_cfg = {
+        let mut cfg = config(&split, 2, Every::Epochs(1));
+        cfg.run.resume = Some(split.clone());
+        cfg
     };
-    train_until(&resumed_cfg, &mut seen, &stop).unwrap();
+    train(&resumed_cfg, Hooks::new(&mut seen).stop_on(&stop)).unwrap();
     assert!(
         seen.notes.iter().any(|n| n.contains("resuming from")),
         "{:?}",
@@ -189,13 +193,14 @@ fn one_epoch_then_resume_equals_two_epochs_straight_bit_for_bit() {
 fn stop_mid_epoch_then_resume(name: &str, momentum: f32) {
     let (straight, stopped) = (scratch(&format!("{name}-straight")), scratch(name));
     let every = Every::Steps(7);
-    let cfg = |dir: &Path| TrainConfig {
-        optimizer: SgdConfig {
+    let cfg = |dir: &Path| {
+        let mut cfg = config(dir, 2, every);
+        cfg.run.optimizer = SgdConfig {
             momentum,
             ..SgdConfig::default()
         }
-        .choice(),
-        ..config(dir, 2, every)
+        .choice();
+        cfg
     };
     let straight_run = run_straight(&cfg(&straight));
     assert_eq!(straight_run.steps.len(), 40);
@@ -203,7 +208,7 @@ fn stop_mid_epoch_then_resume(name: &str, momentum: f32) {
     // every 7 steps); the loop stops after the step it is running then.
     let stop = AtomicBool::new(false);
     let mut seen = watch(&stop, Some(5));
-    let err = train_until(&cfg(&stopped), &mut seen, &stop).unwrap_err();
+    let err = train(&cfg(&stopped), Hooks::new(&mut seen).stop_on(&stop)).unwrap_err();
     let Error::Interrupted {
         epoch,
         step,
@@ -220,11 +225,12 @@ fn stop_mid_epoch_then_resume(name: &str, momentum: f32) {
 
     let stop = AtomicBool::new(false);
     let mut seen = watch(&stop, None);
-    let resumed = TrainConfig {
-        resume: Some(stopped.clone()),
-        ..cfg(&stopped)
+    let resumed = {
+        let mut cfg = cfg(&stopped);
+        cfg.run.resume = Some(stopped.clone());
+        cfg
     };
-    train_until(&resumed, &mut seen, &stop).unwrap();
+    train(&resumed, Hooks::new(&mut seen).stop_on(&stop)).unwrap();
     assert!(
         seen.notes
             .iter()
@@ -255,18 +261,23 @@ fn with_momentum_a_stop_mid_epoch_resumes_bit_for_bit() {
 fn a_damaged_newest_checkpoint_is_skipped_for_the_one_before() {
     let (straight, damaged) = (scratch("dmg-straight"), scratch("dmg"));
     let straight_run = run_straight(&config(&straight, 2, Every::Epochs(1)));
-    train(&config(&damaged, 2, Every::Epochs(1)), &mut bumpgrad::train::Quiet).unwrap();
+    train(
+        &config(&damaged, 2, Every::Epochs(1)),
+        Hooks::new(&mut bumpgrad::train::Quiet),
+    )
+    .unwrap();
     // Cut the newest (epoch 2) in half: a crash mid-copy, a full disk.
     let newest_path = checkpoint::latest_valid(&damaged).unwrap().unwrap().path;
     let bytes = std::fs::read(&newest_path).unwrap();
     std::fs::write(&newest_path, &bytes[..bytes.len() / 2]).unwrap();
     let stop = AtomicBool::new(false);
     let mut seen = watch(&stop, None);
-    let resumed = TrainConfig {
-        resume: Some(damaged.clone()),
-        ..config(&damaged, 2, Every::Epochs(1))
+    let resumed = {
+        let mut cfg = config(&damaged, 2, Every::Epochs(1));
+        cfg.run.resume = Some(damaged.clone());
+        cfg
     };
-    train_until(&resumed, &mut seen, &stop).unwrap();
+    train(&resumed, Hooks::new(&mut seen).stop_on(&stop)).unwrap();
     assert!(
         seen.notes
             .iter()
@@ -287,13 +298,18 @@ fn a_damaged_newest_checkpoint_is_skipped_for_the_one_before() {
 #[test]
 fn a_checkpoint_from_other_settings_is_refused() {
     let dir = scratch("other");
-    train(&config(&dir, 1, Every::Epochs(1)), &mut bumpgrad::train::Quiet).unwrap();
-    let other = TrainConfig {
-        batch: 100,
-        resume: Some(dir.clone()),
-        ..config(&dir, 2, Every::Epochs(1))
+    train(
+        &config(&dir, 1, Every::Epochs(1)),
+        Hooks::new(&mut bumpgrad::train::Quiet),
+    )
+    .unwrap();
+    let other = {
+        let mut cfg = config(&dir, 2, Every::Epochs(1));
+        cfg.run.batch = 100;
+        cfg.run.resume = Some(dir.clone());
+        cfg
     };
-    let err = train(&other, &mut bumpgrad::train::Quiet).unwrap_err();
+    let err = train(&other, Hooks::new(&mut bumpgrad::train::Quiet)).unwrap_err();
     assert!(err.to_string().contains("cannot resume"), "{err}");
     assert!(
         matches!(&err, Error::Setting { setting: Setting::Batch, fix: Some(f), .. } if f == "50"),
@@ -301,16 +317,17 @@ fn a_checkpoint_from_other_settings_is_refused() {
     );
     // Another optimizer, or the same with other settings, is refused too:
     // its state would not be the one the checkpoint holds.
-    let momentum = TrainConfig {
-        optimizer: SgdConfig {
+    let momentum = {
+        let mut cfg = config(&dir, 2, Every::Epochs(1));
+        cfg.run.optimizer = SgdConfig {
             momentum: 0.9,
             ..SgdConfig::default()
         }
-        .choice(),
-        resume: Some(dir.clone()),
-        ..config(&dir, 2, Every::Epochs(1))
+        .choice();
+        cfg.run.resume = Some(dir.clone());
+        cfg
     };
-    let err = train(&momentum, &mut bumpgrad::train::Quiet).unwrap_err();
+    let err = train(&momentum, Hooks::new(&mut bumpgrad::train::Quiet)).unwrap_err();
     assert!(
         matches!(
             &err,
@@ -327,11 +344,12 @@ fn a_checkpoint_from_other_settings_is_refused() {
 #[test]
 fn a_diverging_run_stops_at_the_step_and_keeps_the_last_good_checkpoint() {
     let dir = scratch("diverge");
-    let cfg = TrainConfig {
-        lr: 1e5,
-        ..config(&dir, 2, Every::Steps(1))
+    let cfg = {
+        let mut cfg = config(&dir, 2, Every::Steps(1));
+        cfg.run.lr = 1e5;
+        cfg
     };
-    let err = train(&cfg, &mut bumpgrad::train::Quiet).unwrap_err();
+    let err = train(&cfg, Hooks::new(&mut bumpgrad::train::Quiet)).unwrap_err();
     let Error::Diverged { epoch, step, loss } = err else {
         panic!("{err}")
     };
@@ -351,10 +369,11 @@ fn a_diverging_run_stops_at_the_step_and_keeps_the_last_good_checkpoint() {
 mod resume_cases;
 
 fn resumes_bit_for_bit(case: fn(&TrainConfig) -> resume_cases::Case) {
-    let on_the_cpu = TrainConfig {
-        device: DeviceRequest::Cpu,
-        threads: 2,
-        ..TrainConfig::default()
+    let on_the_cpu = {
+        let mut cfg = TrainConfig::default();
+        cfg.device.request = DeviceRequest::Cpu;
+        cfg.device.threads = 2;
+        cfg
     };
     let case = case(&on_the_cpu);
     let (straight, resumed) = resume_cases::stop_and_resume(&case);

@@ -4,31 +4,40 @@
 //! loss falls by a bound, and test accuracy, evaluated with the running
 //! statistics, rises well above chance).
 
-use bumpgrad::backend::DeviceRequest;
 use bumpgrad::models::{Depth, ResNet, SqueezeNet};
 use bumpgrad::nn::ModelChoice;
 use bumpgrad::optim::{AdamWConfig, SgdConfig};
-use bumpgrad::train::{train, EpochReport, Quiet, TrainConfig};
+use bumpgrad::train::{DeviceConfig, EpochReport, Hooks, Reports, RunConfig, TrainConfig};
 
 fn config(model: ModelChoice, lr: f32) -> TrainConfig {
-    TrainConfig {
-        device: DeviceRequest::Cpu,
-        epochs: 3,
-        batch: 50,
-        threads: 2,
-        model,
-        lr,
-        optimizer: SgdConfig {
-            momentum: 0.9,
-            ..Default::default()
-        }
-        .choice(),
-        data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
-        train_limit: Some(400),
-        test_limit: Some(200),
-        poison_step: Some(true),
+    let mut cfg = TrainConfig {
+        run: RunConfig {
+            epochs: 3,
+            batch: 50,
+            model,
+            lr,
+            optimizer: SgdConfig {
+                momentum: 0.9,
+                ..Default::default()
+            }
+            .choice(),
+            data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
+            train_limit: Some(400),
+            test_limit: Some(200),
+            ..RunConfig::default()
+        },
+        device: DeviceConfig::cpu(2),
         ..TrainConfig::default()
-    }
+    };
+    cfg.memory.poison_step = Some(true);
+    cfg
+}
+
+/// Trains `cfg`, keeping every epoch's report.
+fn train(cfg: &TrainConfig) -> bumpgrad::Result<Vec<EpochReport>> {
+    let mut reports = Reports::default();
+    bumpgrad::train::train(cfg, Hooks::new(&mut reports))?;
+    Ok(reports.0)
 }
 
 fn losses(reports: &[EpochReport]) -> Vec<f64> {
@@ -37,7 +46,7 @@ fn losses(reports: &[EpochReport]) -> Vec<f64> {
 
 #[test]
 fn a_narrow_resnet18_learns_on_the_cpu() {
-    let reports = train(&config(ResNet::choice(Depth::R18, 0.125), 0.05), &mut Quiet).expect("training");
+    let reports = train(&config(ResNet::choice(Depth::R18, 0.125), 0.05)).expect("training");
     let l = losses(&reports);
     // Chance is ln 10 = 2.30. Batch-norm makes a ResNet learn fast: a run
     // whose loss does not fall by a third over three epochs is broken.
@@ -65,12 +74,10 @@ fn a_narrow_resnet18_learns_on_the_cpu() {
 /// 2.30, 2.30, 2.29), where "loss 3 below loss 1" let both pass.
 #[test]
 fn a_narrow_squeezenet_learns_on_the_cpu() {
-    let cfg = TrainConfig {
-        optimizer: AdamWConfig::default().choice(),
-        train_limit: Some(2000),
-        ..config(SqueezeNet::choice(0.25), 0.001)
-    };
-    let reports = train(&cfg, &mut Quiet).expect("training");
+    let mut cfg = config(SqueezeNet::choice(0.25), 0.001);
+    cfg.run.optimizer = AdamWConfig::default().choice();
+    cfg.run.train_limit = Some(2000);
+    let reports = train(&cfg).expect("training");
     let l = losses(&reports);
     assert!(l.windows(2).all(|w| w[1] < w[0]), "loss falls every epoch: {l:?}");
     assert!(

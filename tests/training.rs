@@ -1,25 +1,35 @@
 //! End-to-end training on the real MNIST shipped in the repository.
 
-use bumpgrad::backend::DeviceRequest;
-use bumpgrad::train::{prepare, train, EpochReport, Quiet, TrainConfig};
+use bumpgrad::tasks::{Classification, ClassificationConfig};
+use bumpgrad::train::{DeviceConfig, EpochReport, Hooks, Pipeline, Reports, RunConfig, TrainConfig};
 use bumpgrad::{ArenaError, Error};
 
 fn config(train_limit: usize, test_limit: usize, epochs: usize) -> TrainConfig {
-    TrainConfig {
-        device: DeviceRequest::Cpu,
-        epochs,
-        threads: 2,
-        data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
-        train_limit: Some(train_limit),
-        test_limit: Some(test_limit),
-        poison_step: Some(true),
+    let mut cfg = TrainConfig {
+        run: RunConfig {
+            epochs,
+            data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
+            train_limit: Some(train_limit),
+            test_limit: Some(test_limit),
+            ..RunConfig::default()
+        },
+        device: DeviceConfig::cpu(2),
         ..TrainConfig::default()
-    }
+    };
+    cfg.memory.poison_step = Some(true);
+    cfg
+}
+
+/// Trains `cfg`, keeping every epoch's report.
+fn train(cfg: &TrainConfig) -> bumpgrad::Result<Vec<EpochReport>> {
+    let mut reports = Reports::default();
+    bumpgrad::train::train(cfg, Hooks::new(&mut reports))?;
+    Ok(reports.0)
 }
 
 #[test]
 fn loss_falls_on_a_2000_image_subset() {
-    let reports: Vec<EpochReport> = train(&config(2000, 1000, 3), &mut Quiet).expect("training");
+    let reports: Vec<EpochReport> = train(&config(2000, 1000, 3)).expect("training");
     let losses: Vec<f64> = reports.iter().map(|r| r.train_loss).collect();
     // Chance is ln 10 = 2.3026; the first epoch's mean loss is 2.199 here
     // (2 threads), 0.10 below chance. Asking for half of that margin fails
@@ -40,11 +50,9 @@ fn loss_falls_on_a_2000_image_subset() {
 #[test]
 fn same_seed_same_run_different_seed_different_run() {
     let run = |seed| {
-        let cfg = TrainConfig {
-            seed,
-            ..config(300, 100, 1)
-        };
-        train(&cfg, &mut Quiet).expect("training")[0].train_loss
+        let mut cfg = config(300, 100, 1);
+        cfg.run.seed = seed;
+        train(&cfg).expect("training")[0].train_loss
     };
     assert_eq!(run(7), run(7));
     assert_ne!(run(7), run(8));
@@ -52,11 +60,9 @@ fn same_seed_same_run_different_seed_different_run() {
 
 #[test]
 fn an_arena_too_small_names_the_allocation_and_the_size_that_fits() {
-    let cfg = TrainConfig {
-        arena_size: Some(4 << 20),
-        ..config(300, 100, 1)
-    };
-    let err = match prepare(&cfg) {
+    let mut cfg = config(300, 100, 1);
+    cfg.memory.arena_size = Some(4 << 20);
+    let err = match Pipeline::open(&cfg, None).and_then(Pipeline::build) {
         Err(e) => e,
         Ok(_) => panic!("a 4 MiB arena cannot hold the data set and a step"),
     };
@@ -67,7 +73,13 @@ fn an_arena_too_small_names_the_allocation_and_the_size_that_fits() {
     };
     // The size that fits is the one an automatic size measures; the CLI
     // turns it into "pass --arena-size ..." (tests/cli.rs).
-    let measured = prepare(&config(300, 100, 1)).expect("auto size").1.arena.capacity_bytes;
+    let auto = config(300, 100, 1);
+    let measured = Pipeline::open(&auto, None)
+        .and_then(Pipeline::build)
+        .expect("auto size")
+        .1
+        .arena
+        .capacity_bytes;
     assert_eq!(would_fit, measured, "{text}");
     let fits = format!("an arena of {} would fit", bumpgrad::ByteSize(measured));
     assert!(
@@ -79,11 +91,12 @@ fn an_arena_too_small_names_the_allocation_and_the_size_that_fits() {
 #[test]
 fn label_smoothing_reaches_the_loss_and_is_checked() {
     let run = |label_smoothing| {
-        let cfg = TrainConfig {
+        let mut cfg = config(300, 100, 1);
+        cfg.run.task = Classification::choice(ClassificationConfig {
             label_smoothing,
-            ..config(300, 100, 1)
-        };
-        train(&cfg, &mut Quiet).map(|reports| reports[0].train_loss)
+            ..ClassificationConfig::default()
+        });
+        train(&cfg).map(|reports| reports[0].train_loss)
     };
     let plain = run(0.0).expect("training");
     let smoothed = run(0.1).expect("training");

@@ -13,7 +13,7 @@ use bumpgrad::models::{Depth, ResNet, SqueezeNet};
 use bumpgrad::nn::ModelChoice;
 use bumpgrad::optim::SgdConfig;
 use bumpgrad::train::{
-    memory_report, prepare, CheckpointPolicy, Control, EpochReport, Every, Observer, Position, StepKind, TrainConfig,
+    memory_report, CheckpointPolicy, Control, EpochReport, Every, Observer, Pipeline, Position, StepKind, TrainConfig,
 };
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -93,26 +93,25 @@ fn two_epochs_allocate_nothing_between_checkpoints() {
 
 /// A run of `model` as the count makes it, under memory budget `budget`.
 fn config(name: &str, model: ModelChoice, budget: Option<usize>) -> TrainConfig {
-    TrainConfig {
-        device: DeviceRequest::Cpu,
-        threads: 2,
-        data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
-        // 11 steps an epoch at batch 100, the last of 50 examples; 3
-        // evaluation steps, the last of 50.
-        batch: 100,
-        train_limit: Some(1050),
-        test_limit: Some(250),
-        optimizer: SgdConfig {
-            momentum: 0.9,
-            ..SgdConfig::default()
-        }
-        .choice(),
-        poison_step: Some(true),
-        checkpoints: Some(policy(name)),
-        memory_budget: budget,
-        model,
-        ..TrainConfig::default()
+    let mut cfg = TrainConfig::default();
+    cfg.device.request = DeviceRequest::Cpu;
+    cfg.device.threads = 2;
+    cfg.run.data_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into();
+    // 11 steps an epoch at batch 100, the last of 50 examples; 3
+    // evaluation steps, the last of 50.
+    cfg.run.batch = 100;
+    cfg.run.train_limit = Some(1050);
+    cfg.run.test_limit = Some(250);
+    cfg.run.optimizer = SgdConfig {
+        momentum: 0.9,
+        ..SgdConfig::default()
     }
+    .choice();
+    cfg.memory.poison_step = Some(true);
+    cfg.run.checkpoints = Some(policy(name));
+    cfg.memory.memory_budget = budget;
+    cfg.run.model = model;
+    cfg
 }
 
 fn policy(name: &str) -> CheckpointPolicy {
@@ -130,7 +129,7 @@ fn two_epochs_of(name: &str, model: ModelChoice, budget: Option<usize>) {
     let dir = policy.dir.clone();
     let _ = std::fs::remove_dir_all(&dir);
     let cfg = config(name, model, budget);
-    let (mut session, info) = prepare(&cfg).expect("session");
+    let (mut session, info) = Pipeline::open(&cfg, None).and_then(Pipeline::build).expect("session");
     assert_eq!(info.steps_per_epoch, 11);
     if budget.is_some() {
         // The run's own report: it recomputes, and its training step's

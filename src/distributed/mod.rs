@@ -9,6 +9,8 @@
 //! - [`env`]: a rank's place in the group from its environment (bumpgrad's
 //!   launcher, torchrun, Open MPI, Slurm);
 //! - [`launcher`]: `bumpgrad train --gpus N`, one child process per GPU;
+//! - [`rank`]: one rank's run: the rendezvous, a watch that ends the
+//!   process when the group fails, and its exit status;
 //! - [`buckets`]: the gradients in the persistent region, summed bucket by
 //!   bucket while backward runs;
 //! - [`local`]: an in-process group of threads with the same arithmetic.
@@ -20,6 +22,7 @@ pub mod launcher;
 /// The CPU's in-process collective, which lives with the CPU backend (a
 /// device owns its collectives); named here too, where ranks are made.
 pub use crate::backend::cpu::collective as local;
+pub mod rank;
 pub mod rendezvous;
 pub mod token;
 
@@ -61,6 +64,13 @@ impl World {
         let (a, b) = (self.rank * len / self.size, (self.rank + 1) * len / self.size);
         (a, b - a)
     }
+}
+
+/// How a rank's device joins its data-parallel group before its arena is
+/// made: the group, and which GPU of the host the rank uses.
+pub struct Join {
+    pub group: crate::backend::Group,
+    pub ordinal: usize,
 }
 
 /// How a rank trains with the others.

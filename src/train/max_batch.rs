@@ -3,7 +3,7 @@
 //! A batch fits when the arena `train` would need for it — the persistent
 //! region (model, optimizer state, the resident data set, the per-step
 //! tables) plus the largest step of the run (full and last training and
-//! evaluation steps, planned or bumped as `cfg.memory_plan` says) — is at
+//! evaluation steps, planned or bumped as the memory plan setting says) — is at
 //! most the size given: exactly the test `train` applies before it
 //! allocates. Each candidate is one dry run on the device asked for, so on
 //! a GPU the convolutions' workspaces are that GPU's.
@@ -22,15 +22,15 @@
 //! a workspace's few MiB; the one reported is the largest below the first
 //! that does not fit.
 //!
-//! With a memory budget (`cfg.memory_budget`), a batch whose step does not
+//! With a memory budget (the run's memory budget), a batch whose step does not
 //! fit may still fit by recomputing convolution and block outputs in backward (see
 //! `meet_budget`; its step's budget is the arena's room above the
 //! persistent region, or the budget given if smaller): the search runs
 //! twice and reports both batches, with recomputation and without.
 
-use super::{budget, measure, open_for_planning, ArenaNeeds, TrainConfig};
+use super::pipeline::{ArenaNeeds, Pipeline};
+use super::{budget, RunConfig, TrainConfig};
 use crate::backend::Precision;
-use crate::memory::Arena;
 use crate::memory::{suggest, ByteSize};
 use crate::{Error, Result, Setting};
 
@@ -81,56 +81,50 @@ impl Probe {
 }
 
 /// The largest batch of `cfg`'s run (its `batch` aside) whose arena fits
-/// `cfg.arena_size`, which must be given; `progress` hears of every dry run.
+/// the given arena size, which must be given; `progress` hears of every dry run.
 /// Batch 1 not fitting is an error naming the size it needs.
 pub fn max_batch(cfg: &TrainConfig, progress: &mut dyn FnMut(&Probe)) -> Result<MaxBatch> {
-    let Some(capacity) = cfg.arena_size else {
+    let Some(capacity) = cfg.memory.arena_size else {
         return Err(Error::setting(
             Setting::ArenaSize,
             "the largest batch is searched within a given arena size, and none was given (a measured arena fits any batch)",
             Some("a size such as 4GiB".into()),
         ));
     };
-    // Batch 1 is always a valid setting: checks that name the batch see it.
-    let (host, device) = open_for_planning(&TrainConfig {
-        batch: 1,
+    let at = |batch: usize| TrainConfig {
+        run: RunConfig {
+            batch,
+            ..cfg.run.clone()
+        },
         ..cfg.clone()
-    })?;
-    let limit = host.train_images.count;
+    };
+    // Batch 1 is always a valid setting: checks that name the batch see it.
+    let first = at(1);
+    let pipeline = Pipeline::open(&first, None)?;
+    let limit = pipeline.data().train_images.count;
+    let speed = pipeline.speed();
     // A step that does not fit may fit recomputing convolution and block outputs,
     // when a budget asks for that: the step's budget is then the arena's
     // room above the persistent region (or the budget given, if smaller).
     let measure_at = |batch: usize, recompute: bool| -> Result<ArenaNeeds> {
-        let at = TrainConfig { batch, ..cfg.clone() };
-        let needs = measure(&at, &host, &device)?;
+        let at = at(batch);
+        let runs = pipeline.dry_runs_of(&at);
+        let needs = runs.plain()?;
         if !recompute || needs.total() <= capacity {
             return Ok(needs);
         }
         let Some(room) = capacity.checked_sub(needs.persistent_bytes) else {
             return Ok(needs);
         };
-        let budgeted = TrainConfig {
-            memory_budget: Some(cfg.memory_budget.unwrap_or(room).min(room)),
-            ..at
-        };
-        let budget = budgeted.memory_budget.unwrap_or(room);
-        let dry = || Arena::dry(&device, None);
-        let speed = budget::speed(&budgeted, &device);
-        match budget::search(
-            &budgeted,
-            &host,
-            &dry,
-            needs.clone(),
-            budget,
-            &speed,
-            budget::Mode::Probe,
-        )? {
+        let budget = cfg.memory.memory_budget.unwrap_or(room).min(room);
+        let measure = |choice: &super::StepChoice| runs.measure(choice);
+        match budget::search(&measure, needs.clone(), budget, &speed, budget::Mode::Probe)? {
             budget::Outcome::Fits(fit) => Ok(fit),
             // No recomputation fits it: the batch does not fit.
             budget::Outcome::Short { .. } => Ok(needs),
         }
     };
-    let recompute = cfg.memory_budget.is_some();
+    let recompute = cfg.memory.memory_budget.is_some();
     let without_recomputation = match recompute {
         true => Some(largest(limit, capacity, &mut |b| measure_at(b, false), progress)?.0),
         false => None,
@@ -143,9 +137,9 @@ pub fn max_batch(cfg: &TrainConfig, progress: &mut dyn FnMut(&Probe)) -> Result<
         step_bytes: best.step_bytes,
         capacity_bytes: capacity,
         capped_by_training_set: (lo == limit).then_some(limit),
-        precision: cfg.precision,
-        model: cfg.model.name(),
-        device: device.describe(),
+        precision: cfg.device.precision,
+        model: cfg.run.model.name(),
+        device: pipeline.device_name(),
         recomputed_outputs: recompute.then_some(best.dropped.len()),
         without_recomputation,
     })
@@ -208,13 +202,12 @@ fn largest(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::DeviceRequest;
+    use crate::train::{DeviceConfig, MemoryConfig};
 
     #[test]
     fn without_an_arena_size_there_is_nothing_to_search_within() {
         let cfg = TrainConfig {
-            device: DeviceRequest::Cpu,
-            arena_size: None,
+            device: DeviceConfig::cpu(0),
             ..TrainConfig::default()
         };
         let mut probes = 0;
@@ -233,13 +226,17 @@ mod tests {
     fn recomputation_fits_a_larger_batch_and_exactly_the_largest() {
         use crate::models::{Depth, ResNet};
         let cfg = |budget| TrainConfig {
-            device: DeviceRequest::Cpu,
-            model: ResNet::choice(Depth::R18, 0.125),
-            data_dir: "synthetic:cifar10:2000".into(),
-            threads: 2,
-            arena_size: Some(48 << 20),
-            memory_budget: budget,
-            ..TrainConfig::default()
+            run: RunConfig {
+                model: ResNet::choice(Depth::R18, 0.125),
+                data_dir: "synthetic:cifar10:2000".into(),
+                ..RunConfig::default()
+            },
+            memory: MemoryConfig {
+                arena_size: Some(48 << 20),
+                memory_budget: budget,
+                ..MemoryConfig::default()
+            },
+            device: DeviceConfig::cpu(2),
         };
         let plain = max_batch(&cfg(None), &mut |_| {}).expect("search");
         let found = max_batch(&cfg(Some(usize::MAX)), &mut |_| {}).expect("search with recomputation");
@@ -248,11 +245,9 @@ mod tests {
         assert!(found.recomputed_outputs.is_some_and(|n| n > 0), "{found:?}");
         assert!(found.arena_bytes <= found.capacity_bytes);
         // Exactly the largest: the next batch fits no recomputation.
-        let next = TrainConfig {
-            batch: found.max_batch + 1,
-            memory_budget: Some((48 << 20) - found.persistent_bytes),
-            ..cfg(None)
-        };
+        let mut next = cfg(None);
+        next.run.batch = found.max_batch + 1;
+        next.memory.memory_budget = Some((48 << 20) - found.persistent_bytes);
         assert!(
             super::super::memory_report(&next).is_err(),
             "batch {} fits too",

@@ -199,6 +199,16 @@ pub trait Observer {
 pub struct Quiet;
 impl Observer for Quiet {}
 
+/// An observer that keeps every epoch's report and ignores the rest.
+#[derive(Debug, Default)]
+pub struct Reports(pub Vec<EpochReport>);
+
+impl Observer for Reports {
+    fn epoch(&mut self, report: &EpochReport) {
+        self.0.push(report.clone());
+    }
+}
+
 /// The process's resident set size, from `/proc/self/statm` (Linux only),
 /// which counts it in pages of the system's size. Read into the stack:
 /// every epoch report calls this, and the epoch loop makes no heap
@@ -213,7 +223,7 @@ pub fn resident_bytes() -> Option<u64> {
     pages.checked_mul(crate::backend::cpu::page_size()? as u64)
 }
 
-/// What timing the convolution algorithms did (see `train::prepare`).
+/// What timing the convolution algorithms did (see `train::Pipeline::build`).
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct ConvTuning {
     /// Convolution shapes whose fastest algorithm of some pass was not the

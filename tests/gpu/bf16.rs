@@ -288,13 +288,14 @@ fn a_bf16_tensor_read_by_two_convolutions_gets_both_input_gradients() {
 /// H200 the two runs' first-epoch losses agreed to 0.2% while their test
 /// accuracies were 51% and 71%).
 fn trains_in_bf16_as_in_fp32(test: &str, cfg: TrainConfig, loss_tol: f64, accuracy_tol: f64) {
-    use bumpgrad::train::{memory_report, prepare};
+    use bumpgrad::train::{memory_report, Pipeline};
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(_probe) = gpu(test) else { return };
     drop(_probe);
-    let bf16 = TrainConfig {
-        precision: Precision::Bf16,
-        ..cfg.clone()
+    let bf16 = {
+        let mut cfg = cfg.clone();
+        cfg.device.precision = Precision::Bf16;
+        cfg
     };
     let (fp32_plan, _) = memory_report(&cfg).expect("fp32 plan");
     let (bf16_plan, _) = memory_report(&bf16).expect("bf16 plan");
@@ -318,10 +319,10 @@ fn trains_in_bf16_as_in_fp32(test: &str, cfg: TrainConfig, loss_tol: f64, accura
         fp32_plan.plan_peak_bytes
     );
     assert_eq!(bf16_plan.persistent_by_type, fp32_plan.persistent_by_type);
-    let (mut session, info) = prepare(&bf16).expect("prepare");
+    let (mut session, info) = Pipeline::open(&bf16, None).and_then(Pipeline::build).expect("prepare");
     let planned = training_plan_peak(&info);
     let mut seen = Collect(Vec::new());
-    let on_bf16: Vec<EpochReport> = (1..=bf16.epochs)
+    let on_bf16: Vec<EpochReport> = (1..=bf16.run.epochs)
         .map(|e| session.epoch(e, &mut seen).expect("epoch"))
         .collect();
     let on_fp32 = train_on(&cfg);
@@ -364,15 +365,16 @@ fn a_resnet18_trains_on_mnist_in_bf16_as_in_fp32() {
     // the precision alone, the same every run: with timed (atomic)
     // algorithms two runs of one precision part too, and an accuracy
     // bound would hold their noise as well.
-    let cfg = TrainConfig {
-        device: DeviceRequest::Cuda,
-        model: ResNet::choice(Depth::R18, 0.25),
-        data_dir: data_dir(),
-        epochs: 2,
-        batch: 128,
-        lr: 0.05,
-        deterministic: true,
-        ..TrainConfig::default()
+    let cfg = {
+        let mut cfg = TrainConfig::default();
+        cfg.device.request = DeviceRequest::Cuda;
+        cfg.run.model = ResNet::choice(Depth::R18, 0.25);
+        cfg.run.data_dir = data_dir();
+        cfg.run.epochs = 2;
+        cfg.run.batch = 128;
+        cfg.run.lr = 0.05;
+        cfg.device.deterministic = true;
+        cfg
     };
     // The whole of MNIST: on 8,000 images the last epoch's test accuracy
     // still swung by 9 points between two runs whose losses agreed to 2%.
@@ -382,14 +384,15 @@ fn a_resnet18_trains_on_mnist_in_bf16_as_in_fp32() {
 #[test]
 fn a_squeezenet_trains_in_bf16_as_in_fp32() {
     use bumpgrad::models::SqueezeNet;
-    let cfg = TrainConfig {
-        device: DeviceRequest::Cuda,
-        model: SqueezeNet::choice(0.5),
-        data_dir: "synthetic:cifar10:2048".into(),
-        epochs: 2,
-        batch: 128,
-        lr: 0.02,
-        ..TrainConfig::default()
+    let cfg = {
+        let mut cfg = TrainConfig::default();
+        cfg.device.request = DeviceRequest::Cuda;
+        cfg.run.model = SqueezeNet::choice(0.5);
+        cfg.run.data_dir = "synthetic:cifar10:2048".into();
+        cfg.run.epochs = 2;
+        cfg.run.batch = 128;
+        cfg.run.lr = 0.02;
+        cfg
     };
     // Random labels: the accuracy is noise around 10%.
     trains_in_bf16_as_in_fp32("bf16 squeezenet", cfg, 0.03, 0.05);

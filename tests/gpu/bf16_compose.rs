@@ -34,24 +34,23 @@ const BF16_AGAIN: f64 = 0.03;
 /// random labels: its loss falls several-fold over two epochs, so a run
 /// that lost its state or its gradients is far from one that kept them.
 fn narrow_mnist(precision: Precision) -> TrainConfig {
-    TrainConfig {
-        device: DeviceRequest::Cuda,
-        model: ResNet::choice(Depth::R18, 0.25),
-        data_dir: data_dir(),
-        train_limit: Some(6400),
-        test_limit: Some(1000),
-        epochs: 2,
-        batch: 128,
-        lr: 0.02,
-        optimizer: SgdConfig {
-            momentum: 0.9,
-            ..SgdConfig::default()
-        }
-        .choice(),
-        conv_algos: ConvAlgos::Heuristic,
-        precision,
-        ..TrainConfig::default()
+    let mut cfg = TrainConfig::default();
+    cfg.device.request = DeviceRequest::Cuda;
+    cfg.run.model = ResNet::choice(Depth::R18, 0.25);
+    cfg.run.data_dir = data_dir();
+    cfg.run.train_limit = Some(6400);
+    cfg.run.test_limit = Some(1000);
+    cfg.run.epochs = 2;
+    cfg.run.batch = 128;
+    cfg.run.lr = 0.02;
+    cfg.run.optimizer = SgdConfig {
+        momentum: 0.9,
+        ..SgdConfig::default()
     }
+    .choice();
+    cfg.device.conv_algos = ConvAlgos::Heuristic;
+    cfg.device.precision = precision;
+    cfg
 }
 
 /// A fresh directory under the system's temporary one.
@@ -172,22 +171,24 @@ const ACCURACY_AT_RESUME: f64 = 0.01;
 /// about epoch 1's loss.
 #[test]
 fn a_checkpoint_resumes_across_precisions_bf16() {
-    use bumpgrad::train::{prepare, CheckpointPolicy, Every, Position};
+    use bumpgrad::train::{CheckpointPolicy, Every, Pipeline, Position};
     let test = "bf16 checkpoint across precisions";
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(_probe) = gpu(test) else { return };
     drop(_probe);
-    let deterministic = |precision| TrainConfig {
-        deterministic: true,
-        ..narrow_mnist(precision)
+    let deterministic = |precision| {
+        let mut cfg = narrow_mnist(precision);
+        cfg.device.deterministic = true;
+        cfg
     };
-    let saving = |precision, dir: &Path| TrainConfig {
-        checkpoints: Some(CheckpointPolicy {
+    let saving = |precision, dir: &Path| {
+        let mut cfg = deterministic(precision);
+        cfg.run.checkpoints = Some(CheckpointPolicy {
             dir: dir.to_path_buf(),
             every: Some(Every::Epochs(1)),
             keep: 2,
-        }),
-        ..deterministic(precision)
+        });
+        cfg
     };
     // Two uninterrupted runs, each writing a checkpoint after either epoch.
     let mut straight = Vec::new();
@@ -253,7 +254,9 @@ fn a_checkpoint_resumes_across_precisions_bf16() {
     // Each checkpoint resumed in its own precision, then in the other.
     for (saved, into) in [(fp32, fp32), (fp32, bf16), (bf16, bf16), (bf16, fp32)] {
         let what = format!("{:?} resumed in {:?}", saved.precision, into.precision);
-        let (mut session, _) = prepare(&deterministic(into.precision)).expect("prepare");
+        let (mut session, _) = Pipeline::open(&deterministic(into.precision), None)
+            .and_then(Pipeline::build)
+            .expect("prepare");
         let at = session
             .resume(&saved.after_one)
             .unwrap_or_else(|e| panic!("{test}: {what}: {e}"));
@@ -346,20 +349,21 @@ fn bf16_trains_under_a_memory_budget() {
     // Deterministic convolutions: recomputing an output then remakes it
     // bit for bit, so the budgeted run is the unbudgeted one, as on the
     // CPU (with cuDNN's atomic sums two bf16 runs part by up to a few %).
-    let cfg = |budget| TrainConfig {
-        precision: Precision::Bf16,
-        deterministic: true,
-        data_dir: data_dir(),
+    let cfg = |budget| {
+        let mut cfg = narrow_under(budget);
+        cfg.device.precision = Precision::Bf16;
+        cfg.device.deterministic = true;
+        cfg.run.data_dir = data_dir();
         // 50 steps of 64 an epoch, with momentum so that the loss falls
         // well within two epochs.
-        train_limit: Some(3200),
-        test_limit: Some(1000),
-        optimizer: SgdConfig {
+        cfg.run.train_limit = Some(3200);
+        cfg.run.test_limit = Some(1000);
+        cfg.run.optimizer = SgdConfig {
             momentum: 0.9,
             ..SgdConfig::default()
         }
-        .choice(),
-        ..narrow_under(budget)
+        .choice();
+        cfg
     };
     let (free, _) = memory_report(&cfg(None)).expect("the bf16 plan");
     let budget = free.plan_peak_bytes * 6 / 10;
@@ -475,9 +479,10 @@ fn data_parallel_bf16_through_nccl_on_one_gpu_trains_as_the_plain_bf16_run() {
     }
     // Deterministic convolutions: a world of one sums each bucket with
     // itself alone, so nothing but cuDNN's atomics could part the runs.
-    let cfg = TrainConfig {
-        deterministic: true,
-        ..narrow_mnist(Precision::Bf16)
+    let cfg = {
+        let mut cfg = narrow_mnist(Precision::Bf16);
+        cfg.device.deterministic = true;
+        cfg
     };
     let plain = train_on(&cfg);
     // Buckets of 256 KiB: several, each summed while backward goes on.
@@ -520,12 +525,13 @@ fn data_parallel_bf16_matches_one_gpu() {
     // 2050 images: 21 steps, the last of 50 images, shared 25 / 25.
     // Deterministic convolutions: the runs part only where two ranks'
     // gradients are summed apart.
-    let cfg = |batch| TrainConfig {
-        batch,
-        train_limit: Some(2050),
-        precision: Precision::Bf16,
-        deterministic: true,
-        ..gpu_config(2)
+    let cfg = |batch| {
+        let mut cfg = gpu_config(2);
+        cfg.run.batch = batch;
+        cfg.run.train_limit = Some(2050);
+        cfg.device.precision = Precision::Bf16;
+        cfg.device.deterministic = true;
+        cfg
     };
     let one = train_on(&cfg(100));
     let ranks = watch_on_gpus(&cfg(50), 2, bumpgrad::distributed::DEFAULT_BUCKET_BYTES, Rank::default);

@@ -55,15 +55,19 @@ fn resnets_train_200_steps_without_moving_device_memory() {
     let Some(_probe) = gpu("resnets_200_steps") else { return };
     drop(_probe);
     for depth in [Depth::R18, Depth::R50] {
-        let reports = train_on(&TrainConfig {
-            device: DeviceRequest::Cuda,
-            model: ResNet::choice(depth, 1.0),
-            data_dir: "synthetic:cifar10:6400".into(),
-            epochs: 4,
-            batch: 128,
-            lr: 0.1,
-            augment: Augment { crop: 4, flip: true },
-            ..TrainConfig::default()
+        let reports = train_on(&{
+            let mut cfg = TrainConfig::default();
+            cfg.device.request = DeviceRequest::Cuda;
+            cfg.run.model = ResNet::choice(depth, 1.0);
+            cfg.run.data_dir = "synthetic:cifar10:6400".into();
+            cfg.run.epochs = 4;
+            cfg.run.batch = 128;
+            cfg.run.lr = 0.1;
+            cfg.run.task = bumpgrad::tasks::Classification::choice(bumpgrad::tasks::ClassificationConfig {
+                augment: Augment { crop: 4, flip: true },
+                ..Default::default()
+            });
+            cfg
         });
         assert_eq!(reports.len(), 4);
         assert_allocated_once(&format!("{depth:?}"), &reports);
@@ -88,22 +92,23 @@ fn resnets_train_200_steps_without_moving_device_memory() {
 #[test]
 fn timed_convolutions_are_planned_for_and_train_as_the_cpu_does() {
     use bumpgrad::models::{Depth, ResNet};
-    use bumpgrad::train::{prepare, StepKind};
+    use bumpgrad::train::{Pipeline, StepKind};
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(_probe) = gpu("timed_convolutions") else {
         return;
     };
     drop(_probe);
-    let cfg = TrainConfig {
-        device: DeviceRequest::Cuda,
-        model: ResNet::choice(Depth::R18, 0.5),
-        data_dir: "synthetic:cifar10:1024".into(),
-        epochs: 2,
-        batch: 128,
-        lr: 0.02,
-        ..TrainConfig::default()
+    let cfg = {
+        let mut cfg = TrainConfig::default();
+        cfg.device.request = DeviceRequest::Cuda;
+        cfg.run.model = ResNet::choice(Depth::R18, 0.5);
+        cfg.run.data_dir = "synthetic:cifar10:1024".into();
+        cfg.run.epochs = 2;
+        cfg.run.batch = 128;
+        cfg.run.lr = 0.02;
+        cfg
     };
-    let (mut session, info) = prepare(&cfg).expect("prepare");
+    let (mut session, info) = Pipeline::open(&cfg, None).and_then(Pipeline::build).expect("prepare");
     let tuning = info.conv_tuning.expect("a GPU times its convolutions");
     assert!(tuning.kept, "{tuning:?}");
     let memory = info.memory.as_ref().expect("a memory plan");
@@ -114,24 +119,25 @@ fn timed_convolutions_are_planned_for_and_train_as_the_cpu_does() {
         .expect("a training plan")
         .peak;
     let mut seen = Collect(Vec::new());
-    let gpu = (1..=cfg.epochs)
+    let gpu = (1..=cfg.run.epochs)
         .map(|e| session.epoch(e, &mut seen).expect("epoch"))
         .collect::<Vec<_>>();
     for r in &gpu {
         assert_eq!(r.arena.step_high_water_bytes, planned, "epoch {}", r.epoch);
         assert!(r.arena.persistent_bytes + planned <= r.arena.capacity_bytes);
     }
-    let cpu = train_on(&TrainConfig {
-        device: DeviceRequest::Cpu,
-        ..cfg.clone()
+    let cpu = train_on(&{
+        let mut cfg = cfg.clone();
+        cfg.device.request = DeviceRequest::Cpu;
+        cfg
     });
     // Random labels: accuracy is noise; the losses are held to the CPU's.
     assert_same_losses("cpu vs gpu", &cpu, &gpu, 2e-3);
-    let (_, info) = prepare(&TrainConfig {
-        deterministic: true,
-        ..cfg
-    })
-    .expect("prepare");
+    let mut deterministic = cfg;
+    deterministic.device.deterministic = true;
+    let (_, info) = Pipeline::open(&deterministic, None)
+        .and_then(Pipeline::build)
+        .expect("prepare");
     assert!(info.conv_tuning.is_none(), "deterministic runs time nothing");
 }
 
@@ -139,17 +145,16 @@ fn timed_convolutions_are_planned_for_and_train_as_the_cpu_does() {
 /// every run), under `budget` if any.
 pub(crate) fn narrow_under(budget: Option<usize>) -> TrainConfig {
     use bumpgrad::models::{Depth, ResNet};
-    TrainConfig {
-        device: DeviceRequest::Cuda,
-        model: ResNet::choice(Depth::R18, 0.25),
-        data_dir: "synthetic:cifar10:512".into(),
-        epochs: 2,
-        batch: 64,
-        lr: 0.02,
-        conv_algos: bumpgrad::train::ConvAlgos::Heuristic,
-        memory_budget: budget,
-        ..TrainConfig::default()
-    }
+    let mut cfg = TrainConfig::default();
+    cfg.device.request = DeviceRequest::Cuda;
+    cfg.run.model = ResNet::choice(Depth::R18, 0.25);
+    cfg.run.data_dir = "synthetic:cifar10:512".into();
+    cfg.run.epochs = 2;
+    cfg.run.batch = 64;
+    cfg.run.lr = 0.02;
+    cfg.device.conv_algos = bumpgrad::train::ConvAlgos::Heuristic;
+    cfg.memory.memory_budget = budget;
+    cfg
 }
 
 /// A memory budget on the GPU: a narrow ResNet-18 under 60% of its own
@@ -181,9 +186,10 @@ fn a_memory_budget_trains_on_the_gpu_as_on_the_cpu() {
     }
     // The CPU without a budget: with one it trains bit for bit the same
     // (tests/memory_budget.rs), and its own workspaces would plan another.
-    let cpu = train_on(&TrainConfig {
-        device: DeviceRequest::Cpu,
-        ..cfg(None)
+    let cpu = train_on(&{
+        let mut cfg = cfg(None);
+        cfg.device.request = DeviceRequest::Cpu;
+        cfg
     });
     assert_same_losses("cpu vs gpu", &cpu, &gpu, 2e-3);
 }
@@ -197,20 +203,21 @@ fn a_memory_budget_trains_on_the_gpu_as_on_the_cpu() {
 #[test]
 fn held_workspaces_are_priced_and_the_run_recomputes_what_memory_reports() {
     use bumpgrad::models::{Depth, ResNet};
-    use bumpgrad::train::{memory_report, prepare};
+    use bumpgrad::train::{memory_report, Pipeline};
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(_probe) = gpu("held_workspaces") else {
         return;
     };
     drop(_probe);
-    let cfg = |budget: Option<usize>| TrainConfig {
-        device: DeviceRequest::Cuda,
-        model: ResNet::choice(Depth::R18, 0.5),
-        data_dir: "synthetic:cifar10:1024".into(),
-        batch: 256,
-        epochs: 2,
-        memory_budget: budget,
-        ..TrainConfig::default()
+    let cfg = |budget: Option<usize>| {
+        let mut cfg = TrainConfig::default();
+        cfg.device.request = DeviceRequest::Cuda;
+        cfg.run.model = ResNet::choice(Depth::R18, 0.5);
+        cfg.run.data_dir = "synthetic:cifar10:1024".into();
+        cfg.run.batch = 256;
+        cfg.run.epochs = 2;
+        cfg.memory.memory_budget = budget;
+        cfg
     };
     let (free, _) = memory_report(&cfg(None)).expect("plan");
     // The tightest of a few fractions the heuristic's step meets.
@@ -220,7 +227,9 @@ fn held_workspaces_are_priced_and_the_run_recomputes_what_memory_reports() {
         .find_map(|b| memory_report(&cfg(Some(b))).ok().map(|(r, _)| (b, r)))
         .expect("some budget fits");
     let reported = reported.recomputed.expect("the report says what is recomputed");
-    let (mut session, info) = prepare(&cfg(Some(budget))).expect("prepare");
+    let (mut session, info) = Pipeline::open(&cfg(Some(budget)), None)
+        .and_then(Pipeline::build)
+        .expect("prepare");
     let tuning = info.conv_tuning.expect("a GPU times its convolutions");
     let followed = info.recomputed.clone().expect("the run recomputes");
     let _ = writeln!(
@@ -269,9 +278,10 @@ fn the_least_step_trains_on_the_gpu_as_on_the_cpu() {
     for r in &gpu {
         assert!(r.arena.step_high_water_bytes <= least, "epoch {}", r.epoch);
     }
-    let cpu = train_on(&TrainConfig {
-        device: DeviceRequest::Cpu,
-        ..cfg(None)
+    let cpu = train_on(&{
+        let mut cfg = cfg(None);
+        cfg.device.request = DeviceRequest::Cpu;
+        cfg
     });
     assert_same_losses("cpu vs gpu", &cpu, &gpu, 2e-3);
 }

@@ -66,22 +66,24 @@ fn a_run_resumed_on_the_gpu_continues_where_it_stopped() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(_probe) = gpu(test) else { return };
     drop(_probe);
-    let cfg = |dir: &Path, epochs| TrainConfig {
-        train_limit: Some(3000),
-        deterministic: true,
-        checkpoints: Some(CheckpointPolicy {
+    let cfg = |dir: &Path, epochs| {
+        let mut cfg = gpu_config(epochs);
+        cfg.run.train_limit = Some(3000);
+        cfg.device.deterministic = true;
+        cfg.run.checkpoints = Some(CheckpointPolicy {
             dir: dir.to_path_buf(),
             every: Some(Every::Epochs(1)),
             keep: 2,
-        }),
-        ..gpu_config(epochs)
+        });
+        cfg
     };
     let (straight, split) = (scratch("straight"), scratch("split"));
     let whole = train_on(&cfg(&straight, 2));
     train_on(&cfg(&split, 1));
-    let resumed = train_on(&TrainConfig {
-        resume: Some(split.clone()),
-        ..cfg(&split, 2)
+    let resumed = train_on(&{
+        let mut cfg = cfg(&split, 2);
+        cfg.run.resume = Some(split.clone());
+        cfg
     });
     // A resumed run starts at epoch 2; one that ignored the checkpoint
     // would train epochs 1 and 2 again.
@@ -130,13 +132,12 @@ fn a_run_resumed_on_the_gpu_continues_where_it_stopped() {
 /// What every case asks of the GPU: deterministic algorithms (whose
 /// convolutions are the heuristic's), steps captured as a graph.
 fn on_the_gpu() -> TrainConfig {
-    TrainConfig {
-        device: DeviceRequest::Cuda,
-        deterministic: true,
-        conv_algos: ConvAlgos::Heuristic,
-        graph: Some(true),
-        ..TrainConfig::default()
-    }
+    let mut cfg = TrainConfig::default();
+    cfg.device.request = DeviceRequest::Cuda;
+    cfg.device.deterministic = true;
+    cfg.device.conv_algos = ConvAlgos::Heuristic;
+    cfg.device.graph = Some(true);
+    cfg
 }
 
 /// The case stopped mid-epoch after a periodic checkpoint and resumed from

@@ -12,7 +12,7 @@
 use super::counting_alloc::thread_allocations;
 use super::*;
 use bumpgrad::backend::cuda::CudaCalls;
-use bumpgrad::train::{prepare, Session};
+use bumpgrad::train::{Pipeline, Session};
 
 /// Replayed steps counted.
 const REPLAYS: u64 = 30;
@@ -28,14 +28,15 @@ fn a_replayed_step_allocates_nothing_and_makes_one_cuda_call() {
     let Some(probe) = gpu(test) else { return };
     drop(probe);
     // 40 full steps of 50: the first captured, the rest replays.
-    let cfg = TrainConfig {
-        graph: Some(true),
-        batch: 50,
-        train_limit: Some(2_000),
-        test_limit: Some(100),
-        ..gpu_config(1)
+    let cfg = {
+        let mut cfg = gpu_config(1);
+        cfg.device.graph = Some(true);
+        cfg.run.batch = 50;
+        cfg.run.train_limit = Some(2_000);
+        cfg.run.test_limit = Some(100);
+        cfg
     };
-    let (mut session, _) = prepare(&cfg).expect("prepare");
+    let (mut session, _) = Pipeline::open(&cfg, None).and_then(Pipeline::build).expect("prepare");
     assert!(session.uses_graph(), "{test}: the step is captured");
     let first = 1;
     assert!(session.steps_per_epoch() as u64 >= first + REPLAYS);

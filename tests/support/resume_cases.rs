@@ -13,8 +13,9 @@
 //! asked to stop right after the checkpoint at `resume_at` steps (in epoch
 //! 2); it stops one step later with a checkpoint of its own, which is then
 //! removed, as if the process had been killed: the resumed run starts from
-//! the periodic checkpoint. The runs are driven here as `train::train_until`
-//! drives them (prepare, resume from the newest valid checkpoint, epochs),
+//! the periodic checkpoint. The runs are driven here as `train::train`
+//! drives them (the pipeline's session, resume from the newest valid
+//! checkpoint, epochs),
 //! so that the final state can be read from the session itself.
 
 // Each test binary that includes this file uses part of it.
@@ -25,7 +26,7 @@ use bumpgrad::models::{Depth, ResNet};
 use bumpgrad::nn::Kind;
 use bumpgrad::optim::{AdamWConfig, Schedule, SgdConfig};
 use bumpgrad::train::{
-    prepare, CheckpointPolicy, Control, EpochReport, Every, Observer, Position, RunInfo, TrainConfig,
+    CheckpointPolicy, Control, EpochReport, Every, Observer, Pipeline, Position, RunInfo, TrainConfig,
 };
 use bumpgrad::Error;
 use std::path::{Path, PathBuf};
@@ -49,22 +50,21 @@ pub struct Case {
 /// full, then one of 12), 100 test images, two epochs, the MNIST CNN with
 /// SGD and momentum, on what `on` asks for (device, threads, algorithms).
 fn small(on: &TrainConfig) -> TrainConfig {
-    TrainConfig {
-        epochs: 2,
-        batch: 32,
-        data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
-        train_limit: Some(300),
-        test_limit: Some(100),
-        poison_step: Some(true),
-        optimizer: SgdConfig {
-            momentum: 0.9,
-            ..SgdConfig::default()
-        }
-        .choice(),
-        checkpoints: None,
-        resume: None,
-        ..on.clone()
+    let mut cfg = on.clone();
+    cfg.run.epochs = 2;
+    cfg.run.batch = 32;
+    cfg.run.data_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into();
+    cfg.run.train_limit = Some(300);
+    cfg.run.test_limit = Some(100);
+    cfg.memory.poison_step = Some(true);
+    cfg.run.optimizer = SgdConfig {
+        momentum: 0.9,
+        ..SgdConfig::default()
     }
+    .choice();
+    cfg.run.checkpoints = None;
+    cfg.run.resume = None;
+    cfg
 }
 
 /// A ResNet-18 at an eighth of its width on 128 images (five steps of 24,
@@ -76,11 +76,12 @@ fn small(on: &TrainConfig) -> TrainConfig {
 pub fn resnet(on: &TrainConfig) -> Case {
     Case {
         name: "resnet",
-        cfg: TrainConfig {
-            model: ResNet::choice(Depth::R18, 0.125),
-            batch: 24,
-            train_limit: Some(128),
-            ..small(on)
+        cfg: {
+            let mut cfg = small(on);
+            cfg.run.model = ResNet::choice(Depth::R18, 0.125);
+            cfg.run.batch = 24;
+            cfg.run.train_limit = Some(128);
+            cfg
         },
         every: 4,
         resume_at: 8,
@@ -94,10 +95,11 @@ pub fn resnet(on: &TrainConfig) -> Case {
 pub fn adamw(on: &TrainConfig) -> Case {
     Case {
         name: "adamw",
-        cfg: TrainConfig {
-            optimizer: AdamWConfig::default().choice(),
-            lr: 1e-3,
-            ..small(on)
+        cfg: {
+            let mut cfg = small(on);
+            cfg.run.optimizer = AdamWConfig::default().choice();
+            cfg.run.lr = 1e-3;
+            cfg
         },
         every: 4,
         resume_at: 16,
@@ -112,13 +114,14 @@ pub fn adamw(on: &TrainConfig) -> Case {
 pub fn warmup(on: &TrainConfig) -> Case {
     Case {
         name: "warm-up + cosine",
-        cfg: TrainConfig {
-            schedule: "cosine"
+        cfg: {
+            let mut cfg = small(on);
+            cfg.run.schedule = "cosine"
                 .parse::<Schedule>()
                 .expect("a schedule")
                 .with_warmup(1.5)
-                .expect("a warm-up"),
-            ..small(on)
+                .expect("a warm-up");
+            cfg
         },
         every: 4,
         resume_at: 12,
@@ -131,9 +134,13 @@ pub fn warmup(on: &TrainConfig) -> Case {
 pub fn augment(on: &TrainConfig) -> Case {
     Case {
         name: "crop4,flip",
-        cfg: TrainConfig {
-            augment: "crop4,flip".parse().expect("an augmentation"),
-            ..small(on)
+        cfg: {
+            let mut cfg = small(on);
+            cfg.run.task = bumpgrad::tasks::Classification::choice(bumpgrad::tasks::ClassificationConfig {
+                augment: "crop4,flip".parse().expect("an augmentation"),
+                ..Default::default()
+            });
+            cfg
         },
         every: 4,
         resume_at: 16,
@@ -151,9 +158,10 @@ pub fn budget(on: &TrainConfig) -> Case {
     let (free, _) = bumpgrad::train::memory_report(&resnet.cfg).expect("the ResNet's plan");
     Case {
         name: "resnet under a memory budget",
-        cfg: TrainConfig {
-            memory_budget: Some(free.plan_peak_bytes * 8 / 10),
-            ..resnet.cfg
+        cfg: {
+            let mut cfg = resnet.cfg;
+            cfg.memory.memory_budget = Some(free.plan_peak_bytes * 8 / 10);
+            cfg
         },
         ..resnet
     }
@@ -218,12 +226,14 @@ impl Observer for Watch<'_> {
     }
 }
 
-/// Runs `cfg` as `train_until` does, from the newest valid checkpoint in
-/// `cfg.resume` if there is one, asking it to stop once it has heard step
+/// Runs `cfg` as `train::train` does, from the newest valid checkpoint in
+/// `cfg.run.resume` if there is one, asking it to stop once it has heard step
 /// `stop_after`; returns what it reported and its final state.
 pub fn run(cfg: &TrainConfig, stop_after: Option<(usize, usize)>) -> Run {
-    let (mut session, info) = prepare(cfg).unwrap_or_else(|e| panic!("prepare: {e}"));
-    let start = match &cfg.resume {
+    let (mut session, info) = Pipeline::open(cfg, None)
+        .and_then(Pipeline::build)
+        .unwrap_or_else(|e| panic!("prepare: {e}"));
+    let start = match &cfg.run.resume {
         Some(dir) => {
             let latest = checkpoint::latest_valid(dir)
                 .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
@@ -244,12 +254,12 @@ pub fn run(cfg: &TrainConfig, stop_after: Option<(usize, usize)>) -> Run {
     };
     let control = Control {
         stop: &stop,
-        checkpoints: cfg.checkpoints.as_ref(),
+        checkpoints: cfg.run.checkpoints.as_ref(),
         config_json: "{}",
         progress: None,
     };
     let ended = session.on_workers(|session| {
-        for epoch in start.epochs_done + 1..=cfg.epochs {
+        for epoch in start.epochs_done + 1..=cfg.run.epochs {
             let from = match epoch == start.epochs_done + 1 {
                 true => start,
                 false => Position::epoch_start(epoch - 1),
@@ -290,14 +300,13 @@ pub fn scratch(name: &str) -> PathBuf {
 
 /// `case.cfg` writing its checkpoints into `dir`.
 pub fn checkpointed(case: &Case, dir: &Path) -> TrainConfig {
-    TrainConfig {
-        checkpoints: Some(CheckpointPolicy {
-            dir: dir.to_path_buf(),
-            every: Some(Every::Steps(case.every)),
-            keep: 3,
-        }),
-        ..case.cfg.clone()
-    }
+    let mut cfg = case.cfg.clone();
+    cfg.run.checkpoints = Some(CheckpointPolicy {
+        dir: dir.to_path_buf(),
+        every: Some(Every::Steps(case.every)),
+        keep: 3,
+    });
+    cfg
 }
 
 /// Where a resumed run of `case` starts: (epoch, step in epoch).
@@ -346,9 +355,10 @@ pub fn stop_and_resume(case: &Case) -> (Run, Run) {
         ),
     }
     let resumed = run(
-        &TrainConfig {
-            resume: Some(split_dir.clone()),
-            ..checkpointed(case, &split_dir)
+        &{
+            let mut cfg = checkpointed(case, &split_dir);
+            cfg.run.resume = Some(split_dir.clone());
+            cfg
         },
         None,
     );
@@ -539,7 +549,7 @@ pub fn assert_same_from(case: &Case, straight: &Run, resumed: &Run) {
     let name = case.name;
     assert_whole_state(&format!("{name}, uninterrupted"), case, straight);
     assert_whole_state(&format!("{name}, resumed"), case, resumed);
-    if let Some(budget) = case.cfg.memory_budget {
+    if let Some(budget) = case.cfg.memory.memory_budget {
         for (what, run) in [("uninterrupted", straight), ("resumed", resumed)] {
             let recomputed = run.info.recomputed.as_ref().map_or(0, |r| r.dropped.len());
             assert!(recomputed > 0, "{name}, {what}: nothing recomputed");

@@ -195,24 +195,26 @@ fn train_plan(needs: &ArenaNeeds) -> Option<&StepPlan> {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::backend::DeviceRequest;
     use crate::memory::Arena;
     use crate::models::{Depth, ResNet};
-    use crate::train::{measure_dropping, open_for_planning, TrainConfig};
+    use crate::train::{measure_dropping, open_for_planning, DeviceConfig, RunConfig, TrainConfig};
 
     /// A narrow ResNet of `depth` planned on the CPU, small enough for
     /// many dry runs.
     pub(in crate::train::budget) fn small(depth: Depth) -> TrainConfig {
-        TrainConfig {
-            device: DeviceRequest::Cpu,
-            model: ResNet::choice(depth, 0.125),
-            data_dir: "synthetic:cifar10:160".into(),
-            batch: 16,
-            test_limit: Some(16),
-            threads: 2,
-            memory_plan: true,
+        let mut cfg = TrainConfig {
+            run: RunConfig {
+                model: ResNet::choice(depth, 0.125),
+                data_dir: "synthetic:cifar10:160".into(),
+                batch: 16,
+                test_limit: Some(16),
+                ..RunConfig::default()
+            },
+            device: DeviceConfig::cpu(2),
             ..TrainConfig::default()
-        }
+        };
+        cfg.memory.memory_plan = true;
+        cfg
     }
 
     fn blocks_of(needs: &ArenaNeeds) -> Vec<u32> {

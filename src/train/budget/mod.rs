@@ -38,12 +38,15 @@
 mod ilp;
 mod liveness;
 
-use super::{measure_chains, measure_dropping, ArenaNeeds, StepKind, TrainConfig};
+use super::pipeline::{ArenaNeeds, Measure, StepChoice};
+use super::StepKind;
 use crate::autograd::{Candidate, GRADIENT_SEED};
-use crate::backend::{Device, DeviceKind, Precision};
-use crate::data::ImageSet;
-use crate::memory::{align_up, Arena, ByteSize, StepPlan};
+use crate::backend::{DeviceKind, Precision};
+use crate::memory::{align_up, ByteSize, StepPlan};
 use crate::{Error, Result, Setting};
+// The tests below measure real steps through these.
+#[cfg(test)]
+use {super::measure_dropping, crate::memory::Arena};
 
 /// Rates of a device for the cost model: multiply-adds of a convolution
 /// and bytes of an elementwise pass, per second.
@@ -84,11 +87,6 @@ impl Speed {
     pub fn seconds(&self, c: &Candidate) -> f64 {
         c.multiply_adds as f64 / self.multiply_adds_per_s + c.bytes_moved as f64 / self.bytes_per_s
     }
-}
-
-/// The cost model of a run of `cfg` on `device`.
-pub(super) fn speed(cfg: &TrainConfig, device: &Device) -> Speed {
-    Speed::of(super::device_kind(device), cfg.precision, device.threads())
 }
 
 /// Seconds recomputing `dropped` of `candidates` adds to a step: each
@@ -312,28 +310,28 @@ fn exchange_pass(
     Ok(fit)
 }
 
-/// Meets `cfg`'s memory budget by recomputing candidates in backward:
-/// `unbudgeted` is the step measured without (see the module's notes). A
-/// budget no choice the search finds can meet is an error naming the least
-/// step it found, a budget that then works.
+/// Meets a memory budget (if there is one) by recomputing candidates in
+/// backward, measuring candidate steps through `step`: `unbudgeted` is the
+/// step measured without (see the module's notes). A budget no choice the
+/// search finds can meet is an error naming the least step it found (of
+/// `model`), a budget that then works.
 pub(super) fn meet_budget(
-    cfg: &TrainConfig,
-    host: &ImageSet,
-    device: &Device,
+    step: &Measure<'_>,
+    budget: Option<usize>,
+    speed: &Speed,
+    model: &str,
     unbudgeted: ArenaNeeds,
 ) -> Result<ArenaNeeds> {
-    let Some(budget) = cfg.memory_budget else {
+    let Some(budget) = budget else {
         return Ok(unbudgeted);
     };
-    let speed = speed(cfg, device);
-    let dry = || Arena::dry(device, None);
-    match search(cfg, host, &dry, unbudgeted.clone(), budget, &speed, Mode::Plan)? {
+    match search(step, unbudgeted.clone(), budget, speed, Mode::Plan)? {
         Outcome::Fits(fit) => Ok(fit),
         Outcome::Short { least } => Err(Error::setting(
             Setting::MemoryBudget,
             format!(
                 "the least step of {} the planner finds, recomputing among its {} convolution and block outputs, needs {} (without: {}), above the budget of {}",
-                cfg.model.name(),
+                model,
                 unbudgeted.candidates.len(),
                 ByteSize(least),
                 ByteSize(unbudgeted.step_bytes),
@@ -358,17 +356,15 @@ pub(super) enum Mode {
 /// A choice that fits `budget` (a probe's: the program's cheapest where it
 /// found one) made as cheap as the search can: drops it can do without
 /// given back, and costly ones exchanged for cheaper.
-pub(super) fn polish(
-    cfg: &TrainConfig,
-    host: &ImageSet,
-    dry: &dyn Fn() -> Arena,
-    fit: ArenaNeeds,
-    budget: usize,
-    speed: &Speed,
-) -> Result<ArenaNeeds> {
+pub(super) fn polish(step: &Measure<'_>, fit: ArenaNeeds, budget: usize, speed: &Speed) -> Result<ArenaNeeds> {
     // Changes to a choice keep its way with chains.
-    let transient = fit.transient_chains;
-    let measure = |dropped: &[u32]| measure_chains(cfg, host, dry(), dropped, transient);
+    let transient_chains = fit.transient_chains;
+    let measure = |dropped: &[u32]| {
+        step(&StepChoice {
+            dropped: dropped.to_vec(),
+            transient_chains,
+        })
+    };
     give_back(fit, budget, speed, &measure)
 }
 
@@ -382,13 +378,10 @@ pub(super) enum Outcome {
     },
 }
 
-/// The search behind [`meet_budget`], on dry arenas `dry` makes (a
-/// device's, or a twin of an arena whose convolution algorithms were
-/// timed): the cheapest choice found whose step fits `budget`.
+/// The search behind [`meet_budget`], measuring candidate steps through
+/// `step`: the cheapest choice found whose step fits `budget`.
 pub(super) fn search(
-    cfg: &TrainConfig,
-    host: &ImageSet,
-    dry: &dyn Fn() -> Arena,
+    step: &Measure<'_>,
     unbudgeted: ArenaNeeds,
     budget: usize,
     speed: &Speed,
@@ -397,11 +390,11 @@ pub(super) fn search(
     if unbudgeted.step_bytes <= budget {
         return Ok(Outcome::Fits(unbudgeted));
     }
-    let measure = |dropped: &[u32]| measure_dropping(cfg, host, dry(), dropped);
-    let transient = |dropped: &[u32]| measure_chains(cfg, host, dry(), dropped, true);
+    let measure = |dropped: &[u32]| step(&StepChoice::held(dropped));
+    let transient = |dropped: &[u32]| step(&StepChoice::transient(dropped));
     let fit = |needs: &ArenaNeeds| needs.step_bytes <= budget;
     let finish = |found: ArenaNeeds| match mode {
-        Mode::Plan => polish(cfg, host, dry, found, budget, speed).map(Outcome::Fits),
+        Mode::Plan => polish(step, found, budget, speed).map(Outcome::Fits),
         Mode::Probe => Ok(Outcome::Fits(found)),
     };
     let n = unbudgeted.candidates.len();

@@ -3,7 +3,7 @@
 //! (with FMA math so results match the CPU's within float rounding unless
 //! TF32 was asked for, and a workspace of at most [`WORKSPACE_LIMIT`]); a
 //! training run then times every algorithm on the device and chooses again
-//! (see [`LegacyConv::tune`] and `train::prepare`).
+//! (see [`LegacyConv::tune`] and `train::Pipeline::build`).
 
 use super::{dnn_err, int, seconds_lost, ConvDims, ConvPass, WORKSPACE_LIMIT};
 use crate::backend::cuda::CudaError;

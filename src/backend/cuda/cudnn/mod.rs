@@ -6,7 +6,7 @@
 //! legacy algorithms' best). Either way the first choice is cuDNN's
 //! heuristic's, within [`WORKSPACE_LIMIT`]; a training run then times the
 //! candidates on the device and chooses again (see [`ConvPlan::tune`] and
-//! `train::prepare`). The workspace itself is allocated in the step region
+//! `train::Pipeline::build`). The workspace itself is allocated in the step region
 //! by the op, like any temporary.
 
 mod engines;

@@ -1,6 +1,7 @@
-//! What a session trains at, apart from the network and the optimizer: how
-//! a batch is gathered and normalised, the loss, and the metric.
+//! Image classification: normalised pixels in, cross-entropy (with any
+//! label smoothing) as the loss, accuracy as the metric.
 
+use super::{Task, TaskChoice, TaskConfig};
 use crate::autograd::Step;
 use crate::data::{ImageSet, ResidentSet};
 use crate::memory::Persistent;
@@ -8,29 +9,81 @@ use crate::nn::Input;
 use crate::ops::cross_entropy::CrossEntropyArgs;
 use crate::ops::gather::{Augment, BatchAt, Normalize};
 use crate::tensor::{Labels, Shape, Tensor};
-use crate::Result;
+use crate::{Error, Result, Setting};
+use std::fmt;
 
-/// A task over a data set resident in the persistent region.
-pub trait Task: Send + Sync {
-    /// What the model is built for.
-    fn input(&self) -> Input;
-    fn train_len(&self) -> usize;
-    fn test_len(&self) -> usize;
-    /// The training examples `at` points to (read from device memory, so a
-    /// captured graph gathers the next batch on every replay).
-    fn train_batch<'s>(&self, s: &mut Step<'s>, at: BatchAt) -> Result<(Tensor<'s>, Labels<'s>)>;
-    /// The test examples `indices`.
-    fn test_batch<'s>(&self, s: &mut Step<'s>, indices: &[u32]) -> Result<Tensor<'s>>;
-    /// The loss of `logits` against `labels`, as a share of a mean over
-    /// `over` examples (a data-parallel rank's shard of a larger step).
-    fn loss<'s>(&self, s: &mut Step<'s>, logits: Tensor<'s>, labels: Labels<'s>, over: usize) -> Result<Tensor<'s>>;
-    /// How many of the test examples from `first` on, whose `logits` were
-    /// read back (one row per example), the model got right.
-    fn correct(&self, logits: &[f32], first: usize) -> usize;
+/// The settings of [`Classification`].
+#[derive(Clone, Copy, PartialEq)]
+pub struct ClassificationConfig {
+    /// The loss's label smoothing ε, in [0, 1): the target is
+    /// `(1 − ε)·onehot + ε/C` (PyTorch's `label_smoothing`); the metric
+    /// still counts exact labels.
+    pub label_smoothing: f32,
+    /// Random changes to each training image as it is gathered (never to
+    /// the test images).
+    pub augment: Augment,
 }
 
-/// Image classification: normalised pixels in, cross-entropy (with any
-/// label smoothing) as the loss, accuracy as the metric.
+impl Default for ClassificationConfig {
+    fn default() -> Self {
+        Self {
+            label_smoothing: 0.0,
+            augment: Augment::NONE,
+        }
+    }
+}
+
+impl fmt::Debug for ClassificationConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "label smoothing {}, augment {}", self.label_smoothing, self.augment)
+    }
+}
+
+impl TaskConfig for ClassificationConfig {
+    fn validate(&self) -> Result<()> {
+        if !(0.0..1.0).contains(&self.label_smoothing) {
+            return Err(Error::setting(
+                Setting::LabelSmoothing,
+                format!("the label smoothing must be in [0, 1), got {}", self.label_smoothing),
+                Some("a value in [0, 1) such as 0.1".into()),
+            ));
+        }
+        Ok(())
+    }
+
+    fn input_of(&self, set: &ImageSet) -> Input {
+        Classification::input_of(set)
+    }
+
+    fn check(&self, set: &ImageSet) -> Result<()> {
+        let side = set.train_images.rows.min(set.train_images.cols);
+        if self.augment.crop > side {
+            return Err(Error::setting(
+                Setting::Augment,
+                format!(
+                    "a crop padding of {} is wider than the {side}-pixel side of {}'s images",
+                    self.augment.crop, set.name
+                ),
+                Some(format!("crop{side} or less")),
+            ));
+        }
+        Ok(())
+    }
+
+    fn draws(&self) -> String {
+        self.augment.to_string()
+    }
+
+    fn build(&self, set: &ImageSet, p: &mut Persistent<'_>, seed: u64) -> Result<Box<dyn Task>> {
+        Ok(Box::new(
+            Classification::upload(set, p)?
+                .with_label_smoothing(self.label_smoothing)
+                .with_augment(self.augment, seed),
+        ))
+    }
+}
+
+/// Image classification over a set resident in the persistent region.
 pub struct Classification {
     data: ResidentSet,
     test_labels: Vec<u8>,
@@ -47,6 +100,11 @@ pub struct Classification {
 const AUGMENT_SALT: u64 = 0xA076_1D64_78BD_642F;
 
 impl Classification {
+    /// The task as a run's settings carry it.
+    pub fn choice(config: ClassificationConfig) -> TaskChoice {
+        TaskChoice::new("classification", config)
+    }
+
     /// What a model classifying `set` is built for.
     pub fn input_of(set: &ImageSet) -> Input {
         Input {
@@ -123,13 +181,17 @@ impl Task for Classification {
         s.gather_images(&self.data.test.images, indices, self.normalize)
     }
 
-    fn loss<'s>(&self, s: &mut Step<'s>, logits: Tensor<'s>, labels: Labels<'s>, over: usize) -> Result<Tensor<'s>> {
-        logits.cross_entropy_over(s, labels, over, self.loss)
+    fn loss<'s>(&self, s: &mut Step<'s>, output: Tensor<'s>, targets: Labels<'s>, over: usize) -> Result<Tensor<'s>> {
+        output.cross_entropy_over(s, targets, over, self.loss)
     }
 
-    fn correct(&self, logits: &[f32], first: usize) -> usize {
+    fn readback_per_example(&self) -> usize {
+        self.data.classes
+    }
+
+    fn correct(&self, outputs: &[f32], first: usize) -> usize {
         let classes = self.data.classes;
-        let predictions = logits.chunks_exact(classes).map(argmax);
+        let predictions = outputs.chunks_exact(classes).map(argmax);
         predictions
             .zip(&self.test_labels[first..])
             .filter(|(p, &label)| *p == label as usize)

@@ -1,0 +1,445 @@
+//! The flags of `train` and `memory` (and `models`), what they may hold,
+//! and the run's settings made of them.
+
+use super::choices;
+use bumpgrad::backend::{DeviceRequest, Precision};
+use bumpgrad::data::DataSource;
+use bumpgrad::memory::ByteSize;
+use bumpgrad::ops::gather::Augment;
+use bumpgrad::tasks::{Classification, ClassificationConfig};
+use bumpgrad::train::{CheckpointPolicy, ConvAlgos, DeviceConfig, Every, MemoryConfig, RunConfig, TrainConfig};
+use clap::ValueEnum;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub(crate) struct MemoryArgs {
+    #[command(flatten)]
+    pub(crate) train: TrainArgs,
+    /// Instead of one batch's plan, find the largest --batch whose whole arena (persistent region
+    /// and the largest step) fits --arena-size, by dry runs (progress on stderr).
+    #[arg(long)]
+    pub(crate) max_batch: bool,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct ModelsArgs {
+    /// The data set whose image shape and classes the models are counted for (a directory or
+    /// `synthetic:cifar10[:N]`, as `train --data`).
+    #[arg(long, default_value = "data/mnist", value_parser = parse_data)]
+    pub(crate) data: DataSource,
+}
+
+/// `--data`: parsed by the library, so a bad synthetic source is refused
+/// before anything runs.
+pub(crate) fn parse_data(text: &str) -> Result<DataSource, String> {
+    DataSource::parse(text).map_err(|e| e.to_string())
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum DeviceArg {
+    /// The GPU when one is usable, else the CPU.
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+/// `--precision`: the arithmetic of convolutions and matrix products.
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum PrecisionArg {
+    /// IEEE single-precision FMA math everywhere (the default; GPU results match the CPU's
+    /// within float rounding).
+    Fp32,
+    /// Convolutions and matrix products on the tensor cores with TF32 inputs (10-bit mantissa)
+    /// and fp32 accumulation, as PyTorch's allow_tf32; GPU only.
+    Tf32,
+    /// Mixed precision, as PyTorch's bf16 autocast: convolutions and matrix products on the tensor
+    /// cores in bf16 with fp32 accumulation, activations and their gradients kept in bf16;
+    /// batch-norm statistics, the loss and sums in fp32; fp32 weights, gradients and optimizer
+    /// state (checkpoints stay fp32); GPU only.
+    Bf16,
+}
+
+/// `--conv-algos`: how a GPU chooses each convolution's algorithms.
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum ConvAlgosArg {
+    /// Time every algorithm on the device before the first step and keep the fastest, as
+    /// PyTorch's cudnn.benchmark (the default): a larger workspace where the step stays within
+    /// 20% of the heuristic's; two runs may choose, and so round, differently.
+    Timed,
+    /// cuDNN's heuristic choice with at most 8 MiB of workspace: the same algorithms every run.
+    Heuristic,
+}
+
+impl From<ConvAlgosArg> for ConvAlgos {
+    fn from(arg: ConvAlgosArg) -> Self {
+        match arg {
+            ConvAlgosArg::Timed => Self::Timed,
+            ConvAlgosArg::Heuristic => Self::Heuristic,
+        }
+    }
+}
+
+impl From<PrecisionArg> for Precision {
+    fn from(arg: PrecisionArg) -> Self {
+        match arg {
+            PrecisionArg::Fp32 => Self::Fp32,
+            PrecisionArg::Tf32 => Self::Tf32,
+            PrecisionArg::Bf16 => Self::Bf16,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum GraphArg {
+    /// On for the GPU, off for the CPU.
+    Auto,
+    On,
+    Off,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct TrainArgs {
+    /// Where to train.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub(crate) device: DeviceArg,
+    /// Passes over the training set.
+    #[arg(long, default_value_t = 4, value_parser = count::<usize>, allow_negative_numbers = true)]
+    pub(crate) epochs: usize,
+    /// Examples per step (training and evaluation).
+    #[arg(long, default_value_t = 100, value_parser = count::<usize>, allow_negative_numbers = true)]
+    pub(crate) batch: usize,
+    /// The network to train (`bumpgrad models` lists them).
+    #[arg(long, default_value = choices::MODELS[0].0, value_parser = choices::model_name)]
+    pub(crate) model: &'static str,
+    /// Scales every channel count of resnet18, resnet50 and squeezenet (0.125 trains a small
+    /// ResNet quickly on a CPU); default 1.
+    #[arg(long, value_parser = choices::width_mult, allow_negative_numbers = true)]
+    pub(crate) width_mult: Option<f32>,
+    /// The optimizer.
+    #[arg(long, value_enum, default_value = "sgd")]
+    pub(crate) optimizer: choices::OptimizerArg,
+    /// Base learning rate (the schedule scales it step by step).
+    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
+    pub(crate) lr: f32,
+    /// How the rate changes: constant, step:EPOCHS,GAMMA (times GAMMA every EPOCHS epochs) or
+    /// cosine (to 0 at the end of the run).
+    #[arg(long, default_value = "constant")]
+    pub(crate) schedule: bumpgrad::optim::Schedule,
+    /// Epochs of linear warm-up (from lr/W to lr over the first W steps) before the schedule.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub(crate) warmup_epochs: f64,
+    /// Label smoothing ε of the cross-entropy loss, in [0, 1): the target is (1 − ε)·onehot + ε/C.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub(crate) label_smoothing: f32,
+    /// SGD momentum, in [0, 1) (default 0).
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) momentum: Option<f32>,
+    /// SGD with Nesterov momentum (needs --momentum above 0).
+    #[arg(long)]
+    pub(crate) nesterov: bool,
+    /// Weight decay: an L2 term added to the gradient (SGD, default 0) or decoupled decay
+    /// (AdamW, default 0.01).
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) weight_decay: Option<f64>,
+    /// AdamW's betas (default 0.9,0.999).
+    #[arg(long, value_parser = choices::betas, allow_negative_numbers = true)]
+    pub(crate) betas: Option<(f64, f64)>,
+    /// AdamW's eps, above 0 (default 1e-8).
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) eps: Option<f64>,
+    /// Seeds the initial weights, the epoch order and dropout.
+    #[arg(long, default_value_t = 42, value_parser = count::<u64>, allow_negative_numbers = true)]
+    pub(crate) seed: u64,
+    /// The data set: a directory holding MNIST's four IDX files (gzip or raw) or CIFAR-10's six
+    /// binary batch files, or `synthetic:cifar10[:N]` (N random CIFAR-10-shaped training images,
+    /// default 50000, and N/5 test images: for speed and memory runs).
+    #[arg(long, default_value = "data/mnist", value_parser = parse_data)]
+    pub(crate) data: DataSource,
+    /// Random changes to each training image: `crop4` (pad 4 zero pixels, crop at a random
+    /// offset), `flip` (mirror left-right half the time), `crop4,flip`, or `none`.
+    #[arg(long, default_value = "none")]
+    pub(crate) augment: Augment,
+    /// Arena size (64MiB, 2GiB, ...), or `auto` to measure exactly what the run needs.
+    #[arg(long, default_value = "auto", value_parser = parse_arena_size)]
+    pub(crate) arena_size: ArenaSize,
+    /// CPU worker threads; 0 uses every core.
+    #[arg(long, default_value_t = 0, value_parser = count::<usize>, allow_negative_numbers = true)]
+    pub(crate) threads: usize,
+    /// Train on the first N training images only.
+    #[arg(long, value_parser = count::<usize>, allow_negative_numbers = true)]
+    pub(crate) train_limit: Option<usize>,
+    /// Evaluate on the first N test images only.
+    #[arg(long, value_parser = count::<usize>, allow_negative_numbers = true)]
+    pub(crate) test_limit: Option<usize>,
+    /// Capture the first full training step as a CUDA graph and replay it for every later one.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub(crate) graph: GraphArg,
+    /// Time every op of the second step on the GPU and print where a step's time goes.
+    #[arg(long)]
+    pub(crate) profile: bool,
+    /// Fill the step region with NaNs after every step, so a kernel reading memory it did not
+    /// write shows up as a NaN loss (on by default in debug builds).
+    #[arg(long)]
+    pub(crate) poison_step: bool,
+    /// Where checkpoints go [default: the --resume directory, else ./checkpoints].
+    #[arg(long)]
+    pub(crate) checkpoint_dir: Option<PathBuf>,
+    /// How often to write a checkpoint: 500steps, 2epochs, or `off` (then only when stopped by
+    /// Ctrl-C or SIGTERM).
+    #[arg(long, default_value = "1epoch", value_parser = parse_every)]
+    pub(crate) checkpoint_every: EveryArg,
+    /// How many of the newest checkpoints to keep.
+    #[arg(long, default_value_t = 3, value_parser = count::<usize>, allow_negative_numbers = true)]
+    pub(crate) keep_checkpoints: usize,
+    /// Continue from the newest valid checkpoint in DIR (damaged newer ones are reported and skipped).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) resume: Option<PathBuf>,
+    /// Place step buffers by a liveness plan, reusing the bytes of buffers that died (`off`: every
+    /// buffer stays until the step's reset).
+    #[arg(long, value_enum, default_value = "on")]
+    pub(crate) memory_plan: Switch,
+    /// Convolutions by deterministic cuDNN algorithms only, so that a GPU run repeats bit for bit
+    /// (1.3× to 2.5× slower steps on the MNIST CNN; the CPU is deterministic anyway).
+    #[arg(long)]
+    pub(crate) deterministic: bool,
+    /// The arithmetic of convolutions and matrix products.
+    #[arg(long, value_enum, default_value = "fp32")]
+    pub(crate) precision: PrecisionArg,
+    /// Step memory a training step may use (512MiB, 2GiB, ...): above it, convolution and block
+    /// outputs are recomputed in backward rather than kept, chosen for the least extra time (the
+    /// same losses, more time).
+    #[arg(long, value_parser = parse_budget)]
+    pub(crate) memory_budget: Option<usize>,
+    /// How the GPU chooses each convolution's algorithms (--deterministic: the heuristic's,
+    /// deterministic ones).
+    #[arg(long, value_enum, default_value = "timed")]
+    pub(crate) conv_algos: ConvAlgosArg,
+    /// How much the timed convolution algorithms' workspaces may grow the step over the
+    /// heuristic's, as a fraction of it: more is faster where cuDNN's fastest algorithms need
+    /// large workspaces, for more step memory.
+    #[arg(long, value_name = "F", default_value_t = bumpgrad::train::TUNING_GROWTH)]
+    pub(crate) workspace_growth: f64,
+    /// Write the training step's memory timeline (SVG) to FILE before training.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) memory_report: Option<PathBuf>,
+    /// Print one JSON object per epoch on stdout; human text goes to stderr.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Train data-parallel on N GPUs of this host, one process per GPU, each with --batch
+    /// examples per step (a step is N × --batch). On several hosts, start one process per GPU with
+    /// srun, mpirun, or RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT set as torchrun does.
+    #[arg(long, value_name = "N", value_parser = count::<usize>, allow_negative_numbers = true)]
+    pub(crate) gpus: Option<usize>,
+    /// Data-parallel gradient bucket size in KiB: each bucket is summed across the GPUs as soon as
+    /// backward has produced it.
+    #[arg(long, value_name = "KIB", default_value_t = 4, value_parser = count::<usize>, allow_negative_numbers = true)]
+    pub(crate) bucket_kib: usize,
+    /// Seconds the processes of a data-parallel run wait for each other to start.
+    #[arg(long, value_name = "SECS", default_value_t = 120, value_parser = count::<u64>, allow_negative_numbers = true)]
+    pub(crate) rendezvous_timeout: u64,
+    /// File holding this job's rendezvous token (instead of BUMPGRAD_RENDEZVOUS_TOKEN): only
+    /// processes that know it can join the run. --gpus makes one itself.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) rendezvous_token_file: Option<PathBuf>,
+    /// Seconds a data-parallel process may go without finishing a step before the whole run is
+    /// ended (another process stuck or gone).
+    #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = count::<u64>, allow_negative_numbers = true)]
+    pub(crate) collective_timeout: u64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Switch {
+    On,
+    Off,
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct EveryArg(pub(crate) Option<Every>);
+
+pub(crate) fn parse_every(s: &str) -> Result<EveryArg, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(EveryArg(None));
+    }
+    s.parse::<Every>().map(|e| EveryArg(Some(e)))
+}
+
+/// A count or a number of seconds. Negative numbers reach this parser
+/// rather than being taken for a flag, so `--batch -5` is told what the flag
+/// takes, not "unexpected argument '-5'".
+pub(crate) fn count<T: std::str::FromStr>(s: &str) -> Result<T, String> {
+    s.parse()
+        .map_err(|_| format!("expected a whole number (0, 1, 2, ...), got {s:?}"))
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct ArenaSize(pub(crate) Option<usize>);
+
+pub(crate) fn parse_budget(s: &str) -> Result<usize, String> {
+    match s.parse::<ByteSize>() {
+        Ok(b) if b.0 > 0 => Ok(b.0),
+        Ok(_) => Err("a budget of 0 bytes fits no step".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+pub(crate) fn parse_arena_size(s: &str) -> Result<ArenaSize, String> {
+    if s.eq_ignore_ascii_case("auto") {
+        return Ok(ArenaSize(None));
+    }
+    s.parse::<ByteSize>()
+        .map(|b| ArenaSize(Some(b.0)))
+        .map_err(|e| e.to_string())
+}
+
+impl TrainArgs {
+    /// Refuses values no run can use, whether or not this run would reach
+    /// the code that reads them (a data-parallel setting on a run alone),
+    /// the same for `train` and `memory`, and a `--memory-report` file that
+    /// cannot be written. Values that depend on the data or the device are
+    /// the library's to refuse.
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
+        if self.gpus == Some(0) {
+            anyhow::bail!("--gpus must be at least 1");
+        }
+        if self.gpus.is_some() && matches!(self.device, DeviceArg::Cpu) {
+            anyhow::bail!(
+                "--gpus trains on GPUs (through NCCL); drop --device cpu, or drop --gpus to train on the CPU"
+            );
+        }
+        choices::model(self.model, self.width_mult).map_err(anyhow::Error::msg)?;
+        if let Some(m) = self.momentum.filter(|m| !(0.0..1.0).contains(m)) {
+            anyhow::bail!("--momentum must be in [0, 1), got {m}");
+        }
+        if self.nesterov && self.momentum.unwrap_or(0.0) == 0.0 {
+            anyhow::bail!("--nesterov needs a --momentum above 0 (e.g. --momentum 0.9)");
+        }
+        if let Some(wd) = self.weight_decay.filter(|wd| !(wd.is_finite() && *wd >= 0.0)) {
+            anyhow::bail!("--weight-decay must be 0 or more, got {wd}");
+        }
+        if let Some((b1, b2)) = self
+            .betas
+            .filter(|(a, b)| !((0.0..1.0).contains(a) && (0.0..1.0).contains(b)))
+        {
+            anyhow::bail!("--betas must both be in [0, 1), got {b1},{b2}");
+        }
+        if let Some(eps) = self.eps.filter(|e| !(e.is_finite() && *e > 0.0)) {
+            anyhow::bail!("--eps must be above 0, got {eps}");
+        }
+        if !(self.warmup_epochs.is_finite() && self.warmup_epochs >= 0.0) {
+            anyhow::bail!("--warmup-epochs must be 0 or more, got {}", self.warmup_epochs);
+        }
+        self.optimizer_choice()?;
+        if self.bucket_kib == 0 {
+            anyhow::bail!("--bucket-kib must be at least 1 (KiB of gradients summed at once; the default is 4)");
+        }
+        if self.rendezvous_timeout == 0 {
+            anyhow::bail!("--rendezvous-timeout must be at least 1 second (the default is 120)");
+        }
+        if self.collective_timeout == 0 {
+            anyhow::bail!("--collective-timeout must be at least 1 second (the default is 300)");
+        }
+        if self.memory_report.is_some() && self.memory_plan == Switch::Off {
+            // The timeline draws the plan; without one there is nothing to draw.
+            anyhow::bail!(
+                "--memory-report draws the step's memory plan, which --memory-plan off turns off; drop one of the two"
+            );
+        }
+        if let Some(path) = &self.memory_report {
+            check_report_path(path)?;
+        }
+        Ok(())
+    }
+
+    /// The optimizer and its settings, or which flag does not belong to it.
+    pub(crate) fn optimizer_choice(&self) -> anyhow::Result<bumpgrad::nn::OptimizerChoice> {
+        let flags = choices::OptimizerFlags {
+            momentum: self.momentum,
+            nesterov: self.nesterov,
+            weight_decay: self.weight_decay,
+            betas: self.betas,
+            eps: self.eps,
+        };
+        choices::optimizer(self.optimizer, &flags).map_err(anyhow::Error::msg)
+    }
+
+    pub(crate) fn config(&self) -> TrainConfig {
+        let task = ClassificationConfig {
+            label_smoothing: self.label_smoothing,
+            augment: self.augment,
+        };
+        let run = RunConfig {
+            epochs: self.epochs,
+            batch: self.batch,
+            other_batches: Vec::new(),
+            // Checked in `check`, which every command runs first.
+            model: choices::model(self.model, self.width_mult).unwrap_or_default(),
+            // Checked in `check`, which every command runs first.
+            optimizer: self.optimizer_choice().unwrap_or_default(),
+            task: Classification::choice(task),
+            lr: self.lr,
+            schedule: self.schedule.with_warmup(self.warmup_epochs).unwrap_or(self.schedule),
+            seed: self.seed,
+            data_dir: PathBuf::from(self.data.to_string()),
+            train_limit: self.train_limit,
+            test_limit: self.test_limit,
+            checkpoints: Some(CheckpointPolicy {
+                dir: self
+                    .checkpoint_dir
+                    .clone()
+                    .or_else(|| self.resume.clone())
+                    .unwrap_or_else(|| PathBuf::from("checkpoints")),
+                every: self.checkpoint_every.0,
+                keep: self.keep_checkpoints,
+            }),
+            resume: self.resume.clone(),
+            data_parallel: None,
+        };
+        let memory = MemoryConfig {
+            arena_size: self.arena_size.0,
+            memory_plan: self.memory_plan == Switch::On,
+            memory_budget: self.memory_budget,
+            workspace_growth: self.workspace_growth,
+            poison_step: self.poison_step.then_some(true),
+        };
+        let device = DeviceConfig {
+            request: match self.device {
+                DeviceArg::Auto => DeviceRequest::Auto,
+                DeviceArg::Cpu => DeviceRequest::Cpu,
+                DeviceArg::Cuda => DeviceRequest::Cuda,
+            },
+            threads: self.threads,
+            precision: self.precision.into(),
+            deterministic: self.deterministic,
+            conv_algos: self.conv_algos.into(),
+            graph: match self.graph {
+                GraphArg::Auto => None,
+                GraphArg::On => Some(true),
+                GraphArg::Off => Some(false),
+            },
+            profile: self.profile,
+        };
+        TrainConfig { run, memory, device }
+    }
+}
+
+/// Makes sure `--memory-report`'s file can be written before the work that
+/// fills it: a bad path is refused at once, not after planning (`memory`)
+/// or as a warning once training has started (`train`). An existing file is
+/// not truncated here.
+pub(crate) fn check_report_path(path: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map(drop)
+        .map_err(|e| report_unwritable(path, e))
+}
+
+/// The one message for a memory timeline that cannot be written.
+pub(crate) fn report_unwritable(path: &std::path::Path, e: std::io::Error) -> anyhow::Error {
+    anyhow::anyhow!(
+        "cannot write the memory timeline to {}: {e}; pass --memory-report a file in a directory you can write to",
+        path.display()
+    )
+}

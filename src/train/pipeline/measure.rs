@@ -1,0 +1,144 @@
+//! The one seam through which the pipeline sees a step before it runs: a
+//! dry run of the run's steps with a given choice (which candidates backward
+//! recomputes, whether chains of them are held, on which convolution
+//! algorithms), returning what they need ([`ArenaNeeds`]). Sizing, the
+//! memory budget's search, convolution tuning, `memory` and `--max-batch`
+//! all measure through it; none builds a session itself.
+
+use super::arenas::Algorithms;
+use super::assemble::{assemble, Live};
+use crate::autograd::Candidate;
+use crate::data::ImageSet;
+use crate::memory::{Arena, PersistentBuf, StepPlan};
+use crate::train::shapes::StepKind;
+use crate::train::TrainConfig;
+use crate::Result;
+
+/// A candidate step: what its dry run does differently from the plain one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StepChoice {
+    /// Candidates for recomputation (numbered in forward order) that
+    /// backward makes again rather than keeps.
+    pub dropped: Vec<u32>,
+    /// Whether chains of dropped candidates are made again for each
+    /// reader rather than held (see [`crate::autograd::Step`]'s `saved`).
+    pub transient_chains: bool,
+}
+
+impl StepChoice {
+    /// `dropped` recomputed, chains of them held.
+    pub fn held(dropped: &[u32]) -> Self {
+        Self {
+            dropped: dropped.to_vec(),
+            transient_chains: false,
+        }
+    }
+
+    /// `dropped` recomputed, chains of them made again for each reader.
+    pub fn transient(dropped: &[u32]) -> Self {
+        Self {
+            dropped: dropped.to_vec(),
+            transient_chains: true,
+        }
+    }
+}
+
+/// A measuring of candidate steps: the seam as the budget's search takes
+/// it (a closure in its tests).
+pub(crate) type Measure<'a> = dyn Fn(&StepChoice) -> Result<ArenaNeeds> + 'a;
+
+/// What a run needs of its arena, measured by a dry run of every step it
+/// takes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArenaNeeds {
+    pub persistent_bytes: usize,
+    /// The largest step: the largest plan's peak with the memory plan, the
+    /// bump high-water without.
+    pub step_bytes: usize,
+    /// Candidates for recomputation (convolution and block outputs) in a
+    /// full training step, and
+    /// those a memory budget has the step recompute rather than keep.
+    pub candidates: Vec<Candidate>,
+    pub dropped: Vec<u32>,
+    /// Whether chains of dropped candidates are remade for each reader
+    /// rather than held (see [`crate::autograd::Step`]'s `saved`).
+    pub transient_chains: bool,
+    /// The persistent allocations, for the memory report.
+    pub persistent: Vec<PersistentBuf>,
+    /// The step plans, by key (see [`crate::train::shapes`]).
+    pub plans: Vec<StepPlan>,
+}
+
+impl ArenaNeeds {
+    pub fn total(&self) -> usize {
+        self.persistent_bytes + self.step_bytes
+    }
+
+    /// Seconds the training step's convolutions take beyond the fastest
+    /// algorithms the device timed (see [`crate::memory::StepPlan::slower_seconds`]).
+    pub fn slower_seconds(&self) -> f64 {
+        self.plans
+            .iter()
+            .find(|p| p.key == StepKind::Train as u32)
+            .map_or(0.0, |p| p.slower_seconds)
+    }
+}
+
+/// Dry runs of one run's steps: its settings, its data, and the
+/// convolution algorithms they run on.
+pub struct DryRuns<'a> {
+    cfg: &'a TrainConfig,
+    host: &'a ImageSet,
+    algorithms: Algorithms<'a>,
+}
+
+impl<'a> DryRuns<'a> {
+    pub(crate) fn new(cfg: &'a TrainConfig, host: &'a ImageSet, algorithms: Algorithms<'a>) -> Self {
+        Self { cfg, host, algorithms }
+    }
+
+    /// The seam: what the run's steps need with `choice`.
+    pub fn measure(&self, choice: &StepChoice) -> Result<ArenaNeeds> {
+        measure_on(self.cfg, self.host, self.algorithms.dry(None), choice)
+    }
+
+    /// The plain step, nothing recomputed.
+    pub fn plain(&self) -> Result<ArenaNeeds> {
+        self.measure(&StepChoice::default())
+    }
+
+    /// Runs the steps on a dry arena of `capacity` bytes, on the device's
+    /// own algorithms: the error names the first allocation that does not
+    /// fit.
+    pub(crate) fn replay_within(&self, capacity: usize) -> Result<()> {
+        let dry = self.algorithms.dry(Some(capacity));
+        assemble(self.cfg, self.host, dry, Live::DRY)?.probe().map(drop)
+    }
+}
+
+/// [`DryRuns::measure`] on `dry`, a dry arena.
+pub(crate) fn measure_on(
+    cfg: &TrainConfig,
+    host: &ImageSet,
+    mut dry: Arena,
+    choice: &StepChoice,
+) -> Result<ArenaNeeds> {
+    dry.set_recomputed(&choice.dropped, choice.transient_chains);
+    let mut session = assemble(cfg, host, dry, Live::DRY)?;
+    let candidates = session.probe()?;
+    let arena = session.arena();
+    let plans = arena.plans().to_vec();
+    let step_bytes = match plans.iter().map(|p| p.peak).max() {
+        Some(peak) if cfg.memory.memory_plan => peak,
+        _ => arena.stats().step_high_water_bytes,
+    };
+    Ok(ArenaNeeds {
+        persistent_bytes: arena.stats().persistent_bytes,
+        step_bytes,
+        persistent: arena.persistent_log().to_vec(),
+        plans,
+        candidates,
+        dropped: choice.dropped.clone(),
+        transient_chains: choice.transient_chains,
+    })
+}

@@ -1,0 +1,383 @@
+//! One pipeline from a run's settings to a session ready to train:
+//!
+//! 1. **open**: the settings checked, the data loaded, the device opened
+//!    and set to the run's arithmetic (a data-parallel rank's joins its
+//!    group);
+//! 2. **size**: one dry run of every step the run takes (at each batch
+//!    size, full and last training and evaluation steps) measures the
+//!    persistent bytes and plans each step's memory;
+//! 3. **budget**: under a memory budget, or a given arena too small for the
+//!    step, what backward recomputes is searched for (`budget/`);
+//! 4. **arena**: the one allocation is made, as large as the run needs
+//!    (plus room for timed convolution algorithms' workspaces on a GPU) or
+//!    as large as given;
+//! 5. **tune**: a GPU times its convolution algorithms in the arena's free
+//!    bytes and keeps the fastest whose step still fits (`tuning.rs`);
+//! 6. **plan**: the arena adopts the plans of the steps as finally chosen,
+//!    and the run's parts are built in it (`assemble.rs`).
+//!
+//! Steps 2, 3 and 5 see a step only through one seam, a dry run of a
+//! candidate step ([`DryRuns::measure`], `measure.rs`); `bumpgrad memory`
+//! runs 1 to 3 and reports, `--max-batch` repeats 2 and 3 per batch.
+//! Arenas are made in one file (`arenas.rs`).
+
+mod arenas;
+mod assemble;
+mod measure;
+mod report;
+mod tuning;
+
+#[cfg(test)]
+pub(crate) use measure::measure_on;
+pub(crate) use measure::Measure;
+pub use measure::{ArenaNeeds, DryRuns, StepChoice};
+pub use report::memory_report;
+pub use tuning::{tuning_bytes, tuning_headroom};
+
+use super::budget::{meet_budget, Speed};
+use super::config::gpu_precision_on_cpu;
+use super::report::{RecomputePlan, RunInfo};
+use super::session::Session;
+use super::TrainConfig;
+use crate::backend::{Device, DeviceKind, Precision};
+use crate::data::{DataSource, ImageSet};
+use crate::distributed::Join;
+use crate::memory::{ArenaError, MemoryReport};
+use crate::{Error, Result, Setting};
+use arenas::Algorithms;
+use assemble::{assemble, Live};
+
+/// A run opened: its settings, its data and its device, ready to be
+/// measured, planned and built.
+pub struct Pipeline<'c> {
+    cfg: &'c TrainConfig,
+    host: ImageSet,
+    device: Device,
+    /// Why `--device auto` chose the CPU, if it did.
+    device_note: Option<String>,
+    /// Whether the run's full steps are captured as CUDA graphs.
+    graph: bool,
+}
+
+impl<'c> Pipeline<'c> {
+    /// Checks `cfg`, loads its data and opens its device, set to the run's
+    /// arithmetic (cuDNN's algorithms, and so their workspaces, depend on
+    /// it, so it is set before anything is planned). A rank of a
+    /// data-parallel run joins its group (`join`) here.
+    pub fn open(cfg: &'c TrainConfig, join: Option<Join>) -> Result<Self> {
+        cfg.validate()?;
+        let host = load_data(cfg)?;
+        let ordinal = join.as_ref().map_or(0, |j| j.ordinal);
+        let (mut device, device_note) =
+            Device::open_on(cfg.device.request, cfg.device.threads, ordinal, crate::ops::KERNELS)?;
+        configure(cfg, &device, device_note.as_deref())?;
+        if let Some(join) = join {
+            device.join(join.group)?;
+        }
+        let graph = use_graph(cfg, device_kind(&device))?;
+        Ok(Self {
+            cfg,
+            host,
+            device,
+            device_note,
+            graph,
+        })
+    }
+
+    /// The data set, as loaded and cut to the run's limits.
+    pub fn data(&self) -> &ImageSet {
+        &self.host
+    }
+
+    /// "cpu (2 threads)", "NVIDIA H200 (sm_90)".
+    pub fn device_name(&self) -> String {
+        self.device.describe()
+    }
+
+    /// Dry runs of this run's steps on the device's own convolution
+    /// algorithms: the seam everything before the arena measures through.
+    pub fn dry_runs(&self) -> DryRuns<'_> {
+        self.dry_runs_of(self.cfg)
+    }
+
+    /// The device's cost model, for the budget's search.
+    pub(crate) fn speed(&self) -> Speed {
+        Speed::of(
+            device_kind(&self.device),
+            self.cfg.device.precision,
+            self.device.threads(),
+        )
+    }
+
+    /// Dry runs of `cfg` (this run's settings, or a variant of them) on
+    /// this data and device, on the device's own convolution algorithms.
+    pub(crate) fn dry_runs_of<'a>(&'a self, cfg: &'a TrainConfig) -> DryRuns<'a> {
+        DryRuns::new(cfg, &self.host, Algorithms::Heuristic(&self.device))
+    }
+
+    /// The steps of `cfg` measured without a budget, then within it: what
+    /// the run recomputes, as `bumpgrad memory` reports it.
+    fn budgeted(&self, cfg: &TrainConfig) -> Result<(ArenaNeeds, ArenaNeeds)> {
+        let runs = self.dry_runs_of(cfg);
+        let unbudgeted = runs.plain()?;
+        let measure = |choice: &StepChoice| runs.measure(choice);
+        let needs = meet_budget(
+            &measure,
+            cfg.memory.memory_budget,
+            &self.speed(),
+            cfg.run.model.name(),
+            unbudgeted.clone(),
+        )?;
+        Ok((unbudgeted, needs))
+    }
+
+    /// The arena's capacity: what `needs` measured, or the given arena
+    /// size when it holds that; a given size too small is refused with the
+    /// buffers that do not fit and the size that would.
+    fn capacity(&self, cfg: &TrainConfig, needs: &ArenaNeeds) -> Result<usize> {
+        let memory = &cfg.memory;
+        match memory.arena_size {
+            None => Ok(needs.total()),
+            Some(given) if given >= needs.total() => Ok(given),
+            Some(given) if given >= needs.persistent_bytes && memory.memory_plan => {
+                // The step does not fit: name the buffers alive at the plan's
+                // peak, and the size that fits.
+                let plan = needs.plans.iter().max_by_key(|p| p.peak);
+                let top = plan.map(|p| p.top_live(4)).unwrap_or_default();
+                Err(Error::Arena(ArenaError::StepTooLarge {
+                    step_bytes: needs.step_bytes,
+                    persistent_bytes: needs.persistent_bytes,
+                    capacity: given,
+                    would_fit: needs.total(),
+                    live: top.iter().map(|b| (b.what, b.size)).collect(),
+                }))
+            }
+            Some(given) => {
+                // Replay on a dry arena of the given size to name the allocation
+                // that fails, then report the size that fits the whole step.
+                let err = match self.dry_runs_of(cfg).replay_within(given) {
+                    Err(e) => e,
+                    Ok(()) => Error::setting(
+                        Setting::ArenaSize,
+                        format!(
+                            "an arena of {given} bytes is below the {} bytes this run needs",
+                            needs.total()
+                        ),
+                        Some(crate::memory::suggest(needs.total())),
+                    ),
+                };
+                Err(match err {
+                    Error::Arena(ArenaError::Exhausted {
+                        region,
+                        what,
+                        shape,
+                        requested,
+                        in_use,
+                        capacity,
+                        live,
+                        ..
+                    }) => Error::Arena(ArenaError::Exhausted {
+                        region,
+                        what,
+                        shape,
+                        requested,
+                        in_use,
+                        capacity,
+                        would_fit: needs.total(),
+                        live,
+                    }),
+                    other => other,
+                })
+            }
+        }
+    }
+
+    /// The needs of the step recomputing convolution and block outputs to
+    /// fit the given arena's room above the persistent region (`needs`
+    /// measured without), if any recomputation does; with the memory plan
+    /// only.
+    fn arena_as_budget(&self, needs: &ArenaNeeds) -> Option<ArenaNeeds> {
+        let memory = &self.cfg.memory;
+        let given = memory.arena_size?;
+        let room = given.checked_sub(needs.persistent_bytes)?;
+        if !memory.memory_plan || !needs.dropped.is_empty() {
+            return None;
+        }
+        let runs = self.dry_runs();
+        let measure = |choice: &StepChoice| runs.measure(choice);
+        meet_budget(
+            &measure,
+            Some(room),
+            &self.speed(),
+            self.cfg.run.model.name(),
+            needs.clone(),
+        )
+        .ok()
+        .filter(|fit| fit.total() <= given)
+    }
+
+    /// Sizes, budgets, makes and tunes the arena, and builds the run's
+    /// session in it, with what the caller should know.
+    pub fn build(self) -> Result<(Session, RunInfo)> {
+        let cfg = self.cfg;
+        let nccl_bytes = match &self.device {
+            Device::Cuda(gpu) => gpu.nccl_bytes(),
+            Device::Cpu(_) => None,
+        };
+        let threads = self.device.threads();
+        let device_name = self.device.describe();
+        let kind = device_kind(&self.device);
+        let speed = self.speed();
+        let (_, mut needs) = self.budgeted(cfg)?;
+        let mut capacity = match self.capacity(cfg, &needs) {
+            Ok(capacity) => capacity,
+            // A given arena too small for the step is a budget too: recompute
+            // convolution and block outputs if that fits it, else refuse it as
+            // before.
+            Err(too_small) => match self.arena_as_budget(&needs) {
+                Some(fit) => {
+                    needs = fit;
+                    self.capacity(cfg, &needs)?
+                }
+                None => return Err(too_small),
+            },
+        };
+        // A GPU times its convolution algorithms in the new arena's free
+        // bytes before the first step (nothing is in it yet: the whole arena
+        // is free to time with), as PyTorch's cudnn.benchmark does. The
+        // fastest may want more workspace than the heuristic's choice. The
+        // liveness plan puts a backward convolution's workspace in bytes the
+        // step has freed, so the step grows far less than the workspaces
+        // (ResNet-18 at batch 128 on the H200: 13% for 9.9 rather than 23.5
+        // ms a step); where it would grow more than TUNING_GROWTH, or past a
+        // given arena, the largest workspace allowed is halved until it does
+        // not.
+        let tuning = tuning::times_convolutions(cfg, kind);
+        capacity += tuning_bytes(cfg, kind, needs.step_bytes).unwrap_or(0);
+        let Self {
+            host,
+            device,
+            device_note,
+            graph,
+            ..
+        } = self;
+        let mut arena = arenas::real(device, capacity)?;
+        let conv_tuning = match tuning {
+            true => Some(tuning::time_convolutions(cfg, &host, &mut arena, &mut needs, capacity)?),
+            false => None,
+        };
+        // After timing: the timed algorithms may recompute others.
+        arena.set_recomputed(&needs.dropped, needs.transient_chains);
+        if cfg.memory.memory_plan {
+            arena.adopt_plans(&needs.plans);
+        }
+        if let Some(on) = cfg.memory.poison_step {
+            arena.set_poison_step(on);
+        }
+        let legacy_bf16_convolutions = arena
+            .convolution_apis()
+            .into_iter()
+            .filter_map(|(dims, api)| match api {
+                crate::backend::cuda::ConvApi::Legacy {
+                    graph_refused: Some(why),
+                } => Some((dims, why)),
+                _ => None,
+            })
+            .collect();
+        let live = Live {
+            graph,
+            profile: cfg.device.profile,
+        };
+        let session = assemble(cfg, &host, arena, live)?;
+        let run = &cfg.run;
+        let info = RunInfo {
+            device: session.arena().device(),
+            device_name,
+            precision: cfg.device.precision,
+            threads,
+            device_note,
+            data: host.name,
+            synthetic: host.synthetic,
+            augment: run.task.draws().to_string(),
+            train_examples: host.train_images.count,
+            test_examples: host.test_images.count,
+            steps_per_epoch: session.steps_per_epoch(),
+            arena_size_measured: cfg.memory.arena_size.is_none(),
+            arena: session.arena().stats(),
+            memory: (!needs.plans.is_empty()).then(|| MemoryReport::new(&needs.persistent, &needs.plans)),
+            world: session.world(),
+            batch: run.batch,
+            model: run.model.name(),
+            parameters: session.store().param_count(),
+            optimizer: run.optimizer.describe(),
+            schedule: format!("lr {} {}", run.lr, run.schedule),
+            buckets: session.bucket_layout(),
+            nccl_bytes,
+            workspace_growth: cfg.memory.workspace_growth,
+            conv_tuning,
+            legacy_bf16_convolutions,
+            recomputed: (!needs.dropped.is_empty()).then(|| RecomputePlan {
+                dropped: needs.dropped.clone(),
+                candidates: needs.candidates.len(),
+                predicted_extra_seconds: super::budget::extra_seconds(&needs.candidates, &needs.dropped, &speed),
+                transient_chains: needs.transient_chains,
+            }),
+        };
+        Ok((session, info))
+    }
+}
+
+/// The data set `cfg` names, cut to its limits.
+fn load_data(cfg: &TrainConfig) -> Result<ImageSet> {
+    let run = &cfg.run;
+    let mut host = ImageSet::open(&DataSource::of_path(&run.data_dir)?)?;
+    if let Some(n) = run.train_limit {
+        host.limit_train(n)?;
+    }
+    if let Some(n) = run.test_limit {
+        host.limit_test(n)?;
+    }
+    Ok(host)
+}
+
+/// Sets what `cfg` asks of the device's arithmetic. `fell_back`: why
+/// `--device auto` chose the CPU, if it did.
+fn configure(cfg: &TrainConfig, device: &Device, fell_back: Option<&str>) -> Result<()> {
+    let precision = cfg.device.precision;
+    device.set_deterministic(cfg.device.deterministic);
+    if precision != Precision::Fp32 && matches!(device, Device::Cpu(_)) {
+        return Err(gpu_precision_on_cpu(precision, fell_back));
+    }
+    device.set_precision(precision)?;
+    Ok(())
+}
+
+fn device_kind(device: &Device) -> DeviceKind {
+    match device {
+        Device::Cpu(_) => DeviceKind::Cpu,
+        Device::Cuda(_) => DeviceKind::Cuda,
+    }
+}
+
+/// Whether full steps run as replays of a captured CUDA graph on `device`;
+/// graphs asked for anywhere but on the GPU are refused.
+fn use_graph(cfg: &TrainConfig, device: DeviceKind) -> Result<bool> {
+    let on_gpu = device == DeviceKind::Cuda;
+    match cfg.device.graph {
+        Some(true) if !on_gpu => Err(Error::setting(
+            Setting::Graph,
+            "whole-step graphs need the GPU (CUDA graphs)",
+            None,
+        )),
+        Some(on) => Ok(on && on_gpu),
+        None => Ok(on_gpu),
+    }
+}
+
+#[cfg(test)]
+impl Pipeline<'_> {
+    /// The data and the device, for tests that plan on them directly.
+    pub(crate) fn into_parts(self) -> (ImageSet, Device) {
+        (self.host, self.device)
+    }
+}

@@ -1,0 +1,89 @@
+//! The memory plan of a run without running it (and without allocating
+//! its arena): what `bumpgrad memory` prints.
+
+use super::{device_kind, ArenaNeeds, Pipeline};
+use crate::autograd::Candidate;
+use crate::memory::{MemoryReport, Recomputed, RecomputedKind};
+use crate::train::budget::{extra_seconds, least_extra_seconds, Speed};
+use crate::train::TrainConfig;
+use crate::Result;
+
+impl Pipeline<'_> {
+    /// Where every byte of the run's arena would go, planned on the device
+    /// it asks for (so cuDNN's workspaces are the GPU's when one is used),
+    /// and the device's name. What the training step recomputes under a
+    /// budget is what the run recomputes with the same settings.
+    pub fn memory_report(&self) -> Result<(MemoryReport, String)> {
+        let planned = TrainConfig {
+            memory: crate::train::MemoryConfig {
+                memory_plan: true,
+                ..self.cfg.memory.clone()
+            },
+            ..self.cfg.clone()
+        };
+        let (unbudgeted, needs) = self.budgeted(&planned)?;
+        self.capacity(&planned, &needs)?;
+        let mut report = MemoryReport::new(&needs.persistent, &needs.plans);
+        if let Some(budget) = self.cfg.memory.memory_budget {
+            report.recomputed = Some(recomputed(&needs, &unbudgeted, budget, &self.speed()));
+        }
+        report.tuning_bytes = super::tuning_bytes(self.cfg, device_kind(&self.device), needs.step_bytes);
+        Ok((report, self.device.describe()))
+    }
+}
+
+/// The memory plan of a run of `cfg` (see [`Pipeline::memory_report`]).
+pub fn memory_report(cfg: &TrainConfig) -> Result<(MemoryReport, String)> {
+    Pipeline::open(cfg, None)?.memory_report()
+}
+
+/// What `needs` recomputes under `budget`, against the step without
+/// (`unbudgeted`), for the report.
+fn recomputed(needs: &ArenaNeeds, unbudgeted: &ArenaNeeds, budget: usize, speed: &Speed) -> Recomputed {
+    let dropped: Vec<Candidate> = needs
+        .dropped
+        .iter()
+        .map(|&i| needs.candidates[i as usize].clone())
+        .collect();
+    let mut kinds: Vec<RecomputedKind> = Vec::new();
+    for c in &needs.candidates {
+        let at = match kinds.iter().position(|k| k.what == c.what) {
+            Some(at) => at,
+            None => {
+                kinds.push(RecomputedKind {
+                    what: c.what,
+                    dropped: 0,
+                    of: 0,
+                    bytes: 0,
+                });
+                kinds.len() - 1
+            }
+        };
+        kinds[at].of += 1;
+    }
+    for c in &dropped {
+        if let Some(k) = kinds.iter_mut().find(|k| k.what == c.what) {
+            k.dropped += 1;
+            k.bytes += c.bytes;
+        }
+    }
+    // A training step runs each convolution three times (forward, input
+    // and weight gradients); recomputing one runs its forward again.
+    let step_macs: u64 = 3 * needs.candidates.iter().map(|c| c.multiply_adds).sum::<u64>();
+    Recomputed {
+        dropped: dropped.len(),
+        which: needs.dropped.clone(),
+        candidates: needs.candidates.len(),
+        dropped_bytes: dropped.iter().map(|c| c.bytes).sum(),
+        kinds,
+        extra_multiply_adds: dropped
+            .iter()
+            .map(|c| c.multiply_adds * u64::from(c.remade.max(1)))
+            .sum(),
+        step_multiply_adds: step_macs,
+        predicted_extra_seconds: extra_seconds(&needs.candidates, &needs.dropped, speed),
+        least_extra_seconds: least_extra_seconds(unbudgeted, budget, speed),
+        unbudgeted_step_bytes: unbudgeted.step_bytes,
+        transient_chains: needs.transient_chains,
+    }
+}

@@ -1,0 +1,145 @@
+//! One training step: planned or bump-allocated, captured as a CUDA graph
+//! the first time a full step of its batch size runs and replayed after;
+//! and the probe a dry session runs to be measured.
+
+use super::{Session, PROFILED_STEP};
+use crate::autograd::Candidate;
+use crate::distributed::buckets::Queued;
+use crate::nn::Mode;
+use crate::ops::dropout::DropoutSeed;
+use crate::ops::gather::BatchAt;
+use crate::train::report::StepProfile;
+use crate::train::shapes::{StepKind, StepShape};
+use crate::Result;
+
+impl Session {
+    /// The arena key of the plan of a step of `kind` at the session's batch.
+    pub(super) fn key(&self, kind: StepKind) -> u32 {
+        let shape = StepShape {
+            kind,
+            batch: self.batch(),
+        };
+        // The session's batch is always one of its shapes' (`set_batch`).
+        self.shapes.key(shape).unwrap_or(kind as u32)
+    }
+
+    /// Queues training step `step` of the current epoch. Its loss lands in
+    /// the epoch's loss slots; read it with [`Session::losses`].
+    pub fn train_step(&mut self, step: usize) -> Result<()> {
+        let global = self.global_batch();
+        let step_len = global.min(self.order.len().saturating_sub(step * global));
+        // A data-parallel rank trains on its shard of the step's examples;
+        // its loss is its share of the step's mean, so the shares and their
+        // gradients sum to one device's over the whole step.
+        let (first_row, len) = self.world.shard(step_len, self.batch());
+        let at = BatchAt {
+            order: self.order_buf,
+            cursor: self.cursor,
+            stride: global,
+            len,
+            offset: first_row,
+        };
+        let dropout = DropoutSeed::PerStep {
+            base: self.seed,
+            cursor: self.cursor,
+            first: 0,
+        };
+        let (model, optimizer, task, store) = (&self.model, &self.optimizer, &self.task, &self.store);
+        let (losses, cursor, buckets) = (self.losses, self.cursor, self.buckets.as_ref());
+        let body = |s: &mut crate::Step<'_>| {
+            let (x, targets) = task.train_batch(s, at)?;
+            let output = model.forward(s, x, Mode::Train { dropout, first_row })?;
+            let loss = task.loss(s, output, targets, step_len)?;
+            let grads = match buckets {
+                Some(buckets) => {
+                    let mut queued = Queued::default();
+                    let grads = s.backward_with(loss, &mut |s| buckets.queue_ready(s, store, &mut queued))?;
+                    buckets.finish(s, store, &mut queued)?;
+                    grads
+                }
+                None => s.backward(loss)?,
+            };
+            optimizer.update(s, store, &grads)?;
+            s.finish_step(loss, losses, cursor)
+        };
+        // --profile: with a graph, the captured step carries the events, so
+        // any replay is timed with no host work between its ops; without
+        // one, step PROFILED_STEP itself is bracketed as it is queued.
+        let full = step_len == global;
+        let kind = if full { StepKind::Train } else { StepKind::TrainLast };
+        let key = self.memory_plan.then(|| self.key(kind));
+        if self.use_graph && full {
+            if self.graphs[self.at].is_none() {
+                let timing = self.profile && self.arena.start_op_timing();
+                let ops_before = self.arena.ops_queued().unwrap_or(0);
+                let graph = self.arena.capture_step(key, body);
+                self.arena.pause_op_timing();
+                let graph = graph?;
+                let ops = (self.arena.ops_queued().unwrap_or(0) - ops_before) as usize;
+                // Two event nodes bracket each op when timing.
+                let events = if timing { 2 * ops } else { 0 };
+                self.kernels_per_step = self.kernels_per_step.or(Some(graph.nodes() - events));
+                self.ops_per_step = self.ops_per_step.or(Some(ops));
+                self.graphs[self.at] = Some(graph);
+                self.profile &= timing;
+            }
+            if let Some(graph) = &self.graphs[self.at] {
+                self.arena.replay_step(graph)?;
+            }
+        } else {
+            let timing = self.profile && self.steps_done == PROFILED_STEP && self.arena.start_op_timing();
+            let ops_before = self.arena.ops_queued();
+            match key {
+                Some(key) => self.arena.planned_step(key, body)?,
+                None => self.arena.step(body)?,
+            }
+            self.arena.pause_op_timing();
+            let ops = self.arena.ops_queued().zip(ops_before).map(|(a, b)| (a - b) as usize);
+            if !self.use_graph {
+                self.kernels_per_step = self.kernels_per_step.or(ops);
+                self.ops_per_step = self.ops_per_step.or(ops);
+            }
+            if timing {
+                let span = self.arena.read_op_times(&mut self.op_times)?;
+                self.profiled = Some(StepProfile::new(&self.op_times, ops, span, false));
+            }
+        }
+        if self.profile && self.use_graph && self.steps_done == PROFILED_STEP && self.profiled.is_none() {
+            let span = self.arena.read_op_times(&mut self.op_times)?;
+            self.profiled = Some(StepProfile::new(&self.op_times, self.kernels_per_step, span, true));
+        }
+        self.steps_done += 1;
+        Ok(())
+    }
+
+    /// One step of every shape the run will take (at each batch size, a
+    /// full and a last, shorter training and evaluation batch), for sizing
+    /// and planning on a dry arena. Returns the candidates for
+    /// recomputation of the first batch size's full training step.
+    pub(crate) fn probe(&mut self) -> Result<Vec<Candidate>> {
+        let mut candidates = None;
+        for at in 0..self.shapes.batches().len() {
+            self.at = at;
+            self.train_step(0)?;
+            // A full training step's: the only step a memory budget shapes
+            // (the same network at another batch makes the same candidates,
+            // in the same order).
+            candidates.get_or_insert_with(|| self.arena.recompute_candidates());
+            let steps = self.steps_per_epoch();
+            if steps > 1 && !self.order.len().is_multiple_of(self.global_batch()) {
+                self.train_step(steps - 1)?;
+            }
+            let shard = self.eval_shard();
+            let tests = shard.len();
+            if tests > 0 {
+                self.evaluate_batch(shard.start, shard.end)?;
+            }
+            let batch = self.batch();
+            if tests > batch && !tests.is_multiple_of(batch) {
+                self.evaluate_batch(shard.end - tests % batch, shard.end)?;
+            }
+        }
+        self.at = 0;
+        Ok(candidates.unwrap_or_default())
+    }
+}
