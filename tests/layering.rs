@@ -136,9 +136,6 @@ const KNOWN: &[Known] = &[
     known("src/memory/arena.rs", "crate::backend::cuda::ConvDims", 1),
     known("src/memory/arena.rs", "crate::backend::cuda::CudaCalls", 1),
     known("src/memory/arena.rs", "DeviceKind::Dry", 1),
-    // Came in with the CUDA call counters (merge 731ef84), after this list
-    // was made; the same Runtime split removes it.
-    known("src/memory/arena.rs", "crate::backend::cuda::CudaCalls", 1),
     // The tape's node enums name every op (issue 30: the op registry; the
     // tape holds what it gives).
     known("src/autograd/tape.rs", "crate::ops::add::Saved", 1),
