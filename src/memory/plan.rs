@@ -43,10 +43,10 @@ pub struct PlannedBuf {
     /// Bytes held: `bytes` rounded up to the arena's alignment.
     pub size: usize,
     pub life: Lifetime,
-    /// The longest stretch it sits untouched while alive: from a touch
-    /// (`born`) to the next one (`last`), if two touches are a tick or more
-    /// apart. What recomputing it could save: a value kept from forward for
-    /// backward is idle in between.
+    /// The longest stretch it sits untouched while alive (the first of
+    /// equally long ones): from a touch (`born`) to the next one (`last`),
+    /// if two touches are more than a tick apart. What recomputing it could
+    /// save: a value kept from forward for backward is idle in between.
     pub idle: Option<Lifetime>,
     /// Bytes above the mark.
     pub offset: usize,
@@ -467,23 +467,29 @@ mod tests {
         }
     }
 
-    /// Four buffers of 256 bytes at 0, 256, 512 and 768, of which those at
-    /// 256 and 768 live on: a fifth, born after the others died, has two
-    /// gaps that fit it exactly, and takes the lower.
+    /// Best fit: a buffer born after others died takes the smallest gap
+    /// between those still alive that holds it, and the lowest of equally
+    /// small ones. Buffers of 256 bytes, all alive at tick 1, are stacked;
+    /// those alive at tick 5 (marked) leave the gaps a sixth, born then,
+    /// chooses from.
     #[test]
-    fn a_buffer_takes_the_lowest_of_equally_fitting_gaps() {
-        let traced = [
-            buf(256, 1, 1),
-            buf(256, 1, 5),
-            buf(256, 1, 1),
-            buf(256, 1, 5),
-            buf(256, 5, 5),
-        ];
-        let p = plan(0, &traced);
-        assert_no_overlap(&p);
-        let offsets: Vec<usize> = p.bufs.iter().map(|b| b.offset).collect();
-        assert_eq!(offsets, [0, 256, 512, 768, 0]);
-        assert_eq!((p.peak, p.lower_bound, p.bump_bytes), (1024, 1024, 1280));
+    fn a_buffer_takes_the_smallest_gap_that_fits_the_lowest_of_equal_ones() {
+        for (alive, at) in [
+            // Free at 5: [0, 256) and [512, 768), the same size: the lower.
+            (&[false, true, false, true][..], 0),
+            // Free at 5: [0, 512) and [768, 1024): the smaller.
+            (&[false, false, true, false, true][..], 768),
+        ] {
+            let mut traced: Vec<PlannedBuf> = alive.iter().map(|&on| buf(256, 1, if on { 5 } else { 1 })).collect();
+            traced.push(buf(256, 5, 5));
+            let p = plan(0, &traced);
+            assert_no_overlap(&p);
+            let offsets: Vec<usize> = p.bufs.iter().map(|b| b.offset).collect();
+            let stacked: Vec<usize> = (0..alive.len()).map(|i| 256 * i).collect();
+            assert_eq!(offsets[..alive.len()], stacked[..]);
+            assert_eq!(offsets[alive.len()], at, "{alive:?}: {offsets:?}");
+            assert_eq!(p.peak, 256 * alive.len(), "it fits below the others' top");
+        }
     }
 
     /// A plan's figures, exactly: its peak tick (the first of equal ones),
