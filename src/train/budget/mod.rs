@@ -782,6 +782,44 @@ mod tests {
         assert!(extra_seconds(&remade.candidates, &all, &speed) > extra_seconds(&held.candidates, &all, &speed));
     }
 
+    /// The cost model as documented: the CPU's rates scale with its
+    /// threads; on the GPU TF32 doubles the multiply-add rate and bf16
+    /// doubles it again, the bandwidth stays, and a dry arena prices as
+    /// the GPU. A recomputation costs its multiply-adds at the one rate and
+    /// its bytes at the other, once per time a step makes it again (once
+    /// at least).
+    #[test]
+    fn a_recomputation_costs_its_work_at_the_devices_rates() {
+        let cpu = |threads| Speed::of(DeviceKind::Cpu, Precision::Fp32, threads);
+        let (one, four) = (cpu(1), cpu(4));
+        assert_eq!(
+            (four.multiply_adds_per_s, four.bytes_per_s),
+            (4.0 * one.multiply_adds_per_s, 4.0 * one.bytes_per_s)
+        );
+        let gpu = |precision| Speed::of(DeviceKind::Cuda, precision, 1);
+        let fp32 = gpu(Precision::Fp32);
+        assert_eq!(gpu(Precision::Tf32).multiply_adds_per_s, 2.0 * fp32.multiply_adds_per_s);
+        assert_eq!(gpu(Precision::Bf16).multiply_adds_per_s, 4.0 * fp32.multiply_adds_per_s);
+        assert!(Precision::ALL.iter().all(|&p| gpu(p).bytes_per_s == fp32.bytes_per_s));
+        assert_eq!(Speed::of(DeviceKind::Dry, Precision::Bf16, 8), gpu(Precision::Bf16));
+
+        let speed = Speed {
+            multiply_adds_per_s: 1e9,
+            bytes_per_s: 2e9,
+        };
+        let made = |remade| Candidate {
+            bytes_moved: 4_000_000_000,
+            remade,
+            ..c(256, 3_000_000_000)
+        };
+        let candidates = [made(0), made(1), made(3)];
+        assert_eq!(speed.seconds(&candidates[0]), 3.0 + 2.0);
+        assert_eq!(extra_seconds(&candidates, &[0], &speed), 5.0);
+        assert_eq!(extra_seconds(&candidates, &[1], &speed), 5.0);
+        assert_eq!(extra_seconds(&candidates, &[0, 2], &speed), 5.0 + 15.0);
+        assert_eq!(extra_seconds(&candidates, &[], &speed), 0.0);
+    }
+
     #[test]
     fn the_distance_counts_bytes_above_the_budget_at_every_op() {
         let n = needs(&[(1024, 1, 3), (512, 2, 2)], 4, vec![]);
