@@ -43,10 +43,10 @@ pub struct PlannedBuf {
     /// Bytes held: `bytes` rounded up to the arena's alignment.
     pub size: usize,
     pub life: Lifetime,
-    /// The longest stretch it sits untouched while alive: from a touch
-    /// (`born`) to the next one (`last`), if two touches are a tick or more
-    /// apart. What recomputing it could save: a value kept from forward for
-    /// backward is idle in between.
+    /// The longest stretch it sits untouched while alive (the first of
+    /// equally long ones): from a touch (`born`) to the next one (`last`),
+    /// if two touches are more than a tick apart. What recomputing it could
+    /// save: a value kept from forward for backward is idle in between.
     pub idle: Option<Lifetime>,
     /// Bytes above the mark.
     pub offset: usize,
@@ -350,5 +350,189 @@ mod tests {
         t.touch(0, 256);
         assert_eq!(t.bufs[0].life, Lifetime { born: 1, last: 1 });
         assert_eq!(t.bufs[1].life, Lifetime { born: 3, last: 3 });
+    }
+
+    fn trace_alloc(t: &mut Trace, what: &'static str, size: usize, offset: usize) {
+        t.alloc(what, "f32", Shape::new(&[size / 4]), size, size, offset);
+    }
+
+    /// A touch of `[256, 512)` reaches the buffer that holds those bytes and
+    /// none beside it: not one that ends where the range starts, not one
+    /// that starts where it ends, not an empty one inside it, and not one
+    /// over the same bytes whose op has not run yet. Each of those is
+    /// allocated after the one touched, so a touch that wrongly reached it
+    /// would stop there first.
+    #[test]
+    fn a_touch_reaches_only_the_buffer_holding_its_bytes() {
+        let mut t = Trace::default();
+        trace_alloc(&mut t, "held", 256, 256);
+        trace_alloc(&mut t, "below", 256, 0);
+        trace_alloc(&mut t, "above", 256, 512);
+        trace_alloc(&mut t, "empty", 0, 300);
+        for _ in 0..3 {
+            t.tick();
+        }
+        // Allocated by the op after this one (born at tick 4).
+        trace_alloc(&mut t, "unborn", 256, 256);
+        t.touch(256, 512);
+        let lives: Vec<(&str, Lifetime)> = t.bufs.iter().map(|b| (b.what, b.life)).collect();
+        let life = |born, last| Lifetime { born, last };
+        assert_eq!(
+            lives,
+            [
+                ("held", life(1, 3)),
+                ("below", life(1, 1)),
+                ("above", life(1, 1)),
+                ("empty", life(1, 1)),
+                ("unborn", life(4, 4)),
+            ]
+        );
+    }
+
+    /// A buffer's idle stretch is the longest between two of its touches
+    /// (the first of equally long ones), and none while every touch follows
+    /// the last by one tick.
+    #[test]
+    fn the_idle_stretch_is_the_first_longest_gap_between_touches() {
+        let mut t = Trace::default();
+        trace_alloc(&mut t, "kept", 256, 0);
+        let mut touch_at = |tick: u32| {
+            while t.clock < tick {
+                t.tick();
+            }
+            t.touch(0, 256);
+            (t.bufs[0].life, t.bufs[0].idle)
+        };
+        let life = |born, last| Lifetime { born, last };
+        assert_eq!(touch_at(1), (life(1, 1), None));
+        assert_eq!(touch_at(2), (life(1, 2), None), "one tick apart: never idle");
+        assert_eq!(touch_at(4), (life(1, 4), Some(life(2, 4))));
+        assert_eq!(
+            touch_at(7),
+            (life(1, 7), Some(life(4, 7))),
+            "a longer stretch replaces it"
+        );
+        assert_eq!(
+            touch_at(10),
+            (life(1, 10), Some(life(4, 7))),
+            "as long: the first stays"
+        );
+        assert_eq!(
+            touch_at(12),
+            (life(1, 12), Some(life(4, 7))),
+            "shorter: the first stays"
+        );
+    }
+
+    #[test]
+    fn ticks_count_ops_and_name_those_that_recompute() {
+        let mut t = Trace::default();
+        t.tick();
+        t.recomputing = 1;
+        t.tick();
+        t.tick();
+        t.recomputing = 0;
+        t.tick();
+        assert_eq!((t.clock, t.recompute_ticks.clone()), (4, vec![2, 3]));
+        // A buffer allocated now is born with the next op.
+        trace_alloc(&mut t, "next", 256, 0);
+        assert_eq!(t.bufs[0].life, Lifetime { born: 5, last: 5 });
+    }
+
+    #[test]
+    fn a_cleared_trace_starts_the_next_step_from_nothing() {
+        let mut t = Trace::default();
+        trace_alloc(&mut t, "a", 256, 0);
+        t.recomputing = 1;
+        t.tick();
+        t.slower_seconds = 0.5;
+        t.clear();
+        assert!(t.bufs.is_empty() && t.recompute_ticks.is_empty());
+        assert_eq!((t.clock, t.recomputing, t.slower_seconds), (0, 0, 0.0));
+    }
+
+    /// Lifetimes are closed ranges of ticks: two that share only an end
+    /// overlap, two a tick apart do not, whichever comes first.
+    #[test]
+    fn lifetimes_that_share_a_tick_overlap() {
+        let life = |born, last| Lifetime { born, last };
+        for (a, b, overlap) in [
+            (life(1, 3), life(3, 5), true),
+            (life(1, 3), life(4, 5), false),
+            (life(2, 2), life(2, 2), true),
+            (life(1, 9), life(4, 5), true),
+        ] {
+            assert_eq!(a.overlaps(&b), overlap, "{a:?} and {b:?}");
+            assert_eq!(b.overlaps(&a), overlap, "{b:?} and {a:?}");
+        }
+    }
+
+    /// Best fit: a buffer born after others died takes the smallest gap
+    /// between those still alive that holds it, and the lowest of equally
+    /// small ones. Buffers of 256 bytes, all alive at tick 1, are stacked;
+    /// those alive at tick 5 (marked) leave the gaps a sixth, born then,
+    /// chooses from.
+    #[test]
+    fn a_buffer_takes_the_smallest_gap_that_fits_the_lowest_of_equal_ones() {
+        for (alive, at) in [
+            // Free at 5: [0, 256) and [512, 768), the same size: the lower.
+            (&[false, true, false, true][..], 0),
+            // Free at 5: [0, 512) and [768, 1024): the smaller.
+            (&[false, false, true, false, true][..], 768),
+        ] {
+            let mut traced: Vec<PlannedBuf> = alive.iter().map(|&on| buf(256, 1, if on { 5 } else { 1 })).collect();
+            traced.push(buf(256, 5, 5));
+            let p = plan(0, &traced);
+            assert_no_overlap(&p);
+            let offsets: Vec<usize> = p.bufs.iter().map(|b| b.offset).collect();
+            let stacked: Vec<usize> = (0..alive.len()).map(|i| 256 * i).collect();
+            assert_eq!(offsets[..alive.len()], stacked[..]);
+            assert_eq!(offsets[alive.len()], at, "{alive:?}: {offsets:?}");
+            assert_eq!(p.peak, 256 * alive.len(), "it fits below the others' top");
+        }
+    }
+
+    /// A plan's figures, exactly: its peak tick (the first of equal ones),
+    /// what is alive there, the largest of those, the ratio of its peak to
+    /// the lower bound, and the bytes lost to alignment.
+    #[test]
+    fn a_plans_figures_are_read_off_its_buffers() {
+        let mut traced = vec![
+            buf(512, 1, 2),
+            buf(256, 2, 3),
+            buf(1024, 3, 3),
+            buf(768, 4, 6),
+            buf(512, 5, 6),
+        ];
+        // Asked for 1000 of its 1024 bytes.
+        traced[2].bytes = 1000;
+        let p = plan(0, &traced);
+        assert_no_overlap(&p);
+        // Alive: 512 at 1, 768 at 2, 1280 at 3, 768 at 4, 1280 at 5 and 6.
+        assert_eq!(p.peak_tick(), (3, 1280));
+        assert_eq!(p.lower_bound, 1280);
+        let live = |t| p.live_at(t).map(|b| b.size).collect::<Vec<_>>();
+        assert_eq!(live(2), [512, 256], "born and last ticks are both alive");
+        assert_eq!(live(3), [256, 1024]);
+        assert_eq!(live(7), Vec::<usize>::new());
+        let sizes = |v: Vec<PlannedBuf>| v.iter().map(|b| b.size).collect::<Vec<_>>();
+        assert_eq!(sizes(p.top_live(1)), [1024]);
+        assert_eq!(sizes(p.top_live(5)), [1024, 256], "largest first, only those alive");
+        assert_eq!(p.alignment_waste, 24);
+        assert_eq!(p.bump_bytes, 512 + 256 + 1024 + 768 + 512);
+        // The 256 bytes alive at 2 and 3 go above the 1024: the peak is
+        // the bound.
+        assert_eq!(p.peak, 1280);
+        assert_eq!(p.ratio(), 1.0);
+        let against = |peak, lower_bound| {
+            StepPlan {
+                peak,
+                lower_bound,
+                ..p.clone()
+            }
+            .ratio()
+        };
+        assert_eq!(against(1920, 1280), 1.5);
+        assert_eq!(against(0, 0), 1.0, "an empty step is at its bound");
     }
 }

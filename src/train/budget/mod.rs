@@ -675,6 +675,43 @@ mod tests {
         assert_eq!(fit.step_bytes, 900);
     }
 
+    /// Exchanges only ever make a choice cheaper, never merely different,
+    /// and pass again while a pass changed something: one exchange can
+    /// leave room that lets a later one take a cheaper candidate.
+    #[test]
+    fn exchanges_pass_again_while_they_find_cheaper_choices_that_fit() {
+        /// Candidates of `(bytes, seconds)` in a step of 1000 bytes that
+        /// drops the bytes of what it drops: `from` exchanged within `budget`.
+        fn exchanged(candidates: &[(usize, u64)], from: &[u32], budget: usize) -> Vec<u32> {
+            let speed = Speed {
+                multiply_adds_per_s: 1.0,
+                bytes_per_s: f64::INFINITY,
+            };
+            let candidates: Vec<Candidate> = candidates.iter().map(|&(bytes, seconds)| c(bytes, seconds)).collect();
+            let base = needs(&[], 1, candidates.clone());
+            let measure = |dropped: &[u32]| -> Result<ArenaNeeds> {
+                let gone: usize = dropped.iter().map(|&i| candidates[i as usize].bytes).sum();
+                Ok(ArenaNeeds {
+                    step_bytes: 1000 - gone,
+                    dropped: dropped.to_vec(),
+                    ..base.clone()
+                })
+            };
+            let fit = measure(from).unwrap();
+            assert!(fit.step_bytes <= budget);
+            exchange(fit, budget, &speed, &measure).unwrap().dropped
+        }
+        // Within 900, from {0, 1} (18 s): the first pass exchanges 0 for 2
+        // (3 would not fit beside 1), then 1 for 4; the second, with 4's
+        // 70 bytes, exchanges 2 for 3: {3, 4}, 8 s.
+        let chained = [(60, 10), (50, 8), (55, 5), (40, 2), (70, 6)];
+        assert_eq!(exchanged(&chained, &[0, 1], 900), vec![3, 4]);
+        // {0} fits, and so do 1, which costs more, and 2, which costs the
+        // same: neither is taken.
+        let no_cheaper = [(100, 3), (100, 10), (100, 3)];
+        assert_eq!(exchanged(&no_cheaper, &[0], 900), vec![0]);
+    }
+
     #[test]
     fn a_repair_takes_the_cheapest_change_that_fits_else_the_most_bytes_per_second() {
         let speed = Speed {
@@ -767,6 +804,81 @@ mod tests {
         );
         let speed = Speed::of(DeviceKind::Cpu, Precision::Fp32, 1);
         assert!(extra_seconds(&remade.candidates, &all, &speed) > extra_seconds(&held.candidates, &all, &speed));
+    }
+
+    /// The cost model as documented: the CPU's rates scale with its
+    /// threads; on the GPU TF32 doubles the multiply-add rate and bf16
+    /// doubles it again, the bandwidth stays, and a dry arena prices as
+    /// the GPU. A recomputation costs its multiply-adds at the one rate and
+    /// its bytes at the other, once per time a step makes it again (once
+    /// at least).
+    #[test]
+    fn a_recomputation_costs_its_work_at_the_devices_rates() {
+        let cpu = |threads| Speed::of(DeviceKind::Cpu, Precision::Fp32, threads);
+        let (one, four) = (cpu(1), cpu(4));
+        assert_eq!(
+            (four.multiply_adds_per_s, four.bytes_per_s),
+            (4.0 * one.multiply_adds_per_s, 4.0 * one.bytes_per_s)
+        );
+        let gpu = |precision| Speed::of(DeviceKind::Cuda, precision, 1);
+        let fp32 = gpu(Precision::Fp32);
+        assert_eq!(gpu(Precision::Tf32).multiply_adds_per_s, 2.0 * fp32.multiply_adds_per_s);
+        assert_eq!(gpu(Precision::Bf16).multiply_adds_per_s, 4.0 * fp32.multiply_adds_per_s);
+        assert!(Precision::ALL.iter().all(|&p| gpu(p).bytes_per_s == fp32.bytes_per_s));
+        assert_eq!(Speed::of(DeviceKind::Dry, Precision::Bf16, 8), gpu(Precision::Bf16));
+
+        let speed = Speed {
+            multiply_adds_per_s: 1e9,
+            bytes_per_s: 2e9,
+        };
+        let made = |remade| Candidate {
+            bytes_moved: 4_000_000_000,
+            remade,
+            ..c(256, 3_000_000_000)
+        };
+        let candidates = [made(0), made(1), made(3)];
+        assert_eq!(speed.seconds(&candidates[0]), 3.0 + 2.0);
+        assert_eq!(extra_seconds(&candidates, &[0], &speed), 5.0);
+        assert_eq!(extra_seconds(&candidates, &[1], &speed), 5.0);
+        assert_eq!(extra_seconds(&candidates, &[0, 2], &speed), 5.0 + 15.0);
+        assert_eq!(extra_seconds(&candidates, &[], &speed), 0.0);
+    }
+
+    /// The local search tries candidates in order of bytes kept per second
+    /// of recomputation, keeps a change only if it brings the step closer
+    /// to the budget, and passes again while a pass changed something.
+    #[test]
+    fn the_local_search_keeps_changes_that_bring_the_step_closer_until_it_fits() {
+        let speed = Speed {
+            multiply_adds_per_s: 1.0,
+            bytes_per_s: f64::INFINITY,
+        };
+        // 10, 50 and 15 bytes a second, largest first.
+        assert_eq!(rank(&[c(100, 10), c(50, 1), c(30, 2)], &speed), vec![1, 2, 0]);
+        // A (500 bytes a second) saves nothing alone but 100 bytes beside
+        // B, which saves 50; C saves 5. Ranked A, B, C.
+        let candidates = vec![c(500, 1), c(100, 2), c(10, 1)];
+        let base = needs(&[], 1, candidates.clone());
+        let measure = |dropped: &[u32]| -> Result<ArenaNeeds> {
+            let has = |i| dropped.contains(&i);
+            let saved = 50 * usize::from(has(1)) + 100 * usize::from(has(0) && has(1)) + 5 * usize::from(has(2));
+            Ok(ArenaNeeds {
+                step_bytes: 1000 - saved,
+                dropped: dropped.to_vec(),
+                ..base.clone()
+            })
+        };
+        let start = || measure(&[]).unwrap();
+        // Within 860: A alone is no closer, so the first pass drops B and
+        // C; the second drops A too, now 100 bytes closer, and fits.
+        let found = approach(start(), 860, &speed, &measure).unwrap();
+        assert_eq!((found.dropped, found.step_bytes), (vec![0, 1, 2], 845));
+        // Within 950, B alone fits: the search stops there.
+        let found = approach(start(), 950, &speed, &measure).unwrap();
+        assert_eq!(found.dropped, vec![1]);
+        // Within 800 nothing does: it ends where no change brings it closer.
+        let found = approach(start(), 800, &speed, &measure).unwrap();
+        assert_eq!((found.dropped, found.step_bytes), (vec![0, 1, 2], 845));
     }
 
     #[test]
