@@ -134,6 +134,7 @@ const KNOWN: &[Known] = &[
     known("src/memory/arena.rs", "crate::backend::Workers", 1),
     known("src/memory/arena.rs", "crate::backend::cuda::ConvApi", 1),
     known("src/memory/arena.rs", "crate::backend::cuda::ConvDims", 1),
+    known("src/memory/arena.rs", "crate::backend::cuda::CudaCalls", 1),
     known("src/memory/arena.rs", "DeviceKind::Dry", 1),
     // The tape's node enums name every op (issue 30: the op registry; the
     // tape holds what it gives).

@@ -32,12 +32,15 @@ pub(crate) fn apart(a: &[f32], b: &[f32]) -> f32 {
     worst / scale
 }
 
+/// Each named tensor a body reads back, in order.
+type Outputs = Vec<(&'static str, Vec<f32>)>;
+
 /// Runs `body` on the GPU in fp32 and in bf16 and holds every tensor it
 /// returns to within `tol` of the scale of fp32's; returns the bf16 run's
 /// tensors. At least one tensor must differ from fp32's in some bit: were
 /// the bf16 path not taken, both runs would be fp32's. Every bf16
 /// convolution the bf16 run's own device planned ran on the graph API.
-pub(crate) fn same_in_bf16(test: &str, tol: f32, body: &Body) -> Option<Vec<(&'static str, Vec<f32>)>> {
+pub(crate) fn same_in_bf16(test: &str, tol: f32, body: &Body) -> Option<Outputs> {
     bf16_against_fp32(test, tol, body).map(|(on_bf16, _)| on_bf16)
 }
 
@@ -50,7 +53,7 @@ pub(crate) fn same_in_bf16_with_convolutions(test: &str, tol: f32, body: &Body) 
 }
 
 /// [`same_in_bf16`]'s work, with the bf16 convolutions counted.
-fn bf16_against_fp32(test: &str, tol: f32, body: &Body) -> Option<(Vec<(&'static str, Vec<f32>)>, usize)> {
+fn bf16_against_fp32(test: &str, tol: f32, body: &Body) -> Option<(Outputs, usize)> {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let fp32 = gpu_as(test, Precision::Fp32)?;
     let on_fp32 = run(fp32, body);
