@@ -1,7 +1,8 @@
 //! A step: the scope in which tensors exist. It hands out step-region memory,
 //! records ops on the tape, and runs backward.
 
-use super::tape::{Candidate, Node, Recompute, Tape};
+use super::tape::{Candidate, Tape};
+use super::Recorded;
 use crate::backend::Backend;
 use crate::memory::{Arena, Buf, DType, Element, FloatBuf, Touch};
 use crate::tensor::{Brand, Labels, Layout, Param, Shape, Tensor, TensorRef};
@@ -13,10 +14,12 @@ use std::marker::PhantomData;
 /// memory budget's bound reads the plan there).
 pub const GRADIENT_SEED: &str = "gradient seed";
 
-/// One step of work on an arena. `'s` brands every tensor made here.
-pub struct Step<'s> {
+/// One step of work on an arena. `'s` brands every tensor made here; `N`
+/// is what its tape holds, the op registry's node set (users name this
+/// type as `bumpgrad::Step<'s>`, the step over the crate's ops).
+pub struct Step<'s, N: Recorded> {
     arena: &'s mut Arena,
-    tape: &'s mut Tape,
+    tape: &'s mut Tape<N>,
     _brand: Brand<'s>,
 }
 
@@ -26,8 +29,8 @@ pub struct Grads<'s> {
     _brand: Brand<'s>,
 }
 
-impl<'s> Step<'s> {
-    pub(crate) fn new(arena: &'s mut Arena, tape: &'s mut Tape) -> Self {
+impl<'s, N: Recorded> Step<'s, N> {
+    pub(crate) fn new(arena: &'s mut Arena, tape: &'s mut Tape<N>) -> Self {
         Self {
             arena,
             tape,
@@ -179,17 +182,20 @@ impl<'s> Step<'s> {
         })
     }
 
-    pub(crate) fn record(&mut self, node: Node) {
+    /// Puts an op's node on the tape (when the step records): anything the
+    /// registry turns into one of its nodes (an op's `Saved`).
+    pub(crate) fn record(&mut self, node: impl Into<N>) {
         let tape = &mut *self.tape;
         if tape.recording {
-            tape.nodes.push(node);
+            tape.nodes.push(node.into());
         }
     }
 
     /// Registers how backward can make `t` again (when the step records):
     /// the ops that read `t` in backward through [`Step::saved`] then get a
     /// recomputed copy, so `t` itself dies when forward is done with it.
-    pub(crate) fn recomputable(&mut self, t: &TensorRef, how: Recompute) {
+    pub(crate) fn recomputable(&mut self, t: &TensorRef, how: impl Into<N::Recipe>) {
+        let how = how.into();
         let planning = self.arena.device() == crate::backend::DeviceKind::Dry;
         let tape = &mut *self.tape;
         if tape.recording {
@@ -258,10 +264,7 @@ impl<'s> Step<'s> {
         let made_before = self.tape.recomputed.len();
         self.tape.recompute_depth += 1;
         self.arena.begin_recompute();
-        let buf = match how {
-            Recompute::BatchNorm2d(n) => n.recompute(self),
-            Recompute::Conv2d(n) => n.recompute(self),
-        };
+        let buf = N::recompute(how, self);
         self.arena.end_recompute();
         self.tape.recompute_depth -= 1;
         let buf = buf?;
@@ -390,7 +393,7 @@ impl<'s> Step<'s> {
     pub fn backward_with(
         &mut self,
         loss: Tensor<'s>,
-        after_node: &mut dyn FnMut(&mut Step<'s>) -> Result<()>,
+        after_node: &mut dyn FnMut(&mut Step<'s, N>) -> Result<()>,
     ) -> Result<Grads<'s>> {
         if loss.shape().numel() != 1 {
             return Err(Error::shape(
@@ -467,7 +470,7 @@ impl<'s> Step<'s> {
         &mut self,
         y: Tensor<'s>,
         seed: FloatBuf,
-        after_node: &mut dyn FnMut(&mut Step<'s>) -> Result<()>,
+        after_node: &mut dyn FnMut(&mut Step<'s, N>) -> Result<()>,
     ) -> Result<Grads<'s>> {
         if !y.requires_grad() {
             return Err(Error::NoGradient);
@@ -483,7 +486,7 @@ impl<'s> Step<'s> {
         while i > 0 {
             i -= 1;
             let node = self.tape.nodes[i];
-            super::backward::run(self, node)?;
+            node.backward(self)?;
             after_node(self)?;
         }
         Ok(Grads { _brand: PhantomData })

@@ -1,7 +1,6 @@
 //! What a session trains at, apart from the network and the optimizer: how
 //! a batch is gathered and normalised, the loss, and the metric.
 
-use crate::autograd::Step;
 use crate::data::{ImageSet, ResidentSet};
 use crate::memory::Persistent;
 use crate::nn::Input;
@@ -9,6 +8,7 @@ use crate::ops::cross_entropy::CrossEntropyArgs;
 use crate::ops::gather::{Augment, BatchAt, Normalize};
 use crate::tensor::{Labels, Shape, Tensor};
 use crate::Result;
+use crate::Step;
 
 /// A task over a data set resident in the persistent region.
 pub trait Task: Send + Sync {

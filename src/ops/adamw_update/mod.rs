@@ -22,12 +22,12 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::Step;
 use crate::backend::cuda::{Arg, KernelSource};
 use crate::backend::Backend;
 use crate::memory::Buf;
 use crate::ops::lr::LrAt;
 use crate::ops::sgd_update::{check_slabs, flat_grid};
+use crate::ops::Step;
 use crate::{Error, Result};
 
 /// Its CUDA kernel, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).

@@ -16,10 +16,10 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
 use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::memory::DType;
+use crate::ops::Step;
 use crate::tensor::{Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -83,11 +83,11 @@ impl<'s> Tensor<'s> {
             Backend::Dry(_) => {}
         }
         if y.requires_grad() {
-            s.record(Node::Add(Saved {
+            s.record(Saved {
                 a: self.inner,
                 b: other.inner,
                 y: y.inner,
-            }));
+            });
         }
         Ok(y)
     }

@@ -16,10 +16,10 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
 use crate::backend::cuda::{float_kernel, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::ops::maxpool2d::{Pool2dArgs, PoolGeometry};
+use crate::ops::Step;
 use crate::tensor::{Layout, Tensor, TensorRef};
 use crate::Result;
 
@@ -81,11 +81,11 @@ impl<'s> Tensor<'s> {
             Backend::Dry(_) => {}
         }
         if y.requires_grad() {
-            s.record(Node::AvgPool2d(Saved {
+            s.record(Saved {
                 x: self.inner,
                 y: y.inner,
                 g,
-            }));
+            });
         }
         Ok(y)
     }

@@ -48,10 +48,11 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Candidate, Node, Recompute, Step};
+use crate::autograd::Candidate;
 use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::{Backend, Sizing};
 use crate::memory::{Buf, DType, FloatBuf};
+use crate::ops::Step;
 use crate::tensor::{Layout, Param, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 use cpu::Mask;
@@ -569,12 +570,12 @@ impl<'s> Tensor<'s> {
             )
         };
         if y.requires_grad() {
-            s.record(Node::BatchNorm2d(saved));
+            s.record(saved);
             // Recomputing an output no backward reads costs nothing: the
             // plain forms are registered always (a shortcut's batch norm is
             // read again only to recompute a dropped block output).
             if fused != Fused::AddRelu || dropped {
-                s.recomputable(&y.inner, Recompute::BatchNorm2d(saved));
+                s.recomputable(&y.inner, saved);
             }
         }
         Ok(y)

@@ -11,10 +11,10 @@
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
 use crate::backend::cuda::{Arg, Grid, KernelSource};
 use crate::backend::{Backend, BackendError};
 use crate::memory::{bf16, DType, FloatBuf};
+use crate::ops::Step;
 use crate::tensor::{Layout, Shape, Tensor, TensorRef};
 use crate::Result;
 
@@ -69,10 +69,10 @@ impl<'s> Tensor<'s> {
         let y = s.output_as(what, self.shape(), dtype, layout, &[&self])?;
         convert(s, self.shape(), (self.buf(), self.layout()), (y.buf(), layout))?;
         if y.requires_grad() {
-            s.record(Node::Cast(Saved {
+            s.record(Saved {
                 x: self.inner,
                 y: y.inner,
-            }));
+            });
         }
         Ok(y)
     }

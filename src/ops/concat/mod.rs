@@ -14,10 +14,10 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
 use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::memory::DType;
+use crate::ops::Step;
 use crate::tensor::{Layout, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -133,11 +133,11 @@ impl<'s> Tensor<'s> {
                 }
             }
             if y.requires_grad() && part.requires_grad() {
-                s.record(Node::Concat(Saved {
+                s.record(Saved {
                     part: part.inner,
                     y: y.inner,
                     slot,
-                }));
+                });
             }
         }
         Ok(y)

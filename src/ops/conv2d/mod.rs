@@ -22,10 +22,11 @@ mod im2col;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Candidate, Node, Recompute, Step};
+use crate::autograd::Candidate;
 use crate::backend::cuda::{float_kernel, Arg, ConvDims, ConvPass, FloatKernel, Grid, KernelSource};
 use crate::backend::{Backend, BackendError, Sizing};
 use crate::memory::{Buf, DType, FloatBuf};
+use crate::ops::Step;
 use crate::tensor::{Layout, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -256,9 +257,9 @@ impl<'s> Tensor<'s> {
                 bias: bias.map(|b| b.inner),
                 y: y.inner,
             };
-            s.record(Node::Conv2d(saved));
+            s.record(saved);
             if dropped {
-                s.recomputable(&y.inner, Recompute::Conv2d(saved));
+                s.recomputable(&y.inner, saved);
             }
         }
         Ok(y)

@@ -23,10 +23,10 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
 use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::memory::{Buf, DType};
+use crate::ops::Step;
 use crate::tensor::{Labels, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -162,14 +162,14 @@ impl<'s> Tensor<'s> {
             Backend::Dry(_) => {}
         }
         if loss.requires_grad() {
-            s.record(Node::CrossEntropy(Saved {
+            s.record(Saved {
                 logits: self.inner,
                 loss: loss.inner,
                 lse,
                 labels: labels.buf,
                 over,
                 smoothing,
-            }));
+            });
         }
         Ok(loss)
     }

@@ -8,10 +8,10 @@
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::Step;
 use crate::backend::cuda::{Arg, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::memory::{Arena, ArenaError, Buf, Persistent};
+use crate::ops::Step;
 use crate::tensor::{Shape, Tensor};
 use crate::{Error, Result};
 

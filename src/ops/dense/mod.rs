@@ -13,11 +13,11 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
 use crate::backend::cuda::{Arg, Grid, KernelSource};
 use crate::backend::{Backend, BackendError, Sizing};
 use crate::memory::{Buf, DType, FloatBuf};
 use crate::ops::dropout::{cpu_seed, DropoutSeed};
+use crate::ops::Step;
 use crate::tensor::{Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -176,13 +176,13 @@ impl<'s> Tensor<'s> {
             Backend::Dry(_) => {}
         }
         if y.requires_grad() {
-            s.record(Node::Dense(Saved {
+            s.record(Saved {
                 x: self.inner,
                 w: weight.inner,
                 bias: bias.map(|b| b.inner),
                 y: y.inner,
                 epilogue,
-            }));
+            });
         }
         Ok(y)
     }

@@ -14,11 +14,11 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
 use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::memory::{Buf, FloatBuf};
 use crate::ops::cursor::{step_seed, StepCursor};
+use crate::ops::Step;
 use crate::tensor::{Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -115,12 +115,12 @@ impl<'s> Tensor<'s> {
             Backend::Dry(_) => {}
         }
         if y.requires_grad() {
-            s.record(Node::Dropout(Saved {
+            s.record(Saved {
                 x: self.inner,
                 y: y.inner,
                 p,
                 seed,
-            }));
+            });
         }
         Ok(y)
     }

@@ -20,11 +20,11 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::Step;
 use crate::backend::cuda::{Arg, Grid, KernelSource};
 use crate::backend::{Backend, BackendError};
 use crate::memory::Buf;
 use crate::ops::cursor::{step_seed, StepCursor};
+use crate::ops::Step;
 pub use crate::tensor::ByteImages;
 use crate::tensor::{Labels, Shape, Tensor};
 use crate::{Error, Result};

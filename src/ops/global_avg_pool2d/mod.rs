@@ -13,9 +13,9 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
 use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
+use crate::ops::Step;
 use crate::tensor::{Layout, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -93,10 +93,10 @@ impl<'s> Tensor<'s> {
             Backend::Dry(_) => {}
         }
         if y.requires_grad() {
-            s.record(Node::GlobalAvgPool2d(Saved {
+            s.record(Saved {
                 x: self.inner,
                 y: y.inner,
-            }));
+            });
         }
         Ok(y)
     }

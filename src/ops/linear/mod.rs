@@ -5,10 +5,10 @@ pub(crate) mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
 use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Gemm, Grid, KernelSource, BLAS_WORKSPACE};
 use crate::backend::{Backend, BackendError, Sizing};
 use crate::memory::{Buf, FloatBuf};
+use crate::ops::Step;
 use crate::tensor::{Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -118,12 +118,12 @@ impl<'s> Tensor<'s> {
             Backend::Dry(_) => {}
         }
         if y.requires_grad() {
-            s.record(Node::Linear(Saved {
+            s.record(Saved {
                 x: self.inner,
                 w: weight.inner,
                 bias: bias.map(|b| b.inner),
                 y: y.inner,
-            }));
+            });
         }
         Ok(y)
     }

@@ -22,10 +22,10 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
 use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::memory::Buf;
+use crate::ops::Step;
 use crate::tensor::{Layout, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -238,13 +238,13 @@ impl<'s> Tensor<'s> {
             Backend::Dry(_) => {}
         }
         if y.requires_grad() {
-            s.record(Node::MaxPool2d(Saved {
+            s.record(Saved {
                 x: self.inner,
                 y: y.inner,
                 winner,
                 relu: false,
                 general: Some(g),
-            }));
+            });
         }
         Ok(y)
     }
@@ -289,13 +289,13 @@ impl<'s> Tensor<'s> {
             Backend::Dry(_) => {}
         }
         if y.requires_grad() {
-            s.record(Node::MaxPool2d(Saved {
+            s.record(Saved {
                 x: self.inner,
                 y: y.inner,
                 winner,
                 relu,
                 general: None,
-            }));
+            });
         }
         Ok(y)
     }

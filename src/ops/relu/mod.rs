@@ -4,9 +4,9 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
 use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
 use crate::backend::Backend;
+use crate::ops::Step;
 use crate::tensor::{Tensor, TensorRef};
 use crate::Result;
 
@@ -46,10 +46,10 @@ impl<'s> Tensor<'s> {
             Backend::Dry(_) => {}
         }
         if y.requires_grad() {
-            s.record(Node::Relu(Saved {
+            s.record(Saved {
                 y: y.inner,
                 x: self.inner,
-            }));
+            });
         }
         Ok(y)
     }

@@ -22,11 +22,11 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::Step;
 use crate::backend::cuda::{Arg, Grid, KernelSource};
 use crate::backend::Backend;
 use crate::memory::{Buf, Touch};
 use crate::ops::lr::LrAt;
+use crate::ops::Step;
 use crate::{Error, Result};
 
 /// Its CUDA kernel, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
