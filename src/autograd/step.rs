@@ -84,7 +84,9 @@ impl<'s, N: Recorded> Step<'s, N> {
     /// Declares every buffer the op's next kernels read or write, and hands
     /// out the backend to run them. The declarations are the step's liveness
     /// (what the memory plan is made from); the CPU backend refuses a kernel
-    /// that touches anything undeclared, so they cannot fall behind.
+    /// that touches anything undeclared, so they cannot fall behind. Ops
+    /// reach it through their one launch helper (`Step::launch`, in
+    /// `ops/launch.rs`), which matches on the backend it hands out.
     pub(crate) fn uses(&mut self, touches: &[Touch]) -> &mut Backend {
         self.arena.record_uses(touches);
         self.arena.backend()
@@ -324,14 +326,19 @@ impl<'s, N: Recorded> Step<'s, N> {
             return Err(Error::shape(what, format!("{} values for shape {shape}", values.len())));
         }
         let buf = self.alloc(what, shape)?;
-        self.uses(&[buf.into()]).upload(buf, values)?;
+        self.copy_in(buf, values)?;
         Ok(self.alias(buf, shape, requires_grad))
+    }
+
+    /// Copies host values into `buf`, a step buffer (declared, as a kernel's).
+    pub(crate) fn copy_in<T: Element>(&mut self, buf: Buf<T>, values: &[T]) -> Result<()> {
+        Ok(self.uses(&[buf.into()]).upload(buf, values)?)
     }
 
     /// Class labels copied into the step region.
     pub fn labels(&mut self, values: &[u32]) -> Result<Labels<'s>> {
         let buf = self.alloc("labels", Shape::new(&[values.len()]))?;
-        self.uses(&[buf.into()]).upload(buf, values)?;
+        self.copy_in(buf, values)?;
         Ok(Labels {
             buf,
             _brand: PhantomData,

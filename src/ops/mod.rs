@@ -2,12 +2,14 @@
 //! kernels and its tests (gradient checks against finite differences).
 //!
 //! Each op checks shapes when called (so kernels may assume them), allocates
-//! its outputs in the step region, dispatches on the backend in one `match`,
-//! and records what its backward needs. The `registry!` below is the only
+//! its outputs in the step region, runs each kernel through `Step::launch`
+//! (`launch.rs`: what it touches, its CPU body, its CUDA body), and records
+//! what its backward needs. The `registry!` below is the only
 //! list of ops: adding one is its folder and one line there.
 
 #[macro_use]
 mod registry;
+mod launch;
 mod step;
 
 pub mod lr;

@@ -50,7 +50,7 @@ mod tests;
 
 use crate::autograd::Candidate;
 use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
-use crate::backend::{Backend, Sizing};
+use crate::backend::{BackendError, Sizing};
 use crate::memory::{Buf, DType, FloatBuf};
 use crate::ops::Step;
 use crate::tensor::{Layout, Param, Shape, Tensor, TensorRef};
@@ -300,17 +300,17 @@ impl Geometry {
     /// The type of the x-shaped buffers a GPU kernel is handed, which must
     /// all be this batch norm's: one kernel entry reads them all as one
     /// type, so a mix is refused rather than misread.
-    fn dtype_of(&self, bufs: &[Option<FloatBuf>]) -> Result<DType> {
+    fn dtype_of(&self, bufs: &[Option<FloatBuf>]) -> Result<DType, BackendError> {
         match bufs.iter().flatten().all(|b| b.dtype() == self.dtype) {
             true => Ok(self.dtype),
-            false => Err(crate::backend::BackendError::Internal("batch-norm tensors of different float types").into()),
+            false => Err(BackendError::Internal("batch-norm tensors of different float types")),
         }
     }
 
     /// The GPU's per-run partial sums, two per run and channel, in the step
     /// region; none on the CPU, which sums a channel in one task.
     fn partials(&self, s: &mut Step<'_>, what: &'static str) -> Result<Option<Buf<f32>>> {
-        match s.backend().sizing() {
+        match s.sizing() {
             Sizing::Cpu { .. } => Ok(None),
             Sizing::Cuda(_) => {
                 let (runs, _) = self.runs();
@@ -506,7 +506,7 @@ impl<'s> Tensor<'s> {
         )?;
         // The CPU kernels read NCHW: a channels-last batch norm there runs
         // on NCHW copies, its output made channels last again.
-        if g.layout == Layout::Nhwc && matches!(s.backend().sizing(), Sizing::Cpu { .. }) {
+        if g.layout == Layout::Nhwc && matches!(s.sizing(), Sizing::Cpu { .. }) {
             let x = self.to_layout(s, Layout::Nchw)?;
             let residual = residual.map(|r| r.to_layout(s, Layout::Nchw)).transpose()?;
             let y = x.normalized(s, [weight, bias], stats, args, fused, residual)?;
@@ -595,16 +595,17 @@ fn batch_stats(
 ) -> Result<()> {
     let (rm, rv, batches) = (stats.mean.buf(), stats.var.buf(), stats.batches.buf());
     let partial = g.partials(s, "batch-norm run statistics")?;
-    match s.uses(&[
-        x.into(),
-        partial.unwrap_or_default().into(),
-        mean.into(),
-        invstd.into(),
-        rm.into(),
-        rv.into(),
-        batches.into(),
-    ]) {
-        Backend::Cpu(cpu) => cpu.run(|v, _| {
+    s.launch(
+        &[
+            x.into(),
+            partial.unwrap_or_default().into(),
+            mean.into(),
+            invstd.into(),
+            rm.into(),
+            rv.into(),
+            batches.into(),
+        ],
+        |v| {
             g.cpu_layout()?;
             cpu::batch_stats(
                 g.c,
@@ -620,8 +621,8 @@ fn batch_stats(
             );
             v.write(batches)?[0] += 1.0;
             Ok(())
-        })?,
-        Backend::Cuda(gpu) => {
+        },
+        |gpu| {
             let partial = partial.ok_or(crate::backend::BackendError::Internal(
                 "batch-norm statistics on a GPU without their partial sums",
             ))?;
@@ -665,9 +666,9 @@ fn batch_stats(
                     Arg::F32(args.eps),
                 ],
             )?;
-        }
-        Backend::Dry(_) => {}
-    }
+            Ok(())
+        },
+    )?;
     Ok(())
 }
 
@@ -681,25 +682,27 @@ fn eval_stats(
     invstd: Buf<f32>,
 ) -> Result<()> {
     let (rm, rv) = (stats.mean.buf(), stats.var.buf());
-    match s.uses(&[rm.into(), rv.into(), mean.into(), invstd.into()]) {
-        Backend::Cpu(cpu) => cpu.run(|v, _| {
+    s.launch(
+        &[rm.into(), rv.into(), mean.into(), invstd.into()],
+        |v| {
             cpu::eval_stats(v.read(rm)?, v.read(rv)?, args.eps, v.write(mean)?, v.write(invstd)?);
             Ok(())
-        })?,
-        Backend::Cuda(gpu) => gpu.launch(
-            BN_EVAL_STATS,
-            Grid::over(g.c),
-            &[
-                rm.into(),
-                rv.into(),
-                mean.into(),
-                invstd.into(),
-                Arg::U32(g.c as u32),
-                Arg::F32(args.eps),
-            ],
-        )?,
-        Backend::Dry(_) => {}
-    }
+        },
+        |gpu| {
+            gpu.launch(
+                BN_EVAL_STATS,
+                Grid::over(g.c),
+                &[
+                    rm.into(),
+                    rv.into(),
+                    mean.into(),
+                    invstd.into(),
+                    Arg::U32(g.c as u32),
+                    Arg::F32(args.eps),
+                ],
+            )
+        },
+    )?;
     Ok(())
 }
 
@@ -716,16 +719,17 @@ impl Saved {
         let g = self.g;
         let (w, b) = (self.weight.buf, self.bias.buf);
         let relu = self.fused != Fused::Nothing;
-        match s.uses(&[
-            x.into(),
-            self.mean.into(),
-            self.invstd.into(),
-            w.into(),
-            b.into(),
-            r.unwrap_or_default().into(),
-            y.into(),
-        ]) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| {
+        s.launch(
+            &[
+                x.into(),
+                self.mean.into(),
+                self.invstd.into(),
+                w.into(),
+                b.into(),
+                r.unwrap_or_default().into(),
+                y.into(),
+            ],
+            |v| {
                 g.cpu_layout()?;
                 let residual = match r {
                     Some(r) => Some(v.read(r)?),
@@ -746,53 +750,53 @@ impl Saved {
                     v.write(y)?,
                 );
                 Ok(())
-            })?,
-            Backend::Cuda(gpu) if g.layout == Layout::Nhwc => {
-                let dtype = g.dtype_of(&[Some(x), r, Some(y)])?;
-                let [_, c, _] = g.dims();
-                gpu.launch(
-                    BN_APPLY_NHWC.of(dtype),
-                    g.nhwc_elementwise_grid(),
-                    &[
-                        x.into(),
-                        self.mean.into(),
-                        self.invstd.into(),
-                        w.into(),
-                        b.into(),
-                        r.map_or(Arg::Null, Arg::from),
-                        y.into(),
-                        g.rows(),
-                        c,
-                        Arg::U32(relu as u32),
-                        Arg::U32(g.nhwc_vec() as u32),
-                    ],
-                )?
-            }
-            Backend::Cuda(gpu) => {
-                let dtype = g.dtype_of(&[Some(x), r, Some(y)])?;
-                let [n, c, hw] = g.dims();
-                let vec = g.apply_vec();
-                gpu.launch(
-                    BN_APPLY.of(dtype),
-                    Grid::over(g.numel() / vec),
-                    &[
-                        x.into(),
-                        self.mean.into(),
-                        self.invstd.into(),
-                        w.into(),
-                        b.into(),
-                        r.map_or(Arg::Null, Arg::from),
-                        y.into(),
-                        n,
-                        c,
-                        hw,
-                        Arg::U32(relu as u32),
-                        Arg::U32(vec as u32),
-                    ],
-                )?
-            }
-            Backend::Dry(_) => {}
-        }
+            },
+            |gpu| {
+                if g.layout == Layout::Nhwc {
+                    let dtype = g.dtype_of(&[Some(x), r, Some(y)])?;
+                    let [_, c, _] = g.dims();
+                    gpu.launch(
+                        BN_APPLY_NHWC.of(dtype),
+                        g.nhwc_elementwise_grid(),
+                        &[
+                            x.into(),
+                            self.mean.into(),
+                            self.invstd.into(),
+                            w.into(),
+                            b.into(),
+                            r.map_or(Arg::Null, Arg::from),
+                            y.into(),
+                            g.rows(),
+                            c,
+                            Arg::U32(relu as u32),
+                            Arg::U32(g.nhwc_vec() as u32),
+                        ],
+                    )
+                } else {
+                    let dtype = g.dtype_of(&[Some(x), r, Some(y)])?;
+                    let [n, c, hw] = g.dims();
+                    let vec = g.apply_vec();
+                    gpu.launch(
+                        BN_APPLY.of(dtype),
+                        Grid::over(g.numel() / vec),
+                        &[
+                            x.into(),
+                            self.mean.into(),
+                            self.invstd.into(),
+                            w.into(),
+                            b.into(),
+                            r.map_or(Arg::Null, Arg::from),
+                            y.into(),
+                            n,
+                            c,
+                            hw,
+                            Arg::U32(relu as u32),
+                            Arg::U32(vec as u32),
+                        ],
+                    )
+                }
+            },
+        )?;
         Ok(())
     }
 
@@ -854,19 +858,20 @@ impl Saved {
             MaskSource::None => (None, self.fused.mask_code()),
         };
         let partial = g.partials(s, "batch-norm run gradient sums")?;
-        match s.uses(&[
-            x.into(),
-            gy.into(),
-            y.unwrap_or_default().into(),
-            mean.into(),
-            invstd.into(),
-            w.into(),
-            b.into(),
-            partial.unwrap_or_default().into(),
-            gw.into(),
-            gb.into(),
-        ]) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| {
+        s.launch(
+            &[
+                x.into(),
+                gy.into(),
+                y.unwrap_or_default().into(),
+                mean.into(),
+                invstd.into(),
+                w.into(),
+                b.into(),
+                partial.unwrap_or_default().into(),
+                gw.into(),
+                gb.into(),
+            ],
+            |v| {
                 g.cpu_layout()?;
                 let mask = self.mask(v.read(w)?, v.read(b)?, mask_code, y.map(|y| v.read(y)).transpose()?);
                 cpu::backward_sums(
@@ -881,8 +886,8 @@ impl Saved {
                     v.write(gb)?,
                 );
                 Ok(())
-            })?,
-            Backend::Cuda(gpu) => {
+            },
+            |gpu| {
                 let partial = partial.ok_or(crate::backend::BackendError::Internal(
                     "batch-norm backward on a GPU without its partial sums",
                 ))?;
@@ -940,9 +945,9 @@ impl Saved {
                         Arg::U32(runs as u32),
                     ],
                 )?;
-            }
-            Backend::Dry(_) => {}
-        }
+                Ok(())
+            },
+        )?;
         let residual = self.residual.filter(|r| r.requires_grad);
         // Nothing reads the output's gradient after this op (but the one
         // backward started from, the caller's): one of the gradients it
@@ -966,20 +971,21 @@ impl Saved {
             s.release_grad(&self.y);
         }
         if gx.is_some() || gr.is_some() {
-            match s.uses(&[
-                x.into(),
-                gy.into(),
-                y.unwrap_or_default().into(),
-                mean.into(),
-                invstd.into(),
-                w.into(),
-                b.into(),
-                gw.into(),
-                gb.into(),
-                gx.unwrap_or_default().into(),
-                gr.unwrap_or_default().into(),
-            ]) {
-                Backend::Cpu(cpu) => cpu.run(|v, _| {
+            s.launch(
+                &[
+                    x.into(),
+                    gy.into(),
+                    y.unwrap_or_default().into(),
+                    mean.into(),
+                    invstd.into(),
+                    w.into(),
+                    b.into(),
+                    gw.into(),
+                    gb.into(),
+                    gx.unwrap_or_default().into(),
+                    gr.unwrap_or_default().into(),
+                ],
+                |v| {
                     g.cpu_layout()?;
                     let (wv, bv) = (v.read(w)?, v.read(b)?);
                     let mask = self.mask(wv, bv, mask_code, y.map(|y| v.read(y)).transpose()?);
@@ -1010,62 +1016,62 @@ impl Saved {
                         cpu::passed_grad(g.c, g.hw, &k, &mask, xv, gyv, v.write(gr)?);
                     }
                     Ok(())
-                })?,
-                Backend::Cuda(gpu) if g.layout == Layout::Nhwc => {
-                    let dtype = g.dtype_of(&[Some(x), Some(gy), y, gx, gr])?;
-                    let [_, c, _] = g.dims();
-                    gpu.launch(
-                        BN_BACKWARD_INPUT_NHWC.of(dtype),
-                        g.nhwc_elementwise_grid(),
-                        &[
-                            x.into(),
-                            gy.into(),
-                            y.map_or(Arg::Null, Arg::from),
-                            mean.into(),
-                            invstd.into(),
-                            w.into(),
-                            b.into(),
-                            gw.into(),
-                            gb.into(),
-                            gx.map_or(Arg::Null, Arg::from),
-                            gr.map_or(Arg::Null, Arg::from),
-                            g.rows(),
-                            c,
-                            Arg::U32(self.training as u32),
-                            Arg::U32(mask_code),
-                            Arg::U32(g.nhwc_vec() as u32),
-                        ],
-                    )?
-                }
-                Backend::Cuda(gpu) => {
-                    let dtype = g.dtype_of(&[Some(x), Some(gy), y, gx, gr])?;
-                    let [n, c, hw] = g.dims();
-                    let vec = g.input_grad_vec();
-                    gpu.launch(
-                        BN_BACKWARD_INPUT.of(dtype),
-                        Grid::over(g.numel() / vec),
-                        &[
-                            x.into(),
-                            gy.into(),
-                            y.map_or(Arg::Null, Arg::from),
-                            mean.into(),
-                            invstd.into(),
-                            w.into(),
-                            b.into(),
-                            gw.into(),
-                            gb.into(),
-                            gx.map_or(Arg::Null, Arg::from),
-                            gr.map_or(Arg::Null, Arg::from),
-                            n,
-                            c,
-                            hw,
-                            Arg::U32(self.training as u32),
-                            Arg::U32(mask_code),
-                        ],
-                    )?
-                }
-                Backend::Dry(_) => {}
-            }
+                },
+                |gpu| {
+                    if g.layout == Layout::Nhwc {
+                        let dtype = g.dtype_of(&[Some(x), Some(gy), y, gx, gr])?;
+                        let [_, c, _] = g.dims();
+                        gpu.launch(
+                            BN_BACKWARD_INPUT_NHWC.of(dtype),
+                            g.nhwc_elementwise_grid(),
+                            &[
+                                x.into(),
+                                gy.into(),
+                                y.map_or(Arg::Null, Arg::from),
+                                mean.into(),
+                                invstd.into(),
+                                w.into(),
+                                b.into(),
+                                gw.into(),
+                                gb.into(),
+                                gx.map_or(Arg::Null, Arg::from),
+                                gr.map_or(Arg::Null, Arg::from),
+                                g.rows(),
+                                c,
+                                Arg::U32(self.training as u32),
+                                Arg::U32(mask_code),
+                                Arg::U32(g.nhwc_vec() as u32),
+                            ],
+                        )
+                    } else {
+                        let dtype = g.dtype_of(&[Some(x), Some(gy), y, gx, gr])?;
+                        let [n, c, hw] = g.dims();
+                        let vec = g.input_grad_vec();
+                        gpu.launch(
+                            BN_BACKWARD_INPUT.of(dtype),
+                            Grid::over(g.numel() / vec),
+                            &[
+                                x.into(),
+                                gy.into(),
+                                y.map_or(Arg::Null, Arg::from),
+                                mean.into(),
+                                invstd.into(),
+                                w.into(),
+                                b.into(),
+                                gw.into(),
+                                gb.into(),
+                                gx.map_or(Arg::Null, Arg::from),
+                                gr.map_or(Arg::Null, Arg::from),
+                                n,
+                                c,
+                                hw,
+                                Arg::U32(self.training as u32),
+                                Arg::U32(mask_code),
+                            ],
+                        )
+                    }
+                },
+            )?;
         }
         if let Some(gx) = gx {
             s.accumulate(&self.x, gx)?;

@@ -12,7 +12,7 @@
 mod tests;
 
 use crate::backend::cuda::{Arg, Grid, KernelSource};
-use crate::backend::{Backend, BackendError};
+use crate::backend::BackendError;
 use crate::memory::{bf16, DType, FloatBuf};
 use crate::ops::Step;
 use crate::tensor::{Layout, Shape, Tensor, TensorRef};
@@ -106,8 +106,9 @@ fn convert(
         }
         _ => i,
     };
-    match s.uses(&[src.into(), dst.into()]) {
-        Backend::Cpu(cpu) => cpu.run(|v, _| {
+    s.launch(
+        &[src.into(), dst.into()],
+        |v| {
             match (src, dst) {
                 (FloatBuf::F32(a), FloatBuf::Bf16(b)) => {
                     let (a, b) = (v.read(a)?, v.write(b)?);
@@ -129,8 +130,8 @@ fn convert(
                 }
             }
             Ok(())
-        })?,
-        Backend::Cuda(gpu) => {
+        },
+        |gpu| {
             let index = |d: DType| match d {
                 DType::F32 => 0,
                 DType::Bf16 => 1,
@@ -148,10 +149,9 @@ fn convert(
                     Arg::U32(u32(hw)?),
                     Arg::U32(mode),
                 ],
-            )?
-        }
-        Backend::Dry(_) => {}
-    }
+            )
+        },
+    )?;
     Ok(())
 }
 

@@ -24,7 +24,7 @@ mod tests;
 
 use crate::autograd::Candidate;
 use crate::backend::cuda::{float_kernel, Arg, ConvDims, ConvPass, FloatKernel, Grid, KernelSource};
-use crate::backend::{Backend, BackendError, Sizing};
+use crate::backend::{BackendError, Sizing};
 use crate::memory::{Buf, DType, FloatBuf};
 use crate::ops::Step;
 use crate::tensor::{Layout, Shape, Tensor, TensorRef};
@@ -280,14 +280,15 @@ fn forward_into(
     let g = *g;
     let threads = s.threads();
     let packed = scratch(s, &g, ConvPass::Forward)?;
-    match s.uses(&[
-        x.into(),
-        w.into(),
-        bias.unwrap_or_default().into(),
-        packed.into(),
-        y.into(),
-    ]) {
-        Backend::Cpu(cpu) => cpu.run(|v, _| {
+    s.launch(
+        &[
+            x.into(),
+            w.into(),
+            bias.unwrap_or_default().into(),
+            packed.into(),
+            y.into(),
+        ],
+        |v| {
             let b = match bias {
                 Some(b) => Some(v.read(b)?),
                 None => None,
@@ -299,8 +300,8 @@ fn forward_into(
                 im2col::forward(&g, g.images_per_group(threads), x, w, b, scratch, y);
             }
             Ok(())
-        })?,
-        Backend::Cuda(gpu) => {
+        },
+        |gpu| {
             gpu.conv(g.dims(), ConvPass::Forward, x, w, packed, y, false)?;
             if let Some(b) = bias {
                 gpu.launch(
@@ -316,9 +317,9 @@ fn forward_into(
                     ],
                 )?;
             }
-        }
-        Backend::Dry(_) => {}
-    }
+            Ok(())
+        },
+    )?;
     Ok(())
 }
 
@@ -347,8 +348,9 @@ impl Saved {
             let x = s.saved(&self.x)?;
             let partials = scratch(s, &g, ConvPass::WeightGrad)?;
             let gw = s.grad_buffer(&self.w, "conv2d weight grad")?;
-            match s.uses(&[gy.into(), x.into(), partials.into(), gw.into()]) {
-                Backend::Cpu(cpu) => cpu.run(|v, _| {
+            s.launch(
+                &[gy.into(), x.into(), partials.into(), gw.into()],
+                |v| {
                     let per_group = g.images_per_group(threads);
                     let (gy, x, scratch, gw) = (v.read(gy)?, v.read(x)?, v.write(partials)?, v.write(gw)?);
                     if g.is_valid_unit_stride() {
@@ -357,49 +359,49 @@ impl Saved {
                         im2col::weight_grad(&g, per_group, gy, x, scratch, gw);
                     }
                     Ok(())
-                })?,
-                Backend::Cuda(gpu) => gpu.conv(g.dims(), ConvPass::WeightGrad, x, gy, partials, gw, false)?,
-                Backend::Dry(_) => {}
-            }
+                },
+                |gpu| gpu.conv(g.dims(), ConvPass::WeightGrad, x, gy, partials, gw, false),
+            )?;
             s.accumulate(&self.w, gw)?;
         }
         if let Some(b) = self.bias.filter(|b| b.requires_grad) {
             let gb = s.grad_buffer(&b, "conv2d bias grad")?;
-            match s.uses(&[gy.into(), gb.into()]) {
-                Backend::Cpu(cpu) => cpu.run(|v, _| {
+            s.launch(
+                &[gy.into(), gb.into()],
+                |v| {
                     cpu::bias_grad(&g, v.read(gy)?, v.write(gb)?);
                     Ok(())
-                })?,
-                Backend::Cuda(gpu) => gpu.launch(
-                    CONV_BIAS_GRAD.of(g.dtype),
-                    Grid::blocks(g.f, 256),
-                    &[
-                        gy.into(),
-                        gb.into(),
-                        Arg::U32(g.n as u32),
-                        Arg::U32(g.f as u32),
-                        Arg::U32(g.p() as u32),
-                        Arg::U32((g.layout == Layout::Nhwc) as u32),
-                    ],
-                )?,
-                Backend::Dry(_) => {}
-            }
+                },
+                |gpu| {
+                    gpu.launch(
+                        CONV_BIAS_GRAD.of(g.dtype),
+                        Grid::blocks(g.f, 256),
+                        &[
+                            gy.into(),
+                            gb.into(),
+                            Arg::U32(g.n as u32),
+                            Arg::U32(g.f as u32),
+                            Arg::U32(g.p() as u32),
+                            Arg::U32((g.layout == Layout::Nhwc) as u32),
+                        ],
+                    )
+                },
+            )?;
             s.accumulate(&b, gb)?;
         }
         if self.x.requires_grad {
             let threads = s.threads();
             // On a GPU a second contribution to the input's gradient is
             // added by cuDNN itself (beta = 1) into the first.
-            let into = s
-                .grad_of(&self.x)
-                .filter(|_| matches!(s.backend().sizing(), Sizing::Cuda(_)));
+            let into = s.grad_of(&self.x).filter(|_| matches!(s.sizing(), Sizing::Cuda(_)));
             let packed = scratch(s, &g, ConvPass::InputGrad)?;
             let gx = match into {
                 Some(existing) => existing,
                 None => s.alloc_like("conv2d input grad", &self.x)?,
             };
-            match s.uses(&[gy.into(), self.w.buf.into(), packed.into(), gx.into()]) {
-                Backend::Cpu(cpu) => cpu.run(|v, _| {
+            s.launch(
+                &[gy.into(), self.w.buf.into(), packed.into(), gx.into()],
+                |v| {
                     let (gy, w, scratch, gx) = (v.read(gy)?, v.read(self.w.buf)?, v.write(packed)?, v.write(gx)?);
                     if g.is_valid_unit_stride() {
                         cpu::input_grad(&g, gy, w, scratch, gx);
@@ -407,18 +409,19 @@ impl Saved {
                         im2col::input_grad(&g, g.images_per_group(threads), gy, w, scratch, gx);
                     }
                     Ok(())
-                })?,
-                Backend::Cuda(gpu) => gpu.conv(
-                    g.dims(),
-                    ConvPass::InputGrad,
-                    self.w.buf,
-                    gy,
-                    packed,
-                    gx,
-                    into.is_some(),
-                )?,
-                Backend::Dry(_) => {}
-            }
+                },
+                |gpu| {
+                    gpu.conv(
+                        g.dims(),
+                        ConvPass::InputGrad,
+                        self.w.buf,
+                        gy,
+                        packed,
+                        gx,
+                        into.is_some(),
+                    )
+                },
+            )?;
             if into.is_none() {
                 s.accumulate(&self.x, gx)?;
             }
@@ -431,7 +434,7 @@ impl Saved {
 /// kernels' packed filters, per-thread partial sums or per-thread patch
 /// matrices, or cuDNN's workspace for the algorithm its plan chose.
 fn scratch(s: &mut Step<'_>, g: &Geometry, pass: ConvPass) -> Result<Buf<f32>> {
-    let (what, len) = match s.backend().sizing() {
+    let (what, len) = match s.sizing() {
         Sizing::Cpu { threads } if !g.is_valid_unit_stride() => {
             let groups = g.n.div_ceil(g.images_per_group(threads));
             match pass {
