@@ -10,10 +10,12 @@
 //! arena a run needs before the real allocation is made.
 
 mod capabilities;
+mod conv;
 pub mod cpu;
 pub mod cuda;
 mod precision;
 
+pub use conv::ConvDims;
 pub use cuda::{CapturedGraph, OpTime};
 
 use crate::memory::{Buf, DType, Element, FloatBuf};
