@@ -43,6 +43,7 @@ registry! {
     sgd_update: kernels;
     adamw_update: kernels;
     reshape: backward;
+    sigmoid: backward, kernels;
 }
 
 /// Rows per rayon task in elementwise kernels: big enough that scheduling is
