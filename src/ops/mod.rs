@@ -44,6 +44,7 @@ registry! {
     adamw_update: kernels;
     reshape: backward;
     sigmoid: backward, kernels;
+    tanh: backward, kernels;
 }
 
 /// Rows per rayon task in elementwise kernels: big enough that scheduling is
