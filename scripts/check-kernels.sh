@@ -12,6 +12,11 @@ if ! command -v "$cxx" >/dev/null; then
     echo "SKIPPED kernel syntax check: no $cxx" >&2
     exit 0
 fi
+ops=$(sed -n '/^registry! {/,/^}/s/^ *\([a-z_0-9]*\):.*\bkernels;$/\1/p' src/ops/mod.rs)
+if [ -z "$ops" ]; then
+    echo "no op with kernels found in src/ops/mod.rs's registry: this script no longer reads it" >&2
+    exit 1
+fi
 prelude=$(
     cat <<'CPP'
 #include <cmath>
@@ -55,8 +60,9 @@ CPP
 {
     echo "$prelude"
     cat src/backend/cuda/common.cu
-    # In the order a GPU compiles them: `ops::KERNELS`.
-    for op in $(sed -n '/^pub const KERNELS/,/^];/s/^ *\([a-z_0-9]*\)::KERNELS,$/\1/p' src/ops/mod.rs); do
+    # In the order a GPU compiles them, `ops::KERNELS`: the registry's lines
+    # (src/ops/mod.rs) whose roles end with `kernels`.
+    for op in $ops; do
         f=src/ops/$op/kernels.cu
         echo "#line 1 \"$f\""
         cat "$f"

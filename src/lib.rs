@@ -17,8 +17,11 @@
 //!   backend that measures) — the home of `unsafe`, but for the launcher's
 //!   two `libc` calls in `distributed`;
 //! - [`tensor`]: step tensors, persistent parameters and data sets;
-//! - [`autograd`]: the step scope (`Arena::step`), the tape and backward;
-//! - [`ops`]: one folder per op — forward, backward, kernels, tests;
+//! - [`autograd`]: the step, the tape and backward, generic over the node
+//!   set the op registry hands it (it names no op);
+//! - [`ops`]: one folder per op — forward, backward, kernels, tests — and
+//!   the registry, one line per op, whose node set makes `Step` and
+//!   `Arena::step`;
 //! - [`nn`]: parameters with names in slabs (`ParamBuilder`,
 //!   `ParamStore`), and the `Model` and `Optimizer` traits;
 //! - [`data`]: IDX files, MNIST, CIFAR-10, the epoch's shuffled order;
@@ -87,8 +90,9 @@ pub mod tasks;
 pub mod tensor;
 pub mod train;
 
-pub use autograd::{Grads, Step};
+pub use autograd::Grads;
 pub use backend::{Device, DeviceRequest};
 pub use error::{Error, Result, Setting};
 pub use memory::{Arena, ArenaError, ArenaStats, ByteSize, DType};
+pub use ops::Step;
 pub use tensor::{Labels, Layout, Param, Shape, Tensor};

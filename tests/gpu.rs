@@ -27,6 +27,8 @@ mod skip;
 #[path = "support/used_twice.rs"]
 mod used_twice;
 
+#[path = "gpu/activations.rs"]
+mod activations;
 #[path = "gpu/batch_norm2d.rs"]
 mod batch_norm2d;
 #[path = "gpu/conv2d.rs"]

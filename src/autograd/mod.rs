@@ -1,20 +1,22 @@
 //! Reverse-mode automatic differentiation whose gradients live in the step
-//! region, and the step scope itself (`Arena::step`, in `scope.rs`): the
-//! tape is autograd's, kept by the arena between steps as opaque host state.
+//! region, and the step scope itself (`scope.rs`, run by `Arena::step`):
+//! the tape is autograd's, kept by the arena between steps as opaque host
+//! state.
 //!
 //! Ops record a small `Copy` node when the step records and an input wants a
 //! gradient; `Step::backward` walks the nodes in reverse, each node asking
 //! for its output's gradient and adding its inputs' gradients. Gradients of
 //! tensors that need none are never computed (the input image, for one).
+//!
+//! Autograd names no op: a step is generic over its node set, which the op
+//! registry gives it ([`Recorded`], implemented by the enums `ops/mod.rs`
+//! generates), and backward and recomputation dispatch through that trait.
 
-mod backward;
-mod scope;
+mod recorded;
+pub(crate) mod scope;
 mod step;
 mod tape;
 
+pub use recorded::Recorded;
 pub use step::{Grads, Step, GRADIENT_SEED};
 pub use tape::Candidate;
-pub(crate) use tape::{Node, Recompute};
-
-#[cfg(test)]
-mod tests;

@@ -1,7 +1,8 @@
 //! A step: the scope in which tensors exist. It hands out step-region memory,
 //! records ops on the tape, and runs backward.
 
-use super::tape::{Candidate, Node, Recompute, Tape};
+use super::tape::{Candidate, Tape};
+use super::Recorded;
 use crate::backend::Backend;
 use crate::memory::{Arena, Buf, DType, Element, FloatBuf, Touch};
 use crate::tensor::{Brand, Labels, Layout, Param, Shape, Tensor, TensorRef};
@@ -13,10 +14,12 @@ use std::marker::PhantomData;
 /// memory budget's bound reads the plan there).
 pub const GRADIENT_SEED: &str = "gradient seed";
 
-/// One step of work on an arena. `'s` brands every tensor made here.
-pub struct Step<'s> {
+/// One step of work on an arena. `'s` brands every tensor made here; `N`
+/// is what its tape holds, the op registry's node set (users name this
+/// type as `bumpgrad::Step<'s>`, the step over the crate's ops).
+pub struct Step<'s, N: Recorded> {
     arena: &'s mut Arena,
-    tape: &'s mut Tape,
+    tape: &'s mut Tape<N>,
     _brand: Brand<'s>,
 }
 
@@ -26,8 +29,8 @@ pub struct Grads<'s> {
     _brand: Brand<'s>,
 }
 
-impl<'s> Step<'s> {
-    pub(crate) fn new(arena: &'s mut Arena, tape: &'s mut Tape) -> Self {
+impl<'s, N: Recorded> Step<'s, N> {
+    pub(crate) fn new(arena: &'s mut Arena, tape: &'s mut Tape<N>) -> Self {
         Self {
             arena,
             tape,
@@ -81,7 +84,9 @@ impl<'s> Step<'s> {
     /// Declares every buffer the op's next kernels read or write, and hands
     /// out the backend to run them. The declarations are the step's liveness
     /// (what the memory plan is made from); the CPU backend refuses a kernel
-    /// that touches anything undeclared, so they cannot fall behind.
+    /// that touches anything undeclared, so they cannot fall behind. Ops
+    /// reach it through their one launch helper (`Step::launch`, in
+    /// `ops/launch.rs`), which matches on the backend it hands out.
     pub(crate) fn uses(&mut self, touches: &[Touch]) -> &mut Backend {
         self.arena.record_uses(touches);
         self.arena.backend()
@@ -179,17 +184,20 @@ impl<'s> Step<'s> {
         })
     }
 
-    pub(crate) fn record(&mut self, node: Node) {
+    /// Puts an op's node on the tape (when the step records): anything the
+    /// registry turns into one of its nodes (an op's `Saved`).
+    pub(crate) fn record(&mut self, node: impl Into<N>) {
         let tape = &mut *self.tape;
         if tape.recording {
-            tape.nodes.push(node);
+            tape.nodes.push(node.into());
         }
     }
 
     /// Registers how backward can make `t` again (when the step records):
     /// the ops that read `t` in backward through [`Step::saved`] then get a
     /// recomputed copy, so `t` itself dies when forward is done with it.
-    pub(crate) fn recomputable(&mut self, t: &TensorRef, how: Recompute) {
+    pub(crate) fn recomputable(&mut self, t: &TensorRef, how: impl Into<N::Recipe>) {
+        let how = how.into();
         let planning = self.arena.device() == crate::backend::DeviceKind::Dry;
         let tape = &mut *self.tape;
         if tape.recording {
@@ -258,10 +266,7 @@ impl<'s> Step<'s> {
         let made_before = self.tape.recomputed.len();
         self.tape.recompute_depth += 1;
         self.arena.begin_recompute();
-        let buf = match how {
-            Recompute::BatchNorm2d(n) => n.recompute(self),
-            Recompute::Conv2d(n) => n.recompute(self),
-        };
+        let buf = N::recompute(how, self);
         self.arena.end_recompute();
         self.tape.recompute_depth -= 1;
         let buf = buf?;
@@ -321,14 +326,19 @@ impl<'s> Step<'s> {
             return Err(Error::shape(what, format!("{} values for shape {shape}", values.len())));
         }
         let buf = self.alloc(what, shape)?;
-        self.uses(&[buf.into()]).upload(buf, values)?;
+        self.copy_in(buf, values)?;
         Ok(self.alias(buf, shape, requires_grad))
+    }
+
+    /// Copies host values into `buf`, a step buffer (declared, as a kernel's).
+    pub(crate) fn copy_in<T: Element>(&mut self, buf: Buf<T>, values: &[T]) -> Result<()> {
+        Ok(self.uses(&[buf.into()]).upload(buf, values)?)
     }
 
     /// Class labels copied into the step region.
     pub fn labels(&mut self, values: &[u32]) -> Result<Labels<'s>> {
         let buf = self.alloc("labels", Shape::new(&[values.len()]))?;
-        self.uses(&[buf.into()]).upload(buf, values)?;
+        self.copy_in(buf, values)?;
         Ok(Labels {
             buf,
             _brand: PhantomData,
@@ -390,7 +400,7 @@ impl<'s> Step<'s> {
     pub fn backward_with(
         &mut self,
         loss: Tensor<'s>,
-        after_node: &mut dyn FnMut(&mut Step<'s>) -> Result<()>,
+        after_node: &mut dyn FnMut(&mut Step<'s, N>) -> Result<()>,
     ) -> Result<Grads<'s>> {
         if loss.shape().numel() != 1 {
             return Err(Error::shape(
@@ -467,7 +477,7 @@ impl<'s> Step<'s> {
         &mut self,
         y: Tensor<'s>,
         seed: FloatBuf,
-        after_node: &mut dyn FnMut(&mut Step<'s>) -> Result<()>,
+        after_node: &mut dyn FnMut(&mut Step<'s, N>) -> Result<()>,
     ) -> Result<Grads<'s>> {
         if !y.requires_grad() {
             return Err(Error::NoGradient);
@@ -483,7 +493,7 @@ impl<'s> Step<'s> {
         while i > 0 {
             i -= 1;
             let node = self.tape.nodes[i];
-            super::backward::run(self, node)?;
+            node.backward(self)?;
             after_node(self)?;
         }
         Ok(Grads { _brand: PhantomData })

@@ -4,50 +4,8 @@
 //! it: after the first step its vectors have the capacity they need and
 //! recording allocates nothing.
 
+use super::Recorded;
 use crate::memory::{Buf, FloatBuf};
-use crate::ops;
-
-/// One recorded op with what its backward needs. Small and `Copy`: backward
-/// copies a node out of the tape before running it.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Node {
-    Conv2d(ops::conv2d::Saved),
-    MaxPool2d(ops::maxpool2d::Saved),
-    AvgPool2d(ops::avg_pool2d::Saved),
-    GlobalAvgPool2d(ops::global_avg_pool2d::Saved),
-    Add(ops::add::Saved),
-    Concat(ops::concat::Saved),
-    Relu(ops::relu::Saved),
-    Dropout(ops::dropout::Saved),
-    Linear(ops::linear::Saved),
-    Dense(ops::dense::Saved),
-    CrossEntropy(ops::cross_entropy::Saved),
-    Reshape(ops::reshape::Saved),
-    BatchNorm2d(ops::batch_norm2d::Saved),
-    Cast(ops::cast::Saved),
-}
-
-/// How to make a step tensor again in backward, for the ops that read it
-/// there, instead of keeping it from forward (see [`super::Step::saved`]):
-/// batch-norm outputs (the relu'd ones always: their inputs are kept
-/// anyway), and under a memory budget convolution outputs and block
-/// outputs too.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Recompute {
-    BatchNorm2d(ops::batch_norm2d::Saved),
-    Conv2d(ops::conv2d::Saved),
-}
-
-impl Recompute {
-    /// The tensors (by id) the recomputation reads through
-    /// [`super::Step::saved`].
-    fn reads(&self) -> [Option<u32>; 2] {
-        match self {
-            Self::BatchNorm2d(n) => n.reads(),
-            Self::Conv2d(n) => n.reads(),
-        }
-    }
-}
 
 /// A tensor a memory budget may have backward recompute: what it is, what
 /// keeping it holds, and what recomputing it costs (the multiply-adds and
@@ -69,9 +27,11 @@ pub struct Candidate {
     pub remade: u32,
 }
 
+/// The nodes are `N`, the op registry's (see [`Recorded`]): small and
+/// `Copy`, so backward copies one out of the tape before running it.
 #[derive(Debug)]
-pub(crate) struct Tape {
-    pub(crate) nodes: Vec<Node>,
+pub(crate) struct Tape<N: Recorded> {
+    pub(crate) nodes: Vec<N>,
     /// Gradient of each tensor of the step, by tensor id.
     pub(crate) grads: Vec<Option<FloatBuf>>,
     /// Parameters used in the step: (parameter buffer, its slot in the
@@ -80,8 +40,10 @@ pub(crate) struct Tape {
     pub(crate) leaves: Vec<(Buf<f32>, Buf<f32>, u32)>,
     pub(crate) next_id: u32,
     pub(crate) recording: bool,
-    /// Tensors backward recomputes rather than keeps, by tensor id...
-    pub(crate) recipes: Vec<(u32, Recompute)>,
+    /// Tensors backward recomputes rather than keeps, by tensor id, and how
+    /// (batch-norm outputs, the relu'd ones always: their inputs are kept
+    /// anyway; under a memory budget convolution and block outputs too)...
+    pub(crate) recipes: Vec<(u32, N::Recipe)>,
     /// ...and those recomputed so far in this backward, by tensor id, so
     /// that a second reader gets the same buffer.
     pub(crate) recomputed: Vec<(u32, FloatBuf)>,
@@ -110,7 +72,7 @@ pub(crate) struct Tape {
     pub(crate) seed: Option<FloatBuf>,
 }
 
-impl Default for Tape {
+impl<N: Recorded> Default for Tape<N> {
     fn default() -> Self {
         Self {
             nodes: Vec::new(),
@@ -131,7 +93,7 @@ impl Default for Tape {
     }
 }
 
-impl Tape {
+impl<N: Recorded> Tape<N> {
     /// The candidates reading any of `tensors` in backward may need made
     /// again (see `sources`), sorted.
     pub(crate) fn sources_of(&self, tensors: impl IntoIterator<Item = u32>) -> Vec<u32> {
@@ -147,9 +109,9 @@ impl Tape {
 
     /// Registers where a recomputable tensor's value comes from (once:
     /// a candidate is itself).
-    pub(crate) fn add_source(&mut self, id: u32, how: &Recompute) {
+    pub(crate) fn add_source(&mut self, id: u32, how: &N::Recipe) {
         if !self.sources.iter().any(|(t, _)| *t == id) {
-            let from = self.sources_of(how.reads().into_iter().flatten());
+            let from = self.sources_of(N::reads(how).into_iter().flatten());
             self.sources.push((id, from));
         }
     }

@@ -1,18 +1,21 @@
 //! Where tensors live and kernels run: the seam between "what" and "where".
 //!
 //! An [`Arena`](crate::memory::Arena) is made on a [`Device`] and owns the
-//! device's one allocation through a [`Backend`]. Every op dispatches on the
-//! backend in one `match`, so a new backend adds one arm per op and the
-//! compiler lists every op still missing it. The `Dry` backend has no memory
+//! device's one allocation through a [`Backend`]. Ops reach it through one
+//! launch helper (`Step::launch`, `ops/launch.rs`) that matches on it once
+//! and takes a body per device, so a new backend adds an arm and a body
+//! there, and the compiler lists every launch still missing that body. The `Dry` backend has no memory
 //! and runs no kernel: shaped like a real device (its threads, its GPU's
 //! cuDNN workspace sizes), it replays a step's allocations to measure the
 //! arena a run needs before the real allocation is made.
 
 mod capabilities;
+mod conv;
 pub mod cpu;
 pub mod cuda;
 mod precision;
 
+pub use conv::ConvDims;
 pub use cuda::{CapturedGraph, OpTime};
 
 use crate::memory::{Buf, DType, Element, FloatBuf};
@@ -261,7 +264,7 @@ impl Workers {
     }
 }
 
-/// A device together with its arena memory. Ops `match` on this.
+/// A device together with its arena memory. Ops' launch helper `match`es on this.
 pub enum Backend {
     Cpu(cpu::CpuBackend),
     Cuda(cuda::CudaBackend),

@@ -15,10 +15,10 @@
 //! bucket is queued when each of its parameters has a gradient, so a later
 //! contribution to one of them would miss the sum.
 
-use crate::autograd::Step;
 use crate::memory::Buf;
 use crate::nn::ParamStore;
 use crate::tensor::Param;
+use crate::Step;
 use crate::{Error, Result};
 
 /// At most this many buckets (a bit mask tracks which were queued).

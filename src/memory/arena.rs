@@ -769,7 +769,8 @@ mod tests {
 
     // These tests drive the arena through its byte-level services alone
     // (`run_step`, `alloc_step`, the backend); steps with tensors and ops
-    // are tested in autograd, which builds them on these services.
+    // are tested in ops (`ops/tests.rs`), whose step builds them on these
+    // services.
 
     fn cpu_arena(bytes: usize) -> Arena {
         Arena::new(Device::cpu(1).unwrap(), bytes).unwrap()

@@ -3,11 +3,11 @@
 //! linear 320→50 → relu → dropout 0.5 → linear 50→classes. The loss
 //! (cross-entropy) is the task's.
 
-use crate::autograd::Step;
 use crate::nn::{Init, Input, Mode, Model, ModelChoice, ParamBuilder};
 use crate::ops::conv2d::Conv2dArgs;
 use crate::ops::dense::Epilogue;
 use crate::tensor::{Param, Shape, Tensor};
+use crate::Step;
 use crate::{Error, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,9 +12,9 @@
 //! Initialisation as torchvision: convolutions `kaiming_normal_(fan_out,
 //! relu)`, batch-norm weight 1 and bias 0, the classifier PyTorch's default.
 
-use crate::autograd::Step;
 use crate::nn::{scaled, BatchNorm2d, Conv2d, ConvSpec, Init, Input, Linear, Mode, Model, ModelChoice, ParamBuilder};
 use crate::tensor::Tensor;
+use crate::Step;
 use crate::{Error, Result};
 
 /// Which ResNet.

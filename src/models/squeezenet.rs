@@ -10,10 +10,10 @@
 //! Initialisation as torchvision: convolutions `kaiming_uniform_`, the final
 //! one `normal_(0, 0.01)`, every bias 0.
 
-use crate::autograd::Step;
 use crate::nn::{scaled, Conv2d, ConvSpec, Init, Input, Mode, Model, ModelChoice, ParamBuilder};
 use crate::ops::maxpool2d::Pool2dArgs;
 use crate::tensor::Tensor;
+use crate::Step;
 use crate::{Error, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -7,11 +7,11 @@
 
 use super::model::Mode;
 use super::params::{Init, ParamBuilder};
-use crate::autograd::Step;
 use crate::ops::batch_norm2d::{BatchNormArgs, RunningStats};
 use crate::ops::conv2d::Conv2dArgs;
 use crate::tensor::{Param, Shape, Tensor};
 use crate::Result;
+use crate::Step;
 
 /// `nn.Conv2d(c_in, c_out, kernel, stride, padding, bias)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,10 +2,10 @@
 //! [`ParamBuilder`], and a forward pass on a [`Step`] in a [`Mode`].
 
 use super::params::ParamBuilder;
-use crate::autograd::Step;
 use crate::ops::dropout::DropoutSeed;
 use crate::tensor::{Shape, Tensor};
 use crate::Result;
+use crate::Step;
 use std::fmt;
 use std::sync::Arc;
 

@@ -3,10 +3,11 @@
 //! captured graph replays it), its state named for checkpoints.
 
 use super::params::ParamStore;
-use crate::autograd::{Grads, Step};
+use crate::autograd::Grads;
 use crate::memory::{Buf, Persistent};
 use crate::ops::lr::LrAt;
 use crate::Result;
+use crate::Step;
 use std::fmt;
 use std::sync::Arc;
 

@@ -5,9 +5,9 @@
 //! a sample with a stride skips whole columns: the right-hand element of a
 //! max-pool window, all but one column of a weight).
 
-use crate::autograd::Step;
 use crate::backend::Device;
 use crate::memory::Arena;
+use crate::ops::Step;
 use crate::tensor::{Shape, Tensor};
 use crate::Result;
 

@@ -2,79 +2,54 @@
 //! kernels and its tests (gradient checks against finite differences).
 //!
 //! Each op checks shapes when called (so kernels may assume them), allocates
-//! its outputs in the step region, dispatches on the backend in one `match`,
-//! and records what its backward needs.
+//! its outputs in the step region, runs each kernel through `Step::launch`
+//! (`launch.rs`: what it touches, its CPU body, its CUDA body), and records
+//! what its backward needs. The `registry!` below is the only
+//! list of ops: adding one is its folder and one line there.
 
-pub mod adamw_update;
-pub mod add;
-pub mod avg_pool2d;
-pub mod batch_norm2d;
-pub mod cast;
-pub mod concat;
-pub mod conv2d;
-pub mod cross_entropy;
-pub mod cursor;
-pub mod dense;
-pub mod dropout;
-pub mod gather;
-pub mod global_avg_pool2d;
-pub mod linear;
+#[macro_use]
+mod registry;
+mod launch;
+mod step;
+
 pub mod lr;
-pub mod maxpool2d;
-pub mod relu;
-pub mod reshape;
-pub mod sgd_update;
+pub use step::Step;
 
 #[cfg(test)]
 pub(crate) mod gradcheck;
 
-use crate::backend::KernelSource;
-
-/// Every op's CUDA kernels, one line per op: what a GPU compiles when it
-/// opens (`Device::open(request, threads, ops::KERNELS)`). An op's kernels
-/// are launched by the names registered here.
-pub const KERNELS: &[KernelSource] = &[
-    cursor::KERNELS,
-    cast::KERNELS,
-    gather::KERNELS,
-    relu::KERNELS,
-    maxpool2d::KERNELS,
-    avg_pool2d::KERNELS,
-    global_avg_pool2d::KERNELS,
-    add::KERNELS,
-    concat::KERNELS,
-    dropout::KERNELS,
-    cross_entropy::KERNELS,
-    linear::KERNELS,
-    conv2d::KERNELS,
-    dense::KERNELS,
-    batch_norm2d::KERNELS,
-    sgd_update::KERNELS,
-    adamw_update::KERNELS,
-];
+// One line per op: its folder and its roles (see `registry.rs`). The line
+// makes its module, its tape entry, its backward and recomputation dispatch
+// and its kernels known; nothing else in the crate lists ops. The order is
+// the one a GPU compiles their kernels in, as one source: a source may use
+// what one above it defines (the step cursor's counter, dropout's mask), so
+// a new op goes below those it uses, at the end if in doubt.
+registry! {
+    cursor: kernels;
+    cast: backward, kernels;
+    gather: kernels;
+    relu: backward, kernels;
+    maxpool2d: backward, kernels;
+    avg_pool2d: backward, kernels;
+    global_avg_pool2d: backward, kernels;
+    add: backward, kernels;
+    concat: backward, kernels;
+    dropout: backward, kernels;
+    cross_entropy: backward, kernels;
+    linear: backward, kernels;
+    conv2d: backward, recompute, kernels;
+    dense: backward, kernels;
+    batch_norm2d: backward, recompute, kernels;
+    sgd_update: kernels;
+    adamw_update: kernels;
+    reshape: backward;
+    sigmoid: backward, kernels;
+    tanh: backward, kernels;
+}
 
 /// Rows per rayon task in elementwise kernels: big enough that scheduling is
 /// noise, small enough that two cores share a 100-image batch.
 pub(crate) const CHUNK: usize = 1 << 14;
 
 #[cfg(test)]
-mod tests {
-    use super::KERNELS;
-    use crate::backend::cuda::kernels::tests::registration_errors;
-    use crate::backend::cuda::kernels::KernelTable;
-
-    /// A kernel a source defines but nobody registered, or a name registered
-    /// that its source does not define, fails here, on a machine without a
-    /// GPU, rather than when a GPU first opens.
-    #[test]
-    fn every_kernel_is_registered_exactly_as_its_source_defines_it() {
-        let errors: Vec<String> = KERNELS.iter().flat_map(registration_errors).collect();
-        assert!(
-            errors.is_empty(),
-            "kernel registrations disagree with their sources:\n{}",
-            errors.join("\n")
-        );
-        let table = KernelTable::new(KERNELS, |_| Ok(()));
-        assert!(table.is_ok(), "{:?}", table.err());
-    }
-}
+mod tests;

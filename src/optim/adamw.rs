@@ -6,11 +6,12 @@
 //! Both moments are slabs laid out like the parameters, so the update is
 //! one flat launch over the slabs ([`crate::ops::adamw_update`]).
 
-use crate::autograd::{Grads, Step};
+use crate::autograd::Grads;
 use crate::memory::{Buf, Persistent};
 use crate::nn::{runs_with_grads, Optimizer, OptimizerChoice, OptimizerConfig, ParamStore};
 use crate::ops::adamw_update::AdamwHyper;
 use crate::ops::lr::LrAt;
+use crate::Step;
 use crate::{Error, Result, Setting};
 
 /// AdamW's settings (the rate is the run's); the default is PyTorch's:

@@ -5,11 +5,12 @@
 //! The momentum buffers are one slab laid out like the parameters, so the
 //! update is one flat launch over the slabs ([`crate::ops::sgd_update`]).
 
-use crate::autograd::{Grads, Step};
+use crate::autograd::Grads;
 use crate::memory::{Buf, Persistent};
 use crate::nn::{runs_with_grads, Optimizer, OptimizerChoice, OptimizerConfig, ParamStore};
 use crate::ops::lr::LrAt;
 use crate::ops::sgd_update::SgdHyper;
+use crate::Step;
 use crate::{Error, Result, Setting};
 
 /// SGD's settings (the rate is the run's, read from its schedule).

@@ -2,13 +2,13 @@
 //! label smoothing) as the loss, accuracy as the metric.
 
 use super::{Task, TaskChoice, TaskConfig};
-use crate::autograd::Step;
 use crate::data::{ImageSet, ResidentSet};
 use crate::memory::Persistent;
 use crate::nn::Input;
 use crate::ops::cross_entropy::CrossEntropyArgs;
 use crate::ops::gather::{Augment, BatchAt, Normalize};
 use crate::tensor::{Labels, Shape, Tensor};
+use crate::Step;
 use crate::{Error, Result, Setting};
 use std::fmt;
 

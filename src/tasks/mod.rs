@@ -19,13 +19,13 @@ mod classification;
 
 pub use classification::{Classification, ClassificationConfig};
 
-use crate::autograd::Step;
 use crate::data::ImageSet;
 use crate::memory::Persistent;
 use crate::nn::Input;
 use crate::ops::gather::BatchAt;
 use crate::tensor::{Labels, Tensor};
 use crate::Result;
+use crate::Step;
 use std::fmt;
 use std::sync::Arc;
 

@@ -22,12 +22,11 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::Step;
 use crate::backend::cuda::{Arg, KernelSource};
-use crate::backend::Backend;
 use crate::memory::Buf;
 use crate::ops::lr::LrAt;
 use crate::ops::sgd_update::{check_slabs, flat_grid};
+use crate::ops::Step;
 use crate::{Error, Result};
 
 /// Its CUDA kernel, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
@@ -106,42 +105,44 @@ impl Step<'_> {
             &[("gradients", grad), ("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq)],
         )?;
         let [table, cursor] = lr.touches();
-        match self.uses(&[
-            param.into(),
-            grad.into(),
-            exp_avg.into(),
-            exp_avg_sq.into(),
-            table,
-            cursor,
-        ]) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| {
+        self.launch(
+            &[
+                param.into(),
+                grad.into(),
+                exp_avg.into(),
+                exp_avg_sq.into(),
+                table,
+                cursor,
+            ],
+            |v| {
                 let (rate, t) = LrAt::read(v.read(lr.table)?, v.read(lr.cursor.buf)?);
                 let (p, g) = (v.write(param)?, v.read(grad)?);
                 let (m, s) = (v.write(exp_avg)?, v.write(exp_avg_sq)?);
                 cpu::adamw(p, g, m, s, cpu::Coefficients::new(rate, t, h));
                 Ok(())
-            })?,
-            Backend::Cuda(gpu) => gpu.launch(
-                ADAMW_UPDATE,
-                flat_grid(param.len()),
-                &[
-                    param.into(),
-                    grad.into(),
-                    exp_avg.into(),
-                    exp_avg_sq.into(),
-                    Arg::U64(param.len() as u64),
-                    lr.table.into(),
-                    Arg::U32(lr.table.len() as u32),
-                    lr.cursor.buf.into(),
-                    // The kernel's `double` parameters: 8 bytes, the bits.
-                    Arg::U64(h.beta1.to_bits()),
-                    Arg::U64(h.beta2.to_bits()),
-                    Arg::F32(h.eps as f32),
-                    Arg::U64(h.weight_decay.to_bits()),
-                ],
-            )?,
-            Backend::Dry(_) => {}
-        }
+            },
+            |gpu| {
+                gpu.launch(
+                    ADAMW_UPDATE,
+                    flat_grid(param.len()),
+                    &[
+                        param.into(),
+                        grad.into(),
+                        exp_avg.into(),
+                        exp_avg_sq.into(),
+                        Arg::U64(param.len() as u64),
+                        lr.table.into(),
+                        Arg::U32(lr.table.len() as u32),
+                        lr.cursor.buf.into(),
+                        // The kernel's `double` parameters: 8 bytes, the bits.
+                        Arg::U64(h.beta1.to_bits()),
+                        Arg::U64(h.beta2.to_bits()),
+                        Arg::F32(h.eps as f32),
+                        Arg::U64(h.weight_decay.to_bits()),
+                    ],
+                )
+            },
+        )?;
         Ok(())
     }
 }

@@ -16,10 +16,9 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
 use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
-use crate::backend::Backend;
 use crate::memory::DType;
+use crate::ops::Step;
 use crate::tensor::{Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -62,12 +61,13 @@ impl<'s> Tensor<'s> {
             return self.add(s, b);
         }
         let y = s.output("add output", self.shape(), &[&self, &other])?;
-        match s.uses(&[self.buf().into(), other.buf().into(), y.buf().into()]) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| {
+        s.launch(
+            &[self.buf().into(), other.buf().into(), y.buf().into()],
+            |v| {
                 cpu::forward(v.read(self.buf())?, v.read(other.buf())?, v.write(y.buf())?);
                 Ok(())
-            })?,
-            Backend::Cuda(gpu) => {
+            },
+            |gpu| {
                 let n = y.shape().numel();
                 gpu.launch(
                     ADD_FORWARD.of(y.dtype()),
@@ -78,16 +78,15 @@ impl<'s> Tensor<'s> {
                         y.buf().into(),
                         Arg::U32(n as u32),
                     ],
-                )?
-            }
-            Backend::Dry(_) => {}
-        }
+                )
+            },
+        )?;
         if y.requires_grad() {
-            s.record(Node::Add(Saved {
+            s.record(Saved {
                 a: self.inner,
                 b: other.inner,
                 y: y.inner,
-            }));
+            });
         }
         Ok(y)
     }
@@ -103,21 +102,21 @@ impl Saved {
                 continue;
             }
             let gx = s.grad_buffer(&x, "add input grad")?;
-            match s.uses(&[gy.into(), gx.into()]) {
-                Backend::Cpu(cpu) => cpu.run(|v, _| {
+            s.launch(
+                &[gy.into(), gx.into()],
+                |v| {
                     cpu::copy(v.read(gy)?, v.write(gx)?);
                     Ok(())
-                })?,
-                Backend::Cuda(gpu) => {
+                },
+                |gpu| {
                     let n = gx.len();
                     gpu.launch(
                         ADD_GRAD_COPY.of(gx.dtype()),
                         Grid::over(n),
                         &[gy.into(), gx.into(), Arg::U32(n as u32)],
-                    )?
-                }
-                Backend::Dry(_) => {}
-            }
+                    )
+                },
+            )?;
             s.accumulate(&x, gx)?;
         }
         Ok(())

@@ -16,10 +16,9 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
 use crate::backend::cuda::{float_kernel, FloatKernel, Grid, KernelSource};
-use crate::backend::Backend;
 use crate::ops::maxpool2d::{Pool2dArgs, PoolGeometry};
+use crate::ops::Step;
 use crate::tensor::{Layout, Tensor, TensorRef};
 use crate::Result;
 
@@ -65,27 +64,27 @@ impl<'s> Tensor<'s> {
         let x = self.shape();
         let g = args.geometry("avg_pool2d", x)?;
         let y = s.output("avg-pool output", g.output(x), &[&self])?;
-        match s.uses(&[self.buf().into(), y.buf().into()]) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| {
+        s.launch(
+            &[self.buf().into(), y.buf().into()],
+            |v| {
                 cpu::forward(&g, v.read(self.buf())?, v.write(y.buf())?);
                 Ok(())
-            })?,
-            Backend::Cuda(gpu) => {
+            },
+            |gpu| {
                 let [a, b, c, d, e, f, h, i] = g.args();
                 gpu.launch(
                     AVGPOOL_FORWARD.of(y.dtype()),
                     Grid::over(y.shape().numel()),
                     &[self.buf().into(), y.buf().into(), a, b, c, d, e, f, h, i],
-                )?
-            }
-            Backend::Dry(_) => {}
-        }
+                )
+            },
+        )?;
         if y.requires_grad() {
-            s.record(Node::AvgPool2d(Saved {
+            s.record(Saved {
                 x: self.inner,
                 y: y.inner,
                 g,
-            }));
+            });
         }
         Ok(y)
     }
@@ -99,21 +98,21 @@ impl Saved {
         }
         let g = self.g;
         let gx = s.grad_buffer(&self.x, "avg-pool input grad")?;
-        match s.uses(&[gy.into(), gx.into()]) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| {
+        s.launch(
+            &[gy.into(), gx.into()],
+            |v| {
                 cpu::backward(&g, v.read(gy)?, v.write(gx)?);
                 Ok(())
-            })?,
-            Backend::Cuda(gpu) => {
+            },
+            |gpu| {
                 let [a, b, c, d, e, f, h, i] = g.args();
                 gpu.launch(
                     AVGPOOL_BACKWARD.of(gx.dtype()),
                     Grid::over(self.x.shape.numel()),
                     &[gy.into(), gx.into(), a, b, c, d, e, f, h, i],
-                )?
-            }
-            Backend::Dry(_) => {}
-        }
+                )
+            },
+        )?;
         s.accumulate(&self.x, gx)
     }
 }

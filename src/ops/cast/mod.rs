@@ -11,10 +11,10 @@
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
 use crate::backend::cuda::{Arg, Grid, KernelSource};
-use crate::backend::{Backend, BackendError};
+use crate::backend::BackendError;
 use crate::memory::{bf16, DType, FloatBuf};
+use crate::ops::Step;
 use crate::tensor::{Layout, Shape, Tensor, TensorRef};
 use crate::Result;
 
@@ -69,10 +69,10 @@ impl<'s> Tensor<'s> {
         let y = s.output_as(what, self.shape(), dtype, layout, &[&self])?;
         convert(s, self.shape(), (self.buf(), self.layout()), (y.buf(), layout))?;
         if y.requires_grad() {
-            s.record(Node::Cast(Saved {
+            s.record(Saved {
                 x: self.inner,
                 y: y.inner,
-            }));
+            });
         }
         Ok(y)
     }
@@ -106,8 +106,9 @@ fn convert(
         }
         _ => i,
     };
-    match s.uses(&[src.into(), dst.into()]) {
-        Backend::Cpu(cpu) => cpu.run(|v, _| {
+    s.launch(
+        &[src.into(), dst.into()],
+        |v| {
             match (src, dst) {
                 (FloatBuf::F32(a), FloatBuf::Bf16(b)) => {
                     let (a, b) = (v.read(a)?, v.write(b)?);
@@ -129,8 +130,8 @@ fn convert(
                 }
             }
             Ok(())
-        })?,
-        Backend::Cuda(gpu) => {
+        },
+        |gpu| {
             let index = |d: DType| match d {
                 DType::F32 => 0,
                 DType::Bf16 => 1,
@@ -148,10 +149,9 @@ fn convert(
                     Arg::U32(u32(hw)?),
                     Arg::U32(mode),
                 ],
-            )?
-        }
-        Backend::Dry(_) => {}
-    }
+            )
+        },
+    )?;
     Ok(())
 }
 

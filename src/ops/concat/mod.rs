@@ -14,10 +14,9 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
 use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
-use crate::backend::Backend;
 use crate::memory::DType;
+use crate::ops::Step;
 use crate::tensor::{Layout, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -116,28 +115,28 @@ impl<'s> Tensor<'s> {
             };
             at += slot.channels;
             if slot.len() > 0 {
-                match s.uses(&[part.buf().into(), y.buf().into()]) {
-                    Backend::Cpu(cpu) => cpu.run(|v, _| {
+                s.launch(
+                    &[part.buf().into(), y.buf().into()],
+                    |v| {
                         cpu::forward(&slot, v.read(part.buf())?, v.write(y.buf())?);
                         Ok(())
-                    })?,
-                    Backend::Cuda(gpu) => {
+                    },
+                    |gpu| {
                         let [a, b, c, d, e] = slot.args();
                         gpu.launch(
                             CONCAT_FORWARD.of(y.dtype()),
                             Grid::over(slot.len()),
                             &[part.buf().into(), y.buf().into(), a, b, c, d, e],
-                        )?
-                    }
-                    Backend::Dry(_) => {}
-                }
+                        )
+                    },
+                )?;
             }
             if y.requires_grad() && part.requires_grad() {
-                s.record(Node::Concat(Saved {
+                s.record(Saved {
                     part: part.inner,
                     y: y.inner,
                     slot,
-                }));
+                });
             }
         }
         Ok(y)
@@ -150,21 +149,21 @@ impl Saved {
         let slot = self.slot;
         let gx = s.grad_buffer(&self.part, "concat part grad")?;
         if slot.len() > 0 {
-            match s.uses(&[gy.into(), gx.into()]) {
-                Backend::Cpu(cpu) => cpu.run(|v, _| {
+            s.launch(
+                &[gy.into(), gx.into()],
+                |v| {
                     cpu::backward(&slot, v.read(gy)?, v.write(gx)?);
                     Ok(())
-                })?,
-                Backend::Cuda(gpu) => {
+                },
+                |gpu| {
                     let [a, b, c, d, e] = slot.args();
                     gpu.launch(
                         CONCAT_BACKWARD.of(gx.dtype()),
                         Grid::over(slot.len()),
                         &[gy.into(), gx.into(), a, b, c, d, e],
-                    )?
-                }
-                Backend::Dry(_) => {}
-            }
+                    )
+                },
+            )?;
         }
         s.accumulate(&self.part, gx)
     }

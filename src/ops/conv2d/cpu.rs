@@ -11,10 +11,10 @@
 //! not a multiple of `LANES` wide, or whose kernels are not 5 wide, take
 //! slower general paths; `tests` below covers each path.
 
-use super::Geometry;
 use crate::backend::cpu::simd::{
     add_to, fma_scalar, fma_vector, hsum, load, load_partial, vectorized, Vectorized, LANES, V8,
 };
+use crate::backend::ConvDims;
 use rayon::prelude::*;
 
 /// Filters of a forward tile, channels of an input-grad tile. With two
@@ -51,12 +51,12 @@ impl Span {
 }
 
 /// The spans of an output plane, row by row.
-fn spans(g: &Geometry) -> impl Iterator<Item = Span> + '_ {
-    (0..g.oh).flat_map(move |oh| {
-        (0..g.ow).step_by(LANES).map(move |ow| Span {
+fn spans(g: &ConvDims) -> impl Iterator<Item = Span> + '_ {
+    (0..g.oh()).flat_map(move |oh| {
+        (0..g.ow()).step_by(LANES).map(move |ow| Span {
             x: oh * g.w + ow,
-            y: oh * g.ow + ow,
-            width: LANES.min(g.ow - ow),
+            y: oh * g.ow() + ow,
+            width: LANES.min(g.ow() - ow),
         })
     })
 }
@@ -72,7 +72,7 @@ enum Tile {
 /// other span (a partial one, or a full one left without a partner) alone.
 /// (An iterator, not a callback: a closure's body would be compiled outside
 /// the vectorized copy of the kernel.)
-fn span_tiles(g: &Geometry) -> impl Iterator<Item = Tile> + '_ {
+fn span_tiles(g: &ConvDims) -> impl Iterator<Item = Tile> + '_ {
     let mut spans = spans(g);
     let mut pending: Option<Span> = None;
     std::iter::from_fn(move || loop {
@@ -100,7 +100,7 @@ fn load_span<const FULL: bool>(s: &[f32], width: usize) -> V8 {
 
 /// `packed[b][k][r] = w[b·ROWS + r][k]`, zero for filters past `F`: the
 /// `ROWS` filter weights a forward tile broadcasts per step, side by side.
-fn pack_forward_weights(g: &Geometry, w: &[f32], packed: &mut [f32]) {
+fn pack_forward_weights(g: &ConvDims, w: &[f32], packed: &mut [f32]) {
     let k = g.k();
     for (b, block) in packed.chunks_exact_mut(k * ROWS).enumerate() {
         for (kk, dst) in block.chunks_exact_mut(ROWS).enumerate() {
@@ -113,14 +113,14 @@ fn pack_forward_weights(g: &Geometry, w: &[f32], packed: &mut [f32]) {
 }
 
 /// Elements of the packed weights of [`forward`].
-pub(super) fn forward_packed_len(g: &Geometry) -> usize {
+pub(super) fn forward_packed_len(g: &ConvDims) -> usize {
     g.f.div_ceil(ROWS) * g.k() * ROWS
 }
 
 /// `acc[r][v] = Σ_k w[f0 + r][k] · patch_k(span v)` over all filter weights.
 #[inline(always)]
 fn forward_tile<const FMA: bool, const NV: usize, const FULL: bool>(
-    g: &Geometry,
+    g: &ConvDims,
     x: &[f32],
     packed: &[f32],
     spans: [Span; NV],
@@ -173,7 +173,7 @@ fn forward_tile<const FMA: bool, const NV: usize, const FULL: bool>(
 
 /// One image: `y[f] = Σ_k w[f][k] · patch_k (+ bias[f])`.
 struct ForwardImage<'a> {
-    g: &'a Geometry,
+    g: &'a ConvDims,
     x: &'a [f32],
     packed: &'a [f32],
     bias: Option<&'a [f32]>,
@@ -223,7 +223,7 @@ impl Vectorized for ForwardImage<'_> {
     }
 }
 
-pub(super) fn forward(g: &Geometry, x: &[f32], w: &[f32], bias: Option<&[f32]>, packed: &mut [f32], y: &mut [f32]) {
+pub(super) fn forward(g: &ConvDims, x: &[f32], w: &[f32], bias: Option<&[f32]>, packed: &mut [f32], y: &mut [f32]) {
     pack_forward_weights(g, w, packed);
     let packed = &*packed;
     y.par_chunks_mut(g.f * g.p())
@@ -247,7 +247,7 @@ pub(super) fn forward(g: &Geometry, x: &[f32], w: &[f32], bias: Option<&[f32]>, 
 /// number of real taps: where fewer than `WG_TAPS` remain in the kernel row
 /// (`CLAMP`), the last one is repeated. `TAIL`: rows end in a partial span.
 struct WeightGradTile<'a, const CLAMP: bool, const TAIL: bool> {
-    g: &'a Geometry,
+    g: &'a ConvDims,
     gy: &'a [f32],
     x: &'a [f32],
     fs: [usize; WG_FILTERS],
@@ -278,7 +278,7 @@ impl<const CLAMP: bool, const TAIL: bool> Vectorized for WeightGradTile<'_, CLAM
         let g = self.g;
         let mut acc = [[[0.0; LANES]; WG_TAPS]; WG_FILTERS];
         let p = g.p();
-        let full = g.ow - g.ow % LANES;
+        let full = g.ow() - g.ow() % LANES;
         let reach = self.tap(WG_TAPS - 1) + 1;
         for (gy, x) in self.gy.chunks_exact(g.f * p).zip(self.x.chunks_exact(g.c * g.h * g.w)) {
             let gy: [&[f32]; WG_FILTERS] = std::array::from_fn(|r| &gy[self.fs[r] * p..][..p]);
@@ -289,7 +289,7 @@ impl<const CLAMP: bool, const TAIL: bool> Vectorized for WeightGradTile<'_, CLAM
                 // one flat loop walks them, and the taps read one fixed-size
                 // window of the input row at offsets known to fit it.
                 let off: [usize; WG_TAPS] = std::array::from_fn(|t| self.tap(t).min(WG_TAPS - 1));
-                let (per_row, mut col, mut xo) = (g.ow / LANES, 0, 0);
+                let (per_row, mut col, mut xo) = (g.ow() / LANES, 0, 0);
                 for (a0, a1) in gy[0].chunks_exact(LANES).zip(gy[1].chunks_exact(LANES)) {
                     let xs: &[f32; LANES - 1 + WG_TAPS] = x[xo..].first_chunk().expect("a full window");
                     let a = [load(a0), load(a1)];
@@ -303,14 +303,14 @@ impl<const CLAMP: bool, const TAIL: bool> Vectorized for WeightGradTile<'_, CLAM
                     col += 1;
                     if col == per_row {
                         col = 0;
-                        xo += g.w - g.ow;
+                        xo += g.w - g.ow();
                     }
                 }
                 continue;
             }
-            for oh in 0..g.oh {
+            for oh in 0..g.oh() {
                 let (gy, x): ([&[f32]; WG_FILTERS], &[f32]) =
-                    (std::array::from_fn(|r| &gy[r][oh * g.ow..]), &x[oh * g.w..]);
+                    (std::array::from_fn(|r| &gy[r][oh * g.ow()..]), &x[oh * g.w..]);
                 for ow in (0..full).step_by(LANES) {
                     let xs = &x[ow..][..LANES - 1 + reach];
                     let a: [V8; WG_FILTERS] = std::array::from_fn(|r| load(&gy[r][ow..]));
@@ -322,7 +322,7 @@ impl<const CLAMP: bool, const TAIL: bool> Vectorized for WeightGradTile<'_, CLAM
                     }
                 }
                 if TAIL {
-                    let width = g.ow - full;
+                    let width = g.ow() - full;
                     let a: [V8; WG_FILTERS] = std::array::from_fn(|r| load_partial(&gy[r][full..], width));
                     let b: [V8; WG_TAPS] = std::array::from_fn(|t| load_partial(&x[full + self.tap(t)..], width));
                     for (acc, a) in acc.iter_mut().zip(&a) {
@@ -338,7 +338,7 @@ impl<const CLAMP: bool, const TAIL: bool> Vectorized for WeightGradTile<'_, CLAM
 }
 
 /// One group of images: `partial[f][k] = Σₙ Σ_p dy[n][f][p] · patch_k(p)`.
-fn weight_grad_group(g: &Geometry, gy: &[f32], x: &[f32], out: &mut [f32]) {
+fn weight_grad_group(g: &ConvDims, gy: &[f32], x: &[f32], out: &mut [f32]) {
     let (k, taps) = (g.k(), g.kh * g.kw);
     let (image_x, image_y) = (g.c * g.h * g.w, g.f * g.p());
     let images = (WG_CHUNK_BYTES / (4 * (image_x + image_y))).max(1);
@@ -352,7 +352,7 @@ fn weight_grad_group(g: &Geometry, gy: &[f32], x: &[f32], out: &mut [f32]) {
                     for j0 in (0..g.kw).step_by(WG_TAPS) {
                         let base = c * g.h * g.w + i * g.w + j0;
                         let taps_here = g.kw - j0;
-                        let acc = match (taps_here < WG_TAPS, !g.ow.is_multiple_of(LANES)) {
+                        let acc = match (taps_here < WG_TAPS, !g.ow().is_multiple_of(LANES)) {
                             (false, false) => vectorized(WeightGradTile::<false, false> {
                                 g,
                                 gy,
@@ -406,7 +406,7 @@ fn weight_grad_group(g: &Geometry, gy: &[f32], x: &[f32], out: &mut [f32]) {
 /// `dW = Σₙ dyₙ · patchesₙᵀ`: each group of images sums into its own
 /// partial, then the partials are added, so threads never share an
 /// accumulator.
-pub(super) fn weight_grad(g: &Geometry, per_group: usize, gy: &[f32], x: &[f32], partials: &mut [f32], gw: &mut [f32]) {
+pub(super) fn weight_grad(g: &ConvDims, per_group: usize, gy: &[f32], x: &[f32], partials: &mut [f32], gw: &mut [f32]) {
     let k = g.k();
     partials
         .par_chunks_mut(g.f * k)
@@ -421,7 +421,7 @@ pub(super) fn weight_grad(g: &Geometry, per_group: usize, gy: &[f32], x: &[f32],
     }
 }
 
-pub(super) fn bias_grad(g: &Geometry, gy: &[f32], gb: &mut [f32]) {
+pub(super) fn bias_grad(g: &ConvDims, gy: &[f32], gb: &mut [f32]) {
     let p = g.p();
     gb.fill(0.0);
     for image in gy.chunks_exact(g.f * p) {
@@ -434,7 +434,7 @@ pub(super) fn bias_grad(g: &Geometry, gy: &[f32], gb: &mut [f32]) {
 /// `packed[ij][cb][f][r] = w[f][cb·ROWS + r][ij]` (`ij` a kernel position),
 /// zero for channels past `C`: the `ROWS` channels an input-grad tile
 /// broadcasts per filter, side by side.
-fn pack_input_grad_weights(g: &Geometry, w: &[f32], packed: &mut [f32]) {
+fn pack_input_grad_weights(g: &ConvDims, w: &[f32], packed: &mut [f32]) {
     let (k, taps, blocks) = (g.k(), g.kh * g.kw, g.c.div_ceil(ROWS));
     for (t, block) in packed.chunks_exact_mut(g.f * ROWS).enumerate() {
         let (ij, cb) = (t / blocks, t % blocks);
@@ -448,14 +448,14 @@ fn pack_input_grad_weights(g: &Geometry, w: &[f32], packed: &mut [f32]) {
 }
 
 /// Elements of the packed weights of [`input_grad`].
-pub(super) fn input_grad_packed_len(g: &Geometry) -> usize {
+pub(super) fn input_grad_packed_len(g: &ConvDims) -> usize {
     g.kh * g.kw * g.c.div_ceil(ROWS) * g.f * ROWS
 }
 
 /// One image: for every kernel position `(i, j)` and channel `c`,
 /// `dx[c][oh + i][ow + j] += Σ_f w[f][c][i][j] · dy[f][oh][ow]`.
 struct InputGradImage<'a> {
-    g: &'a Geometry,
+    g: &'a ConvDims,
     gy: &'a [f32],
     packed: &'a [f32],
     gx: &'a mut [f32],
@@ -511,7 +511,7 @@ impl Vectorized for InputGradImage<'_> {
 }
 
 /// `dx = col2im(Wᵀ · dy)` without the patch matrix, image by image.
-pub(super) fn input_grad(g: &Geometry, gy: &[f32], w: &[f32], packed: &mut [f32], gx: &mut [f32]) {
+pub(super) fn input_grad(g: &ConvDims, gy: &[f32], w: &[f32], packed: &mut [f32], gx: &mut [f32]) {
     pack_input_grad_weights(g, w, packed);
     let packed = &*packed;
     gx.par_chunks_mut(g.c * g.h * g.w)
@@ -545,21 +545,8 @@ mod tests {
         ];
         for (n, c, h, w, f, kh, kw) in cases {
             let (oh, ow) = (h - kh + 1, w - kw + 1);
-            let g = Geometry {
-                n,
-                c,
-                h,
-                w,
-                f,
-                kh,
-                kw,
-                oh,
-                ow,
-                stride: 1,
-                pad: 0,
-                dtype: crate::memory::DType::F32,
-                layout: crate::tensor::Layout::Nchw,
-            };
+            let g = ConvDims::new([n, c, h, w], [f, kh, kw], 1, 0, crate::memory::DType::F32, false);
+            assert_eq!(g.output_hw(), (oh, ow));
             let (k, p) = (g.k(), g.p());
             let x = values(n * c * h * w, 1);
             let wt = values(f * k, 2);

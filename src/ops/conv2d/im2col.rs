@@ -13,44 +13,44 @@
 //! images' outputs and, for the weight gradient, its own partial sum; the
 //! partials are added in a fixed order, so results do not depend on timing.
 
-use super::Geometry;
 use crate::backend::cpu::matmul::{matmul, Mat};
+use crate::backend::ConvDims;
 use rayon::prelude::*;
 
 /// The output columns whose input column `ox·stride + j − pad` lies inside
 /// an input row of `len` pixels, for kernel column `j`: `lo..hi` (empty
 /// when none does). The same formula gives the output rows for kernel row `i`.
-fn inside(g: &Geometry, j: usize, len: usize, out: usize) -> (usize, usize) {
-    let lo = g.pad.saturating_sub(j).div_ceil(g.stride).min(out);
-    let hi = (len + g.pad).saturating_sub(j).div_ceil(g.stride).clamp(lo, out);
+fn inside(g: &ConvDims, j: usize, len: usize, out: usize) -> (usize, usize) {
+    let lo = g.padding.saturating_sub(j).div_ceil(g.stride).min(out);
+    let hi = (len + g.padding).saturating_sub(j).div_ceil(g.stride).clamp(lo, out);
     (lo, hi)
 }
 
 /// The patch-matrix row of filter weight `kk`: channel, kernel row, kernel column.
-fn tap(g: &Geometry, kk: usize) -> (usize, usize, usize) {
+fn tap(g: &ConvDims, kk: usize) -> (usize, usize, usize) {
     (kk / (g.kh * g.kw), kk / g.kw % g.kh, kk % g.kw)
 }
 
 /// `col[c, i, j][oy·OW + ox] = x[c][oy·s + i − pad][ox·s + j − pad]`, zero
 /// where that lies in the padding. `x` is one image.
-fn im2col(g: &Geometry, x: &[f32], col: &mut [f32]) {
+fn im2col(g: &ConvDims, x: &[f32], col: &mut [f32]) {
     let (plane, s) = (g.h * g.w, g.stride);
     for (kk, row) in col.chunks_exact_mut(g.p()).enumerate() {
         let (c, i, j) = tap(g, kk);
-        let (rows, cols) = (inside(g, i, g.h, g.oh), inside(g, j, g.w, g.ow));
-        for (oy, out) in row.chunks_exact_mut(g.ow).enumerate() {
+        let (rows, cols) = (inside(g, i, g.h, g.oh()), inside(g, j, g.w, g.ow()));
+        for (oy, out) in row.chunks_exact_mut(g.ow()).enumerate() {
             // (With a large padding a kernel column can miss the input in every patch.)
             if !(rows.0..rows.1).contains(&oy) || cols.0 == cols.1 {
                 out.fill(0.0);
                 continue;
             }
-            let src = &x[c * plane + (oy * s + i - g.pad) * g.w..][..g.w];
+            let src = &x[c * plane + (oy * s + i - g.padding) * g.w..][..g.w];
             let (before, rest) = out.split_at_mut(cols.0);
             let (within, after) = rest.split_at_mut(cols.1 - cols.0);
             before.fill(0.0);
             after.fill(0.0);
             // The first input column read, then every `s`-th.
-            let first = cols.0 * s + j - g.pad;
+            let first = cols.0 * s + j - g.padding;
             for (o, v) in within.iter_mut().zip(src[first..].iter().step_by(s)) {
                 *o = *v;
             }
@@ -61,19 +61,19 @@ fn im2col(g: &Geometry, x: &[f32], col: &mut [f32]) {
 /// The adjoint of [`im2col`]: `gx` (one image) is overwritten with the sum,
 /// over every patch-matrix entry, of that entry at the input pixel it was
 /// read from; entries in the padding are dropped.
-fn col2im(g: &Geometry, col: &[f32], gx: &mut [f32]) {
+fn col2im(g: &ConvDims, col: &[f32], gx: &mut [f32]) {
     let (plane, s) = (g.h * g.w, g.stride);
     gx.fill(0.0);
     for (kk, row) in col.chunks_exact(g.p()).enumerate() {
         let (c, i, j) = tap(g, kk);
-        let (rows, cols) = (inside(g, i, g.h, g.oh), inside(g, j, g.w, g.ow));
+        let (rows, cols) = (inside(g, i, g.h, g.oh()), inside(g, j, g.w, g.ow()));
         if cols.0 == cols.1 {
             continue;
         }
         for oy in rows.0..rows.1 {
-            let dst = &mut gx[c * plane + (oy * s + i - g.pad) * g.w..][..g.w];
-            let first = cols.0 * s + j - g.pad;
-            let within = &row[oy * g.ow + cols.0..oy * g.ow + cols.1];
+            let dst = &mut gx[c * plane + (oy * s + i - g.padding) * g.w..][..g.w];
+            let first = cols.0 * s + j - g.padding;
+            let within = &row[oy * g.ow() + cols.0..oy * g.ow() + cols.1];
             for (d, v) in dst[first..].iter_mut().step_by(s).zip(within) {
                 *d += v;
             }
@@ -82,28 +82,28 @@ fn col2im(g: &Geometry, col: &[f32], gx: &mut [f32]) {
 }
 
 /// Elements of one patch matrix.
-fn matrix_len(g: &Geometry) -> usize {
+fn matrix_len(g: &ConvDims) -> usize {
     g.k() * g.p()
 }
 
 /// Scratch of [`forward`] for `groups` workers: a patch matrix each.
-pub(super) fn forward_scratch_len(g: &Geometry, groups: usize) -> usize {
+pub(super) fn forward_scratch_len(g: &ConvDims, groups: usize) -> usize {
     groups * matrix_len(g)
 }
 
 /// Scratch of [`input_grad`]: a patch matrix each.
-pub(super) fn input_grad_scratch_len(g: &Geometry, groups: usize) -> usize {
+pub(super) fn input_grad_scratch_len(g: &ConvDims, groups: usize) -> usize {
     groups * matrix_len(g)
 }
 
 /// Scratch of [`weight_grad`]: a partial `[F, K]` sum and a patch matrix each.
-pub(super) fn weight_grad_scratch_len(g: &Geometry, groups: usize) -> usize {
+pub(super) fn weight_grad_scratch_len(g: &ConvDims, groups: usize) -> usize {
     groups * (g.f * g.k() + matrix_len(g))
 }
 
 /// `y = W · col (+ bias)`, image by image; `per_group` images per worker.
 pub(super) fn forward(
-    g: &Geometry,
+    g: &ConvDims,
     per_group: usize,
     x: &[f32],
     w: &[f32],
@@ -138,7 +138,7 @@ pub(super) fn forward(
 
 /// `dW = Σₙ dyₙ · colₙᵀ`: each worker sums its images into its own partial,
 /// then the partials are added in order.
-pub(super) fn weight_grad(g: &Geometry, per_group: usize, gy: &[f32], x: &[f32], scratch: &mut [f32], gw: &mut [f32]) {
+pub(super) fn weight_grad(g: &ConvDims, per_group: usize, gy: &[f32], x: &[f32], scratch: &mut [f32], gw: &mut [f32]) {
     let (k, p) = (g.k(), g.p());
     let (image_x, image_y) = (g.c * g.h * g.w, g.f * p);
     // Fewer matrices than groups would leave the last images out.
@@ -168,7 +168,7 @@ pub(super) fn weight_grad(g: &Geometry, per_group: usize, gy: &[f32], x: &[f32],
 }
 
 /// `dx = col2im(Wᵀ · dy)`, image by image.
-pub(super) fn input_grad(g: &Geometry, per_group: usize, gy: &[f32], w: &[f32], cols: &mut [f32], gx: &mut [f32]) {
+pub(super) fn input_grad(g: &ConvDims, per_group: usize, gy: &[f32], w: &[f32], cols: &mut [f32], gx: &mut [f32]) {
     let (k, p) = (g.k(), g.p());
     let (image_x, image_y) = (g.c * g.h * g.w, g.f * p);
     // Fewer matrices than groups would leave the last images unconvolved.
@@ -217,21 +217,8 @@ mod tests {
         ];
         for (n, c, h, w, f, kh, kw, stride, pad) in cases {
             let (oh, ow) = ((h + 2 * pad - kh) / stride + 1, (w + 2 * pad - kw) / stride + 1);
-            let g = Geometry {
-                n,
-                c,
-                h,
-                w,
-                f,
-                kh,
-                kw,
-                oh,
-                ow,
-                stride,
-                pad,
-                dtype: crate::memory::DType::F32,
-                layout: crate::tensor::Layout::Nchw,
-            };
+            let g = ConvDims::new([n, c, h, w], [f, kh, kw], stride, pad, crate::memory::DType::F32, false);
+            assert_eq!(g.output_hw(), (oh, ow));
             let (k, p) = (g.k(), g.p());
             let x = values(n * c * h * w, 1);
             let wt = values(f * k, 2);

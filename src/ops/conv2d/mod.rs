@@ -22,10 +22,11 @@ mod im2col;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Candidate, Node, Recompute, Step};
-use crate::backend::cuda::{float_kernel, Arg, ConvDims, ConvPass, FloatKernel, Grid, KernelSource};
-use crate::backend::{Backend, BackendError, Sizing};
+use crate::autograd::Candidate;
+use crate::backend::cuda::{float_kernel, Arg, ConvPass, FloatKernel, Grid, KernelSource};
+use crate::backend::{BackendError, ConvDims, Sizing};
 use crate::memory::{Buf, DType, FloatBuf};
+use crate::ops::Step;
 use crate::tensor::{Layout, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -59,107 +60,61 @@ impl Default for Conv2dArgs {
     }
 }
 
-/// Sizes of one convolution, checked once when the op is recorded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Geometry {
-    pub n: usize,
-    pub c: usize,
-    pub h: usize,
-    pub w: usize,
-    pub f: usize,
-    pub kh: usize,
-    pub kw: usize,
-    pub oh: usize,
-    pub ow: usize,
-    pub stride: usize,
-    pub pad: usize,
-    /// What it computes in: its input's, filters' and output's type...
-    pub dtype: DType,
-    /// ...and their layout (channels last in a bf16 step).
-    pub layout: Layout,
+/// The geometry of a convolution of `x` by `w` (and `bias`), checked once
+/// when the op is recorded, so its kernels may assume it; in `dtype` and
+/// `layout`, what the step computes in.
+fn geometry(
+    x: Shape,
+    w: Shape,
+    bias: Option<Shape>,
+    args: Conv2dArgs,
+    (dtype, layout): (DType, Layout),
+) -> Result<ConvDims> {
+    let bad = |detail: String| Err(Error::shape("conv2d", detail));
+    if x.rank() != 4 || w.rank() != 4 {
+        return bad(format!("input [N, C, H, W] and weight [F, C, KH, KW], got {x} and {w}"));
+    }
+    let (n, c, h, wd) = (x.dim(0), x.dim(1), x.dim(2), x.dim(3));
+    let (f, wc, kh, kw) = (w.dim(0), w.dim(1), w.dim(2), w.dim(3));
+    if c != wc {
+        return bad(format!("input has {c} channels but weight {w} expects {wc}"));
+    }
+    if c == 0 || f == 0 {
+        return bad(format!("input {x} and weight {w}: no channels or no filters"));
+    }
+    let Conv2dArgs { stride, padding: pad } = args;
+    if stride == 0 {
+        return bad("stride 0: patches must advance by at least 1".into());
+    }
+    // `None` where the padded size overflows: no real input is that large.
+    let padded = |d: usize| pad.checked_mul(2).and_then(|p| p.checked_add(d));
+    let fits = |k: usize, d: usize| k > 0 && padded(d).is_some_and(|d| k <= d);
+    if !fits(kh, h) || !fits(kw, wd) {
+        return bad(format!(
+            "kernel {kh}×{kw} does not fit input {h}×{wd} with padding {pad}"
+        ));
+    }
+    if let Some(b) = bias {
+        if b != Shape::new(&[f]) {
+            return bad(format!("bias {b} for {f} filters"));
+        }
+    }
+    let nhwc = layout == Layout::Nhwc;
+    Ok(ConvDims::new([n, c, h, wd], [f, kh, kw], stride, pad, dtype, nhwc))
 }
 
-impl Geometry {
-    fn new(
-        x: Shape,
-        w: Shape,
-        bias: Option<Shape>,
-        args: Conv2dArgs,
-        (dtype, layout): (DType, Layout),
-    ) -> Result<Self> {
-        let bad = |detail: String| Err(Error::shape("conv2d", detail));
-        if x.rank() != 4 || w.rank() != 4 {
-            return bad(format!("input [N, C, H, W] and weight [F, C, KH, KW], got {x} and {w}"));
-        }
-        let (n, c, h, wd) = (x.dim(0), x.dim(1), x.dim(2), x.dim(3));
-        let (f, wc, kh, kw) = (w.dim(0), w.dim(1), w.dim(2), w.dim(3));
-        if c != wc {
-            return bad(format!("input has {c} channels but weight {w} expects {wc}"));
-        }
-        if c == 0 || f == 0 {
-            return bad(format!("input {x} and weight {w}: no channels or no filters"));
-        }
-        let Conv2dArgs { stride, padding: pad } = args;
-        if stride == 0 {
-            return bad("stride 0: patches must advance by at least 1".into());
-        }
-        // `None` where the padded size overflows: no real input is that large.
-        let padded = |d: usize| pad.checked_mul(2).and_then(|p| p.checked_add(d));
-        let fits = |k: usize, d: usize| k > 0 && padded(d).is_some_and(|d| k <= d);
-        if !fits(kh, h) || !fits(kw, wd) {
-            return bad(format!(
-                "kernel {kh}×{kw} does not fit input {h}×{wd} with padding {pad}"
-            ));
-        }
-        if let Some(b) = bias {
-            if b != Shape::new(&[f]) {
-                return bad(format!("bias {b} for {f} filters"));
-            }
-        }
-        Ok(Self {
-            n,
-            c,
-            h,
-            w: wd,
-            f,
-            kh,
-            kw,
-            oh: (h + 2 * pad - kh) / stride + 1,
-            ow: (wd + 2 * pad - kw) / stride + 1,
-            stride,
-            pad,
-            dtype,
-            layout,
-        })
-    }
-
-    /// Rows of the patch matrix: one per filter weight.
-    pub fn k(&self) -> usize {
-        self.c * self.kh * self.kw
-    }
-
-    /// Columns of the patch matrix: one per output pixel.
-    pub fn p(&self) -> usize {
-        self.oh * self.ow
-    }
-
+/// What the op asks of a geometry beyond its sizes: its output's shape and
+/// layout, and which CPU kernels run it and how they split the batch.
+impl ConvDims {
     fn output(&self) -> Shape {
-        Shape::new(&[self.n, self.f, self.oh, self.ow])
+        Shape::new(&[self.n, self.f, self.oh(), self.ow()])
     }
 
-    fn dims(&self) -> ConvDims {
-        ConvDims {
-            n: self.n,
-            c: self.c,
-            h: self.h,
-            w: self.w,
-            f: self.f,
-            kh: self.kh,
-            kw: self.kw,
-            stride: self.stride,
-            padding: self.pad,
-            dtype: self.dtype,
-            nhwc: self.layout == Layout::Nhwc,
+    fn layout(&self) -> Layout {
+        if self.nhwc {
+            Layout::Nhwc
+        } else {
+            Layout::Nchw
         }
     }
 
@@ -170,7 +125,7 @@ impl Geometry {
     /// a narrow ResNet-50 (8–256 channels on 16×16 to 2×2 maps) took its
     /// CPU epoch from 12.0 to 3.3 s (500 images, batch 50, 2 threads).
     fn is_valid_unit_stride(&self) -> bool {
-        self.stride == 1 && self.pad == 0 && (self.kh, self.kw) != (1, 1)
+        self.stride == 1 && self.padding == 0 && (self.kh, self.kw) != (1, 1)
     }
 
     /// Images per thread in backward, and so the number of partial sums.
@@ -181,7 +136,7 @@ impl Geometry {
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {
-    g: Geometry,
+    g: ConvDims,
     x: TensorRef,
     w: TensorRef,
     bias: Option<TensorRef>,
@@ -202,7 +157,7 @@ impl<'s> Tensor<'s> {
         args: Conv2dArgs,
     ) -> Result<Tensor<'s>> {
         let (dtype, layout) = (s.compute_dtype(), s.compute_layout());
-        let g = Geometry::new(
+        let g = geometry(
             self.shape(),
             weight.shape(),
             bias.map(|b| b.shape()),
@@ -218,14 +173,14 @@ impl<'s> Tensor<'s> {
     fn convolve(
         self,
         s: &mut Step<'s>,
-        g: Geometry,
+        g: ConvDims,
         weight: Tensor<'s>,
         bias: Option<Tensor<'s>>,
     ) -> Result<Tensor<'s>> {
         let (what, out) = ("conv2d output", g.output());
         let y = match bias {
-            Some(b) => s.output_as(what, out, g.dtype, g.layout, &[&self, &weight, &b])?,
-            None => s.output_as(what, out, g.dtype, g.layout, &[&self, &weight])?,
+            Some(b) => s.output_as(what, out, g.dtype, g.layout(), &[&self, &weight, &b])?,
+            None => s.output_as(what, out, g.dtype, g.layout(), &[&self, &weight])?,
         };
         forward_into(s, &g, self.buf(), weight.buf(), bias.map(|b| b.buf()), y.buf())?;
         // Counted in every step, so that a candidate's number is its place
@@ -256,9 +211,9 @@ impl<'s> Tensor<'s> {
                 bias: bias.map(|b| b.inner),
                 y: y.inner,
             };
-            s.record(Node::Conv2d(saved));
+            s.record(saved);
             if dropped {
-                s.recomputable(&y.inner, Recompute::Conv2d(saved));
+                s.recomputable(&y.inner, saved);
             }
         }
         Ok(y)
@@ -270,7 +225,7 @@ impl<'s> Tensor<'s> {
 /// inputs, so the same bits).
 fn forward_into(
     s: &mut Step<'_>,
-    g: &Geometry,
+    g: &ConvDims,
     x: FloatBuf,
     w: FloatBuf,
     bias: Option<FloatBuf>,
@@ -279,14 +234,15 @@ fn forward_into(
     let g = *g;
     let threads = s.threads();
     let packed = scratch(s, &g, ConvPass::Forward)?;
-    match s.uses(&[
-        x.into(),
-        w.into(),
-        bias.unwrap_or_default().into(),
-        packed.into(),
-        y.into(),
-    ]) {
-        Backend::Cpu(cpu) => cpu.run(|v, _| {
+    s.launch(
+        &[
+            x.into(),
+            w.into(),
+            bias.unwrap_or_default().into(),
+            packed.into(),
+            y.into(),
+        ],
+        |v| {
             let b = match bias {
                 Some(b) => Some(v.read(b)?),
                 None => None,
@@ -298,9 +254,9 @@ fn forward_into(
                 im2col::forward(&g, g.images_per_group(threads), x, w, b, scratch, y);
             }
             Ok(())
-        })?,
-        Backend::Cuda(gpu) => {
-            gpu.conv(g.dims(), ConvPass::Forward, x, w, packed, y, false)?;
+        },
+        |gpu| {
+            gpu.conv(g, ConvPass::Forward, x, w, packed, y, false)?;
             if let Some(b) = bias {
                 gpu.launch(
                     CONV_BIAS_ADD.of(g.dtype),
@@ -311,13 +267,13 @@ fn forward_into(
                         Arg::U32(g.n as u32),
                         Arg::U32(g.f as u32),
                         Arg::U32(g.p() as u32),
-                        Arg::U32((g.layout == Layout::Nhwc) as u32),
+                        Arg::U32(g.nhwc as u32),
                     ],
                 )?;
             }
-        }
-        Backend::Dry(_) => {}
-    }
+            Ok(())
+        },
+    )?;
     Ok(())
 }
 
@@ -346,8 +302,9 @@ impl Saved {
             let x = s.saved(&self.x)?;
             let partials = scratch(s, &g, ConvPass::WeightGrad)?;
             let gw = s.grad_buffer(&self.w, "conv2d weight grad")?;
-            match s.uses(&[gy.into(), x.into(), partials.into(), gw.into()]) {
-                Backend::Cpu(cpu) => cpu.run(|v, _| {
+            s.launch(
+                &[gy.into(), x.into(), partials.into(), gw.into()],
+                |v| {
                     let per_group = g.images_per_group(threads);
                     let (gy, x, scratch, gw) = (v.read(gy)?, v.read(x)?, v.write(partials)?, v.write(gw)?);
                     if g.is_valid_unit_stride() {
@@ -356,49 +313,49 @@ impl Saved {
                         im2col::weight_grad(&g, per_group, gy, x, scratch, gw);
                     }
                     Ok(())
-                })?,
-                Backend::Cuda(gpu) => gpu.conv(g.dims(), ConvPass::WeightGrad, x, gy, partials, gw, false)?,
-                Backend::Dry(_) => {}
-            }
+                },
+                |gpu| gpu.conv(g, ConvPass::WeightGrad, x, gy, partials, gw, false),
+            )?;
             s.accumulate(&self.w, gw)?;
         }
         if let Some(b) = self.bias.filter(|b| b.requires_grad) {
             let gb = s.grad_buffer(&b, "conv2d bias grad")?;
-            match s.uses(&[gy.into(), gb.into()]) {
-                Backend::Cpu(cpu) => cpu.run(|v, _| {
+            s.launch(
+                &[gy.into(), gb.into()],
+                |v| {
                     cpu::bias_grad(&g, v.read(gy)?, v.write(gb)?);
                     Ok(())
-                })?,
-                Backend::Cuda(gpu) => gpu.launch(
-                    CONV_BIAS_GRAD.of(g.dtype),
-                    Grid::blocks(g.f, 256),
-                    &[
-                        gy.into(),
-                        gb.into(),
-                        Arg::U32(g.n as u32),
-                        Arg::U32(g.f as u32),
-                        Arg::U32(g.p() as u32),
-                        Arg::U32((g.layout == Layout::Nhwc) as u32),
-                    ],
-                )?,
-                Backend::Dry(_) => {}
-            }
+                },
+                |gpu| {
+                    gpu.launch(
+                        CONV_BIAS_GRAD.of(g.dtype),
+                        Grid::blocks(g.f, 256),
+                        &[
+                            gy.into(),
+                            gb.into(),
+                            Arg::U32(g.n as u32),
+                            Arg::U32(g.f as u32),
+                            Arg::U32(g.p() as u32),
+                            Arg::U32(g.nhwc as u32),
+                        ],
+                    )
+                },
+            )?;
             s.accumulate(&b, gb)?;
         }
         if self.x.requires_grad {
             let threads = s.threads();
             // On a GPU a second contribution to the input's gradient is
             // added by cuDNN itself (beta = 1) into the first.
-            let into = s
-                .grad_of(&self.x)
-                .filter(|_| matches!(s.backend().sizing(), Sizing::Cuda(_)));
+            let into = s.grad_of(&self.x).filter(|_| matches!(s.sizing(), Sizing::Cuda(_)));
             let packed = scratch(s, &g, ConvPass::InputGrad)?;
             let gx = match into {
                 Some(existing) => existing,
                 None => s.alloc_like("conv2d input grad", &self.x)?,
             };
-            match s.uses(&[gy.into(), self.w.buf.into(), packed.into(), gx.into()]) {
-                Backend::Cpu(cpu) => cpu.run(|v, _| {
+            s.launch(
+                &[gy.into(), self.w.buf.into(), packed.into(), gx.into()],
+                |v| {
                     let (gy, w, scratch, gx) = (v.read(gy)?, v.read(self.w.buf)?, v.write(packed)?, v.write(gx)?);
                     if g.is_valid_unit_stride() {
                         cpu::input_grad(&g, gy, w, scratch, gx);
@@ -406,18 +363,9 @@ impl Saved {
                         im2col::input_grad(&g, g.images_per_group(threads), gy, w, scratch, gx);
                     }
                     Ok(())
-                })?,
-                Backend::Cuda(gpu) => gpu.conv(
-                    g.dims(),
-                    ConvPass::InputGrad,
-                    self.w.buf,
-                    gy,
-                    packed,
-                    gx,
-                    into.is_some(),
-                )?,
-                Backend::Dry(_) => {}
-            }
+                },
+                |gpu| gpu.conv(g, ConvPass::InputGrad, self.w.buf, gy, packed, gx, into.is_some()),
+            )?;
             if into.is_none() {
                 s.accumulate(&self.x, gx)?;
             }
@@ -429,8 +377,8 @@ impl Saved {
 /// A pass's scratch in the step region, sized for the device: the CPU
 /// kernels' packed filters, per-thread partial sums or per-thread patch
 /// matrices, or cuDNN's workspace for the algorithm its plan chose.
-fn scratch(s: &mut Step<'_>, g: &Geometry, pass: ConvPass) -> Result<Buf<f32>> {
-    let (what, len) = match s.backend().sizing() {
+fn scratch(s: &mut Step<'_>, g: &ConvDims, pass: ConvPass) -> Result<Buf<f32>> {
+    let (what, len) = match s.sizing() {
         Sizing::Cpu { threads } if !g.is_valid_unit_stride() => {
             let groups = g.n.div_ceil(g.images_per_group(threads));
             match pass {
@@ -451,7 +399,7 @@ fn scratch(s: &mut Step<'_>, g: &Geometry, pass: ConvPass) -> Result<Buf<f32>> {
             ),
         },
         Sizing::Cuda(gpu) => {
-            let plan = gpu.conv_plan(g.dims()).map_err(BackendError::from)?;
+            let plan = gpu.conv_plan(*g).map_err(BackendError::from)?;
             s.note_slower(|| plan.seconds_lost(pass));
             ("cuDNN workspace", plan.workspace_bytes(pass).div_ceil(4))
         }

@@ -248,13 +248,12 @@ fn conv2d_one_by_one_on_tiny_maps_with_many_channels_matches_finite_differences(
 
 #[test]
 fn a_recomputation_that_needs_its_own_output_is_an_error_not_a_recursion() {
-    use super::{Conv2dArgs, Geometry, Saved};
-    use crate::autograd::Recompute;
+    use super::{geometry, Conv2dArgs, Saved};
     let err = crate::ops::gradcheck::arena()
         .step(|s| {
             let x = s.variable("x", Shape::new(&[1, 1, 4, 4]), &[0.5; 16])?;
             let w = s.variable("w", Shape::new(&[1, 1, 3, 3]), &[0.1; 9])?;
-            let g = Geometry::new(
+            let g = geometry(
                 x.shape(),
                 w.shape(),
                 None,
@@ -269,7 +268,7 @@ fn a_recomputation_that_needs_its_own_output_is_an_error_not_a_recursion() {
                 bias: None,
                 y: x.inner,
             };
-            s.recomputable(&x.inner, Recompute::Conv2d(wrong));
+            s.recomputable(&x.inner, wrong);
             s.saved(&x.inner).map(drop)
         })
         .expect_err("a recipe that reads what it makes");

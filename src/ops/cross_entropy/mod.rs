@@ -23,10 +23,9 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
 use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
-use crate::backend::Backend;
 use crate::memory::{Buf, DType};
+use crate::ops::Step;
 use crate::tensor::{Labels, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -117,14 +116,15 @@ impl<'s> Tensor<'s> {
         let row_loss = s.alloc::<f32>("row losses", Shape::new(&[n]))?;
         // The loss is fp32 whatever the logits are, as under autocast.
         let loss = s.output_of("loss", Shape::new(&[1]), DType::F32, &[&self])?;
-        match s.uses(&[
-            self.buf().into(),
-            labels.buf.into(),
-            lse.into(),
-            row_loss.into(),
-            loss.buf().into(),
-        ]) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| {
+        s.launch(
+            &[
+                self.buf().into(),
+                labels.buf.into(),
+                lse.into(),
+                row_loss.into(),
+                loss.buf().into(),
+            ],
+            |v| {
                 cpu::forward(
                     cpu::Rows { c, over, smoothing },
                     v.read(self.buf())?,
@@ -133,8 +133,8 @@ impl<'s> Tensor<'s> {
                     v.write(row_loss)?,
                     v.write(loss.buf())?,
                 )
-            })?,
-            Backend::Cuda(gpu) => {
+            },
+            |gpu| {
                 gpu.launch(
                     CE_ROWS.of(self.dtype()),
                     Grid::blocks(n.min(MAX_ROW_BLOCKS), row_threads(c)),
@@ -157,19 +157,18 @@ impl<'s> Tensor<'s> {
                         Arg::U32(n as u32),
                         Arg::U32(over as u32),
                     ],
-                )?
-            }
-            Backend::Dry(_) => {}
-        }
+                )
+            },
+        )?;
         if loss.requires_grad() {
-            s.record(Node::CrossEntropy(Saved {
+            s.record(Saved {
                 logits: self.inner,
                 loss: loss.inner,
                 lse,
                 labels: labels.buf,
                 over,
                 smoothing,
-            }));
+            });
         }
         Ok(loss)
     }
@@ -182,14 +181,15 @@ impl Saved {
         };
         let x = self.logits.shape;
         let gx = s.alloc_like("logits grad", &self.logits)?;
-        match s.uses(&[
-            self.logits.buf.into(),
-            self.lse.into(),
-            self.labels.into(),
-            gloss.into(),
-            gx.into(),
-        ]) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| {
+        s.launch(
+            &[
+                self.logits.buf.into(),
+                self.lse.into(),
+                self.labels.into(),
+                gloss.into(),
+                gx.into(),
+            ],
+            |v| {
                 cpu::backward(
                     cpu::Rows {
                         c: x.dim(1),
@@ -203,24 +203,25 @@ impl Saved {
                     v.write(gx)?,
                 );
                 Ok(())
-            })?,
-            Backend::Cuda(gpu) => gpu.launch(
-                CE_BACKWARD.of(gx.dtype()),
-                Grid::over(x.numel()),
-                &[
-                    self.logits.buf.into(),
-                    self.lse.into(),
-                    self.labels.into(),
-                    gloss.into(),
-                    gx.into(),
-                    Arg::U32(x.dim(0) as u32),
-                    Arg::U32(x.dim(1) as u32),
-                    Arg::U32(self.over as u32),
-                    Arg::F32(self.smoothing),
-                ],
-            )?,
-            Backend::Dry(_) => {}
-        }
+            },
+            |gpu| {
+                gpu.launch(
+                    CE_BACKWARD.of(gx.dtype()),
+                    Grid::over(x.numel()),
+                    &[
+                        self.logits.buf.into(),
+                        self.lse.into(),
+                        self.labels.into(),
+                        gloss.into(),
+                        gx.into(),
+                        Arg::U32(x.dim(0) as u32),
+                        Arg::U32(x.dim(1) as u32),
+                        Arg::U32(self.over as u32),
+                        Arg::F32(self.smoothing),
+                    ],
+                )
+            },
+        )?;
         s.accumulate(&self.logits, gx)
     }
 }

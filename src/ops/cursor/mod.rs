@@ -8,10 +8,9 @@
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::Step;
 use crate::backend::cuda::{Arg, Grid, KernelSource};
-use crate::backend::Backend;
 use crate::memory::{Arena, ArenaError, Buf, Persistent};
+use crate::ops::Step;
 use crate::tensor::{Shape, Tensor};
 use crate::{Error, Result};
 
@@ -71,8 +70,9 @@ impl<'s> Step<'s> {
                 format!("a one-element loss, got {}", loss.shape()),
             ));
         }
-        match self.uses(&[loss.buf().into(), losses.into(), cursor.buf.into()]) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| {
+        self.launch(
+            &[loss.buf().into(), losses.into(), cursor.buf.into()],
+            |v| {
                 let (l, slots, c) = (v.read(loss.buf())?, v.write(losses)?, v.write(cursor.buf)?);
                 if let Some(slot) = slots.get_mut(c[0] as usize) {
                     *slot = l[0];
@@ -82,19 +82,20 @@ impl<'s> Step<'s> {
                 c[1] = global as u32;
                 c[2] = (global >> 32) as u32;
                 Ok(())
-            })?,
-            Backend::Cuda(gpu) => gpu.launch(
-                FINISH_STEP,
-                Grid::blocks(1, 32),
-                &[
-                    loss.buf().into(),
-                    losses.into(),
-                    Arg::U32(losses.len() as u32),
-                    cursor.buf.into(),
-                ],
-            )?,
-            Backend::Dry(_) => {}
-        }
+            },
+            |gpu| {
+                gpu.launch(
+                    FINISH_STEP,
+                    Grid::blocks(1, 32),
+                    &[
+                        loss.buf().into(),
+                        losses.into(),
+                        Arg::U32(losses.len() as u32),
+                        cursor.buf.into(),
+                    ],
+                )
+            },
+        )?;
         Ok(())
     }
 }

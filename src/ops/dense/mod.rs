@@ -13,11 +13,11 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
 use crate::backend::cuda::{Arg, Grid, KernelSource};
-use crate::backend::{Backend, BackendError, Sizing};
+use crate::backend::{BackendError, Sizing};
 use crate::memory::{Buf, DType, FloatBuf};
 use crate::ops::dropout::{cpu_seed, DropoutSeed};
+use crate::ops::Step;
 use crate::tensor::{Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -132,14 +132,15 @@ impl<'s> Tensor<'s> {
             Some(b) => s.output("dense output", Shape::new(&[n, out]), &[&self, &weight, &b])?,
             None => s.output("dense output", Shape::new(&[n, out]), &[&self, &weight])?,
         };
-        match s.uses(&[
-            self.buf().into(),
-            weight.buf().into(),
-            bias.map_or(FloatBuf::default(), |b| b.buf()).into(),
-            y.buf().into(),
-            epilogue.cursor_buf().into(),
-        ]) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| {
+        s.launch(
+            &[
+                self.buf().into(),
+                weight.buf().into(),
+                bias.map_or(FloatBuf::default(), |b| b.buf()).into(),
+                y.buf().into(),
+                epilogue.cursor_buf().into(),
+            ],
+            |v| {
                 let e = epilogue.on_cpu(v)?;
                 let b = match bias {
                     Some(b) => Some(v.read(b.buf())?),
@@ -154,8 +155,8 @@ impl<'s> Tensor<'s> {
                     v.write(y.buf())?,
                 );
                 Ok(())
-            })?,
-            Backend::Cuda(gpu) => {
+            },
+            |gpu| {
                 let (e, cursor) = epilogue.gpu();
                 gpu.launch(
                     DENSE_FORWARD,
@@ -171,18 +172,17 @@ impl<'s> Tensor<'s> {
                         Arg::U32s(&e),
                         cursor,
                     ],
-                )?
-            }
-            Backend::Dry(_) => {}
-        }
+                )
+            },
+        )?;
         if y.requires_grad() {
-            s.record(Node::Dense(Saved {
+            s.record(Saved {
                 x: self.inner,
                 w: weight.inner,
                 bias: bias.map(|b| b.inner),
                 y: y.inner,
                 epilogue,
-            }));
+            });
         }
         Ok(y)
     }
@@ -196,58 +196,60 @@ impl Saved {
         let epi = self.epilogue;
         // The CPU masks the gradient into a buffer first; the GPU kernels
         // mask it as they load it.
-        let masked = match s.backend().sizing() {
+        let masked = match s.sizing() {
             Sizing::Cpu { .. } if epi.active() => Some(s.alloc_like("dense masked grad", &self.y)?),
             _ => None,
         };
-        if let (Some(g), Backend::Cpu(cpu)) = (
-            masked,
-            s.uses(&[
+        s.launch(
+            &[
                 gy.into(),
                 self.y.buf.into(),
                 masked.unwrap_or_default().into(),
                 epi.cursor_buf().into(),
-            ]),
-        ) {
-            cpu.run(|v, _| {
+            ],
+            |v| {
+                let Some(g) = masked else { return Ok(()) };
                 let e = epi.on_cpu(v)?;
                 cpu::masked(v.read(gy)?, v.read(self.y.buf)?, e, v.write(g)?);
                 Ok(())
-            })?;
-        }
+            },
+            |_| Ok(()),
+        )?;
         let g = masked.unwrap_or(gy);
         let (e, cursor) = epi.gpu();
         if self.x.requires_grad {
             let gx = s.alloc_like("dense input grad", &self.x)?;
-            match s.uses(&[
-                gy.into(),
-                g.into(),
-                self.y.buf.into(),
-                self.w.buf.into(),
-                gx.into(),
-                epi.cursor_buf().into(),
-            ]) {
-                Backend::Cpu(cpu) => cpu.run(|v, _| {
+            s.launch(
+                &[
+                    gy.into(),
+                    g.into(),
+                    self.y.buf.into(),
+                    self.w.buf.into(),
+                    gx.into(),
+                    epi.cursor_buf().into(),
+                ],
+                |v| {
                     cpu::input_grad(dims, v.read(g)?, v.read(self.w.buf)?, v.write(gx)?);
                     Ok(())
-                })?,
-                Backend::Cuda(gpu) => gpu.launch(
-                    DENSE_INPUT_GRAD,
-                    Grid::tiles(n, inp, TILE),
-                    &[
-                        gy.into(),
-                        self.y.buf.into(),
-                        self.w.buf.into(),
-                        gx.into(),
-                        Arg::U32(n as u32),
-                        Arg::U32(inp as u32),
-                        Arg::U32(out as u32),
-                        Arg::U32s(&e),
-                        cursor,
-                    ],
-                )?,
-                Backend::Dry(_) => {}
-            }
+                },
+                |gpu| {
+                    gpu.launch(
+                        DENSE_INPUT_GRAD,
+                        Grid::tiles(n, inp, TILE),
+                        &[
+                            gy.into(),
+                            self.y.buf.into(),
+                            self.w.buf.into(),
+                            gx.into(),
+                            Arg::U32(n as u32),
+                            Arg::U32(inp as u32),
+                            Arg::U32(out as u32),
+                            Arg::U32s(&e),
+                            cursor,
+                        ],
+                    )
+                },
+            )?;
             s.accumulate(&self.x, gx)?;
         }
         let bias = self.bias.filter(|b| b.requires_grad);
@@ -257,24 +259,25 @@ impl Saved {
                 Some(b) => Some(s.grad_buffer(&b, "dense bias grad")?),
                 None => None,
             };
-            match s.uses(&[
-                gy.into(),
-                g.into(),
-                self.y.buf.into(),
-                self.x.buf.into(),
-                gw.into(),
-                gb.unwrap_or_default().into(),
-                epi.cursor_buf().into(),
-            ]) {
-                Backend::Cpu(cpu) => cpu.run(|v, _| {
+            s.launch(
+                &[
+                    gy.into(),
+                    g.into(),
+                    self.y.buf.into(),
+                    self.x.buf.into(),
+                    gw.into(),
+                    gb.unwrap_or_default().into(),
+                    epi.cursor_buf().into(),
+                ],
+                |v| {
                     let gb = match gb {
                         Some(gb) => Some(v.write(gb)?),
                         None => None,
                     };
                     cpu::weight_grad(dims, v.read(g)?, v.read(self.x.buf)?, v.write(gw)?, gb);
                     Ok(())
-                })?,
-                Backend::Cuda(gpu) => {
+                },
+                |gpu| {
                     let cols = if gb.is_some() { inp + 1 } else { inp };
                     gpu.launch(
                         DENSE_WEIGHT_GRAD,
@@ -291,10 +294,9 @@ impl Saved {
                             Arg::U32s(&e),
                             cursor,
                         ],
-                    )?
-                }
-                Backend::Dry(_) => {}
-            }
+                    )
+                },
+            )?;
             if self.w.requires_grad {
                 s.accumulate(&self.w, gw)?;
             }

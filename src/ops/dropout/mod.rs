@@ -14,11 +14,10 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
 use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
-use crate::backend::Backend;
 use crate::memory::{Buf, FloatBuf};
 use crate::ops::cursor::{step_seed, StepCursor};
+use crate::ops::Step;
 use crate::tensor::{Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -105,22 +104,22 @@ impl<'s> Tensor<'s> {
             return Err(Error::shape("dropout", format!("a probability in [0, 1), got {p}")));
         }
         let y = s.output("dropout output", self.shape(), &[&self])?;
-        match s.uses(&[self.buf().into(), y.buf().into(), seed.cursor_buf().into()]) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| {
+        s.launch(
+            &[self.buf().into(), y.buf().into(), seed.cursor_buf().into()],
+            |v| {
                 let (first, seed) = (seed.first(), cpu_seed(v, seed)?);
                 cpu::apply(v.read(self.buf())?, v.write(y.buf())?, p, seed, first);
                 Ok(())
-            })?,
-            Backend::Cuda(gpu) => cuda_apply(gpu, self.buf(), y.buf(), p, seed)?,
-            Backend::Dry(_) => {}
-        }
+            },
+            |gpu| cuda_apply(gpu, self.buf(), y.buf(), p, seed),
+        )?;
         if y.requires_grad() {
-            s.record(Node::Dropout(Saved {
+            s.record(Saved {
                 x: self.inner,
                 y: y.inner,
                 p,
                 seed,
-            }));
+            });
         }
         Ok(y)
     }
@@ -133,16 +132,16 @@ impl Saved {
             return Ok(());
         }
         let gx = s.alloc_like("dropout input grad", &self.x)?;
-        match s.uses(&[gy.into(), gx.into(), self.seed.cursor_buf().into()]) {
-            // The mask is linear in its input: backward is the same map.
-            Backend::Cpu(cpu) => cpu.run(|v, _| {
+        s.launch(
+            &[gy.into(), gx.into(), self.seed.cursor_buf().into()],
+            |v| {
                 let seed = cpu_seed(v, self.seed)?;
                 cpu::apply(v.read(gy)?, v.write(gx)?, self.p, seed, self.seed.first());
                 Ok(())
-            })?,
-            Backend::Cuda(gpu) => cuda_apply(gpu, gy, gx, self.p, self.seed)?,
-            Backend::Dry(_) => {}
-        }
+            },
+            // The mask is linear in its input: backward is the same map.
+            |gpu| cuda_apply(gpu, gy, gx, self.p, self.seed),
+        )?;
         s.accumulate(&self.x, gx)
     }
 }

@@ -20,11 +20,11 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::Step;
 use crate::backend::cuda::{Arg, Grid, KernelSource};
-use crate::backend::{Backend, BackendError};
+use crate::backend::BackendError;
 use crate::memory::Buf;
 use crate::ops::cursor::{step_seed, StepCursor};
+use crate::ops::Step;
 pub use crate::tensor::ByteImages;
 use crate::tensor::{Labels, Shape, Tensor};
 use crate::{Error, Result};
@@ -96,11 +96,10 @@ impl<'s> Step<'s> {
         check_indices(indices, set.count)?;
         let x = self.output("input batch", shape, &[])?;
         let on_device = self.device_indices(indices)?;
-        match self.uses(&[set.pixels.into(), x.buf().into(), on_device.unwrap_or_default().into()]) {
-            Backend::Cpu(cpu) => {
-                cpu.run(|v, _| cpu::images(v.read(set.pixels)?, set.count, indices, plane, norm, v.write(x.buf())?))?
-            }
-            Backend::Cuda(gpu) => {
+        self.launch(
+            &[set.pixels.into(), x.buf().into(), on_device.unwrap_or_default().into()],
+            |v| cpu::images(v.read(set.pixels)?, set.count, indices, plane, norm, v.write(x.buf())?),
+            |gpu| {
                 let size = set.image.numel();
                 gpu.launch(
                     GATHER_IMAGES,
@@ -114,10 +113,9 @@ impl<'s> Step<'s> {
                         Arg::U32(plane as u32),
                         Arg::U32s(&norm.table()),
                     ],
-                )?
-            }
-            Backend::Dry(_) => {}
-        }
+                )
+            },
+        )?;
         Ok(x)
     }
 
@@ -126,20 +124,22 @@ impl<'s> Step<'s> {
         check_indices(indices, labels.len())?;
         let out = self.alloc::<u32>("label batch", Shape::new(&[indices.len()]))?;
         let on_device = self.device_indices(indices)?;
-        match self.uses(&[labels.into(), out.into(), on_device.unwrap_or_default().into()]) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| cpu::labels(v.read(labels)?, indices, v.write(out)?))?,
-            Backend::Cuda(gpu) => gpu.launch(
-                GATHER_LABELS,
-                Grid::over(indices.len()),
-                &[
-                    labels.into(),
-                    on_device.ok_or(NOT_COPIED)?.into(),
-                    out.into(),
-                    Arg::U32(indices.len() as u32),
-                ],
-            )?,
-            Backend::Dry(_) => {}
-        }
+        self.launch(
+            &[labels.into(), out.into(), on_device.unwrap_or_default().into()],
+            |v| cpu::labels(v.read(labels)?, indices, v.write(out)?),
+            |gpu| {
+                gpu.launch(
+                    GATHER_LABELS,
+                    Grid::over(indices.len()),
+                    &[
+                        labels.into(),
+                        on_device.ok_or(NOT_COPIED)?.into(),
+                        out.into(),
+                        Arg::U32(indices.len() as u32),
+                    ],
+                )
+            },
+        )?;
         Ok(self.labels_from(out))
     }
 
@@ -205,15 +205,16 @@ impl<'s> Step<'s> {
         let x = self.output("input batch", Shape::new(&[at.len, d[0], d[1], d[2]]), &[])?;
         let out = self.alloc::<u32>("label batch", Shape::new(&[at.len]))?;
         let size = set.image.numel();
-        match self.uses(&[
-            set.pixels.into(),
-            labels.into(),
-            at.order.into(),
-            at.cursor.buf.into(),
-            x.buf().into(),
-            out.into(),
-        ]) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| {
+        self.launch(
+            &[
+                set.pixels.into(),
+                labels.into(),
+                at.order.into(),
+                at.cursor.buf.into(),
+                x.buf().into(),
+                out.into(),
+            ],
+            |v| {
                 let cursor = v.read(at.cursor.buf)?;
                 let start = cursor[0] as usize * at.stride + at.offset;
                 let order = v.read(at.order)?;
@@ -248,8 +249,8 @@ impl<'s> Step<'s> {
                     )?;
                 }
                 cpu::labels(v.read(labels)?, indices, v.write(out)?)
-            })?,
-            Backend::Cuda(gpu) => {
+            },
+            |gpu| {
                 let dims = [
                     at.len as u32,
                     size as u32,
@@ -276,21 +277,20 @@ impl<'s> Step<'s> {
                         Arg::U32s(&norm.table()),
                         Arg::U64(base),
                     ],
-                )?
-            }
-            Backend::Dry(_) => {}
-        }
+                )
+            },
+        )?;
         Ok((x, self.labels_from(out)))
     }
 
     /// The batch's indices where the kernels read them: a GPU gets a copy in
     /// the step region; the CPU reads the host slice and needs none.
     fn device_indices(&mut self, indices: &[u32]) -> Result<Option<Buf<u32>>> {
-        if !matches!(self.backend().sizing(), crate::backend::Sizing::Cuda(_)) {
+        if !matches!(self.sizing(), crate::backend::Sizing::Cuda(_)) {
             return Ok(None);
         }
         let buf = self.alloc::<u32>("batch indices", Shape::new(&[indices.len()]))?;
-        self.uses(&[buf.into()]).upload(buf, indices)?;
+        self.copy_in(buf, indices)?;
         Ok(Some(buf))
     }
 }

@@ -13,9 +13,8 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
 use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
-use crate::backend::Backend;
+use crate::ops::Step;
 use crate::tensor::{Layout, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -59,8 +58,9 @@ impl<'s> Tensor<'s> {
         let y = s.output("global-avg-pool output", Shape::new(&[x.dim(0), x.dim(1)]), &[&self])?;
         let (planes, area) = (x.dim(0) * x.dim(1), x.dim(2) * x.dim(3));
         let nhwc = self.layout() == Layout::Nhwc;
-        match s.uses(&[self.buf().into(), y.buf().into()]) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| {
+        s.launch(
+            &[self.buf().into(), y.buf().into()],
+            |v| {
                 let (x_, y_) = (v.read(self.buf())?, v.write(y.buf())?);
                 if nhwc {
                     cpu::forward_nhwc(x.dim(1), area, x_, y_);
@@ -68,35 +68,39 @@ impl<'s> Tensor<'s> {
                     cpu::forward(area, x_, y_);
                 }
                 Ok(())
-            })?,
-            Backend::Cuda(gpu) if nhwc => gpu.launch(
-                GLOBAL_AVG_POOL_NHWC_FORWARD.of(y.dtype()),
-                Grid::over(planes),
-                &[
-                    self.buf().into(),
-                    y.buf().into(),
-                    Arg::U32(x.dim(0) as u32),
-                    Arg::U32(x.dim(1) as u32),
-                    Arg::U32(area as u32),
-                ],
-            )?,
-            Backend::Cuda(gpu) => gpu.launch(
-                GLOBAL_AVG_POOL_FORWARD.of(y.dtype()),
-                Grid::over(planes),
-                &[
-                    self.buf().into(),
-                    y.buf().into(),
-                    Arg::U32(planes as u32),
-                    Arg::U32(area as u32),
-                ],
-            )?,
-            Backend::Dry(_) => {}
-        }
+            },
+            |gpu| {
+                if nhwc {
+                    gpu.launch(
+                        GLOBAL_AVG_POOL_NHWC_FORWARD.of(y.dtype()),
+                        Grid::over(planes),
+                        &[
+                            self.buf().into(),
+                            y.buf().into(),
+                            Arg::U32(x.dim(0) as u32),
+                            Arg::U32(x.dim(1) as u32),
+                            Arg::U32(area as u32),
+                        ],
+                    )
+                } else {
+                    gpu.launch(
+                        GLOBAL_AVG_POOL_FORWARD.of(y.dtype()),
+                        Grid::over(planes),
+                        &[
+                            self.buf().into(),
+                            y.buf().into(),
+                            Arg::U32(planes as u32),
+                            Arg::U32(area as u32),
+                        ],
+                    )
+                }
+            },
+        )?;
         if y.requires_grad() {
-            s.record(Node::GlobalAvgPool2d(Saved {
+            s.record(Saved {
                 x: self.inner,
                 y: y.inner,
-            }));
+            });
         }
         Ok(y)
     }
@@ -112,8 +116,9 @@ impl Saved {
         let (planes, area) = (x.dim(0) * x.dim(1), x.dim(2) * x.dim(3));
         let gx = s.grad_buffer(&self.x, "global-avg-pool input grad")?;
         let nhwc = self.x.layout == Layout::Nhwc;
-        match s.uses(&[gy.into(), gx.into()]) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| {
+        s.launch(
+            &[gy.into(), gx.into()],
+            |v| {
                 let (gy, gx) = (v.read(gy)?, v.write(gx)?);
                 if nhwc {
                     cpu::backward_nhwc(x.dim(1), area, gy, gx);
@@ -121,25 +126,29 @@ impl Saved {
                     cpu::backward(area, gy, gx);
                 }
                 Ok(())
-            })?,
-            Backend::Cuda(gpu) if nhwc => gpu.launch(
-                GLOBAL_AVG_POOL_NHWC_BACKWARD.of(gx.dtype()),
-                Grid::over(planes * area),
-                &[
-                    gy.into(),
-                    gx.into(),
-                    Arg::U32(x.dim(0) as u32),
-                    Arg::U32(x.dim(1) as u32),
-                    Arg::U32(area as u32),
-                ],
-            )?,
-            Backend::Cuda(gpu) => gpu.launch(
-                GLOBAL_AVG_POOL_BACKWARD.of(gx.dtype()),
-                Grid::over(planes * area),
-                &[gy.into(), gx.into(), Arg::U32(planes as u32), Arg::U32(area as u32)],
-            )?,
-            Backend::Dry(_) => {}
-        }
+            },
+            |gpu| {
+                if nhwc {
+                    gpu.launch(
+                        GLOBAL_AVG_POOL_NHWC_BACKWARD.of(gx.dtype()),
+                        Grid::over(planes * area),
+                        &[
+                            gy.into(),
+                            gx.into(),
+                            Arg::U32(x.dim(0) as u32),
+                            Arg::U32(x.dim(1) as u32),
+                            Arg::U32(area as u32),
+                        ],
+                    )
+                } else {
+                    gpu.launch(
+                        GLOBAL_AVG_POOL_BACKWARD.of(gx.dtype()),
+                        Grid::over(planes * area),
+                        &[gy.into(), gx.into(), Arg::U32(planes as u32), Arg::U32(area as u32)],
+                    )
+                }
+            },
+        )?;
         s.accumulate(&self.x, gx)
     }
 }

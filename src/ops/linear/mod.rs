@@ -5,10 +5,10 @@ pub(crate) mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
 use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Gemm, Grid, KernelSource, BLAS_WORKSPACE};
-use crate::backend::{Backend, BackendError, Sizing};
+use crate::backend::{BackendError, Sizing};
 use crate::memory::{Buf, FloatBuf};
+use crate::ops::Step;
 use crate::tensor::{Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -69,14 +69,15 @@ impl<'s> Tensor<'s> {
             None => s.output("linear output", Shape::new(&[n, out]), &[&self, &weight])?,
         };
         let workspace = blas_workspace(s)?;
-        match s.uses(&[
-            self.buf().into(),
-            weight.buf().into(),
-            bias.map_or(FloatBuf::default(), |b| b.buf()).into(),
-            y.buf().into(),
-            workspace.unwrap_or_default().into(),
-        ]) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| {
+        s.launch(
+            &[
+                self.buf().into(),
+                weight.buf().into(),
+                bias.map_or(FloatBuf::default(), |b| b.buf()).into(),
+                y.buf().into(),
+                workspace.unwrap_or_default().into(),
+            ],
+            |v| {
                 let b = match bias {
                     Some(b) => Some(v.read(b.buf())?),
                     None => None,
@@ -89,8 +90,8 @@ impl<'s> Tensor<'s> {
                     v.write(y.buf())?,
                 );
                 Ok(())
-            })?,
-            Backend::Cuda(gpu) => {
+            },
+            |gpu| {
                 if let Some(b) = bias {
                     gpu.launch(
                         BIAS_ROWS.of(y.dtype()),
@@ -113,17 +114,16 @@ impl<'s> Tensor<'s> {
                     c: y.buf(),
                     ldc: out,
                     workspace: workspace.ok_or(NO_WORKSPACE)?,
-                })?
-            }
-            Backend::Dry(_) => {}
-        }
+                })
+            },
+        )?;
         if y.requires_grad() {
-            s.record(Node::Linear(Saved {
+            s.record(Saved {
                 x: self.inner,
                 w: weight.inner,
                 bias: bias.map(|b| b.inner),
                 y: y.inner,
-            }));
+            });
         }
         Ok(y)
     }
@@ -141,82 +141,88 @@ impl Saved {
         };
         if self.x.requires_grad {
             let gx = s.alloc_like("linear input grad", &self.x)?;
-            match s.uses(&[
-                gy.into(),
-                self.w.buf.into(),
-                gx.into(),
-                workspace.unwrap_or_default().into(),
-            ]) {
-                Backend::Cpu(cpu) => cpu.run(|v, _| {
+            s.launch(
+                &[
+                    gy.into(),
+                    self.w.buf.into(),
+                    gx.into(),
+                    workspace.unwrap_or_default().into(),
+                ],
+                |v| {
                     cpu::input_grad(dims, v.read(gy)?, v.read(self.w.buf)?, v.write(gx)?);
                     Ok(())
-                })?,
+                },
                 // Column-major: gxᵀ (in × n) = W-as-stored (in × out) · gyᵀ (out × n).
-                Backend::Cuda(gpu) => gpu.gemm(Gemm {
-                    transa: false,
-                    transb: false,
-                    m: inp,
-                    n,
-                    k: out,
-                    a: self.w.buf,
-                    lda: inp,
-                    b: gy,
-                    ldb: out,
-                    beta: 0.0,
-                    c: gx,
-                    ldc: inp,
-                    workspace: workspace.ok_or(NO_WORKSPACE)?,
-                })?,
-                Backend::Dry(_) => {}
-            }
+                |gpu| {
+                    gpu.gemm(Gemm {
+                        transa: false,
+                        transb: false,
+                        m: inp,
+                        n,
+                        k: out,
+                        a: self.w.buf,
+                        lda: inp,
+                        b: gy,
+                        ldb: out,
+                        beta: 0.0,
+                        c: gx,
+                        ldc: inp,
+                        workspace: workspace.ok_or(NO_WORKSPACE)?,
+                    })
+                },
+            )?;
             s.accumulate(&self.x, gx)?;
         }
         if self.w.requires_grad {
             let gw = s.grad_buffer(&self.w, "linear weight grad")?;
-            match s.uses(&[
-                gy.into(),
-                self.x.buf.into(),
-                gw.into(),
-                workspace.unwrap_or_default().into(),
-            ]) {
-                Backend::Cpu(cpu) => cpu.run(|v, _| {
+            s.launch(
+                &[
+                    gy.into(),
+                    self.x.buf.into(),
+                    gw.into(),
+                    workspace.unwrap_or_default().into(),
+                ],
+                |v| {
                     cpu::weight_grad(dims, v.read(gy)?, v.read(self.x.buf)?, v.write(gw)?);
                     Ok(())
-                })?,
+                },
                 // Column-major: gWᵀ (in × out) = xᵀ (in × n) · gy (n × out).
-                Backend::Cuda(gpu) => gpu.gemm(Gemm {
-                    transa: false,
-                    transb: true,
-                    m: inp,
-                    n: out,
-                    k: n,
-                    a: self.x.buf,
-                    lda: inp,
-                    b: gy,
-                    ldb: out,
-                    beta: 0.0,
-                    c: gw,
-                    ldc: inp,
-                    workspace: workspace.ok_or(NO_WORKSPACE)?,
-                })?,
-                Backend::Dry(_) => {}
-            }
+                |gpu| {
+                    gpu.gemm(Gemm {
+                        transa: false,
+                        transb: true,
+                        m: inp,
+                        n: out,
+                        k: n,
+                        a: self.x.buf,
+                        lda: inp,
+                        b: gy,
+                        ldb: out,
+                        beta: 0.0,
+                        c: gw,
+                        ldc: inp,
+                        workspace: workspace.ok_or(NO_WORKSPACE)?,
+                    })
+                },
+            )?;
             s.accumulate(&self.w, gw)?;
         }
         if let Some(b) = self.bias.filter(|b| b.requires_grad) {
             let gb = s.grad_buffer(&b, "linear bias grad")?;
-            match s.uses(&[gy.into(), gb.into()]) {
-                Backend::Cpu(cpu) => cpu.run(|v, _| {
+            s.launch(
+                &[gy.into(), gb.into()],
+                |v| {
                     cpu::bias_grad(dims, v.read(gy)?, v.write(gb)?);
                     Ok(())
-                })?,
-                Backend::Cuda(gpu) => gpu.launch(
-                    BIAS_ROWS_GRAD.of(gb.dtype()),
-                    Grid::over(out),
-                    &[gy.into(), gb.into(), Arg::U32(n as u32), Arg::U32(out as u32)],
-                )?,
-                Backend::Dry(_) => {}
-            }
+                },
+                |gpu| {
+                    gpu.launch(
+                        BIAS_ROWS_GRAD.of(gb.dtype()),
+                        Grid::over(out),
+                        &[gy.into(), gb.into(), Arg::U32(n as u32), Arg::U32(out as u32)],
+                    )
+                },
+            )?;
             s.accumulate(&b, gb)?;
         }
         Ok(())
@@ -227,7 +233,7 @@ const NO_WORKSPACE: BackendError = BackendError::Internal("a GPU matrix product 
 
 /// cuBLAS's workspace for this op's products, in the step region, on a GPU.
 fn blas_workspace(s: &mut Step<'_>) -> Result<Option<Buf<f32>>> {
-    match s.backend().sizing() {
+    match s.sizing() {
         Sizing::Cuda(_) => Ok(Some(
             s.alloc::<f32>("cuBLAS workspace", Shape::new(&[BLAS_WORKSPACE / 4]))?,
         )),

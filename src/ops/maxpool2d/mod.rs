@@ -22,10 +22,9 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
 use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
-use crate::backend::Backend;
 use crate::memory::Buf;
+use crate::ops::Step;
 use crate::tensor::{Layout, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -222,29 +221,29 @@ impl<'s> Tensor<'s> {
         let out = g.output(x);
         let y = s.output("max-pool output", out, &[&self])?;
         let winner = s.alloc::<u8>("max-pool winners", out)?;
-        match s.uses(&[self.buf().into(), y.buf().into(), winner.into()]) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| {
+        s.launch(
+            &[self.buf().into(), y.buf().into(), winner.into()],
+            |v| {
                 cpu::window_forward(&g, v.read(self.buf())?, v.write(y.buf())?, v.write(winner)?);
                 Ok(())
-            })?,
-            Backend::Cuda(gpu) => {
+            },
+            |gpu| {
                 let [a, b, c, d, e, f, h, i] = g.args();
                 gpu.launch(
                     MAXPOOL_WINDOW_FORWARD.of(y.dtype()),
                     Grid::over(out.numel()),
                     &[self.buf().into(), y.buf().into(), winner.into(), a, b, c, d, e, f, h, i],
-                )?
-            }
-            Backend::Dry(_) => {}
-        }
+                )
+            },
+        )?;
         if y.requires_grad() {
-            s.record(Node::MaxPool2d(Saved {
+            s.record(Saved {
                 x: self.inner,
                 y: y.inner,
                 winner,
                 relu: false,
                 general: Some(g),
-            }));
+            });
         }
         Ok(y)
     }
@@ -265,37 +264,39 @@ impl<'s> Tensor<'s> {
         };
         let y = s.output(what, out, &[&self])?;
         let winner = s.alloc::<u8>("max-pool winners", out)?;
-        match s.uses(&[self.buf().into(), y.buf().into(), winner.into()]) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| {
+        s.launch(
+            &[self.buf().into(), y.buf().into(), winner.into()],
+            |v| {
                 let out = v.write(y.buf())?;
                 cpu::forward(x, v.read(self.buf())?, out, v.write(winner)?);
                 if relu {
                     out.iter_mut().for_each(|v| *v = v.max(0.0));
                 }
                 Ok(())
-            })?,
-            Backend::Cuda(gpu) => gpu.launch(
-                if relu { MAXPOOL_RELU_FORWARD } else { MAXPOOL_FORWARD }.of(y.dtype()),
-                Grid::over(out.numel()),
-                &[
-                    self.buf().into(),
-                    y.buf().into(),
-                    winner.into(),
-                    Arg::U32((x.dim(0) * x.dim(1)) as u32),
-                    Arg::U32(x.dim(2) as u32),
-                    Arg::U32(x.dim(3) as u32),
-                ],
-            )?,
-            Backend::Dry(_) => {}
-        }
+            },
+            |gpu| {
+                gpu.launch(
+                    if relu { MAXPOOL_RELU_FORWARD } else { MAXPOOL_FORWARD }.of(y.dtype()),
+                    Grid::over(out.numel()),
+                    &[
+                        self.buf().into(),
+                        y.buf().into(),
+                        winner.into(),
+                        Arg::U32((x.dim(0) * x.dim(1)) as u32),
+                        Arg::U32(x.dim(2) as u32),
+                        Arg::U32(x.dim(3) as u32),
+                    ],
+                )
+            },
+        )?;
         if y.requires_grad() {
-            s.record(Node::MaxPool2d(Saved {
+            s.record(Saved {
                 x: self.inner,
                 y: y.inner,
                 winner,
                 relu,
                 general: None,
-            }));
+            });
         }
         Ok(y)
     }
@@ -309,30 +310,31 @@ impl Saved {
         }
         let gx = s.alloc_like("max-pool input grad", &self.x)?;
         if let Some(g) = self.general {
-            match s.uses(&[gy.into(), self.winner.into(), gx.into()]) {
-                Backend::Cpu(cpu) => cpu.run(|v, _| {
+            s.launch(
+                &[gy.into(), self.winner.into(), gx.into()],
+                |v| {
                     cpu::window_backward(&g, v.read(gy)?, v.read(self.winner)?, v.write(gx)?);
                     Ok(())
-                })?,
-                Backend::Cuda(gpu) => {
+                },
+                |gpu| {
                     let [a, b, c, d, e, f, h, i] = g.args();
                     gpu.launch(
                         MAXPOOL_WINDOW_BACKWARD.of(gx.dtype()),
                         Grid::over(self.x.shape.numel()),
                         &[gy.into(), self.winner.into(), gx.into(), a, b, c, d, e, f, h, i],
-                    )?
-                }
-                Backend::Dry(_) => {}
-            }
+                    )
+                },
+            )?;
             return s.accumulate(&self.x, gx);
         }
-        match s.uses(&[gy.into(), self.y.buf.into(), self.winner.into(), gx.into()]) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| {
+        s.launch(
+            &[gy.into(), self.y.buf.into(), self.winner.into(), gx.into()],
+            |v| {
                 let relu_of = if self.relu { Some(v.read(self.y.buf)?) } else { None };
                 cpu::backward(self.x.shape, v.read(gy)?, relu_of, v.read(self.winner)?, v.write(gx)?);
                 Ok(())
-            })?,
-            Backend::Cuda(gpu) => {
+            },
+            |gpu| {
                 let x = self.x.shape;
                 let relu_of = if self.relu { Arg::from(self.y.buf) } else { Arg::Null };
                 gpu.launch(
@@ -347,10 +349,9 @@ impl Saved {
                         Arg::U32(x.dim(2) as u32),
                         Arg::U32(x.dim(3) as u32),
                     ],
-                )?
-            }
-            Backend::Dry(_) => {}
-        }
+                )
+            },
+        )?;
         s.accumulate(&self.x, gx)
     }
 }

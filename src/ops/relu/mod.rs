@@ -4,9 +4,8 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
 use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
-use crate::backend::Backend;
+use crate::ops::Step;
 use crate::tensor::{Tensor, TensorRef};
 use crate::Result;
 
@@ -33,23 +32,24 @@ pub(crate) struct Saved {
 impl<'s> Tensor<'s> {
     pub fn relu(self, s: &mut Step<'s>) -> Result<Tensor<'s>> {
         let y = s.output("relu output", self.shape(), &[&self])?;
-        match s.uses(&[self.buf().into(), y.buf().into()]) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| cpu::forward(v.read(self.buf())?, v.write(y.buf())?))?,
-            Backend::Cuda(gpu) => {
-                let n = y.shape().numel();
+        let (x, out) = (self.buf(), y.buf());
+        s.launch(
+            &[x.into(), out.into()],
+            |v| cpu::forward(v.read(x)?, v.write(out)?),
+            |gpu| {
+                let n = out.len();
                 gpu.launch(
-                    RELU_FORWARD.of(y.dtype()),
+                    RELU_FORWARD.of(out.dtype()),
                     Grid::over(n),
-                    &[self.buf().into(), y.buf().into(), Arg::U32(n as u32)],
-                )?
-            }
-            Backend::Dry(_) => {}
-        }
+                    &[x.into(), out.into(), Arg::U32(n as u32)],
+                )
+            },
+        )?;
         if y.requires_grad() {
-            s.record(Node::Relu(Saved {
+            s.record(Saved {
                 y: y.inner,
                 x: self.inner,
-            }));
+            });
         }
         Ok(y)
     }
@@ -62,18 +62,19 @@ impl Saved {
             return Ok(());
         }
         let gx = s.alloc_like("relu input grad", &self.x)?;
-        match s.uses(&[self.y.buf.into(), gy.into(), gx.into()]) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| cpu::backward(v.read(self.y.buf)?, v.read(gy)?, v.write(gx)?))?,
-            Backend::Cuda(gpu) => {
+        let y = self.y.buf;
+        s.launch(
+            &[y.into(), gy.into(), gx.into()],
+            |v| cpu::backward(v.read(y)?, v.read(gy)?, v.write(gx)?),
+            |gpu| {
                 let n = gx.len();
                 gpu.launch(
                     RELU_BACKWARD.of(gx.dtype()),
                     Grid::over(n),
-                    &[self.y.buf.into(), gy.into(), gx.into(), Arg::U32(n as u32)],
-                )?
-            }
-            Backend::Dry(_) => {}
-        }
+                    &[y.into(), gy.into(), gx.into(), Arg::U32(n as u32)],
+                )
+            },
+        )?;
         s.accumulate(&self.x, gx)
     }
 }

@@ -6,7 +6,7 @@
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::{Node, Step};
+use crate::ops::Step;
 use crate::tensor::{Layout, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
 
@@ -30,10 +30,10 @@ impl<'s> Tensor<'s> {
         let requires_grad = self.requires_grad() && s.grad_enabled();
         let y = s.alias(self.buf(), shape, requires_grad);
         if requires_grad {
-            s.record(Node::Reshape(Saved {
+            s.record(Saved {
                 x: self.inner,
                 y: y.inner,
-            }));
+            });
         }
         Ok(y)
     }

@@ -22,11 +22,10 @@ mod cpu;
 #[cfg(test)]
 mod tests;
 
-use crate::autograd::Step;
 use crate::backend::cuda::{Arg, Grid, KernelSource};
-use crate::backend::Backend;
 use crate::memory::{Buf, Touch};
 use crate::ops::lr::LrAt;
+use crate::ops::Step;
 use crate::{Error, Result};
 
 /// Its CUDA kernel, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
@@ -160,8 +159,9 @@ impl Step<'_> {
         } else {
             &touches[..4]
         };
-        match self.uses(declared) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| {
+        self.launch(
+            declared,
+            |v| {
                 let (rate, _) = LrAt::read(v.read(lr.table)?, v.read(lr.cursor.buf)?);
                 let (p, g) = (v.write(param)?, v.read(grad)?);
                 let vel = match velocity {
@@ -170,25 +170,26 @@ impl Step<'_> {
                 };
                 cpu::sgd(p, g, vel, rate, h);
                 Ok(())
-            })?,
-            Backend::Cuda(gpu) => gpu.launch(
-                SGD_UPDATE,
-                flat_grid(param.len()),
-                &[
-                    param.into(),
-                    grad.into(),
-                    velocity.map_or(Arg::Null, Into::into),
-                    Arg::U64(param.len() as u64),
-                    lr.table.into(),
-                    Arg::U32(lr.table.len() as u32),
-                    lr.cursor.buf.into(),
-                    Arg::F32(h.momentum),
-                    Arg::U32(h.nesterov as u32),
-                    Arg::F32(h.weight_decay),
-                ],
-            )?,
-            Backend::Dry(_) => {}
-        }
+            },
+            |gpu| {
+                gpu.launch(
+                    SGD_UPDATE,
+                    flat_grid(param.len()),
+                    &[
+                        param.into(),
+                        grad.into(),
+                        velocity.map_or(Arg::Null, Into::into),
+                        Arg::U64(param.len() as u64),
+                        lr.table.into(),
+                        Arg::U32(lr.table.len() as u32),
+                        lr.cursor.buf.into(),
+                        Arg::F32(h.momentum),
+                        Arg::U32(h.nesterov as u32),
+                        Arg::F32(h.weight_decay),
+                    ],
+                )
+            },
+        )?;
         Ok(())
     }
 }

@@ -21,7 +21,7 @@ pub struct StepChoice {
     /// backward makes again rather than keeps.
     pub dropped: Vec<u32>,
     /// Whether chains of dropped candidates are made again for each
-    /// reader rather than held (see [`crate::autograd::Step`]'s `saved`).
+    /// reader rather than held (see [`crate::Step`]'s `saved`).
     pub transient_chains: bool,
 }
 
@@ -61,7 +61,7 @@ pub struct ArenaNeeds {
     pub candidates: Vec<Candidate>,
     pub dropped: Vec<u32>,
     /// Whether chains of dropped candidates are remade for each reader
-    /// rather than held (see [`crate::autograd::Step`]'s `saved`).
+    /// rather than held (see [`crate::Step`]'s `saved`).
     pub transient_chains: bool,
     /// The persistent allocations, for the memory report.
     pub persistent: Vec<PersistentBuf>,

@@ -13,6 +13,7 @@ mod engines;
 mod legacy;
 
 use super::CudaError;
+pub use crate::backend::ConvDims;
 use crate::memory::DType;
 use cudarc::cudnn::result as dnn;
 use cudarc::cudnn::sys;
@@ -23,51 +24,6 @@ use legacy::LegacyConv;
 /// convolutions of the MNIST CNN need none; a limit keeps a heuristic's FFT
 /// choice from tripling the step region.
 pub const WORKSPACE_LIMIT: usize = 8 << 20;
-
-/// A convolution's sizes: input `[n, c, h, w]`, filters `[f, c, kh, kw]`,
-/// the same stride and zero padding in both directions. A plan is made per
-/// distinct value, so stride and padding are part of the cache key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct ConvDims {
-    pub n: usize,
-    pub c: usize,
-    pub h: usize,
-    pub w: usize,
-    pub f: usize,
-    pub kh: usize,
-    pub kw: usize,
-    pub stride: usize,
-    pub padding: usize,
-    /// The type of input, filters and output (the sums are fp32 in both).
-    pub dtype: DType,
-    /// Input, filters and output channels last (NHWC, filters KRSC), as a
-    /// bf16 step keeps them; else NCHW (filters KCRS).
-    pub nhwc: bool,
-}
-
-impl ConvDims {
-    pub fn input_len(&self) -> usize {
-        self.n * self.c * self.h * self.w
-    }
-    pub fn filter_len(&self) -> usize {
-        self.f * self.c * self.kh * self.kw
-    }
-    /// Output rows and columns, PyTorch's `(h + 2·padding − kh) / stride + 1`;
-    /// zero where the kernel does not fit the padded input (no output
-    /// position) or the stride is 0.
-    pub fn output_hw(&self) -> (usize, usize) {
-        let len = |d: usize, k: usize| match (d + 2 * self.padding).checked_sub(k) {
-            Some(room) if self.stride > 0 => room / self.stride + 1,
-            _ => 0,
-        };
-        (len(self.h, self.kh), len(self.w, self.kw))
-    }
-
-    pub fn output_len(&self) -> usize {
-        let (oh, ow) = self.output_hw();
-        self.n * self.f * oh * ow
-    }
-}
 
 /// Which of the three passes a workspace is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,57 +204,6 @@ pub(super) fn int(v: usize) -> Result<i32, CudaError> {
 
 #[cfg(test)]
 mod tests {
-    use super::ConvDims;
-    use crate::memory::DType;
-
-    #[test]
-    fn a_kernel_larger_than_its_input_has_no_output() {
-        let dims = |kh, kw| ConvDims {
-            n: 2,
-            c: 1,
-            h: 4,
-            w: 5,
-            f: 3,
-            kh,
-            kw,
-            stride: 1,
-            padding: 0,
-            dtype: DType::F32,
-            nhwc: false,
-        };
-        assert_eq!(dims(5, 5).output_len(), 0);
-        assert_eq!(dims(4, 6).output_len(), 0);
-        assert_eq!(dims(9, 3).output_len(), 0);
-        assert_eq!(dims(3, 11).output_len(), 0);
-        assert_eq!(dims(4, 5).output_len(), 2 * 3);
-        assert_eq!(dims(3, 3).output_len(), 2 * 3 * 2 * 3);
-    }
-
-    #[test]
-    fn output_sizes_follow_pytorch_with_stride_and_padding() {
-        let dims = |kh, kw, stride, padding| ConvDims {
-            n: 2,
-            c: 1,
-            h: 7,
-            w: 8,
-            f: 3,
-            kh,
-            kw,
-            stride,
-            padding,
-            dtype: DType::F32,
-            nhwc: false,
-        };
-        assert_eq!(dims(3, 3, 1, 1).output_hw(), (7, 8));
-        assert_eq!(dims(3, 3, 2, 1).output_hw(), (4, 4));
-        assert_eq!(dims(1, 1, 2, 0).output_hw(), (4, 4));
-        assert_eq!(dims(7, 7, 2, 3).output_hw(), (4, 4));
-        assert_eq!(dims(9, 10, 1, 1).output_hw(), (1, 1));
-        assert_eq!(dims(10, 3, 1, 1).output_len(), 0);
-        assert_eq!(dims(3, 3, 0, 1).output_len(), 0);
-        assert_eq!(dims(3, 3, 2, 1).output_len(), 2 * 3 * 4 * 4);
-    }
-
     #[test]
     fn an_algorithm_loses_its_time_beyond_the_fastest_timed() {
         // Fastest first, as cuDNN returns them: (algorithm, workspace, seconds).

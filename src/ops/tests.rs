@@ -1,12 +1,31 @@
-//! Gradients of a tensor used more than once add up (`Step::accumulate`):
-//! the first contribution is kept, later ones are added into it. And the
-//! step scope on the arena: a planned step with tensors follows its plan.
+//! The registry and the step over its node set: every kernel registered as
+//! its source defines it; gradients of a tensor used more than once add up
+//! (`Step::accumulate`: the first contribution is kept, later ones are
+//! added into it); and the step scope on the arena (a planned step with
+//! tensors follows its plan).
 
+use super::gradcheck::{check, values, EPS};
+use super::KERNELS;
+use crate::backend::cuda::kernels::tests::registration_errors;
+use crate::backend::cuda::kernels::KernelTable;
 use crate::backend::Device;
 use crate::memory::Arena;
-use crate::nn::{Init, ParamStore};
-use crate::ops::gradcheck::{check, values, EPS};
-use crate::tensor::Shape;
+use crate::tensor::{Param, Shape};
+
+/// A kernel a source defines but nobody registered, or a name registered
+/// that its source does not define, fails here, on a machine without a
+/// GPU, rather than when a GPU first opens.
+#[test]
+fn every_kernel_is_registered_exactly_as_its_source_defines_it() {
+    let errors: Vec<String> = KERNELS.iter().flat_map(registration_errors).collect();
+    assert!(
+        errors.is_empty(),
+        "kernel registrations disagree with their sources:\n{}",
+        errors.join("\n")
+    );
+    let table = KernelTable::new(KERNELS, |_| Ok(()));
+    assert!(table.is_ok(), "{:?}", table.err());
+}
 
 #[test]
 fn a_tensor_used_twice_by_one_op_gets_the_sum_of_both_gradients() {
@@ -40,8 +59,16 @@ fn a_parameter_asked_for_twice_gets_the_sum_of_both_uses() {
     let g = values(6, 64, -1.0, 1.0);
     let w0 = values(9, 65, -1.0, 1.0);
     let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
-    let (_, w) = ParamStore::build(&mut arena.persistent(), 1, |pb| pb.param("w", ws, Init::Constant(0.0))).unwrap();
-    arena.write_persistent(w.buf(), &w0).unwrap();
+    // A parameter as a store hands it out: its values and its gradient's
+    // slot in the persistent region.
+    let mut p = arena.persistent();
+    let (buf, grad) = (p.upload("w", ws, &w0).unwrap(), p.zeros("w grad", ws).unwrap());
+    let w = Param {
+        index: 0,
+        buf,
+        grad,
+        shape: ws,
+    };
     // ⟨z, g⟩ at the parameter's current values, and its gradient.
     let run = |arena: &mut Arena, values: &[f32]| {
         arena.write_persistent(w.buf(), values).unwrap();

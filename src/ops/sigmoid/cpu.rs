@@ -1,0 +1,26 @@
+use crate::backend::BackendError;
+use crate::ops::CHUNK;
+use rayon::prelude::*;
+
+/// `1 / (1 + e^−x)`, as the GPU kernel computes it.
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+pub(super) fn forward(x: &[f32], y: &mut [f32]) -> Result<(), BackendError> {
+    y.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK)).for_each(|(y, x)| {
+        y.iter_mut().zip(x).for_each(|(y, &x)| *y = sigmoid(x));
+    });
+    Ok(())
+}
+
+pub(super) fn backward(y: &[f32], gy: &[f32], gx: &mut [f32]) -> Result<(), BackendError> {
+    gx.par_chunks_mut(CHUNK)
+        .zip(y.par_chunks(CHUNK).zip(gy.par_chunks(CHUNK)))
+        .for_each(|(gx, (y, gy))| {
+            for ((gx, &y), &gy) in gx.iter_mut().zip(y).zip(gy) {
+                *gx = gy * y * (1.0 - y);
+            }
+        });
+    Ok(())
+}
