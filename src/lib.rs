@@ -11,32 +11,49 @@
 //! - [`rng`]: the small PRNG that initialisation, shuffling and dropout
 //!   share, below every layer that draws numbers;
 //! - [`memory`]: the arena, its regions, statistics, liveness plans, the
-//!   memory report, typed handles and shapes: bytes only, reaching device
-//!   capabilities (graphs, timing) through methods of the backend;
+//!   memory report, typed handles and shapes. Today the arena also owns the
+//!   device: it holds the backend, passes device calls through (graph
+//!   capture and replay, convolution tuning, op timing, the all-reduce),
+//!   keeps autograd's tape between steps as opaque state, and asks the
+//!   backend whether it is the dry one (issue 30 moves these to a runtime
+//!   beside it);
 //! - [`backend`]: where memory lives and kernels run (CPU, CUDA, and a dry
-//!   backend that measures) — the home of `unsafe`, but for the launcher's
-//!   two `libc` calls in `distributed`;
+//!   backend that measures) — the home of `unsafe`, but for two `libc`
+//!   calls in `distributed::launcher` (signalling the ranks' process group,
+//!   and `_exit`);
 //! - [`tensor`]: step tensors, persistent parameters and data sets;
 //! - [`autograd`]: the step, the tape and backward, generic over the node
 //!   set the op registry hands it (it names no op);
 //! - [`ops`]: one folder per op — forward, backward, kernels, tests — and
 //!   the registry, one line per op, whose node set makes `Step` and
-//!   `Arena::step`;
+//!   `Arena::step`; the one launch helper that matches on the device; the
+//!   learning-rate lookup and the gradient checker;
 //! - [`nn`]: parameters with names in slabs (`ParamBuilder`,
-//!   `ParamStore`), and the `Model` and `Optimizer` traits;
-//! - [`data`]: IDX files, MNIST, CIFAR-10, the epoch's shuffled order;
+//!   `ParamStore`), PyTorch's initialisations, layers that pair parameters
+//!   with their op, and the `Model` and `Optimizer` traits;
+//! - [`data`]: IDX files, MNIST, CIFAR-10, the epoch's shuffled order, and
+//!   the set uploaded once into the persistent region;
 //! - [`tasks`]: what a batch means — its input and targets at the cursor,
 //!   the loss, the metric (image classification);
 //! - [`models`]: networks built from ops and `nn` (the MNIST CNN, ResNet-18
 //!   and -50, SqueezeNet);
 //! - [`optim`]: optimizers updating the parameter slab in place;
-//! - [`distributed`]: data-parallel training — rendezvous, the `--gpus`
-//!   launcher, gradient buckets summed during backward, running one rank;
+//! - [`distributed`]: data-parallel training — a rank's place from its
+//!   environment, the rendezvous (strangers on its port dropped; with the
+//!   job's token, only its ranks admitted) and the watch of the formed
+//!   group, the `--gpus` launcher, gradient buckets summed during backward,
+//!   running one rank;
 //! - [`checkpoint`]: a run's state as atomic, checksummed safetensors files;
 //! - [`train`]: one pipeline from a run's settings to a session in an arena
 //!   sized for it (dry runs, memory budget, convolution tuning, plans), the
-//!   session's epochs, checkpoints and resume, reports; one entry point,
-//!   [`train::train`], used by the CLI.
+//!   session's epochs, checkpoints and resume, reports; one entry point
+//!   that trains, [`train::train`], used by the CLI, which also asks it
+//!   for `bumpgrad memory`'s report and largest batch.
+//!
+//! The binary (`src/bin/bumpgrad/`) parses flags, picks the model,
+//! optimizer and task by name, calls the library and prints. The crate's
+//! [`Error`] sits at the bottom with [`rng`], though it still wraps the
+//! errors of layers above it.
 //!
 //! A step in miniature: one named parameter in a store, three steps of SGD.
 //!

@@ -1,0 +1,291 @@
+use super::*;
+
+fn c(bytes: usize, multiply_adds: u64) -> Candidate {
+    Candidate {
+        what: "conv2d output",
+        bytes,
+        multiply_adds,
+        bytes_moved: 0,
+        reads: Vec::new(),
+        remade: 0,
+    }
+}
+
+/// A plan with one buffer per `(size, born, last)` and a gradient seed
+/// born at `seed`.
+fn needs(bufs: &[(usize, u32, u32)], seed: u32, candidates: Vec<Candidate>) -> ArenaNeeds {
+    use crate::memory::plan::PlannedBuf;
+    let buf = PlannedBuf::unplaced;
+    let mut all: Vec<PlannedBuf> = bufs.iter().map(|&(s, b, l)| buf("b", s, b, l)).collect();
+    all.push(buf(GRADIENT_SEED, 256, seed, seed));
+    let plan = crate::memory::plan::plan(StepKind::Train as u32, &all);
+    ArenaNeeds {
+        persistent_bytes: 0,
+        step_bytes: plan.peak,
+        candidates,
+        dropped: vec![],
+        transient_chains: false,
+        persistent: vec![],
+        plans: vec![plan],
+    }
+}
+
+#[test]
+fn the_bound_is_the_cheapest_fractional_removal_of_the_excess_when_backward_starts() {
+    let speed = Speed {
+        multiply_adds_per_s: 1.0,
+        bytes_per_s: f64::INFINITY,
+    };
+    // Three kept tensors of 1 KiB each alive when backward starts (tick
+    // 5), and a transient of 4 KiB earlier that no drop can touch.
+    let kib = 1024;
+    let n = needs(
+        &[(4 * kib, 1, 2), (kib, 1, 9), (kib, 2, 9), (kib, 3, 9)],
+        5,
+        vec![c(kib, 10), c(kib, 40), c(kib, 20)],
+    );
+    // 3 KiB + the seed alive: to fit 1.5 KiB + 256 B, 1.5 KiB must go:
+    // all of the cheapest (10 s) and half of the next (20 s).
+    assert_eq!(fractional_bound(&n, kib * 3 / 2 + 256, &speed), 10.0 + 10.0);
+    // Within the budget there: nothing (the earlier peak is not
+    // backward's, and no drop lowers it).
+    assert_eq!(fractional_bound(&n, 4 * kib, &speed), 0.0);
+}
+
+#[test]
+fn drops_are_given_back_then_exchanged_for_cheaper_ones_that_fit() {
+    let speed = Speed {
+        multiply_adds_per_s: 1.0,
+        bytes_per_s: f64::INFINITY,
+    };
+    // A step of 1000 bytes that drops the bytes of what it drops.
+    let candidates = vec![c(100, 10), c(100, 3), c(50, 1), c(60, 2)];
+    let base = needs(&[], 1, candidates.clone());
+    let measure = |dropped: &[u32]| -> Result<ArenaNeeds> {
+        let gone: usize = dropped.iter().map(|&i| candidates[i as usize].bytes).sum();
+        Ok(ArenaNeeds {
+            step_bytes: 1000 - gone,
+            dropped: dropped.to_vec(),
+            ..base.clone()
+        })
+    };
+    // Within 900: 100 bytes must go. From {0, 2} (11 s): 2 is given
+    // back (0 alone fits), then 0 (10 s) is exchanged for the cheapest
+    // kept one that fits alone: 2 and 3 do not, 1 (3 s) does.
+    let fit = give_back(measure(&[0, 2]).unwrap(), 900, &speed, &measure).unwrap();
+    assert_eq!(fit.dropped, vec![1]);
+    assert_eq!(fit.step_bytes, 900);
+}
+
+/// Exchanges only ever make a choice cheaper, never merely different,
+/// and pass again while a pass changed something: one exchange can
+/// leave room that lets a later one take a cheaper candidate.
+#[test]
+fn exchanges_pass_again_while_they_find_cheaper_choices_that_fit() {
+    /// Candidates of `(bytes, seconds)` in a step of 1000 bytes that
+    /// drops the bytes of what it drops: `from` exchanged within `budget`.
+    fn exchanged(candidates: &[(usize, u64)], from: &[u32], budget: usize) -> Vec<u32> {
+        let speed = Speed {
+            multiply_adds_per_s: 1.0,
+            bytes_per_s: f64::INFINITY,
+        };
+        let candidates: Vec<Candidate> = candidates.iter().map(|&(bytes, seconds)| c(bytes, seconds)).collect();
+        let base = needs(&[], 1, candidates.clone());
+        let measure = |dropped: &[u32]| -> Result<ArenaNeeds> {
+            let gone: usize = dropped.iter().map(|&i| candidates[i as usize].bytes).sum();
+            Ok(ArenaNeeds {
+                step_bytes: 1000 - gone,
+                dropped: dropped.to_vec(),
+                ..base.clone()
+            })
+        };
+        let fit = measure(from).unwrap();
+        assert!(fit.step_bytes <= budget);
+        exchange(fit, budget, &speed, &measure).unwrap().dropped
+    }
+    // Within 900, from {0, 1} (18 s): the first pass exchanges 0 for 2
+    // (3 would not fit beside 1), then 1 for 4; the second, with 4's
+    // 70 bytes, exchanges 2 for 3: {3, 4}, 8 s.
+    let chained = [(60, 10), (50, 8), (55, 5), (40, 2), (70, 6)];
+    assert_eq!(exchanged(&chained, &[0, 1], 900), vec![3, 4]);
+    // {0} fits, and so do 1, which costs more, and 2, which costs the
+    // same: neither is taken.
+    let no_cheaper = [(100, 3), (100, 10), (100, 3)];
+    assert_eq!(exchanged(&no_cheaper, &[0], 900), vec![0]);
+}
+
+#[test]
+fn a_repair_takes_the_cheapest_change_that_fits_else_the_most_bytes_per_second() {
+    let speed = Speed {
+        multiply_adds_per_s: 1.0,
+        bytes_per_s: f64::INFINITY,
+    };
+    let candidates = vec![c(100, 10), c(100, 3), c(50, 1)];
+    let base = needs(&[], 1, candidates.clone());
+    let measure = |dropped: &[u32]| -> Result<ArenaNeeds> {
+        let gone: usize = dropped.iter().map(|&i| candidates[i as usize].bytes).sum();
+        Ok(ArenaNeeds {
+            step_bytes: 1000 - gone,
+            dropped: dropped.to_vec(),
+            ..base.clone()
+        })
+    };
+    // Within 900: dropping 0 (10 s) or 1 (3 s) fits alone; 1 is cheaper.
+    let fit = repair(measure(&[]).unwrap(), 900, &speed, &measure).unwrap().unwrap();
+    assert_eq!(fit.dropped, vec![1]);
+    // Within 850 no single drop fits: 2 takes 50 bytes a second, the
+    // most, then 1 is the cheapest that fits beside it.
+    let fit = repair(measure(&[]).unwrap(), 850, &speed, &measure).unwrap().unwrap();
+    assert_eq!(fit.dropped, vec![1, 2]);
+    // Within 700 nothing does.
+    assert!(repair(measure(&[]).unwrap(), 700, &speed, &measure).unwrap().is_none());
+}
+
+#[test]
+fn the_descent_from_every_drop_breaks_the_chains_backward_rebuilds_at_once() {
+    // Six tensors of 100 bytes in a chain: a kept one is held all
+    // step; a run of dropped ones is rebuilt at once in backward, so
+    // the step holds the kept ones plus its longest run.
+    let candidates: Vec<Candidate> = (0..6).map(|_| c(100, 1)).collect();
+    let base = needs(&[], 1, candidates);
+    let measure = |dropped: &[u32]| -> Result<ArenaNeeds> {
+        let (mut run, mut longest) = (0, 0);
+        for i in 0..6u32 {
+            run = if dropped.contains(&i) { run + 1 } else { 0 };
+            longest = longest.max(run);
+        }
+        Ok(ArenaNeeds {
+            step_bytes: 100 * (6 - dropped.len() + longest),
+            dropped: dropped.to_vec(),
+            ..base.clone()
+        })
+    };
+    assert_eq!(measure(&[0, 1, 2, 3, 4, 5]).unwrap().step_bytes, 600);
+    assert_eq!(measure(&[]).unwrap().step_bytes, 600);
+    // The least any choice holds is 400 (k kept, the rest in k + 1 runs).
+    let floor = descend(6, &measure).unwrap();
+    assert_eq!(floor.step_bytes, 400, "{:?}", floor.dropped);
+    assert_eq!(floor.dropped, vec![0, 2, 4, 5]);
+}
+
+/// Every candidate of a small ResNet-18 dropped: with chains held each
+/// is made again at most once; remade for each reader, some are made again
+/// more often, but not once per path through a chain (what a
+/// recomputation makes on the way is shared within it), and the step
+/// holds less.
+#[test]
+fn chains_remade_for_each_reader_cost_more_remakings_and_fewer_bytes() {
+    use crate::models::Depth;
+    use crate::train::{measure_chains, open_for_planning};
+    let cfg = liveness::tests::small(Depth::R18);
+    let (host, device) = open_for_planning(&cfg).unwrap();
+    let n = measure_dropping(&cfg, &host, Arena::dry(&device, None), &[])
+        .unwrap()
+        .candidates
+        .len() as u32;
+    let all: Vec<u32> = (0..n).collect();
+    let measure = |transient| measure_chains(&cfg, &host, Arena::dry(&device, None), &all, transient).unwrap();
+    let (held, remade) = (measure(false), measure(true));
+    // (The last block output's only reader is its relu's mask, which
+    // comes from the residual: it is never made again.)
+    let once = held.candidates.iter().filter(|c| c.remade == 1).count();
+    assert!(held.candidates.iter().all(|c| c.remade <= 1) && once + 1 >= n as usize);
+    let most = remade.candidates.iter().map(|c| c.remade).max().unwrap();
+    // At most once per recomputation backward starts (each read of a
+    // dropped tensor or of a batch norm's relu'd output): shared within
+    // one, a chain is not made again per path through it (2^blocks).
+    assert!(
+        most > 1 && most <= 2 * n,
+        "made again up to {most} times, of {n} candidates"
+    );
+    assert!(
+        remade.step_bytes < held.step_bytes,
+        "{} against {}",
+        remade.step_bytes,
+        held.step_bytes
+    );
+    let speed = Speed::of(DeviceKind::Cpu, Precision::Fp32, 1);
+    assert!(extra_seconds(&remade.candidates, &all, &speed) > extra_seconds(&held.candidates, &all, &speed));
+}
+
+/// The cost model as documented: the CPU's rates scale with its
+/// threads; on the GPU TF32 doubles the multiply-add rate and bf16
+/// doubles it again, the bandwidth stays, and a dry arena prices as
+/// the GPU. A recomputation costs its multiply-adds at the one rate and
+/// its bytes at the other, once per time a step makes it again (once
+/// at least).
+#[test]
+fn a_recomputation_costs_its_work_at_the_devices_rates() {
+    let cpu = |threads| Speed::of(DeviceKind::Cpu, Precision::Fp32, threads);
+    let (one, four) = (cpu(1), cpu(4));
+    assert_eq!(
+        (four.multiply_adds_per_s, four.bytes_per_s),
+        (4.0 * one.multiply_adds_per_s, 4.0 * one.bytes_per_s)
+    );
+    let gpu = |precision| Speed::of(DeviceKind::Cuda, precision, 1);
+    let fp32 = gpu(Precision::Fp32);
+    assert_eq!(gpu(Precision::Tf32).multiply_adds_per_s, 2.0 * fp32.multiply_adds_per_s);
+    assert_eq!(gpu(Precision::Bf16).multiply_adds_per_s, 4.0 * fp32.multiply_adds_per_s);
+    assert!(Precision::ALL.iter().all(|&p| gpu(p).bytes_per_s == fp32.bytes_per_s));
+    assert_eq!(Speed::of(DeviceKind::Dry, Precision::Bf16, 8), gpu(Precision::Bf16));
+
+    let speed = Speed {
+        multiply_adds_per_s: 1e9,
+        bytes_per_s: 2e9,
+    };
+    let made = |remade| Candidate {
+        bytes_moved: 4_000_000_000,
+        remade,
+        ..c(256, 3_000_000_000)
+    };
+    let candidates = [made(0), made(1), made(3)];
+    assert_eq!(speed.seconds(&candidates[0]), 3.0 + 2.0);
+    assert_eq!(extra_seconds(&candidates, &[0], &speed), 5.0);
+    assert_eq!(extra_seconds(&candidates, &[1], &speed), 5.0);
+    assert_eq!(extra_seconds(&candidates, &[0, 2], &speed), 5.0 + 15.0);
+    assert_eq!(extra_seconds(&candidates, &[], &speed), 0.0);
+}
+
+/// The local search tries candidates in order of bytes kept per second
+/// of recomputation, keeps a change only if it brings the step closer
+/// to the budget, and passes again while a pass changed something.
+#[test]
+fn the_local_search_keeps_changes_that_bring_the_step_closer_until_it_fits() {
+    let speed = Speed {
+        multiply_adds_per_s: 1.0,
+        bytes_per_s: f64::INFINITY,
+    };
+    // 10, 50 and 15 bytes a second, largest first.
+    assert_eq!(rank(&[c(100, 10), c(50, 1), c(30, 2)], &speed), vec![1, 2, 0]);
+    // A (500 bytes a second) saves nothing alone but 100 bytes beside
+    // B, which saves 50; C saves 5. Ranked A, B, C.
+    let candidates = vec![c(500, 1), c(100, 2), c(10, 1)];
+    let base = needs(&[], 1, candidates.clone());
+    let measure = |dropped: &[u32]| -> Result<ArenaNeeds> {
+        let has = |i| dropped.contains(&i);
+        let saved = 50 * usize::from(has(1)) + 100 * usize::from(has(0) && has(1)) + 5 * usize::from(has(2));
+        Ok(ArenaNeeds {
+            step_bytes: 1000 - saved,
+            dropped: dropped.to_vec(),
+            ..base.clone()
+        })
+    };
+    let start = || measure(&[]).unwrap();
+    // Within 860: A alone is no closer, so the first pass drops B and
+    // C; the second drops A too, now 100 bytes closer, and fits.
+    let found = approach(start(), 860, &speed, &measure).unwrap();
+    assert_eq!((found.dropped, found.step_bytes), (vec![0, 1, 2], 845));
+    // Within 950, B alone fits: the search stops there.
+    let found = approach(start(), 950, &speed, &measure).unwrap();
+    assert_eq!(found.dropped, vec![1]);
+    // Within 800 nothing does: it ends where no change brings it closer.
+    let found = approach(start(), 800, &speed, &measure).unwrap();
+    assert_eq!((found.dropped, found.step_bytes), (vec![0, 1, 2], 845));
+}
+
+#[test]
+fn the_distance_counts_bytes_above_the_budget_at_every_op() {
+    let n = needs(&[(1024, 1, 3), (512, 2, 2)], 4, vec![]);
+    // Live: 1024, 1536, 1024, 256 at ticks 1..=4; above 1000: 24 + 536 + 24.
+    assert_eq!(distance(&n, 1000), (24 + 536 + 24, n.step_bytes - 1000));
+}
