@@ -2,9 +2,9 @@
 //! CIFAR-10-shaped set) into validated host buffers, and
 //! the per-epoch shuffled order in which training visits them.
 //!
-//! Nothing here touches the arena; the training loop copies minibatches out
-//! of these buffers. The module's job ends at "bytes on the host, proven
-//! well-formed".
+//! Reading ends at "bytes on the host, proven well-formed"; only
+//! [`resident`] touches the arena, uploading a whole set into the persistent
+//! region once, from which every step gathers its minibatch on the device.
 //!
 //! Invariants:
 //! - Every [`Images`] satisfies `pixels.len() == count * channels * rows * cols`.
