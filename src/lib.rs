@@ -76,6 +76,7 @@
 
 pub mod autograd;
 pub mod backend;
+pub mod base;
 pub mod checkpoint;
 pub mod data;
 pub mod distributed;

@@ -141,9 +141,6 @@ const KNOWN: &[Known] = &[
     // owns (issue 30: no import runs up the layers).
     known("src/autograd/step.rs", "crate::nn::Init", 1),
     known("src/autograd/step.rs", "crate::nn::ParamStore", 1),
-    // A CPU backend test takes `Shape` from tensor (issue 30: `Shape` at
-    // the bottom).
-    known("src/backend/cpu/mod.rs", "crate::tensor::Shape", 1),
     // The crate's error wraps the errors of layers above base (issue 30: no
     // import runs up the layers).
     known("src/error.rs", "crate::backend::BackendError", 1),

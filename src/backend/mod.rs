@@ -18,7 +18,7 @@ mod precision;
 pub use conv::ConvDims;
 pub use cuda::{CapturedGraph, OpTime};
 
-use crate::memory::{Buf, DType, Element, FloatBuf};
+use crate::base::{Buf, DType, Element, FloatBuf};
 pub use cuda::KernelSource;
 pub use precision::Precision;
 use std::fmt;
@@ -31,7 +31,7 @@ pub enum BackendError {
     HostAllocation { bytes: usize },
     #[error(
         "could not allocate the arena's {} on the GPU ({} free)",
-        crate::memory::ByteSize(*.bytes), crate::memory::ByteSize(*.free)
+        crate::base::ByteSize(*.bytes), crate::base::ByteSize(*.free)
     )]
     DeviceAllocation { bytes: usize, free: usize },
     #[error("could not start {threads} CPU threads: {reason}")]
@@ -502,6 +502,6 @@ mod tests {
         }
         let err = cpu.set_precision(Precision::Bf16).unwrap_err().to_string();
         assert!(err.contains("bf16 mixed-precision kernels need"), "{err}");
-        assert_eq!(Backend::dry_like(&cpu).compute_dtype(), crate::memory::DType::F32);
+        assert_eq!(Backend::dry_like(&cpu).compute_dtype(), crate::base::DType::F32);
     }
 }

@@ -24,8 +24,8 @@
 //! declared ranges, and a slot for the host-side state of the layer above.
 
 use super::plan::{self, StepPlan, Trace};
-use super::{align_up, bf16, Buf, ByteSize, DType, Element, FloatBuf, Shape};
 use crate::backend::{Backend, BackendError, CapturedGraph, Device, DeviceKind, OpTime, Workers};
+use crate::base::{align_up, bf16, Buf, ByteSize, DType, Element, FloatBuf, Shape};
 use std::any::Any;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -765,7 +765,7 @@ impl Persistent<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::ALIGN;
+    use crate::base::ALIGN;
 
     // These tests drive the arena through its byte-level services alone
     // (`run_step`, `alloc_step`, the backend); steps with tensors and ops

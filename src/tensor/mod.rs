@@ -7,28 +7,14 @@
 //! as does [`ByteImages`], a data set resident there (data uploads it, the
 //! gather op reads it).
 
-pub use crate::memory::{Shape, MAX_RANK};
+pub use crate::base::{Layout, Shape, MAX_RANK};
 
-use crate::memory::{Buf, DType, FloatBuf};
+use crate::base::{Buf, DType, FloatBuf};
 use std::marker::PhantomData;
 
 /// The brand: invariant in `'s`, so `Tensor<'a>` never converts to
 /// `Tensor<'b>` for another step, and carries no data.
 pub(crate) type Brand<'s> = PhantomData<fn(&'s ()) -> &'s ()>;
-
-/// How a 4-D tensor's elements lie in memory; its shape is `[N, C, H, W]`
-/// in both. NCHW is PyTorch's default and every fp32 tensor's; NHWC
-/// (channels last) is a mixed-precision step's activations', the layout
-/// cuDNN's bf16 convolutions run fastest on (on NCHW ones they transpose
-/// inside, given workspace, or fall back to slow kernels). A tensor of
-/// another rank is always `Nchw` (row-major).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Layout {
-    #[default]
-    Nchw,
-    Nhwc,
-}
 
 /// The unbranded core the tape stores; a [`Tensor`] adds the brand.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

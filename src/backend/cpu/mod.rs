@@ -13,7 +13,7 @@ pub(crate) use matmul::{matmul, Mat};
 pub use memory::{CpuMemory, Views};
 
 use super::BackendError;
-use crate::memory::Buf;
+use crate::base::Buf;
 use collective::LocalPeer;
 use std::sync::Arc;
 
@@ -151,8 +151,8 @@ impl CpuBackend {
 mod tests {
     use super::*;
     use crate::backend::{Backend, Device};
+    use crate::base::Shape;
     use crate::memory::Arena;
-    use crate::tensor::Shape;
     use crate::Error;
 
     /// The guard the memory plan rests on: the plan is made from what ops

@@ -31,7 +31,7 @@ pub use nccl::{unique_id, Nccl};
 pub use timing::OpTime;
 
 use super::BackendError;
-use crate::memory::{Buf, DType, Element, FloatBuf};
+use crate::base::{Buf, DType, Element, FloatBuf};
 use cudarc::cublas::sys as blas_sys;
 use cudarc::driver::{result as driver, sys};
 use memory::DeviceMemory;

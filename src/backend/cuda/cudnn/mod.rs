@@ -14,7 +14,7 @@ mod legacy;
 
 use super::CudaError;
 pub use crate::backend::ConvDims;
-use crate::memory::DType;
+use crate::base::DType;
 use cudarc::cudnn::result as dnn;
 use cudarc::cudnn::sys;
 use engines::GraphConv;
