@@ -44,10 +44,10 @@
 //! use bumpgrad::nn::{Init, OptimizerConfig, ParamStore};
 //! use bumpgrad::ops::{cross_entropy::CrossEntropyArgs, cursor::StepCursor, lr::LrAt};
 //! use bumpgrad::optim::SgdConfig;
-//! use bumpgrad::{Arena, Device, Shape};
+//! use bumpgrad::{Device, Engine, Shape};
 //!
-//! let mut arena = Arena::new(Device::cpu(1)?, 1 << 20)?;
-//! let mut p = arena.persistent();
+//! let mut engine = Engine::new(Device::cpu(1)?, 1 << 20)?;
+//! let mut p = engine.persistent();
 //! // Parameters are declared by name; the store lays them out in one slab.
 //! let (store, w) = ParamStore::build(&mut p, 42, |pb| {
 //!     pb.pp("fc").param("weight", Shape::new(&[2, 2]), Init::Constant(0.25))
@@ -57,7 +57,7 @@
 //! let sgd = SgdConfig::default().build(&store, &mut p, lr)?;
 //! let mut losses = Vec::new();
 //! for _ in 0..3 {
-//!     let loss: f32 = arena.step(|s| {
+//!     let loss: f32 = engine.step(|s| {
 //!         let x = s.input("x", Shape::new(&[1, 2]), &[1.0, 2.0])?; // a Tensor<'s>
 //!         let weight = s.param(&w);
 //!         let labels = s.labels(&[1])?;
@@ -69,7 +69,7 @@
 //!     losses.push(loss);
 //! }
 //! assert!(losses[2] < losses[1] && losses[1] < losses[0]);
-//! assert_eq!(arena.stats().resets, 3);
+//! assert_eq!(engine.arena().stats().resets, 3);
 //! assert_eq!(store.name(&w), "fc.weight");
 //! # Ok::<(), bumpgrad::Error>(())
 //! ```
@@ -95,5 +95,5 @@ pub use autograd::Grads;
 pub use backend::{Device, DeviceRequest};
 pub use error::{Error, Result, Setting};
 pub use memory::{Arena, ArenaError, ArenaStats, ByteSize, DType};
-pub use ops::Step;
+pub use ops::{Engine, Step};
 pub use tensor::{Labels, Layout, Param, Shape, Tensor};

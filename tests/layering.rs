@@ -137,10 +137,6 @@ const KNOWN: &[Known] = &[
     known("src/memory/arena.rs", "crate::backend::cuda::ConvDims", 1),
     known("src/memory/arena.rs", "crate::backend::cuda::CudaCalls", 1),
     known("src/memory/arena.rs", "DeviceKind::Dry", 1),
-    // autograd's test builds a parameter store, which nn (above autograd)
-    // owns (issue 30: no import runs up the layers).
-    known("src/autograd/step.rs", "crate::nn::Init", 1),
-    known("src/autograd/step.rs", "crate::nn::ParamStore", 1),
     // The crate's error wraps the errors of layers above base (issue 30: no
     // import runs up the layers).
     known("src/error.rs", "crate::backend::BackendError", 1),

@@ -7,7 +7,7 @@ use super::*;
 use crate::data::testutil::TempDir;
 use crate::models::MnistCnn;
 use crate::nn::{Input, ParamStore};
-use crate::{Arena, Device};
+use crate::{Device, Engine};
 
 const HERE: &str = "test.safetensors";
 
@@ -97,13 +97,13 @@ fn ours() -> serde_json::Value {
 }
 
 /// The MNIST CNN's parameters, declared in a store in `arena`.
-fn mnist_store(arena: &mut Arena, seed: u64) -> ParamStore {
+fn mnist_store(engine: &mut Engine, seed: u64) -> ParamStore {
     let input = Input {
         example: MnistCnn::INPUT,
         classes: 10,
     };
     let choice = MnistCnn::choice();
-    ParamStore::build(&mut arena.persistent(), seed, |pb| choice.build(input, pb))
+    ParamStore::build(&mut engine.persistent(), seed, |pb| choice.build(input, pb))
         .unwrap()
         .0
 }
@@ -111,12 +111,12 @@ fn mnist_store(arena: &mut Arena, seed: u64) -> ParamStore {
 /// The MNIST CNN's parameters as the model initialises them, read out of an
 /// arena, with a momentum buffer for each.
 fn mnist_checkpoint() -> Checkpoint {
-    let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
-    let store = mnist_store(&mut arena, 42);
+    let mut engine = Engine::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+    let store = mnist_store(&mut engine, 42);
     let mut tensors = Vec::new();
     for p in store.params() {
         let mut values = vec![0.0; p.shape().numel()];
-        arena.read_persistent(p.buf(), &mut values).unwrap();
+        engine.read_persistent(p.buf(), &mut values).unwrap();
         let momentum = values.iter().map(|v| v * 0.1).collect();
         tensors.push(NamedTensor::new(store.name(&p), p.shape().dims(), values));
         tensors.push(NamedTensor::new(
@@ -203,8 +203,8 @@ fn the_safetensors_crate_reads_what_we_write() {
 
 #[test]
 fn mnist_names_and_shapes_match_a_pytorch_state_dict() {
-    let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
-    let store = mnist_store(&mut arena, 1);
+    let mut engine = Engine::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+    let store = mnist_store(&mut engine, 1);
     let params: Vec<(&str, Vec<usize>)> = store
         .params()
         .map(|p| (store.name(&p), p.shape().dims().to_vec()))

@@ -17,16 +17,15 @@
 //!   brand that cannot escape its closure, and only then resets.
 //!
 //! The arena knows bytes only. The step scope, its tape and backward are
-//! autograd's (`Arena::step`, `planned_step` and `capture_step` are written
-//! there); they reach the arena through the crate-only services here: step
-//! allocation, a step run between a begin and a reset ([`Arena::run_step`]),
-//! on a plan ([`Arena::run_planned`]) or captured ([`Arena::run_captured`]),
-//! declared ranges, and a slot for the host-side state of the layer above.
+//! autograd's (`Engine::step`, `planned_step` and `capture_step`, which
+//! also keeps the tape between steps); they reach the arena through the
+//! crate-only services here: step allocation, a step run between a begin
+//! and a reset ([`Arena::run_step`]), on a plan ([`Arena::run_planned`]) or
+//! captured ([`Arena::run_captured`]), and declared ranges.
 
 use super::plan::{self, StepPlan, Trace};
 use crate::backend::{Backend, BackendError, CapturedGraph, Device, DeviceKind, OpTime, Workers};
 use crate::base::{align_up, bf16, Buf, ByteSize, DType, Element, FloatBuf, Shape};
-use std::any::Any;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -143,10 +142,6 @@ pub struct Arena {
     mark: usize,
     top: usize,
     counters: Counters,
-    /// Host-side bookkeeping the layer above keeps for its steps (autograd's
-    /// tape), typed by that layer: kept here between steps so its vectors
-    /// keep their capacity, and a step allocates nothing on the heap.
-    host_state: Option<Box<dyn Any + Send>>,
     /// Fill the step region with NaNs at every reset (`--poison-step`).
     poison: bool,
     /// Every persistent allocation, for the memory report.
@@ -230,7 +225,6 @@ impl Arena {
             mark: 0,
             top: 0,
             counters: Counters::default(),
-            host_state: None,
             poison: cfg!(debug_assertions) || cfg!(test),
             persistent_log: Vec::new(),
             trace: Trace::default(),
@@ -585,20 +579,6 @@ impl Arena {
 
     pub(crate) fn backend(&mut self) -> &mut Backend {
         &mut self.backend
-    }
-
-    /// Takes the host-side state the layer above kept here (a new one the
-    /// first time); hand it back with [`Arena::keep_host_state`]. Moving the
-    /// box in and out allocates nothing.
-    pub(crate) fn take_host_state<T: Any + Send + Default>(&mut self) -> Box<T> {
-        self.host_state
-            .take()
-            .and_then(|state| state.downcast().ok())
-            .unwrap_or_default()
-    }
-
-    pub(crate) fn keep_host_state<T: Any + Send>(&mut self, state: Box<T>) {
-        self.host_state = Some(state);
     }
 
     /// Free device memory as the driver reports it, on a GPU; `None` on the
@@ -971,20 +951,5 @@ mod tests {
         let stats = dry.stats();
         assert_eq!(stats.persistent_bytes, 1 << 30);
         assert_eq!(stats.step_high_water_bytes, align_up(4000));
-    }
-
-    #[test]
-    fn host_state_is_kept_between_steps_for_its_owner_alone() {
-        let mut arena = cpu_arena(4096);
-        let mut kept: Box<Vec<u32>> = arena.take_host_state();
-        assert!(kept.is_empty(), "a new one the first time");
-        kept.extend([1, 2, 3]);
-        arena.keep_host_state(kept);
-        step(&mut arena, |a| a.alloc_step::<f32>("x", Shape::new(&[4])).map(|_| ())).unwrap();
-        let again: Box<Vec<u32>> = arena.take_host_state();
-        assert_eq!(*again, [1, 2, 3]);
-        arena.keep_host_state(again);
-        let other: Box<Vec<u8>> = arena.take_host_state();
-        assert!(other.is_empty(), "state of another type is not handed out as this one");
     }
 }

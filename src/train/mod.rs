@@ -49,13 +49,13 @@ mod test_support {
     use super::TrainConfig;
     use crate::backend::Device;
     use crate::data::ImageSet;
-    use crate::memory::Arena;
+    use crate::Engine;
     use crate::Result;
 
     pub(crate) fn measure_dropping(
         cfg: &TrainConfig,
         host: &ImageSet,
-        dry: Arena,
+        dry: Engine,
         dropped: &[u32],
     ) -> Result<ArenaNeeds> {
         measure_on(cfg, host, dry, &StepChoice::held(dropped))
@@ -64,7 +64,7 @@ mod test_support {
     pub(crate) fn measure_chains(
         cfg: &TrainConfig,
         host: &ImageSet,
-        dry: Arena,
+        dry: Engine,
         dropped: &[u32],
         transient_chains: bool,
     ) -> Result<ArenaNeeds> {

@@ -100,9 +100,9 @@ fn fp32_after_tf32_on_one_gpu_is_fp32_again() {
         unreachable!("gpu() opens a GPU")
     };
     let gpu = cuda.gpu().clone();
-    let mut arena = Arena::new(device, 64 << 20).expect("arena");
-    let conv = |arena: &mut Arena| {
-        arena
+    let mut engine = Engine::new(device, 64 << 20).expect("arena");
+    let conv = |engine: &mut Engine| {
+        engine
             .step(|s| {
                 let out = conv_and_linear(s)?;
                 let mut host = vec![0.0; out[0].1.shape().numel()];
@@ -111,10 +111,10 @@ fn fp32_after_tf32_on_one_gpu_is_fp32_again() {
             })
             .expect("step")
     };
-    let tf32 = conv(&mut arena);
+    let tf32 = conv(&mut engine);
     gpu.set_precision(Precision::Fp32).expect("back to fp32");
     assert_eq!(gpu.precision(), Precision::Fp32);
-    let fp32 = conv(&mut arena);
+    let fp32 = conv(&mut engine);
     let on_cpu = run(Device::cpu(1).expect("cpu"), &|s| {
         Ok(conv_and_linear(s)?.into_iter().take(1).collect())
     });

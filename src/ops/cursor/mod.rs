@@ -9,7 +9,8 @@
 mod tests;
 
 use crate::backend::cuda::{Arg, Grid, KernelSource};
-use crate::memory::{Arena, ArenaError, Buf, Persistent};
+use crate::Engine;
+use crate::memory::{ArenaError, Buf, Persistent};
 use crate::ops::Step;
 use crate::tensor::{Shape, Tensor};
 use crate::{Error, Result};
@@ -41,15 +42,15 @@ impl StepCursor {
     }
 
     /// Sets the cursor between steps (at an epoch's start, or a resume).
-    pub fn set(&self, arena: &mut Arena, step_in_epoch: u32, global_step: u64) -> Result<(), ArenaError> {
+    pub fn set(&self, engine: &mut Engine, step_in_epoch: u32, global_step: u64) -> Result<()> {
         let words = [step_in_epoch, global_step as u32, (global_step >> 32) as u32, 0];
-        arena.write_persistent(self.buf, &words)
+        engine.write_persistent(self.buf, &words)
     }
 
     /// Reads `(step in epoch, global step)` back between steps.
-    pub fn get(&self, arena: &mut Arena) -> Result<(u32, u64), ArenaError> {
+    pub fn get(&self, engine: &mut Engine) -> Result<(u32, u64)> {
         let mut words = [0u32; 4];
-        arena.read_persistent(self.buf, &mut words)?;
+        engine.read_persistent(self.buf, &mut words)?;
         Ok((words[0], words[1] as u64 | (words[2] as u64) << 32))
     }
 

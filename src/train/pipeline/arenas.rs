@@ -4,7 +4,7 @@
 //! split from the arena it lands here.
 
 use crate::backend::Device;
-use crate::memory::Arena;
+use crate::Engine;
 use crate::Result;
 
 /// The convolution algorithms a dry run plans with: those the device
@@ -12,21 +12,21 @@ use crate::Result;
 #[derive(Clone, Copy)]
 pub(crate) enum Algorithms<'a> {
     Heuristic(&'a Device),
-    TimedOn(&'a Arena),
+    TimedOn(&'a Engine),
 }
 
 impl Algorithms<'_> {
     /// A dry arena planning with these algorithms, of `capacity` bytes
     /// (`None`: unbounded; a timed arena's twin is always unbounded).
-    pub(crate) fn dry(&self, capacity: Option<usize>) -> Arena {
+    pub(crate) fn dry(&self, capacity: Option<usize>) -> Engine {
         match self {
-            Self::Heuristic(device) => Arena::dry(device, capacity),
-            Self::TimedOn(arena) => arena.dry_twin(),
+            Self::Heuristic(device) => Engine::planning(device, capacity),
+            Self::TimedOn(engine) => engine.planning_twin(),
         }
     }
 }
 
 /// The run's one allocation on `device`.
-pub(crate) fn real(device: Device, capacity: usize) -> Result<Arena> {
-    Ok(Arena::new(device, capacity)?)
+pub(crate) fn real(device: Device, capacity: usize) -> Result<Engine> {
+    Ok(Engine::new(device, capacity)?)
 }

@@ -261,20 +261,27 @@ impl<'c> Pipeline<'c> {
             graph,
             ..
         } = self;
-        let mut arena = arenas::real(device, capacity)?;
+        let mut engine = arenas::real(device, capacity)?;
         let conv_tuning = match tuning {
-            true => Some(tuning::time_convolutions(cfg, &host, &mut arena, &mut needs, capacity)?),
+            true => Some(tuning::time_convolutions(
+                cfg,
+                &host,
+                &mut engine,
+                &mut needs,
+                capacity,
+            )?),
             false => None,
         };
         // After timing: the timed algorithms may recompute others.
-        arena.set_recomputed(&needs.dropped, needs.transient_chains);
+        engine.set_recomputed(&needs.dropped, needs.transient_chains);
         if cfg.memory.memory_plan {
-            arena.adopt_plans(&needs.plans);
+            engine.arena_mut().adopt_plans(&needs.plans);
         }
         if let Some(on) = cfg.memory.poison_step {
-            arena.set_poison_step(on);
+            engine.arena_mut().set_poison_step(on);
         }
-        let legacy_bf16_convolutions = arena
+        let legacy_bf16_convolutions = engine
+            .arena()
             .convolution_apis()
             .into_iter()
             .filter_map(|(dims, api)| match api {
@@ -288,10 +295,10 @@ impl<'c> Pipeline<'c> {
             graph,
             profile: cfg.device.profile,
         };
-        let session = assemble(cfg, &host, arena, live)?;
+        let session = assemble(cfg, &host, engine, live)?;
         let run = &cfg.run;
         let info = RunInfo {
-            device: session.arena().device(),
+            device: session.engine().arena().device(),
             device_name,
             precision: cfg.device.precision,
             threads,
@@ -303,7 +310,7 @@ impl<'c> Pipeline<'c> {
             test_examples: host.test_images.count,
             steps_per_epoch: session.steps_per_epoch(),
             arena_size_measured: cfg.memory.arena_size.is_none(),
-            arena: session.arena().stats(),
+            arena: session.engine().arena().stats(),
             memory: (!needs.plans.is_empty()).then(|| MemoryReport::new(&needs.persistent, &needs.plans)),
             world: session.world(),
             batch: run.batch,

@@ -34,11 +34,12 @@ use crate::backend::Precision;
 use crate::data::shuffle_into;
 use crate::distributed::buckets::Buckets;
 use crate::distributed::World;
-use crate::memory::{Arena, Buf, StepGraph};
+use crate::memory::{Buf, StepGraph};
 use crate::nn::{Network, Optimizer, ParamStore};
 use crate::ops::cursor::StepCursor;
 use crate::tasks::Task;
 use crate::tensor::Shape;
+use crate::Engine;
 use crate::{Error, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 
@@ -70,7 +71,7 @@ pub struct Control<'a> {
 /// What a session is made of, each already built in the arena's
 /// persistent region.
 pub struct Parts {
-    pub arena: Arena,
+    pub engine: Engine,
     pub model: Box<dyn Network>,
     /// The model's parameters, gradients and buffers.
     pub store: ParamStore,
@@ -113,7 +114,7 @@ pub struct Session {
     // destroying the communicator first would wait for it forever.
     /// One captured full training step per batch size, by its place.
     graphs: Vec<Option<StepGraph>>,
-    arena: Arena,
+    engine: Engine,
     fingerprint: Vec<(&'static str, String)>,
     model: Box<dyn Network>,
     store: ParamStore,
@@ -163,7 +164,7 @@ impl Session {
     /// the longest epoch.
     pub fn new(parts: Parts, settings: Loop) -> Result<Self> {
         let Parts {
-            mut arena,
+            mut engine,
             model,
             store,
             optimizer,
@@ -186,7 +187,7 @@ impl Session {
         let smallest = shapes.batches().iter().min().copied().unwrap_or(1);
         let steps = train_len.div_ceil(smallest.saturating_mul(world.size).max(1));
         let widest = shapes.batches().iter().max().copied().unwrap_or(0);
-        let mut p = arena.persistent();
+        let mut p = engine.persistent();
         let (stop_vote, eval_correct) = match buckets {
             Some(_) => (
                 p.zeros::<f32>("stop vote", Shape::new(&[1]))?,
@@ -200,7 +201,7 @@ impl Session {
         let outputs = vec![0.0; widest * task.readback_per_example()];
         Ok(Self {
             graphs: shapes.batches().iter().map(|_| None).collect(),
-            arena,
+            engine,
             fingerprint,
             model,
             store,
@@ -235,8 +236,8 @@ impl Session {
         })
     }
 
-    pub fn arena(&self) -> &Arena {
-        &self.arena
+    pub fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     /// The model's parameters, gradients and buffers.
@@ -326,12 +327,12 @@ impl Session {
         slabs.extend(self.optimizer.state().into_iter().map(|(_, slab)| slab));
         for slab in slabs.into_iter().filter(|s| !s.is_empty()) {
             if self.world.rank != 0 {
-                self.arena.write_persistent(slab, &vec![0.0; slab.len()])?;
+                self.engine.write_persistent(slab, &vec![0.0; slab.len()])?;
             }
-            self.arena.all_reduce_persistent(slab)?;
+            self.engine.all_reduce_persistent(slab)?;
         }
         for bucket in self.buckets.as_ref().map(Buckets::bufs).unwrap_or_default() {
-            self.arena.all_reduce_persistent(bucket)?;
+            self.engine.all_reduce_persistent(bucket)?;
         }
         Ok(())
     }
@@ -342,10 +343,10 @@ impl Session {
         if !self.data_parallel() {
             return Ok(asked);
         }
-        self.arena.write_persistent(self.stop_vote, &[asked as u32 as f32])?;
-        self.arena.all_reduce_persistent(self.stop_vote)?;
+        self.engine.write_persistent(self.stop_vote, &[asked as u32 as f32])?;
+        self.engine.all_reduce_persistent(self.stop_vote)?;
         let mut votes = [0.0];
-        self.arena.read_persistent(self.stop_vote, &mut votes)?;
+        self.engine.read_persistent(self.stop_vote, &mut votes)?;
         Ok(votes[0] > 0.0)
     }
 
@@ -353,8 +354,8 @@ impl Session {
     /// and where the kernels read it, and points the cursor at `first_step`.
     pub fn begin_epoch(&mut self, epoch: usize, first_step: usize) -> Result<()> {
         shuffle_into(&mut self.order, self.seed, epoch as u64);
-        self.arena.write_persistent(self.order_buf, &self.order)?;
-        self.cursor.set(&mut self.arena, first_step as u32, self.steps_done)?;
+        self.engine.write_persistent(self.order_buf, &self.order)?;
+        self.cursor.set(&mut self.engine, first_step as u32, self.steps_done)?;
         Ok(())
     }
 
@@ -371,7 +372,7 @@ impl Session {
     /// Runs `body` on the device's workers (see [`crate::backend::Workers`]):
     /// inside, a training step allocates nothing on the heap.
     pub fn on_workers<R: Send>(&mut self, body: impl FnOnce(&mut Self) -> R + Send) -> R {
-        let workers = self.arena.workers();
+        let workers = self.engine.workers();
         workers.run(|| body(self))
     }
 }
