@@ -157,7 +157,7 @@ fn run_seeing_convolutions(device: Device, body: &Body) -> (Vec<(&'static str, V
             read_all(s, outputs)
         })
         .expect("step");
-    (read, engine.arena().convolution_apis())
+    (read, engine.runtime().convolution_apis())
 }
 
 /// Every named tensor read to the host, in order.
@@ -775,7 +775,7 @@ fn an_arena_larger_than_the_gpu_is_a_clear_error() {
         cfg
     };
     match train::Pipeline::open(&cfg, None).and_then(Pipeline::build) {
-        Err(Error::Arena(ArenaError::Backend(BackendError::DeviceAllocation { bytes, .. }))) => {
+        Err(Error::Backend(BackendError::DeviceAllocation { bytes, .. })) => {
             assert_eq!(bytes, 1 << 44)
         }
         Err(other) => panic!("expected a device allocation error, got {other}"),

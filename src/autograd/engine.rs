@@ -1,46 +1,61 @@
-//! Where steps run: an arena and the tape its steps record on, kept
-//! together and typed by the node set (`bumpgrad::Engine` is the one over
-//! the op registry's nodes). The tape lives here between steps, so its
-//! vectors keep the capacity the first step gave them and a step allocates
-//! nothing on the heap; the arena stays bytes only.
+//! Where steps run: a runtime (the device), an arena (its bookkeeping) and
+//! the tape its steps record on, kept together and typed by the node set
+//! (`bumpgrad::Engine` is the one over the op registry's nodes), with
+//! whether its steps run or only plan. A step is assembled from these
+//! explicitly ([`Step::new`]): the runtime, the arena's step memory, the
+//! tape and the mode.
+//!
+//! The tape lives here between steps, so its vectors keep the capacity the
+//! first step gave them and a step allocates nothing on the heap. Captured
+//! steps are in `capture.rs`.
 
 use super::tape::{Candidate, Tape};
 use super::{Recorded, Step};
-use crate::backend::{Device, Workers};
-use crate::memory::{Arena, Buf, Element, Persistent, StepGraph};
+use crate::backend::{Device, Mode, Runtime};
+use crate::memory::{Arena, Buf, Element, POISON};
+use crate::tensor::Persistent;
 use crate::Result;
 
-/// An arena and the tape of its steps (see the module documentation).
+/// A runtime, its arena and the tape of their steps (see the module
+/// documentation).
 pub struct Engine<N: Recorded> {
-    arena: Arena,
-    tape: Tape<N>,
+    pub(super) runtime: Runtime,
+    pub(super) arena: Arena,
+    pub(super) tape: Tape<N>,
+    pub(super) mode: Mode,
 }
 
 impl<N: Recorded> Engine<N> {
     /// Makes the device's one allocation of `capacity` bytes (rounded up
     /// to the alignment).
     pub fn new(device: Device, capacity: usize) -> Result<Self> {
-        Ok(Self::on(Arena::new(device, capacity)?))
+        let arena = Arena::new(capacity);
+        let runtime = Runtime::new(device, arena.capacity())?;
+        Ok(Self::of(runtime, arena, Mode::Run))
     }
 
-    /// An engine that allocates nothing and runs no kernel, shaped like one
-    /// on `device`: running a step on it measures the bytes the step needs
-    /// and plans them.
+    /// An engine whose steps only plan: shaped like one on `device`, it
+    /// allocates nothing and runs no kernel, and running a step on it
+    /// measures the bytes the step needs and plans them. `capacity`: the
+    /// arena to plan within (`None`: unbounded).
     pub fn planning(device: &Device, capacity: Option<usize>) -> Self {
-        Self::on(Arena::dry(device, capacity))
+        let arena = capacity.map_or_else(Arena::unbounded, Arena::new);
+        Self::of(Runtime::planning(device), arena, Mode::Plan)
     }
 
     /// A planning engine shaped like this one (same device and sizes),
-    /// without a capacity: running a step on it measures what the step
-    /// needs with this engine's convolution choices.
+    /// unbounded: running a step on it measures what the step needs with
+    /// this engine's convolution choices.
     pub fn planning_twin(&self) -> Self {
-        Self::on(self.arena.dry_twin())
+        Self::of(self.runtime.planning_twin(), Arena::unbounded(), Mode::Plan)
     }
 
-    fn on(arena: Arena) -> Self {
+    fn of(runtime: Runtime, arena: Arena, mode: Mode) -> Self {
         Self {
+            runtime,
             arena,
             tape: Tape::default(),
+            mode,
         }
     }
 
@@ -53,22 +68,37 @@ impl<N: Recorded> Engine<N> {
         &mut self.arena
     }
 
-    /// The device's workers; run a training loop through them (see [`Workers`]).
-    pub fn workers(&self) -> Workers {
-        self.arena.workers()
+    /// The device: its kernels, convolution tuning, op timing, collectives.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    pub fn runtime_mut(&mut self) -> &mut Runtime {
+        &mut self.runtime
+    }
+
+    /// Whether its steps run or only plan.
+    pub fn mode(&self) -> Mode {
+        self.mode
     }
 
     /// Allocates in the persistent region. Allowed whenever no step runs
     /// (`&mut self` proves it): the step region is then empty.
     pub fn persistent(&mut self) -> Persistent<'_> {
-        self.arena.persistent()
+        Persistent::new(&mut self.arena, &mut self.runtime, self.mode)
     }
 
     /// Runs one step. Everything the step allocates is released when `body`
     /// returns, successfully or not. The higher-ranked `'s` keeps every
     /// `Tensor<'s>` inside `body`: only `R`, which cannot name `'s`, escapes.
     pub fn step<R>(&mut self, body: impl for<'s> FnOnce(&mut Step<'s, N>) -> Result<R>) -> Result<R> {
-        step_on(&mut self.arena, &mut self.tape, body)
+        let Self {
+            runtime,
+            arena,
+            tape,
+            mode,
+        } = self;
+        step_on(runtime, arena, tape, *mode, body)
     }
 
     /// Runs one step of kind `key` on the memory plan of that kind: every
@@ -77,33 +107,13 @@ impl<N: Recorded> Engine<N> {
     /// made from the trace; a step that leaves its plan is finished above
     /// it and re-planned ([`Arena::take_replanned`] says which).
     pub fn planned_step<R>(&mut self, key: u32, body: impl for<'s> FnOnce(&mut Step<'s, N>) -> Result<R>) -> Result<R> {
-        let tape = &mut self.tape;
-        self.arena.run_planned(key, |arena| step_on(arena, tape, body))
-    }
-
-    /// Records one step's device work as a CUDA graph, without running it:
-    /// replay it with [`Engine::replay_step`] (once right away, to perform
-    /// this step). `body` runs as a normal step on the host (the tape, the
-    /// bump allocations); it must not read from the device. During capture
-    /// the driver refuses any device allocation, so a graph that captures
-    /// at all allocates nothing when replayed either.
-    pub fn capture_step(
-        &mut self,
-        key: Option<u32>,
-        body: impl for<'s> FnOnce(&mut Step<'s, N>) -> Result<()>,
-    ) -> Result<StepGraph> {
-        let tape = &mut self.tape;
-        self.arena.run_captured(|arena| match key {
-            Some(key) => arena.run_planned(key, |arena| step_on(arena, tape, body)),
-            None => step_on(arena, tape, body),
-        })
-    }
-
-    /// Queues one replay of a step captured on this engine. Refused if the
-    /// persistent region has grown since: the graph's step addresses would
-    /// then overlap it.
-    pub fn replay_step(&mut self, graph: &StepGraph) -> Result<()> {
-        Ok(self.arena.replay_step(graph)?)
+        let Self {
+            runtime,
+            arena,
+            tape,
+            mode,
+        } = self;
+        arena.run_planned(key, |arena| step_on(runtime, arena, tape, *mode, body))
     }
 
     /// Which candidates for recomputation (convolution outputs, numbered in
@@ -129,30 +139,46 @@ impl<N: Recorded> Engine<N> {
     /// Overwrites a persistent buffer between steps (`&mut self`: no step
     /// runs): how the loop hands a new epoch's order or a cursor to kernels.
     pub fn write_persistent<T: Element>(&mut self, buf: Buf<T>, values: &[T]) -> Result<()> {
-        Ok(self.arena.write_persistent(buf, values)?)
+        self.arena.check_persistent(buf)?;
+        Ok(self.runtime.backend().upload(buf, values)?)
     }
 
     /// Copies a persistent buffer to the host between steps.
     pub fn read_persistent<T: Element>(&mut self, buf: Buf<T>, out: &mut [T]) -> Result<()> {
-        Ok(self.arena.read_persistent(buf, out)?)
+        self.arena.check_persistent(buf)?;
+        Ok(self.runtime.backend().download(buf, out)?)
     }
 
     /// Sums a persistent buffer over the data-parallel group's ranks, in
     /// place, between steps; every rank must call it in the same order.
     pub fn all_reduce_persistent(&mut self, buf: Buf<f32>) -> Result<()> {
-        Ok(self.arena.all_reduce_persistent(buf)?)
+        self.arena.check_persistent(buf)?;
+        let backend = self.runtime.backend();
+        backend.all_reduce_sum(buf)?;
+        Ok(backend.join_collectives()?)
     }
 }
 
-/// One step on `arena`, recording on `tape`: the step region is empty when
-/// it starts and reset to the mark when it returns.
+/// One step assembled from its parts: the step region is empty when it
+/// starts and reset to the mark when it returns, successfully or not (and
+/// poisoned, when the arena asks).
 fn step_on<N: Recorded, R>(
+    runtime: &mut Runtime,
     arena: &mut Arena,
     tape: &mut Tape<N>,
+    mode: Mode,
     body: impl for<'s> FnOnce(&mut Step<'s, N>) -> Result<R>,
 ) -> Result<R> {
     tape.clear();
-    arena.run_step(|arena| body(&mut Step::new(arena, tape)))
+    arena.begin_step();
+    let result = body(&mut Step::new(runtime, arena, tape, mode));
+    let poisoned = match arena.end_step() {
+        Some(used) => runtime.backend().fill(used, POISON),
+        None => Ok(()),
+    };
+    let r = result?;
+    poisoned?;
+    Ok(r)
 }
 
 #[cfg(test)]
@@ -200,5 +226,49 @@ mod tests {
         }
         assert!(capacities[0] >= 3);
         assert_eq!(capacities[0], capacities[1], "the same vector, not a new one");
+    }
+
+    /// Runs one step of `body` on `engine` (a buffer of eight floats).
+    fn on_eight<R>(engine: &mut Engine<Noted>, body: impl FnOnce(&mut Step<'_, Noted>, Buf<f32>) -> Result<R>) -> R {
+        engine
+            .step(|s| {
+                let buf = s.alloc::<f32>("eight", crate::base::Shape::new(&[8]))?;
+                body(s, buf)
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn poison_step_turns_a_stale_read_into_nan() {
+        for poison in [false, true] {
+            let mut engine = Engine::<Noted>::new(Device::cpu(1).unwrap(), 1 << 16).unwrap();
+            engine.arena_mut().set_poison_step(poison);
+            on_eight(&mut engine, |s, x| Ok(s.uses(&[x.into()]).upload(x, &[1.5; 8])?));
+            // The planted bug: a step reads a buffer it never wrote, at the
+            // address the last step's input had.
+            let stale = on_eight(&mut engine, |s, never_written| {
+                let mut out = [0.0; 8];
+                s.uses(&[never_written.into()]).download(never_written, &mut out)?;
+                Ok(out)
+            });
+            if poison {
+                assert!(stale.iter().all(|v| v.is_nan()), "{stale:?}");
+            } else {
+                assert_eq!(stale, [1.5; 8], "without poison the last step's values leak through");
+            }
+        }
+    }
+
+    /// A planning engine's persistent region keeps no values, and says so;
+    /// a running one's does.
+    #[test]
+    fn whether_values_are_kept_is_the_engines_mode() {
+        let device = Device::cpu(1).unwrap();
+        let mut planning = Engine::<Noted>::planning(&device, None);
+        assert_eq!(planning.mode(), Mode::Plan);
+        assert!(!planning.persistent().holds_values());
+        let mut running = Engine::<Noted>::new(device, 1 << 16).unwrap();
+        assert_eq!(running.mode(), Mode::Run);
+        assert!(running.persistent().holds_values());
     }
 }

@@ -1,6 +1,7 @@
 //! Reverse-mode automatic differentiation whose gradients live in the step
-//! region, and where steps run ([`Engine`], `engine.rs`): an arena and the
-//! tape its steps record on, kept between steps typed by the node set.
+//! region, and where steps run ([`Engine`], `engine.rs`; captured as graphs
+//! in `capture.rs`): a runtime, an arena and the tape their steps record
+//! on, kept between steps typed by the node set.
 //!
 //! Ops record a small `Copy` node when the step records and an input wants a
 //! gradient; `Step::backward` walks the nodes in reverse, each node asking
@@ -11,11 +12,13 @@
 //! registry gives it ([`Recorded`], implemented by the enums `ops/mod.rs`
 //! generates), and backward and recomputation dispatch through that trait.
 
+mod capture;
 mod engine;
 mod recorded;
 mod step;
 mod tape;
 
+pub use capture::StepGraph;
 pub use engine::Engine;
 pub use recorded::Recorded;
 pub use step::{Grads, Step, GRADIENT_SEED};

@@ -1,26 +1,31 @@
 //! Where tensors live and kernels run: the seam between "what" and "where".
 //!
-//! An [`Arena`](crate::memory::Arena) is made on a [`Device`] and owns the
-//! device's one allocation through a [`Backend`]. Ops reach it through one
-//! launch helper (`Step::launch`, `ops/launch.rs`) that matches on it once
-//! and takes a body per device, so a new backend adds an arm and a body
-//! there, and the compiler lists every launch still missing that body. The `Dry` backend has no memory
-//! and runs no kernel: shaped like a real device (its threads, its GPU's
-//! cuDNN workspace sizes), it replays a step's allocations to measure the
-//! arena a run needs before the real allocation is made.
+//! A [`Runtime`] is made on a [`Device`] and owns the device's one
+//! allocation, as large as the arena beside it, through a [`Backend`]. Ops
+//! reach it through one launch helper (`Step::launch`, `ops/launch.rs`)
+//! that matches on it once and takes a body per device, so a new backend
+//! adds an arm and a body there, and the compiler lists every launch still
+//! missing that body. The `Dry` backend has no memory and runs no kernel:
+//! shaped like a real device (its threads, its GPU's cuDNN workspace
+//! sizes), it is what a step that only plans runs on, measuring the arena
+//! a run needs before the real allocation is made.
 
 mod capabilities;
 mod conv;
 pub mod cpu;
 pub mod cuda;
+mod mode;
 mod precision;
+mod runtime;
 
 pub use conv::ConvDims;
 pub use cuda::{CapturedGraph, OpTime};
 
 use crate::base::{Buf, DType, Element, FloatBuf};
 pub use cuda::KernelSource;
+pub use mode::Mode;
 pub use precision::Precision;
+pub use runtime::Runtime;
 use std::fmt;
 use std::sync::Arc;
 

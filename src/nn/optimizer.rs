@@ -4,8 +4,9 @@
 
 use super::params::ParamStore;
 use crate::autograd::Grads;
-use crate::memory::{Buf, Persistent};
+use crate::memory::Buf;
 use crate::ops::lr::LrAt;
+use crate::tensor::Persistent;
 use crate::Result;
 use crate::Step;
 use std::fmt;

@@ -19,9 +19,9 @@
 //! parameter's gradient straight into its slot ([`Param::grad`]).
 
 use super::init::{kaiming_uniform_fan_in, normal, uniform_fan_in};
-use crate::memory::{ArenaError, Buf, Persistent, ALIGN};
+use crate::memory::{Buf, ALIGN};
 use crate::rng::SplitMix64;
-use crate::tensor::{Param, Shape};
+use crate::tensor::{Param, Persistent, Shape};
 use crate::{Error, Result};
 use std::cell::RefCell;
 
@@ -382,7 +382,7 @@ impl ParamStore {
     }
 
     /// A slab shaped like the parameter slab, for optimizer state (zeros).
-    pub fn zeros_like_values(&self, p: &mut Persistent<'_>, what: &'static str) -> Result<Buf<f32>, ArenaError> {
+    pub fn zeros_like_values(&self, p: &mut Persistent<'_>, what: &'static str) -> Result<Buf<f32>> {
         p.zeros::<f32>(what, Shape::new(&[self.slabs.values.len()]))
     }
 

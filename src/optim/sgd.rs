@@ -6,10 +6,11 @@
 //! update is one flat launch over the slabs ([`crate::ops::sgd_update`]).
 
 use crate::autograd::Grads;
-use crate::memory::{Buf, Persistent};
+use crate::memory::Buf;
 use crate::nn::{runs_with_grads, Optimizer, OptimizerChoice, OptimizerConfig, ParamStore};
 use crate::ops::lr::LrAt;
 use crate::ops::sgd_update::SgdHyper;
+use crate::tensor::Persistent;
 use crate::Step;
 use crate::{Error, Result, Setting};
 

@@ -2,12 +2,16 @@
 //!
 //! [`Tensor<'s>`] lives in a step's region and carries the step's brand
 //! `'s`, which is invariant and higher-ranked, so a step tensor cannot be
-//! stored anywhere that outlives the step (see `Arena::step`). [`Param`]
+//! stored anywhere that outlives the step (see `Engine::step`). [`Param`]
 //! lives in the persistent region and carries no brand: it outlives steps,
 //! as does [`ByteImages`], a data set resident there (data uploads it, the
-//! gather op reads it).
+//! gather op reads it). The persistent region is filled through
+//! [`Persistent`], the one place a handle is made with its first values.
+
+mod persistent;
 
 pub use crate::base::{Layout, Shape, MAX_RANK};
+pub use persistent::Persistent;
 
 use crate::base::{Buf, DType, FloatBuf};
 use std::marker::PhantomData;

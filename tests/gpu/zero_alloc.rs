@@ -20,7 +20,7 @@ const REPLAYS: u64 = 30;
 fn calls(session: &Session) -> CudaCalls {
     session
         .engine()
-        .arena()
+        .runtime()
         .cuda_calls()
         .expect("a GPU counts its CUDA calls")
 }

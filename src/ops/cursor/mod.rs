@@ -9,10 +9,9 @@
 mod tests;
 
 use crate::backend::cuda::{Arg, Grid, KernelSource};
-use crate::Engine;
-use crate::memory::{ArenaError, Buf, Persistent};
-use crate::ops::Step;
-use crate::tensor::{Shape, Tensor};
+use crate::memory::Buf;
+use crate::ops::{Engine, Step};
+use crate::tensor::{Persistent, Shape, Tensor};
 use crate::{Error, Result};
 
 /// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
@@ -35,7 +34,7 @@ pub fn step_seed(base: u64, step: u64) -> u64 {
 }
 
 impl StepCursor {
-    pub fn new(p: &mut Persistent<'_>) -> Result<Self, ArenaError> {
+    pub fn new(p: &mut Persistent<'_>) -> Result<Self> {
         Ok(Self {
             buf: p.zeros::<u32>("step cursor", Shape::new(&[4]))?,
         })

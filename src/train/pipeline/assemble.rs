@@ -38,7 +38,7 @@ impl Live {
 /// task's data set; then the session's own buffers.
 pub(crate) fn assemble(cfg: &TrainConfig, host: &ImageSet, mut engine: Engine, live: Live) -> Result<Session> {
     let run = &cfg.run;
-    let profile = live.profile && engine.arena_mut().enable_op_timing(TIMED_OPS)?;
+    let profile = live.profile && engine.runtime_mut().enable_op_timing(TIMED_OPS)?;
     let train_len = host.train_images.count;
     let world = run.data_parallel.map_or(World::ALONE, |d| d.world);
     let shapes = Shapes::new(run.batch, &run.other_batches);

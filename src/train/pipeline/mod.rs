@@ -281,7 +281,7 @@ impl<'c> Pipeline<'c> {
             engine.arena_mut().set_poison_step(on);
         }
         let legacy_bf16_convolutions = engine
-            .arena()
+            .runtime()
             .convolution_apis()
             .into_iter()
             .filter_map(|(dims, api)| match api {
@@ -298,7 +298,7 @@ impl<'c> Pipeline<'c> {
         let session = assemble(cfg, &host, engine, live)?;
         let run = &cfg.run;
         let info = RunInfo {
-            device: session.engine().arena().device(),
+            device: session.engine().runtime().kind(),
             device_name,
             precision: cfg.device.precision,
             threads,

@@ -55,7 +55,8 @@ pub(super) fn time_convolutions(
     needs: &mut ArenaNeeds,
     capacity: usize,
 ) -> Result<ConvTuning> {
-    let changed = engine.arena_mut().tune_convolutions()?;
+    let free = engine.arena().free();
+    let changed = engine.runtime_mut().tune_convolutions(free)?;
     if changed == 0 {
         return Ok(ConvTuning {
             changed,
@@ -71,12 +72,12 @@ pub(super) fn time_convolutions(
         dropped: needs.dropped.clone(),
         transient_chains: needs.transient_chains,
     };
-    let largest = engine.arena().select_convolutions(usize::MAX);
+    let largest = engine.runtime().select_convolutions(usize::MAX);
     let mut fitted = None;
     let settled = settle_workspaces(
         largest,
         crate::backend::cuda::WORKSPACE_LIMIT,
-        |limit| Ok(engine.arena().select_convolutions(limit)),
+        |limit| Ok(engine.runtime().select_convolutions(limit)),
         || {
             let timed = DryRuns::new(cfg, host, Algorithms::TimedOn(&*engine)).measure(&choice)?;
             let fits = timed.step_bytes <= bound && timed.total() <= capacity;
@@ -97,7 +98,7 @@ pub(super) fn time_convolutions(
             })
         }
         _ => {
-            engine.arena().untune_convolutions();
+            engine.runtime().untune_convolutions();
             Ok(ConvTuning {
                 changed,
                 workspace_limit: None,

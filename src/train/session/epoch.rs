@@ -135,7 +135,7 @@ impl Session {
                 progress.fetch_add(1, Ordering::Relaxed);
             }
             if self.steps_done == 1 {
-                self.first_step_free = self.engine.arena_mut().device_free_bytes()?;
+                self.first_step_free = self.engine.runtime_mut().device_free_bytes()?;
             }
             let asked = control.stop.load(Ordering::Relaxed);
             let due = matches!(control.checkpoints.and_then(|p| p.every), Some(Every::Steps(n)) if self.steps_done.is_multiple_of(n));
@@ -182,7 +182,7 @@ impl Session {
         observer.evaluating(epoch);
         let started = Instant::now();
         let test_accuracy = self.evaluate()?;
-        let memory = self.engine.arena_mut().device_memory()?;
+        let memory = self.engine.runtime_mut().device_memory()?;
         let report = EpochReport {
             epoch,
             rank: self.world.rank,
@@ -193,12 +193,13 @@ impl Session {
             eval_seconds: started.elapsed().as_secs_f64(),
             steps,
             precision: self.precision,
+            device: self.engine.runtime().kind(),
             arena: self.engine.arena().stats(),
             resident_bytes: resident_bytes(),
             device_free_bytes: memory.map(|(_, free)| free),
             device_total_bytes: memory.map(|(total, _)| total),
             device_free_bytes_first_step: self.first_step_free,
-            device_allocations: self.engine.arena().cuda_calls().map(|c| c.allocations),
+            device_allocations: self.engine.runtime().cuda_calls().map(|c| c.allocations),
             graph: self.use_graph,
             kernels_per_step: self.kernels_per_step,
             ops_per_step: self.ops_per_step,

@@ -29,12 +29,13 @@ mod tests;
 use super::checkpoints::CheckpointPolicy;
 use super::report::StepProfile;
 use super::shapes::Shapes;
+use crate::autograd::StepGraph;
 use crate::backend::cuda::OpTime;
 use crate::backend::Precision;
 use crate::data::shuffle_into;
 use crate::distributed::buckets::Buckets;
 use crate::distributed::World;
-use crate::memory::{Buf, StepGraph};
+use crate::memory::Buf;
 use crate::nn::{Network, Optimizer, ParamStore};
 use crate::ops::cursor::StepCursor;
 use crate::tasks::Task;
@@ -372,7 +373,7 @@ impl Session {
     /// Runs `body` on the device's workers (see [`crate::backend::Workers`]):
     /// inside, a training step allocates nothing on the heap.
     pub fn on_workers<R: Send>(&mut self, body: impl FnOnce(&mut Self) -> R + Send) -> R {
-        let workers = self.engine.workers();
+        let workers = self.engine.runtime().workers();
         workers.run(|| body(self))
     }
 }

@@ -70,12 +70,12 @@ impl Session {
         let key = self.memory_plan.then(|| self.key(kind));
         if self.use_graph && full {
             if self.graphs[self.at].is_none() {
-                let timing = self.profile && self.engine.arena_mut().start_op_timing();
-                let ops_before = self.engine.arena().ops_queued().unwrap_or(0);
+                let timing = self.profile && self.engine.runtime_mut().start_op_timing();
+                let ops_before = self.engine.runtime().ops_queued().unwrap_or(0);
                 let graph = self.engine.capture_step(key, body);
-                self.engine.arena_mut().pause_op_timing();
+                self.engine.runtime_mut().pause_op_timing();
                 let graph = graph?;
-                let ops = (self.engine.arena().ops_queued().unwrap_or(0) - ops_before) as usize;
+                let ops = (self.engine.runtime().ops_queued().unwrap_or(0) - ops_before) as usize;
                 // Two event nodes bracket each op when timing.
                 let events = if timing { 2 * ops } else { 0 };
                 self.kernels_per_step = self.kernels_per_step.or(Some(graph.nodes() - events));
@@ -87,16 +87,17 @@ impl Session {
                 self.engine.replay_step(graph)?;
             }
         } else {
-            let timing = self.profile && self.steps_done == PROFILED_STEP && self.engine.arena_mut().start_op_timing();
-            let ops_before = self.engine.arena().ops_queued();
+            let timing =
+                self.profile && self.steps_done == PROFILED_STEP && self.engine.runtime_mut().start_op_timing();
+            let ops_before = self.engine.runtime().ops_queued();
             match key {
                 Some(key) => self.engine.planned_step(key, body)?,
                 None => self.engine.step(body)?,
             }
-            self.engine.arena_mut().pause_op_timing();
+            self.engine.runtime_mut().pause_op_timing();
             let ops = self
                 .engine
-                .arena()
+                .runtime()
                 .ops_queued()
                 .zip(ops_before)
                 .map(|(a, b)| (a - b) as usize);
@@ -105,12 +106,12 @@ impl Session {
                 self.ops_per_step = self.ops_per_step.or(ops);
             }
             if timing {
-                let span = self.engine.arena_mut().read_op_times(&mut self.op_times)?;
+                let span = self.engine.runtime_mut().read_op_times(&mut self.op_times)?;
                 self.profiled = Some(StepProfile::new(&self.op_times, ops, span, false));
             }
         }
         if self.profile && self.use_graph && self.steps_done == PROFILED_STEP && self.profiled.is_none() {
-            let span = self.engine.arena_mut().read_op_times(&mut self.op_times)?;
+            let span = self.engine.runtime_mut().read_op_times(&mut self.op_times)?;
             self.profiled = Some(StepProfile::new(&self.op_times, self.kernels_per_step, span, true));
         }
         self.steps_done += 1;
