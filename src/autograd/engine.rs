@@ -3,7 +3,7 @@
 //! (`bumpgrad::Engine` is the one over the op registry's nodes), with
 //! whether its steps run or only plan. A step is assembled from these
 //! explicitly ([`Step::new`]): the runtime, the arena's step memory, the
-//! tape and the mode.
+//! tape, the runtime's compute policy (a copy) and the mode.
 //!
 //! The tape lives here between steps, so its vectors keep the capacity the
 //! first step gave them and a step allocates nothing on the heap. Captured
@@ -171,7 +171,8 @@ fn step_on<N: Recorded, R>(
 ) -> Result<R> {
     tape.clear();
     arena.begin_step();
-    let result = body(&mut Step::new(runtime, arena, tape, mode));
+    let policy = runtime.policy();
+    let result = body(&mut Step::new(runtime, arena, tape, policy, mode));
     let poisoned = match arena.end_step() {
         Some(used) => runtime.backend().fill(used, POISON),
         None => Ok(()),

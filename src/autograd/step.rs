@@ -6,7 +6,7 @@
 
 use super::tape::{Candidate, Tape};
 use super::Recorded;
-use crate::backend::{Backend, Mode, Runtime};
+use crate::backend::{Backend, Mode, Policy, Runtime};
 use crate::memory::{Arena, Buf, DType, Element, FloatBuf, Touch};
 use crate::tensor::{Brand, Labels, Layout, Param, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
@@ -24,6 +24,7 @@ pub struct Step<'s, N: Recorded> {
     runtime: &'s mut Runtime,
     memory: &'s mut Arena,
     tape: &'s mut Tape<N>,
+    policy: Policy,
     mode: Mode,
     _brand: Brand<'s>,
 }
@@ -35,11 +36,18 @@ pub struct Grads<'s> {
 }
 
 impl<'s, N: Recorded> Step<'s, N> {
-    pub(crate) fn new(runtime: &'s mut Runtime, memory: &'s mut Arena, tape: &'s mut Tape<N>, mode: Mode) -> Self {
+    pub(crate) fn new(
+        runtime: &'s mut Runtime,
+        memory: &'s mut Arena,
+        tape: &'s mut Tape<N>,
+        policy: Policy,
+        mode: Mode,
+    ) -> Self {
         Self {
             runtime,
             memory,
             tape,
+            policy,
             mode,
             _brand: PhantomData,
         }
@@ -61,20 +69,22 @@ impl<'s, N: Recorded> Step<'s, N> {
         self.alloc_float(what, t.shape, t.dtype())
     }
 
-    /// The type convolutions and matrix products compute in on this
-    /// device: bf16 under `--precision bf16` (see
-    /// [`crate::backend::Precision`]), else fp32.
-    pub fn compute_dtype(&mut self) -> DType {
-        self.runtime.backend().compute_dtype()
+    /// How this step computes (see [`Policy`]): its copy, made when the
+    /// step was assembled.
+    pub fn policy(&self) -> Policy {
+        self.policy
     }
 
-    /// The layout convolutions take their 4-D inputs in on this device:
-    /// channels last in a bf16 step (see [`Layout`]), else NCHW.
-    pub fn compute_layout(&mut self) -> Layout {
-        match self.compute_dtype() {
-            DType::Bf16 => Layout::Nhwc,
-            DType::F32 => Layout::Nchw,
-        }
+    /// The type convolutions and matrix products compute in: bf16 under
+    /// `--precision bf16` (see [`crate::backend::Precision`]), else fp32.
+    pub fn compute_dtype(&self) -> DType {
+        self.policy.activations()
+    }
+
+    /// The layout convolutions take their 4-D inputs in: channels last in
+    /// a bf16 step (see [`Layout`]), else NCHW.
+    pub fn compute_layout(&self) -> Layout {
+        self.policy.layout()
     }
 
     pub(crate) fn backend(&mut self) -> &mut Backend {

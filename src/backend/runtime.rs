@@ -4,19 +4,24 @@
 //! timing (`capabilities.rs`). The arena beside it keeps only offsets and
 //! figures; autograd's engine pairs the two and runs steps on them.
 
-use super::{Backend, BackendError, Device, DeviceKind, Workers};
+use super::{Backend, BackendError, Device, DeviceKind, Policy, Workers};
 
 /// One device with its arena's memory (see the module documentation).
 pub struct Runtime {
     pub(super) backend: Backend,
+    /// How steps on it compute, from the device's at first; each step is
+    /// handed a copy when it is assembled.
+    policy: Policy,
 }
 
 impl Runtime {
     /// Makes the device's one allocation, `capacity` bytes (the arena's
     /// capacity: a multiple of its alignment).
     pub fn new(device: Device, capacity: usize) -> Result<Self, BackendError> {
+        let policy = device.policy();
         Ok(Self {
             backend: Backend::new(device, capacity)?,
+            policy,
         })
     }
 
@@ -26,6 +31,7 @@ impl Runtime {
     pub fn planning(device: &Device) -> Self {
         Self {
             backend: Backend::dry_like(device),
+            policy: device.policy(),
         }
     }
 
@@ -34,7 +40,27 @@ impl Runtime {
     pub fn planning_twin(&self) -> Self {
         Self {
             backend: self.backend.dry_twin(),
+            policy: self.policy,
         }
+    }
+
+    /// How steps on this runtime compute (see [`Policy`]).
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// Changes how the steps from now on compute, or refuses a policy the
+    /// device cannot follow (see [`Policy::check`]). Convolution plans are
+    /// kept per policy, so a later step under another policy plans its
+    /// own.
+    pub fn set_policy(&mut self, policy: Policy) -> Result<(), BackendError> {
+        let kind = match self.backend.sizing() {
+            super::Sizing::Cpu { .. } => DeviceKind::Cpu,
+            super::Sizing::Cuda(_) => DeviceKind::Cuda,
+        };
+        policy.check(kind)?;
+        self.policy = policy;
+        Ok(())
     }
 
     pub fn kind(&self) -> DeviceKind {

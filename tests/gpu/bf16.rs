@@ -18,7 +18,7 @@ pub(crate) const BF16_TOL: f32 = 2e-2;
 
 /// The GPU set to `precision`, or `None` after saying why not.
 pub(crate) fn gpu_as(test: &str, precision: Precision) -> Option<Device> {
-    let device = gpu(test)?;
+    let mut device = gpu(test)?;
     device.set_precision(precision).expect("set the precision");
     Some(device)
 }

@@ -43,6 +43,8 @@ pub fn page_size() -> Option<usize> {
 /// A CPU that has not yet received its arena.
 pub struct CpuDevice {
     pool: Arc<rayon::ThreadPool>,
+    /// What runtimes made on it compute by (fp32 only; see `Device::set_policy`).
+    pub(crate) policy: super::Policy,
     /// The in-process group it trains with, if any.
     pub(crate) group: Option<LocalPeer>,
 }
@@ -61,6 +63,7 @@ impl CpuDevice {
             })?;
         Ok(Self {
             pool: Arc::new(pool),
+            policy: super::Policy::default(),
             group: None,
         })
     }

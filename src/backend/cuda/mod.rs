@@ -30,7 +30,7 @@ pub use kernels::{FloatKernel, KernelSource};
 pub use nccl::{unique_id, Nccl};
 pub use timing::OpTime;
 
-use super::BackendError;
+use super::{BackendError, Policy};
 use crate::base::{Buf, DType, Element, FloatBuf};
 use cudarc::cublas::sys as blas_sys;
 use cudarc::driver::{result as driver, sys};
@@ -51,6 +51,7 @@ pub fn open(ordinal: usize, kernels: &[KernelSource]) -> Result<CudaDevice, Cuda
     Ok(CudaDevice {
         gpu: Gpu::open(ordinal, kernels)?,
         nccl: None,
+        policy: super::Policy::default(),
     })
 }
 
@@ -59,6 +60,8 @@ pub struct CudaDevice {
     gpu: Arc<Gpu>,
     /// Its communicator, when it trains data-parallel with other GPUs.
     nccl: Option<Nccl>,
+    /// What runtimes made on it compute by (see `Device::set_policy`).
+    pub(crate) policy: super::Policy,
 }
 
 impl CudaDevice {
@@ -167,6 +170,9 @@ pub struct Gemm {
     pub c: FloatBuf,
     pub ldc: usize,
     pub workspace: Buf<f32>,
+    /// Whether an fp32 product may run TF32 tensor-op math (the step's
+    /// policy, [`crate::backend::Policy::tf32`]).
+    pub tf32: bool,
 }
 
 /// Elements a column-major `rows × cols` matrix with leading dimension `ld`
@@ -522,7 +528,11 @@ impl CudaBackend {
         // The workspace, then the product.
         self.gpu.calls.count(Call::Cublas);
         self.gpu.calls.count(Call::Cublas);
-        let libs = self.gpu.libs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut libs = self.gpu.libs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = libs.use_tf32(g.tf32) {
+            drop(libs);
+            return Err(self.poison(name, e));
+        }
         // SAFETY: every matrix lies inside the arena and spans no more than
         // its buffer (checked above), in the type its pointer is passed as
         // (checked above too); the workspace is a live arena buffer of its
@@ -579,13 +589,15 @@ impl CudaBackend {
         self.finish(name, r)
     }
 
-    /// One pass of a convolution through cuDNN (see [`ConvPass`] for which
-    /// buffers are which): `out` is overwritten, or with `accumulate` added
-    /// to (a gradient's second contribution, without a pass of its own).
+    /// One pass of a convolution through cuDNN, on its plan under `policy`
+    /// (see [`ConvPass`] for which buffers are which): `out` is
+    /// overwritten, or with `accumulate` added to (a gradient's second
+    /// contribution, without a pass of its own).
     #[allow(clippy::too_many_arguments)]
     pub fn conv(
         &mut self,
         dims: ConvDims,
+        policy: Policy,
         pass: ConvPass,
         a: FloatBuf,
         b: FloatBuf,
@@ -596,7 +608,7 @@ impl CudaBackend {
         self.enter("cuDNN convolution")?;
         let plan = self
             .gpu
-            .conv_plan(dims)
+            .conv_plan(dims, policy)
             .map_err(|e| self.poison("cuDNN convolution", e))?;
         let (x, w, y) = (dims.input_len(), dims.filter_len(), dims.output_len());
         let (need_a, need_b, need_out) = match pass {

@@ -70,7 +70,7 @@ impl<'c> Pipeline<'c> {
         let ordinal = join.as_ref().map_or(0, |j| j.ordinal);
         let (mut device, device_note) =
             Device::open_on(cfg.device.request, cfg.device.threads, ordinal, crate::ops::KERNELS)?;
-        configure(cfg, &device, device_note.as_deref())?;
+        configure(cfg, &mut device, device_note.as_deref())?;
         if let Some(join) = join {
             device.join(join.group)?;
         }
@@ -349,7 +349,7 @@ fn load_data(cfg: &TrainConfig) -> Result<ImageSet> {
 
 /// Sets what `cfg` asks of the device's arithmetic. `fell_back`: why
 /// `--device auto` chose the CPU, if it did.
-fn configure(cfg: &TrainConfig, device: &Device, fell_back: Option<&str>) -> Result<()> {
+fn configure(cfg: &TrainConfig, device: &mut Device, fell_back: Option<&str>) -> Result<()> {
     let precision = cfg.device.precision;
     device.set_deterministic(cfg.device.deterministic);
     if precision != Precision::Fp32 && matches!(device, Device::Cpu(_)) {
