@@ -1,14 +1,14 @@
-//! Where the pipeline's arenas are made: the run's own, once, when its
-//! size is known; and the dry ones each candidate step is measured on. No
-//! other file of `train` makes an arena, so when the device's runtime is
-//! split from the arena it lands here.
+//! Where the pipeline's engines are made: the run's own, once, when its
+//! arena's size is known (the device's one allocation, by its runtime); and
+//! the planning ones each candidate step is measured on. No other file of
+//! `train` makes an engine.
 
 use crate::backend::Device;
 use crate::Engine;
 use crate::Result;
 
 /// The convolution algorithms a dry run plans with: those the device
-/// chooses by its heuristic, or those an arena's device timed.
+/// chooses by its heuristic, or those an engine's runtime timed.
 #[derive(Clone, Copy)]
 pub(crate) enum Algorithms<'a> {
     Heuristic(&'a Device),
@@ -16,8 +16,8 @@ pub(crate) enum Algorithms<'a> {
 }
 
 impl Algorithms<'_> {
-    /// A dry arena planning with these algorithms, of `capacity` bytes
-    /// (`None`: unbounded; a timed arena's twin is always unbounded).
+    /// An engine planning with these algorithms, in an arena of `capacity`
+    /// bytes (`None`: unbounded; a timed engine's twin is always unbounded).
     pub(crate) fn dry(&self, capacity: Option<usize>) -> Engine {
         match self {
             Self::Heuristic(device) => Engine::planning(device, capacity),
@@ -28,5 +28,5 @@ impl Algorithms<'_> {
 
 /// The run's one allocation on `device`.
 pub(crate) fn real(device: Device, capacity: usize) -> Result<Engine> {
-    Ok(Engine::new(device, capacity)?)
+    Engine::new(device, capacity)
 }
