@@ -10,18 +10,22 @@
 //! The crate, from the bottom up (the layers of `docs/ARCHITECTURE.md`):
 //! - [`rng`]: the small PRNG that initialisation, shuffling and dropout
 //!   share, below every layer that draws numbers;
+//! - [`base`]: typed handles, element types, shapes, layouts, byte sizes:
+//!   the vocabulary every layer shares;
 //! - [`memory`]: the arena, its regions, statistics, liveness plans, the
-//!   memory report, typed handles and shapes: bytes only, reaching device
-//!   capabilities (graphs, timing) through methods of the backend;
-//! - [`backend`]: where memory lives and kernels run (CPU, CUDA, and a dry
-//!   backend that measures) — the home of `unsafe`, but for the launcher's
-//!   two `libc` calls in `distributed`;
-//! - [`tensor`]: step tensors, persistent parameters and data sets;
-//! - [`autograd`]: the step, the tape and backward, generic over the node
-//!   set the op registry hands it (it names no op);
+//!   memory report: offsets only, no device;
+//! - [`backend`]: the runtime, where memory lives and kernels run (CPU,
+//!   CUDA, and a dry backend for steps that only plan), and the compute
+//!   policy — the home of `unsafe`, but for the launcher's two `libc` calls
+//!   in `distributed`;
+//! - [`tensor`]: step tensors, persistent parameters and data sets, and the
+//!   persistent region's allocator;
+//! - [`autograd`]: the engine (a runtime, its arena, the tape) that
+//!   assembles each step, the tape and backward, generic over the node set
+//!   the op registry hands it (it names no op);
 //! - [`ops`]: one folder per op — forward, backward, kernels, tests — and
 //!   the registry, one line per op, whose node set makes `Step` and
-//!   `Arena::step`;
+//!   `Engine`;
 //! - [`nn`]: parameters with names in slabs (`ParamBuilder`,
 //!   `ParamStore`), and the `Model` and `Optimizer` traits;
 //! - [`data`]: IDX files, MNIST, CIFAR-10, the epoch's shuffled order;

@@ -5,7 +5,7 @@
 //! `layer1.0.conv1.weight`, the name PyTorch's `state_dict` gives it, with no
 //! hand-kept list. [`ParamStore::build`] builds the model twice: once to
 //! learn every declaration (names, shapes, initialisers), then, after
-//! allocating, to hand out the real handles. So a dry arena sizes the
+//! allocating, to hand out the real handles. So a planning engine sizes the
 //! parameters before a real arena allocates them.
 //!
 //! The store puts every trainable parameter in one persistent slab, every
@@ -258,7 +258,7 @@ impl ParamStore {
         let mut values = vec![0.0; layout.params];
         let mut buffers = vec![0.0; layout.buffers];
         let mut rng = SplitMix64::new(seed);
-        // A dry arena keeps no values: drawing them (23 M normals for a
+        // A planning engine keeps no values: drawing them (23 M normals for a
         // ResNet-50) was 90% of a dry run's time, and a memory budget's
         // search makes dozens of dry runs.
         let entries = if p.holds_values() { &layout.entries[..] } else { &[] };

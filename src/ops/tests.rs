@@ -106,7 +106,7 @@ fn a_parameter_asked_for_twice_gets_the_sum_of_both_uses() {
     }
 }
 
-/// `Arena::planned_step` runs a step with tensors on the arena's memory plan.
+/// `Engine::planned_step` runs a step with tensors on the arena's memory plan.
 #[test]
 fn a_planned_step_reuses_dead_bytes_and_replans_a_new_sequence() {
     let mut engine = Engine::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();

@@ -42,7 +42,7 @@ pub use shapes::{StepKind, StepShape};
 pub(crate) use test_support::{measure_chains, measure_dropping, open_for_planning};
 
 /// What the budget's tests measure with, by the names they had before the
-/// seam: a dry run of `cfg` on a given dry arena.
+/// seam: a dry run of `cfg` on a given planning engine.
 #[cfg(test)]
 mod test_support {
     use super::pipeline::{measure_on, ArenaNeeds, Pipeline, StepChoice};

@@ -1,5 +1,5 @@
 //! A run's parts built in an arena's persistent region, and the session
-//! made of them: where a run's settings become a session, on a dry arena to
+//! made of them: where a run's settings become a session, on a planning engine to
 //! be measured and on the real one to train. The same settings allocate
 //! the same sequence on both, which is what lets the dry run plan the real
 //! one.

@@ -108,7 +108,7 @@ impl<'a> DryRuns<'a> {
         self.measure(&StepChoice::default())
     }
 
-    /// Runs the steps on a dry arena of `capacity` bytes, on the device's
+    /// Runs the steps on a planning engine whose arena has `capacity` bytes, on the device's
     /// own algorithms: the error names the first allocation that does not
     /// fit.
     pub(crate) fn replay_within(&self, capacity: usize) -> Result<()> {
@@ -117,7 +117,7 @@ impl<'a> DryRuns<'a> {
     }
 }
 
-/// [`DryRuns::measure`] on `dry`, a dry arena.
+/// [`DryRuns::measure`] on `dry`, a planning engine.
 pub(crate) fn measure_on(
     cfg: &TrainConfig,
     host: &ImageSet,

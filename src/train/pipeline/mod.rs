@@ -153,7 +153,7 @@ impl<'c> Pipeline<'c> {
                 }))
             }
             Some(given) => {
-                // Replay on a dry arena of the given size to name the allocation
+                // Replay on a planning engine of the given arena size to name the allocation
                 // that fails, then report the size that fits the whole step.
                 let err = match self.dry_runs_of(cfg).replay_within(given) {
                     Err(e) => e,

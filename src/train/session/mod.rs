@@ -7,7 +7,7 @@
 //! A session is given its parts already built ([`Parts`]) and what its loop
 //! needs to know ([`Loop`]); it never sees the run's settings, and names no
 //! model, optimizer, task or data set: the pipeline (`super::pipeline`)
-//! builds them, on a dry arena to plan and on the real one to train.
+//! builds them, on a planning engine to plan and on the real one to train.
 //!
 //! A step reads which batch it trains on, its dropout seed and where its
 //! loss goes from the step cursor in the arena, and advances it; so on a GPU

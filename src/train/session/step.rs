@@ -120,7 +120,7 @@ impl Session {
 
     /// One step of every shape the run will take (at each batch size, a
     /// full and a last, shorter training and evaluation batch), for sizing
-    /// and planning on a dry arena. Returns the candidates for
+    /// and planning, on a planning engine. Returns the candidates for
     /// recomputation of the first batch size's full training step.
     pub(crate) fn probe(&mut self) -> Result<Vec<Candidate>> {
         let mut candidates = None;
