@@ -1,8 +1,8 @@
 //! A step: the scope in which tensors exist. It hands out step-region memory,
 //! records ops on the tape, and runs backward. It is assembled from its parts
 //! (the engine does it, `engine.rs`): the runtime its kernels run on, the
-//! arena its buffers are placed by, the tape, and whether it runs or only
-//! plans.
+//! arena its buffers are placed by, the tape, its compute policy (a copy of
+//! the runtime's) and whether it runs or only plans.
 
 use super::tape::{Candidate, Tape};
 use super::Recorded;
