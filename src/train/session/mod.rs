@@ -99,7 +99,7 @@ pub struct Loop {
     pub graph: bool,
     /// Follow the arena's memory plans (see [`crate::memory::plan`]).
     pub memory_plan: bool,
-    /// Time every op of one step; the arena's op timing must be enabled.
+    /// Time every op of one step; the runtime's op timing must be enabled.
     pub profile: bool,
     /// The arithmetic the device was set to, for the reports.
     pub precision: Precision,
@@ -109,8 +109,8 @@ pub struct Loop {
 }
 
 pub struct Session {
-    // Field order is drop order: the captured graphs go before the arena,
-    // whose backend holds the NCCL communicator. NCCL keeps a resource of
+    // Field order is drop order: the captured graphs go before the engine,
+    // whose runtime holds the NCCL communicator. NCCL keeps a resource of
     // the communicator alive for each graph that captured its sums, and
     // destroying the communicator first would wait for it forever.
     /// One captured full training step per batch size, by its place.
