@@ -1,8 +1,8 @@
 use super::*;
 use crate::backend::Device;
-use crate::Engine;
 use crate::ops::cursor::StepCursor;
 use crate::tensor::Shape;
+use crate::Engine;
 
 struct Setup {
     engine: Engine,

@@ -1,8 +1,8 @@
 use super::{BatchNormArgs, RunningStats};
-use crate::Engine;
-use crate::memory::{Buf};
-use crate::ops::gradcheck::{engine, check_on, values};
+use crate::memory::Buf;
+use crate::ops::gradcheck::{check_on, engine, values};
 use crate::tensor::{Param, Shape};
+use crate::Engine;
 use crate::Error;
 
 /// Running statistics for `c` channels in `arena`'s persistent region,

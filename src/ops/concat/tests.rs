@@ -44,7 +44,9 @@ fn concat_places_each_part_at_its_channels() {
 #[test]
 fn concat_refuses_no_parts_and_mismatched_parts() {
     let mut engine = crate::Engine::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
-    let none = engine.step(|s| Tensor::concat_channels(s, &[]).map(|_| ())).unwrap_err();
+    let none = engine
+        .step(|s| Tensor::concat_channels(s, &[]).map(|_| ()))
+        .unwrap_err();
     assert!(
         matches!(
             none,

@@ -364,7 +364,18 @@ impl Saved {
                     }
                     Ok(())
                 },
-                |gpu| gpu.conv(g, policy, ConvPass::InputGrad, self.w.buf, gy, packed, gx, into.is_some()),
+                |gpu| {
+                    gpu.conv(
+                        g,
+                        policy,
+                        ConvPass::InputGrad,
+                        self.w.buf,
+                        gy,
+                        packed,
+                        gx,
+                        into.is_some(),
+                    )
+                },
             )?;
             if into.is_none() {
                 s.accumulate(&self.x, gx)?;

@@ -1,7 +1,7 @@
 use super::CrossEntropyArgs;
 use crate::ops::gradcheck::{check, values};
 use crate::tensor::Shape;
-use crate::{Engine, Device, Error};
+use crate::{Device, Engine, Error};
 
 const LABELS: [u32; 4] = [3, 0, 4, 3];
 
