@@ -7,7 +7,7 @@
 
 use bumpgrad::ops::conv2d::Conv2dArgs;
 use bumpgrad::ops::maxpool2d::Pool2dArgs;
-use bumpgrad::{Arena, Device, Shape, Step, Tensor};
+use bumpgrad::{Device, Engine, Shape, Step, Tensor};
 use std::time::{Duration, Instant};
 
 const N: usize = 100;
@@ -121,7 +121,7 @@ fn main() -> bumpgrad::Result<()> {
             op: linear,
         },
     ];
-    let mut arena = Arena::new(Device::cpu(threads)?, 64 << 20)?;
+    let mut engine = Engine::new(Device::cpu(threads)?, 64 << 20)?;
     println!("{threads} threads, {iterations} iterations, batch {N}; microseconds (median / min)");
     let (mut total_f, mut total_b) = (0.0, 0.0);
     for case in cases.iter().filter(|c| only.as_deref().is_none_or(|o| o == c.name)) {
@@ -130,7 +130,7 @@ fn main() -> bumpgrad::Result<()> {
         let wv = case.w.map(|w| values(Shape::new(w).numel(), 2));
         let (mut fwd, mut bwd) = (Vec::new(), Vec::new());
         for _ in 0..iterations {
-            let (f, b) = arena.step(|s| {
+            let (f, b) = engine.step(|s| {
                 let x = if case.x_grad {
                     s.variable("x", xs, &xv)?
                 } else {

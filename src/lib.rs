@@ -10,23 +10,23 @@
 //! The crate, from the bottom up (the layers of `docs/ARCHITECTURE.md`):
 //! - [`rng`]: the small PRNG that initialisation, shuffling and dropout
 //!   share, below every layer that draws numbers;
+//! - [`base`]: typed handles, element types, shapes, layouts, byte sizes:
+//!   the vocabulary every layer shares;
 //! - [`memory`]: the arena, its regions, statistics, liveness plans, the
-//!   memory report, typed handles and shapes. Today the arena also owns the
-//!   device: it holds the backend, passes device calls through (graph
-//!   capture and replay, convolution tuning, op timing, the all-reduce),
-//!   keeps autograd's tape between steps as opaque state, and asks the
-//!   backend whether it is the dry one (issue 30 moves these to a runtime
-//!   beside it);
-//! - [`backend`]: where memory lives and kernels run (CPU, CUDA, and a dry
-//!   backend that measures) — the home of `unsafe`, but for two `libc`
-//!   calls in `distributed::launcher` (signalling the ranks' process group,
-//!   and `_exit`);
-//! - [`tensor`]: step tensors, persistent parameters and data sets;
-//! - [`autograd`]: the step, the tape and backward, generic over the node
-//!   set the op registry hands it (it names no op);
+//!   memory report: offsets only, no device;
+//! - [`backend`]: the runtime, where memory lives and kernels run (CPU,
+//!   CUDA, and a dry backend for steps that only plan), and the compute
+//!   policy — the home of `unsafe`, but for two `libc` calls in
+//!   `distributed::launcher` (signalling the ranks' process group, and
+//!   `_exit`);
+//! - [`tensor`]: step tensors, persistent parameters and data sets, and the
+//!   persistent region's allocator;
+//! - [`autograd`]: the engine (a runtime, its arena, the tape) that
+//!   assembles each step, the tape and backward, generic over the node set
+//!   the op registry hands it (it names no op);
 //! - [`ops`]: one folder per op — forward, backward, kernels, tests — and
 //!   the registry, one line per op, whose node set makes `Step` and
-//!   `Arena::step`; the one launch helper that matches on the device; the
+//!   `Engine`; the one launch helper that matches on the device; the
 //!   learning-rate lookup and the gradient checker;
 //! - [`nn`]: parameters with names in slabs (`ParamBuilder`,
 //!   `ParamStore`), PyTorch's initialisations, layers that pair parameters
@@ -61,10 +61,10 @@
 //! use bumpgrad::nn::{Init, OptimizerConfig, ParamStore};
 //! use bumpgrad::ops::{cross_entropy::CrossEntropyArgs, cursor::StepCursor, lr::LrAt};
 //! use bumpgrad::optim::SgdConfig;
-//! use bumpgrad::{Arena, Device, Shape};
+//! use bumpgrad::{Device, Engine, Shape};
 //!
-//! let mut arena = Arena::new(Device::cpu(1)?, 1 << 20)?;
-//! let mut p = arena.persistent();
+//! let mut engine = Engine::new(Device::cpu(1)?, 1 << 20)?;
+//! let mut p = engine.persistent();
 //! // Parameters are declared by name; the store lays them out in one slab.
 //! let (store, w) = ParamStore::build(&mut p, 42, |pb| {
 //!     pb.pp("fc").param("weight", Shape::new(&[2, 2]), Init::Constant(0.25))
@@ -74,7 +74,7 @@
 //! let sgd = SgdConfig::default().build(&store, &mut p, lr)?;
 //! let mut losses = Vec::new();
 //! for _ in 0..3 {
-//!     let loss: f32 = arena.step(|s| {
+//!     let loss: f32 = engine.step(|s| {
 //!         let x = s.input("x", Shape::new(&[1, 2]), &[1.0, 2.0])?; // a Tensor<'s>
 //!         let weight = s.param(&w);
 //!         let labels = s.labels(&[1])?;
@@ -86,13 +86,14 @@
 //!     losses.push(loss);
 //! }
 //! assert!(losses[2] < losses[1] && losses[1] < losses[0]);
-//! assert_eq!(arena.stats().resets, 3);
+//! assert_eq!(engine.arena().stats().resets, 3);
 //! assert_eq!(store.name(&w), "fc.weight");
 //! # Ok::<(), bumpgrad::Error>(())
 //! ```
 
 pub mod autograd;
 pub mod backend;
+pub mod base;
 pub mod checkpoint;
 pub mod data;
 pub mod distributed;
@@ -111,5 +112,5 @@ pub use autograd::Grads;
 pub use backend::{Device, DeviceRequest};
 pub use error::{Error, Result, Setting};
 pub use memory::{Arena, ArenaError, ArenaStats, ByteSize, DType};
-pub use ops::Step;
+pub use ops::{Engine, Step};
 pub use tensor::{Labels, Layout, Param, Shape, Tensor};

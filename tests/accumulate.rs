@@ -1,7 +1,7 @@
 //! A tensor used twice gets the sum of both uses' gradients, on the CPU
 //! (the body is shared with the GPU tests: `support/used_twice.rs`).
 
-use bumpgrad::{Arena, Device};
+use bumpgrad::{Device, Engine};
 
 #[path = "support/used_twice.rs"]
 mod used_twice;
@@ -24,9 +24,9 @@ fn product(a: &[f32], transpose: bool, b: &[f32]) -> Vec<f64> {
 
 #[test]
 fn x_times_x_transposed_gets_the_sum_of_its_input_and_weight_gradients() {
-    let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
-    arena.set_poison_step(true);
-    let read = arena
+    let mut engine = Engine::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+    engine.arena_mut().set_poison_step(true);
+    let read = engine
         .step(|s| {
             let mut read = Vec::new();
             for (name, t) in used_twice::body(s)? {
@@ -66,12 +66,12 @@ fn x_times_x_transposed_gets_the_sum_of_its_input_and_weight_gradients() {
 fn a_parameter_added_to_itself_gets_twice_the_gradient_in_its_slot() {
     use bumpgrad::nn::{Init, ParamStore};
     use bumpgrad::Shape;
-    let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
-    let (_store, w) = ParamStore::build(&mut arena.persistent(), 1, |pb| {
+    let mut engine = Engine::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+    let (_store, w) = ParamStore::build(&mut engine.persistent(), 1, |pb| {
         pb.param("w", Shape::new(&[3]), Init::Constant(0.5))
     })
     .unwrap();
-    arena
+    engine
         .step(|s| {
             let p = s.param(&w);
             let y = p.add(s, p)?;
@@ -81,6 +81,6 @@ fn a_parameter_added_to_itself_gets_twice_the_gradient_in_its_slot() {
         })
         .unwrap();
     let mut landed = [0.0; 3];
-    arena.read_persistent(w.grad(), &mut landed).unwrap();
+    engine.read_persistent(w.grad(), &mut landed).unwrap();
     assert_eq!(landed, [2.0, -4.0, 0.5]);
 }

@@ -18,7 +18,7 @@ use bumpgrad::ops::gather::Normalize;
 use bumpgrad::ops::maxpool2d::Pool2dArgs;
 use bumpgrad::optim::{AdamWConfig, Schedule};
 use bumpgrad::train::{self, ConvAlgos, EpochReport, Hooks, Observer, Pipeline, TrainConfig};
-use bumpgrad::{Arena, ArenaError, Device, Error, Shape, Step, Tensor};
+use bumpgrad::{ArenaError, Device, Engine, Error, Shape, Step, Tensor};
 use std::io::Write;
 use std::sync::Mutex;
 
@@ -149,15 +149,15 @@ type ConvApis = Vec<(bumpgrad::backend::cuda::ConvDims, bumpgrad::backend::cuda:
 
 /// [`run`], with the convolutions of the device that ran the step.
 fn run_seeing_convolutions(device: Device, body: &Body) -> (Vec<(&'static str, Vec<f32>)>, ConvApis) {
-    let mut arena = Arena::new(device, 64 << 20).expect("arena");
-    arena.set_poison_step(true);
-    let read = arena
+    let mut engine = Engine::new(device, 64 << 20).expect("arena");
+    engine.arena_mut().set_poison_step(true);
+    let read = engine
         .step(|s| {
             let outputs = body(s)?;
             read_all(s, outputs)
         })
         .expect("step");
-    (read, arena.convolution_apis())
+    (read, engine.runtime().convolution_apis())
 }
 
 /// Every named tensor read to the host, in order.
@@ -315,9 +315,9 @@ fn cursor_steps(device: Device) -> Vec<(&'static str, Vec<f32>)> {
     use bumpgrad::ops::cursor::StepCursor;
     use bumpgrad::ops::dropout::DropoutSeed;
     use bumpgrad::ops::gather::{BatchAt, ByteImages};
-    let mut arena = Arena::new(device, 16 << 20).expect("arena");
-    arena.set_poison_step(true);
-    let mut p = arena.persistent();
+    let mut engine = Engine::new(device, 16 << 20).expect("arena");
+    engine.arena_mut().set_poison_step(true);
+    let mut p = engine.persistent();
     let pixels: Vec<u8> = (0..50 * 16).map(|i| (i * 7 % 256) as u8).collect();
     let images = ByteImages {
         pixels: p.upload("images", Shape::new(&[50 * 16]), &pixels).expect("upload"),
@@ -330,7 +330,7 @@ fn cursor_steps(device: Device) -> Vec<(&'static str, Vec<f32>)> {
     let order = p.upload("order", Shape::new(&[50]), &order).expect("upload");
     let cursor = StepCursor::new(&mut p).expect("cursor");
     let losses = p.zeros::<f32>("losses", Shape::new(&[5])).expect("losses");
-    cursor.set(&mut arena, 1, 41).expect("cursor");
+    cursor.set(&mut engine, 1, 41).expect("cursor");
     let norm = Normalize::new(0.2, 0.5);
     let at = BatchAt {
         order,
@@ -341,7 +341,7 @@ fn cursor_steps(device: Device) -> Vec<(&'static str, Vec<f32>)> {
     };
     let mut read = Vec::new();
     for step in 0..3 {
-        let out = arena
+        let out = engine
             .step(|s| {
                 let (x, l) = s.gather_batch(&images, labels, at, norm)?;
                 let flat = x.flatten(s)?;
@@ -374,8 +374,8 @@ fn cursor_steps(device: Device) -> Vec<(&'static str, Vec<f32>)> {
         }
     }
     let mut host_losses = vec![0.0f32; 5];
-    arena.read_persistent(losses, &mut host_losses).expect("losses");
-    let (step, global) = cursor.get(&mut arena).expect("cursor");
+    engine.read_persistent(losses, &mut host_losses).expect("losses");
+    let (step, global) = cursor.get(&mut engine).expect("cursor");
     read.push(("losses", host_losses));
     read.push(("cursor", vec![step as f32, global as f32]));
     read
@@ -404,9 +404,9 @@ fn cnn_step(device: Device) -> Vec<(&'static str, Vec<f32>)> {
     let mut host = ImageSet::load(&data_dir()).expect("data");
     host.limit_train(300).expect("limit");
     host.limit_test(100).expect("limit");
-    let mut arena = Arena::new(device, 64 << 20).expect("arena");
-    arena.set_poison_step(true);
-    let mut p = arena.persistent();
+    let mut engine = Engine::new(device, 64 << 20).expect("arena");
+    engine.arena_mut().set_poison_step(true);
+    let mut p = engine.persistent();
     let input = Input {
         example: MnistCnn::INPUT,
         classes: 10,
@@ -419,7 +419,7 @@ fn cnn_step(device: Device) -> Vec<(&'static str, Vec<f32>)> {
     let data = host.upload(&mut p).expect("upload");
     let indices: Vec<u32> = (0..100).map(|i| (i * 37 % 300) as u32).collect();
     let norm = Normalize::new(0.1307, 0.3081);
-    arena
+    engine
         .step(|s| {
             let x = s.gather_images(&data.train.images, &indices, norm)?;
             let labels = s.gather_labels(data.train.labels, &indices)?;
@@ -463,10 +463,10 @@ fn mnist_cnn_logits_and_every_gradient_match_the_cpu() {
 fn optimizers_match_pytorchs_fixtures_on_the_gpu() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(gpu) = gpu("optimizer fixtures") else { return };
-    let mut arena = Arena::new(gpu, 4 << 20).expect("arena");
-    arena.set_poison_step(true);
+    let mut engine = Engine::new(gpu, 4 << 20).expect("arena");
+    engine.arena_mut().set_poison_step(true);
     for (name, _) in optim_fixtures::CASES {
-        optim_fixtures::check(&mut arena, name, &optim_fixtures::case(name));
+        optim_fixtures::check(&mut engine, name, &optim_fixtures::case(name));
     }
 }
 
@@ -775,7 +775,7 @@ fn an_arena_larger_than_the_gpu_is_a_clear_error() {
         cfg
     };
     match train::Pipeline::open(&cfg, None).and_then(Pipeline::build) {
-        Err(Error::Arena(ArenaError::Backend(BackendError::DeviceAllocation { bytes, .. }))) => {
+        Err(Error::Backend(BackendError::DeviceAllocation { bytes, .. })) => {
             assert_eq!(bytes, 1 << 44)
         }
         Err(other) => panic!("expected a device allocation error, got {other}"),

@@ -122,28 +122,6 @@ const ISSUE_30: &str = "issue 30";
 /// removes them; the test fails on one not listed here, on a count that
 /// grows, and on an entry (or count) the code no longer has.
 const KNOWN: &[Known] = &[
-    // memory imports the runtime that sits above it, and asks it whether it
-    // only plans (issue 30: the Arena beside a Runtime, imports nothing
-    // above it; Buf, DType and Shape at the bottom; a step says whether it
-    // runs or plans).
-    known("src/memory/arena.rs", "crate::backend::Backend", 1),
-    known("src/memory/arena.rs", "crate::backend::BackendError", 1),
-    known("src/memory/arena.rs", "crate::backend::CapturedGraph", 1),
-    known("src/memory/arena.rs", "crate::backend::Device", 1),
-    known("src/memory/arena.rs", "crate::backend::DeviceKind", 1),
-    known("src/memory/arena.rs", "crate::backend::OpTime", 1),
-    known("src/memory/arena.rs", "crate::backend::Workers", 1),
-    known("src/memory/arena.rs", "crate::backend::cuda::ConvApi", 1),
-    known("src/memory/arena.rs", "crate::backend::cuda::ConvDims", 1),
-    known("src/memory/arena.rs", "crate::backend::cuda::CudaCalls", 1),
-    known("src/memory/arena.rs", "DeviceKind::Dry", 1),
-    // autograd's test builds a parameter store, which nn (above autograd)
-    // owns (issue 30: no import runs up the layers).
-    known("src/autograd/step.rs", "crate::nn::Init", 1),
-    known("src/autograd/step.rs", "crate::nn::ParamStore", 1),
-    // A CPU backend test takes `Shape` from tensor (issue 30: `Shape` at
-    // the bottom).
-    known("src/backend/cpu/mod.rs", "crate::tensor::Shape", 1),
     // The crate's error wraps the errors of layers above base (issue 30: no
     // import runs up the layers).
     known("src/error.rs", "crate::backend::BackendError", 1),

@@ -3,15 +3,15 @@
 //! relative (`tests/support/optim_fixtures.rs`; the GPU runs the same body
 //! in `tests/gpu.rs`).
 
-use bumpgrad::{Arena, Device};
+use bumpgrad::{Device, Engine};
 
 #[path = "support/optim_fixtures.rs"]
 mod optim_fixtures;
 
 fn check(name: &str) {
     let case = optim_fixtures::case(name);
-    let mut arena = Arena::new(Device::cpu(2).expect("cpu"), 1 << 20).expect("arena");
-    optim_fixtures::check(&mut arena, name, &case);
+    let mut engine = Engine::new(Device::cpu(2).expect("cpu"), 1 << 20).expect("arena");
+    optim_fixtures::check(&mut engine, name, &case);
 }
 
 #[test]

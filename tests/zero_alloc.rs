@@ -152,7 +152,7 @@ fn two_epochs_of(name: &str, model: ModelChoice, budget: Option<usize>) {
         );
     }
     assert_eq!(session.optimizer().state().len(), 1, "momentum is on");
-    assert!(session.arena().poisons_steps(), "poisoning is on");
+    assert!(session.engine().arena().poisons_steps(), "poisoning is on");
     let stop = AtomicBool::new(false);
     let control = Control {
         stop: &stop,

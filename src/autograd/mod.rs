@@ -1,7 +1,7 @@
 //! Reverse-mode automatic differentiation whose gradients live in the step
-//! region, and the step scope itself (`scope.rs`, run by `Arena::step`):
-//! the tape is autograd's, kept by the arena between steps as opaque host
-//! state.
+//! region, and where steps run ([`Engine`], `engine.rs`; captured as graphs
+//! in `capture.rs`): a runtime, an arena and the tape their steps record
+//! on, kept between steps typed by the node set.
 //!
 //! Ops record a small `Copy` node when the step records and an input wants a
 //! gradient; `Step::backward` walks the nodes in reverse, each node asking
@@ -12,11 +12,14 @@
 //! registry gives it ([`Recorded`], implemented by the enums `ops/mod.rs`
 //! generates), and backward and recomputation dispatch through that trait.
 
+mod capture;
+mod engine;
 mod recorded;
-pub(crate) mod scope;
 mod step;
 mod tape;
 
+pub use capture::StepGraph;
+pub use engine::Engine;
 pub use recorded::Recorded;
 pub use step::{Grads, Step, GRADIENT_SEED};
 pub use tape::Candidate;

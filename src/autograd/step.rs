@@ -1,9 +1,12 @@
 //! A step: the scope in which tensors exist. It hands out step-region memory,
-//! records ops on the tape, and runs backward.
+//! records ops on the tape, and runs backward. It is assembled from its parts
+//! (the engine does it, `engine.rs`): the runtime its kernels run on, the
+//! arena its buffers are placed by, the tape, its compute policy (a copy of
+//! the runtime's) and whether it runs or only plans.
 
 use super::tape::{Candidate, Tape};
 use super::Recorded;
-use crate::backend::Backend;
+use crate::backend::{Backend, Mode, Policy, Runtime};
 use crate::memory::{Arena, Buf, DType, Element, FloatBuf, Touch};
 use crate::tensor::{Brand, Labels, Layout, Param, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
@@ -18,8 +21,11 @@ pub const GRADIENT_SEED: &str = "gradient seed";
 /// is what its tape holds, the op registry's node set (users name this
 /// type as `bumpgrad::Step<'s>`, the step over the crate's ops).
 pub struct Step<'s, N: Recorded> {
-    arena: &'s mut Arena,
+    runtime: &'s mut Runtime,
+    memory: &'s mut Arena,
     tape: &'s mut Tape<N>,
+    policy: Policy,
+    mode: Mode,
     _brand: Brand<'s>,
 }
 
@@ -30,10 +36,19 @@ pub struct Grads<'s> {
 }
 
 impl<'s, N: Recorded> Step<'s, N> {
-    pub(crate) fn new(arena: &'s mut Arena, tape: &'s mut Tape<N>) -> Self {
+    pub(crate) fn new(
+        runtime: &'s mut Runtime,
+        memory: &'s mut Arena,
+        tape: &'s mut Tape<N>,
+        policy: Policy,
+        mode: Mode,
+    ) -> Self {
         Self {
-            arena,
+            runtime,
+            memory,
             tape,
+            policy,
+            mode,
             _brand: PhantomData,
         }
     }
@@ -41,12 +56,12 @@ impl<'s, N: Recorded> Step<'s, N> {
     /// Raw step-region memory, released at the reset. Crate-only: outside
     /// code gets step memory as branded tensors, never as bare handles.
     pub(crate) fn alloc<T: Element>(&mut self, what: &'static str, shape: Shape) -> Result<Buf<T>> {
-        Ok(self.arena.alloc_step(what, shape)?)
+        Ok(self.memory.alloc_step(what, shape)?)
     }
 
     /// A step buffer of `dtype`: a tensor's values or a gradient.
     pub(crate) fn alloc_float(&mut self, what: &'static str, shape: Shape, dtype: DType) -> Result<FloatBuf> {
-        Ok(self.arena.alloc_step_float(what, shape, dtype)?)
+        Ok(self.memory.alloc_step_float(what, shape, dtype)?)
     }
 
     /// A step buffer of `t`'s shape and type (its gradient, a copy).
@@ -54,31 +69,33 @@ impl<'s, N: Recorded> Step<'s, N> {
         self.alloc_float(what, t.shape, t.dtype())
     }
 
-    /// The type convolutions and matrix products compute in on this
-    /// device: bf16 under `--precision bf16` (see
-    /// [`crate::backend::Precision`]), else fp32.
-    pub fn compute_dtype(&mut self) -> DType {
-        self.arena.backend().compute_dtype()
+    /// How this step computes (see [`Policy`]): its copy, made when the
+    /// step was assembled.
+    pub fn policy(&self) -> Policy {
+        self.policy
     }
 
-    /// The layout convolutions take their 4-D inputs in on this device:
-    /// channels last in a bf16 step (see [`Layout`]), else NCHW.
-    pub fn compute_layout(&mut self) -> Layout {
-        match self.compute_dtype() {
-            DType::Bf16 => Layout::Nhwc,
-            DType::F32 => Layout::Nchw,
-        }
+    /// The type convolutions and matrix products compute in: bf16 under
+    /// `--precision bf16` (see [`crate::backend::Precision`]), else fp32.
+    pub fn compute_dtype(&self) -> DType {
+        self.policy.activations()
+    }
+
+    /// The layout convolutions take their 4-D inputs in: channels last in
+    /// a bf16 step (see [`Layout`]), else NCHW.
+    pub fn compute_layout(&self) -> Layout {
+        self.policy.layout()
     }
 
     pub(crate) fn backend(&mut self) -> &mut Backend {
-        self.arena.backend()
+        self.runtime.backend()
     }
 
     /// The op about to run takes `seconds()` beyond the fastest algorithm
     /// the device timed for it (a workspace held down): the step's plan
     /// counts it.
     pub(crate) fn note_slower(&mut self, seconds: impl FnOnce() -> f64) {
-        self.arena.note_slower(seconds);
+        self.memory.note_slower(seconds);
     }
 
     /// Declares every buffer the op's next kernels read or write, and hands
@@ -88,13 +105,15 @@ impl<'s, N: Recorded> Step<'s, N> {
     /// reach it through their one launch helper (`Step::launch`, in
     /// `ops/launch.rs`), which matches on the backend it hands out.
     pub(crate) fn uses(&mut self, touches: &[Touch]) -> &mut Backend {
-        self.arena.record_uses(touches);
-        self.arena.backend()
+        self.memory.record_uses(touches);
+        self.runtime
+            .declare(touches.iter().map(|t| (t.offset, t.offset + t.bytes)));
+        self.runtime.backend()
     }
 
     /// Worker threads of the device (sizes per-thread scratch).
     pub fn threads(&mut self) -> usize {
-        self.arena.backend().threads()
+        self.runtime.threads()
     }
 
     /// Whether ops are being recorded for backward.
@@ -198,7 +217,7 @@ impl<'s, N: Recorded> Step<'s, N> {
     /// recomputed copy, so `t` itself dies when forward is done with it.
     pub(crate) fn recomputable(&mut self, t: &TensorRef, how: impl Into<N::Recipe>) {
         let how = how.into();
-        let planning = self.arena.device() == crate::backend::DeviceKind::Dry;
+        let planning = self.mode == Mode::Plan;
         let tape = &mut *self.tape;
         if tape.recording {
             tape.recipes.push((t.id, how));
@@ -211,7 +230,7 @@ impl<'s, N: Recorded> Step<'s, N> {
     /// Counts `t` as a candidate for recomputation under a memory budget (a
     /// convolution's output, a block's) whose recomputation reads `inputs`,
     /// and says whether the step is to recompute it in backward rather than
-    /// keep it. `cost.reads` is filled in here, on a dry arena: only
+    /// keep it. `cost.reads` is filled in here, in a step that plans: only
     /// planning asks, and a step that runs allocates nothing on the heap.
     pub(crate) fn drops_next_candidate(
         &mut self,
@@ -219,7 +238,7 @@ impl<'s, N: Recorded> Step<'s, N> {
         inputs: [Option<&TensorRef>; 2],
         mut cost: Candidate,
     ) -> bool {
-        let planning = self.arena.device() == crate::backend::DeviceKind::Dry;
+        let planning = self.mode == Mode::Plan;
         let tape = &mut *self.tape;
         let i = tape.candidates.len() as u32;
         if tape.recording && planning {
@@ -265,9 +284,9 @@ impl<'s, N: Recorded> Step<'s, N> {
         let nested = self.tape.recompute_depth > 0;
         let made_before = self.tape.recomputed.len();
         self.tape.recompute_depth += 1;
-        self.arena.begin_recompute();
+        self.memory.begin_recompute();
         let buf = N::recompute(how, self);
-        self.arena.end_recompute();
+        self.memory.end_recompute();
         self.tape.recompute_depth -= 1;
         let buf = buf?;
         let tape = &mut *self.tape;
@@ -555,49 +574,5 @@ impl<'s, N: Recorded> Step<'s, N> {
         let &(_, _, id) = tape.leaves.iter().find(|(b, _, _)| *b == param.buf)?;
         let buf = tape.grads.get(id as usize).copied().flatten()?;
         Some(self.alias(buf, param.shape, false))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::memory::Arena;
-    use crate::nn::{Init, ParamStore};
-    use crate::{Device, Shape};
-
-    #[test]
-    fn a_parameter_gradient_lands_in_its_persistent_slot() {
-        let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
-        let (store, w) = ParamStore::build(&mut arena.persistent(), 1, |pb| {
-            pb.pp("fc").param("weight", Shape::new(&[1, 4]), Init::Constant(0.5))
-        })
-        .unwrap();
-        assert!(
-            w.grad().byte_range().end <= arena.stats().persistent_bytes,
-            "below the mark"
-        );
-        assert_eq!(store.name(&w), "fc.weight");
-        arena
-            .step(|s| {
-                // The weight gradient of `x · wᵀ` is `x`.
-                let x = s.input("x", Shape::new(&[1, 4]), &[1.0, 2.0, 3.0, 4.0])?;
-                let w_in_step = s.param(&w);
-                let y = x.linear(s, w_in_step, None)?;
-                let one = s.input("upstream", y.shape(), &[1.0])?;
-                let grads = s.backward_from(y, one)?;
-                assert!(s.has_param_grad(&w));
-                let g = s.param_grad(&grads, &w).expect("w has a gradient");
-                let mut host = [0.0; 4];
-                s.read(g, &mut host)?;
-                assert_eq!(host, [1.0, 2.0, 3.0, 4.0]);
-                Ok(())
-            })
-            .unwrap();
-        let mut landed = [0.0; 4];
-        arena.read_persistent(w.grad(), &mut landed).unwrap();
-        assert_eq!(
-            landed,
-            [1.0, 2.0, 3.0, 4.0],
-            "the gradient was written into its slot of the gradient slab"
-        );
     }
 }

@@ -1,35 +1,37 @@
 //! What some devices can do and others cannot: record a step as a graph and
-//! replay it, count the work queued, time each op, check the ranges an op
-//! declared. Each capability is a method that answers on every backend (a
-//! typed refusal, `None` or `false` where the device lacks it), so the arena
-//! uses them without knowing which backend it holds.
+//! replay it, count the work queued, tune convolutions, time each op, check
+//! the ranges an op declared. Each capability is a method of the runtime
+//! that answers on every backend (a typed refusal, `None` or `false` where
+//! the device lacks it), so its callers use them without knowing which
+//! backend it holds.
 
 use super::cuda::{CapturedGraph, OpTime};
-use super::{Backend, BackendError};
+use super::{Backend, BackendError, Runtime};
+use std::ops::Range;
 
-impl Backend {
+impl Runtime {
     /// Starts recording the device's work as a graph instead of running it.
     pub(crate) fn begin_capture(&mut self) -> Result<(), BackendError> {
-        match self {
-            Self::Cuda(gpu) => gpu.begin_capture(),
-            Self::Cpu(_) | Self::Dry(_) => Err(self.needs_cuda("whole-step graphs")),
+        match &mut self.backend {
+            Backend::Cuda(gpu) => gpu.begin_capture(),
+            Backend::Cpu(_) | Backend::Dry(_) => Err(self.needs_cuda("whole-step graphs")),
         }
     }
 
     /// Ends the recording begun by [`Backend::begin_capture`] and
     /// instantiates the graph.
     pub(crate) fn end_capture(&mut self) -> Result<CapturedGraph, BackendError> {
-        match self {
-            Self::Cuda(gpu) => gpu.end_capture(),
-            Self::Cpu(_) | Self::Dry(_) => Err(self.needs_cuda("whole-step graphs")),
+        match &mut self.backend {
+            Backend::Cuda(gpu) => gpu.end_capture(),
+            Backend::Cpu(_) | Backend::Dry(_) => Err(self.needs_cuda("whole-step graphs")),
         }
     }
 
     /// Queues one replay of a captured graph.
     pub(crate) fn replay(&mut self, graph: &CapturedGraph) -> Result<(), BackendError> {
-        match self {
-            Self::Cuda(gpu) => gpu.replay(graph),
-            Self::Cpu(_) | Self::Dry(_) => Err(self.needs_cuda("whole-step graphs")),
+        match &mut self.backend {
+            Backend::Cuda(gpu) => gpu.replay(graph),
+            Backend::Cpu(_) | Backend::Dry(_) => Err(self.needs_cuda("whole-step graphs")),
         }
     }
 
@@ -37,87 +39,96 @@ impl Backend {
     /// launches) on a device that queues work; `None` on one that runs each
     /// kernel as it is called.
     pub fn ops_queued(&self) -> Option<u64> {
-        match self {
-            Self::Cuda(gpu) => Some(gpu.ops_queued()),
-            Self::Cpu(_) | Self::Dry(_) => None,
+        match &self.backend {
+            Backend::Cuda(gpu) => Some(gpu.ops_queued()),
+            Backend::Cpu(_) | Backend::Dry(_) => None,
         }
     }
 
     /// The CUDA calls made so far on the GPU, by kind; `None` off the GPU.
     pub fn cuda_calls(&self) -> Option<super::cuda::CudaCalls> {
-        match self {
-            Self::Cuda(gpu) => Some(gpu.calls()),
-            Self::Cpu(_) | Self::Dry(_) => None,
+        match &self.backend {
+            Backend::Cuda(gpu) => Some(gpu.calls()),
+            Backend::Cpu(_) | Backend::Dry(_) => None,
         }
     }
 
-    /// Times the convolution algorithms on `bytes` free bytes at `offset`
-    /// (see [`super::cuda::CudaBackend::tune_convolutions`]); 0 changed on
-    /// a device that has nothing to time.
-    pub(crate) fn tune_convolutions(&mut self, offset: usize, bytes: usize) -> Result<usize, BackendError> {
-        match self {
-            Self::Cuda(gpu) => gpu.tune_convolutions(offset, bytes),
-            Self::Cpu(_) | Self::Dry(_) => Ok(0),
+    /// Times the convolution algorithms of every shape planned so far in
+    /// `free`, arena bytes that hold nothing (before anything is allocated
+    /// in them), and chooses the fastest of each pass (GPU only; see
+    /// [`super::cuda::CudaBackend::tune_convolutions`]). Plans of steps
+    /// must be made again: workspace sizes may have changed. Returns how
+    /// many shapes changed an algorithm (none on a device that has nothing
+    /// to time).
+    pub fn tune_convolutions(&mut self, free: Range<usize>) -> Result<usize, BackendError> {
+        match &mut self.backend {
+            Backend::Cuda(gpu) => gpu.tune_convolutions(free.start, free.len()),
+            Backend::Cpu(_) | Backend::Dry(_) => Ok(0),
         }
     }
 
     /// Chooses among the timed algorithms with workspaces of at most
     /// `limit` bytes; the largest chosen.
-    pub(crate) fn select_convolutions(&self, limit: usize) -> usize {
-        match self {
-            Self::Cuda(gpu) => gpu.select_convolutions(limit),
-            Self::Cpu(_) | Self::Dry(_) => 0,
+    pub fn select_convolutions(&self, limit: usize) -> usize {
+        match &self.backend {
+            Backend::Cuda(gpu) => gpu.select_convolutions(limit),
+            Backend::Cpu(_) | Backend::Dry(_) => 0,
         }
     }
 
-    /// Which of cuDNN's APIs runs each convolution planned so far (see
-    /// [`super::Device::convolution_apis`]).
-    pub(crate) fn convolution_apis(&self) -> Vec<(super::cuda::ConvDims, super::cuda::ConvApi)> {
-        match self {
-            Self::Cuda(gpu) => gpu.gpu().conv_plans().iter().map(|p| (p.dims, p.api())).collect(),
-            Self::Cpu(_) | Self::Dry(_) => Vec::new(),
+    /// Which of cuDNN's APIs runs each convolution planned so far; none
+    /// off the GPU (see [`super::Device::convolution_apis`]).
+    pub fn convolution_apis(&self) -> Vec<(super::cuda::ConvDims, super::cuda::ConvApi)> {
+        match &self.backend {
+            Backend::Cuda(gpu) => gpu.gpu().conv_plans().iter().map(|p| (p.dims, p.api())).collect(),
+            Backend::Cpu(_) | Backend::Dry(_) => Vec::new(),
         }
     }
 
-    /// Back to the heuristic's convolution algorithms.
-    pub(crate) fn untune_convolutions(&self) {
-        if let Self::Cuda(gpu) = self {
+    /// Back to the heuristic's convolution algorithms: undoes
+    /// [`Runtime::tune_convolutions`].
+    pub fn untune_convolutions(&self) {
+        if let Backend::Cuda(gpu) = &self.backend {
             gpu.untune_convolutions();
         }
     }
 
     /// Prepares to time up to `ops` ops of one step; false where the device
-    /// cannot time them. Call at start-up: a GPU's events may take memory.
-    pub(crate) fn enable_timing(&mut self, ops: usize) -> Result<bool, BackendError> {
-        match self {
-            Self::Cuda(gpu) => gpu.enable_timing(ops).map(|()| true),
-            Self::Cpu(_) | Self::Dry(_) => Ok(false),
+    /// cannot time them (the CPU). Call at start-up: a GPU's events may take
+    /// device memory.
+    pub fn enable_op_timing(&mut self, ops: usize) -> Result<bool, BackendError> {
+        match &mut self.backend {
+            Backend::Cuda(gpu) => gpu.enable_timing(ops).map(|()| true),
+            Backend::Cpu(_) | Backend::Dry(_) => Ok(false),
         }
     }
 
-    /// Brackets every op queued from now on; false when timing is not
-    /// enabled or not possible.
-    pub(crate) fn start_timing(&mut self) -> bool {
-        match self {
-            Self::Cuda(gpu) => gpu.start_timing(),
-            Self::Cpu(_) | Self::Dry(_) => false,
+    /// Brackets every device op queued from now with events, until
+    /// [`Runtime::pause_op_timing`]; false when timing is not enabled or
+    /// not possible. Ops queued while a step is captured keep their events
+    /// in the graph.
+    pub fn start_op_timing(&mut self) -> bool {
+        match &mut self.backend {
+            Backend::Cuda(gpu) => gpu.start_timing(),
+            Backend::Cpu(_) | Backend::Dry(_) => false,
         }
     }
 
     /// Stops bracketing ops; those bracketed keep their times.
-    pub(crate) fn pause_timing(&mut self) {
-        if let Self::Cuda(gpu) = self {
+    pub fn pause_op_timing(&mut self) {
+        if let Backend::Cuda(gpu) = &mut self.backend {
             gpu.pause_timing();
         }
     }
 
-    /// Waits for the timed ops and appends each one's time to `out`;
-    /// returns the time from the first op's start to the last one's end,
-    /// `None` where nothing was timed.
-    pub(crate) fn finish_timing(&mut self, out: &mut Vec<OpTime>) -> Result<Option<f64>, BackendError> {
-        match self {
-            Self::Cuda(gpu) => gpu.finish_timing(out),
-            Self::Cpu(_) | Self::Dry(_) => Ok(None),
+    /// Waits for the device and reads the bracketed ops' latest times into
+    /// `times`, and returns the GPU time from the first op's start to the
+    /// last one's end; `None` where nothing was timed.
+    pub fn read_op_times(&mut self, times: &mut Vec<OpTime>) -> Result<Option<f64>, BackendError> {
+        times.clear();
+        match &mut self.backend {
+            Backend::Cuda(gpu) => gpu.finish_timing(times),
+            Backend::Cpu(_) | Backend::Dry(_) => Ok(None),
         }
     }
 
@@ -125,7 +136,7 @@ impl Backend {
     /// refuses a kernel touching anything else; the other backends cannot
     /// check a kernel's accesses and take the declaration as information.
     pub(crate) fn declare(&mut self, ranges: impl Iterator<Item = (usize, usize)>) {
-        if let Self::Cpu(cpu) = self {
+        if let Backend::Cpu(cpu) = &mut self.backend {
             cpu.declare(ranges);
         }
     }
@@ -142,8 +153,8 @@ mod tests {
 
     #[test]
     fn backends_without_a_capability_answer_typed_and_without_flags() {
-        let cpu = Backend::new(Device::cpu(1).unwrap(), 4096).unwrap();
-        let dry = Backend::dry_like(&Device::cpu(1).unwrap());
+        let cpu = Runtime::new(Device::cpu(1).unwrap(), 4096).unwrap();
+        let dry = Runtime::planning(&Device::cpu(1).unwrap());
         for (mut backend, on) in [(cpu, DeviceKind::Cpu), (dry, DeviceKind::Dry)] {
             let refused = backend.begin_capture().unwrap_err();
             assert!(
@@ -158,12 +169,15 @@ mod tests {
             assert!(matches!(backend.end_capture(), Err(BackendError::NeedsCuda { .. })));
             assert_eq!(backend.ops_queued(), None);
             assert_eq!(backend.cuda_calls(), None);
-            assert!(!backend.enable_timing(8).unwrap());
-            assert!(!backend.start_timing());
-            backend.pause_timing();
+            assert!(!backend.enable_op_timing(8).unwrap());
+            assert!(!backend.start_op_timing());
+            backend.pause_op_timing();
             let mut times = Vec::new();
-            assert_eq!(backend.finish_timing(&mut times).unwrap(), None);
+            assert_eq!(backend.read_op_times(&mut times).unwrap(), None);
             assert!(times.is_empty());
+            assert_eq!(backend.tune_convolutions(0..4096).unwrap(), 0);
+            assert_eq!(backend.select_convolutions(usize::MAX), 0);
+            assert!(backend.convolution_apis().is_empty());
         }
     }
 }

@@ -3,7 +3,7 @@
 //! kernels loop over it, and cuDNN describes and plans by it (a plan per
 //! distinct value, so stride and padding are part of the cache key).
 
-use crate::memory::DType;
+use crate::base::DType;
 use std::fmt;
 
 /// A convolution's sizes: input `[n, c, h, w]`, filters `[f, c, kh, kw]`,
@@ -130,7 +130,7 @@ impl fmt::Debug for ConvDims {
 #[cfg(test)]
 mod tests {
     use super::ConvDims;
-    use crate::memory::DType;
+    use crate::base::DType;
 
     #[test]
     fn a_kernel_larger_than_its_input_has_no_output() {

@@ -1,26 +1,33 @@
 //! Where tensors live and kernels run: the seam between "what" and "where".
 //!
-//! An [`Arena`](crate::memory::Arena) is made on a [`Device`] and owns the
-//! device's one allocation through a [`Backend`]. Ops reach it through one
-//! launch helper (`Step::launch`, `ops/launch.rs`) that matches on it once
-//! and takes a body per device, so a new backend adds an arm and a body
-//! there, and the compiler lists every launch still missing that body. The `Dry` backend has no memory
-//! and runs no kernel: shaped like a real device (its threads, its GPU's
-//! cuDNN workspace sizes), it replays a step's allocations to measure the
-//! arena a run needs before the real allocation is made.
+//! A [`Runtime`] is made on a [`Device`] and owns the device's one
+//! allocation, as large as the arena beside it, through a [`Backend`]. Ops
+//! reach it through one launch helper (`Step::launch`, `ops/launch.rs`)
+//! that matches on it once and takes a body per device, so a new backend
+//! adds an arm and a body there, and the compiler lists every launch still
+//! missing that body. The `Dry` backend has no memory and runs no kernel:
+//! shaped like a real device (its threads, its GPU's cuDNN workspace
+//! sizes), it is what a step that only plans runs on, measuring the arena
+//! a run needs before the real allocation is made.
 
 mod capabilities;
 mod conv;
 pub mod cpu;
 pub mod cuda;
+mod mode;
+mod policy;
 mod precision;
+mod runtime;
 
 pub use conv::ConvDims;
 pub use cuda::{CapturedGraph, OpTime};
 
-use crate::memory::{Buf, DType, Element, FloatBuf};
+use crate::base::{Buf, Element, FloatBuf};
 pub use cuda::KernelSource;
+pub use mode::Mode;
+pub use policy::Policy;
 pub use precision::Precision;
+pub use runtime::Runtime;
 use std::fmt;
 use std::sync::Arc;
 
@@ -31,7 +38,7 @@ pub enum BackendError {
     HostAllocation { bytes: usize },
     #[error(
         "could not allocate the arena's {} on the GPU ({} free)",
-        crate::memory::ByteSize(*.bytes), crate::memory::ByteSize(*.free)
+        crate::base::ByteSize(*.bytes), crate::base::ByteSize(*.free)
     )]
     DeviceAllocation { bytes: usize, free: usize },
     #[error("could not start {threads} CPU threads: {reason}")]
@@ -130,12 +137,44 @@ impl Device {
         }
     }
 
-    /// Whether convolutions use deterministic algorithms only, so that a
-    /// run repeats bit for bit (see [`cuda::Gpu::set_deterministic`]); the
-    /// CPU's kernels always are.
-    pub fn set_deterministic(&self, on: bool) {
-        if let Self::Cuda(gpu) = self {
-            gpu.gpu().set_deterministic(on);
+    /// The compute policy runtimes made on this device start with (see
+    /// [`Policy`]): fp32 and not deterministic until set.
+    pub fn policy(&self) -> Policy {
+        match self {
+            Self::Cpu(cpu) => cpu.policy,
+            Self::Cuda(gpu) => gpu.policy,
+        }
+    }
+
+    /// Sets the compute policy, or refuses one the device cannot follow
+    /// (the CPU computes in fp32 only, see [`Policy::check`]).
+    pub fn set_policy(&mut self, policy: Policy) -> Result<(), BackendError> {
+        policy.check(self.kind())?;
+        match self {
+            Self::Cpu(cpu) => cpu.policy = policy,
+            Self::Cuda(gpu) => gpu.policy = policy,
+        }
+        Ok(())
+    }
+
+    /// Sets the policy's precision (see [`Device::set_policy`]).
+    pub fn set_precision(&mut self, precision: Precision) -> Result<(), BackendError> {
+        self.set_policy(Policy {
+            precision,
+            ..self.policy()
+        })
+    }
+
+    /// Sets whether convolutions use deterministic algorithms only (see
+    /// [`Policy::deterministic`]); the CPU's kernels always are.
+    pub fn set_deterministic(&mut self, on: bool) {
+        let policy = Policy {
+            deterministic: on,
+            ..self.policy()
+        };
+        match self {
+            Self::Cpu(cpu) => cpu.policy = policy,
+            Self::Cuda(gpu) => gpu.policy = policy,
         }
     }
 
@@ -148,21 +187,10 @@ impl Device {
         }
     }
 
-    /// The arithmetic of the GPU's convolutions and matrix products (see
-    /// [`Precision`] and [`cuda::Gpu::set_precision`]). The CPU computes in
-    /// fp32 only: `Tf32` is refused there, not ignored.
-    pub fn set_precision(&self, precision: Precision) -> Result<(), BackendError> {
-        match (self, precision) {
-            (Self::Cuda(gpu), _) => Ok(gpu.gpu().set_precision(precision)?),
-            (Self::Cpu(_), Precision::Fp32) => Ok(()),
-            (Self::Cpu(_), Precision::Tf32) => Err(BackendError::NeedsCuda {
-                what: "TF32 convolutions and matrix products",
-                on: DeviceKind::Cpu,
-            }),
-            (Self::Cpu(_), Precision::Bf16) => Err(BackendError::NeedsCuda {
-                what: "bf16 mixed-precision kernels",
-                on: DeviceKind::Cpu,
-            }),
+    fn kind(&self) -> DeviceKind {
+        match self {
+            Self::Cpu(_) => DeviceKind::Cpu,
+            Self::Cuda(_) => DeviceKind::Cuda,
         }
     }
 
@@ -299,23 +327,14 @@ impl Backend {
         }
     }
 
-    /// What temporaries are sized for on this backend (a dry one answers
-    /// for the device it is shaped like).
     /// A dry backend shaped like this one: it runs nothing and sizes as
     /// this device does.
     pub(crate) fn dry_twin(&self) -> Self {
         Self::Dry(self.sizing())
     }
 
-    /// The type convolutions and matrix products compute in here (see
-    /// [`Precision::activations`]); a dry backend answers as its device.
-    pub fn compute_dtype(&self) -> DType {
-        match self.sizing() {
-            Sizing::Cuda(gpu) => gpu.precision().activations(),
-            Sizing::Cpu { .. } => DType::F32,
-        }
-    }
-
+    /// What temporaries are sized for on this backend (a dry one answers
+    /// for the device it is shaped like).
     pub fn sizing(&self) -> Sizing {
         match self {
             Self::Cpu(cpu) => Sizing::Cpu { threads: cpu.threads() },
@@ -483,7 +502,7 @@ mod tests {
     /// in fp32 under a precision it does not have.
     #[test]
     fn the_cpu_refuses_tf32_and_bf16_and_takes_fp32() {
-        let cpu = Device::cpu(1).unwrap();
+        let mut cpu = Device::cpu(1).unwrap();
         cpu.set_precision(Precision::Fp32)
             .expect("fp32 is the CPU's arithmetic");
         for p in [Precision::Tf32, Precision::Bf16] {
@@ -502,6 +521,16 @@ mod tests {
         }
         let err = cpu.set_precision(Precision::Bf16).unwrap_err().to_string();
         assert!(err.contains("bf16 mixed-precision kernels need"), "{err}");
-        assert_eq!(Backend::dry_like(&cpu).compute_dtype(), crate::memory::DType::F32);
+        let mut runtime = Runtime::planning(&cpu);
+        assert_eq!(runtime.policy().activations(), crate::base::DType::F32);
+        // A runtime made on the CPU refuses them too, planning or not.
+        let bf16 = Policy {
+            precision: Precision::Bf16,
+            deterministic: false,
+        };
+        assert!(matches!(runtime.set_policy(bf16), Err(BackendError::NeedsCuda { .. })));
+        let mut running = Runtime::new(cpu, 4096).unwrap();
+        assert!(matches!(running.set_policy(bf16), Err(BackendError::NeedsCuda { .. })));
+        assert_eq!(running.policy(), Policy::default(), "left as it was");
     }
 }

@@ -15,7 +15,7 @@
 //! `Bf16` there rather than ignoring them, so a result never claims a
 //! precision it did not use.
 
-use crate::memory::DType;
+use crate::base::DType;
 use std::fmt;
 use std::str::FromStr;
 
@@ -86,7 +86,7 @@ mod tests {
         let err = "TF32".parse::<Precision>().unwrap_err();
         assert!(err.contains("expected fp32, tf32 or bf16"), "{err}");
         assert!("fp16".parse::<Precision>().is_err());
-        assert_eq!(Precision::Bf16.activations(), crate::memory::DType::Bf16);
-        assert_eq!(Precision::Tf32.activations(), crate::memory::DType::F32);
+        assert_eq!(Precision::Bf16.activations(), crate::base::DType::Bf16);
+        assert_eq!(Precision::Tf32.activations(), crate::base::DType::F32);
     }
 }

@@ -4,21 +4,21 @@
 use super::*;
 use crate::models::MnistCnn;
 use crate::nn::{Input, ParamStore};
-use crate::{Arena, Device};
+use crate::{Device, Engine};
 
 /// Where the data section starts in a well-formed file.
 fn data_start(bytes: &[u8]) -> usize {
     8 + u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize
 }
 
-/// The MNIST CNN's parameters, declared in a store in `arena`.
-fn mnist_store(arena: &mut Arena, seed: u64) -> ParamStore {
+/// The MNIST CNN's parameters, declared in a store in `engine`'s arena.
+fn mnist_store(engine: &mut Engine, seed: u64) -> ParamStore {
     let input = Input {
         example: MnistCnn::INPUT,
         classes: 10,
     };
     let choice = MnistCnn::choice();
-    ParamStore::build(&mut arena.persistent(), seed, |pb| choice.build(input, pb))
+    ParamStore::build(&mut engine.persistent(), seed, |pb| choice.build(input, pb))
         .unwrap()
         .0
 }
@@ -26,12 +26,12 @@ fn mnist_store(arena: &mut Arena, seed: u64) -> ParamStore {
 /// The MNIST CNN's parameters as the model initialises them, read out of an
 /// arena, with a momentum buffer for each.
 fn mnist_checkpoint() -> Checkpoint {
-    let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
-    let store = mnist_store(&mut arena, 42);
+    let mut engine = Engine::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+    let store = mnist_store(&mut engine, 42);
     let mut tensors = Vec::new();
     for p in store.params() {
         let mut values = vec![0.0; p.shape().numel()];
-        arena.read_persistent(p.buf(), &mut values).unwrap();
+        engine.read_persistent(p.buf(), &mut values).unwrap();
         let momentum = values.iter().map(|v| v * 0.1).collect();
         tensors.push(NamedTensor::new(store.name(&p), p.shape().dims(), values));
         tensors.push(NamedTensor::new(
@@ -116,8 +116,8 @@ fn the_safetensors_crate_reads_what_we_write() {
 
 #[test]
 fn mnist_names_and_shapes_match_a_pytorch_state_dict() {
-    let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
-    let store = mnist_store(&mut arena, 1);
+    let mut engine = Engine::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+    let store = mnist_store(&mut engine, 1);
     let params: Vec<(&str, Vec<usize>)> = store
         .params()
         .map(|p| (store.name(&p), p.shape().dims().to_vec()))

@@ -3,8 +3,9 @@
 
 use super::ImageSet;
 use super::Images;
-use crate::memory::{ArenaError, Buf, Persistent};
-use crate::tensor::{ByteImages, Shape};
+use crate::memory::Buf;
+use crate::tensor::{ByteImages, Persistent, Shape};
+use crate::Result;
 
 /// One split (training or test) in the persistent region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,7 +28,7 @@ impl ResidentSplit {
         names: (&'static str, &'static str),
         images: &Images,
         labels: &[u8],
-    ) -> Result<Self, ArenaError> {
+    ) -> Result<Self> {
         let image = Shape::new(&[images.channels, images.rows, images.cols]);
         let pixels = p.upload(
             names.0,
@@ -56,7 +57,7 @@ pub struct ResidentSet {
 
 impl ImageSet {
     /// Copies both splits into the persistent region.
-    pub fn upload(&self, p: &mut Persistent<'_>) -> Result<ResidentSet, ArenaError> {
+    pub fn upload(&self, p: &mut Persistent<'_>) -> Result<ResidentSet> {
         Ok(ResidentSet {
             train: ResidentSplit::upload(
                 p,

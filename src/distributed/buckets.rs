@@ -137,16 +137,16 @@ mod tests {
     use super::*;
     use crate::models::MnistCnn;
     use crate::nn::Input;
-    use crate::{Arena, Device};
+    use crate::{Device, Engine};
 
     fn layout(cap: usize) -> Vec<(Vec<String>, usize)> {
-        let mut arena = Arena::new(Device::cpu(1).unwrap(), 4 << 20).unwrap();
+        let mut engine = Engine::new(Device::cpu(1).unwrap(), 4 << 20).unwrap();
         let input = Input {
             example: MnistCnn::INPUT,
             classes: 10,
         };
         let choice = MnistCnn::choice();
-        let (store, _) = ParamStore::build(&mut arena.persistent(), 1, |pb| choice.build(input, pb)).unwrap();
+        let (store, _) = ParamStore::build(&mut engine.persistent(), 1, |pb| choice.build(input, pb)).unwrap();
         let buckets = Buckets::new(&store, cap).unwrap();
         let grads = store.grads().byte_range();
         let mut end = grads.end;

@@ -1,5 +1,6 @@
-//! The arena: one allocation per device, a persistent region, a mark, and a
-//! step region that is reset to the mark after every step.
+//! The arena: the bookkeeping of one allocation per device, a persistent
+//! region, a mark, and a step region that is reset to the mark after every
+//! step.
 //!
 //! ```text
 //!  0                    mark                      top            capacity
@@ -13,20 +14,19 @@
 //!   allocation: the bump pointer only grows until a reset;
 //! - the step region is empty whenever no step runs, so the persistent region
 //!   may grow between steps (the mark moves up with it);
-//! - a step's tensors cannot outlive the step: `Arena::step` hands them a
+//! - a step's tensors cannot outlive the step: `Engine::step` hands them a
 //!   brand that cannot escape its closure, and only then resets.
 //!
-//! The arena knows bytes only. The step scope, its tape and backward are
-//! autograd's (`Arena::step`, `planned_step` and `capture_step` are written
-//! there); they reach the arena through the crate-only services here: step
-//! allocation, a step run between a begin and a reset ([`Arena::run_step`]),
-//! on a plan ([`Arena::run_planned`]) or captured ([`Arena::run_captured`]),
-//! declared ranges, and a slot for the host-side state of the layer above.
+//! The arena is offsets and figures only: it holds no memory and runs
+//! nothing. The runtime owns the device's bytes and writes them; autograd's
+//! engine pairs the two and runs steps, through the crate-only services
+//! here: step allocation, a step between [`Arena::begin_step`] and
+//! [`Arena::end_step`] (which says what to poison), on a plan
+//! ([`Arena::run_planned`], `placement.rs`), and declared ranges.
 
-use super::plan::{self, StepPlan, Trace};
-use super::{align_up, bf16, Buf, ByteSize, DType, Element, FloatBuf, Shape};
-use crate::backend::{Backend, BackendError, CapturedGraph, Device, DeviceKind, OpTime, Workers};
-use std::any::Any;
+use super::plan::{StepPlan, Trace};
+use super::ArenaError;
+use crate::base::{align_up, Buf, Element, FloatBuf, Shape};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -50,63 +50,9 @@ impl fmt::Display for Region {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ArenaError {
-    /// The arena cannot hold an allocation. `would_fit` is the capacity that
-    /// would have held everything allocated so far plus this request; the
-    /// trainer replaces it with the exact size a whole step needs.
-    #[error(
-        "arena exhausted: {what} {shape} needs {} in the {region} region, but {} of the arena's {} are in use{}; an arena of {} would fit",
-        ByteSize(*.requested), ByteSize(*.in_use), ByteSize(*.capacity), largest(live), ByteSize(*.would_fit)
-    )]
-    Exhausted {
-        region: Region,
-        what: &'static str,
-        shape: Shape,
-        requested: usize,
-        in_use: usize,
-        capacity: usize,
-        would_fit: usize,
-        /// The largest step buffers alive at that point, largest first.
-        live: Vec<(&'static str, usize)>,
-    },
-    /// A planned step does not fit above the persistent region.
-    #[error(
-        "arena exhausted: a step needs {} above the persistent region's {}, but the arena holds {}{}; an arena of {} would fit",
-        ByteSize(*.step_bytes), ByteSize(*.persistent_bytes), ByteSize(*.capacity), largest(live), ByteSize(*.would_fit)
-    )]
-    StepTooLarge {
-        step_bytes: usize,
-        persistent_bytes: usize,
-        capacity: usize,
-        would_fit: usize,
-        /// The largest buffers alive at the step's peak.
-        live: Vec<(&'static str, usize)>,
-    },
-    /// A step graph replayed where its addresses no longer hold.
-    #[error("a step graph was replayed on another arena, or after the persistent region grew; capture it again")]
-    StaleGraph,
-    #[error(transparent)]
-    Backend(#[from] BackendError),
-}
-
-fn largest(live: &[(&'static str, usize)]) -> String {
-    if live.is_empty() {
-        return String::new();
-    }
-    let list: Vec<String> = live.iter().map(|(w, b)| format!("{w} {}", ByteSize(*b))).collect();
-    format!(" (the largest live step buffers: {})", list.join(", "))
-}
-
-/// A `--arena-size` value that is at least `bytes`, rounded up to a MiB.
-pub fn suggest(bytes: usize) -> String {
-    format!("{}MiB", bytes.div_ceil(1 << 20).max(1))
-}
-
 /// Memory statistics, public API: the CLI prints them and `--json` emits them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct ArenaStats {
-    pub device: DeviceKind,
     pub capacity_bytes: usize,
     /// Bytes below the mark, padding included.
     pub persistent_bytes: usize,
@@ -124,12 +70,12 @@ pub struct ArenaStats {
 }
 
 #[derive(Debug, Default, Clone, Copy)]
-struct Counters {
+pub(super) struct Counters {
     persistent_allocations: usize,
     persistent_padding: usize,
     step_high_water: usize,
-    step_allocations: usize,
-    step_padding: usize,
+    pub(super) step_allocations: usize,
+    pub(super) step_padding: usize,
     last_step_bytes: usize,
     max_step_allocations: usize,
     last_step_padding: usize,
@@ -138,31 +84,26 @@ struct Counters {
 
 pub struct Arena {
     id: u64,
-    backend: Backend,
-    capacity: usize,
-    mark: usize,
-    top: usize,
-    counters: Counters,
-    /// Host-side bookkeeping the layer above keeps for its steps (autograd's
-    /// tape), typed by that layer: kept here between steps so its vectors
-    /// keep their capacity, and a step allocates nothing on the heap.
-    host_state: Option<Box<dyn Any + Send>>,
+    pub(super) capacity: usize,
+    pub(super) mark: usize,
+    pub(super) top: usize,
+    pub(super) counters: Counters,
     /// Fill the step region with NaNs at every reset (`--poison-step`).
     poison: bool,
     /// Every persistent allocation, for the memory report.
     persistent_log: Vec<PersistentBuf>,
-    /// Planned steps: the trace of the step running, the plans by key, the
-    /// plan in use and how far the step has followed it.
-    trace: Trace,
-    tracing: bool,
-    plans: Vec<StepPlan>,
-    active: Option<usize>,
-    plan_cursor: usize,
+    /// Planned steps (`placement.rs`): the trace of the step running, the
+    /// plans by key, the plan in use and how far the step has followed it.
+    pub(super) trace: Trace,
+    pub(super) tracing: bool,
+    pub(super) plans: Vec<StepPlan>,
+    pub(super) active: Option<usize>,
+    pub(super) plan_cursor: usize,
     /// The running step left its plan (another sequence): the rest of it
     /// is bump-allocated above the plan's peak, and it is re-planned.
-    off_plan: bool,
+    pub(super) off_plan: bool,
     /// Keys re-planned because a step left its plan, until taken.
-    replanned: Vec<u32>,
+    pub(super) replanned: Vec<u32>,
 }
 
 /// A persistent allocation, for the memory report.
@@ -207,30 +148,35 @@ impl From<FloatBuf> for Touch {
 /// either type, and the loss says so at once.
 pub const POISON: u32 = 0x7FC0_7FC0;
 
+/// Where a captured step's buffers lie and what it uses: a graph of the
+/// step is bound to it, and replays only where it still holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepFootprint {
+    arena: u64,
+    mark: usize,
+    step_bytes: usize,
+    padding: usize,
+}
+
 impl Arena {
-    /// Makes the device's one allocation of `capacity` bytes (rounded up to
-    /// the alignment).
-    pub fn new(device: Device, capacity: usize) -> Result<Self, ArenaError> {
-        let capacity = align_up(capacity);
-        Ok(Self::with_backend(Backend::new(device, capacity)?, capacity))
+    /// An arena of `capacity` bytes (rounded up to the alignment), empty.
+    pub fn new(capacity: usize) -> Self {
+        Self::of(align_up(capacity))
     }
 
-    /// An arena that allocates nothing and runs no kernel, shaped like one
-    /// on `device`: running a step on it measures the bytes the step needs.
-    pub fn dry(device: &Device, capacity: Option<usize>) -> Self {
-        let capacity = capacity.map_or(usize::MAX / 4, align_up);
-        Self::with_backend(Backend::dry_like(device), capacity)
+    /// An arena without a bound, for a step that only plans: it measures
+    /// what the step needs.
+    pub fn unbounded() -> Self {
+        Self::of(usize::MAX / 4)
     }
 
-    fn with_backend(backend: Backend, capacity: usize) -> Self {
+    fn of(capacity: usize) -> Self {
         Self {
             id: NEXT_ARENA.fetch_add(1, Ordering::Relaxed),
-            backend,
             capacity,
             mark: 0,
             top: 0,
             counters: Counters::default(),
-            host_state: None,
             poison: cfg!(debug_assertions) || cfg!(test),
             persistent_log: Vec::new(),
             trace: Trace::default(),
@@ -247,6 +193,12 @@ impl Arena {
         self.capacity
     }
 
+    /// The bytes nothing is allocated in (before the first allocation, the
+    /// whole arena): where a GPU may time its convolutions.
+    pub fn free(&self) -> std::ops::Range<usize> {
+        self.top..self.capacity
+    }
+
     /// Whether every reset fills the step region with NaNs (on by default in
     /// debug builds and the crate's unit tests). Lantern zeroed the freed
     /// range; a NaN is louder: a stale read shows up in the loss at once.
@@ -258,19 +210,9 @@ impl Arena {
         self.poison
     }
 
-    pub fn device(&self) -> DeviceKind {
-        self.backend.kind()
-    }
-
-    /// The device's workers; run a training loop through them (see [`Workers`]).
-    pub fn workers(&self) -> Workers {
-        self.backend.workers()
-    }
-
     pub fn stats(&self) -> ArenaStats {
         let c = &self.counters;
         ArenaStats {
-            device: self.backend.kind(),
             capacity_bytes: self.capacity,
             persistent_bytes: self.mark,
             persistent_allocations: c.persistent_allocations,
@@ -282,90 +224,36 @@ impl Arena {
         }
     }
 
-    /// Allocates in the persistent region. Allowed whenever no step runs
-    /// (`&mut self` proves it): the step region is then empty.
-    pub fn persistent(&mut self) -> Persistent<'_> {
-        Persistent { arena: self }
+    /// Where the next persistent allocation starts, in bytes from the
+    /// arena's start (a multiple of 256).
+    pub fn top(&self) -> usize {
+        self.top
     }
 
-    /// Runs `run` as one step: the step region is empty when it starts and
-    /// reset to the mark when it returns, successfully or not. How a step
-    /// uses the region is up to `run` (autograd's `Arena::step`).
-    pub(crate) fn run_step<R, E: From<BackendError>>(
+    /// Allocates in the persistent region; only between steps (the step
+    /// region is then empty, so the mark may move up).
+    pub(crate) fn alloc_persistent<T: Element>(
         &mut self,
-        run: impl FnOnce(&mut Self) -> Result<R, E>,
-    ) -> Result<R, E> {
+        what: &'static str,
+        shape: Shape,
+    ) -> Result<Buf<T>, ArenaError> {
+        debug_assert_eq!(self.top, self.mark, "a persistent allocation during a step");
+        self.bump(Region::Persistent, what, shape)
+    }
+
+    /// A step begins: its region is empty.
+    pub(crate) fn begin_step(&mut self) {
         debug_assert_eq!(self.top, self.mark, "a step began with a non-empty step region");
-        let result = run(self);
-        let reset = self.reset();
-        let r = result?;
-        reset?;
-        Ok(r)
     }
 
-    /// Records the device work of `run` (one step) as a graph, without
-    /// running it: see autograd's `Arena::capture_step`.
-    pub(crate) fn run_captured<E: From<BackendError>>(
-        &mut self,
-        run: impl FnOnce(&mut Self) -> Result<(), E>,
-    ) -> Result<StepGraph, E> {
-        self.backend.begin_capture()?;
-        let resets = self.counters.resets;
-        let ran = run(self);
-        // A capture queues nothing: it is not a step the arena ran.
-        self.counters.resets = resets;
-        let graph = self.backend.end_capture();
-        ran?;
-        let c = &self.counters;
-        Ok(StepGraph {
-            graph: graph?,
-            arena: self.id,
-            mark: self.mark,
-            step_bytes: c.last_step_bytes,
-            padding: c.last_step_padding,
-        })
-    }
-
-    /// Queues one replay of a step captured on this arena. Refused if the
-    /// persistent region has grown since: the graph's step addresses would
-    /// then overlap it.
-    pub fn replay_step(&mut self, graph: &StepGraph) -> Result<(), ArenaError> {
-        if graph.arena != self.id || graph.mark != self.mark {
-            return Err(ArenaError::StaleGraph);
-        }
-        self.backend.replay(&graph.graph)?;
-        let c = &mut self.counters;
-        c.step_high_water = c.step_high_water.max(graph.step_bytes);
-        c.last_step_bytes = graph.step_bytes;
-        c.last_step_padding = graph.padding;
-        c.resets += 1;
-        Ok(())
-    }
-
-    /// Work items the device has queued so far (GPU only): kernels, library
-    /// calls, copies, graph launches.
-    pub fn ops_queued(&self) -> Option<u64> {
-        self.backend.ops_queued()
-    }
-
-    /// The CUDA calls the device has made so far, by kind (GPU only): a
-    /// difference of two readings is what the steps between them called.
-    pub fn cuda_calls(&self) -> Option<crate::backend::cuda::CudaCalls> {
-        self.backend.cuda_calls()
-    }
-
-    /// Resets the step region to the mark and records the step's figures.
-    fn reset(&mut self) -> Result<(), BackendError> {
+    /// The step ends: the step region is reset to the mark and the step's
+    /// figures recorded. Returns what the step used, to be filled with
+    /// [`POISON`] when poisoning is on (captured into a step graph, that
+    /// fill becomes the graph's last node, so replays poison too).
+    pub(crate) fn end_step(&mut self) -> Option<Buf<u32>> {
         let used = match self.active {
             Some(i) if !self.off_plan => self.plans[i].peak,
             _ => self.top - self.mark,
-        };
-        // Poison what the step used (captured into a step graph, this
-        // becomes the graph's last node, so replays poison too).
-        let poisoned = if self.poison && used > 0 {
-            self.backend.fill(Buf::<u32>::new(self.mark, used / 4), POISON)
-        } else {
-            Ok(())
         };
         let c = &mut self.counters;
         c.step_high_water = c.step_high_water.max(used);
@@ -376,10 +264,48 @@ impl Arena {
         c.step_padding = 0;
         c.resets += 1;
         self.top = self.mark;
-        poisoned
+        (self.poison && used > 0).then(|| Buf::new(self.mark, used / 4))
     }
 
-    fn bump<T: Element>(&mut self, region: Region, what: &'static str, shape: Shape) -> Result<Buf<T>, ArenaError> {
+    /// The steps since the arena counted `resets` were recorded, not run (a
+    /// capture queues nothing): their resets are not counted, and the last
+    /// one's footprint is what a graph of it is bound to.
+    pub(crate) fn captured(&mut self, resets: u64) -> StepFootprint {
+        let c = &mut self.counters;
+        c.resets = resets;
+        StepFootprint {
+            arena: self.id,
+            mark: self.mark,
+            step_bytes: c.last_step_bytes,
+            padding: c.last_step_padding,
+        }
+    }
+
+    /// Refuses a replay where `footprint` no longer holds: another arena,
+    /// or a persistent region that has grown since (the graph's step
+    /// addresses would then overlap it).
+    pub(crate) fn check_replay(&self, footprint: &StepFootprint) -> Result<(), ArenaError> {
+        if footprint.arena != self.id || footprint.mark != self.mark {
+            return Err(ArenaError::StaleGraph);
+        }
+        Ok(())
+    }
+
+    /// Counts one replay of a step of `footprint` as a step run.
+    pub(crate) fn replayed(&mut self, footprint: &StepFootprint) {
+        let c = &mut self.counters;
+        c.step_high_water = c.step_high_water.max(footprint.step_bytes);
+        c.last_step_bytes = footprint.step_bytes;
+        c.last_step_padding = footprint.padding;
+        c.resets += 1;
+    }
+
+    pub(super) fn bump<T: Element>(
+        &mut self,
+        region: Region,
+        what: &'static str,
+        shape: Shape,
+    ) -> Result<Buf<T>, ArenaError> {
         let len = shape.numel();
         let bytes = len * T::SIZE;
         let padded = align_up(bytes);
@@ -422,358 +348,36 @@ impl Arena {
         Ok(Buf::new(start, len))
     }
 
-    pub(crate) fn alloc_step<T: Element>(&mut self, what: &'static str, shape: Shape) -> Result<Buf<T>, ArenaError> {
-        let bytes = shape.numel() * T::SIZE;
-        let size = align_up(bytes);
-        if let (Some(i), false) = (self.active, self.off_plan) {
-            let planned = self.plans[i].bufs.get(self.plan_cursor).copied();
-            match planned {
-                Some(p) if p.what == what && p.bytes == bytes => {
-                    self.plan_cursor += 1;
-                    let c = &mut self.counters;
-                    c.step_allocations += 1;
-                    c.step_padding += size - bytes;
-                    if self.tracing {
-                        self.trace.alloc(what, T::NAME, shape, bytes, size, p.offset);
-                    }
-                    return Ok(Buf::new(self.mark + p.offset, shape.numel()));
-                }
-                // Another sequence than planned: the rest of the step goes
-                // above everything the plan placed, and the step is
-                // re-planned after it; a stale plan is never followed.
-                _ => {
-                    self.off_plan = true;
-                    self.top = self.mark + self.plans[i].peak;
-                }
-            }
-        }
-        let buf = self.bump(Region::Step, what, shape)?;
-        if self.tracing {
-            self.trace
-                .alloc(what, T::NAME, shape, bytes, size, buf.offset() - self.mark);
-        }
-        Ok(buf)
-    }
-
-    /// A step buffer of `dtype` (a tensor's values or gradient).
-    pub(crate) fn alloc_step_float(
-        &mut self,
-        what: &'static str,
-        shape: Shape,
-        dtype: DType,
-    ) -> Result<FloatBuf, ArenaError> {
-        Ok(match dtype {
-            DType::F32 => FloatBuf::F32(self.alloc_step(what, shape)?),
-            DType::Bf16 => FloatBuf::Bf16(self.alloc_step::<bf16>(what, shape)?),
-        })
-    }
-
-    /// Runs `run` (one step, through [`Arena::run_step`]) as a step of kind
-    /// `key` on the memory plan of that kind: every step buffer at its
-    /// planned offset, the bytes of dead buffers reused. The first step of a
-    /// kind runs bump-allocated and traced, and its plan is made from the
-    /// trace; a step that leaves its plan is finished above it and
-    /// re-planned ([`Arena::take_replanned`] says which).
-    pub(crate) fn run_planned<R, E: From<ArenaError>>(
-        &mut self,
-        key: u32,
-        run: impl FnOnce(&mut Self) -> Result<R, E>,
-    ) -> Result<R, E> {
-        let index = self.plans.iter().position(|p| p.key == key);
-        if let Some(i) = index {
-            let need = self.mark + self.plans[i].peak;
-            if need > self.capacity {
-                let plan = &self.plans[i];
-                return Err(ArenaError::StepTooLarge {
-                    step_bytes: plan.peak,
-                    persistent_bytes: self.mark,
-                    capacity: self.capacity,
-                    would_fit: need,
-                    live: plan.top_live(4).iter().map(|b| (b.what, b.size)).collect(),
-                }
-                .into());
-            }
-        }
-        self.active = index;
-        self.plan_cursor = 0;
-        self.off_plan = false;
-        self.trace.clear();
-        self.tracing = true;
-        let ran = run(self);
-        self.tracing = false;
-        if ran.is_ok() && (index.is_none() || self.off_plan) {
-            let mut plan = plan::plan(key, &self.trace.bufs);
-            plan.recompute_ticks = self.trace.recompute_ticks.clone();
-            plan.slower_seconds = self.trace.slower_seconds;
-            match index {
-                Some(i) => {
-                    self.plans[i] = plan;
-                    self.replanned.push(key);
-                }
-                None => self.plans.push(plan),
-            }
-        }
-        self.active = None;
-        self.off_plan = false;
-        ran
-    }
-
-    /// The largest step buffers allocated so far in a traced step (in a
-    /// bump-allocated step every one of them is still held).
-    fn largest_live(&self) -> Vec<(&'static str, usize)> {
-        let mut live: Vec<(&'static str, usize)> = self.trace.bufs.iter().map(|b| (b.what, b.size)).collect();
-        live.sort_by_key(|&(_, size)| std::cmp::Reverse(size));
-        live.truncate(4);
-        live
-    }
-
-    /// The memory plans made so far, by step kind.
-    pub fn plans(&self) -> &[StepPlan] {
-        &self.plans
-    }
-
-    /// Takes plans made elsewhere (by the dry arena that sized this one):
-    /// the same steps allocate the same sequences here.
-    pub fn adopt_plans(&mut self, plans: &[StepPlan]) {
-        self.plans = plans.to_vec();
-    }
-
-    /// Keys of step kinds re-planned since the last call.
-    pub fn take_replanned(&mut self) -> Vec<u32> {
-        std::mem::take(&mut self.replanned)
-    }
-
     /// Every persistent allocation so far.
     pub fn persistent_log(&self) -> &[PersistentBuf] {
         &self.persistent_log
     }
 
-    /// An op declares what its kernels will touch: it extends the traced
-    /// lifetimes of step buffers, and the CPU backend refuses any other range.
-    pub(crate) fn record_uses(&mut self, touches: &[Touch]) {
-        if self.tracing {
-            self.trace.tick();
-            for t in touches {
-                if t.offset >= self.mark {
-                    let start = t.offset - self.mark;
-                    self.trace.touch(start, start + t.bytes);
-                }
-            }
-        }
-        self.backend
-            .declare(touches.iter().map(|t| (t.offset, t.offset + t.bytes)));
-    }
-
-    /// Marks the ops from now until [`Arena::end_recompute`] as recomputing
-    /// a value backward reads (see [`StepPlan::recompute_ticks`]).
-    pub(crate) fn begin_recompute(&mut self) {
-        self.trace.recomputing += 1;
-    }
-
-    pub(crate) fn end_recompute(&mut self) {
-        self.trace.recomputing -= 1;
-    }
-
-    /// An op of a traced step runs `seconds()` slower than the fastest
-    /// algorithm the device timed for it (see [`StepPlan::slower_seconds`]);
-    /// asked only while tracing, so a step on its plan pays nothing.
-    pub(crate) fn note_slower(&mut self, seconds: impl FnOnce() -> f64) {
-        if self.tracing {
-            self.trace.slower_seconds += seconds();
-        }
-    }
-
-    pub(crate) fn backend(&mut self) -> &mut Backend {
-        &mut self.backend
-    }
-
-    /// Takes the host-side state the layer above kept here (a new one the
-    /// first time); hand it back with [`Arena::keep_host_state`]. Moving the
-    /// box in and out allocates nothing.
-    pub(crate) fn take_host_state<T: Any + Send + Default>(&mut self) -> Box<T> {
-        self.host_state
-            .take()
-            .and_then(|state| state.downcast().ok())
-            .unwrap_or_default()
-    }
-
-    pub(crate) fn keep_host_state<T: Any + Send>(&mut self, state: Box<T>) {
-        self.host_state = Some(state);
-    }
-
-    /// Free device memory as the driver reports it, on a GPU; `None` on the
-    /// CPU. Waits for queued work first.
-    pub fn device_free_bytes(&mut self) -> Result<Option<usize>, ArenaError> {
-        Ok(self.backend.device_memory()?.map(|(_, free)| free))
-    }
-
-    /// `(total, free)` device memory on a GPU; `None` on the CPU.
-    pub fn device_memory(&mut self) -> Result<Option<(usize, usize)>, ArenaError> {
-        Ok(self.backend.device_memory()?)
-    }
-
-    /// Times the convolution algorithms of every shape planned so far in
-    /// the arena's free bytes (before anything is allocated in it: they
-    /// hold nothing) and chooses the fastest of each pass (GPU only). Plans
-    /// of steps must be made again: workspace sizes may have changed.
-    /// Returns how many shapes changed an algorithm.
-    pub fn tune_convolutions(&mut self) -> Result<usize, ArenaError> {
-        let free = self.capacity - self.top;
-        Ok(self.backend.tune_convolutions(self.top, free)?)
-    }
-
-    /// Chooses among the timed algorithms again, with workspaces of at
-    /// most `limit` bytes; returns the largest workspace chosen.
-    pub fn select_convolutions(&self, limit: usize) -> usize {
-        self.backend.select_convolutions(limit)
-    }
-
-    /// Which of cuDNN's APIs runs each convolution planned so far; none
-    /// off the GPU.
-    pub fn convolution_apis(&self) -> Vec<(crate::backend::cuda::ConvDims, crate::backend::cuda::ConvApi)> {
-        self.backend.convolution_apis()
-    }
-
-    /// Undoes [`Arena::tune_convolutions`].
-    pub fn untune_convolutions(&self) {
-        self.backend.untune_convolutions();
-    }
-
-    /// A dry arena shaped like this one (same device and sizes), without a
-    /// capacity: running a step on it measures what the step needs with
-    /// this arena's convolution choices.
-    pub fn dry_twin(&self) -> Self {
-        Self::with_backend(self.backend.dry_twin(), usize::MAX / 4)
-    }
-
-    /// Prepares to time up to `ops` ops of one step (GPU only; false on the
-    /// CPU). Call at start-up: the events it creates may take device memory.
-    pub fn enable_op_timing(&mut self, ops: usize) -> Result<bool, ArenaError> {
-        Ok(self.backend.enable_timing(ops)?)
-    }
-
-    /// Brackets every device op queued from now with events (GPU only,
-    /// after [`Arena::enable_op_timing`]), until [`Arena::pause_op_timing`].
-    /// Ops queued while a step is captured keep their events in the graph.
-    pub fn start_op_timing(&mut self) -> bool {
-        self.backend.start_timing()
-    }
-
-    pub fn pause_op_timing(&mut self) {
-        self.backend.pause_timing();
-    }
-
-    /// Waits for the device and reads the bracketed ops' latest times, and
-    /// the GPU time from the first op's start to the last op's end.
-    pub fn read_op_times(&mut self, times: &mut Vec<OpTime>) -> Result<Option<f64>, ArenaError> {
-        times.clear();
-        Ok(self.backend.finish_timing(times)?)
-    }
-
-    /// Overwrites a persistent buffer between steps (`&mut self`: no step
-    /// runs): how the loop hands a new epoch's order or a cursor to kernels.
-    pub fn write_persistent<T: Element>(&mut self, buf: Buf<T>, values: &[T]) -> Result<(), ArenaError> {
-        self.check_persistent(buf)?;
-        Ok(self.backend.upload(buf, values)?)
-    }
-
-    /// Sums a persistent buffer over the data-parallel group's ranks, in
-    /// place, between steps; every rank must call it in the same order.
-    pub fn all_reduce_persistent(&mut self, buf: Buf<f32>) -> Result<(), ArenaError> {
-        self.check_persistent(buf)?;
-        self.backend.all_reduce_sum(buf)?;
-        Ok(self.backend.join_collectives()?)
-    }
-
-    /// This device's rank in its data-parallel group, and the group's size
-    /// (`(0, 1)` alone).
-    pub fn world(&self) -> (usize, usize) {
-        self.backend.world()
-    }
-
-    /// Copies a persistent buffer to the host between steps.
-    pub fn read_persistent<T: Element>(&mut self, buf: Buf<T>, out: &mut [T]) -> Result<(), ArenaError> {
-        self.check_persistent(buf)?;
-        Ok(self.backend.download(buf, out)?)
-    }
-
+    /// Refuses a read or write between steps of bytes the persistent region
+    /// does not hold.
     pub(crate) fn check_persistent<T: Element>(&self, buf: Buf<T>) -> Result<(), ArenaError> {
         if buf.byte_range().end > self.mark {
-            return Err(BackendError::Internal("a persistent-region access outside the persistent region").into());
+            return Err(ArenaError::OutsidePersistent);
         }
         Ok(())
-    }
-}
-
-/// One training step's device work captured as a CUDA graph, bound to the
-/// arena and the mark it was captured at.
-pub struct StepGraph {
-    graph: CapturedGraph,
-    arena: u64,
-    mark: usize,
-    step_bytes: usize,
-    padding: usize,
-}
-
-impl StepGraph {
-    /// Nodes the graph runs per replay: kernels (cuDNN's and cuBLAS's
-    /// included), memsets and copies.
-    pub fn nodes(&self) -> usize {
-        self.graph.nodes()
-    }
-}
-
-/// Allocator for the persistent region; borrowed from the arena between steps.
-pub struct Persistent<'a> {
-    arena: &'a mut Arena,
-}
-
-impl Persistent<'_> {
-    /// Where the next allocation starts, in bytes from the arena's start
-    /// (a multiple of 256): for callers that lay out memory with a coarser
-    /// alignment of their own.
-    pub fn offset(&self) -> usize {
-        self.arena.top
-    }
-
-    /// Uninitialised-by-contract space (it holds whatever was there before).
-    pub fn alloc<T: Element>(&mut self, what: &'static str, shape: Shape) -> Result<Buf<T>, ArenaError> {
-        self.arena.bump(Region::Persistent, what, shape)
-    }
-
-    /// Whether allocations here hold values: false on a dry arena, which
-    /// only measures, so callers may skip computing what they would upload.
-    pub fn holds_values(&self) -> bool {
-        self.arena.backend.kind() != DeviceKind::Dry
-    }
-
-    /// Space holding zeros.
-    pub fn zeros<T: Element>(&mut self, what: &'static str, shape: Shape) -> Result<Buf<T>, ArenaError> {
-        let buf = self.alloc(what, shape)?;
-        self.arena.backend.fill(buf, T::default())?;
-        Ok(buf)
-    }
-
-    /// Space holding a copy of `values`.
-    pub fn upload<T: Element>(&mut self, what: &'static str, shape: Shape, values: &[T]) -> Result<Buf<T>, ArenaError> {
-        let buf = self.alloc(what, shape)?;
-        self.arena.backend.upload(buf, values)?;
-        Ok(buf)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::ALIGN;
+    use crate::base::{bf16, ByteSize, DType, ALIGN};
 
-    // These tests drive the arena through its byte-level services alone
-    // (`run_step`, `alloc_step`, the backend); steps with tensors and ops
-    // are tested in ops (`ops/tests.rs`), whose step builds them on these
-    // services.
+    // These tests drive the arena's bookkeeping alone; steps with a device
+    // under them are tested with autograd's engine (`autograd/engine.rs`)
+    // and, with tensors and ops, in ops (`ops/tests.rs`).
 
-    fn cpu_arena(bytes: usize) -> Arena {
-        Arena::new(Device::cpu(1).unwrap(), bytes).unwrap()
+    /// One step that only allocates.
+    fn step<R>(arena: &mut Arena, run: impl FnOnce(&mut Arena) -> Result<R, ArenaError>) -> Result<R, ArenaError> {
+        arena.begin_step();
+        let ran = run(arena);
+        arena.end_step();
+        ran
     }
 
     #[test]
@@ -785,7 +389,7 @@ mod tests {
 
     #[test]
     fn a_bf16_step_buffer_takes_half_the_bytes_and_is_traced_as_bf16() {
-        let mut arena = cpu_arena(1 << 16);
+        let mut arena = Arena::new(1 << 16);
         arena.tracing = true;
         let shape = Shape::new(&[3, 100]);
         let half = arena.alloc_step_float("half", shape, DType::Bf16).unwrap();
@@ -797,18 +401,12 @@ mod tests {
         assert_eq!(traced, [("half", "bf16", 600), ("full", "f32", 1200)]);
     }
 
-    /// One step that only allocates.
-    fn step<R>(arena: &mut Arena, run: impl FnOnce(&mut Arena) -> Result<R, ArenaError>) -> Result<R, ArenaError> {
-        arena.run_step(run)
-    }
-
     #[test]
     fn every_allocation_is_aligned_and_disjoint() {
-        let mut arena = cpu_arena(1 << 20);
-        let mut p = arena.persistent();
-        let a = p.alloc::<u8>("a", Shape::new(&[3])).unwrap();
-        let b = p.alloc::<f32>("b", Shape::new(&[100])).unwrap();
-        let c = p.alloc::<u32>("c", Shape::new(&[1])).unwrap();
+        let mut arena = Arena::new(1 << 20);
+        let a = arena.alloc_persistent::<u8>("a", Shape::new(&[3])).unwrap();
+        let b = arena.alloc_persistent::<f32>("b", Shape::new(&[100])).unwrap();
+        let c = arena.alloc_persistent::<u32>("c", Shape::new(&[1])).unwrap();
         for off in [a.offset(), b.offset(), c.offset()] {
             assert_eq!(off % ALIGN, 0);
         }
@@ -824,8 +422,8 @@ mod tests {
 
     #[test]
     fn reset_returns_to_the_mark_and_counts() {
-        let mut arena = cpu_arena(1 << 20);
-        arena.persistent().alloc::<f32>("w", Shape::new(&[10])).unwrap();
+        let mut arena = Arena::new(1 << 20);
+        arena.alloc_persistent::<f32>("w", Shape::new(&[10])).unwrap();
         let mark = arena.stats().persistent_bytes;
         assert_eq!(mark, ALIGN);
         let mut first = None;
@@ -846,40 +444,28 @@ mod tests {
         assert_eq!(stats.last_step_bytes, 768);
         assert_eq!(stats.alignment_padding_bytes, (256 - 40) + (512 - 260));
         // The persistent region can grow between steps; the mark follows.
-        arena.persistent().alloc::<u8>("late", Shape::new(&[1])).unwrap();
+        arena.alloc_persistent::<u8>("late", Shape::new(&[1])).unwrap();
         assert_eq!(arena.stats().persistent_bytes, 2 * ALIGN);
     }
 
+    /// The end of a step names exactly what it used, for the poison; with
+    /// poisoning off, nothing.
     #[test]
-    fn poison_step_turns_a_stale_read_into_nan() {
+    fn a_step_poisons_what_it_used_and_only_when_asked() {
         for poison in [false, true] {
-            let mut arena = cpu_arena(1 << 16);
+            let mut arena = Arena::new(1 << 16);
+            arena.alloc_persistent::<f32>("w", Shape::new(&[10])).unwrap();
             arena.set_poison_step(poison);
-            step(&mut arena, |a| {
-                let x = a.alloc_step::<f32>("written", Shape::new(&[8]))?;
-                Ok(a.backend().upload(x, &[1.5; 8])?)
-            })
-            .unwrap();
-            // The planted bug: a step reads a buffer it never wrote, at the
-            // address the last step's input had.
-            let stale = step(&mut arena, |a| {
-                let buf = a.alloc_step::<f32>("never written", Shape::new(&[8]))?;
-                let mut out = [0.0; 8];
-                a.backend().download(buf, &mut out)?;
-                Ok(out)
-            })
-            .unwrap();
-            if poison {
-                assert!(stale.iter().all(|v| v.is_nan()), "{stale:?}");
-            } else {
-                assert_eq!(stale, [1.5; 8], "without poison the last step's values leak through");
-            }
+            arena.begin_step();
+            arena.alloc_step::<f32>("x", Shape::new(&[65])).unwrap();
+            let filled = arena.end_step();
+            assert_eq!(filled, poison.then(|| Buf::new(ALIGN, 512 / 4)));
         }
     }
 
     #[test]
     fn a_failed_step_still_resets() {
-        let mut arena = cpu_arena(4096);
+        let mut arena = Arena::new(4096);
         let err = step(&mut arena, |a| {
             a.alloc_step::<f32>("big", Shape::new(&[100]))?;
             a.alloc_step::<f32>("too big", Shape::new(&[10_000]))?;
@@ -895,10 +481,9 @@ mod tests {
 
     #[test]
     fn exhaustion_names_the_allocation_and_the_size_that_fits() {
-        let mut arena = cpu_arena(2048);
+        let mut arena = Arena::new(2048);
         arena
-            .persistent()
-            .alloc::<f32>("conv1.weight", Shape::new(&[250]))
+            .alloc_persistent::<f32>("conv1.weight", Shape::new(&[250]))
             .unwrap(); // 1000 -> 1024
         let err = step(&mut arena, |a| {
             a.alloc_step::<f32>("conv2d output", Shape::new(&[100, 20, 8, 8]))
@@ -936,8 +521,8 @@ mod tests {
     }
 
     fn err_text(capacity: usize) -> String {
-        let mut arena = cpu_arena(capacity);
-        arena.persistent().alloc::<f32>("w", Shape::new(&[250])).unwrap();
+        let mut arena = Arena::new(capacity);
+        arena.alloc_persistent::<f32>("w", Shape::new(&[250])).unwrap();
         step(&mut arena, |a| {
             a.alloc_step::<f32>("conv2d output", Shape::new(&[100, 20, 8, 8]))
                 .map(|_| ())
@@ -948,10 +533,9 @@ mod tests {
 
     #[test]
     fn persistent_exhaustion_is_an_error_too() {
-        let mut arena = cpu_arena(1024);
+        let mut arena = Arena::new(1024);
         let err = arena
-            .persistent()
-            .alloc::<u8>("train images", Shape::new(&[60_000, 28, 28]))
+            .alloc_persistent::<u8>("train images", Shape::new(&[60_000, 28, 28]))
             .unwrap_err();
         assert!(matches!(
             err,
@@ -963,28 +547,32 @@ mod tests {
     }
 
     #[test]
-    fn dry_arena_measures_without_memory() {
-        let device = Device::cpu(1).unwrap();
-        let mut dry = Arena::dry(&device, None);
-        dry.persistent().alloc::<u8>("data", Shape::new(&[1 << 30])).unwrap();
+    fn an_unbounded_arena_measures_without_memory() {
+        let mut dry = Arena::unbounded();
+        dry.alloc_persistent::<u8>("data", Shape::new(&[1 << 30])).unwrap();
         step(&mut dry, |a| a.alloc_step::<f32>("x", Shape::new(&[1000])).map(|_| ())).unwrap();
         let stats = dry.stats();
         assert_eq!(stats.persistent_bytes, 1 << 30);
         assert_eq!(stats.step_high_water_bytes, align_up(4000));
     }
 
+    /// A graph of a step replays only on the arena and mark it was
+    /// captured at, and each replay counts as the step it performs.
     #[test]
-    fn host_state_is_kept_between_steps_for_its_owner_alone() {
-        let mut arena = cpu_arena(4096);
-        let mut kept: Box<Vec<u32>> = arena.take_host_state();
-        assert!(kept.is_empty(), "a new one the first time");
-        kept.extend([1, 2, 3]);
-        arena.keep_host_state(kept);
-        step(&mut arena, |a| a.alloc_step::<f32>("x", Shape::new(&[4])).map(|_| ())).unwrap();
-        let again: Box<Vec<u32>> = arena.take_host_state();
-        assert_eq!(*again, [1, 2, 3]);
-        arena.keep_host_state(again);
-        let other: Box<Vec<u8>> = arena.take_host_state();
-        assert!(other.is_empty(), "state of another type is not handed out as this one");
+    fn a_captured_footprint_replays_only_where_it_holds() {
+        let mut arena = Arena::new(1 << 16);
+        arena.alloc_persistent::<f32>("w", Shape::new(&[10])).unwrap();
+        step(&mut arena, |a| a.alloc_step::<f32>("x", Shape::new(&[100])).map(|_| ())).unwrap();
+        let footprint = arena.captured(0);
+        assert_eq!(arena.stats().resets, 0, "a capture is not a step run");
+        arena.check_replay(&footprint).unwrap();
+        arena.replayed(&footprint);
+        assert_eq!((arena.stats().resets, arena.stats().last_step_bytes), (1, 512));
+        assert!(matches!(
+            Arena::new(1 << 16).check_replay(&footprint),
+            Err(ArenaError::StaleGraph)
+        ));
+        arena.alloc_persistent::<u8>("late", Shape::new(&[1])).unwrap();
+        assert!(matches!(arena.check_replay(&footprint), Err(ArenaError::StaleGraph)));
     }
 }

@@ -1,21 +1,29 @@
-//! Memory: the arena, its typed handles, and sizes.
+//! Memory: the arena, its plans and reports.
 //!
 //! Bytes and offsets only: the arena knows nothing of what runs on them (no
-//! tape, no op, no data set), and reaches device capabilities (graphs,
-//! timing, declared ranges) through methods of the backend, never by
-//! matching on which backend it holds. [`Shape`] lives here because every
-//! allocation is asked for by shape; [`crate::tensor`] re-exports it.
+//! tape, no op, no data set, no device). It holds no memory either: the
+//! runtime owns the device's one allocation and writes it, and autograd's
+//! engine pairs the two. The handles it hands out and the shapes it is
+//! asked for are the base layer's ([`crate::base`]), re-exported here for
+//! the layers that allocate.
+//!
+//! - `arena.rs`: the regions, the mark, a step's begin and end, the
+//!   statistics, the persistent log;
+//! - `placement.rs`: where a step buffer goes (its plan's offset, or
+//!   bumped) and the trace plans are made from;
+//! - `plan.rs`: liveness plans; `report.rs`: the memory report;
+//!   `error.rs`: exhaustion, with the size that would fit.
 
 mod arena;
-mod buf;
+mod error;
+mod placement;
 pub mod plan;
 mod report;
-mod shape;
-mod size;
 
-pub use arena::{suggest, Arena, ArenaError, ArenaStats, Persistent, PersistentBuf, Region, StepGraph, Touch};
-pub use buf::{align_up, bf16, Buf, DType, Element, FloatBuf, Typed, ALIGN};
+pub use crate::base::{
+    align_up, bf16, Buf, ByteSize, DType, Element, FloatBuf, Shape, SizeParseError, Typed, ALIGN, MAX_RANK,
+};
+pub use arena::{Arena, ArenaStats, PersistentBuf, Region, StepFootprint, Touch, POISON};
+pub use error::{suggest, ArenaError};
 pub use plan::{PlannedBuf, StepPlan};
 pub use report::{MemoryReport, Recomputed, RecomputedKind, TypeBytes};
-pub use shape::{Shape, MAX_RANK};
-pub use size::{ByteSize, SizeParseError};

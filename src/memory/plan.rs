@@ -12,7 +12,7 @@
 //! against the lower bound no placement can beat: the most bytes alive at
 //! any one tick.
 
-use super::Shape;
+use crate::base::Shape;
 
 /// One step allocation as traced: its aligned size, where it was placed,
 /// and the ticks it is alive.

@@ -4,7 +4,8 @@
 //! that touches it — in the spirit of PyTorch's memory snapshot viewer).
 
 use super::plan::{PlannedBuf, StepPlan};
-use super::{ByteSize, PersistentBuf};
+use super::PersistentBuf;
+use crate::base::ByteSize;
 use std::fmt::Write;
 
 /// Everything `bumpgrad memory` prints.

@@ -4,8 +4,9 @@
 
 use super::params::ParamStore;
 use crate::autograd::Grads;
-use crate::memory::{Buf, Persistent};
+use crate::memory::Buf;
 use crate::ops::lr::LrAt;
+use crate::tensor::Persistent;
 use crate::Result;
 use crate::Step;
 use std::fmt;
@@ -118,22 +119,22 @@ pub fn runs_with_grads<'s>(
 mod tests {
     use super::*;
     use crate::backend::Device;
-    use crate::memory::Arena;
     use crate::nn::Init;
     use crate::tensor::{Param, Shape};
+    use crate::Engine;
 
     /// Three `[2, 2]` parameters; a step that uses those `used` names,
     /// chained as `x · w₁ᵀ · w₂ᵀ …`, and returns the runs with gradients (by
     /// index).
     fn runs(used: &[usize]) -> Vec<(usize, usize)> {
-        let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
-        let (store, params) = ParamStore::build(&mut arena.persistent(), 1, |pb| {
+        let mut engine = Engine::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+        let (store, params) = ParamStore::build(&mut engine.persistent(), 1, |pb| {
             (0..3)
                 .map(|i| pb.pp(i).param("weight", Shape::new(&[2, 2]), Init::Constant(1.0)))
                 .collect::<Result<Vec<Param>>>()
         })
         .unwrap();
-        arena
+        engine
             .step(|s| {
                 let mut h = s.variable("x", Shape::new(&[1, 2]), &[1.0, 2.0])?;
                 for &i in used {

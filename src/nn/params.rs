@@ -5,7 +5,7 @@
 //! `layer1.0.conv1.weight`, the name PyTorch's `state_dict` gives it, with no
 //! hand-kept list. [`ParamStore::build`] builds the model twice: once to
 //! learn every declaration (names, shapes, initialisers), then, after
-//! allocating, to hand out the real handles. So a dry arena sizes the
+//! allocating, to hand out the real handles. So a planning engine sizes the
 //! parameters before a real arena allocates them.
 //!
 //! The store puts every trainable parameter in one persistent slab, every
@@ -19,9 +19,9 @@
 //! parameter's gradient straight into its slot ([`Param::grad`]).
 
 use super::init::{kaiming_uniform_fan_in, normal, uniform_fan_in};
-use crate::memory::{ArenaError, Buf, Persistent, ALIGN};
+use crate::memory::{Buf, ALIGN};
 use crate::rng::SplitMix64;
-use crate::tensor::{Param, Shape};
+use crate::tensor::{Param, Persistent, Shape};
 use crate::{Error, Result};
 use std::cell::RefCell;
 
@@ -258,7 +258,7 @@ impl ParamStore {
         let mut values = vec![0.0; layout.params];
         let mut buffers = vec![0.0; layout.buffers];
         let mut rng = SplitMix64::new(seed);
-        // A dry arena keeps no values: drawing them (23 M normals for a
+        // A planning engine keeps no values: drawing them (23 M normals for a
         // ResNet-50) was 90% of a dry run's time, and a memory budget's
         // search makes dozens of dry runs.
         let entries = if p.holds_values() { &layout.entries[..] } else { &[] };
@@ -382,7 +382,7 @@ impl ParamStore {
     }
 
     /// A slab shaped like the parameter slab, for optimizer state (zeros).
-    pub fn zeros_like_values(&self, p: &mut Persistent<'_>, what: &'static str) -> Result<Buf<f32>, ArenaError> {
+    pub fn zeros_like_values(&self, p: &mut Persistent<'_>, what: &'static str) -> Result<Buf<f32>> {
         p.zeros::<f32>(what, Shape::new(&[self.slabs.values.len()]))
     }
 
@@ -427,7 +427,7 @@ pub fn count_params<M>(build: impl Fn(&ParamBuilder<'_>) -> Result<M>) -> Result
 mod tests {
     use super::*;
     use crate::backend::Device;
-    use crate::memory::Arena;
+    use crate::Engine;
 
     /// A block like ResNet's: two convolutions and a batch-norm's buffer,
     /// declared under prefixes.
@@ -444,11 +444,11 @@ mod tests {
         ])
     }
 
-    fn store() -> (Arena, ParamStore, Vec<Param>) {
-        let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+    fn store() -> (Engine, ParamStore, Vec<Param>) {
+        let mut engine = Engine::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
         let (store, params) =
-            ParamStore::build(&mut arena.persistent(), 3, |pb| block(&pb.pp("layer1").pp(0))).unwrap();
-        (arena, store, params)
+            ParamStore::build(&mut engine.persistent(), 3, |pb| block(&pb.pp("layer1").pp(0))).unwrap();
+        (engine, store, params)
     }
 
     #[test]
@@ -477,7 +477,7 @@ mod tests {
 
     #[test]
     fn parameters_and_gradients_lie_in_two_slabs_of_one_layout() {
-        let (mut arena, store, params) = store();
+        let (mut engine, store, params) = store();
         let (values, grads) = (store.values(), store.grads());
         assert_eq!(values.offset() % SLAB_ALIGN, 0);
         assert_eq!(grads.offset() % SLAB_ALIGN, 0);
@@ -499,7 +499,7 @@ mod tests {
         assert!(store.buffers().byte_range().contains(&buffer.buf().offset()));
 
         let mut host = vec![f32::NAN; values.len()];
-        arena.read_persistent(values, &mut host).unwrap();
+        engine.read_persistent(values, &mut host).unwrap();
         let conv1 = &host[128..236];
         assert!(conv1.iter().all(|v| v.abs() <= 1.0 / 27f32.sqrt() && *v != 0.0));
         let zero = |r: std::ops::Range<usize>| host[r].iter().all(|&v| v == 0.0);
@@ -509,10 +509,10 @@ mod tests {
         assert_eq!(&host[896..961], [-2.0; 65]);
         assert!(zero(961..1024));
         let mut g = vec![f32::NAN; grads.len()];
-        arena.read_persistent(grads, &mut g).unwrap();
+        engine.read_persistent(grads, &mut g).unwrap();
         assert!(g.iter().all(|&v| v == 0.0), "gradients start at zero");
         let mut b = vec![0.0; 4];
-        arena.read_persistent(buffer.buf(), &mut b).unwrap();
+        engine.read_persistent(buffer.buf(), &mut b).unwrap();
         assert_eq!(b, [1.0; 4]);
     }
 
@@ -526,8 +526,8 @@ mod tests {
 
     #[test]
     fn a_name_declared_twice_is_refused() {
-        let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
-        let twice = ParamStore::build(&mut arena.persistent(), 1, |pb| {
+        let mut engine = Engine::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+        let twice = ParamStore::build(&mut engine.persistent(), 1, |pb| {
             pb.pp("fc").param("weight", Shape::new(&[2]), Init::Constant(0.0))?;
             pb.pp("fc").param("weight", Shape::new(&[2]), Init::Constant(0.0))
         });
@@ -537,9 +537,9 @@ mod tests {
 
     #[test]
     fn a_model_that_declares_otherwise_the_second_time_is_refused() {
-        let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+        let mut engine = Engine::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
         let calls = std::cell::Cell::new(0);
-        let fickle = ParamStore::build(&mut arena.persistent(), 1, |pb| {
+        let fickle = ParamStore::build(&mut engine.persistent(), 1, |pb| {
             calls.set(calls.get() + 1);
             pb.param("w", Shape::new(&[calls.get()]), Init::Constant(0.0))
         });
@@ -550,10 +550,10 @@ mod tests {
     #[test]
     fn the_same_seed_draws_the_same_values() {
         let draw = |seed| {
-            let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
-            let (store, _) = ParamStore::build(&mut arena.persistent(), seed, block).unwrap();
+            let mut engine = Engine::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+            let (store, _) = ParamStore::build(&mut engine.persistent(), seed, block).unwrap();
             let mut host = vec![0.0; store.values().len()];
-            arena.read_persistent(store.values(), &mut host).unwrap();
+            engine.read_persistent(store.values(), &mut host).unwrap();
             host
         };
         assert_eq!(draw(5), draw(5));
@@ -563,5 +563,42 @@ mod tests {
     #[test]
     fn counting_needs_no_arena() {
         assert_eq!(count_params(block).unwrap(), 108 + 4 + 4 + 65);
+    }
+
+    #[test]
+    fn a_parameter_gradient_lands_in_its_persistent_slot() {
+        let mut engine = Engine::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+        let (store, w) = ParamStore::build(&mut engine.persistent(), 1, |pb| {
+            pb.pp("fc").param("weight", Shape::new(&[1, 4]), Init::Constant(0.5))
+        })
+        .unwrap();
+        assert!(
+            w.grad().byte_range().end <= engine.arena().stats().persistent_bytes,
+            "below the mark"
+        );
+        assert_eq!(store.name(&w), "fc.weight");
+        engine
+            .step(|s| {
+                // The weight gradient of `x · wᵀ` is `x`.
+                let x = s.input("x", Shape::new(&[1, 4]), &[1.0, 2.0, 3.0, 4.0])?;
+                let w_in_step = s.param(&w);
+                let y = x.linear(s, w_in_step, None)?;
+                let one = s.input("upstream", y.shape(), &[1.0])?;
+                let grads = s.backward_from(y, one)?;
+                assert!(s.has_param_grad(&w));
+                let g = s.param_grad(&grads, &w).expect("w has a gradient");
+                let mut host = [0.0; 4];
+                s.read(g, &mut host)?;
+                assert_eq!(host, [1.0, 2.0, 3.0, 4.0]);
+                Ok(())
+            })
+            .unwrap();
+        let mut landed = [0.0; 4];
+        engine.read_persistent(w.grad(), &mut landed).unwrap();
+        assert_eq!(
+            landed,
+            [1.0, 2.0, 3.0, 4.0],
+            "the gradient was written into its slot of the gradient slab"
+        );
     }
 }

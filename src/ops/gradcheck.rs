@@ -6,9 +6,9 @@
 //! max-pool window, all but one column of a weight).
 
 use crate::backend::Device;
-use crate::memory::Arena;
 use crate::ops::Step;
 use crate::tensor::{Shape, Tensor};
+use crate::Engine;
 use crate::Result;
 
 /// Deterministic values in `[lo, hi)`, so every test run checks the same points.
@@ -55,12 +55,12 @@ pub(crate) fn assert_near(got: &[f32], want: &[f32], what: &str) {
 pub(crate) type Body = dyn for<'s> Fn(&mut Step<'s>, &[Tensor<'s>]) -> Result<Tensor<'s>>;
 
 /// The arena every check runs on: two CPU threads, so the kernels split work.
-pub(crate) fn arena() -> Arena {
-    Arena::new(Device::cpu(2).expect("cpu"), 64 << 20).expect("arena")
+pub(crate) fn engine() -> Engine {
+    Engine::new(Device::cpu(2).expect("cpu"), 64 << 20).expect("arena")
 }
 
-fn forward(arena: &mut Arena, shapes: &[Shape], inputs: &[Vec<f32>], f: &Body) -> Vec<f32> {
-    arena
+fn forward(engine: &mut Engine, shapes: &[Shape], inputs: &[Vec<f32>], f: &Body) -> Vec<f32> {
+    engine
         .step(|s| {
             s.set_grad_enabled(false);
             let xs = shapes
@@ -77,14 +77,14 @@ fn forward(arena: &mut Arena, shapes: &[Shape], inputs: &[Vec<f32>], f: &Body) -
 }
 
 fn analytic(
-    arena: &mut Arena,
+    engine: &mut Engine,
     shapes: &[Shape],
     inputs: &[Vec<f32>],
     differentiable: &[usize],
     gy: &[f32],
     f: &Body,
 ) -> Vec<Vec<f32>> {
-    arena
+    engine
         .step(|s| {
             let xs = shapes
                 .iter()
@@ -118,16 +118,16 @@ fn dot(a: &[f32], b: &[f32]) -> f64 {
 /// Checks the gradient of `f` with respect to every element of every input
 /// listed in `differentiable` (indices into `inputs`).
 pub(crate) fn check(shapes: &[Shape], inputs: &[Vec<f32>], differentiable: &[usize], f: &Body) {
-    check_on(&mut arena(), shapes, inputs, differentiable, f)
+    check_on(&mut engine(), shapes, inputs, differentiable, f)
 }
 
 /// [`check`] on `arena`, for an op that also reads (or writes) persistent
 /// memory `f` captures, such as a batch norm's running statistics.
-pub(crate) fn check_on(arena: &mut Arena, shapes: &[Shape], inputs: &[Vec<f32>], differentiable: &[usize], f: &Body) {
+pub(crate) fn check_on(engine: &mut Engine, shapes: &[Shape], inputs: &[Vec<f32>], differentiable: &[usize], f: &Body) {
     const ABSOLUTE: f64 = 3e-3;
-    let y = forward(arena, shapes, inputs, f);
+    let y = forward(engine, shapes, inputs, f);
     let gy = values(y.len(), 99, -1.0, 1.0);
-    let grads = analytic(arena, shapes, inputs, differentiable, &gy, f);
+    let grads = analytic(engine, shapes, inputs, differentiable, &gy, f);
     for &i in differentiable {
         let mut largest: f64 = 0.0;
         for j in 0..inputs[i].len() {
@@ -135,7 +135,8 @@ pub(crate) fn check_on(arena: &mut Arena, shapes: &[Shape], inputs: &[Vec<f32>],
             plus[i][j] += EPS;
             let mut minus = inputs.to_vec();
             minus[i][j] -= EPS;
-            let numeric = (dot(&forward(arena, shapes, &plus, f), &gy) - dot(&forward(arena, shapes, &minus, f), &gy))
+            let numeric = (dot(&forward(engine, shapes, &plus, f), &gy)
+                - dot(&forward(engine, shapes, &minus, f), &gy))
                 / (2.0 * EPS as f64);
             let analytic = grads[i][j] as f64;
             let tolerance = ABSOLUTE + 1e-2 * numeric.abs().max(analytic.abs());

@@ -13,7 +13,7 @@ mod launch;
 mod step;
 
 pub mod lr;
-pub use step::Step;
+pub use step::{Engine, Step};
 
 #[cfg(test)]
 pub(crate) mod gradcheck;

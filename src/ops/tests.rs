@@ -2,15 +2,17 @@
 //! its source defines it; gradients of a tensor used more than once add up
 //! (`Step::accumulate`: the first contribution is kept, later ones are
 //! added into it); and the step scope on the arena (a planned step with
-//! tensors follows its plan).
+//! tensors follows its plan); and the launch helper's declarations, which
+//! the CPU holds every kernel to.
 
 use super::gradcheck::{check, values, EPS};
 use super::KERNELS;
 use crate::backend::cuda::kernels::tests::registration_errors;
 use crate::backend::cuda::kernels::KernelTable;
-use crate::backend::Device;
-use crate::memory::Arena;
+use crate::backend::{Backend, BackendError, Device};
+use crate::base::Buf;
 use crate::tensor::{Param, Shape};
+use crate::{Engine, Error};
 
 /// A kernel a source defines but nobody registered, or a name registered
 /// that its source does not define, fails here, on a machine without a
@@ -58,10 +60,10 @@ fn a_parameter_asked_for_twice_gets_the_sum_of_both_uses() {
     let x = values(6, 63, -1.0, 1.0);
     let g = values(6, 64, -1.0, 1.0);
     let w0 = values(9, 65, -1.0, 1.0);
-    let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+    let mut engine = Engine::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
     // A parameter as a store hands it out: its values and its gradient's
     // slot in the persistent region.
-    let mut p = arena.persistent();
+    let mut p = engine.persistent();
     let (buf, grad) = (p.upload("w", ws, &w0).unwrap(), p.zeros("w grad", ws).unwrap());
     let w = Param {
         index: 0,
@@ -70,9 +72,9 @@ fn a_parameter_asked_for_twice_gets_the_sum_of_both_uses() {
         shape: ws,
     };
     // ⟨z, g⟩ at the parameter's current values, and its gradient.
-    let run = |arena: &mut Arena, values: &[f32]| {
-        arena.write_persistent(w.buf(), values).unwrap();
-        arena
+    let run = |engine: &mut Engine, values: &[f32]| {
+        engine.write_persistent(w.buf(), values).unwrap();
+        engine
             .step(|s| {
                 let input = s.input("x", xs, &x)?;
                 let first = s.param(&w);
@@ -90,12 +92,12 @@ fn a_parameter_asked_for_twice_gets_the_sum_of_both_uses() {
             })
             .unwrap()
     };
-    let (_, analytic) = run(&mut arena, &w0);
+    let (_, analytic) = run(&mut engine, &w0);
     for j in 0..9 {
         let (mut plus, mut minus) = (w0.clone(), w0.clone());
         plus[j] += EPS;
         minus[j] -= EPS;
-        let numeric = (run(&mut arena, &plus).0 - run(&mut arena, &minus).0) / (2.0 * EPS as f64);
+        let numeric = (run(&mut engine, &plus).0 - run(&mut engine, &minus).0) / (2.0 * EPS as f64);
         let a = analytic[j] as f64;
         assert!(
             (numeric - a).abs() <= 1e-3 + 1e-3 * numeric.abs(),
@@ -104,12 +106,12 @@ fn a_parameter_asked_for_twice_gets_the_sum_of_both_uses() {
     }
 }
 
-/// `Arena::planned_step` runs a step with tensors on the arena's memory plan.
+/// `Engine::planned_step` runs a step with tensors on the arena's memory plan.
 #[test]
 fn a_planned_step_reuses_dead_bytes_and_replans_a_new_sequence() {
-    let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
-    let run = |arena: &mut Arena, n: usize| {
-        arena
+    let mut engine = Engine::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+    let run = |engine: &mut Engine, n: usize| {
+        engine
             .planned_step(7, |s| {
                 // a dies when b is made from it; b and c are alive together.
                 let a = s.input("a", Shape::new(&[n]), &vec![1.0; n])?;
@@ -121,23 +123,23 @@ fn a_planned_step_reuses_dead_bytes_and_replans_a_new_sequence() {
             })
             .unwrap()
     };
-    let first = run(&mut arena, 256);
-    assert_eq!(arena.plans().len(), 1);
-    let plan = arena.plans()[0].clone();
+    let first = run(&mut engine, 256);
+    assert_eq!(engine.arena().plans().len(), 1);
+    let plan = engine.arena().plans()[0].clone();
     assert_eq!(plan.bump_bytes, 3 * 1024);
     assert_eq!(plan.peak, 2 * 1024, "a's bytes go to c");
     assert_eq!(plan.lower_bound, 2 * 1024);
-    let planned = run(&mut arena, 256);
+    let planned = run(&mut engine, 256);
     assert_eq!(planned.0, planned.1, "c takes a's bytes under the plan");
     assert_eq!(planned.2, first.2);
-    assert_eq!(arena.stats().last_step_bytes, 2 * 1024);
-    assert!(arena.take_replanned().is_empty());
+    assert_eq!(engine.arena().stats().last_step_bytes, 2 * 1024);
+    assert!(engine.arena_mut().take_replanned().is_empty());
     // Another sequence under the same key: finished above the plan,
     // then re-planned, never following the stale plan.
-    let other = run(&mut arena, 512);
+    let other = run(&mut engine, 512);
     assert!(other.2.iter().all(|&v| v == 1.0));
-    assert_eq!(arena.take_replanned(), vec![7]);
-    assert_eq!(arena.plans()[0].peak, 2 * 2048);
+    assert_eq!(engine.arena_mut().take_replanned(), vec![7]);
+    assert_eq!(engine.arena().plans()[0].peak, 2 * 2048);
 }
 
 /// What a traced step's ops noted they lose to slower algorithms (a GPU's
@@ -145,9 +147,9 @@ fn a_planned_step_reuses_dead_bytes_and_replans_a_new_sequence() {
 /// only from the step that made the plan.
 #[test]
 fn a_plan_carries_the_seconds_its_step_lost_to_slower_algorithms() {
-    let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
-    let run = |arena: &mut Arena, n: usize| {
-        arena
+    let mut engine = Engine::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+    let run = |engine: &mut Engine, n: usize| {
+        engine
             .planned_step(3, |s| {
                 let a = s.input("a", Shape::new(&[n]), &vec![1.0; n])?;
                 s.note_slower(|| 0.25);
@@ -157,13 +159,17 @@ fn a_plan_carries_the_seconds_its_step_lost_to_slower_algorithms() {
             })
             .unwrap()
     };
-    run(&mut arena, 64);
-    assert_eq!(arena.plans()[0].slower_seconds, 0.75);
-    run(&mut arena, 64);
-    assert_eq!(arena.plans()[0].slower_seconds, 0.75, "a step on its plan adds nothing");
-    run(&mut arena, 128);
+    run(&mut engine, 64);
+    assert_eq!(engine.arena().plans()[0].slower_seconds, 0.75);
+    run(&mut engine, 64);
     assert_eq!(
-        arena.plans()[0].slower_seconds,
+        engine.arena().plans()[0].slower_seconds,
+        0.75,
+        "a step on its plan adds nothing"
+    );
+    run(&mut engine, 128);
+    assert_eq!(
+        engine.arena().plans()[0].slower_seconds,
         0.75,
         "re-planned from one step's trace"
     );
@@ -173,9 +179,9 @@ fn a_plan_carries_the_seconds_its_step_lost_to_slower_algorithms() {
 /// the step runs, and the arena is left as it was.
 #[test]
 fn capturing_a_step_on_the_cpu_is_refused_before_it_runs() {
-    let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 16).unwrap();
+    let mut engine = Engine::new(Device::cpu(1).unwrap(), 1 << 16).unwrap();
     let mut ran = false;
-    let err = arena
+    let err = engine
         .capture_step(None, |s| {
             ran = true;
             s.input("x", Shape::new(&[4]), &[1.0; 4]).map(drop)
@@ -193,9 +199,53 @@ fn capturing_a_step_on_the_cpu_is_refused_before_it_runs() {
         "{err:?}"
     );
     assert!(!ran, "the step body ran although nothing could capture it");
-    assert_eq!(arena.stats().resets, 0);
-    arena
+    assert_eq!(engine.arena().stats().resets, 0);
+    engine
         .step(|s| s.input("x", Shape::new(&[4]), &[1.0; 4]).map(drop))
         .unwrap();
-    assert_eq!(arena.stats().resets, 1);
+    assert_eq!(engine.arena().stats().resets, 1);
+}
+
+/// The guard the memory plan rests on: the plan is made from what ops
+/// declare (`Step::uses`), so a kernel touching anything else is refused.
+#[test]
+fn a_kernel_touching_what_its_op_did_not_declare_is_refused() {
+    let mut engine = Engine::new(Device::cpu(1).unwrap(), 1 << 16).unwrap();
+    let err = engine
+        .step(|s| {
+            let a = s.alloc::<f32>("declared", Shape::new(&[64]))?;
+            let b = s.alloc::<f32>("undeclared", Shape::new(&[64]))?;
+            let Backend::Cpu(cpu) = s.uses(&[a.into()]) else {
+                unreachable!()
+            };
+            // What the op declared, and any part of it, may be touched.
+            cpu.run(|v, _| {
+                v.write(a)?.fill(1.0);
+                Ok(())
+            })?;
+            cpu.run(|v, _| v.read(a.slice(16, 16).unwrap()).map(drop))?;
+            // Anything else may not: another buffer, or a range that
+            // runs past the declared one's end.
+            let other = cpu.run(|v, _| v.read(b).map(drop)).unwrap_err();
+            assert!(
+                matches!(other, BackendError::Undeclared { offset, bytes: 256 } if offset == b.offset()),
+                "{other}"
+            );
+            let past = Buf::<f32>::new(a.offset() + 128, 64);
+            let past = cpu.run(|v, _| v.write(past).map(drop)).unwrap_err();
+            assert!(matches!(past, BackendError::Undeclared { .. }), "{past}");
+            // The next op's declaration replaces this one's: a is now
+            // out of bounds for its kernels, and the step fails, typed.
+            let Backend::Cpu(cpu) = s.uses(&[b.into()]) else {
+                unreachable!()
+            };
+            cpu.run(|v, _| v.read(a).map(drop))?;
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Backend(BackendError::Undeclared { .. })),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("that its op did not declare"), "{err}");
 }

@@ -7,10 +7,11 @@
 //! one flat launch over the slabs ([`crate::ops::adamw_update`]).
 
 use crate::autograd::Grads;
-use crate::memory::{Buf, Persistent};
+use crate::memory::Buf;
 use crate::nn::{runs_with_grads, Optimizer, OptimizerChoice, OptimizerConfig, ParamStore};
 use crate::ops::adamw_update::AdamwHyper;
 use crate::ops::lr::LrAt;
+use crate::tensor::Persistent;
 use crate::Step;
 use crate::{Error, Result, Setting};
 

@@ -6,10 +6,11 @@
 //! update is one flat launch over the slabs ([`crate::ops::sgd_update`]).
 
 use crate::autograd::Grads;
-use crate::memory::{Buf, Persistent};
+use crate::memory::Buf;
 use crate::nn::{runs_with_grads, Optimizer, OptimizerChoice, OptimizerConfig, ParamStore};
 use crate::ops::lr::LrAt;
 use crate::ops::sgd_update::SgdHyper;
+use crate::tensor::Persistent;
 use crate::Step;
 use crate::{Error, Result, Setting};
 
@@ -94,16 +95,16 @@ impl Optimizer for Sgd {
 mod tests {
     use super::*;
     use crate::backend::Device;
-    use crate::memory::Arena;
     use crate::nn::Init;
     use crate::ops::cursor::StepCursor;
     use crate::tensor::{Param, Shape};
+    use crate::Engine;
 
     /// Every figure is exact in binary: updates compare bit for bit.
     #[test]
     fn a_parameter_without_a_gradient_keeps_its_values_and_its_momentum() {
-        let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
-        let mut p = arena.persistent();
+        let mut engine = Engine::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+        let mut p = engine.persistent();
         let (store, (used, idle)) = ParamStore::build(&mut p, 1, |pb| {
             Ok((
                 pb.param("used", Shape::new(&[1, 2]), Init::Constant(1.0))?,
@@ -118,8 +119,8 @@ mod tests {
             ..SgdConfig::default()
         };
         let sgd = config.build(&store, &mut p, LrAt::new(table, cursor)).unwrap();
-        let step = |arena: &mut Arena, w: &Param| {
-            arena
+        let step = |engine: &mut Engine, w: &Param| {
+            engine
                 .step(|s| {
                     // ∂(x · wᵀ)/∂w = x = [1, 2].
                     let x = s.input("x", Shape::new(&[1, 2]), &[1.0, 2.0])?;
@@ -131,24 +132,24 @@ mod tests {
                 })
                 .unwrap();
         };
-        let read = |arena: &mut Arena, buf: Buf<f32>| {
+        let read = |engine: &mut Engine, buf: Buf<f32>| {
             let mut out = vec![0.0; buf.len()];
-            arena.read_persistent(buf, &mut out).unwrap();
+            engine.read_persistent(buf, &mut out).unwrap();
             out
         };
         let velocity = sgd.state()[0].1;
         // What an earlier step that used `idle` would have left in its
         // gradient slot: stale from now on, and never to be applied.
-        arena.write_persistent(idle.grad(), &[7.0, 7.0]).unwrap();
-        step(&mut arena, &used);
+        engine.write_persistent(idle.grad(), &[7.0, 7.0]).unwrap();
+        step(&mut engine, &used);
         // v = [1, 2]; p = 1 - 0.5 v.
-        assert_eq!(read(&mut arena, used.buf()), [0.5, 0.0]);
-        step(&mut arena, &used);
+        assert_eq!(read(&mut engine, used.buf()), [0.5, 0.0]);
+        step(&mut engine, &used);
         // v = 0.5 [1, 2] + [1, 2] = [1.5, 3]; p = [0.5, 0] - 0.5 v.
-        assert_eq!(read(&mut arena, used.buf()), [-0.25, -1.5]);
-        assert_eq!(read(&mut arena, idle.buf()), [3.0, 3.0], "no gradient, no update");
+        assert_eq!(read(&mut engine, used.buf()), [-0.25, -1.5]);
+        assert_eq!(read(&mut engine, idle.buf()), [3.0, 3.0], "no gradient, no update");
         let slot = store.slot_in(velocity, &idle).unwrap();
-        assert_eq!(read(&mut arena, slot), [0.0, 0.0], "and no momentum");
+        assert_eq!(read(&mut engine, slot), [0.0, 0.0], "and no momentum");
         assert_eq!(sgd.state()[0].0, "momentum_buffer");
     }
 }

@@ -3,10 +3,10 @@
 
 use super::{Task, TaskChoice, TaskConfig};
 use crate::data::{ImageSet, ResidentSet};
-use crate::memory::Persistent;
 use crate::nn::Input;
 use crate::ops::cross_entropy::CrossEntropyArgs;
 use crate::ops::gather::{Augment, BatchAt, Normalize};
+use crate::tensor::Persistent;
 use crate::tensor::{Labels, Shape, Tensor};
 use crate::Step;
 use crate::{Error, Result, Setting};
@@ -117,7 +117,7 @@ impl Classification {
     pub fn upload(set: &ImageSet, p: &mut Persistent<'_>) -> Result<Self> {
         let normalize = Normalize::per_channel(set.normalize)?;
         Ok(Self {
-            data: set.upload(p).map_err(crate::Error::from)?,
+            data: set.upload(p)?,
             test_labels: set.test_labels.clone(),
             normalize,
             example: Self::input_of(set).example,

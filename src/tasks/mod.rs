@@ -20,9 +20,9 @@ mod classification;
 pub use classification::{Classification, ClassificationConfig};
 
 use crate::data::ImageSet;
-use crate::memory::Persistent;
 use crate::nn::Input;
 use crate::ops::gather::BatchAt;
+use crate::tensor::Persistent;
 use crate::tensor::{Labels, Tensor};
 use crate::Result;
 use crate::Step;

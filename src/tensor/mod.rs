@@ -2,33 +2,23 @@
 //!
 //! [`Tensor<'s>`] lives in a step's region and carries the step's brand
 //! `'s`, which is invariant and higher-ranked, so a step tensor cannot be
-//! stored anywhere that outlives the step (see `Arena::step`). [`Param`]
+//! stored anywhere that outlives the step (see `Engine::step`). [`Param`]
 //! lives in the persistent region and carries no brand: it outlives steps,
 //! as does [`ByteImages`], a data set resident there (data uploads it, the
-//! gather op reads it).
+//! gather op reads it). The persistent region is filled through
+//! [`Persistent`], the one place a handle is made with its first values.
 
-pub use crate::memory::{Shape, MAX_RANK};
+mod persistent;
 
-use crate::memory::{Buf, DType, FloatBuf};
+pub use crate::base::{Layout, Shape, MAX_RANK};
+pub use persistent::Persistent;
+
+use crate::base::{Buf, DType, FloatBuf};
 use std::marker::PhantomData;
 
 /// The brand: invariant in `'s`, so `Tensor<'a>` never converts to
 /// `Tensor<'b>` for another step, and carries no data.
 pub(crate) type Brand<'s> = PhantomData<fn(&'s ()) -> &'s ()>;
-
-/// How a 4-D tensor's elements lie in memory; its shape is `[N, C, H, W]`
-/// in both. NCHW is PyTorch's default and every fp32 tensor's; NHWC
-/// (channels last) is a mixed-precision step's activations', the layout
-/// cuDNN's bf16 convolutions run fastest on (on NCHW ones they transpose
-/// inside, given workspace, or fall back to slow kernels). A tensor of
-/// another rank is always `Nchw` (row-major).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Layout {
-    #[default]
-    Nchw,
-    Nhwc,
-}
 
 /// The unbranded core the tape stores; a [`Tensor`] adds the brand.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

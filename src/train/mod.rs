@@ -42,20 +42,20 @@ pub use shapes::{StepKind, StepShape};
 pub(crate) use test_support::{measure_chains, measure_dropping, open_for_planning};
 
 /// What the budget's tests measure with, by the names they had before the
-/// seam: a dry run of `cfg` on a given dry arena.
+/// seam: a dry run of `cfg` on a given planning engine.
 #[cfg(test)]
 mod test_support {
     use super::pipeline::{measure_on, ArenaNeeds, Pipeline, StepChoice};
     use super::TrainConfig;
     use crate::backend::Device;
     use crate::data::ImageSet;
-    use crate::memory::Arena;
+    use crate::Engine;
     use crate::Result;
 
     pub(crate) fn measure_dropping(
         cfg: &TrainConfig,
         host: &ImageSet,
-        dry: Arena,
+        dry: Engine,
         dropped: &[u32],
     ) -> Result<ArenaNeeds> {
         measure_on(cfg, host, dry, &StepChoice::held(dropped))
@@ -64,7 +64,7 @@ mod test_support {
     pub(crate) fn measure_chains(
         cfg: &TrainConfig,
         host: &ImageSet,
-        dry: Arena,
+        dry: Engine,
         dropped: &[u32],
         transient_chains: bool,
     ) -> Result<ArenaNeeds> {

@@ -95,6 +95,8 @@ pub struct EpochReport {
     /// The arithmetic of convolutions and matrix products ("fp32", "tf32",
     /// "bf16").
     pub precision: Precision,
+    /// The device the epoch ran on.
+    pub device: DeviceKind,
     pub arena: ArenaStats,
     /// The process's resident memory after the epoch, where the OS tells it.
     pub resident_bytes: Option<u64>,

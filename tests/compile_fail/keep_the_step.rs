@@ -1,10 +1,10 @@
 // The step itself cannot escape either.
-use bumpgrad::{Arena, Device};
+use bumpgrad::{Engine, Device};
 
 fn main() -> bumpgrad::Result<()> {
-    let mut arena = Arena::new(Device::cpu(1)?, 1 << 16)?;
+    let mut engine = Engine::new(Device::cpu(1)?, 1 << 16)?;
     let mut escaped = None;
-    arena.step(|s| {
+    engine.step(|s| {
         escaped = Some(s); //~ ERROR E0521
         Ok(())
     })?;

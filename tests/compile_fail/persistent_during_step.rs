@@ -1,11 +1,11 @@
 // The persistent region grows only between steps: during one, the step
 // holds the arena.
-use bumpgrad::{Arena, Device, Shape};
+use bumpgrad::{Engine, Device, Shape};
 
 fn main() -> bumpgrad::Result<()> {
-    let mut arena = Arena::new(Device::cpu(1)?, 1 << 16)?;
-    arena.step(|_s| { //~ ERROR E0499
-        arena.persistent().alloc::<f32>("w", Shape::new(&[4]))?;
+    let mut engine = Engine::new(Device::cpu(1)?, 1 << 16)?;
+    engine.step(|_s| { //~ ERROR E0499
+        engine.persistent().alloc::<f32>("w", Shape::new(&[4]))?;
         Ok(())
     })?;
     Ok(())

@@ -1,11 +1,11 @@
 // A tensor of one step used in the next: the brands of two steps differ.
-use bumpgrad::{Arena, Device, Shape, Tensor};
+use bumpgrad::{Engine, Device, Shape, Tensor};
 
 fn main() -> bumpgrad::Result<()> {
-    let mut arena = Arena::new(Device::cpu(1)?, 1 << 16)?;
+    let mut engine = Engine::new(Device::cpu(1)?, 1 << 16)?;
     let mut carried: Vec<Tensor<'_>> = Vec::new();
     for _ in 0..2 {
-        arena.step(|s| {
+        engine.step(|s| {
             if let Some(old) = carried.pop() { //~ ERROR E0521
                 old.relu(s)?;
             }

@@ -10,10 +10,10 @@ use bumpgrad::Param;
 /// weight and bias parameters for `c` channels and its running statistics
 /// buffers, the statistics set to values of their own so that evaluation
 /// visibly uses them.
-pub(crate) fn bn_arena(device: Device, c: usize) -> (Arena, ParamStore, (Param, Param, RunningStats)) {
-    let mut arena = Arena::new(device, 64 << 20).expect("arena");
-    arena.set_poison_step(true);
-    let (store, parts) = ParamStore::build(&mut arena.persistent(), 3, |pb| {
+pub(crate) fn bn_arena(device: Device, c: usize) -> (Engine, ParamStore, (Param, Param, RunningStats)) {
+    let mut engine = Engine::new(device, 64 << 20).expect("arena");
+    engine.arena_mut().set_poison_step(true);
+    let (store, parts) = ParamStore::build(&mut engine.persistent(), 3, |pb| {
         let bn = pb.pp("bn");
         let channels = Shape::new(&[c]);
         Ok((
@@ -28,14 +28,16 @@ pub(crate) fn bn_arena(device: Device, c: usize) -> (Arena, ParamStore, (Param, 
     })
     .expect("store");
     let stats = parts.2;
-    arena.write_persistent(stats.mean.buf(), &values(c, 50)).expect("write");
+    engine
+        .write_persistent(stats.mean.buf(), &values(c, 50))
+        .expect("write");
     let var: Vec<f32> = values(c, 51).iter().map(|v| 0.5 + v.abs()).collect();
-    arena.write_persistent(stats.var.buf(), &var).expect("write");
-    (arena, store, parts)
+    engine.write_persistent(stats.var.buf(), &var).expect("write");
+    (engine, store, parts)
 }
 
 /// The running statistics as they are in the arena, by name.
-pub(crate) fn read_stats(arena: &mut Arena, stats: RunningStats) -> Vec<(&'static str, Vec<f32>)> {
+pub(crate) fn read_stats(engine: &mut Engine, stats: RunningStats) -> Vec<(&'static str, Vec<f32>)> {
     [
         ("running_mean", stats.mean),
         ("running_var", stats.var),
@@ -44,7 +46,7 @@ pub(crate) fn read_stats(arena: &mut Arena, stats: RunningStats) -> Vec<(&'stati
     .into_iter()
     .map(|(name, p)| {
         let mut host = vec![0.0; p.shape().numel()];
-        arena.read_persistent(p.buf(), &mut host).expect("read");
+        engine.read_persistent(p.buf(), &mut host).expect("read");
         (name, host)
     })
     .collect()
@@ -55,10 +57,10 @@ pub(crate) fn read_stats(arena: &mut Arena, stats: RunningStats) -> Vec<(&'stati
 /// step's output and gradients, then the running statistics after both.
 fn bn_steps(device: Device, shape: Shape, args: BatchNormArgs, form: Form) -> Vec<(&'static str, Vec<f32>)> {
     let (c, hw) = (shape.dim(1), shape.dim(2) * shape.dim(3));
-    let (mut arena, _store, (weight, bias, stats)) = bn_arena(device, c);
+    let (mut engine, _store, (weight, bias, stats)) = bn_arena(device, c);
     let mut read = Vec::new();
     for step in 0..2u64 {
-        let out = arena
+        let out = engine
             .step(|s| {
                 // Each channel with a mean and a spread of its own.
                 let xs: Vec<f32> = values(shape.numel(), 60 + step)
@@ -90,7 +92,7 @@ fn bn_steps(device: Device, shape: Shape, args: BatchNormArgs, form: Form) -> Ve
             read.extend(out);
         }
     }
-    read.extend(read_stats(&mut arena, stats));
+    read.extend(read_stats(&mut engine, stats));
     read
 }
 

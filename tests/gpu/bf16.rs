@@ -18,7 +18,7 @@ pub(crate) const BF16_TOL: f32 = 2e-2;
 
 /// The GPU set to `precision`, or `None` after saying why not.
 pub(crate) fn gpu_as(test: &str, precision: Precision) -> Option<Device> {
-    let device = gpu(test)?;
+    let mut device = gpu(test)?;
     device.set_precision(precision).expect("set the precision");
     Some(device)
 }
@@ -354,7 +354,7 @@ fn trains_in_bf16_as_in_fp32(test: &str, cfg: TrainConfig, loss_tol: f64, accura
         f.test_accuracy
     );
     assert_same_losses(&format!("{test}: bf16 vs fp32"), &on_fp32, &on_bf16, loss_tol);
-    let convolutions = assert_bf16_convolutions_on_the_graph_api(test, &session.arena().convolution_apis());
+    let convolutions = assert_bf16_convolutions_on_the_graph_api(test, &session.engine().runtime().convolution_apis());
     assert!(convolutions > 0, "{test}: the bf16 run planned no bf16 convolution");
 }
 

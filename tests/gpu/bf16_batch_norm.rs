@@ -54,10 +54,10 @@ fn bn_steps(
     channels_last: bool,
 ) -> Vec<(&'static str, Vec<f32>)> {
     let (c, hw) = (shape.dim(1), shape.dim(2) * shape.dim(3));
-    let (mut arena, _store, (weight, bias, stats)) = bn_arena(device, c);
+    let (mut engine, _store, (weight, bias, stats)) = bn_arena(device, c);
     let mut read = Vec::new();
     for step in 0..2u64 {
-        let out = arena
+        let out = engine
             .step(|s| {
                 let dtype = s.compute_dtype();
                 // Each channel with a mean and a spread of its own.
@@ -117,7 +117,7 @@ fn bn_steps(
             read.extend(out);
         }
     }
-    read.extend(read_stats(&mut arena, stats));
+    read.extend(read_stats(&mut engine, stats));
     read
 }
 

@@ -67,8 +67,8 @@ fn a_label_past_the_classes_makes_the_gpu_loss_nan() {
     let Some(device) = gpu("cross_entropy bad label") else {
         return;
     };
-    let mut arena = Arena::new(device, 1 << 20).expect("arena");
-    let loss = arena
+    let mut engine = Engine::new(device, 1 << 20).expect("arena");
+    let loss = engine
         .step(|s| {
             let x = s.input("logits", Shape::new(&[3, 10]), &values(30, 5))?;
             let labels = s.labels(&[1, 10, 2])?;

@@ -16,9 +16,9 @@ fn cifar_norm() -> Normalize {
 /// (steps 0 to 2 of the epoch at global steps 40 to 42, and the second half
 /// of step 2 as a shard), each read back.
 fn augmented_batches(device: Device) -> Vec<(&'static str, Vec<f32>)> {
-    let mut arena = Arena::new(device, 16 << 20).expect("arena");
-    arena.set_poison_step(true);
-    let mut p = arena.persistent();
+    let mut engine = Engine::new(device, 16 << 20).expect("arena");
+    engine.arena_mut().set_poison_step(true);
+    let mut p = engine.persistent();
     let (count, dims) = (40usize, [3usize, 8, 6]);
     let size: usize = dims.iter().product();
     let pixels: Vec<u8> = (0..count * size).map(|i| (i * 37 % 253) as u8 + 1).collect();
@@ -36,7 +36,7 @@ fn augmented_batches(device: Device) -> Vec<(&'static str, Vec<f32>)> {
     let cursor = StepCursor::new(&mut p).expect("cursor");
     let augment = Augment { crop: 3, flip: true };
     let mut read = Vec::new();
-    let test = arena
+    let test = engine
         .step(|s| {
             let x = s.gather_images(&images, &[5, 0, 39, 7], cifar_norm())?;
             let mut host = vec![0.0; x.shape().numel()];
@@ -47,7 +47,7 @@ fn augmented_batches(device: Device) -> Vec<(&'static str, Vec<f32>)> {
     read.push(("test batch", test));
     let names = ["step 0", "step 1", "step 2"];
     for (step, name) in names.into_iter().enumerate() {
-        cursor.set(&mut arena, step as u32, 40 + step as u64).expect("cursor");
+        cursor.set(&mut engine, step as u32, 40 + step as u64).expect("cursor");
         let at = BatchAt {
             order,
             cursor,
@@ -55,7 +55,7 @@ fn augmented_batches(device: Device) -> Vec<(&'static str, Vec<f32>)> {
             len: 12,
             offset: 0,
         };
-        let batch = arena
+        let batch = engine
             .step(|s| {
                 let (x, _) = s.gather_batch_augmented(&images, labels, at, cifar_norm(), augment, 77)?;
                 let mut host = vec![0.0; x.shape().numel()];
@@ -72,7 +72,7 @@ fn augmented_batches(device: Device) -> Vec<(&'static str, Vec<f32>)> {
         len: 5,
         offset: 7,
     };
-    let batch = arena
+    let batch = engine
         .step(|s| {
             let (x, _) = s.gather_batch_augmented(&images, labels, shard, cifar_norm(), augment, 77)?;
             let mut host = vec![0.0; x.shape().numel()];

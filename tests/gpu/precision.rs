@@ -3,7 +3,7 @@
 //! bits) while staying within TF32's rounding of them.
 
 use super::*;
-use bumpgrad::backend::Precision;
+use bumpgrad::backend::{Policy, Precision};
 
 /// A ResNet-ish slice: a 3×3 convolution 64→64 on 8×64×16×16 (large enough
 /// that cuDNN runs it on the tensor cores when TF32 is allowed), relu, and a
@@ -26,7 +26,7 @@ fn conv_and_linear<'s>(s: &mut Step<'s>) -> bumpgrad::Result<Vec<(&'static str, 
 
 /// The GPU set to `precision`, or `None` after saying why not.
 fn gpu_in(test: &str, precision: Precision) -> Option<Device> {
-    let device = gpu(test)?;
+    let mut device = gpu(test)?;
     device.set_precision(precision).expect("set the precision");
     Some(device)
 }
@@ -87,8 +87,9 @@ fn tf32_is_on_the_tensor_cores_and_within_its_rounding_of_fp32() {
     );
 }
 
-/// Switching the precision drops the convolution plans made for the other
-/// math: fp32 after tf32 on one device gives fp32's results again.
+/// Switching one runtime's precision moves its later steps to plans made
+/// for the other math (each policy has its own): fp32 after tf32 on one
+/// device gives fp32's results again.
 #[test]
 fn fp32_after_tf32_on_one_gpu_is_fp32_again() {
     let test = "precision tf32 then fp32";
@@ -96,13 +97,9 @@ fn fp32_after_tf32_on_one_gpu_is_fp32_again() {
     let Some(device) = gpu_in(test, Precision::Tf32) else {
         return;
     };
-    let Device::Cuda(cuda) = &device else {
-        unreachable!("gpu() opens a GPU")
-    };
-    let gpu = cuda.gpu().clone();
-    let mut arena = Arena::new(device, 64 << 20).expect("arena");
-    let conv = |arena: &mut Arena| {
-        arena
+    let mut engine = Engine::new(device, 64 << 20).expect("arena");
+    let conv = |engine: &mut Engine| {
+        engine
             .step(|s| {
                 let out = conv_and_linear(s)?;
                 let mut host = vec![0.0; out[0].1.shape().numel()];
@@ -111,10 +108,18 @@ fn fp32_after_tf32_on_one_gpu_is_fp32_again() {
             })
             .expect("step")
     };
-    let tf32 = conv(&mut arena);
-    gpu.set_precision(Precision::Fp32).expect("back to fp32");
-    assert_eq!(gpu.precision(), Precision::Fp32);
-    let fp32 = conv(&mut arena);
+    let tf32 = conv(&mut engine);
+    let back = Policy {
+        precision: Precision::Fp32,
+        ..engine.runtime().policy()
+    };
+    engine.runtime_mut().set_policy(back).expect("back to fp32");
+    assert_eq!(engine.runtime().policy().precision, Precision::Fp32);
+    let fp32 = conv(&mut engine);
+    // The convolution's tf32 plan is kept, and fp32's made beside it.
+    let plans = engine.runtime().convolution_apis();
+    assert_eq!(plans.len(), 2, "{test}: {plans:?}");
+    assert_eq!(plans[0].0, plans[1].0, "{test}: one shape, planned under each policy");
     let on_cpu = run(Device::cpu(1).expect("cpu"), &|s| {
         Ok(conv_and_linear(s)?.into_iter().take(1).collect())
     });

@@ -18,7 +18,11 @@ use bumpgrad::train::{Pipeline, Session};
 const REPLAYS: u64 = 30;
 
 fn calls(session: &Session) -> CudaCalls {
-    session.arena().cuda_calls().expect("a GPU counts its CUDA calls")
+    session
+        .engine()
+        .runtime()
+        .cuda_calls()
+        .expect("a GPU counts its CUDA calls")
 }
 
 #[test]

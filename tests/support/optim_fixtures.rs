@@ -19,7 +19,7 @@ use bumpgrad::ops::adamw_update::AdamwHyper;
 use bumpgrad::ops::cursor::StepCursor;
 use bumpgrad::ops::lr::LrAt;
 use bumpgrad::ops::sgd_update::SgdHyper;
-use bumpgrad::{Arena, Shape};
+use bumpgrad::{Engine, Shape};
 
 /// Every case, by name, its JSON compiled in (so a test binary staged on a
 /// machine without the sources still has them).
@@ -178,16 +178,16 @@ fn assert_slab(what: &str, lengths: &[usize], slab: &[f32], expected: &[f32], pe
     assert!(padding > 0, "{what}: a layout without padding tests none");
 }
 
-fn read(arena: &mut Arena, buf: Buf<f32>) -> Vec<f32> {
+fn read(engine: &mut Engine, buf: Buf<f32>) -> Vec<f32> {
     let mut out = vec![0.0; buf.len()];
-    arena.read_persistent(buf, &mut out).expect("read back");
+    engine.read_persistent(buf, &mut out).expect("read back");
     out
 }
 
 /// Replays `case` on `arena` and compares every step's parameters and
 /// optimizer state with PyTorch's; panics, naming the step and the value,
 /// on the first that differs by more than [`REL`].
-pub fn check(arena: &mut Arena, name: &str, case: &Case) {
+pub fn check(engine: &mut Engine, name: &str, case: &Case) {
     let lengths = &case.lengths;
     let (_, total) = layout(lengths);
     let update = case.update();
@@ -195,7 +195,7 @@ pub fn check(arena: &mut Arena, name: &str, case: &Case) {
     // A rate that never changes is a table of one.
     let rates = if constant { &case.lr[..1] } else { &case.lr[..] };
     let slab = Shape::new(&[total]);
-    let mut p = arena.persistent();
+    let mut p = engine.persistent();
     let params = p
         .upload("params", slab, &to_slab(lengths, &case.params))
         .expect("params");
@@ -215,11 +215,11 @@ pub fn check(arena: &mut Arena, name: &str, case: &Case) {
     ];
     for (k, record) in case.steps.iter().enumerate() {
         let what = |s: &str| format!("{name}, step {}: {s}", k + 1);
-        cursor.set(arena, k as u32, k as u64).expect("cursor");
-        arena
+        cursor.set(engine, k as u32, k as u64).expect("cursor");
+        engine
             .write_persistent(grads, &to_slab(lengths, &record.grad))
             .expect("grads");
-        arena
+        engine
             .step(|s| match &update {
                 Update::Sgd(h) => {
                     let velocity = (h.momentum > 0.0).then_some(state[0]);
@@ -229,14 +229,14 @@ pub fn check(arena: &mut Arena, name: &str, case: &Case) {
             })
             .unwrap_or_else(|e| panic!("{}", what(&e.to_string())));
         let [p_peak, s0_peak, s1_peak] = &mut peaks;
-        assert_slab(&what("param"), lengths, &read(arena, params), &record.param, p_peak);
+        assert_slab(&what("param"), lengths, &read(engine, params), &record.param, p_peak);
         match &update {
             Update::Sgd(h) if h.momentum > 0.0 => {
                 let expected = record.momentum_buffer.as_ref().expect("a momentum buffer");
                 assert_slab(
                     &what("momentum_buffer"),
                     lengths,
-                    &read(arena, state[0]),
+                    &read(engine, state[0]),
                     expected,
                     s0_peak,
                 );
@@ -249,11 +249,11 @@ pub fn check(arena: &mut Arena, name: &str, case: &Case) {
                 assert_slab(
                     &what("exp_avg"),
                     lengths,
-                    &read(arena, state[0]),
+                    &read(engine, state[0]),
                     m.expect("exp_avg"),
                     s0_peak,
                 );
-                let v_now = read(arena, state[1]);
+                let v_now = read(engine, state[1]);
                 assert_slab(&what("exp_avg_sq"), lengths, &v_now, v.expect("exp_avg_sq"), s1_peak);
             }
         }

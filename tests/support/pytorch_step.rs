@@ -12,7 +12,7 @@
 use bumpgrad::models::{Depth, ResNet, SqueezeNet};
 use bumpgrad::nn::{Input, Kind, Mode, ModelChoice, ParamStore};
 use bumpgrad::ops::dropout::DropoutSeed;
-use bumpgrad::{Arena, Device, Shape};
+use bumpgrad::{Device, Engine, Shape};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -83,7 +83,7 @@ pub fn load(net: Fixture, name: &str) -> Tensors {
 /// The step on `device`, from the fixture's weights and batch.
 pub fn bumpgrad_step(device: Device, net: Fixture) -> Tensors {
     let (weights, batch) = (load(net, "weights.safetensors"), load(net, "step.safetensors"));
-    let mut arena = Arena::new(device, 256 << 20).expect("arena");
+    let mut engine = Engine::new(device, 256 << 20).expect("arena");
     let choice = net.choice();
     // The batch's shape is the fixture's: [6, 3, 16, 16], [8, 3, 16, 16] or [4, 3, 32, 32].
     let batch_shape = Shape::new(&batch["input"].0);
@@ -92,7 +92,7 @@ pub fn bumpgrad_step(device: Device, net: Fixture) -> Tensors {
         classes: CLASSES,
     };
     let (store, model) =
-        ParamStore::build(&mut arena.persistent(), 1, |pb| choice.build(input, pb)).expect("the model builds");
+        ParamStore::build(&mut engine.persistent(), 1, |pb| choice.build(input, pb)).expect("the model builds");
     let mut entries = Vec::new();
     store.visit(&mut |e, p| entries.push((e.name.clone(), e.shape, e.kind, p)));
     let ours: Vec<&str> = entries.iter().map(|e| e.0.as_str()).collect();
@@ -103,10 +103,10 @@ pub fn bumpgrad_step(device: Device, net: Fixture) -> Tensors {
     for (name, shape, _, p) in &entries {
         let (dims, values) = &weights[name];
         assert_eq!(shape.dims(), dims.as_slice(), "{name}: shape");
-        arena.write_persistent(p.buf(), values).expect("weights load");
+        engine.write_persistent(p.buf(), values).expect("weights load");
     }
     let labels: Vec<u32> = batch["labels"].1.iter().map(|&l| l as u32).collect();
-    let mut out = arena
+    let mut out = engine
         .step(|s| {
             let x = s.input("batch", batch_shape, &batch["input"].1)?;
             let labels = s.labels(&labels)?;
@@ -142,7 +142,7 @@ pub fn bumpgrad_step(device: Device, net: Fixture) -> Tensors {
     for (name, shape, kind, p) in &entries {
         if *kind == Kind::Buffer {
             let mut host = vec![0.0; shape.numel()];
-            arena.read_persistent(p.buf(), &mut host).expect("buffer reads");
+            engine.read_persistent(p.buf(), &mut host).expect("buffer reads");
             out.insert(format!("after.{name}"), (shape.dims().to_vec(), host));
         }
     }

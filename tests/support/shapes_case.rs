@@ -104,7 +104,7 @@ pub fn two_batch_sizes(device: &DeviceConfig) -> Seen {
     let peak = |keys: &[u32]| keys.iter().map(|&k| plan(&plans, k).peak).max().unwrap();
     let (peak_100, peak_50) = (peak(&[1, 2, 3, 4]), peak(&[5, 7]));
     assert!(peak_100 > peak_50, "{peak_100} vs {peak_50}");
-    let stats = both.arena().stats();
+    let stats = both.engine().arena().stats();
     assert_eq!(stats.capacity_bytes, stats.persistent_bytes + peak_100.max(peak_50));
 
     // Epoch 1 at 100, as the batch-100 run.

@@ -6,7 +6,7 @@
 //! ranges it already handed out, so kernels above it are safe code.
 
 use crate::backend::BackendError;
-use crate::memory::{Buf, Element, Typed, ALIGN};
+use crate::base::{Buf, Element, Typed, ALIGN};
 use std::alloc::Layout;
 use std::ptr::NonNull;
 

@@ -13,7 +13,7 @@ pub(crate) use matmul::{matmul, Mat};
 pub use memory::{CpuMemory, Views};
 
 use super::BackendError;
-use crate::memory::Buf;
+use crate::base::Buf;
 use collective::LocalPeer;
 use std::sync::Arc;
 
@@ -43,6 +43,8 @@ pub fn page_size() -> Option<usize> {
 /// A CPU that has not yet received its arena.
 pub struct CpuDevice {
     pool: Arc<rayon::ThreadPool>,
+    /// What runtimes made on it compute by (fp32 only; see `Device::set_policy`).
+    pub(crate) policy: super::Policy,
     /// The in-process group it trains with, if any.
     pub(crate) group: Option<LocalPeer>,
 }
@@ -61,6 +63,7 @@ impl CpuDevice {
             })?;
         Ok(Self {
             pool: Arc::new(pool),
+            policy: super::Policy::default(),
             group: None,
         })
     }
@@ -150,54 +153,6 @@ impl CpuBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{Backend, Device};
-    use crate::memory::Arena;
-    use crate::tensor::Shape;
-    use crate::Error;
-
-    /// The guard the memory plan rests on: the plan is made from what ops
-    /// declare (`Step::uses`), so a kernel touching anything else is refused.
-    #[test]
-    fn a_kernel_touching_what_its_op_did_not_declare_is_refused() {
-        let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 16).unwrap();
-        let err = arena
-            .step(|s| {
-                let a = s.alloc::<f32>("declared", Shape::new(&[64]))?;
-                let b = s.alloc::<f32>("undeclared", Shape::new(&[64]))?;
-                let Backend::Cpu(cpu) = s.uses(&[a.into()]) else {
-                    unreachable!()
-                };
-                // What the op declared, and any part of it, may be touched.
-                cpu.run(|v, _| {
-                    v.write(a)?.fill(1.0);
-                    Ok(())
-                })?;
-                cpu.run(|v, _| v.read(a.slice(16, 16).unwrap()).map(drop))?;
-                // Anything else may not: another buffer, or a range that
-                // runs past the declared one's end.
-                let other = cpu.run(|v, _| v.read(b).map(drop)).unwrap_err();
-                assert!(
-                    matches!(other, BackendError::Undeclared { offset, bytes: 256 } if offset == b.offset()),
-                    "{other}"
-                );
-                let past = Buf::<f32>::new(a.offset() + 128, 64);
-                let past = cpu.run(|v, _| v.write(past).map(drop)).unwrap_err();
-                assert!(matches!(past, BackendError::Undeclared { .. }), "{past}");
-                // The next op's declaration replaces this one's: a is now
-                // out of bounds for its kernels, and the step fails, typed.
-                let Backend::Cpu(cpu) = s.uses(&[b.into()]) else {
-                    unreachable!()
-                };
-                cpu.run(|v, _| v.read(a).map(drop))?;
-                Ok(())
-            })
-            .unwrap_err();
-        assert!(
-            matches!(err, Error::Backend(BackendError::Undeclared { .. })),
-            "{err:?}"
-        );
-        assert!(err.to_string().contains("that its op did not declare"), "{err}");
-    }
 
     /// The check holds however many ranges an op declares (it once lapsed
     /// past 16, leaving the memory plan's premise unchecked).

@@ -1,6 +1,7 @@
 //! One GPU opened for training: its context, the stream every kernel runs
 //! on, the cuDNN and cuBLAS handles, the compiled kernels, and the cuDNN
-//! plans of the convolutions seen so far.
+//! plans of the convolutions seen so far (one per shape and policy: the
+//! policy is the step's, handed in, never a setting of the GPU's).
 //!
 //! Everything here is made before the arena's one allocation (library
 //! handles may take device memory of their own when they are created, which
@@ -12,11 +13,10 @@ use super::calls::{Call, CallCounter, CudaCalls};
 use super::cudnn::{ConvDims, ConvPlan};
 use super::kernels::{KernelSource, Kernels};
 use super::CudaError;
-use crate::backend::Precision;
+use crate::backend::Policy;
 use cudarc::cublas::sys as blas_sys;
 use cudarc::cudnn::sys as dnn_sys;
 use cudarc::driver::{result as driver, CudaContext, CudaStream};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The library handles. cuDNN and cuBLAS handles must not be used by two
@@ -24,6 +24,10 @@ use std::sync::{Arc, Mutex};
 pub(crate) struct Libs {
     pub cudnn: dnn_sys::cudnnHandle_t,
     pub cublas: blas_sys::cublasHandle_t,
+    /// Whether the cuBLAS handle's math mode allows TF32 tensor ops (it
+    /// starts with the default math): a product under another policy sets
+    /// it first (see [`Libs::use_tf32`]).
+    tf32: bool,
 }
 
 // SAFETY: the handles are plain pointers to library state that may move
@@ -45,12 +49,6 @@ pub struct Gpu {
     /// Synchronise after every op (BUMPGRAD_CUDA_SYNC=1), so that an error
     /// raised asynchronously is reported with the op that caused it.
     pub(crate) sync_each_op: bool,
-    /// Plan convolutions with deterministic algorithms only (see
-    /// [`Gpu::set_deterministic`]).
-    deterministic: AtomicBool,
-    /// The arithmetic of convolutions and matrix products, as its place in
-    /// [`Precision::ALL`] (see [`Gpu::set_precision`]).
-    precision: AtomicU8,
     /// The CUDA calls made on this GPU by the backends that hold it.
     pub(crate) calls: CallCounter,
 }
@@ -148,8 +146,6 @@ impl Gpu {
             name,
             capability,
             sync_each_op: std::env::var_os("BUMPGRAD_CUDA_SYNC").is_some_and(|v| v != "0"),
-            deterministic: AtomicBool::new(false),
-            precision: AtomicU8::new(0),
             calls: CallCounter::default(),
         }))
     }
@@ -178,72 +174,26 @@ impl Gpu {
         driver::mem_get_info().map_err(|e| CudaError::failed("cuMemGetInfo", e))
     }
 
-    /// Whether convolutions use deterministic algorithms only. cuDNN's
-    /// fastest weight- and input-gradient algorithms sum with atomics, so
-    /// two runs of one seed differ in the last bits, and now and then that
-    /// flips a max-pool choice and the runs part (seen on the H200: 1e-3
-    /// apart in loss after one epoch). Deterministic, a run repeats bit for
-    /// bit; it cost 1.3× (batch 100) to 2.5× (batch 1000) in step time on
-    /// the MNIST CNN. Plans made before a change are dropped.
-    pub fn set_deterministic(&self, on: bool) {
-        if self.deterministic.swap(on, Ordering::Relaxed) != on {
-            self.plans.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        }
-    }
-
-    /// The arithmetic of convolutions and matrix products. `Tf32` lets
-    /// cuDNN choose TF32 tensor-op algorithms for float data and cuBLAS run
-    /// single-precision products on the tensor cores; `Fp32` holds both to
-    /// FMA math, which matches the CPU within float rounding. Plans made
-    /// before a change are dropped, since their algorithms (and workspace
-    /// sizes) were chosen for the other math.
-    ///
-    /// `Bf16` changes what ops make, not how a library computes: convolutions
-    /// and matrix products of bf16 tensors run on the tensor cores whatever
-    /// the math mode, with fp32 accumulation; fp32 ones (the loss's) keep
-    /// FMA math.
-    pub fn set_precision(&self, precision: Precision) -> Result<(), CudaError> {
-        let tf32 = precision == Precision::Tf32;
-        let mode = if tf32 {
-            blas_sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
-        } else {
-            blas_sys::cublasMath_t::CUBLAS_DEFAULT_MATH
-        };
-        let libs = self.libs.lock().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: the handle was created in `Libs::new` and lives as long as
-        // `self`; it is used under its mutex, held here.
-        unsafe { blas_sys::cublasSetMathMode(libs.cublas, mode) }
-            .result()
-            .map_err(|e| CudaError::failed("cublasSetMathMode", e))?;
-        drop(libs);
-        let index = Precision::ALL.iter().position(|&p| p == precision).unwrap_or(0) as u8;
-        if self.precision.swap(index, Ordering::Relaxed) != index {
-            self.plans.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        }
-        Ok(())
-    }
-
-    /// The precision set by [`Gpu::set_precision`] (fp32 until then).
-    pub fn precision(&self) -> Precision {
-        Precision::ALL[self.precision.load(Ordering::Relaxed) as usize % Precision::ALL.len()]
-    }
-
-    /// The cuDNN plan of a convolution, made the first time it is asked for:
-    /// descriptors, algorithms and workspace sizes are chosen once.
-    /// Every convolution shape planned so far.
+    /// Every convolution shape planned so far, under every policy.
     pub(crate) fn conv_plans(&self) -> Vec<Arc<ConvPlan>> {
         self.plans.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    pub(crate) fn conv_plan(&self, dims: ConvDims) -> Result<Arc<ConvPlan>, CudaError> {
+    /// The cuDNN plan of a convolution under `policy`, made the first time
+    /// it is asked for: descriptors, algorithms and workspace sizes are
+    /// chosen once. Its algorithms depend on the policy (deterministic
+    /// ones only; TF32 tensor ops or not), so each policy has its own.
+    pub(crate) fn conv_plan(&self, dims: ConvDims, policy: Policy) -> Result<Arc<ConvPlan>, CudaError> {
+        let (deterministic, tf32) = (policy.deterministic, policy.tf32());
         let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(plan) = plans.iter().find(|p| p.dims == dims) {
+        if let Some(plan) = plans
+            .iter()
+            .find(|p| p.dims == dims && p.math() == (deterministic, tf32))
+        {
             return Ok(plan.clone());
         }
         self.enter()?;
         let libs = self.libs.lock().unwrap_or_else(|e| e.into_inner());
-        let deterministic = self.deterministic.load(Ordering::Relaxed);
-        let tf32 = self.precision() == Precision::Tf32;
         let plan = Arc::new(ConvPlan::new(libs.cudnn, dims, deterministic, tf32)?);
         plans.push(plan.clone());
         Ok(plan)
@@ -261,7 +211,11 @@ impl Libs {
                 return Err(CudaError::failed("cublasCreate", e));
             }
         };
-        let libs = Self { cudnn, cublas };
+        let libs = Self {
+            cudnn,
+            cublas,
+            tf32: false,
+        };
         // SAFETY: both handles were created above; the stream outlives them
         // (Gpu drops the handles first).
         unsafe {
@@ -271,6 +225,32 @@ impl Libs {
                 .map_err(|e| CudaError::failed("cublasSetStream", e))?;
         }
         Ok(libs)
+    }
+}
+
+impl Libs {
+    /// Sets the cuBLAS handle's math mode for a product under a policy
+    /// that does (`true`) or does not allow TF32 tensor ops, if it is not
+    /// so already. `Fp32` holds products to FMA math, which matches the CPU
+    /// within float rounding. A bf16 product runs on the tensor cores
+    /// whatever the mode, with fp32 accumulation.
+    pub(crate) fn use_tf32(&mut self, tf32: bool) -> Result<(), CudaError> {
+        if self.tf32 == tf32 {
+            return Ok(());
+        }
+        let mode = if tf32 {
+            blas_sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
+        } else {
+            blas_sys::cublasMath_t::CUBLAS_DEFAULT_MATH
+        };
+        // SAFETY: the handle was created in `Libs::new` and lives as long as
+        // `self`; the caller holds the mutex around `self`. The mode is host
+        // state of the handle, read by the products queued after it.
+        unsafe { blas_sys::cublasSetMathMode(self.cublas, mode) }
+            .result()
+            .map_err(|e| CudaError::failed("cublasSetMathMode", e))?;
+        self.tf32 = tf32;
+        Ok(())
     }
 }
 

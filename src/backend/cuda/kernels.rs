@@ -5,7 +5,7 @@
 //! The backend knows no op: its own source is `common.cu` alone.
 
 use super::CudaError;
-use crate::memory::DType;
+use crate::base::DType;
 use cudarc::driver::{result as driver, sys};
 use std::ffi::CString;
 

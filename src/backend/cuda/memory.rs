@@ -18,7 +18,7 @@ impl DeviceMemory {
     /// The one call to `cuMemAlloc` of a run. The block is zeroed, so that a
     /// kernel reading before anything was written sees 0, as on the CPU.
     pub fn new(ctx: &Arc<CudaContext>, stream: sys::CUstream, bytes: usize) -> Result<Self, BackendError> {
-        let bytes = bytes.max(crate::memory::ALIGN);
+        let bytes = bytes.max(crate::base::ALIGN);
         ctx.bind_to_thread()
             .map_err(|e| CudaError::failed("binding the CUDA context", e))?;
         // SAFETY: a plain allocation; the pointer is owned by the value

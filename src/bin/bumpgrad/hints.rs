@@ -128,9 +128,8 @@ fn arena(err: &ArenaError) -> Option<String> {
         ArenaError::Exhausted { would_fit, .. } | ArenaError::StepTooLarge { would_fit, .. } => {
             Some(format!(" (pass --arena-size {} or more)", suggest(*would_fit)))
         }
-        ArenaError::Backend(e) => backend(e),
-        // A defect of the caller, not of a setting.
-        ArenaError::StaleGraph => None,
+        // Defects of the caller, not of a setting.
+        ArenaError::StaleGraph | ArenaError::OutsidePersistent => None,
     }
 }
 
@@ -242,8 +241,8 @@ mod tests {
             host.ends_with("for the arena; pass a smaller --arena-size or free memory"),
             "{host}"
         );
-        // Reached through the arena, as the trainer meets it.
-        let gpu = printed(ArenaError::Backend(BackendError::DeviceAllocation {
+        // Made by the runtime, as the trainer meets it making its engine.
+        let gpu = printed(Error::Backend(BackendError::DeviceAllocation {
             bytes: 1 << 40,
             free: 1 << 30,
         }));

@@ -1,11 +1,11 @@
 use super::*;
 use crate::backend::Device;
-use crate::memory::Arena;
 use crate::ops::cursor::StepCursor;
 use crate::tensor::Shape;
+use crate::Engine;
 
 struct Setup {
-    arena: Arena,
+    engine: Engine,
     param: Buf<f32>,
     grad: Buf<f32>,
     m: Buf<f32>,
@@ -14,8 +14,8 @@ struct Setup {
 }
 
 fn setup(param: &[f32], grad: &[f32], rate: f32) -> Setup {
-    let mut arena = Arena::new(Device::cpu(2).unwrap(), 1 << 16).unwrap();
-    let mut p = arena.persistent();
+    let mut engine = Engine::new(Device::cpu(2).unwrap(), 1 << 16).unwrap();
+    let mut p = engine.persistent();
     let shape = Shape::new(&[param.len()]);
     let param = p.upload("param", shape, param).unwrap();
     let grad = p.upload("grad", Shape::new(&[grad.len()]), grad).unwrap();
@@ -24,7 +24,7 @@ fn setup(param: &[f32], grad: &[f32], rate: f32) -> Setup {
     let table = p.upload("lr", Shape::new(&[1]), &[rate]).unwrap();
     let cursor = StepCursor::new(&mut p).unwrap();
     Setup {
-        arena,
+        engine,
         param,
         grad,
         m,
@@ -35,14 +35,14 @@ fn setup(param: &[f32], grad: &[f32], rate: f32) -> Setup {
 
 impl Setup {
     fn update(&mut self, global_step: u64, h: AdamwHyper) -> Result<()> {
-        self.lr.cursor.set(&mut self.arena, 0, global_step).unwrap();
+        self.lr.cursor.set(&mut self.engine, 0, global_step).unwrap();
         let (param, grad, m, v, lr) = (self.param, self.grad, self.m, self.v, self.lr);
-        self.arena.step(|s| s.adamw_update(param, grad, m, v, lr, h))
+        self.engine.step(|s| s.adamw_update(param, grad, m, v, lr, h))
     }
 
     fn read(&mut self, buf: Buf<f32>) -> Vec<f32> {
         let mut out = vec![0.0; buf.len()];
-        self.arena.read_persistent(buf, &mut out).unwrap();
+        self.engine.read_persistent(buf, &mut out).unwrap();
         out
     }
 }
@@ -105,7 +105,7 @@ fn bad_inputs_are_refused_before_anything_runs() {
     let (param, grad, m, lr) = (s.param, s.grad, s.m, s.lr);
     let h = AdamwHyper::default();
     let shared = s
-        .arena
+        .engine
         .step(|st| st.adamw_update(param, grad, m, m, lr, h))
         .unwrap_err()
         .to_string();
@@ -114,7 +114,7 @@ fn bad_inputs_are_refused_before_anything_runs() {
         "{shared}"
     );
     let short = s
-        .arena
+        .engine
         .step(|st| st.adamw_update(param, grad, m, Buf::default(), lr, h))
         .unwrap_err()
         .to_string();

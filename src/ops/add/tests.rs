@@ -16,8 +16,8 @@ fn add_of_a_tensor_to_itself_gradient_matches_finite_differences() {
 
 #[test]
 fn add_adds_elementwise_and_gives_x_plus_x_twice_the_gradient() {
-    let mut arena = crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
-    let (y, twice, gx) = arena
+    let mut engine = crate::Engine::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
+    let (y, twice, gx) = engine
         .step(|s| {
             let a = s.input("a", Shape::new(&[4]), &[1.0, -2.0, 0.5, 3.0])?;
             let b = s.input("b", Shape::new(&[4]), &[10.0, 20.0, -0.5, 0.25])?;
@@ -41,8 +41,8 @@ fn add_adds_elementwise_and_gives_x_plus_x_twice_the_gradient() {
 
 #[test]
 fn add_refuses_different_shapes() {
-    let mut arena = crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
-    let err = arena
+    let mut engine = crate::Engine::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
+    let err = engine
         .step(|s| {
             let a = s.input("a", Shape::new(&[2, 3]), &[0.0; 6])?;
             let b = s.input("b", Shape::new(&[3, 2]), &[0.0; 6])?;

@@ -10,8 +10,8 @@ const PADDED: Pool2dArgs = Pool2dArgs {
 };
 
 fn pooled(shape: Shape, x: &[f32], a: Pool2dArgs) -> (Shape, Vec<f32>) {
-    let mut arena = crate::Arena::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
-    arena
+    let mut engine = crate::Engine::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
+    engine
         .step(|s| {
             let x = s.input("x", shape, x)?;
             let y = x.avg_pool2d(s, a)?;
@@ -158,7 +158,7 @@ fn two_by_two_avg_pool_gradient_matches_finite_differences() {
 
 #[test]
 fn bad_avg_pools_are_typed_errors() {
-    let mut arena = crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 20).unwrap();
+    let mut engine = crate::Engine::new(crate::Device::cpu(1).unwrap(), 1 << 20).unwrap();
     for (shape, a) in [
         (Shape::new(&[1, 4, 4]), Pool2dArgs::new(2, 2)),
         (Shape::new(&[1, 1, 4, 4]), Pool2dArgs::new(2, 0)),
@@ -171,7 +171,7 @@ fn bad_avg_pools_are_typed_errors() {
         ),
         (Shape::new(&[1, 1, 2, 2]), Pool2dArgs::new(3, 1)),
     ] {
-        let err = arena
+        let err = engine
             .step(|s| {
                 let x = s.input("x", shape, &vec![0.0; shape.numel()])?;
                 x.avg_pool2d(s, a).map(|_| ())

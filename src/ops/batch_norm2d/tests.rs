@@ -1,15 +1,16 @@
 use super::{BatchNormArgs, RunningStats};
-use crate::memory::{Arena, Buf};
-use crate::ops::gradcheck::{arena, check_on, values};
+use crate::memory::Buf;
+use crate::ops::gradcheck::{check_on, engine, values};
 use crate::tensor::{Param, Shape};
+use crate::Engine;
 use crate::Error;
 
 /// Running statistics for `c` channels in `arena`'s persistent region,
 /// made as the parameter store makes buffers (no gradient slot) without
 /// reaching up into `nn`.
-fn running_stats(arena: &mut Arena, mean: &[f32], var: &[f32]) -> RunningStats {
+fn running_stats(engine: &mut Engine, mean: &[f32], var: &[f32]) -> RunningStats {
     let c = mean.len();
-    let mut p = arena.persistent();
+    let mut p = engine.persistent();
     let mut buffer = |what, shape: Shape, values: &[f32]| Param {
         index: 0,
         buf: p.upload(what, shape, values).expect("upload"),
@@ -23,9 +24,9 @@ fn running_stats(arena: &mut Arena, mean: &[f32], var: &[f32]) -> RunningStats {
     }
 }
 
-fn read(arena: &mut Arena, p: Param) -> Vec<f32> {
+fn read(engine: &mut Engine, p: Param) -> Vec<f32> {
     let mut out = vec![0.0; p.shape().numel()];
-    arena.read_persistent(p.buf(), &mut out).expect("read");
+    engine.read_persistent(p.buf(), &mut out).expect("read");
     out
 }
 
@@ -69,37 +70,37 @@ const X: [usize; 4] = [2, 3, 3, 4];
 
 #[test]
 fn training_gradients_match_finite_differences() {
-    let mut arena = arena();
-    let stats = running_stats(&mut arena, &[0.0; 3], &[1.0; 3]);
+    let mut engine = engine();
+    let stats = running_stats(&mut engine, &[0.0; 3], &[1.0; 3]);
     let shapes = [Shape::new(&X), Shape::new(&[3]), Shape::new(&[3])];
     let inputs = [
         values(72, 31, -2.0, 2.0),
         values(3, 32, 0.5, 1.5),
         values(3, 33, -0.5, 0.5),
     ];
-    check_on(&mut arena, &shapes, &inputs, &[0, 1, 2], &move |s, t| {
+    check_on(&mut engine, &shapes, &inputs, &[0, 1, 2], &move |s, t| {
         t[0].batch_norm2d(s, t[1], t[2], stats, BatchNormArgs::train())
     });
 }
 
 #[test]
 fn evaluation_gradients_match_finite_differences() {
-    let mut arena = arena();
-    let stats = running_stats(&mut arena, &[0.3, -0.2, 0.1], &[0.5, 1.3, 2.0]);
+    let mut engine = engine();
+    let stats = running_stats(&mut engine, &[0.3, -0.2, 0.1], &[0.5, 1.3, 2.0]);
     let shapes = [Shape::new(&X), Shape::new(&[3]), Shape::new(&[3])];
     let inputs = [
         values(72, 34, -2.0, 2.0),
         values(3, 35, 0.5, 1.5),
         values(3, 36, -0.5, 0.5),
     ];
-    check_on(&mut arena, &shapes, &inputs, &[0, 1, 2], &move |s, t| {
+    check_on(&mut engine, &shapes, &inputs, &[0, 1, 2], &move |s, t| {
         t[0].batch_norm2d(s, t[1], t[2], stats, BatchNormArgs::eval())
     });
 }
 
 /// One step of `args` on fresh `x`, `w`, `b`; the output.
 fn forward(
-    arena: &mut Arena,
+    engine: &mut Engine,
     stats: RunningStats,
     x: &[f32],
     shape: Shape,
@@ -108,7 +109,7 @@ fn forward(
     args: BatchNormArgs,
 ) -> Vec<f32> {
     let c = shape.dim(1);
-    arena
+    engine
         .step(|s| {
             let x = s.input("x", shape, x)?;
             let w = s.input("w", Shape::new(&[c]), w)?;
@@ -126,9 +127,9 @@ fn training_normalises_with_the_batch_and_updates_the_running_statistics() {
     // A large offset per channel: a one-pass Σx² − (Σx)² variance would
     // lose most of its digits here.
     let (shape, c, hw) = (Shape::new(&[4, 3, 5, 7]), 3, 35);
-    let mut arena = arena();
+    let mut engine = engine();
     let (rm0, rv0) = ([0.5f32, -1.0, 2.0], [1.5f32, 0.25, 3.0]);
-    let stats = running_stats(&mut arena, &rm0, &rv0);
+    let stats = running_stats(&mut engine, &rm0, &rv0);
     let (w, b) = ([1.5, -0.5, 2.0], [0.1, 0.2, -0.3]);
     let args = BatchNormArgs {
         training: true,
@@ -142,7 +143,7 @@ fn training_normalises_with_the_batch_and_updates_the_running_statistics() {
             .enumerate()
             .map(|(i, v)| v * (1 + (i / hw) % c) as f32 + 100.0 * ((i / hw) % c) as f32)
             .collect();
-        let y = forward(&mut arena, stats, &x, shape, &w, &b, args);
+        let y = forward(&mut engine, stats, &x, shape, &w, &b, args);
         let batch = moments(&x, c, hw);
         assert_near("output", &y, &reference(&x, c, hw, &batch, &w, &b, args.eps), 1e-4);
         let n = (shape.numel() / c) as f64;
@@ -154,38 +155,38 @@ fn training_normalises_with_the_batch_and_updates_the_running_statistics() {
         let want = |v: [f64; 3]| v.map(|v| v as f32);
         assert_near(
             &format!("running mean after {step}"),
-            &read(&mut arena, stats.mean),
+            &read(&mut engine, stats.mean),
             &want(rm),
             1e-5,
         );
         assert_near(
             &format!("running var after {step}"),
-            &read(&mut arena, stats.var),
+            &read(&mut engine, stats.var),
             &want(rv),
             1e-5,
         );
-        assert_eq!(read(&mut arena, stats.batches), [step as f32], "num_batches_tracked");
+        assert_eq!(read(&mut engine, stats.batches), [step as f32], "num_batches_tracked");
     }
 }
 
 #[test]
 fn evaluation_normalises_with_the_running_statistics_and_writes_nothing() {
     let (shape, c, hw) = (Shape::new(&[3, 2, 4, 3]), 2, 12);
-    let mut arena = arena();
-    let stats = running_stats(&mut arena, &[0.7, -0.4], &[2.5, 0.3]);
+    let mut engine = engine();
+    let stats = running_stats(&mut engine, &[0.7, -0.4], &[2.5, 0.3]);
     let (w, b) = ([0.8, 1.7], [-0.2, 0.4]);
     let x = values(shape.numel(), 43, -3.0, 3.0);
-    let y = forward(&mut arena, stats, &x, shape, &w, &b, BatchNormArgs::eval());
+    let y = forward(&mut engine, stats, &x, shape, &w, &b, BatchNormArgs::eval());
     let running = [(0.7f32 as f64, 2.5f32 as f64), (-0.4f32 as f64, 0.3f32 as f64)];
     assert_near("output", &y, &reference(&x, c, hw, &running, &w, &b, 1e-5), 1e-5);
-    assert_eq!(read(&mut arena, stats.mean), [0.7, -0.4]);
-    assert_eq!(read(&mut arena, stats.var), [2.5, 0.3]);
-    assert_eq!(read(&mut arena, stats.batches), [0.0]);
+    assert_eq!(read(&mut engine, stats.mean), [0.7, -0.4]);
+    assert_eq!(read(&mut engine, stats.var), [2.5, 0.3]);
+    assert_eq!(read(&mut engine, stats.batches), [0.0]);
     // After a training step, evaluation follows the statistics it left.
-    forward(&mut arena, stats, &x, shape, &w, &b, BatchNormArgs::train());
-    let (rm, rv) = (read(&mut arena, stats.mean), read(&mut arena, stats.var));
+    forward(&mut engine, stats, &x, shape, &w, &b, BatchNormArgs::train());
+    let (rm, rv) = (read(&mut engine, stats.mean), read(&mut engine, stats.var));
     assert_ne!(rm, [0.7, -0.4]);
-    let y = forward(&mut arena, stats, &x, shape, &w, &b, BatchNormArgs::eval());
+    let y = forward(&mut engine, stats, &x, shape, &w, &b, BatchNormArgs::eval());
     let running: Vec<(f64, f64)> = rm.iter().zip(&rv).map(|(&m, &v)| (m as f64, v as f64)).collect();
     assert_near(
         "output after training",
@@ -199,9 +200,9 @@ fn evaluation_normalises_with_the_running_statistics_and_writes_nothing() {
 fn parameter_gradients_land_in_their_slots_and_a_plain_input_gets_none() {
     // The first layer's shape of use: the input needs no gradient, the
     // weight and bias are parameters (their gradients go to the slab).
-    let mut arena = arena();
-    let stats = running_stats(&mut arena, &[0.0; 2], &[1.0; 2]);
-    let mut p = arena.persistent();
+    let mut engine = engine();
+    let stats = running_stats(&mut engine, &[0.0; 2], &[1.0; 2]);
+    let mut p = engine.persistent();
     let mut param = |values: &[f32]| {
         let shape = Shape::new(&[values.len()]);
         Param {
@@ -215,7 +216,7 @@ fn parameter_gradients_land_in_their_slots_and_a_plain_input_gets_none() {
     let shape = Shape::new(&[2, 2, 3, 3]);
     let x = values(shape.numel(), 44, -1.0, 1.0);
     let gy = values(shape.numel(), 45, -1.0, 1.0);
-    arena
+    engine
         .step(|s| {
             let input = s.input("x", shape, &x)?;
             let (wt, bt) = (s.param(&w), s.param(&b));
@@ -226,7 +227,7 @@ fn parameter_gradients_land_in_their_slots_and_a_plain_input_gets_none() {
             Ok(())
         })
         .expect("step");
-    let (gw, gb) = (read_grad(&mut arena, w), read_grad(&mut arena, b));
+    let (gw, gb) = (read_grad(&mut engine, w), read_grad(&mut engine, b));
     // db = Σ dy per channel; dw = Σ dy·x̂.
     let batch = moments(&x, 2, 9);
     for ch in 0..2 {
@@ -248,9 +249,9 @@ fn parameter_gradients_land_in_their_slots_and_a_plain_input_gets_none() {
     }
 }
 
-fn read_grad(arena: &mut Arena, p: Param) -> Vec<f32> {
+fn read_grad(engine: &mut Engine, p: Param) -> Vec<f32> {
     let mut out = vec![0.0; p.shape().numel()];
-    arena.read_persistent(p.grad(), &mut out).expect("read");
+    engine.read_persistent(p.grad(), &mut out).expect("read");
     out
 }
 
@@ -266,10 +267,10 @@ struct Case {
 
 #[test]
 fn wrong_shapes_and_settings_are_refused_with_typed_errors() {
-    let mut arena = arena();
-    let stats = running_stats(&mut arena, &[0.0; 3], &[1.0; 3]);
-    let narrow = running_stats(&mut arena, &[0.0; 2], &[1.0; 2]);
-    let mut scalar_as_vector = running_stats(&mut arena, &[0.0; 3], &[1.0; 3]);
+    let mut engine = engine();
+    let stats = running_stats(&mut engine, &[0.0; 3], &[1.0; 3]);
+    let narrow = running_stats(&mut engine, &[0.0; 2], &[1.0; 2]);
+    let mut scalar_as_vector = running_stats(&mut engine, &[0.0; 3], &[1.0; 3]);
     scalar_as_vector.batches.shape = Shape::new(&[1]);
     let train = BatchNormArgs::train();
     let usual = Case {
@@ -339,7 +340,7 @@ fn wrong_shapes_and_settings_are_refused_with_typed_errors() {
         says,
     ) in cases
     {
-        let err = arena
+        let err = engine
             .step(|s| {
                 let x = s.variable("x", shape, &vec![0.5; shape.numel()])?;
                 let w = s.variable("w", Shape::new(&[wc]), &vec![1.0; wc])?;
@@ -356,7 +357,7 @@ fn wrong_shapes_and_settings_are_refused_with_typed_errors() {
     // A single value per channel is fine in evaluation.
     let one = Shape::new(&[1, 3, 1, 1]);
     let y = forward(
-        &mut arena,
+        &mut engine,
         stats,
         &[1.0, 2.0, 3.0],
         one,
@@ -370,15 +371,15 @@ fn wrong_shapes_and_settings_are_refused_with_typed_errors() {
 #[test]
 fn fused_relu_gradients_match_finite_differences() {
     for args in [BatchNormArgs::train(), BatchNormArgs::eval()] {
-        let mut arena = arena();
-        let stats = running_stats(&mut arena, &[0.3, -0.2, 0.1], &[0.5, 1.3, 2.0]);
+        let mut engine = engine();
+        let stats = running_stats(&mut engine, &[0.3, -0.2, 0.1], &[0.5, 1.3, 2.0]);
         let shapes = [Shape::new(&X), Shape::new(&[3]), Shape::new(&[3])];
         let inputs = [
             values(72, 51, -2.0, 2.0),
             values(3, 52, 0.5, 1.5),
             values(3, 53, -0.5, 0.5),
         ];
-        check_on(&mut arena, &shapes, &inputs, &[0, 1, 2], &move |s, t| {
+        check_on(&mut engine, &shapes, &inputs, &[0, 1, 2], &move |s, t| {
             t[0].batch_norm2d_relu(s, t[1], t[2], stats, args)
         });
     }
@@ -387,8 +388,8 @@ fn fused_relu_gradients_match_finite_differences() {
 #[test]
 fn fused_add_relu_gradients_match_finite_differences() {
     for args in [BatchNormArgs::train(), BatchNormArgs::eval()] {
-        let mut arena = arena();
-        let stats = running_stats(&mut arena, &[0.3, -0.2, 0.1], &[0.5, 1.3, 2.0]);
+        let mut engine = engine();
+        let stats = running_stats(&mut engine, &[0.3, -0.2, 0.1], &[0.5, 1.3, 2.0]);
         let shapes = [Shape::new(&X), Shape::new(&[3]), Shape::new(&[3]), Shape::new(&X)];
         let inputs = [
             values(72, 54, -2.0, 2.0),
@@ -396,7 +397,7 @@ fn fused_add_relu_gradients_match_finite_differences() {
             values(3, 56, -0.5, 0.5),
             values(72, 57, -1.0, 1.0),
         ];
-        check_on(&mut arena, &shapes, &inputs, &[0, 1, 2, 3], &move |s, t| {
+        check_on(&mut engine, &shapes, &inputs, &[0, 1, 2, 3], &move |s, t| {
             t[0].batch_norm2d_add_relu(s, t[1], t[2], stats, args, t[3])
         });
     }
@@ -412,15 +413,15 @@ enum Form {
 /// The output and the gradients of x, w, b and r of `relu(bn(x) + r)`
 /// (without `r` when `residual` is false) under upstream gradient `gy`.
 fn fused_or_not(form: Form, residual: bool, args: BatchNormArgs) -> Vec<Vec<f32>> {
-    let mut arena = arena();
-    let stats = running_stats(&mut arena, &[0.3, -0.2, 0.1], &[0.5, 1.3, 2.0]);
+    let mut engine = engine();
+    let stats = running_stats(&mut engine, &[0.3, -0.2, 0.1], &[0.5, 1.3, 2.0]);
     let shape = Shape::new(&[3, 3, 5, 4]);
     let (x, r, gy) = (
         values(shape.numel(), 61, -2.0, 2.0),
         values(shape.numel(), 62, -1.0, 1.0),
         values(shape.numel(), 63, -1.0, 1.0),
     );
-    arena
+    engine
         .step(|s| {
             let xt = s.variable("x", shape, &x)?;
             let w = s.variable("w", Shape::new(&[3]), &[1.5, 0.7, -0.4])?;
@@ -469,9 +470,9 @@ fn the_fused_forms_give_the_separate_ops_results_bit_for_bit() {
 
 #[test]
 fn a_residual_of_another_shape_is_refused() {
-    let mut arena = arena();
-    let stats = running_stats(&mut arena, &[0.0; 3], &[1.0; 3]);
-    let err = arena
+    let mut engine = engine();
+    let stats = running_stats(&mut engine, &[0.0; 3], &[1.0; 3]);
+    let err = engine
         .step(|s| {
             let x = s.input("x", Shape::new(&X), &[0.5; 72])?;
             let w = s.input("w", Shape::new(&[3]), &[1.0; 3])?;
@@ -498,13 +499,13 @@ fn a_residual_of_another_shape_is_refused() {
 /// started from: the caller's tensor keeps its values.
 #[test]
 fn backward_leaves_the_callers_gradient_as_it_was() {
-    let mut arena = arena();
-    let stats = running_stats(&mut arena, &[0.0; 2], &[1.0; 2]);
+    let mut engine = engine();
+    let stats = running_stats(&mut engine, &[0.0; 2], &[1.0; 2]);
     let shape = Shape::new(&[2, 2, 3, 3]);
     let x = values(shape.numel(), 46, -1.0, 1.0);
     let r = values(shape.numel(), 47, -1.0, 1.0);
     let gy = values(shape.numel(), 48, -1.0, 1.0);
-    arena
+    engine
         .step(|s| {
             let input = s.variable("x", shape, &x)?;
             let residual = s.variable("r", shape, &r)?;
@@ -533,10 +534,10 @@ fn gradients_written_in_place_are_the_same_bits() {
     let gy = values(shape.numel(), 52, -1.0, 1.0);
     // (in place: through an add of zeros, whose backward makes new buffers)
     let grads = |residual: bool, in_place: bool| {
-        let mut arena = arena();
-        let stats = running_stats(&mut arena, &[0.0; 2], &[1.0; 2]);
+        let mut engine = engine();
+        let stats = running_stats(&mut engine, &[0.0; 2], &[1.0; 2]);
         let mut out = (vec![0.0; gy.len()], vec![0.0; gy.len()]);
-        arena
+        engine
             .step(|s| {
                 let input = s.variable("x", shape, &x)?;
                 let res = s.variable("r", shape, &r)?;
@@ -579,13 +580,13 @@ fn gradients_written_in_place_are_the_same_bits() {
 /// where backward writes the residual's gradient over the output's.
 #[test]
 fn a_parameter_residual_gets_its_gradient_in_its_slot() {
-    let mut arena = arena();
-    let stats = running_stats(&mut arena, &[0.0; 2], &[1.0; 2]);
+    let mut engine = engine();
+    let stats = running_stats(&mut engine, &[0.0; 2], &[1.0; 2]);
     let shape = Shape::new(&[2, 2, 3, 3]);
     let x = values(shape.numel(), 53, -1.0, 1.0);
     let r = values(shape.numel(), 54, -1.0, 1.0);
     let gy = values(shape.numel(), 55, -1.0, 1.0);
-    let mut p = arena.persistent();
+    let mut p = engine.persistent();
     let param = Param {
         index: 0,
         buf: p.upload("residual", shape, &r).expect("upload"),
@@ -593,7 +594,7 @@ fn a_parameter_residual_gets_its_gradient_in_its_slot() {
         shape,
     };
     let mut expected = vec![0.0; gy.len()];
-    arena
+    engine
         .step(|s| {
             let input = s.variable("x", shape, &x)?;
             let res = s.param(&param);
@@ -615,7 +616,7 @@ fn a_parameter_residual_gets_its_gradient_in_its_slot() {
             Ok(())
         })
         .expect("step");
-    let slot = read_grad(&mut arena, param);
+    let slot = read_grad(&mut engine, param);
     assert_eq!(slot, expected, "the residual's gradient is in its slot");
 }
 
@@ -623,8 +624,8 @@ fn a_parameter_residual_gets_its_gradient_in_its_slot() {
 fn channels_last_on_the_cpu_runs_on_nchw_copies_with_the_same_results_and_gradients() {
     use crate::tensor::Layout;
     for args in [BatchNormArgs::train(), BatchNormArgs::eval()] {
-        let mut arena = arena();
-        let stats = running_stats(&mut arena, &[0.3, -0.2, 0.1], &[0.5, 1.3, 2.0]);
+        let mut engine = engine();
+        let stats = running_stats(&mut engine, &[0.3, -0.2, 0.1], &[0.5, 1.3, 2.0]);
         let shapes = [Shape::new(&X), Shape::new(&[3]), Shape::new(&[3]), Shape::new(&X)];
         let inputs = [
             values(72, 54, -2.0, 2.0),
@@ -636,8 +637,8 @@ fn channels_last_on_the_cpu_runs_on_nchw_copies_with_the_same_results_and_gradie
         // no pre-activation within a finite difference of the relu's kink.)
         // The output channels last, read back in NCHW order: the NCHW
         // result's bits (the same arithmetic on the same values).
-        let run = |arena: &mut Arena, nhwc: bool| {
-            arena
+        let run = |engine: &mut Engine, nhwc: bool| {
+            engine
                 .step(|s| {
                     let t = shapes
                         .iter()
@@ -654,7 +655,7 @@ fn channels_last_on_the_cpu_runs_on_nchw_copies_with_the_same_results_and_gradie
                 })
                 .expect("step")
         };
-        let (nchw, nhwc) = (run(&mut arena, false), run(&mut arena, true));
+        let (nchw, nhwc) = (run(&mut engine, false), run(&mut engine, true));
         assert_eq!(
             nchw.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
             nhwc.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
@@ -663,7 +664,7 @@ fn channels_last_on_the_cpu_runs_on_nchw_copies_with_the_same_results_and_gradie
         // Gradients through the copies (input and residual channels last,
         // the residual cast to the input's layout by the op when it is not).
         for residual_nhwc in [true, false] {
-            check_on(&mut arena, &shapes, &inputs, &[0, 1, 2, 3], &move |s, t| {
+            check_on(&mut engine, &shapes, &inputs, &[0, 1, 2, 3], &move |s, t| {
                 let x = t[0].to_layout(s, Layout::Nhwc)?;
                 let r = match residual_nhwc {
                     true => t[3].to_layout(s, Layout::Nhwc)?,

@@ -1,8 +1,8 @@
 use crate::memory::{bf16, DType};
 use crate::tensor::{Layout, Shape};
 
-fn arena() -> crate::Arena {
-    crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap()
+fn engine() -> crate::Engine {
+    crate::Engine::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap()
 }
 
 /// fp32 to bf16 rounds to nearest even, as the `half` crate (and PyTorch)
@@ -26,7 +26,7 @@ fn a_cast_to_bf16_rounds_to_nearest_even_and_back_is_exact() {
         65504.0,
     ];
     let shape = Shape::new(&[values.len()]);
-    let out = arena()
+    let out = engine()
         .step(|s| {
             let x = s.input("x", shape, &values)?;
             let y = x.cast(s, DType::Bf16)?;
@@ -56,7 +56,7 @@ fn a_cast_to_bf16_rounds_to_nearest_even_and_back_is_exact() {
 fn the_gradient_of_a_cast_is_the_upstream_gradient_cast_back() {
     let shape = Shape::new(&[5]);
     let gy = [0.1f32, -2.7182817, 1.0 + 2f32.powi(-8), 3e-3, 1234.567];
-    let (gx, same) = arena()
+    let (gx, same) = engine()
         .step(|s| {
             let x = s.variable("x", shape, &[1.0, 2.0, 3.0, 4.0, 5.0])?;
             let same = x.cast(s, DType::F32)?;
@@ -84,7 +84,7 @@ fn the_gradient_of_a_cast_is_the_upstream_gradient_cast_back() {
 fn a_channels_last_copy_lays_channels_innermost() {
     let shape = Shape::new(&[2, 3, 2, 2]);
     let x: Vec<f32> = (0..24).map(|v| v as f32).collect();
-    let (raw, read) = arena()
+    let (raw, read) = engine()
         .step(|s| {
             let t = s.input("x", shape, &x)?;
             let y = t.convert(s, DType::Bf16, Layout::Nhwc)?;
@@ -121,7 +121,7 @@ fn gradients_return_through_a_layout_change_and_a_reshape_sees_nchw_order() {
     let shape = Shape::new(&[2, 3, 1, 2]);
     let x: Vec<f32> = (0..12).map(|v| v as f32 * 0.5).collect();
     let gy: Vec<f32> = (0..12).map(|v| 1.0 + v as f32).collect();
-    let (flat, gx) = arena()
+    let (flat, gx) = engine()
         .step(|s| {
             let t = s.variable("x", shape, &x)?;
             let h = t.to_layout(s, Layout::Nhwc)?;

@@ -25,8 +25,8 @@ fn concat_of_a_part_with_itself_gradient_matches_finite_differences() {
 #[test]
 fn concat_places_each_part_at_its_channels() {
     let (a, b) = (Shape::new(&[2, 1, 1, 2]), Shape::new(&[2, 2, 1, 2]));
-    let mut arena = crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
-    let y = arena
+    let mut engine = crate::Engine::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
+    let y = engine
         .step(|s| {
             let a = s.input("a", a, &[1.0, 2.0, 3.0, 4.0])?;
             let b = s.input("b", b, &[10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0])?;
@@ -43,8 +43,10 @@ fn concat_places_each_part_at_its_channels() {
 
 #[test]
 fn concat_refuses_no_parts_and_mismatched_parts() {
-    let mut arena = crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
-    let none = arena.step(|s| Tensor::concat_channels(s, &[]).map(|_| ())).unwrap_err();
+    let mut engine = crate::Engine::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
+    let none = engine
+        .step(|s| Tensor::concat_channels(s, &[]).map(|_| ()))
+        .unwrap_err();
     assert!(
         matches!(
             none,
@@ -62,7 +64,7 @@ fn concat_refuses_no_parts_and_mismatched_parts() {
         Shape::new(&[2, 3, 4, 4]),
         Shape::new(&[2, 3, 20]),
     ] {
-        let err = arena
+        let err = engine
             .step(|s| {
                 let a = s.input("a", lead, &vec![0.0; lead.numel()])?;
                 let b = s.input("b", other, &vec![0.0; other.numel()])?;

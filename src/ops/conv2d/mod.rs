@@ -232,7 +232,7 @@ fn forward_into(
     y: FloatBuf,
 ) -> Result<()> {
     let g = *g;
-    let threads = s.threads();
+    let (threads, policy) = (s.threads(), s.policy());
     let packed = scratch(s, &g, ConvPass::Forward)?;
     s.launch(
         &[
@@ -256,7 +256,7 @@ fn forward_into(
             Ok(())
         },
         |gpu| {
-            gpu.conv(g, ConvPass::Forward, x, w, packed, y, false)?;
+            gpu.conv(g, policy, ConvPass::Forward, x, w, packed, y, false)?;
             if let Some(b) = bias {
                 gpu.launch(
                     CONV_BIAS_ADD.of(g.dtype),
@@ -294,7 +294,7 @@ impl Saved {
 
     pub(crate) fn backward(self, s: &mut Step<'_>) -> Result<()> {
         let Some(gy) = s.grad_of(&self.y) else { return Ok(()) };
-        let g = self.g;
+        let (g, policy) = (self.g, s.policy());
         if self.w.requires_grad {
             let threads = s.threads();
             // The input may be recomputed here rather than kept (a fused
@@ -314,7 +314,7 @@ impl Saved {
                     }
                     Ok(())
                 },
-                |gpu| gpu.conv(g, ConvPass::WeightGrad, x, gy, partials, gw, false),
+                |gpu| gpu.conv(g, policy, ConvPass::WeightGrad, x, gy, partials, gw, false),
             )?;
             s.accumulate(&self.w, gw)?;
         }
@@ -364,7 +364,18 @@ impl Saved {
                     }
                     Ok(())
                 },
-                |gpu| gpu.conv(g, ConvPass::InputGrad, self.w.buf, gy, packed, gx, into.is_some()),
+                |gpu| {
+                    gpu.conv(
+                        g,
+                        policy,
+                        ConvPass::InputGrad,
+                        self.w.buf,
+                        gy,
+                        packed,
+                        gx,
+                        into.is_some(),
+                    )
+                },
             )?;
             if into.is_none() {
                 s.accumulate(&self.x, gx)?;
@@ -399,7 +410,7 @@ fn scratch(s: &mut Step<'_>, g: &ConvDims, pass: ConvPass) -> Result<Buf<f32>> {
             ),
         },
         Sizing::Cuda(gpu) => {
-            let plan = gpu.conv_plan(*g).map_err(BackendError::from)?;
+            let plan = gpu.conv_plan(*g, s.policy()).map_err(BackendError::from)?;
             s.note_slower(|| plan.seconds_lost(pass));
             ("cuDNN workspace", plan.workspace_bytes(pass).div_ceil(4))
         }

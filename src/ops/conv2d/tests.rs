@@ -74,8 +74,8 @@ fn gradients_7x7_stride_2_padding_3() {
 
 /// The op, run on the CPU, and the shape and values of its output.
 fn run(xs: Shape, ws: Shape, x: &[f32], w: &[f32], bias: Option<&[f32]>, a: Conv2dArgs) -> (Shape, Vec<f32>) {
-    let mut arena = crate::Arena::new(crate::Device::cpu(2).unwrap(), 16 << 20).unwrap();
-    arena
+    let mut engine = crate::Engine::new(crate::Device::cpu(2).unwrap(), 16 << 20).unwrap();
+    engine
         .step(|s| {
             let (xt, wt) = (s.input("x", xs, x)?, s.input("w", ws, w)?);
             let b = match bias {
@@ -176,8 +176,8 @@ fn output_sizes_are_pytorchs() {
 /// The error message of a convolution that must be refused.
 fn refused(xs: &[usize], ws: &[usize], bias: Option<usize>, a: Conv2dArgs) -> String {
     let (xs, ws) = (Shape::new(xs), Shape::new(ws));
-    let mut arena = crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 20).unwrap();
-    let err = arena
+    let mut engine = crate::Engine::new(crate::Device::cpu(1).unwrap(), 1 << 20).unwrap();
+    let err = engine
         .step(|s| {
             let x = s.input("x", xs, &vec![0.0; xs.numel()])?;
             let w = s.input("w", ws, &vec![0.0; ws.numel()])?;
@@ -249,7 +249,7 @@ fn conv2d_one_by_one_on_tiny_maps_with_many_channels_matches_finite_differences(
 #[test]
 fn a_recomputation_that_needs_its_own_output_is_an_error_not_a_recursion() {
     use super::{geometry, Conv2dArgs, Saved};
-    let err = crate::ops::gradcheck::arena()
+    let err = crate::ops::gradcheck::engine()
         .step(|s| {
             let x = s.variable("x", Shape::new(&[1, 1, 4, 4]), &[0.5; 16])?;
             let w = s.variable("w", Shape::new(&[1, 1, 3, 3]), &[0.1; 9])?;

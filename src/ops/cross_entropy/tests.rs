@@ -1,7 +1,7 @@
 use super::CrossEntropyArgs;
 use crate::ops::gradcheck::{check, values};
 use crate::tensor::Shape;
-use crate::{Arena, Device, Error};
+use crate::{Device, Engine, Error};
 
 const LABELS: [u32; 4] = [3, 0, 4, 3];
 
@@ -67,8 +67,8 @@ fn reference(x: &[f32], c: usize, labels: &[u32], e: f64) -> (f64, Vec<f64>) {
 
 /// The loss and the gradient of the logits `x` `[N, C]`.
 fn loss_and_grad(x: &[f32], c: usize, labels: &[u32], args: CrossEntropyArgs) -> (f32, Vec<f32>) {
-    let mut arena = Arena::new(Device::cpu(2).unwrap(), 64 << 20).unwrap();
-    arena
+    let mut engine = Engine::new(Device::cpu(2).unwrap(), 64 << 20).unwrap();
+    engine
         .step(|s| {
             let logits = s.variable("x", Shape::new(&[labels.len(), c]), x)?;
             let labels = s.labels(labels)?;
@@ -149,9 +149,9 @@ fn loss_matches_the_definition_at_extreme_logits() {
 fn a_share_of_a_larger_mean_is_the_sum_over_that_many() {
     let x = values(12, 8, -2.0, 2.0);
     let labels = [1, 2, 0];
-    let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 16).unwrap();
-    let loss = |arena: &mut Arena, over| {
-        arena
+    let mut engine = Engine::new(Device::cpu(1).unwrap(), 1 << 16).unwrap();
+    let loss = |engine: &mut Engine, over| {
+        engine
             .step(|s| {
                 let logits = s.input("x", Shape::new(&[3, 4]), &x)?;
                 let labels = s.labels(&labels)?;
@@ -160,14 +160,14 @@ fn a_share_of_a_larger_mean_is_the_sum_over_that_many() {
             })
             .unwrap()
     };
-    let (whole, share) = (loss(&mut arena, 3), loss(&mut arena, 12));
+    let (whole, share) = (loss(&mut engine, 3), loss(&mut engine, 12));
     assert!((share * 4.0 - whole).abs() <= 1e-6 * whole, "{share} × 4 vs {whole}");
 }
 
 fn error_of(shape: &[usize], labels: &[u32], over: Option<usize>, e: f32) -> Error {
-    let mut arena = Arena::new(Device::cpu(1).unwrap(), 1 << 16).unwrap();
+    let mut engine = Engine::new(Device::cpu(1).unwrap(), 1 << 16).unwrap();
     let n: usize = shape.iter().product();
-    arena
+    engine
         .step(|s| {
             let x = s.input("x", Shape::new(shape), &vec![0.0; n])?;
             let labels = s.labels(labels)?;

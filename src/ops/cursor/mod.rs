@@ -9,9 +9,9 @@
 mod tests;
 
 use crate::backend::cuda::{Arg, Grid, KernelSource};
-use crate::memory::{Arena, ArenaError, Buf, Persistent};
-use crate::ops::Step;
-use crate::tensor::{Shape, Tensor};
+use crate::memory::Buf;
+use crate::ops::{Engine, Step};
+use crate::tensor::{Persistent, Shape, Tensor};
 use crate::{Error, Result};
 
 /// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
@@ -34,22 +34,22 @@ pub fn step_seed(base: u64, step: u64) -> u64 {
 }
 
 impl StepCursor {
-    pub fn new(p: &mut Persistent<'_>) -> Result<Self, ArenaError> {
+    pub fn new(p: &mut Persistent<'_>) -> Result<Self> {
         Ok(Self {
             buf: p.zeros::<u32>("step cursor", Shape::new(&[4]))?,
         })
     }
 
     /// Sets the cursor between steps (at an epoch's start, or a resume).
-    pub fn set(&self, arena: &mut Arena, step_in_epoch: u32, global_step: u64) -> Result<(), ArenaError> {
+    pub fn set(&self, engine: &mut Engine, step_in_epoch: u32, global_step: u64) -> Result<()> {
         let words = [step_in_epoch, global_step as u32, (global_step >> 32) as u32, 0];
-        arena.write_persistent(self.buf, &words)
+        engine.write_persistent(self.buf, &words)
     }
 
     /// Reads `(step in epoch, global step)` back between steps.
-    pub fn get(&self, arena: &mut Arena) -> Result<(u32, u64), ArenaError> {
+    pub fn get(&self, engine: &mut Engine) -> Result<(u32, u64)> {
         let mut words = [0u32; 4];
-        arena.read_persistent(self.buf, &mut words)?;
+        engine.read_persistent(self.buf, &mut words)?;
         Ok((words[0], words[1] as u64 | (words[2] as u64) << 32))
     }
 

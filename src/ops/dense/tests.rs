@@ -58,14 +58,14 @@ fn dense_gradient_matches_finite_differences_for_every_epilogue() {
 
 #[test]
 fn dense_equals_linear_then_relu_then_dropout() {
-    let mut arena = crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 20).unwrap();
+    let mut engine = crate::Engine::new(crate::Device::cpu(1).unwrap(), 1 << 20).unwrap();
     let [xs, ws, bs] = shapes();
     let v = inputs();
     let e = Epilogue {
         relu: true,
         dropout: Some((0.5, DropoutSeed::Fixed(9))),
     };
-    let (fused, chain) = arena
+    let (fused, chain) = engine
         .step(|s| {
             let (x, w, b) = (
                 s.input("x", xs, &v[0])?,

@@ -15,8 +15,8 @@ fn dropout_keeps_about_half_and_scales_by_two() {
     let n = 20_000;
     let kept = (0..n).filter(|&i| keep(7, i, 0.5)).count();
     assert!((kept as f64 / n as f64 - 0.5).abs() < 0.02, "kept {kept} of {n}");
-    let mut arena = crate::Arena::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
-    let out = arena
+    let mut engine = crate::Engine::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
+    let out = engine
         .step(|s| {
             let x = s.input("x", Shape::new(&[1000]), &[1.0; 1000])?;
             let y = x.dropout(s, 0.5, 7)?;
@@ -41,11 +41,11 @@ fn different_seeds_draw_different_masks() {
 fn a_per_step_seed_is_the_fixed_seed_of_that_step() {
     use super::DropoutSeed;
     use crate::ops::cursor::{step_seed, StepCursor};
-    let mut arena = crate::Arena::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
-    let cursor = StepCursor::new(&mut arena.persistent()).unwrap();
+    let mut engine = crate::Engine::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
+    let cursor = StepCursor::new(&mut engine.persistent()).unwrap();
     let x = values(500, 3, 0.5, 1.5);
-    let run = |arena: &mut crate::Arena, seed: DropoutSeed| {
-        arena
+    let run = |engine: &mut crate::Engine, seed: DropoutSeed| {
+        engine
             .step(|s| {
                 let t = s.input("x", Shape::new(&[500]), &x)?;
                 let y = t.dropout_seeded(s, 0.5, seed)?;
@@ -55,21 +55,21 @@ fn a_per_step_seed_is_the_fixed_seed_of_that_step() {
             })
             .unwrap()
     };
-    cursor.set(&mut arena, 0, 17).unwrap();
+    cursor.set(&mut engine, 0, 17).unwrap();
     let per_step = run(
-        &mut arena,
+        &mut engine,
         DropoutSeed::PerStep {
             base: 9,
             cursor,
             first: 0,
         },
     );
-    let fixed = run(&mut arena, DropoutSeed::Fixed(step_seed(9, 17)));
+    let fixed = run(&mut engine, DropoutSeed::Fixed(step_seed(9, 17)));
     assert_eq!(per_step, fixed);
-    cursor.set(&mut arena, 0, 18).unwrap();
+    cursor.set(&mut engine, 0, 18).unwrap();
     assert_ne!(
         run(
-            &mut arena,
+            &mut engine,
             DropoutSeed::PerStep {
                 base: 9,
                 cursor,

@@ -3,9 +3,9 @@ use crate::tensor::Shape;
 
 #[test]
 fn gathers_and_normalises_by_index() {
-    let mut arena = crate::Arena::new(crate::Device::cpu(2).unwrap(), 1 << 16).unwrap();
+    let mut engine = crate::Engine::new(crate::Device::cpu(2).unwrap(), 1 << 16).unwrap();
     let pixels: Vec<u8> = (0..12).map(|i| i * 20).collect(); // 3 images of 1×2×2
-    let mut p = arena.persistent();
+    let mut p = engine.persistent();
     let set = ByteImages {
         pixels: p.upload("images", Shape::new(&[12]), &pixels).unwrap(),
         count: 3,
@@ -13,7 +13,7 @@ fn gathers_and_normalises_by_index() {
     };
     let labels = p.upload("labels", Shape::new(&[3]), &[7u8, 8, 9]).unwrap();
     let norm = Normalize::new(0.5, 0.25);
-    let (x, y) = arena
+    let (x, y) = engine
         .step(|s| {
             let x = s.gather_images(&set, &[2, 0], norm)?;
             assert_eq!(x.shape(), Shape::new(&[2, 1, 2, 2]));
@@ -32,7 +32,7 @@ fn gathers_and_normalises_by_index() {
         }
     }
     assert_eq!(y, [9, 7]);
-    let err = arena
+    let err = engine
         .step(|s| s.gather_images(&set, &[3], norm).map(|_| ()))
         .unwrap_err();
     assert!(err.to_string().contains("index 3"), "{err}");
@@ -42,9 +42,9 @@ fn gathers_and_normalises_by_index() {
 fn gather_batch_reads_the_cursors_slice_of_the_order() {
     use super::BatchAt;
     use crate::ops::cursor::StepCursor;
-    let mut arena = crate::Arena::new(crate::Device::cpu(2).unwrap(), 1 << 16).unwrap();
+    let mut engine = crate::Engine::new(crate::Device::cpu(2).unwrap(), 1 << 16).unwrap();
     let pixels: Vec<u8> = (0..20).map(|i| i * 10).collect(); // 5 images of 1×2×2
-    let mut p = arena.persistent();
+    let mut p = engine.persistent();
     let set = ByteImages {
         pixels: p.upload("images", Shape::new(&[20]), &pixels).unwrap(),
         count: 5,
@@ -63,8 +63,8 @@ fn gather_batch_reads_the_cursors_slice_of_the_order() {
     };
     // Step 1 of a batch-2 epoch is examples order[2..4] = [0, 3]; the same
     // images gather_images returns for those indices.
-    cursor.set(&mut arena, 1, 0).unwrap();
-    let (x, by_index, y) = arena
+    cursor.set(&mut engine, 1, 0).unwrap();
+    let (x, by_index, y) = engine
         .step(|s| {
             let (x, l) = s.gather_batch(&set, labels, at(2), norm)?;
             let by_index = s.gather_images(&set, &[0, 3], norm)?;
@@ -83,7 +83,7 @@ fn gather_batch_reads_the_cursors_slice_of_the_order() {
         offset: 1,
         ..at(1)
     };
-    let label = arena
+    let label = engine
         .step(|s| {
             let (_, l) = s.gather_batch(&set, labels, shard, norm)?;
             let mut host = [0u32; 1];
@@ -97,17 +97,17 @@ fn gather_batch_reads_the_cursors_slice_of_the_order() {
         offset: 1,
         ..at(1)
     };
-    let err = arena
+    let err = engine
         .step(|s| s.gather_batch(&set, labels, past, norm).map(|_| ()))
         .unwrap_err();
     assert!(err.to_string().contains("starting at 1"), "{err}");
     // The last, shorter step; then one past the order is an error.
-    cursor.set(&mut arena, 2, 0).unwrap();
-    arena
+    cursor.set(&mut engine, 2, 0).unwrap();
+    engine
         .step(|s| s.gather_batch(&set, labels, at(1), norm).map(|_| ()))
         .unwrap();
-    cursor.set(&mut arena, 3, 0).unwrap();
-    let err = arena
+    cursor.set(&mut engine, 3, 0).unwrap();
+    let err = engine
         .step(|s| s.gather_batch(&set, labels, at(1), norm).map(|_| ()))
         .unwrap_err();
     assert!(err.to_string().contains("past the data set"), "{err}");
@@ -123,10 +123,10 @@ struct Fixture {
     pixels: Vec<u8>,
 }
 
-fn fixture(arena: &mut crate::Arena, count: usize, dims: [usize; 3]) -> Fixture {
+fn fixture(engine: &mut crate::Engine, count: usize, dims: [usize; 3]) -> Fixture {
     let size = dims.iter().product::<usize>();
     let pixels: Vec<u8> = (0..count * size).map(|i| (i * 37 % 251) as u8 + 1).collect();
-    let mut p = arena.persistent();
+    let mut p = engine.persistent();
     let set = ByteImages {
         pixels: p.upload("images", Shape::new(&[pixels.len()]), &pixels).unwrap(),
         count,
@@ -150,14 +150,14 @@ fn cifar_stats() -> Normalize {
 /// The batch of `len` examples at the cursor's step `step` (global step
 /// `global`), gathered with `augment`, read back.
 fn gather(
-    arena: &mut crate::Arena,
+    engine: &mut crate::Engine,
     f: &Fixture,
     (step, global): (u32, u64),
     len: usize,
     augment: Augment,
     norm: Normalize,
 ) -> Vec<f32> {
-    f.cursor.set(arena, step, global).unwrap();
+    f.cursor.set(engine, step, global).unwrap();
     let at = BatchAt {
         order: f.order,
         cursor: f.cursor,
@@ -165,7 +165,7 @@ fn gather(
         len,
         offset: 0,
     };
-    arena
+    engine
         .step(|s| {
             let (x, _) = s.gather_batch_augmented(&f.set, f.labels, at, norm, augment, 99)?;
             let mut out = vec![0.0; x.shape().numel()];
@@ -179,11 +179,11 @@ use super::{Augment, BatchAt};
 
 #[test]
 fn each_channel_is_normalised_with_its_own_statistics() {
-    let mut arena = crate::Arena::new(crate::Device::cpu(2).unwrap(), 1 << 16).unwrap();
-    let f = fixture(&mut arena, 3, [3, 2, 2]);
+    let mut engine = crate::Engine::new(crate::Device::cpu(2).unwrap(), 1 << 16).unwrap();
+    let f = fixture(&mut engine, 3, [3, 2, 2]);
     let stats = [(0.4914f32, 0.2470f32), (0.4822, 0.2435), (0.4465, 0.2616)];
     let norm = cifar_stats();
-    let x = arena
+    let x = engine
         .step(|s| {
             let x = s.gather_images(&f.set, &[2, 0], norm)?;
             let mut out = vec![0.0; 24];
@@ -202,8 +202,8 @@ fn each_channel_is_normalised_with_its_own_statistics() {
         }
     }
     // The batch gather normalises the same way.
-    let batch = gather(&mut arena, &f, (0, 0), 3, Augment::NONE, norm);
-    let by_index = arena
+    let batch = gather(&mut engine, &f, (0, 0), 3, Augment::NONE, norm);
+    let by_index = engine
         .step(|s| {
             let x = s.gather_images(&f.set, &[0, 1, 2], norm)?;
             let mut out = vec![0.0; 36];
@@ -214,7 +214,7 @@ fn each_channel_is_normalised_with_its_own_statistics() {
     assert_eq!(batch, by_index);
     // Statistics for another number of channels are refused.
     let mnist = Normalize::per_channel(&[(0.1307, 0.3081)]).unwrap();
-    let err = arena
+    let err = engine
         .step(|s| s.gather_images(&f.set, &[0], mnist).map(|_| ()))
         .unwrap_err();
     assert!(err.to_string().contains("3 channels"), "{err}");
@@ -270,10 +270,10 @@ fn reference(
 
 #[test]
 fn augmented_images_are_the_padded_crop_flipped_as_drawn() {
-    let mut arena = crate::Arena::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
+    let mut engine = crate::Engine::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
     let dims = [3, 5, 6];
     let size = 90;
-    let f = fixture(&mut arena, 16, dims);
+    let f = fixture(&mut engine, 16, dims);
     let norm = cifar_stats();
     let (step, global) = (0u32, 7u64);
     for augment in [
@@ -281,7 +281,7 @@ fn augmented_images_are_the_padded_crop_flipped_as_drawn() {
         Augment { crop: 2, flip: false },
         Augment { crop: 0, flip: true },
     ] {
-        let x = gather(&mut arena, &f, (step, global), 16, augment, norm);
+        let x = gather(&mut engine, &f, (step, global), 16, augment, norm);
         let seed = crate::ops::cursor::step_seed(99, global);
         let mut flips = 0;
         for j in 0..16 {
@@ -310,22 +310,22 @@ fn draws_vary_by_image_and_by_step_and_repeat() {
     assert!(first.iter().any(|&(dy, _, _)| dy == 0) || first.iter().any(|&(dy, _, _)| dy == 8));
     // Through the op: another global step gathers other pixels, the same
     // step the same ones.
-    let mut arena = crate::Arena::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
-    let f = fixture(&mut arena, 8, [3, 8, 8]);
-    let a = gather(&mut arena, &f, (0, 3), 8, augment, cifar_stats());
-    let b = gather(&mut arena, &f, (0, 3), 8, augment, cifar_stats());
-    let c = gather(&mut arena, &f, (0, 4), 8, augment, cifar_stats());
+    let mut engine = crate::Engine::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
+    let f = fixture(&mut engine, 8, [3, 8, 8]);
+    let a = gather(&mut engine, &f, (0, 3), 8, augment, cifar_stats());
+    let b = gather(&mut engine, &f, (0, 3), 8, augment, cifar_stats());
+    let c = gather(&mut engine, &f, (0, 4), 8, augment, cifar_stats());
     assert_eq!(a, b);
     assert_ne!(a, c);
 }
 
 #[test]
 fn no_augmentation_leaves_the_batch_as_it_was() {
-    let mut arena = crate::Arena::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
-    let f = fixture(&mut arena, 4, [3, 4, 4]);
+    let mut engine = crate::Engine::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
+    let f = fixture(&mut engine, 4, [3, 4, 4]);
     let norm = cifar_stats();
-    let plain = gather(&mut arena, &f, (0, 9), 4, Augment::NONE, norm);
-    let by_index = arena
+    let plain = gather(&mut engine, &f, (0, 9), 4, Augment::NONE, norm);
+    let by_index = engine
         .step(|s| {
             let x = s.gather_images(&f.set, &[0, 1, 2, 3], norm)?;
             let mut out = vec![0.0; 192];
@@ -338,10 +338,10 @@ fn no_augmentation_leaves_the_batch_as_it_was() {
 
 #[test]
 fn a_data_parallel_shard_draws_as_the_whole_batch_does() {
-    let mut arena = crate::Arena::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
-    let f = fixture(&mut arena, 6, [3, 4, 4]);
+    let mut engine = crate::Engine::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
+    let f = fixture(&mut engine, 6, [3, 4, 4]);
     let augment = Augment { crop: 2, flip: true };
-    let whole = gather(&mut arena, &f, (0, 2), 6, augment, cifar_stats());
+    let whole = gather(&mut engine, &f, (0, 2), 6, augment, cifar_stats());
     let shard = BatchAt {
         order: f.order,
         cursor: f.cursor,
@@ -349,7 +349,7 @@ fn a_data_parallel_shard_draws_as_the_whole_batch_does() {
         len: 3,
         offset: 3,
     };
-    let second = arena
+    let second = engine
         .step(|s| {
             let (x, _) = s.gather_batch_augmented(&f.set, f.labels, shard, cifar_stats(), augment, 99)?;
             let mut out = vec![0.0; 144];
@@ -385,8 +385,8 @@ fn augmentation_parses_prints_and_refuses() {
         assert!(bad.parse::<Augment>().is_err(), "{bad}");
     }
     // A crop padding wider than the image is a shape error, not a panic.
-    let mut arena = crate::Arena::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
-    let f = fixture(&mut arena, 2, [1, 3, 3]);
+    let mut engine = crate::Engine::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
+    let f = fixture(&mut engine, 2, [1, 3, 3]);
     let at = BatchAt {
         order: f.order,
         cursor: f.cursor,
@@ -395,7 +395,7 @@ fn augmentation_parses_prints_and_refuses() {
         offset: 0,
     };
     let wide = Augment { crop: 4, flip: false };
-    let err = arena
+    let err = engine
         .step(|s| {
             s.gather_batch_augmented(&f.set, f.labels, at, Normalize::new(0.0, 1.0), wide, 1)
                 .map(|_| ())

@@ -13,8 +13,8 @@ fn global_avg_pool_gradient_matches_finite_differences() {
 fn global_avg_pool_is_the_mean_of_each_plane() {
     let shape = Shape::new(&[3, 70, 4, 3]);
     let x = values(shape.numel(), 5, -1.0, 1.0);
-    let mut arena = crate::Arena::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
-    let y = arena
+    let mut engine = crate::Engine::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
+    let y = engine
         .step(|s| {
             let t = s.input("x", shape, &x)?;
             let y = t.global_avg_pool2d(s)?;
@@ -32,9 +32,9 @@ fn global_avg_pool_is_the_mean_of_each_plane() {
 
 #[test]
 fn global_avg_pool_refuses_other_ranks() {
-    let mut arena = crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
+    let mut engine = crate::Engine::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
     for shape in [Shape::new(&[2, 3, 4]), Shape::new(&[2, 3, 0, 4])] {
-        let err = arena
+        let err = engine
             .step(|s| {
                 let x = s.input("x", shape, &vec![0.0; shape.numel()])?;
                 x.global_avg_pool2d(s).map(|_| ())
@@ -71,9 +71,9 @@ fn channels_last_global_avg_pool_gives_nchws_bits() {
     let shape = Shape::new(&[3, 70, 4, 3]);
     let x = values(shape.numel(), 7, -1.0, 1.0);
     let gy = values(210, 8, -1.0, 1.0);
-    let mut arena = crate::Arena::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
+    let mut engine = crate::Engine::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
     let mut run = |layout: Layout| {
-        arena
+        engine
             .step(|s| {
                 let v = s.variable("x", shape, &x)?;
                 let t = v.to_layout(s, layout)?;

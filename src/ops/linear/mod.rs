@@ -69,6 +69,7 @@ impl<'s> Tensor<'s> {
             None => s.output("linear output", Shape::new(&[n, out]), &[&self, &weight])?,
         };
         let workspace = blas_workspace(s)?;
+        let tf32 = s.policy().tf32();
         s.launch(
             &[
                 self.buf().into(),
@@ -114,6 +115,7 @@ impl<'s> Tensor<'s> {
                     c: y.buf(),
                     ldc: out,
                     workspace: workspace.ok_or(NO_WORKSPACE)?,
+                    tf32,
                 })
             },
         )?;
@@ -139,6 +141,7 @@ impl Saved {
         } else {
             None
         };
+        let tf32 = s.policy().tf32();
         if self.x.requires_grad {
             let gx = s.alloc_like("linear input grad", &self.x)?;
             s.launch(
@@ -168,6 +171,7 @@ impl Saved {
                         c: gx,
                         ldc: inp,
                         workspace: workspace.ok_or(NO_WORKSPACE)?,
+                        tf32,
                     })
                 },
             )?;
@@ -202,6 +206,7 @@ impl Saved {
                         c: gw,
                         ldc: inp,
                         workspace: workspace.ok_or(NO_WORKSPACE)?,
+                        tf32,
                     })
                 },
             )?;

@@ -16,8 +16,8 @@ fn linear_gradients_match_finite_differences() {
 
 #[test]
 fn linear_without_bias_is_a_product() {
-    let mut arena = crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
-    let y = arena
+    let mut engine = crate::Engine::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
+    let y = engine
         .step(|s| {
             let x = s.input("x", Shape::new(&[1, 2]), &[1.0, 2.0])?;
             let w = s.input("w", Shape::new(&[3, 2]), &[1.0, 0.0, 0.0, 1.0, 1.0, 1.0])?;

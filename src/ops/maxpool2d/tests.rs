@@ -13,13 +13,13 @@ fn max_pool_gradient_matches_finite_differences() {
 
 #[test]
 fn max_pool_picks_the_window_maximum() {
-    let mut arena = crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
+    let mut engine = crate::Engine::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
     #[rustfmt::skip]
     let x = [
         1.0, 2.0,  5.0, -1.0,
         3.0, 0.0,  4.0,  4.5,
     ];
-    let y = arena
+    let y = engine
         .step(|s| {
             let x = s.input("x", Shape::new(&[1, 1, 2, 4]), &x)?;
             let y = x.max_pool2d(s, Pool2dArgs::new(2, 2))?;
@@ -43,10 +43,10 @@ fn max_pool_relu_gradient_matches_finite_differences() {
 
 #[test]
 fn max_pool_relu_is_relu_of_max_pool() {
-    let mut arena = crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 20).unwrap();
+    let mut engine = crate::Engine::new(crate::Device::cpu(1).unwrap(), 1 << 20).unwrap();
     let shape = Shape::new(&[2, 3, 7, 6]);
     let x = distinct(shape.numel(), 17, 0.05);
-    let (fused, pair) = arena
+    let (fused, pair) = engine
         .step(|s| {
             let t = s.input("x", shape, &x)?;
             let (a, b) = (t.max_pool2d_relu(s)?, t.max_pool2d(s, Pool2dArgs::new(2, 2))?.relu(s)?);
@@ -91,8 +91,8 @@ fn reference(x: &[f32], planes: usize, h: usize, w: usize, a: Pool2dArgs, oh: us
 }
 
 fn pooled(shape: Shape, x: &[f32], a: Pool2dArgs) -> (Shape, Vec<f32>) {
-    let mut arena = crate::Arena::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
-    arena
+    let mut engine = crate::Engine::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
+    engine
         .step(|s| {
             let x = s.input("x", shape, x)?;
             let y = x.max_pool2d(s, a)?;
@@ -179,8 +179,8 @@ fn max_pool_matches_a_padded_reference() {
 fn max_pool_takes_the_first_of_tied_maxima_as_pytorch_does() {
     // Every input equal: the gradient goes to each window's first input.
     let shape = Shape::new(&[1, 1, 4, 4]);
-    let mut arena = crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 20).unwrap();
-    let gx = arena
+    let mut engine = crate::Engine::new(crate::Device::cpu(1).unwrap(), 1 << 20).unwrap();
+    let gx = engine
         .step(|s| {
             let x = s.variable("x", shape, &[1.0; 16])?;
             let y = x.max_pool2d(s, PADDED)?;
@@ -208,9 +208,9 @@ fn the_general_kernels_agree_with_the_two_by_two_ones() {
     let shape = Shape::new(&[2, 3, 7, 6]);
     let x = distinct(shape.numel(), 23, 0.05);
     let gy = crate::ops::gradcheck::values(2 * 3 * 3 * 3, 7, -1.0, 1.0);
-    let mut arena = crate::Arena::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
-    let run = |arena: &mut crate::Arena, general: bool| {
-        arena
+    let mut engine = crate::Engine::new(crate::Device::cpu(2).unwrap(), 1 << 20).unwrap();
+    let run = |engine: &mut crate::Engine, general: bool| {
+        engine
             .step(|s| {
                 let t = s.variable("x", shape, &x)?;
                 let y = if general {
@@ -228,7 +228,7 @@ fn the_general_kernels_agree_with_the_two_by_two_ones() {
             })
             .unwrap()
     };
-    assert_eq!(run(&mut arena, true), run(&mut arena, false));
+    assert_eq!(run(&mut engine, true), run(&mut engine, false));
 }
 
 #[test]
@@ -259,7 +259,7 @@ fn overlapping_max_pool_gradient_matches_finite_differences() {
 
 #[test]
 fn bad_pools_are_typed_errors() {
-    let mut arena = crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 20).unwrap();
+    let mut engine = crate::Engine::new(crate::Device::cpu(1).unwrap(), 1 << 20).unwrap();
     let args = |kernel, stride, padding| Pool2dArgs {
         kernel,
         stride,
@@ -275,7 +275,7 @@ fn bad_pools_are_typed_errors() {
         (Shape::new(&[1, 1, 20, 20]), args(16, 1, 0)),
         (Shape::new(&[1, 1, 1, 1]), args(2, 2, 0)),
     ] {
-        let err = arena
+        let err = engine
             .step(|s| {
                 let x = s.input("x", shape, &vec![0.0; shape.numel()])?;
                 x.max_pool2d(s, a).map(|_| ())

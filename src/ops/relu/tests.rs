@@ -14,8 +14,8 @@ fn relu_gradient_matches_finite_differences() {
 
 #[test]
 fn relu_clamps_negatives() {
-    let mut arena = crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
-    let out = arena
+    let mut engine = crate::Engine::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
+    let out = engine
         .step(|s| {
             let x = s.input("x", Shape::new(&[4]), &[-2.0, -0.0, 0.5, 3.0])?;
             let y = x.relu(s)?;

@@ -21,8 +21,8 @@ fn reshape_gradient_flows_through_unchanged() {
 
 #[test]
 fn reshape_refuses_a_different_element_count() {
-    let mut arena = crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
-    let err = arena
+    let mut engine = crate::Engine::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
+    let err = engine
         .step(|s| {
             let x = s.input("x", Shape::new(&[2, 3]), &[0.0; 6])?;
             x.reshape(s, Shape::new(&[4])).map(|_| ())

@@ -1,11 +1,11 @@
 use super::*;
 use crate::backend::Device;
-use crate::memory::Arena;
 use crate::ops::cursor::StepCursor;
 use crate::tensor::Shape;
+use crate::Engine;
 
 struct Setup {
-    arena: Arena,
+    engine: Engine,
     param: Buf<f32>,
     grad: Buf<f32>,
     velocity: Buf<f32>,
@@ -15,8 +15,8 @@ struct Setup {
 /// A parameter, its gradient and a zero velocity (`n` elements each), and
 /// a rate table read at the cursor.
 fn setup(param: &[f32], grad: &[f32], rates: &[f32]) -> Setup {
-    let mut arena = Arena::new(Device::cpu(2).unwrap(), 1 << 16).unwrap();
-    let mut p = arena.persistent();
+    let mut engine = Engine::new(Device::cpu(2).unwrap(), 1 << 16).unwrap();
+    let mut p = engine.persistent();
     let shape = Shape::new(&[param.len()]);
     let param = p.upload("param", shape, param).unwrap();
     let grad = p.upload("grad", Shape::new(&[grad.len()]), grad).unwrap();
@@ -24,7 +24,7 @@ fn setup(param: &[f32], grad: &[f32], rates: &[f32]) -> Setup {
     let table = p.upload("lr", Shape::new(&[rates.len()]), rates).unwrap();
     let cursor = StepCursor::new(&mut p).unwrap();
     Setup {
-        arena,
+        engine,
         param,
         grad,
         velocity,
@@ -34,14 +34,14 @@ fn setup(param: &[f32], grad: &[f32], rates: &[f32]) -> Setup {
 
 impl Setup {
     fn update(&mut self, global_step: u64, velocity: Option<Buf<f32>>, h: SgdHyper) -> Result<()> {
-        self.lr.cursor.set(&mut self.arena, 0, global_step).unwrap();
+        self.lr.cursor.set(&mut self.engine, 0, global_step).unwrap();
         let (param, grad, lr) = (self.param, self.grad, self.lr);
-        self.arena.step(|s| s.sgd_update(param, grad, velocity, lr, h))
+        self.engine.step(|s| s.sgd_update(param, grad, velocity, lr, h))
     }
 
     fn read(&mut self, buf: Buf<f32>) -> Vec<f32> {
         let mut out = vec![0.0; buf.len()];
-        self.arena.read_persistent(buf, &mut out).unwrap();
+        self.engine.read_persistent(buf, &mut out).unwrap();
         out
     }
 }
@@ -173,7 +173,7 @@ fn bad_inputs_are_refused_before_anything_runs() {
     // The parameter as its gradient, and an empty rate table.
     let (param, lr) = (t.param, t.lr);
     let aliased = t
-        .arena
+        .engine
         .step(|s| s.sgd_update(param, param, None, lr, SgdHyper::PLAIN))
         .unwrap_err()
         .to_string();
@@ -184,7 +184,7 @@ fn bad_inputs_are_refused_before_anything_runs() {
     let grad = t.grad;
     let empty = LrAt::new(Buf::default(), lr.cursor);
     let no_rate = t
-        .arena
+        .engine
         .step(|s| s.sgd_update(param, grad, None, empty, SgdHyper::PLAIN))
         .unwrap_err()
         .to_string();

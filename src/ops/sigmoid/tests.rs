@@ -20,8 +20,8 @@ fn sigmoid_of_a_tensor_used_twice_gets_both_gradients() {
 
 #[test]
 fn sigmoid_is_one_half_at_zero_and_saturates_without_overflow() {
-    let mut arena = crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
-    let out = arena
+    let mut engine = crate::Engine::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
+    let out = engine
         .step(|s| {
             let x = s.input("x", Shape::new(&[5]), &[0.0, -200.0, 200.0, 2.0, -2.0])?;
             let y = x.sigmoid(s)?;

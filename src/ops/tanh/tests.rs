@@ -20,8 +20,8 @@ fn tanh_after_sigmoid_gets_the_chained_gradient() {
 
 #[test]
 fn tanh_is_odd_and_saturates_at_one() {
-    let mut arena = crate::Arena::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
-    let out = arena
+    let mut engine = crate::Engine::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
+    let out = engine
         .step(|s| {
             let x = s.input("x", Shape::new(&[5]), &[0.0, -50.0, 50.0, 0.5, -0.5])?;
             let y = x.tanh(s)?;

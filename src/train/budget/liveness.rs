@@ -195,9 +195,9 @@ fn train_plan(needs: &ArenaNeeds) -> Option<&StepPlan> {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::memory::Arena;
     use crate::models::{Depth, ResNet};
     use crate::train::{measure_dropping, open_for_planning, DeviceConfig, RunConfig, TrainConfig};
+    use crate::Engine;
 
     /// A narrow ResNet of `depth` planned on the CPU, small enough for
     /// many dry runs.
@@ -231,7 +231,7 @@ pub(super) mod tests {
         for depth in [Depth::R18, Depth::R50] {
             let cfg = small(depth);
             let (host, device) = open_for_planning(&cfg).unwrap();
-            let measure = |d: &[u32]| measure_dropping(&cfg, &host, Arena::dry(&device, None), d);
+            let measure = |d: &[u32]| measure_dropping(&cfg, &host, Engine::planning(&device, None), d);
             let base = measure(&[]).unwrap();
             let model = Liveness::of(&base).expect("every candidate found in the plan");
             // The dependencies: every block output's recomputation reads

@@ -46,7 +46,7 @@ use crate::memory::{align_up, ByteSize, StepPlan};
 use crate::{Error, Result, Setting};
 // The tests below measure real steps through these.
 #[cfg(test)]
-use {super::measure_dropping, crate::memory::Arena};
+use {super::measure_dropping, crate::Engine};
 
 /// Rates of a device for the cost model: multiply-adds of a convolution
 /// and bytes of an elementwise pass, per second.

@@ -179,12 +179,12 @@ fn chains_remade_for_each_reader_cost_more_remakings_and_fewer_bytes() {
     use crate::train::{measure_chains, open_for_planning};
     let cfg = liveness::tests::small(Depth::R18);
     let (host, device) = open_for_planning(&cfg).unwrap();
-    let n = measure_dropping(&cfg, &host, Arena::dry(&device, None), &[])
+    let n = measure_dropping(&cfg, &host, Engine::planning(&device, None), &[])
         .unwrap()
         .candidates
         .len() as u32;
     let all: Vec<u32> = (0..n).collect();
-    let measure = |transient| measure_chains(&cfg, &host, Arena::dry(&device, None), &all, transient).unwrap();
+    let measure = |transient| measure_chains(&cfg, &host, Engine::planning(&device, None), &all, transient).unwrap();
     let (held, remade) = (measure(false), measure(true));
     // (The last block output's only reader is its relu's mask, which
     // comes from the residual: it is never made again.)

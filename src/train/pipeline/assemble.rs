@@ -1,5 +1,5 @@
 //! A run's parts built in an arena's persistent region, and the session
-//! made of them: where a run's settings become a session, on a dry arena to
+//! made of them: where a run's settings become a session, on a planning engine to
 //! be measured and on the real one to train. The same settings allocate
 //! the same sequence on both, which is what lets the dry run plan the real
 //! one.
@@ -7,7 +7,6 @@
 use crate::data::ImageSet;
 use crate::distributed::buckets::Buckets;
 use crate::distributed::World;
-use crate::memory::Arena;
 use crate::nn::ParamStore;
 use crate::ops::cursor::StepCursor;
 use crate::ops::lr::LrAt;
@@ -16,6 +15,7 @@ use crate::train::checkpoints;
 use crate::train::session::{Loop, Parts, Session, TIMED_OPS};
 use crate::train::shapes::Shapes;
 use crate::train::TrainConfig;
+use crate::Engine;
 use crate::{Error, Result, Setting};
 
 /// What only the run that trains does: replay graphs, time ops.
@@ -36,9 +36,9 @@ impl Live {
 /// Fills `arena`'s persistent region with `cfg`'s run on `host`:
 /// parameters, the step cursor, the learning rates, optimizer state, the
 /// task's data set; then the session's own buffers.
-pub(crate) fn assemble(cfg: &TrainConfig, host: &ImageSet, mut arena: Arena, live: Live) -> Result<Session> {
+pub(crate) fn assemble(cfg: &TrainConfig, host: &ImageSet, mut engine: Engine, live: Live) -> Result<Session> {
     let run = &cfg.run;
-    let profile = live.profile && arena.enable_op_timing(TIMED_OPS)?;
+    let profile = live.profile && engine.runtime_mut().enable_op_timing(TIMED_OPS)?;
     let train_len = host.train_images.count;
     let world = run.data_parallel.map_or(World::ALONE, |d| d.world);
     let shapes = Shapes::new(run.batch, &run.other_batches);
@@ -48,7 +48,7 @@ pub(crate) fn assemble(cfg: &TrainConfig, host: &ImageSet, mut arena: Arena, liv
     run.task.check(host)?;
     let global = run.batch * world.size;
     let steps = train_len.div_ceil(global);
-    let mut p = arena.persistent();
+    let mut p = engine.persistent();
     let input = run.task.input_of(host);
     let (store, model) = ParamStore::build(&mut p, run.seed, |pb| run.model.build(input, pb))?;
     let cursor = StepCursor::new(&mut p)?;
@@ -68,7 +68,7 @@ pub(crate) fn assemble(cfg: &TrainConfig, host: &ImageSet, mut arena: Arena, liv
     };
     let task = run.task.build(host, &mut p, run.seed)?;
     let parts = Parts {
-        arena,
+        engine,
         model,
         store,
         optimizer,

@@ -9,9 +9,10 @@ use super::arenas::Algorithms;
 use super::assemble::{assemble, Live};
 use crate::autograd::Candidate;
 use crate::data::ImageSet;
-use crate::memory::{Arena, PersistentBuf, StepPlan};
+use crate::memory::{PersistentBuf, StepPlan};
 use crate::train::shapes::StepKind;
 use crate::train::TrainConfig;
+use crate::Engine;
 use crate::Result;
 
 /// A candidate step: what its dry run does differently from the plain one.
@@ -107,7 +108,7 @@ impl<'a> DryRuns<'a> {
         self.measure(&StepChoice::default())
     }
 
-    /// Runs the steps on a dry arena of `capacity` bytes, on the device's
+    /// Runs the steps on a planning engine whose arena has `capacity` bytes, on the device's
     /// own algorithms: the error names the first allocation that does not
     /// fit.
     pub(crate) fn replay_within(&self, capacity: usize) -> Result<()> {
@@ -116,17 +117,17 @@ impl<'a> DryRuns<'a> {
     }
 }
 
-/// [`DryRuns::measure`] on `dry`, a dry arena.
+/// [`DryRuns::measure`] on `dry`, a planning engine.
 pub(crate) fn measure_on(
     cfg: &TrainConfig,
     host: &ImageSet,
-    mut dry: Arena,
+    mut dry: Engine,
     choice: &StepChoice,
 ) -> Result<ArenaNeeds> {
     dry.set_recomputed(&choice.dropped, choice.transient_chains);
     let mut session = assemble(cfg, host, dry, Live::DRY)?;
     let candidates = session.probe()?;
-    let arena = session.arena();
+    let arena = session.engine().arena();
     let plans = arena.plans().to_vec();
     let step_bytes = match plans.iter().map(|p| p.peak).max() {
         Some(peak) if cfg.memory.memory_plan => peak,

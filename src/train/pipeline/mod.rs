@@ -70,7 +70,7 @@ impl<'c> Pipeline<'c> {
         let ordinal = join.as_ref().map_or(0, |j| j.ordinal);
         let (mut device, device_note) =
             Device::open_on(cfg.device.request, cfg.device.threads, ordinal, crate::ops::KERNELS)?;
-        configure(cfg, &device, device_note.as_deref())?;
+        configure(cfg, &mut device, device_note.as_deref())?;
         if let Some(join) = join {
             device.join(join.group)?;
         }
@@ -153,7 +153,7 @@ impl<'c> Pipeline<'c> {
                 }))
             }
             Some(given) => {
-                // Replay on a dry arena of the given size to name the allocation
+                // Replay on a planning engine of the given arena size to name the allocation
                 // that fails, then report the size that fits the whole step.
                 let err = match self.dry_runs_of(cfg).replay_within(given) {
                     Err(e) => e,
@@ -261,20 +261,27 @@ impl<'c> Pipeline<'c> {
             graph,
             ..
         } = self;
-        let mut arena = arenas::real(device, capacity)?;
+        let mut engine = arenas::real(device, capacity)?;
         let conv_tuning = match tuning {
-            true => Some(tuning::time_convolutions(cfg, &host, &mut arena, &mut needs, capacity)?),
+            true => Some(tuning::time_convolutions(
+                cfg,
+                &host,
+                &mut engine,
+                &mut needs,
+                capacity,
+            )?),
             false => None,
         };
         // After timing: the timed algorithms may recompute others.
-        arena.set_recomputed(&needs.dropped, needs.transient_chains);
+        engine.set_recomputed(&needs.dropped, needs.transient_chains);
         if cfg.memory.memory_plan {
-            arena.adopt_plans(&needs.plans);
+            engine.arena_mut().adopt_plans(&needs.plans);
         }
         if let Some(on) = cfg.memory.poison_step {
-            arena.set_poison_step(on);
+            engine.arena_mut().set_poison_step(on);
         }
-        let legacy_bf16_convolutions = arena
+        let legacy_bf16_convolutions = engine
+            .runtime()
             .convolution_apis()
             .into_iter()
             .filter_map(|(dims, api)| match api {
@@ -288,10 +295,10 @@ impl<'c> Pipeline<'c> {
             graph,
             profile: cfg.device.profile,
         };
-        let session = assemble(cfg, &host, arena, live)?;
+        let session = assemble(cfg, &host, engine, live)?;
         let run = &cfg.run;
         let info = RunInfo {
-            device: session.arena().device(),
+            device: session.engine().runtime().kind(),
             device_name,
             precision: cfg.device.precision,
             threads,
@@ -303,7 +310,7 @@ impl<'c> Pipeline<'c> {
             test_examples: host.test_images.count,
             steps_per_epoch: session.steps_per_epoch(),
             arena_size_measured: cfg.memory.arena_size.is_none(),
-            arena: session.arena().stats(),
+            arena: session.engine().arena().stats(),
             memory: (!needs.plans.is_empty()).then(|| MemoryReport::new(&needs.persistent, &needs.plans)),
             world: session.world(),
             batch: run.batch,
@@ -342,7 +349,7 @@ fn load_data(cfg: &TrainConfig) -> Result<ImageSet> {
 
 /// Sets what `cfg` asks of the device's arithmetic. `fell_back`: why
 /// `--device auto` chose the CPU, if it did.
-fn configure(cfg: &TrainConfig, device: &Device, fell_back: Option<&str>) -> Result<()> {
+fn configure(cfg: &TrainConfig, device: &mut Device, fell_back: Option<&str>) -> Result<()> {
     let precision = cfg.device.precision;
     device.set_deterministic(cfg.device.deterministic);
     if precision != Precision::Fp32 && matches!(device, Device::Cpu(_)) {

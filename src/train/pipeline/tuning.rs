@@ -6,9 +6,9 @@ use super::arenas::Algorithms;
 use super::measure::{ArenaNeeds, DryRuns, StepChoice};
 use crate::backend::DeviceKind;
 use crate::data::ImageSet;
-use crate::memory::Arena;
 use crate::train::report::ConvTuning;
 use crate::train::{ConvAlgos, TrainConfig};
+use crate::Engine;
 use crate::Result;
 
 /// Bytes a timed choice may add to a step of `step_bytes` (see
@@ -51,11 +51,12 @@ pub(super) fn times_convolutions(cfg: &TrainConfig, device: DeviceKind) -> bool 
 pub(super) fn time_convolutions(
     cfg: &TrainConfig,
     host: &ImageSet,
-    arena: &mut Arena,
+    engine: &mut Engine,
     needs: &mut ArenaNeeds,
     capacity: usize,
 ) -> Result<ConvTuning> {
-    let changed = arena.tune_convolutions()?;
+    let free = engine.arena().free();
+    let changed = engine.runtime_mut().tune_convolutions(free)?;
     if changed == 0 {
         return Ok(ConvTuning {
             changed,
@@ -71,14 +72,14 @@ pub(super) fn time_convolutions(
         dropped: needs.dropped.clone(),
         transient_chains: needs.transient_chains,
     };
-    let largest = arena.select_convolutions(usize::MAX);
+    let largest = engine.runtime().select_convolutions(usize::MAX);
     let mut fitted = None;
     let settled = settle_workspaces(
         largest,
         crate::backend::cuda::WORKSPACE_LIMIT,
-        |limit| Ok(arena.select_convolutions(limit)),
+        |limit| Ok(engine.runtime().select_convolutions(limit)),
         || {
-            let timed = DryRuns::new(cfg, host, Algorithms::TimedOn(&*arena)).measure(&choice)?;
+            let timed = DryRuns::new(cfg, host, Algorithms::TimedOn(&*engine)).measure(&choice)?;
             let fits = timed.step_bytes <= bound && timed.total() <= capacity;
             if fits {
                 fitted = Some(timed);
@@ -97,7 +98,7 @@ pub(super) fn time_convolutions(
             })
         }
         _ => {
-            arena.untune_convolutions();
+            engine.runtime().untune_convolutions();
             Ok(ConvTuning {
                 changed,
                 workspace_limit: None,

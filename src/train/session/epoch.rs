@@ -22,7 +22,7 @@ impl Session {
         // Only the slots asked for cross to the host.
         let slots = self.loss_slots(range.clone())?;
         let host = &mut self.host_losses[range];
-        self.arena.read_persistent(slots, host)?;
+        self.engine.read_persistent(slots, host)?;
         Ok(host)
     }
 
@@ -50,10 +50,10 @@ impl Session {
         if self.data_parallel() {
             // Exact: f32 holds every whole number up to 2^24, past any
             // test set's size.
-            self.arena.write_persistent(self.eval_correct, &[correct as f32])?;
-            self.arena.all_reduce_persistent(self.eval_correct)?;
+            self.engine.write_persistent(self.eval_correct, &[correct as f32])?;
+            self.engine.all_reduce_persistent(self.eval_correct)?;
             let mut total = [0.0];
-            self.arena.read_persistent(self.eval_correct, &mut total)?;
+            self.engine.read_persistent(self.eval_correct, &mut total)?;
             correct = total[0] as usize;
         }
         Ok(correct as f64 / n as f64)
@@ -86,8 +86,8 @@ impl Session {
             s.read(y, outputs)
         };
         match self.memory_plan {
-            true => self.arena.planned_step(key, body)?,
-            false => self.arena.step(body)?,
+            true => self.engine.planned_step(key, body)?,
+            false => self.engine.step(body)?,
         }
         Ok(self.task.correct(outputs, start))
     }
@@ -135,7 +135,7 @@ impl Session {
                 progress.fetch_add(1, Ordering::Relaxed);
             }
             if self.steps_done == 1 {
-                self.first_step_free = self.arena.device_free_bytes()?;
+                self.first_step_free = self.engine.runtime_mut().device_free_bytes()?;
             }
             let asked = control.stop.load(Ordering::Relaxed);
             let due = matches!(control.checkpoints.and_then(|p| p.every), Some(Every::Steps(n)) if self.steps_done.is_multiple_of(n));
@@ -169,7 +169,7 @@ impl Session {
             }
         }
         let seconds = started.elapsed().as_secs_f64();
-        for key in self.arena.take_replanned() {
+        for key in self.engine.arena_mut().take_replanned() {
             observer.note(&format!(
                 "the {} allocated another sequence than its memory plan; it was re-planned",
                 StepKind::name(key)
@@ -182,7 +182,7 @@ impl Session {
         observer.evaluating(epoch);
         let started = Instant::now();
         let test_accuracy = self.evaluate()?;
-        let memory = self.arena.device_memory()?;
+        let memory = self.engine.runtime_mut().device_memory()?;
         let report = EpochReport {
             epoch,
             rank: self.world.rank,
@@ -193,12 +193,13 @@ impl Session {
             eval_seconds: started.elapsed().as_secs_f64(),
             steps,
             precision: self.precision,
-            arena: self.arena.stats(),
+            device: self.engine.runtime().kind(),
+            arena: self.engine.arena().stats(),
             resident_bytes: resident_bytes(),
             device_free_bytes: memory.map(|(_, free)| free),
             device_total_bytes: memory.map(|(total, _)| total),
             device_free_bytes_first_step: self.first_step_free,
-            device_allocations: self.arena.cuda_calls().map(|c| c.allocations),
+            device_allocations: self.engine.runtime().cuda_calls().map(|c| c.allocations),
             graph: self.use_graph,
             kernels_per_step: self.kernels_per_step,
             ops_per_step: self.ops_per_step,
@@ -253,7 +254,7 @@ impl Session {
         if self.data_parallel() {
             // Each rank holds its share of every step's loss.
             let slots = self.loss_slots(steps.clone())?;
-            self.arena.all_reduce_persistent(slots)?;
+            self.engine.all_reduce_persistent(slots)?;
         }
         for (i, &loss) in self.losses(steps)?.iter().enumerate() {
             if !loss.is_finite() {

@@ -7,7 +7,7 @@
 //! A session is given its parts already built ([`Parts`]) and what its loop
 //! needs to know ([`Loop`]); it never sees the run's settings, and names no
 //! model, optimizer, task or data set: the pipeline (`super::pipeline`)
-//! builds them, on a dry arena to plan and on the real one to train.
+//! builds them, on a planning engine to plan and on the real one to train.
 //!
 //! A step reads which batch it trains on, its dropout seed and where its
 //! loss goes from the step cursor in the arena, and advances it; so on a GPU
@@ -29,16 +29,18 @@ mod tests;
 use super::checkpoints::CheckpointPolicy;
 use super::report::StepProfile;
 use super::shapes::Shapes;
+use crate::autograd::StepGraph;
 use crate::backend::cuda::OpTime;
 use crate::backend::Precision;
 use crate::data::shuffle_into;
 use crate::distributed::buckets::Buckets;
 use crate::distributed::World;
-use crate::memory::{Arena, Buf, StepGraph};
+use crate::memory::Buf;
 use crate::nn::{Network, Optimizer, ParamStore};
 use crate::ops::cursor::StepCursor;
 use crate::tasks::Task;
 use crate::tensor::Shape;
+use crate::Engine;
 use crate::{Error, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 
@@ -70,7 +72,7 @@ pub struct Control<'a> {
 /// What a session is made of, each already built in the arena's
 /// persistent region.
 pub struct Parts {
-    pub arena: Arena,
+    pub engine: Engine,
     pub model: Box<dyn Network>,
     /// The model's parameters, gradients and buffers.
     pub store: ParamStore,
@@ -97,7 +99,7 @@ pub struct Loop {
     pub graph: bool,
     /// Follow the arena's memory plans (see [`crate::memory::plan`]).
     pub memory_plan: bool,
-    /// Time every op of one step; the arena's op timing must be enabled.
+    /// Time every op of one step; the runtime's op timing must be enabled.
     pub profile: bool,
     /// The arithmetic the device was set to, for the reports.
     pub precision: Precision,
@@ -107,13 +109,13 @@ pub struct Loop {
 }
 
 pub struct Session {
-    // Field order is drop order: the captured graphs go before the arena,
-    // whose backend holds the NCCL communicator. NCCL keeps a resource of
+    // Field order is drop order: the captured graphs go before the engine,
+    // whose runtime holds the NCCL communicator. NCCL keeps a resource of
     // the communicator alive for each graph that captured its sums, and
     // destroying the communicator first would wait for it forever.
     /// One captured full training step per batch size, by its place.
     graphs: Vec<Option<StepGraph>>,
-    arena: Arena,
+    engine: Engine,
     fingerprint: Vec<(&'static str, String)>,
     model: Box<dyn Network>,
     store: ParamStore,
@@ -163,7 +165,7 @@ impl Session {
     /// the longest epoch.
     pub fn new(parts: Parts, settings: Loop) -> Result<Self> {
         let Parts {
-            mut arena,
+            mut engine,
             model,
             store,
             optimizer,
@@ -186,7 +188,7 @@ impl Session {
         let smallest = shapes.batches().iter().min().copied().unwrap_or(1);
         let steps = train_len.div_ceil(smallest.saturating_mul(world.size).max(1));
         let widest = shapes.batches().iter().max().copied().unwrap_or(0);
-        let mut p = arena.persistent();
+        let mut p = engine.persistent();
         let (stop_vote, eval_correct) = match buckets {
             Some(_) => (
                 p.zeros::<f32>("stop vote", Shape::new(&[1]))?,
@@ -200,7 +202,7 @@ impl Session {
         let outputs = vec![0.0; widest * task.readback_per_example()];
         Ok(Self {
             graphs: shapes.batches().iter().map(|_| None).collect(),
-            arena,
+            engine,
             fingerprint,
             model,
             store,
@@ -235,8 +237,8 @@ impl Session {
         })
     }
 
-    pub fn arena(&self) -> &Arena {
-        &self.arena
+    pub fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     /// The model's parameters, gradients and buffers.
@@ -326,12 +328,12 @@ impl Session {
         slabs.extend(self.optimizer.state().into_iter().map(|(_, slab)| slab));
         for slab in slabs.into_iter().filter(|s| !s.is_empty()) {
             if self.world.rank != 0 {
-                self.arena.write_persistent(slab, &vec![0.0; slab.len()])?;
+                self.engine.write_persistent(slab, &vec![0.0; slab.len()])?;
             }
-            self.arena.all_reduce_persistent(slab)?;
+            self.engine.all_reduce_persistent(slab)?;
         }
         for bucket in self.buckets.as_ref().map(Buckets::bufs).unwrap_or_default() {
-            self.arena.all_reduce_persistent(bucket)?;
+            self.engine.all_reduce_persistent(bucket)?;
         }
         Ok(())
     }
@@ -342,10 +344,10 @@ impl Session {
         if !self.data_parallel() {
             return Ok(asked);
         }
-        self.arena.write_persistent(self.stop_vote, &[asked as u32 as f32])?;
-        self.arena.all_reduce_persistent(self.stop_vote)?;
+        self.engine.write_persistent(self.stop_vote, &[asked as u32 as f32])?;
+        self.engine.all_reduce_persistent(self.stop_vote)?;
         let mut votes = [0.0];
-        self.arena.read_persistent(self.stop_vote, &mut votes)?;
+        self.engine.read_persistent(self.stop_vote, &mut votes)?;
         Ok(votes[0] > 0.0)
     }
 
@@ -353,8 +355,8 @@ impl Session {
     /// and where the kernels read it, and points the cursor at `first_step`.
     pub fn begin_epoch(&mut self, epoch: usize, first_step: usize) -> Result<()> {
         shuffle_into(&mut self.order, self.seed, epoch as u64);
-        self.arena.write_persistent(self.order_buf, &self.order)?;
-        self.cursor.set(&mut self.arena, first_step as u32, self.steps_done)?;
+        self.engine.write_persistent(self.order_buf, &self.order)?;
+        self.cursor.set(&mut self.engine, first_step as u32, self.steps_done)?;
         Ok(())
     }
 
@@ -371,7 +373,7 @@ impl Session {
     /// Runs `body` on the device's workers (see [`crate::backend::Workers`]):
     /// inside, a training step allocates nothing on the heap.
     pub fn on_workers<R: Send>(&mut self, body: impl FnOnce(&mut Self) -> R + Send) -> R {
-        let workers = self.arena.workers();
+        let workers = self.engine.runtime().workers();
         workers.run(|| body(self))
     }
 }

@@ -36,7 +36,7 @@ impl Session {
         let mut out = Vec::new();
         for (name, shape, buf) in self.checkpointed() {
             let mut values = vec![0.0; shape.numel()];
-            self.arena.read_persistent(buf, &mut values)?;
+            self.engine.read_persistent(buf, &mut values)?;
             out.push(NamedTensor::new(name, shape.dims(), values));
         }
         Ok(out)
@@ -87,7 +87,7 @@ impl Session {
         }
         for (name, _, buf) in &writes {
             if let Some(t) = find(name) {
-                self.arena.write_persistent(*buf, &t.values)?;
+                self.engine.write_persistent(*buf, &t.values)?;
             }
         }
         self.steps_done = steps_done;

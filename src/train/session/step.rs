@@ -70,12 +70,12 @@ impl Session {
         let key = self.memory_plan.then(|| self.key(kind));
         if self.use_graph && full {
             if self.graphs[self.at].is_none() {
-                let timing = self.profile && self.arena.start_op_timing();
-                let ops_before = self.arena.ops_queued().unwrap_or(0);
-                let graph = self.arena.capture_step(key, body);
-                self.arena.pause_op_timing();
+                let timing = self.profile && self.engine.runtime_mut().start_op_timing();
+                let ops_before = self.engine.runtime().ops_queued().unwrap_or(0);
+                let graph = self.engine.capture_step(key, body);
+                self.engine.runtime_mut().pause_op_timing();
                 let graph = graph?;
-                let ops = (self.arena.ops_queued().unwrap_or(0) - ops_before) as usize;
+                let ops = (self.engine.runtime().ops_queued().unwrap_or(0) - ops_before) as usize;
                 // Two event nodes bracket each op when timing.
                 let events = if timing { 2 * ops } else { 0 };
                 self.kernels_per_step = self.kernels_per_step.or(Some(graph.nodes() - events));
@@ -84,28 +84,34 @@ impl Session {
                 self.profile &= timing;
             }
             if let Some(graph) = &self.graphs[self.at] {
-                self.arena.replay_step(graph)?;
+                self.engine.replay_step(graph)?;
             }
         } else {
-            let timing = self.profile && self.steps_done == PROFILED_STEP && self.arena.start_op_timing();
-            let ops_before = self.arena.ops_queued();
+            let timing =
+                self.profile && self.steps_done == PROFILED_STEP && self.engine.runtime_mut().start_op_timing();
+            let ops_before = self.engine.runtime().ops_queued();
             match key {
-                Some(key) => self.arena.planned_step(key, body)?,
-                None => self.arena.step(body)?,
+                Some(key) => self.engine.planned_step(key, body)?,
+                None => self.engine.step(body)?,
             }
-            self.arena.pause_op_timing();
-            let ops = self.arena.ops_queued().zip(ops_before).map(|(a, b)| (a - b) as usize);
+            self.engine.runtime_mut().pause_op_timing();
+            let ops = self
+                .engine
+                .runtime()
+                .ops_queued()
+                .zip(ops_before)
+                .map(|(a, b)| (a - b) as usize);
             if !self.use_graph {
                 self.kernels_per_step = self.kernels_per_step.or(ops);
                 self.ops_per_step = self.ops_per_step.or(ops);
             }
             if timing {
-                let span = self.arena.read_op_times(&mut self.op_times)?;
+                let span = self.engine.runtime_mut().read_op_times(&mut self.op_times)?;
                 self.profiled = Some(StepProfile::new(&self.op_times, ops, span, false));
             }
         }
         if self.profile && self.use_graph && self.steps_done == PROFILED_STEP && self.profiled.is_none() {
-            let span = self.arena.read_op_times(&mut self.op_times)?;
+            let span = self.engine.runtime_mut().read_op_times(&mut self.op_times)?;
             self.profiled = Some(StepProfile::new(&self.op_times, self.kernels_per_step, span, true));
         }
         self.steps_done += 1;
@@ -114,7 +120,7 @@ impl Session {
 
     /// One step of every shape the run will take (at each batch size, a
     /// full and a last, shorter training and evaluation batch), for sizing
-    /// and planning on a dry arena. Returns the candidates for
+    /// and planning, on a planning engine. Returns the candidates for
     /// recomputation of the first batch size's full training step.
     pub(crate) fn probe(&mut self) -> Result<Vec<Candidate>> {
         let mut candidates = None;
@@ -124,7 +130,7 @@ impl Session {
             // A full training step's: the only step a memory budget shapes
             // (the same network at another batch makes the same candidates,
             // in the same order).
-            candidates.get_or_insert_with(|| self.arena.recompute_candidates());
+            candidates.get_or_insert_with(|| self.engine.recompute_candidates());
             let steps = self.steps_per_epoch();
             if steps > 1 && !self.order.len().is_multiple_of(self.global_batch()) {
                 self.train_step(steps - 1)?;

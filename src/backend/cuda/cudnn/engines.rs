@@ -11,7 +11,7 @@
 
 use super::{int, seconds_lost, ConvDims, ConvPass, WORKSPACE_LIMIT};
 use crate::backend::cuda::CudaError;
-use crate::memory::DType;
+use crate::base::DType;
 use cudarc::cudnn::sys;
 use cudarc::driver::{result as driver, sys as cu};
 use std::ffi::c_void;

@@ -7,7 +7,7 @@
 
 use super::{dnn_err, int, seconds_lost, ConvDims, ConvPass, WORKSPACE_LIMIT};
 use crate::backend::cuda::CudaError;
-use crate::memory::DType;
+use crate::base::DType;
 use cudarc::cudnn::result as dnn;
 use cudarc::cudnn::sys;
 use std::ffi::c_void;

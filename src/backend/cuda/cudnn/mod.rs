@@ -14,7 +14,7 @@ mod legacy;
 
 use super::CudaError;
 pub use crate::backend::ConvDims;
-use crate::memory::DType;
+use crate::base::DType;
 use cudarc::cudnn::result as dnn;
 use cudarc::cudnn::sys;
 use engines::GraphConv;
@@ -36,6 +36,8 @@ pub enum ConvPass {
 /// What runs one convolution shape's passes.
 pub struct ConvPlan {
     pub dims: ConvDims,
+    /// `(deterministic, tf32)`: see [`ConvPlan::math`].
+    math: (bool, bool),
     engine: Engine,
     /// Why the graph API could not take a bf16 convolution that therefore
     /// runs on the legacy one.
@@ -81,9 +83,16 @@ impl ConvPlan {
         };
         Ok(Self {
             dims: d,
+            math: (deterministic, tf32),
             engine,
             refused,
         })
+    }
+
+    /// What its algorithms were chosen under: `(deterministic, tf32)`, as
+    /// given to [`ConvPlan::new`] (a plan per shape and these).
+    pub(crate) fn math(&self) -> (bool, bool) {
+        self.math
     }
 
     /// Which API runs this convolution.
