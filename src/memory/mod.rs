@@ -16,6 +16,6 @@ mod size;
 pub use arena::{suggest, Arena, ArenaError, ArenaStats, Persistent, PersistentBuf, Region, StepGraph, Touch};
 pub use buf::{align_up, bf16, Buf, DType, Element, FloatBuf, Typed, ALIGN};
 pub use plan::{PlannedBuf, StepPlan};
-pub use report::{MemoryReport, Recomputed, RecomputedKind, TypeBytes};
+pub use report::{chain_mode, MemoryReport, Recomputed, RecomputedKind, RecomputedOutput, SearchReport, TypeBytes};
 pub use shape::{Shape, MAX_RANK};
 pub use size::{ByteSize, SizeParseError};
