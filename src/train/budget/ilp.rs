@@ -349,6 +349,36 @@ mod tests {
             .min_by(f64::total_cmp)
     }
 
+    /// A budget some stretch cannot meet with every candidate idle in it
+    /// gone is refused before the solver runs (a solver that panics is
+    /// never reached); one every stretch can meet is solved.
+    #[test]
+    fn a_stretch_out_of_reach_is_refused_before_the_solver_runs() {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let (model, seconds) = instance(&mut rng, 8);
+        let stretches = stretches(&model);
+        let least = stretches
+            .iter()
+            .map(|&(lo, hi)| {
+                let gone: usize = model
+                    .held
+                    .iter()
+                    .flatten()
+                    .filter(|h| lo > h.from as usize && hi <= h.to as usize)
+                    .map(|h| h.bytes)
+                    .sum();
+                model.base[lo..hi].iter().max().unwrap() - gone
+            })
+            .max()
+            .unwrap();
+        PANIC_IN_SOLVER.with(|p| p.set(true));
+        let below = cheapest(&model, &seconds, least - 1, GAP, &mut Vec::new(), Duration::MAX);
+        let at = cheapest(&model, &seconds, least, GAP, &mut Vec::new(), Duration::MAX);
+        PANIC_IN_SOLVER.with(|p| p.set(false));
+        assert_eq!(below, Ok(None));
+        assert_eq!(at, Err(SolverPanicked("a panic planted in the solver".into())));
+    }
+
     #[test]
     fn the_program_finds_the_cheapest_choice_every_subset_shows() {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);

@@ -379,3 +379,136 @@ fn a_larger_budget_never_costs_more_over_a_sweep_of_a_resnet_18() {
 fn a_larger_budget_never_costs_more_over_a_sweep_of_a_resnet_50() {
     a_larger_budget_never_costs_more(crate::models::Depth::R50, Some(1.0 / 3.0));
 }
+
+/// A budget below what the step holds with every candidate gone wherever
+/// it can be is refused without a search: a probe measures nothing, and a
+/// plan only the floors, whose least it names and which works.
+#[test]
+fn a_budget_below_the_bound_is_refused_before_any_search() {
+    let (step, unbudgeted) = small_step(crate::models::Depth::R18);
+    let speed = h200();
+    let possible = liveness::least_bytes(&unbudgeted).unwrap();
+    let below = possible - 1;
+    let refused =
+        |mode| search_until(&step, unbudgeted.clone(), below, &speed, mode, Deadline::after(bound())).unwrap();
+    let (Outcome::Short { least }, report) = refused(Mode::Probe) else {
+        panic!("fits below the bound")
+    };
+    assert_eq!((least, report.dry_runs, report.plans_weighed), (possible, 0, 0));
+    let (Outcome::Short { least }, report) = refused(Mode::Plan) else {
+        panic!("fits below the bound")
+    };
+    // The two floors' descents, no more.
+    let n = unbudgeted.candidates.len();
+    assert!(report.dry_runs <= 2 * (1 + PASSES * n), "{report:?}");
+    let forever = forever();
+    let held = descend(n, &|d: &[u32]| step(&StepChoice::held(d)), &forever).unwrap();
+    let remade = descend(n, &|d: &[u32]| step(&StepChoice::transient(d)), &forever).unwrap();
+    assert_eq!(least, held.step_bytes.min(remade.step_bytes));
+    assert!(least >= possible);
+    let Outcome::Fits(fit) = search(&step, unbudgeted.clone(), least, &speed, Mode::Plan).unwrap() else {
+        panic!("the least named does not fit")
+    };
+    assert!(fit.step_bytes <= least);
+}
+
+/// Past its deadline a search takes the best it has, here the floors'
+/// (nothing else is tried once it has passed), and says it stopped there.
+#[test]
+fn a_search_past_its_deadline_takes_the_best_found_and_says_so() {
+    let (step, unbudgeted) = small_step(crate::models::Depth::R18);
+    let speed = h200();
+    let budget = unbudgeted.step_bytes * 7 / 10;
+    let at_once = Deadline::after(Duration::ZERO);
+    let (outcome, report) = search_until(&step, unbudgeted.clone(), budget, &speed, Mode::Plan, at_once).unwrap();
+    let Outcome::Fits(fit) = outcome else {
+        panic!("the floors fit 70%")
+    };
+    assert!(fit.step_bytes <= budget);
+    assert!(report.stopped_at_bound && report.bound_seconds == 0.0, "{report:?}");
+    assert!(
+        report
+            .describe()
+            .contains("reached its bound of 0 s and took the cheapest plan found by then"),
+        "{}",
+        report.describe()
+    );
+    // Unhurried, the search finds a cheaper plan, within its bound.
+    let (Outcome::Fits(unhurried), report) =
+        search_until(&step, unbudgeted, budget, &speed, Mode::Plan, Deadline::after(bound())).unwrap()
+    else {
+        panic!("70% fits")
+    };
+    assert!(!report.stopped_at_bound && report.bound_seconds == SEARCH_SECONDS as f64);
+    assert!(cost(&unhurried, &speed) < cost(&fit, &speed));
+}
+
+/// A panic in the integer program's solver is a typed error naming the
+/// budget, not an abort.
+#[test]
+fn a_panic_in_the_solver_is_an_error_naming_the_budget() {
+    let (step, unbudgeted) = small_step(crate::models::Depth::R18);
+    let budget = unbudgeted.step_bytes * 7 / 10;
+    ilp::PANIC_IN_SOLVER.with(|p| p.set(true));
+    let planned = meet_budget(&step, Some(budget), &h200(), "resnet18", unbudgeted.clone());
+    ilp::PANIC_IN_SOLVER.with(|p| p.set(false));
+    match planned {
+        Err(Error::Setting {
+            setting: Setting::MemoryBudget,
+            problem,
+            ..
+        }) => {
+            assert!(
+                problem.contains(&format!("within the budget of {}", ByteSize(budget)))
+                    && problem.contains("its solver panicked (a panic planted in the solver)"),
+                "{problem}"
+            );
+        }
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("planned with a solver that panics"),
+    }
+    // The same search without the planted panic plans.
+    assert!(meet_budget(&step, Some(budget), &h200(), "resnet18", unbudgeted).is_ok());
+}
+
+/// Drops are ranked by what they cost with every remaking counted: a
+/// candidate cheap once but made again three times (a chain remade for
+/// each reader) is not taken in exchange for one that costs less than
+/// its three remakings, and a remade one is given back first.
+#[test]
+fn exchanges_and_give_backs_count_every_remaking() {
+    let speed = Speed {
+        multiply_adds_per_s: 1.0,
+        bytes_per_s: f64::INFINITY,
+    };
+    // 0: 10 s, made once; 1: 4 s, made three times when dropped; 2: 1 s,
+    // made once. A step of 1000 bytes that drops what it drops.
+    let candidates = vec![c(100, 10), c(100, 4), c(100, 1)];
+    let base = needs(&[], 1, candidates.clone());
+    let measure = |dropped: &[u32]| -> Result<ArenaNeeds> {
+        let gone: usize = dropped.iter().map(|&i| candidates[i as usize].bytes).sum();
+        let mut made = candidates.clone();
+        for &d in dropped {
+            made[d as usize].remade = if d == 1 { 3 } else { 1 };
+        }
+        Ok(ArenaNeeds {
+            step_bytes: 1000 - gone,
+            candidates: made,
+            dropped: dropped.to_vec(),
+            ..base.clone()
+        })
+    };
+    // Within 900, from {0} (10 s): 1 costs 4 s once but 12 s made three
+    // times; 2 costs 1 s. Exchanged for 2, never for 1.
+    let fit = exchange(measure(&[0]).unwrap(), 900, &speed, &measure, &forever()).unwrap();
+    assert_eq!(fit.dropped, vec![2]);
+    // Within 800, from {0, 1} (22 s): 1 (12 s) goes first, for 2; then
+    // 0 (10 s) has nothing cheaper left to go for but 1, at 12 s.
+    let fit = exchange(measure(&[0, 1]).unwrap(), 800, &speed, &measure, &forever()).unwrap();
+    assert_eq!(fit.dropped, vec![0, 2]);
+    // Within 900, from {0, 1}: giving back 1 (12 s with its remakings)
+    // before 0 (10 s) leaves {0}, then exchanged for {2}.
+    let fit = give_back(measure(&[0, 1]).unwrap(), 900, &speed, &measure, &forever()).unwrap();
+    assert_eq!(fit.dropped, vec![2]);
+    assert_eq!(cost(&fit, &speed), 1.0);
+}
