@@ -410,6 +410,9 @@ fn use_graph(cfg: &TrainConfig, device: DeviceKind) -> Result<bool> {
 }
 
 #[cfg(test)]
+mod tests;
+
+#[cfg(test)]
 impl Pipeline<'_> {
     /// The data and the device, for tests that plan on them directly.
     pub(crate) fn into_parts(self) -> (ImageSet, Device) {
