@@ -262,6 +262,9 @@ def run_bumpgrad(case, args, profile=False, budget=None):
         "state_bytes": epochs[-1]["arena"]["persistent_bytes"],
         "graph_nodes": epochs[-1].get("kernels_per_step"),
         "train_loss": [e["train_loss"] for e in epochs],
+        # Under a budget every epoch line carries the plan the run follows
+        # (outputs recomputed, chain mode, predicted extra seconds, search).
+        "plan": epochs[-1].get("recomputed"),
         # What the run said about its memory and its convolution algorithms.
         "notes": [l.strip() for l in p.stderr.splitlines() if l.strip().startswith(("memory:", "cuDNN:"))],
     }
@@ -366,7 +369,9 @@ def run_predicted_ms(result, unbudgeted=None):
 
     notes = result.get("notes", [])
     held = r"([0-9.]+) ms more a step by cuDNN's timings"
-    ms = find(notes, r"predicted ([0-9.]+) ms more a step") or find(notes, held)
+    plan = result.get("plan")
+    ms = (plan["predicted_step_extra_seconds"] * 1e3 if plan else None) \
+        or find(notes, r"predicted ([0-9.]+) ms more a step") or find(notes, held)
     if ms is None:
         return None
     return ms - (find(unbudgeted.get("notes", []), held) or 0.0 if unbudgeted else 0.0)

@@ -1021,3 +1021,191 @@ fn memory_into_a_closed_pipe_is_no_error() {
     assert!(out.status.success(), "{:?}: {stderr}", out.status);
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// A small ResNet-18 on synthetic CIFAR-shaped data: a step with
+/// convolution and block outputs to recompute, planned in seconds.
+const SMALL_RESNET: [&str; 14] = [
+    "--device",
+    "cpu",
+    "--threads",
+    "2",
+    "--model",
+    "resnet18",
+    "--width-mult",
+    "0.125",
+    "--data",
+    "synthetic:cifar10:96",
+    "--batch",
+    "16",
+    "--test-limit",
+    "16",
+];
+
+fn small_resnet(command: &str, extra: &[&str]) -> Output {
+    let mut args = vec![command];
+    args.extend_from_slice(&SMALL_RESNET);
+    args.extend_from_slice(extra);
+    bumpgrad(&args)
+}
+
+/// `memory --json`'s report of the small ResNet's step, under `budget`.
+fn small_resnet_plan(budget: Option<usize>) -> serde_json::Value {
+    let budget = budget.map(|b| b.to_string());
+    let mut extra = vec!["--json"];
+    extra.extend(budget.iter().flat_map(|b| ["--memory-budget", b.as_str()]));
+    let out = small_resnet("memory", &extra);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+/// Under a memory budget `--json` carries the plan: `memory`'s report and
+/// every epoch line of `train`, beside the step's measured time, name the
+/// same outputs recomputed (numbers and kinds), the same chain mode and
+/// predicted time, and how the search went; the run's first lines say
+/// the predicted time. Without a budget an epoch line carries no plan.
+#[test]
+fn a_budgets_plan_is_in_the_json_of_memory_and_of_every_epoch() {
+    let peak = small_resnet_plan(None)["plan_peak_bytes"].as_u64().unwrap() as usize;
+    let budget = peak * 6 / 10;
+    let planned = small_resnet_plan(Some(budget));
+    let plan = &planned["recomputed"];
+    let which: Vec<u64> = plan["which"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    let outputs = plan["outputs"].as_array().expect("each output recomputed");
+    assert!(!which.is_empty() && outputs.len() == which.len(), "{plan}");
+    for (o, &id) in outputs.iter().zip(&which) {
+        assert_eq!(o["id"].as_u64(), Some(id), "{o}");
+        let what = o["what"].as_str().unwrap();
+        assert!(
+            what == "conv2d output" || what == "batch-norm + residual relu output",
+            "{what}"
+        );
+        assert!(
+            o["bytes"].as_u64().unwrap() > 0 && o["remade"].as_u64().unwrap() >= 1,
+            "{o}"
+        );
+    }
+    let kinds: u64 = plan["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["dropped"].as_u64().unwrap())
+        .sum();
+    assert_eq!(kinds, which.len() as u64);
+    let chains = plan["chain_mode"].as_str().unwrap();
+    assert_eq!(
+        chains == "remade for each reader",
+        plan["transient_chains"].as_bool().unwrap()
+    );
+    assert!(chains == "held" || chains == "remade for each reader", "{chains}");
+    let predicted = plan["predicted_extra_seconds"].as_f64().unwrap();
+    assert!(predicted > 0.0, "{plan}");
+    let search = &plan["search"];
+    assert_eq!(search["bound_seconds"].as_f64(), Some(60.0), "{search}");
+    assert_eq!(search["stopped_at_bound"].as_bool(), Some(false), "{search}");
+    assert!(search["plans_weighed"].as_u64().unwrap() >= 1 && search["dry_runs"].as_u64().unwrap() >= 1);
+
+    let budget = budget.to_string();
+    let out = small_resnet(
+        "train",
+        &[
+            "--epochs",
+            "2",
+            "--json",
+            "--checkpoint-every",
+            "off",
+            "--memory-budget",
+            &budget,
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "memory: the step recomputes {} of its 28 convolution and block outputs in backward rather than keep them",
+            which.len()
+        )) && stderr.contains(&format!("(predicted {:.2} ms more a step)", predicted * 1e3)),
+        "{stderr}"
+    );
+    assert!(stderr.contains("memory: the plan was chosen in"), "{stderr}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    assert_eq!(lines.len(), 2);
+    for epoch in &lines {
+        let measured = epoch["seconds"].as_f64().unwrap() / epoch["steps"].as_f64().unwrap();
+        assert!(
+            (epoch["step_seconds"].as_f64().unwrap() - measured).abs() < 1e-12,
+            "{epoch}"
+        );
+        let run = &epoch["recomputed"];
+        assert_eq!(
+            run["dropped"].as_array(),
+            plan["which"].as_array(),
+            "train runs what memory planned"
+        );
+        assert_eq!(run["outputs"], plan["outputs"]);
+        assert_eq!(run["chain_mode"], plan["chain_mode"]);
+        assert_eq!(run["predicted_extra_seconds"].as_f64(), Some(predicted));
+        // No workspaces are timed on the CPU: the whole prediction is the
+        // recomputation's.
+        assert_eq!(run["workspace_extra_seconds"].as_f64(), Some(0.0));
+        assert_eq!(run["predicted_step_extra_seconds"].as_f64(), Some(predicted));
+        assert!(run["search"]["dry_runs"].as_u64().unwrap() >= 1, "{run}");
+    }
+    let unbudgeted = small_resnet("train", &["--epochs", "1", "--json", "--checkpoint-every", "off"]);
+    let epoch: serde_json::Value = serde_json::from_slice(&unbudgeted.stdout).expect("one epoch line");
+    assert!(
+        epoch["step_seconds"].as_f64().unwrap() > 0.0 && epoch.get("recomputed").is_none(),
+        "{epoch}"
+    );
+}
+
+/// A budget below the least that works is refused with that least; with
+/// an arena too small for the budget's step, the arena is the one named
+/// to raise. Both before training.
+#[test]
+fn a_budget_out_of_reach_names_the_least_and_a_small_arena_is_the_one_to_raise() {
+    let out = small_resnet("train", &["--memory-budget", "256KiB", "--checkpoint-every", "off"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no choice holds less than") && stderr.contains("above the budget of 256.00 KiB"),
+        "{stderr}"
+    );
+    let least = stderr
+        .split("pass --memory-budget ")
+        .nth(1)
+        .and_then(|s| s.split("MiB or more").next())
+        .expect(&stderr);
+    let works = format!("{least}MiB");
+    assert!(
+        small_resnet("memory", &["--memory-budget", &works]).status.success(),
+        "{works}"
+    );
+
+    let free = small_resnet_plan(None);
+    let (peak, persistent) = (
+        free["plan_peak_bytes"].as_u64().unwrap() as usize,
+        free["persistent_bytes"].as_u64().unwrap() as usize,
+    );
+    let budget = (peak * 7 / 10).to_string();
+    let arena = (persistent + peak / 2).to_string();
+    for command in ["train", "memory"] {
+        let out = small_resnet(command, &["--memory-budget", &budget, "--arena-size", &arena]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{command}: {stderr}");
+        assert!(
+            stderr.contains("the step planned within the memory budget of")
+                && stderr.contains("the arena is the one to raise")
+                && stderr.contains("; pass --arena-size "),
+            "{command}: {stderr}"
+        );
+        assert!(!stderr.contains("epoch"), "{command}: {stderr}");
+    }
+}

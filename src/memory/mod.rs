@@ -26,4 +26,4 @@ pub use crate::base::{
 pub use arena::{Arena, ArenaStats, PersistentBuf, Region, StepFootprint, Touch, POISON};
 pub use error::{suggest, ArenaError};
 pub use plan::{PlannedBuf, StepPlan};
-pub use report::{MemoryReport, Recomputed, RecomputedKind, TypeBytes};
+pub use report::{chain_mode, MemoryReport, Recomputed, RecomputedKind, RecomputedOutput, SearchReport, TypeBytes};

@@ -117,6 +117,7 @@ impl MemoryReport {
                 100.0 * r.extra_multiply_adds as f64 / r.step_multiply_adds.max(1) as f64,
                 r.least_extra_seconds * 1e3,
             );
+            let _ = writeln!(out, "  {}", r.search.describe());
         }
         if let Some(t) = self.tuning_bytes {
             let _ = writeln!(
@@ -368,8 +369,69 @@ pub struct Recomputed {
     /// The step's planned peak without the budget.
     pub unbudgeted_step_bytes: usize,
     /// Whether chains of them are made again for each reader rather than
-    /// held (the least steps: more recomputation, fewer bytes).
+    /// held (the least steps: more recomputation, fewer bytes)...
     pub transient_chains: bool,
+    /// ...the same in words: "held" or "remade for each reader".
+    pub chain_mode: &'static str,
+    /// Each one recomputed: what a run with the same settings follows.
+    pub outputs: Vec<RecomputedOutput>,
+    /// How the choice was searched for.
+    pub search: SearchReport,
+}
+
+/// The words for a chain mode (see [`Recomputed::transient_chains`]).
+pub fn chain_mode(transient_chains: bool) -> &'static str {
+    match transient_chains {
+        true => "remade for each reader",
+        false => "held",
+    }
+}
+
+/// One output a step recomputes in backward rather than keep.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RecomputedOutput {
+    /// Its number, in the order the training step makes its candidates.
+    pub id: u32,
+    /// What it is, as the plan names it ("conv2d output").
+    pub what: &'static str,
+    /// Bytes it would have kept.
+    pub bytes: usize,
+    /// Times the step makes it again (more than once only with chains
+    /// remade for each reader).
+    pub remade: u32,
+}
+
+/// How a memory budget's search went: its time against its stated bound
+/// (past which the cheapest plan found by then is taken), the plans that
+/// fitted and were weighed by predicted time, and the dry runs it took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct SearchReport {
+    pub seconds: f64,
+    pub bound_seconds: f64,
+    /// It reached its bound, and took the cheapest plan found by then.
+    pub stopped_at_bound: bool,
+    pub plans_weighed: usize,
+    pub dry_runs: usize,
+}
+
+impl SearchReport {
+    /// For people: its time against its bound, and whether it stopped
+    /// there.
+    pub fn describe(&self) -> String {
+        format!(
+            "the plan was chosen in {:.1} s ({} dry runs, {} plans that fit weighed by predicted time){}",
+            self.seconds,
+            self.dry_runs,
+            self.plans_weighed,
+            match self.stopped_at_bound {
+                true => format!(
+                    "; the search reached its bound of {:.0} s and took the cheapest plan found by then",
+                    self.bound_seconds
+                ),
+                false => format!(", within its bound of {:.0} s", self.bound_seconds),
+            }
+        )
+    }
 }
 
 /// Candidates of one kind a budget recomputes.

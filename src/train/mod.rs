@@ -26,13 +26,13 @@ mod run;
 mod session;
 pub mod shapes;
 
-pub use budget::{extra_seconds, least_extra_seconds, Speed};
+pub use budget::{extra_seconds, least_extra_seconds, Speed, SEARCH_SECONDS};
 pub use checkpoints::{CheckpointPolicy, Every, Position};
 pub use config::{ConvAlgos, DeviceConfig, MemoryConfig, RunConfig, TrainConfig, TUNING_GROWTH};
 pub use max_batch::{max_batch, MaxBatch, Probe};
 pub use pipeline::{memory_report, tuning_bytes, tuning_headroom, ArenaNeeds, DryRuns, Pipeline, StepChoice};
 pub use report::{
-    resident_bytes, ConvTuning, EpochReport, Observer, Quiet, RecomputePlan, Reports, RunInfo, StepProfile,
+    resident_bytes, ConvTuning, EpochLine, EpochReport, Observer, Quiet, RecomputePlan, Reports, RunInfo, StepProfile,
 };
 pub use run::{train, Hooks};
 pub use session::{Control, Loop, Parts, Session, READBACK};

@@ -73,9 +73,43 @@ pub struct RecomputePlan {
     /// ...the seconds a step takes longer for it, by the device's cost
     /// model...
     pub predicted_extra_seconds: f64,
-    /// ...and whether chains of them are made again for each reader
-    /// rather than held.
+    /// ...whether chains of them are made again for each reader rather
+    /// than held...
     pub transient_chains: bool,
+    /// ...the same in words ("held", "remade for each reader")...
+    pub chain_mode: &'static str,
+    /// ...each one, with what it is and the times the step makes it again...
+    pub outputs: Vec<crate::memory::RecomputedOutput>,
+    /// ...the seconds the timed convolutions' workspaces, held down so the
+    /// step fits, add by cuDNN's timings (0 where none are held)...
+    pub workspace_extra_seconds: f64,
+    /// ...the two together, the step's predicted extra time...
+    pub predicted_step_extra_seconds: f64,
+    /// ...and how the search went (`None`: the step needed no search).
+    pub search: Option<crate::memory::SearchReport>,
+}
+
+/// One epoch as `--json` prints it: the report, the measured time of a
+/// step, and under a memory budget the plan the run follows, so that the
+/// predicted and the measured time read off one line.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EpochLine<'a> {
+    #[serde(flatten)]
+    pub epoch: &'a EpochReport,
+    /// The epoch's training seconds per step.
+    pub step_seconds: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recomputed: Option<&'a RecomputePlan>,
+}
+
+impl<'a> EpochLine<'a> {
+    pub fn new(epoch: &'a EpochReport, recomputed: Option<&'a RecomputePlan>) -> Self {
+        Self {
+            epoch,
+            step_seconds: epoch.seconds / epoch.steps.max(1) as f64,
+            recomputed,
+        }
+    }
 }
 
 /// One epoch, as `--json` prints it.

@@ -246,6 +246,23 @@ fn held_workspaces_are_priced_and_the_run_recomputes_what_memory_reports() {
     );
     assert!(tuning.kept && tuning.workspace_limit.is_some(), "{tuning:?}");
     assert!(tuning.seconds_lost > 0.0 && tuning.seconds_lost < 1.0, "{tuning:?}");
+    // The JSON's plan: the same outputs (numbers, kinds, remakings) and
+    // chain mode as memory's, the held workspaces priced in, the search
+    // within its bound.
+    assert_eq!(followed.outputs, reported.outputs);
+    assert_eq!(followed.chain_mode, reported.chain_mode);
+    assert_eq!(followed.workspace_extra_seconds, tuning.seconds_lost);
+    let recomputing = reported.predicted_extra_seconds;
+    assert!((followed.predicted_extra_seconds - recomputing).abs() <= 1e-9 * recomputing.max(1e-9));
+    assert_eq!(
+        followed.predicted_step_extra_seconds,
+        followed.predicted_extra_seconds + tuning.seconds_lost
+    );
+    let search = followed.search.expect("the run searched");
+    assert!(
+        !search.stopped_at_bound && search.seconds <= search.bound_seconds,
+        "{search:?}"
+    );
     let planned = training_plan_peak(&info);
     assert!(planned <= budget, "the plan's peak {planned} above the budget {budget}");
     let mut seen = Collect(Vec::new());

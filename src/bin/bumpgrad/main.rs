@@ -210,8 +210,9 @@ fn run_rank(args: &TrainArgs, rv: RendezvousConfig) -> anyhow::Result<ExitCode> 
 fn note_budget_planning(cfg: &TrainConfig) {
     if let Some(budget) = cfg.memory.memory_budget {
         eprintln!(
-            "bumpgrad: choosing what to recompute to fit the memory budget of {} (tens of seconds for a large network)",
-            ByteSize(budget)
+            "bumpgrad: choosing what to recompute to fit the memory budget of {} (tens of seconds for a large network; past {} s the cheapest plan found by then)",
+            ByteSize(budget),
+            train::SEARCH_SECONDS
         );
     }
 }

@@ -2,7 +2,7 @@
 //! line per epoch, or one JSON object per epoch with `--json`.
 
 use bumpgrad::memory::ByteSize;
-use bumpgrad::train::{EpochReport, Observer, RunInfo, StepProfile};
+use bumpgrad::train::{EpochLine, EpochReport, Observer, RecomputePlan, RunInfo, StepProfile};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::{IsTerminal, Write};
 
@@ -14,6 +14,9 @@ pub struct Printer {
     memory_report: Option<std::path::PathBuf>,
     bar: Option<ProgressBar>,
     loss_sum: f64,
+    /// Under a memory budget, the plan the run follows: every JSON epoch
+    /// line carries it beside the measured step time.
+    recomputed: Option<RecomputePlan>,
 }
 
 impl Printer {
@@ -24,6 +27,7 @@ impl Printer {
             memory_report,
             bar: None,
             loss_sum: 0.0,
+            recomputed: None,
         }
     }
 
@@ -90,9 +94,10 @@ impl Observer for Printer {
         ));
         // Held workspaces cost time too: the prediction is the budget's
         // whole cost, recomputation and slower algorithms together.
-        let lost = info.conv_tuning.map_or(0.0, |t| t.seconds_lost);
+        self.recomputed = info.recomputed.clone();
         if let Some(plan) = &info.recomputed {
             let (dropped, of, extra) = (plan.dropped.len(), plan.candidates, plan.predicted_extra_seconds);
+            let lost = plan.workspace_extra_seconds;
             let slower = match lost > 0.0 {
                 true => format!(
                     ": {:.2} recomputing, {:.2} in slower convolution algorithms",
@@ -105,8 +110,11 @@ impl Observer for Printer {
                 "memory: the step recomputes {dropped} of its {of} convolution and block outputs in backward rather than keep them{}, to fit {} (predicted {:.2} ms more a step{slower})",
                 if plan.transient_chains { ", chains of them made again for each reader" } else { "" },
                 if info.arena_size_measured { "--memory-budget" } else { "--arena-size" },
-                (extra + lost) * 1e3,
+                plan.predicted_step_extra_seconds * 1e3,
             ));
+            if let Some(search) = &plan.search {
+                self.say(&format!("memory: {}", search.describe()));
+            }
         }
         if let Some(t) = info.conv_tuning {
             let growth = (info.workspace_growth * 100.0).round();
@@ -261,7 +269,7 @@ impl Observer for Printer {
             ByteSize(r.arena.step_high_water_bytes)
         ));
         if self.json {
-            match serde_json::to_string(r) {
+            match serde_json::to_string(&EpochLine::new(r, self.recomputed.as_ref())) {
                 Ok(line) => {
                     let mut out = std::io::stdout().lock();
                     // A closed stdout (a pipe to `head`) must not kill training.

@@ -23,8 +23,26 @@
 //! over the budget with the last answer, until the answer fits. A
 //! ResNet-50 needs about ten of its hundred-odd stretches.
 
+//!
+//! The solver is contained: microlp's documentation allows that it may
+//! cycle or panic. Each solve runs under a time limit (the search's time
+//! left) beside its node limit, and inside `catch_unwind`, so that a panic
+//! becomes [`SolverPanicked`], never an abort.
+
 use super::liveness::Liveness;
 use microlp::{ComparisonOp, OptimizationDirection, Problem, SolveOptions, Variable};
+use std::time::Duration;
+
+/// The solver panicked: what it said.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SolverPanicked(pub String);
+
+#[cfg(test)]
+thread_local! {
+    /// Makes every solve on this thread panic inside the solver's guard:
+    /// the tests' way to see a panic contained.
+    pub(super) static PANIC_IN_SOLVER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
 /// A choice the program found.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,53 +76,77 @@ const UNIT: f64 = (1 << 20) as f64;
 /// of an earlier solve of a model that has since learnt more, say); on
 /// return, those it ended with.
 /// `gap`: the branch and bound stops at a choice within this fraction of
-/// the cheapest ([`GAP`]; 1 for the first it finds).
+/// the cheapest ([`GAP`]; 1 for the first it finds). `time`: how long the
+/// solves may take in all (each stops at what is left).
 pub(crate) fn cheapest(
     model: &Liveness,
     seconds: &[f64],
     budget: usize,
     gap: f64,
     rows: &mut Vec<usize>,
-) -> Option<Cheapest> {
+    time: Duration,
+) -> Result<Option<Cheapest>, SolverPanicked> {
+    let started = std::time::Instant::now();
+    let left = || time.saturating_sub(started.elapsed());
     let stretches = stretches(model);
     let fullest = |live: &[usize], (lo, hi): (usize, usize)| live[lo..hi].iter().copied().max().unwrap_or(0);
+    // A stretch that every candidate idle in it, gone, leaves over the
+    // budget makes the program infeasible: said before any solve.
+    let out_of_reach = stretches.iter().any(|&(lo, hi)| {
+        let gone: usize = model
+            .held
+            .iter()
+            .flatten()
+            .filter(|h| lo > h.from as usize && hi <= h.to as usize)
+            .map(|h| h.bytes)
+            .sum();
+        fullest(&model.base, (lo, hi)).saturating_sub(gone) > budget
+    });
+    if out_of_reach {
+        return Ok(None);
+    }
     let mut live = match rows.is_empty() {
         true => model.live(&vec![false; model.held.len()]),
         false => {
-            let answer = solve(model, seconds, budget, gap, &stretches, rows)?;
+            let Some(answer) = solve(model, seconds, budget, gap, &stretches, rows, left())? else {
+                return Ok(None);
+            };
             let live = model.live(&model.flags(&answer.dropped));
             if live.iter().all(|&l| l <= budget) {
-                return Some(answer);
+                return Ok(Some(answer));
             }
             live
         }
     };
     for _ in 0..ROUNDS {
-        let worst = (0..stretches.len()).max_by_key(|&k| (fullest(&live, stretches[k]), std::cmp::Reverse(k)))?;
+        let worst = (0..stretches.len()).max_by_key(|&k| (fullest(&live, stretches[k]), std::cmp::Reverse(k)));
+        let Some(worst) = worst else { return Ok(None) };
         if fullest(&live, stretches[worst]) <= budget {
             break;
         }
         if rows.contains(&worst) {
             // The program's answer meets a row the model says it breaks:
             // the two disagree, which is a bug, not a budget out of reach.
-            return None;
+            return Ok(None);
         }
         rows.push(worst);
-        let answer = solve(model, seconds, budget, gap, &stretches, rows)?;
+        let Some(answer) = solve(model, seconds, budget, gap, &stretches, rows, left())? else {
+            return Ok(None);
+        };
         let flags = model.flags(&answer.dropped);
         live = model.live(&flags);
         if live.iter().all(|&l| l <= budget) {
-            return Some(answer);
+            return Ok(Some(answer));
         }
     }
     if live.iter().all(|&l| l <= budget) {
-        return Some(Cheapest {
+        return Ok(Some(Cheapest {
             dropped: Vec::new(),
             seconds: 0.0,
             bound: 0.0,
-        });
+        }));
     }
-    None
+    Ok(None)
 }
 
 /// The stretches of ticks between consecutive ends of idle stretches, as
@@ -123,7 +165,9 @@ fn stretches(model: &Liveness) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// One round's program, with the memory rows of `rows` (stretch numbers).
+/// One round's program, with the memory rows of `rows` (stretch numbers),
+/// solved within `time`, a panic of the solver's caught: `Ok(None)` where
+/// it found no choice in time (or none exists).
 fn solve(
     model: &Liveness,
     seconds: &[f64],
@@ -131,6 +175,34 @@ fn solve(
     gap: f64,
     stretches: &[(usize, usize)],
     rows: &[usize],
+    time: Duration,
+) -> Result<Option<Cheapest>, SolverPanicked> {
+    let solved = std::panic::catch_unwind(|| {
+        #[cfg(test)]
+        if PANIC_IN_SOLVER.with(|p| p.get()) {
+            panic!("a panic planted in the solver");
+        }
+        program(model, seconds, budget, gap, stretches, rows, time)
+    });
+    solved.map_err(|payload| {
+        let said = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".into());
+        SolverPanicked(said)
+    })
+}
+
+/// [`solve`]'s program, built and solved.
+fn program(
+    model: &Liveness,
+    seconds: &[f64],
+    budget: usize,
+    gap: f64,
+    stretches: &[(usize, usize)],
+    rows: &[usize],
+    time: Duration,
 ) -> Option<Cheapest> {
     let mut p = Problem::new(OptimizationDirection::Minimize);
     let x: Vec<Option<Variable>> = model
@@ -194,6 +266,9 @@ fn solve(
     let mut options = SolveOptions::default();
     options.node_limit = Some(NODES);
     options.mip_gap = gap;
+    // A limit of nothing left still lets the solver start; it stops at
+    // its first check.
+    options.time_limit = Some(time.max(Duration::from_millis(1)));
     let solution = p.solve_with(options).ok()?.into_solution().ok()?;
     let dropped: Vec<u32> = x
         .iter()
@@ -274,6 +349,36 @@ mod tests {
             .min_by(f64::total_cmp)
     }
 
+    /// A budget some stretch cannot meet with every candidate idle in it
+    /// gone is refused before the solver runs (a solver that panics is
+    /// never reached); one every stretch can meet is solved.
+    #[test]
+    fn a_stretch_out_of_reach_is_refused_before_the_solver_runs() {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let (model, seconds) = instance(&mut rng, 8);
+        let stretches = stretches(&model);
+        let least = stretches
+            .iter()
+            .map(|&(lo, hi)| {
+                let gone: usize = model
+                    .held
+                    .iter()
+                    .flatten()
+                    .filter(|h| lo > h.from as usize && hi <= h.to as usize)
+                    .map(|h| h.bytes)
+                    .sum();
+                model.base[lo..hi].iter().max().unwrap() - gone
+            })
+            .max()
+            .unwrap();
+        PANIC_IN_SOLVER.with(|p| p.set(true));
+        let below = cheapest(&model, &seconds, least - 1, GAP, &mut Vec::new(), Duration::MAX);
+        let at = cheapest(&model, &seconds, least, GAP, &mut Vec::new(), Duration::MAX);
+        PANIC_IN_SOLVER.with(|p| p.set(false));
+        assert_eq!(below, Ok(None));
+        assert_eq!(at, Err(SolverPanicked("a panic planted in the solver".into())));
+    }
+
     #[test]
     fn the_program_finds_the_cheapest_choice_every_subset_shows() {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
@@ -284,7 +389,7 @@ mod tests {
             let peak = model.base.iter().copied().max().unwrap();
             let budget = peak / 100 * (35 + rng.next(55) as usize);
             let best = by_brute_force(&model, &seconds, budget);
-            let found = cheapest(&model, &seconds, budget, GAP, &mut Vec::new());
+            let found = cheapest(&model, &seconds, budget, GAP, &mut Vec::new(), Duration::MAX).unwrap();
             match (best, found) {
                 (None, None) => {}
                 (Some(best), Some(found)) => {

@@ -91,36 +91,27 @@ impl Liveness {
     fn from_plan(plan: &StepPlan, candidates: &[Candidate]) -> Option<Self> {
         let op = ops(plan);
         let base = live_by_op(plan, &op);
-        let mut seen: Vec<(&str, usize)> = Vec::new();
-        let mut held = Vec::with_capacity(candidates.len());
-        for c in candidates {
-            // The buffers of this name are the candidates of this name, in
-            // order: resume after the last one matched.
-            let after = seen.iter().find(|(w, _)| *w == c.what).map_or(0, |&(_, i)| i);
-            let at = after + plan.bufs[after..].iter().position(|b| b.what == c.what)?;
-            let b = &plan.bufs[at];
-            if b.size != align_up(c.bytes) {
-                return None;
-            }
-            match seen.iter_mut().find(|(w, _)| *w == c.what) {
-                Some(s) => s.1 = at + 1,
-                None => seen.push((c.what, at + 1)),
-            }
-            held.push(b.idle.map(|i| Held {
-                bytes: b.size,
-                from: op[i.born as usize],
-                to: op[i.last as usize],
-                readers: Vec::new(),
-            }));
-        }
+        let held = buffers_of(plan, candidates)?
+            .into_iter()
+            .map(|at| {
+                let b = &plan.bufs[at];
+                b.idle.map(|i| Held {
+                    bytes: b.size,
+                    from: op[i.born as usize],
+                    to: op[i.last as usize],
+                    readers: Vec::new(),
+                })
+            })
+            .collect();
+        let mut model = Self { base, held };
         for (d, c) in candidates.iter().enumerate() {
             for &r in &c.reads {
-                if let Some(Some(h)) = held.get_mut(r as usize) {
+                if let Some(Some(h)) = model.held.get_mut(r as usize) {
                     h.readers.push(d as u32);
                 }
             }
         }
-        Some(Self { base, held })
+        Some(model)
     }
 
     /// Adds to the model what a dry run of `dropped` held above it, op by
@@ -185,6 +176,58 @@ impl Liveness {
         }
         flags
     }
+}
+
+/// Where each candidate sits in `plan` (its buffer's index): the buffers
+/// of a candidate's name are the candidates of that name, in allocation
+/// order. `None` if the plan does not show one of them.
+fn buffers_of(plan: &StepPlan, candidates: &[Candidate]) -> Option<Vec<usize>> {
+    let mut seen: Vec<(&str, usize)> = Vec::new();
+    let mut found = Vec::with_capacity(candidates.len());
+    for c in candidates {
+        // Resume after the last one of this name matched.
+        let after = seen.iter().find(|(w, _)| *w == c.what).map_or(0, |&(_, i)| i);
+        let at = after + plan.bufs[after..].iter().position(|b| b.what == c.what)?;
+        if plan.bufs[at].size != align_up(c.bytes) {
+            return None;
+        }
+        match seen.iter_mut().find(|(w, _)| *w == c.what) {
+            Some(s) => s.1 = at + 1,
+            None => seen.push((c.what, at + 1)),
+        }
+        found.push(at);
+    }
+    Some(found)
+}
+
+/// Bytes no choice of drops brings a step below, read off `unbudgeted`
+/// (measured dropping nothing): the training step's most bytes alive at
+/// one tick with every candidate gone wherever it could be (alive only at
+/// the tick that makes it in forward, which every choice runs; chains
+/// remade for each reader may free one between its backward reads, so
+/// not even those are counted). Everything else it holds every choice
+/// holds too, and recomputation only adds. Cheap (no dry run,
+/// no program), so a budget below it is refused before any search.
+/// `None` where the plan does not show the candidates.
+pub fn least_bytes(unbudgeted: &ArenaNeeds) -> Option<usize> {
+    let plan = train_plan(unbudgeted)?;
+    let mut candidate = vec![false; plan.bufs.len()];
+    for at in buffers_of(plan, &unbudgeted.candidates)? {
+        candidate[at] = true;
+    }
+    let ticks = plan.bufs.iter().map(|b| b.life.last as usize + 1).max().unwrap_or(0);
+    let mut delta = vec![0isize; ticks + 1];
+    for (b, &is) in plan.bufs.iter().zip(&candidate) {
+        let last = if is { b.life.born } else { b.life.last };
+        delta[b.life.born as usize] += b.size as isize;
+        delta[last as usize + 1] -= b.size as isize;
+    }
+    let (mut live, mut most) = (0isize, 0isize);
+    for d in &delta[..ticks] {
+        live += d;
+        most = most.max(live);
+    }
+    Some(most as usize)
 }
 
 /// The full training step's plan.

@@ -34,6 +34,23 @@
 //!   bound proves no choice within the budget undercuts, by the model as
 //!   first read (before it learns anything). The report puts the chosen
 //!   drops' cost against it.
+//! - **Every plan that fits is weighed**: the search keeps the cheapest by
+//!   predicted time, every remaking counted (chains remade for each reader
+//!   cost each time); polishing keeps a change only if the measured step
+//!   fits and costs less, and tries chains held for a choice found with
+//!   them remade. The floors come last, and only where nothing cheaper
+//!   fits.
+//!   Over a sweep of budgets the plan's predicted time does not rise as
+//!   the budget grows (the tests sweep a small ResNet-18 and ResNet-50).
+//! - **The search is bounded**: a budget below what the step holds with
+//!   every candidate gone wherever it can be ([`liveness::least_bytes`],
+//!   read off the step without, no dry run) is refused without the program
+//!   or the local search, only the floors run to name the least budget
+//!   that works; the program itself says a stretch of the step out of
+//!   reach before it solves; past [`SEARCH_SECONDS`] the search takes the
+//!   cheapest plan it has (the floors, if it has none) and says so; the
+//!   solver runs under the time left and cannot abort the process (see
+//!   [`ilp`]).
 
 mod ilp;
 mod liveness;
@@ -42,8 +59,10 @@ use super::pipeline::{ArenaNeeds, Measure, StepChoice};
 use super::StepKind;
 use crate::autograd::{Candidate, GRADIENT_SEED};
 use crate::backend::{DeviceKind, Precision};
-use crate::memory::{align_up, ByteSize, StepPlan};
+use crate::memory::{align_up, ByteSize, SearchReport, StepPlan};
 use crate::{Error, Result, Setting};
+use std::cell::Cell;
+use std::time::{Duration, Instant};
 // The tests below measure real steps through these.
 #[cfg(test)]
 use {super::measure_dropping, crate::Engine};
@@ -117,7 +136,7 @@ fn live_at_backward(plan: &StepPlan) -> Option<usize> {
 pub fn least_extra_seconds(unbudgeted: &ArenaNeeds, budget: usize, speed: &Speed) -> f64 {
     let seconds: Vec<f64> = unbudgeted.candidates.iter().map(|c| speed.seconds(c)).collect();
     let by_model = liveness::Liveness::of(unbudgeted)
-        .and_then(|model| ilp::cheapest(&model, &seconds, budget, ilp::GAP, &mut Vec::new()))
+        .and_then(|model| ilp::cheapest(&model, &seconds, budget, ilp::GAP, &mut Vec::new(), bound()).ok()?)
         .map_or(0.0, |c| c.bound);
     by_model.max(fractional_bound(unbudgeted, budget, speed))
 }
@@ -170,6 +189,53 @@ fn distance(needs: &ArenaNeeds, budget: usize) -> (u128, usize) {
     (above, needs.step_bytes.saturating_sub(budget))
 }
 
+/// The search's stated time bound, in seconds: past it, the cheapest plan
+/// found so far is taken (the floors, where none was), and the report says
+/// so. A ResNet-50 at batch 256 plans in tens of seconds on the H200.
+pub const SEARCH_SECONDS: u64 = 60;
+
+/// [`SEARCH_SECONDS`] as a duration.
+fn bound() -> Duration {
+    Duration::from_secs(SEARCH_SECONDS)
+}
+
+/// When a search stops looking for cheaper plans.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadline {
+    started: Instant,
+    bound: Duration,
+}
+
+impl Deadline {
+    /// `bound` from now.
+    pub(crate) fn after(bound: Duration) -> Self {
+        Self {
+            started: Instant::now(),
+            bound,
+        }
+    }
+
+    fn passed(&self) -> bool {
+        self.started.elapsed() >= self.bound
+    }
+
+    fn left(&self) -> Duration {
+        self.bound.saturating_sub(self.started.elapsed())
+    }
+}
+
+/// The predicted extra seconds of a measured step: each drop times the
+/// times the step made it again.
+fn cost(needs: &ArenaNeeds, speed: &Speed) -> f64 {
+    extra_seconds(&needs.candidates, &needs.dropped, speed)
+}
+
+/// One candidate's part of [`cost`] in `needs`.
+fn cost_of(needs: &ArenaNeeds, c: u32, speed: &Speed) -> f64 {
+    let c = &needs.candidates[c as usize];
+    speed.seconds(c) * f64::from(c.remade.max(1))
+}
+
 /// Passes over the candidates at most; a ResNet-50's search settles in
 /// under ten.
 const PASSES: usize = 16;
@@ -178,13 +244,14 @@ const PASSES: usize = 16;
 /// per second of recomputation, dropping each if kept and keeping it if
 /// dropped, and keeps the change if the step gets closer to the budget
 /// (keeping one again is what breaks a run of dropped block outputs that
-/// backward would rebuild all at once), until it fits or a pass changes
-/// nothing. Returns the closest step found.
+/// backward would rebuild all at once), until it fits, a pass changes
+/// nothing, or the deadline passes. Returns the closest step found.
 fn approach(
     start: ArenaNeeds,
     budget: usize,
     speed: &Speed,
     measure: &dyn Fn(&[u32]) -> Result<ArenaNeeds>,
+    deadline: &Deadline,
 ) -> Result<ArenaNeeds> {
     let ranked = rank(&start.candidates, speed);
     let mut current = start;
@@ -192,7 +259,7 @@ fn approach(
     for _ in 0..PASSES {
         let mut changed = false;
         for &c in &ranked {
-            if current.step_bytes <= budget {
+            if current.step_bytes <= budget || deadline.passed() {
                 return Ok(current);
             }
             let (trial, _) = toggled(&current.dropped, c);
@@ -238,41 +305,50 @@ fn rank(candidates: &[Candidate], speed: &Speed) -> Vec<u32> {
 }
 
 /// Gives back the drops of `fit` (a step within `budget`) that it can do
-/// without, the most costly first.
+/// without, the most costly first (each remaking counted), where the step
+/// then fits and costs no more; then exchanges costly drops for cheaper
+/// ones ([`exchange`]). Stops at the deadline.
 fn give_back(
     mut fit: ArenaNeeds,
     budget: usize,
     speed: &Speed,
     measure: &dyn Fn(&[u32]) -> Result<ArenaNeeds>,
+    deadline: &Deadline,
 ) -> Result<ArenaNeeds> {
     let mut order = fit.dropped.clone();
-    let cost = |i: u32| speed.seconds(&fit.candidates[i as usize]);
-    order.sort_by(|&a, &b| cost(b).total_cmp(&cost(a)));
+    let costs: Vec<f64> = order.iter().map(|&c| cost_of(&fit, c, speed)).collect();
+    let mut by_cost: Vec<usize> = (0..order.len()).collect();
+    by_cost.sort_by(|&a, &b| costs[b].total_cmp(&costs[a]));
+    order = by_cost.into_iter().map(|i| order[i]).collect();
     for c in order {
+        if deadline.passed() {
+            return Ok(fit);
+        }
         let trial: Vec<u32> = fit.dropped.iter().copied().filter(|&d| d != c).collect();
         let needs = measure(&trial)?;
-        if needs.step_bytes <= budget {
+        if needs.step_bytes <= budget && cost(&needs, speed) <= cost(&fit, speed) {
             fit = needs;
         }
     }
-    exchange(fit, budget, speed, measure)
+    exchange(fit, budget, speed, measure, deadline)
 }
 
 /// Exchanges drops of `fit` (a step within `budget`) for cheaper ones:
-/// each dropped candidate, the most costly first, is kept again in
-/// exchange for the first kept one, the cheapest first, whose drop keeps
-/// the step within the budget and costs less.
+/// each dropped candidate, the most costly first (each remaking counted),
+/// is kept again in exchange for the first kept one, the cheapest first,
+/// whose drop keeps the step within the budget and the whole step's
+/// predicted cost, measured, lower.
 fn exchange(
     mut fit: ArenaNeeds,
     budget: usize,
     speed: &Speed,
     measure: &dyn Fn(&[u32]) -> Result<ArenaNeeds>,
+    deadline: &Deadline,
 ) -> Result<ArenaNeeds> {
-    let cost: Vec<f64> = fit.candidates.iter().map(|c| speed.seconds(c)).collect();
     for _ in 0..EXCHANGE_PASSES {
         let before = fit.dropped.clone();
-        fit = exchange_pass(fit, budget, &cost, measure)?;
-        if fit.dropped == before {
+        fit = exchange_pass(fit, budget, speed, measure, deadline)?;
+        if fit.dropped == before || deadline.passed() {
             break;
         }
     }
@@ -286,28 +362,42 @@ const EXCHANGE_PASSES: usize = 3;
 fn exchange_pass(
     mut fit: ArenaNeeds,
     budget: usize,
-    cost: &[f64],
+    speed: &Speed,
     measure: &dyn Fn(&[u32]) -> Result<ArenaNeeds>,
+    deadline: &Deadline,
 ) -> Result<ArenaNeeds> {
+    // A kept candidate costs at least its one remaking once dropped.
+    let once: Vec<f64> = fit.candidates.iter().map(|c| speed.seconds(c)).collect();
     let mut dropped = fit.dropped.clone();
-    dropped.sort_by(|&a, &b| cost[b as usize].total_cmp(&cost[a as usize]));
+    let costs: Vec<f64> = (0..once.len() as u32).map(|c| cost_of(&fit, c, speed)).collect();
+    dropped.sort_by(|&a, &b| costs[b as usize].total_cmp(&costs[a as usize]));
     for d in dropped {
-        let mut kept: Vec<u32> = (0..cost.len() as u32)
-            .filter(|k| !fit.dropped.contains(k) && cost[*k as usize] < cost[d as usize])
+        let mut kept: Vec<u32> = (0..once.len() as u32)
+            .filter(|k| !fit.dropped.contains(k) && once[*k as usize] < costs[d as usize])
             .collect();
-        kept.sort_by(|&a, &b| cost[a as usize].total_cmp(&cost[b as usize]));
+        kept.sort_by(|&a, &b| once[a as usize].total_cmp(&once[b as usize]));
         for k in kept {
+            if deadline.passed() {
+                return Ok(fit);
+            }
             let mut trial: Vec<u32> = fit.dropped.iter().copied().filter(|&x| x != d).collect();
             trial.push(k);
             trial.sort_unstable();
             let needs = measure(&trial)?;
-            if needs.step_bytes <= budget {
+            if needs.step_bytes <= budget && cost(&needs, speed) < cost(&fit, speed) {
                 fit = needs;
                 break;
             }
         }
     }
     Ok(fit)
+}
+
+/// What a search with a budget found, and how the search went.
+pub(super) struct Budgeted {
+    pub needs: ArenaNeeds,
+    /// `None` where the step fitted without recomputing.
+    pub search: Option<SearchReport>,
 }
 
 /// Meets a memory budget (if there is one) by recomputing candidates in
@@ -321,20 +411,35 @@ pub(super) fn meet_budget(
     speed: &Speed,
     model: &str,
     unbudgeted: ArenaNeeds,
-) -> Result<ArenaNeeds> {
+) -> Result<Budgeted> {
     let Some(budget) = budget else {
-        return Ok(unbudgeted);
+        return Ok(Budgeted {
+            needs: unbudgeted,
+            search: None,
+        });
     };
-    match search(step, unbudgeted.clone(), budget, speed, Mode::Plan)? {
-        Outcome::Fits(fit) => Ok(fit),
+    let fits_without = unbudgeted.step_bytes <= budget;
+    let candidates = unbudgeted.candidates.len();
+    let without = unbudgeted.step_bytes;
+    let least_possible = liveness::least_bytes(&unbudgeted);
+    let (outcome, report) = search_until(step, unbudgeted, budget, speed, Mode::Plan, Deadline::after(bound()))?;
+    match outcome {
+        Outcome::Fits(needs) => Ok(Budgeted {
+            needs,
+            search: (!fits_without).then_some(report),
+        }),
         Outcome::Short { least } => Err(Error::setting(
             Setting::MemoryBudget,
             format!(
-                "the least step of {} the planner finds, recomputing among its {} convolution and block outputs, needs {} (without: {}), above the budget of {}",
+                "the least step of {} the planner finds, recomputing among its {} convolution and block outputs, needs {} (without: {}{}), above the budget of {}",
                 model,
-                unbudgeted.candidates.len(),
+                candidates,
                 ByteSize(least),
-                ByteSize(unbudgeted.step_bytes),
+                ByteSize(without),
+                match least_possible {
+                    Some(l) if budget < l => format!("; no choice holds less than {}", ByteSize(l)),
+                    _ => String::new(),
+                },
                 ByteSize(budget),
             ),
             Some(format!("{} or more", crate::memory::suggest(least))),
@@ -354,9 +459,23 @@ pub(super) enum Mode {
 }
 
 /// A choice that fits `budget` (a probe's: the program's cheapest where it
-/// found one) made as cheap as the search can: drops it can do without
-/// given back, and costly ones exchanged for cheaper.
-pub(super) fn polish(step: &Measure<'_>, fit: ArenaNeeds, budget: usize, speed: &Speed) -> Result<ArenaNeeds> {
+/// found one) made as cheap as the search can, by the predicted time of the
+/// measured step: with chains remade for each reader, the same drops with
+/// chains held where that fits (each made again once); then drops it can
+/// do without given back, and costly ones exchanged for cheaper.
+pub(super) fn polish(
+    step: &Measure<'_>,
+    mut fit: ArenaNeeds,
+    budget: usize,
+    speed: &Speed,
+    deadline: &Deadline,
+) -> Result<ArenaNeeds> {
+    if fit.transient_chains {
+        let held = step(&StepChoice::held(&fit.dropped))?;
+        if held.step_bytes <= budget && cost(&held, speed) <= cost(&fit, speed) {
+            fit = held;
+        }
+    }
     // Changes to a choice keep its way with chains.
     let transient_chains = fit.transient_chains;
     let measure = |dropped: &[u32]| {
@@ -365,7 +484,7 @@ pub(super) fn polish(step: &Measure<'_>, fit: ArenaNeeds, budget: usize, speed: 
             transient_chains,
         })
     };
-    give_back(fit, budget, speed, &measure)
+    give_back(fit, budget, speed, &measure, deadline)
 }
 
 /// What a search found.
@@ -379,7 +498,7 @@ pub(super) enum Outcome {
 }
 
 /// The search behind [`meet_budget`], measuring candidate steps through
-/// `step`: the cheapest choice found whose step fits `budget`.
+/// `step`, bounded by [`SEARCH_SECONDS`].
 pub(super) fn search(
     step: &Measure<'_>,
     unbudgeted: ArenaNeeds,
@@ -387,77 +506,160 @@ pub(super) fn search(
     speed: &Speed,
     mode: Mode,
 ) -> Result<Outcome> {
+    Ok(search_until(step, unbudgeted, budget, speed, mode, Deadline::after(bound()))?.0)
+}
+
+/// The cheapest fitting step seen, by predicted time.
+struct Best<'s> {
+    budget: usize,
+    speed: &'s Speed,
+    best: Option<(f64, ArenaNeeds)>,
+    weighed: usize,
+}
+
+impl Best<'_> {
+    fn weigh(&mut self, needs: ArenaNeeds) {
+        if needs.step_bytes > self.budget {
+            return;
+        }
+        self.weighed += 1;
+        let c = cost(&needs, self.speed);
+        if self.best.as_ref().is_none_or(|(b, _)| c < *b) {
+            self.best = Some((c, needs));
+        }
+    }
+
+    fn found(&self) -> bool {
+        self.best.is_some()
+    }
+}
+
+/// The search behind [`meet_budget`] until `deadline`: the cheapest choice
+/// found whose step fits `budget`, by predicted time, and how the search
+/// went.
+pub(super) fn search_until(
+    step: &Measure<'_>,
+    unbudgeted: ArenaNeeds,
+    budget: usize,
+    speed: &Speed,
+    mode: Mode,
+    deadline: Deadline,
+) -> Result<(Outcome, SearchReport)> {
+    let started = Instant::now();
+    let dry_runs = Cell::new(0usize);
+    let counted = |choice: &StepChoice| {
+        dry_runs.set(dry_runs.get() + 1);
+        step(choice)
+    };
+    let step: &Measure<'_> = &counted;
+    let report = |best: &Best<'_>| SearchReport {
+        seconds: started.elapsed().as_secs_f64(),
+        bound_seconds: deadline.bound.as_secs_f64(),
+        stopped_at_bound: deadline.passed(),
+        plans_weighed: best.weighed,
+        dry_runs: dry_runs.get(),
+    };
+    let mut best = Best {
+        budget,
+        speed,
+        best: None,
+        weighed: 0,
+    };
     if unbudgeted.step_bytes <= budget {
-        return Ok(Outcome::Fits(unbudgeted));
+        best.weigh(unbudgeted.clone());
+        return Ok((Outcome::Fits(unbudgeted), report(&best)));
     }
     let measure = |dropped: &[u32]| step(&StepChoice::held(dropped));
     let transient = |dropped: &[u32]| step(&StepChoice::transient(dropped));
     let fit = |needs: &ArenaNeeds| needs.step_bytes <= budget;
-    let finish = |found: ArenaNeeds| match mode {
-        Mode::Plan => polish(step, found, budget, speed).map(Outcome::Fits),
-        Mode::Probe => Ok(Outcome::Fits(found)),
-    };
     let n = unbudgeted.candidates.len();
+    let mut least = usize::MAX;
+    // Below what the step holds with every candidate gone wherever it can
+    // be, nothing fits: no program, no local search. A plan still names the
+    // least the floors reach, a budget that works; a probe needs no least.
+    if let Some(possible) = liveness::least_bytes(&unbudgeted).filter(|&l| budget < l) {
+        if mode == Mode::Probe {
+            return Ok((Outcome::Short { least: possible }, report(&best)));
+        }
+        for measure in [&measure as &dyn Fn(&[u32]) -> Result<ArenaNeeds>, &transient] {
+            least = least.min(descend(n, measure, &Deadline::after(Duration::MAX))?.step_bytes);
+        }
+        return Ok((Outcome::Short { least }, report(&best)));
+    }
     // The program's cheapest first; where it finds none that fits, dry
-    // runs alone (for a plan, the local search, then the floors). The
-    // model may miss a choice that fits: it keeps a
+    // runs alone (below). The model may miss a choice that fits: it keeps a
     // dropped block output made again until its block's backward, where the
     // step frees it once the next block's convolutions are done with it, up
     // to 600 MiB at ResNet-50's largest batches. (A probe takes the
     // cheapest too: the model's cheap choices are its least chained, the
     // likeliest to fit when checked; with the first within 25% of the
     // cheapest, ResNet-18's largest batch in 4 GiB fell by 5%.)
-    if let Some(found) = cheapest(&unbudgeted, budget, speed, &measure)? {
-        return finish(found);
-    }
-    let mut least = usize::MAX;
-    if mode == Mode::Plan {
-        // The search is local, and where it ends depends on where it aims:
-        // aiming a little lower can end within the budget where aiming at
-        // it did not. Then, for the least step (an error's), fixed
-        // fractions of the step without a budget, and the floors: none of
-        // those depends on the budget, so the least they find is met when
-        // asked for as a budget.
-        for k in 0..AIMS_BELOW {
-            let aim = budget / 100 * (100 - AIM_STEP_PERCENT * k);
-            let found = approach(unbudgeted.clone(), aim, speed, &measure)?;
-            if fit(&found) {
-                return finish(found);
-            }
+    let polished = |found: ArenaNeeds, best: &mut Best<'_>| -> Result<()> {
+        if mode == Mode::Plan && !deadline.passed() {
+            best.weigh(polish(step, found.clone(), budget, speed, &deadline)?);
         }
-        for &(num, den) in LADDER {
-            let aim = unbudgeted.step_bytes / den * num;
-            let found = approach(unbudgeted.clone(), aim, speed, &measure)?;
-            if fit(&found) {
-                return finish(found);
-            }
-            least = least.min(found.step_bytes);
+        best.weigh(found);
+        Ok(())
+    };
+    if let Some(found) = cheapest(&unbudgeted, budget, speed, &measure, &deadline)? {
+        polished(found, &mut best)?;
+    }
+    // Where the program found nothing, dry runs alone. For a plan, the
+    // local search first: where it ends depends on where it aims, and
+    // aiming a little lower can end within the budget where aiming at it
+    // did not.
+    for k in 0..AIMS_BELOW {
+        if mode == Mode::Probe || best.found() || deadline.passed() {
+            break;
+        }
+        let aim = budget / 100 * (100 - AIM_STEP_PERCENT * k);
+        let found = approach(unbudgeted.clone(), aim, speed, &measure, &deadline)?;
+        if fit(&found) {
+            polished(found, &mut best)?;
         }
     }
-    // The floors last (their choices the costliest to recompute), chains
-    // held, then remade for each reader. A probe asks only whether
-    // anything fits, so it comes here straight from the program.
+    // Then the floors, the least steps single changes reach from every
+    // candidate dropped, chains held, then remade for each reader: their
+    // choices the costliest to recompute, so only where nothing fits yet,
+    // and polished before they are weighed, never taken merely because
+    // they fit. None depends on the budget, so the least they find is met
+    // when asked for as a budget. Past the deadline they still run, to
+    // have a plan or a least.
     for measure in [&measure as &dyn Fn(&[u32]) -> Result<ArenaNeeds>, &transient] {
-        let floor = descend(n, measure)?;
-        if fit(&floor) {
-            return finish(floor);
+        if best.found() {
+            break;
         }
+        let floor = descend(n, measure, &Deadline::after(Duration::MAX))?;
         least = least.min(floor.step_bytes);
+        if fit(&floor) {
+            polished(floor, &mut best)?;
+        }
     }
-    Ok(Outcome::Short { least })
+    let outcome = match best.best.take() {
+        Some((_, needs)) => Outcome::Fits(needs),
+        None => Outcome::Short { least },
+    };
+    Ok((outcome, report(&best)))
 }
 
 /// The least step single changes reach from every candidate dropped: each
 /// pass over the candidates, in forward order, keeps a change (keeping one
 /// again, or dropping it again) that lowers the planned peak, until a pass
-/// changes nothing. Dropping everything rebuilds every chain at once in
-/// backward; keeping a few links again breaks them. A ResNet-18 settles in
-/// three passes.
-fn descend(candidates: usize, measure: &dyn Fn(&[u32]) -> Result<ArenaNeeds>) -> Result<ArenaNeeds> {
+/// changes nothing or the deadline passes. Dropping everything rebuilds
+/// every chain at once in backward; keeping a few links again breaks them.
+/// A ResNet-18 settles in three passes.
+fn descend(
+    candidates: usize,
+    measure: &dyn Fn(&[u32]) -> Result<ArenaNeeds>,
+    deadline: &Deadline,
+) -> Result<ArenaNeeds> {
     let mut current = measure(&(0..candidates as u32).collect::<Vec<_>>())?;
     for _ in 0..PASSES {
         let mut changed = false;
         for c in 0..candidates as u32 {
+            if deadline.passed() {
+                return Ok(current);
+            }
             let (trial, _) = toggled(&current.dropped, c);
             let needs = measure(&trial)?;
             if needs.step_bytes < current.step_bytes {
@@ -476,11 +678,13 @@ fn descend(candidates: usize, measure: &dyn Fn(&[u32]) -> Result<ArenaNeeds>) ->
 /// choice the dry run finds over teaches it that, and it chooses again,
 /// [`LESSONS`] times at most; then single changes bring the last one within
 /// ([`repair`]). `None` where the model has no choice, or the repair fails.
+/// A panic of the solver is an error naming the budget.
 fn cheapest(
     unbudgeted: &ArenaNeeds,
     budget: usize,
     speed: &Speed,
     measure: &dyn Fn(&[u32]) -> Result<ArenaNeeds>,
+    deadline: &Deadline,
 ) -> Result<Option<ArenaNeeds>> {
     let Some(mut model) = liveness::Liveness::of(unbudgeted) else {
         return Ok(None);
@@ -490,8 +694,23 @@ fn cheapest(
     let mut rows = Vec::new();
     let mut aim = budget;
     for _ in 0..LESSONS {
-        let Some(choice) = ilp::cheapest(&model, &seconds, aim, ilp::GAP, &mut rows) else {
+        if deadline.passed() {
             break;
+        }
+        let solved = ilp::cheapest(&model, &seconds, aim, ilp::GAP, &mut rows, deadline.left());
+        let choice = match solved {
+            Ok(Some(choice)) => choice,
+            Ok(None) => break,
+            Err(ilp::SolverPanicked(said)) => {
+                return Err(Error::setting(
+                    Setting::MemoryBudget,
+                    format!(
+                        "the integer program choosing what to recompute within the budget of {} failed: its solver panicked ({said})",
+                        ByteSize(budget)
+                    ),
+                    None,
+                ))
+            }
         };
         let needs = measure(&choice.dropped)?;
         if needs.step_bytes <= budget {
@@ -509,7 +728,7 @@ fn cheapest(
         last = Some(needs);
     }
     match last {
-        Some(needs) => repair(needs, budget, speed, measure),
+        Some(needs) => repair(needs, budget, speed, measure, deadline),
         None => Ok(None),
     }
 }
@@ -523,12 +742,15 @@ const LESSONS: usize = 4;
 /// cost, else the one that takes the most bytes above the budget away per
 /// second it adds (a change that adds none first; bytes alive above it at
 /// each op, then the planned peak's excess, as [`distance`] orders them).
-/// `None` if no change brings it closer.
+/// What a change costs is measured: the step's predicted time after it,
+/// every remaking counted, less before. `None` if no change brings it
+/// closer, or the deadline passes first.
 fn repair(
     start: ArenaNeeds,
     budget: usize,
     speed: &Speed,
     measure: &dyn Fn(&[u32]) -> Result<ArenaNeeds>,
+    deadline: &Deadline,
 ) -> Result<Option<ArenaNeeds>> {
     let mut current = start;
     for _ in 0..REPAIRS {
@@ -536,13 +758,16 @@ fn repair(
             return Ok(Some(current));
         }
         let (above, over) = distance(&current, budget);
+        let before = cost(&current, speed);
         let mut cheapest_fit: Option<(f64, ArenaNeeds)> = None;
         let mut best_closer: Option<((f64, f64), ArenaNeeds)> = None;
         for k in 0..current.candidates.len() as u32 {
-            let (trial, dropping) = toggled(&current.dropped, k);
-            let seconds = speed.seconds(&current.candidates[k as usize]);
-            let added = if dropping { seconds } else { -seconds };
+            if deadline.passed() {
+                return Ok(None);
+            }
+            let (trial, _) = toggled(&current.dropped, k);
             let needs = measure(&trial)?;
+            let added = cost(&needs, speed) - before;
             if needs.step_bytes <= budget {
                 if cheapest_fit.as_ref().is_none_or(|(c, _)| added < *c) {
                     cheapest_fit = Some((added, needs));
@@ -577,22 +802,6 @@ const REPAIRS: usize = 8;
 const AIM_STEP_PERCENT: usize = 3;
 /// ...this many aims in all.
 const AIMS_BELOW: usize = 8;
-
-/// The fractions of the unbudgeted step a search for the least step aims
-/// at, largest first.
-const LADDER: &[(usize, usize)] = &[
-    (3, 5),
-    (1, 2),
-    (9, 20),
-    (2, 5),
-    (3, 8),
-    (7, 20),
-    (1, 3),
-    (8, 25),
-    (3, 10),
-    (1, 4),
-    (1, 5),
-];
 
 #[cfg(test)]
 mod tests;

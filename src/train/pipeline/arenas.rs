@@ -28,5 +28,14 @@ impl Algorithms<'_> {
 
 /// The run's one allocation on `device`.
 pub(crate) fn real(device: Device, capacity: usize) -> Result<Engine> {
+    #[cfg(test)]
+    REAL_ARENAS.with(|n| n.set(n.get() + 1));
     Engine::new(device, capacity)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The real arenas this thread has made: the tests' way to see that a
+    /// refusal comes before any allocation.
+    pub(super) static REAL_ARENAS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }

@@ -34,7 +34,7 @@ pub use measure::{ArenaNeeds, DryRuns, StepChoice};
 pub use report::memory_report;
 pub use tuning::{tuning_bytes, tuning_headroom};
 
-use super::budget::{meet_budget, Speed};
+use super::budget::{meet_budget, Budgeted, Speed};
 use super::config::gpu_precision_on_cpu;
 use super::report::{RecomputePlan, RunInfo};
 use super::session::Session;
@@ -42,7 +42,7 @@ use super::TrainConfig;
 use crate::backend::{Device, DeviceKind, Precision};
 use crate::data::{DataSource, ImageSet};
 use crate::distributed::Join;
-use crate::memory::{ArenaError, MemoryReport};
+use crate::memory::{ArenaError, ByteSize, MemoryReport};
 use crate::{Error, Result, Setting};
 use arenas::Algorithms;
 use assemble::{assemble, Live};
@@ -116,19 +116,21 @@ impl<'c> Pipeline<'c> {
     }
 
     /// The steps of `cfg` measured without a budget, then within it: what
-    /// the run recomputes, as `bumpgrad memory` reports it.
-    fn budgeted(&self, cfg: &TrainConfig) -> Result<(ArenaNeeds, ArenaNeeds)> {
+    /// the run recomputes, as `bumpgrad memory` reports it, and how the
+    /// search went. Dry runs only: a budget out of reach is refused here,
+    /// before any arena is made.
+    fn budgeted(&self, cfg: &TrainConfig) -> Result<(ArenaNeeds, Budgeted)> {
         let runs = self.dry_runs_of(cfg);
         let unbudgeted = runs.plain()?;
         let measure = |choice: &StepChoice| runs.measure(choice);
-        let needs = meet_budget(
+        let budgeted = meet_budget(
             &measure,
             cfg.memory.memory_budget,
             &self.speed(),
             cfg.run.model.name(),
             unbudgeted.clone(),
         )?;
-        Ok((unbudgeted, needs))
+        Ok((unbudgeted, budgeted))
     }
 
     /// The arena's capacity: what `needs` measured, or the given arena
@@ -139,6 +141,28 @@ impl<'c> Pipeline<'c> {
         match memory.arena_size {
             None => Ok(needs.total()),
             Some(given) if given >= needs.total() => Ok(given),
+            Some(given) if given >= needs.persistent_bytes && memory.memory_budget.is_some() => {
+                // Both given, and the arena is the one too small: say so,
+                // with the arena that holds the budget's step.
+                let room = given - needs.persistent_bytes;
+                let budget = memory.memory_budget.unwrap_or(room);
+                Err(Error::setting(
+                    Setting::ArenaSize,
+                    format!(
+                        "an arena of {} leaves {} above its persistent region of {}, and the step planned within the memory budget of {} needs {}: the arena is the one to raise{}",
+                        ByteSize(given),
+                        ByteSize(room),
+                        ByteSize(needs.persistent_bytes),
+                        ByteSize(budget),
+                        ByteSize(needs.step_bytes),
+                        match budget > room {
+                            true => format!(" (or the budget to lower, to {} or less, if a step fits that)", ByteSize(room)),
+                            false => String::new(),
+                        },
+                    ),
+                    Some(format!("{} or more", crate::memory::suggest(needs.total()))),
+                ))
+            }
             Some(given) if given >= needs.persistent_bytes && memory.memory_plan => {
                 // The step does not fit: name the buffers alive at the plan's
                 // peak, and the size that fits.
@@ -196,7 +220,7 @@ impl<'c> Pipeline<'c> {
     /// fit the given arena's room above the persistent region (`needs`
     /// measured without), if any recomputation does; with the memory plan
     /// only.
-    fn arena_as_budget(&self, needs: &ArenaNeeds) -> Option<ArenaNeeds> {
+    fn arena_as_budget(&self, needs: &ArenaNeeds) -> Option<Budgeted> {
         let memory = &self.cfg.memory;
         let given = memory.arena_size?;
         let room = given.checked_sub(needs.persistent_bytes)?;
@@ -213,7 +237,7 @@ impl<'c> Pipeline<'c> {
             needs.clone(),
         )
         .ok()
-        .filter(|fit| fit.total() <= given)
+        .filter(|fit| fit.needs.total() <= given)
     }
 
     /// Sizes, budgets, makes and tunes the arena, and builds the run's
@@ -228,7 +252,9 @@ impl<'c> Pipeline<'c> {
         let device_name = self.device.describe();
         let kind = device_kind(&self.device);
         let speed = self.speed();
-        let (_, mut needs) = self.budgeted(cfg)?;
+        // Every refusal (a budget out of reach, an arena too small) comes
+        // from dry runs, before the arena is made.
+        let (_, Budgeted { mut needs, mut search }) = self.budgeted(cfg)?;
         let mut capacity = match self.capacity(cfg, &needs) {
             Ok(capacity) => capacity,
             // A given arena too small for the step is a budget too: recompute
@@ -236,7 +262,7 @@ impl<'c> Pipeline<'c> {
             // before.
             Err(too_small) => match self.arena_as_budget(&needs) {
                 Some(fit) => {
-                    needs = fit;
+                    (needs, search) = (fit.needs, fit.search);
                     self.capacity(cfg, &needs)?
                 }
                 None => return Err(too_small),
@@ -323,11 +349,20 @@ impl<'c> Pipeline<'c> {
             workspace_growth: cfg.memory.workspace_growth,
             conv_tuning,
             legacy_bf16_convolutions,
-            recomputed: (!needs.dropped.is_empty()).then(|| RecomputePlan {
-                dropped: needs.dropped.clone(),
-                candidates: needs.candidates.len(),
-                predicted_extra_seconds: super::budget::extra_seconds(&needs.candidates, &needs.dropped, &speed),
-                transient_chains: needs.transient_chains,
+            recomputed: (!needs.dropped.is_empty()).then(|| {
+                let recomputing = super::budget::extra_seconds(&needs.candidates, &needs.dropped, &speed);
+                let workspaces = conv_tuning.map_or(0.0, |t| t.seconds_lost);
+                RecomputePlan {
+                    dropped: needs.dropped.clone(),
+                    candidates: needs.candidates.len(),
+                    predicted_extra_seconds: recomputing,
+                    transient_chains: needs.transient_chains,
+                    chain_mode: crate::memory::chain_mode(needs.transient_chains),
+                    outputs: report::outputs(&needs),
+                    workspace_extra_seconds: workspaces,
+                    predicted_step_extra_seconds: recomputing + workspaces,
+                    search,
+                }
             }),
         };
         Ok((session, info))
@@ -380,6 +415,9 @@ fn use_graph(cfg: &TrainConfig, device: DeviceKind) -> Result<bool> {
         None => Ok(on_gpu),
     }
 }
+
+#[cfg(test)]
+mod tests;
 
 #[cfg(test)]
 impl Pipeline<'_> {

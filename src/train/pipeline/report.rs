@@ -3,7 +3,7 @@
 
 use super::{device_kind, ArenaNeeds, Pipeline};
 use crate::autograd::Candidate;
-use crate::memory::{MemoryReport, Recomputed, RecomputedKind};
+use crate::memory::{chain_mode, MemoryReport, Recomputed, RecomputedKind, RecomputedOutput, SearchReport};
 use crate::train::budget::{extra_seconds, least_extra_seconds, Speed};
 use crate::train::TrainConfig;
 use crate::Result;
@@ -21,11 +21,13 @@ impl Pipeline<'_> {
             },
             ..self.cfg.clone()
         };
-        let (unbudgeted, needs) = self.budgeted(&planned)?;
+        let (unbudgeted, budgeted) = self.budgeted(&planned)?;
+        let needs = budgeted.needs;
         self.capacity(&planned, &needs)?;
         let mut report = MemoryReport::new(&needs.persistent, &needs.plans);
         if let Some(budget) = self.cfg.memory.memory_budget {
-            report.recomputed = Some(recomputed(&needs, &unbudgeted, budget, &self.speed()));
+            let search = budgeted.search.unwrap_or_default();
+            report.recomputed = Some(recomputed(&needs, &unbudgeted, budget, &self.speed(), search));
         }
         report.tuning_bytes = super::tuning_bytes(self.cfg, device_kind(&self.device), needs.step_bytes);
         Ok((report, self.device.describe()))
@@ -37,9 +39,33 @@ pub fn memory_report(cfg: &TrainConfig) -> Result<(MemoryReport, String)> {
     Pipeline::open(cfg, None)?.memory_report()
 }
 
+/// Each output `needs` recomputes: what a run with the same settings
+/// follows, for the reports.
+pub(super) fn outputs(needs: &ArenaNeeds) -> Vec<RecomputedOutput> {
+    needs
+        .dropped
+        .iter()
+        .map(|&id| {
+            let c = &needs.candidates[id as usize];
+            RecomputedOutput {
+                id,
+                what: c.what,
+                bytes: c.bytes,
+                remade: c.remade,
+            }
+        })
+        .collect()
+}
+
 /// What `needs` recomputes under `budget`, against the step without
-/// (`unbudgeted`), for the report.
-fn recomputed(needs: &ArenaNeeds, unbudgeted: &ArenaNeeds, budget: usize, speed: &Speed) -> Recomputed {
+/// (`unbudgeted`), for the report; `search`: how it was found.
+fn recomputed(
+    needs: &ArenaNeeds,
+    unbudgeted: &ArenaNeeds,
+    budget: usize,
+    speed: &Speed,
+    search: SearchReport,
+) -> Recomputed {
     let dropped: Vec<Candidate> = needs
         .dropped
         .iter()
@@ -85,5 +111,8 @@ fn recomputed(needs: &ArenaNeeds, unbudgeted: &ArenaNeeds, budget: usize, speed:
         least_extra_seconds: least_extra_seconds(unbudgeted, budget, speed),
         unbudgeted_step_bytes: unbudgeted.step_bytes,
         transient_chains: needs.transient_chains,
+        chain_mode: chain_mode(needs.transient_chains),
+        outputs: outputs(needs),
+        search,
     }
 }
