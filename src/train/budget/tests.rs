@@ -311,7 +311,7 @@ fn small_step(depth: crate::models::Depth) -> (impl Fn(&StepChoice) -> Result<Ar
         measure_chains(
             &cfg,
             &host,
-            Arena::dry(&device, None),
+            Engine::planning(&device, None),
             &choice.dropped,
             choice.transient_chains,
         )
