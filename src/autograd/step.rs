@@ -98,6 +98,12 @@ impl<'s, N: Recorded> Step<'s, N> {
         self.memory.note_slower(seconds);
     }
 
+    /// The buffer this step allocated last carries `tag` in the step's
+    /// plan (see [`crate::memory::StepPlan::tags`]).
+    pub(crate) fn tag_last(&mut self, tag: u32) {
+        self.memory.tag_last_step(tag);
+    }
+
     /// Declares every buffer the op's next kernels read or write, and hands
     /// out the backend to run them. The declarations are the step's liveness
     /// (what the memory plan is made from); the CPU backend refuses a kernel

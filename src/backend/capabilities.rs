@@ -76,6 +76,17 @@ impl Runtime {
         }
     }
 
+    /// Chooses among the timed algorithms with each pass's workspace at
+    /// most `limit(tag)` bytes, `tag` being the number the pass's workspace
+    /// carries in a step's plan (see [`crate::memory::StepPlan::tags`]);
+    /// the largest chosen.
+    pub fn hold_convolutions(&self, limit: &dyn Fn(u32) -> usize) -> usize {
+        match &self.backend {
+            Backend::Cuda(gpu) => gpu.hold_convolutions(limit),
+            Backend::Cpu(_) | Backend::Dry(_) => 0,
+        }
+    }
+
     /// Which of cuDNN's APIs runs each convolution planned so far; none
     /// off the GPU (see [`super::Device::convolution_apis`]).
     pub fn convolution_apis(&self) -> Vec<(super::cuda::ConvDims, super::cuda::ConvApi)> {

@@ -92,6 +92,7 @@ impl Arena {
             let mut plan = plan::plan(key, &self.trace.bufs);
             plan.recompute_ticks = self.trace.recompute_ticks.clone();
             plan.slower_seconds = self.trace.slower_seconds;
+            plan.tags = self.trace.tags.clone();
             match index {
                 Some(i) => {
                     self.plans[i] = plan;
@@ -161,6 +162,14 @@ impl Arena {
     pub(crate) fn note_slower(&mut self, seconds: impl FnOnce() -> f64) {
         if self.tracing {
             self.trace.slower_seconds += seconds();
+        }
+    }
+
+    /// The step buffer allocated last carries `tag` in the plan made from
+    /// this trace (see [`StepPlan::tags`]); nothing while not tracing.
+    pub(crate) fn tag_last_step(&mut self, tag: u32) {
+        if self.tracing {
+            self.trace.tag_last(tag);
         }
     }
 }

@@ -102,6 +102,12 @@ pub struct StepPlan {
     /// [`Trace::slower_seconds`]).
     #[serde(skip)]
     pub slower_seconds: f64,
+    /// Buffers the op that allocated them numbered, as `(index in bufs,
+    /// tag)` in allocation order: what the number means is the op's (a
+    /// convolution's workspace: which shape and pass; see
+    /// [`Trace::tag_last`]).
+    #[serde(skip)]
+    pub tags: Vec<(usize, u32)>,
 }
 
 impl StepPlan {
@@ -153,6 +159,8 @@ pub(crate) struct Trace {
     /// the device timed: a workspace is part of the plan, so holding one
     /// down is a cost the memory budget weighs like a recomputation's.
     pub slower_seconds: f64,
+    /// See [`StepPlan::tags`].
+    pub tags: Vec<(usize, u32)>,
 }
 
 impl Trace {
@@ -162,6 +170,16 @@ impl Trace {
         self.recomputing = 0;
         self.recompute_ticks.clear();
         self.slower_seconds = 0.0;
+        self.tags.clear();
+    }
+
+    /// The buffer allocated last carries `tag`, the allocating op's number
+    /// for it: so that what reads the plan can tell, say, which
+    /// convolution a workspace at the peak belongs to.
+    pub fn tag_last(&mut self, tag: u32) {
+        if let Some(last) = self.bufs.len().checked_sub(1) {
+            self.tags.push((last, tag));
+        }
     }
 
     /// A buffer allocated now, at `offset` above the mark.
@@ -264,6 +282,7 @@ pub fn plan(key: u32, traced: &[PlannedBuf]) -> StepPlan {
         alignment_waste: traced.iter().map(|b| b.size - b.bytes).sum(),
         recompute_ticks: Vec::new(),
         slower_seconds: 0.0,
+        tags: Vec::new(),
     };
     plan.lower_bound = plan.peak_tick().1;
     plan

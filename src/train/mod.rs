@@ -33,6 +33,7 @@ pub use max_batch::{max_batch, MaxBatch, Probe};
 pub use pipeline::{memory_report, tuning_bytes, tuning_headroom, ArenaNeeds, DryRuns, Pipeline, StepChoice};
 pub use report::{
     resident_bytes, ConvTuning, EpochLine, EpochReport, Observer, Quiet, RecomputePlan, Reports, RunInfo, StepProfile,
+    WorkspaceHold,
 };
 pub use run::{train, Hooks};
 pub use session::{Control, Loop, Parts, Session, READBACK};

@@ -265,14 +265,28 @@ pub struct ConvTuning {
     /// Convolution shapes whose fastest algorithm of some pass was not the
     /// heuristic's.
     pub changed: usize,
-    /// The largest workspace the kept choices could take, where the
-    /// fastest would have grown the step too much (`None`: no limit).
-    pub workspace_limit: Option<usize>,
+    /// How the kept choices' workspaces were held down, where the fastest
+    /// would have grown the step too much.
+    pub held: WorkspaceHold,
     /// Whether the timed choices are the ones the run uses (else the
     /// heuristic's, as no timed step fitted).
     pub kept: bool,
     /// Seconds a training step's convolutions take beyond the fastest
     /// algorithms timed, by cuDNN's timings: what holding the workspaces
-    /// to `workspace_limit` costs (0 without a limit).
+    /// as `held` says costs (0 where nothing is held).
     pub seconds_lost: f64,
+}
+
+/// How a run's timed convolutions were held to fit its step (see
+/// `train::pipeline::tuning`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkspaceHold {
+    /// Every pass runs its fastest timed algorithm.
+    Fastest,
+    /// `at_peak` of the shapes' passes, those that run where the step
+    /// peaks, take smaller workspaces than their fastest, each to what is
+    /// left beside everything alive with it; and, with a `cap`, every
+    /// workspace at most that many bytes.
+    Held { at_peak: usize, cap: Option<usize> },
 }

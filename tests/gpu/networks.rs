@@ -9,6 +9,7 @@ use super::*;
 #[path = "../support/pytorch_step.rs"]
 mod pytorch_step;
 
+use bumpgrad::train::WorkspaceHold;
 use pytorch_step::Fixture;
 
 #[test]
@@ -244,7 +245,7 @@ fn held_workspaces_are_priced_and_the_run_recomputes_what_memory_reports() {
         (&reported.which, reported.transient_chains),
         "the run recomputes what `memory` reported for the same settings"
     );
-    assert!(tuning.kept && tuning.workspace_limit.is_some(), "{tuning:?}");
+    assert!(tuning.kept && tuning.held != WorkspaceHold::Fastest, "{tuning:?}");
     assert!(tuning.seconds_lost > 0.0 && tuning.seconds_lost < 1.0, "{tuning:?}");
     // The JSON's plan: the same outputs (numbers, kinds, remakings) and
     // chain mode as memory's, the held workspaces priced in, the search
@@ -265,6 +266,16 @@ fn held_workspaces_are_priced_and_the_run_recomputes_what_memory_reports() {
     );
     let planned = training_plan_peak(&info);
     assert!(planned <= budget, "the plan's peak {planned} above the budget {budget}");
+    // Every workspace in every plan says whose it is: what holding only
+    // the peak's workspaces down reads.
+    for plan in session.engine().arena().plans() {
+        let workspaces: Vec<usize> = (0..plan.bufs.len())
+            .filter(|&i| plan.bufs[i].what == "cuDNN workspace")
+            .collect();
+        let tagged: Vec<usize> = plan.tags.iter().map(|t| t.0).collect();
+        assert!(!workspaces.is_empty(), "plan {}: no workspace", plan.key);
+        assert_eq!(tagged, workspaces, "plan {}", plan.key);
+    }
     let mut seen = Collect(Vec::new());
     for epoch in 1..=2 {
         let r = session.epoch(epoch, &mut seen).expect("epoch");

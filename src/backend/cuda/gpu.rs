@@ -194,7 +194,9 @@ impl Gpu {
         }
         self.enter()?;
         let libs = self.libs.lock().unwrap_or_else(|e| e.into_inner());
-        let plan = Arc::new(ConvPlan::new(libs.cudnn, dims, deterministic, tf32)?);
+        let index = u32::try_from(plans.len())
+            .map_err(|_| CudaError::failed("planning a convolution", "more than 2^32 shapes"))?;
+        let plan = Arc::new(ConvPlan::new(libs.cudnn, index, dims, deterministic, tf32)?);
         plans.push(plan.clone());
         Ok(plan)
     }

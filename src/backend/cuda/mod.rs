@@ -25,7 +25,7 @@ mod timing;
 
 pub(crate) use calls::Call;
 pub use calls::CudaCalls;
-pub use cudnn::{ConvApi, ConvDims, ConvPass, WORKSPACE_LIMIT};
+pub use cudnn::{ConvApi, ConvDims, ConvPass, ConvPlan, WORKSPACE_LIMIT};
 pub use error::CudaError;
 use error::Sentence;
 pub use gpu::Gpu;
@@ -272,7 +272,16 @@ impl CudaBackend {
     /// Chooses among the timed algorithms again, each workspace at most
     /// `limit` bytes (see [`ConvPlan::select`]); returns the largest chosen.
     pub fn select_convolutions(&self, limit: usize) -> usize {
-        self.gpu.conv_plans().iter().map(|p| p.select(limit)).max().unwrap_or(0)
+        self.hold_convolutions(&|_| limit)
+    }
+
+    /// Chooses among the timed algorithms again, each pass's workspace at
+    /// most `limit(tag)` bytes, where `tag` is its
+    /// [`ConvPlan::workspace_tag`]; returns the largest chosen.
+    pub fn hold_convolutions(&self, limit: &dyn Fn(u32) -> usize) -> usize {
+        let plans = self.gpu.conv_plans();
+        let each = |p: &ConvPlan| p.select(ConvPass::ALL.map(|pass| limit(p.workspace_tag(pass))));
+        plans.iter().map(|p| each(p)).max().unwrap_or(0)
     }
 
     /// Puts every convolution back on cuDNN's heuristic choice.

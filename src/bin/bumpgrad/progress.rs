@@ -2,7 +2,7 @@
 //! line per epoch, or one JSON object per epoch with `--json`.
 
 use bumpgrad::memory::ByteSize;
-use bumpgrad::train::{EpochLine, EpochReport, Observer, RecomputePlan, RunInfo, StepProfile};
+use bumpgrad::train::{EpochLine, EpochReport, Observer, RecomputePlan, RunInfo, StepProfile, WorkspaceHold};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::{IsTerminal, Write};
 
@@ -123,16 +123,22 @@ impl Observer for Printer {
                 Some(_) => "the memory budget".to_string(),
                 None => format!("{growth}% of the heuristic's"),
             };
-            let how = match (t.kept, t.workspace_limit) {
+            let cost = t.seconds_lost * 1e3;
+            let how = match (t.kept, t.held) {
                 (false, _) if t.changed > 0 => {
                     format!("; no timed choice kept the step within {within}: its choices kept")
                 }
-                (_, Some(limit)) => format!(
-                    "; workspaces held to {} to keep the step within {within} ({:.2} ms more a step by cuDNN's timings)",
-                    ByteSize(limit),
-                    t.seconds_lost * 1e3
-                ),
-                _ => String::new(),
+                (_, WorkspaceHold::Held { at_peak, cap }) => {
+                    let peak = (at_peak > 0)
+                        .then(|| format!("the workspaces of {at_peak} passes that run where the step peaks held down"));
+                    let cap = cap.map(|c| format!("every workspace held to {}", ByteSize(c)));
+                    let held: Vec<String> = peak.into_iter().chain(cap).collect();
+                    format!(
+                        "; {} to keep the step within {within} ({cost:.2} ms more a step by cuDNN's timings)",
+                        held.join(" and ")
+                    )
+                }
+                (_, WorkspaceHold::Fastest) => String::new(),
             };
             self.say(&format!(
                 "cuDNN: every convolution's algorithms timed on the device (as cudnn.benchmark): {} of the shapes run faster ones than the heuristic's{how}",

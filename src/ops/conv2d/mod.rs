@@ -412,7 +412,12 @@ fn scratch(s: &mut Step<'_>, g: &ConvDims, pass: ConvPass) -> Result<Buf<f32>> {
         Sizing::Cuda(gpu) => {
             let plan = gpu.conv_plan(*g, s.policy()).map_err(BackendError::from)?;
             s.note_slower(|| plan.seconds_lost(pass));
-            ("cuDNN workspace", plan.workspace_bytes(pass).div_ceil(4))
+            let len = plan.workspace_bytes(pass).div_ceil(4);
+            let workspace = s.alloc::<f32>("cuDNN workspace", Shape::new(&[len]))?;
+            // A memory budget holds down the workspaces where the step
+            // peaks and no others: the plan must say whose this is.
+            s.tag_last(plan.workspace_tag(pass));
+            return Ok(workspace);
         }
     };
     s.alloc::<f32>(what, Shape::new(&[len]))

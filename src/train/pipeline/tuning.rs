@@ -6,10 +6,12 @@ use super::arenas::Algorithms;
 use super::measure::{ArenaNeeds, DryRuns, StepChoice};
 use crate::backend::DeviceKind;
 use crate::data::ImageSet;
-use crate::train::report::ConvTuning;
+use crate::memory::StepPlan;
+use crate::train::report::{ConvTuning, WorkspaceHold};
 use crate::train::{ConvAlgos, TrainConfig};
 use crate::Engine;
 use crate::Result;
+use std::collections::BTreeMap;
 
 /// Bytes a timed choice may add to a step of `step_bytes` (see
 /// [`crate::train::MemoryConfig::workspace_growth`]): a measured arena is
@@ -48,6 +50,13 @@ pub(super) fn times_convolutions(cfg: &TrainConfig, device: DeviceKind) -> bool 
 /// choice's step fits, never traded for more recomputation. (Searching
 /// again with the timed workspaces let a run drop far more than `memory`
 /// said, at several times its predicted cost.)
+///
+/// Three ways of holding them are weighed by what they cost by cuDNN's
+/// timings: only the passes that run where the step peaks (see
+/// [`hold_at_the_peak`]); those, and every workspace capped (the
+/// placement, unlike the liveness the first reads, can lose to large
+/// workspaces far from the peak); every workspace capped alone (see
+/// [`cap_workspaces`]).
 pub(super) fn time_convolutions(
     cfg: &TrainConfig,
     host: &ImageSet,
@@ -57,10 +66,11 @@ pub(super) fn time_convolutions(
 ) -> Result<ConvTuning> {
     let free = engine.arena().free();
     let changed = engine.runtime_mut().tune_convolutions(free)?;
+    let engine = &*engine;
     if changed == 0 {
         return Ok(ConvTuning {
             changed,
-            workspace_limit: None,
+            held: WorkspaceHold::Fastest,
             kept: true,
             seconds_lost: 0.0,
         });
@@ -72,93 +82,352 @@ pub(super) fn time_convolutions(
         dropped: needs.dropped.clone(),
         transient_chains: needs.transient_chains,
     };
+    let measure = || DryRuns::new(cfg, host, Algorithms::TimedOn(engine)).measure(&choice);
+    let fits = |n: &ArenaNeeds| n.step_bytes <= bound && n.total() <= capacity;
     let largest = engine.runtime().select_convolutions(usize::MAX);
-    let mut fitted = None;
-    let settled = settle_workspaces(
-        largest,
-        crate::backend::cuda::WORKSPACE_LIMIT,
-        |limit| Ok(engine.runtime().select_convolutions(limit)),
-        || {
-            let timed = DryRuns::new(cfg, host, Algorithms::TimedOn(&*engine)).measure(&choice)?;
-            let fits = timed.step_bytes <= bound && timed.total() <= capacity;
-            if fits {
-                fitted = Some(timed);
+    let hold = |limits: &Limits, cap: usize| {
+        engine
+            .runtime()
+            .hold_convolutions(&|tag| limits.get(&tag).copied().unwrap_or(usize::MAX).min(cap));
+    };
+    let (at_peak, peak_limits) = hold_at_the_peak(bound, &measure, &fits, &|l| hold(l, usize::MAX))?;
+    let mut best: Option<(ArenaNeeds, Limits, Option<usize>)> = at_peak.map(|n| (n, peak_limits.clone(), None));
+    if best.as_ref().is_none_or(|b| b.0.slower_seconds() > 0.0) {
+        for base in [peak_limits, Limits::new()] {
+            let Some((timed, cap)) = cap_workspaces(largest, &base, &measure, &fits, &hold)? else {
+                continue;
+            };
+            if best
+                .as_ref()
+                .is_none_or(|b| timed.slower_seconds() < b.0.slower_seconds())
+            {
+                best = Some((timed, base, cap));
             }
-            Ok(fits)
-        },
-    )?;
-    match (settled, fitted) {
-        (Some(limit), Some(timed)) => {
-            *needs = timed;
-            Ok(ConvTuning {
-                changed,
-                workspace_limit: limit,
-                kept: true,
-                seconds_lost: needs.slower_seconds(),
-            })
         }
-        _ => {
-            engine.runtime().untune_convolutions();
-            Ok(ConvTuning {
-                changed,
-                workspace_limit: None,
-                kept: false,
-                seconds_lost: 0.0,
-            })
+    }
+    let Some((timed, limits, cap)) = best else {
+        engine.runtime().untune_convolutions();
+        return Ok(ConvTuning {
+            changed,
+            held: WorkspaceHold::Fastest,
+            kept: false,
+            seconds_lost: 0.0,
+        });
+    };
+    hold(&limits, cap.unwrap_or(usize::MAX));
+    *needs = timed;
+    let held = match (limits.len(), cap) {
+        (0, None) => WorkspaceHold::Fastest,
+        (at_peak, cap) => WorkspaceHold::Held { at_peak, cap },
+    };
+    Ok(ConvTuning {
+        changed,
+        held,
+        kept: true,
+        seconds_lost: needs.slower_seconds(),
+    })
+}
+
+/// Workspace limits by tag (see [`crate::memory::StepPlan::tags`]): a pass
+/// without one takes its fastest algorithm.
+type Limits = BTreeMap<u32, usize>;
+
+/// Rounds of [`hold_at_the_peak`]: each measures the step once. The first
+/// holds the passes by liveness alone; the rest only take up what the
+/// placement loses to fragmentation, a few percent.
+const PEAK_ROUNDS: usize = 8;
+
+/// Holds down only the workspaces of the passes that run where the step
+/// would pass `bound`: each tagged workspace may take what is left under
+/// the bound beside everything alive with it, in every step plan where
+/// it runs. A convolution far from the peak keeps its fastest algorithm
+/// however large its workspace. Where the placement still passes the bound
+/// (the liveness sum is only its lower bound), the bound aimed at is
+/// lowered by the excess and the rooms measured again. `measure` dry-runs
+/// the step on the choices `hold` made; `Some((step, limits))` once it
+/// fits, with the limits held; `None` if it does not in [`PEAK_ROUNDS`],
+/// with the limits reached.
+fn hold_at_the_peak(
+    bound: usize,
+    measure: &dyn Fn() -> Result<ArenaNeeds>,
+    fits: &dyn Fn(&ArenaNeeds) -> bool,
+    hold: &dyn Fn(&Limits),
+) -> Result<(Option<ArenaNeeds>, Limits)> {
+    let mut limits = Limits::new();
+    let mut aim = bound;
+    for _ in 0..PEAK_ROUNDS {
+        let timed = measure()?;
+        if fits(&timed) {
+            return Ok((Some(timed), limits));
+        }
+        let excess = timed.step_bytes.saturating_sub(bound).max(ALIGN);
+        // Lower the aim until some workspace is held further: with
+        // none, the same step would be measured again.
+        loop {
+            let before = limits.clone();
+            for plan in &timed.plans {
+                room_under(plan, aim, &mut limits);
+            }
+            if limits != before {
+                break;
+            }
+            if aim == 0 {
+                return Ok((None, limits));
+            }
+            aim = aim.saturating_sub(excess);
+        }
+        hold(&limits);
+    }
+    Ok((None, limits))
+}
+
+/// Arena alignment: a workspace's room is rounded down to it, so that a
+/// workspace within the room also is once aligned.
+const ALIGN: usize = 256;
+
+/// Lowers `limits` so that each tagged buffer of `plan` fits under `aim`
+/// beside everything else alive while it is, by liveness (see
+/// [`StepPlan::lower_bound`]).
+pub(super) fn room_under(plan: &StepPlan, aim: usize, limits: &mut Limits) {
+    let ticks = plan.bufs.iter().map(|b| b.life.last as usize + 1).max().unwrap_or(0);
+    let mut live = vec![0usize; ticks + 1];
+    for b in &plan.bufs {
+        live[b.life.born as usize] += b.size;
+        live[b.life.last as usize + 1] -= b.size;
+    }
+    for t in 1..live.len() {
+        live[t] += live[t - 1];
+    }
+    for &(i, tag) in &plan.tags {
+        let b = &plan.bufs[i];
+        let others = (b.life.born..=b.life.last)
+            .map(|t| live[t as usize] - b.size)
+            .max()
+            .unwrap_or(0);
+        let room = aim.saturating_sub(others) / ALIGN * ALIGN;
+        if room < b.size {
+            let limit = limits.entry(tag).or_insert(usize::MAX);
+            *limit = (*limit).min(room);
         }
     }
 }
 
-/// The search behind [`time_convolutions`]: with the timed choices (the
-/// largest workspace among them `largest`), asks `fits` whether their step
-/// fits; while not, halves the largest workspace allowed (`select` chooses
-/// again under a limit and returns the new largest) until it fits or is no
-/// more than `floor` (the heuristic's limit, whose step was measured).
-/// `Some(None)`: the fastest fit; `Some(Some(limit))`: they fit held to
-/// `limit`; `None`: nothing timed fits.
-fn settle_workspaces(
-    mut largest: usize,
-    floor: usize,
-    mut select: impl FnMut(usize) -> Result<usize>,
-    mut fits: impl FnMut() -> Result<bool>,
-) -> Result<Option<Option<usize>>> {
-    let mut limit = None;
+/// Each step of [`cap_workspaces`] caps the workspaces at this fraction
+/// of the last cap: a dry run is cheap (milliseconds), halving was coarse
+/// (ResNet-50 at batch 256 fitted at 4.5 MiB, not at 9).
+const CAP_STEP: f64 = 0.7;
+
+/// With `base` held, caps every workspace (from `largest`, the largest the
+/// timed choices take, down by [`CAP_STEP`] to none) until the step fits:
+/// `Some((step, cap))` (`cap` `None`: it fits uncapped), `None` if even
+/// the least workspaces do not fit. `hold` chooses the algorithms under
+/// `base` and a cap; `measure` dry-runs the step on them.
+fn cap_workspaces(
+    largest: usize,
+    base: &Limits,
+    measure: &dyn Fn() -> Result<ArenaNeeds>,
+    fits: &dyn Fn(&ArenaNeeds) -> bool,
+    hold: &dyn Fn(&Limits, usize),
+) -> Result<Option<(ArenaNeeds, Option<usize>)>> {
+    let mut cap: Option<usize> = None;
     loop {
-        if fits()? {
-            return Ok(Some(limit));
+        hold(base, cap.unwrap_or(usize::MAX));
+        let timed = measure()?;
+        if fits(&timed) {
+            return Ok(Some((timed, cap)));
         }
-        if largest <= floor {
-            return Ok(None);
-        }
-        limit = Some(largest / 2);
-        largest = select(largest / 2)?;
+        cap = match cap {
+            Some(0) => return Ok(None),
+            Some(c) => Some((c as f64 * CAP_STEP) as usize / ALIGN * ALIGN),
+            None => Some((largest as f64 * CAP_STEP) as usize / ALIGN * ALIGN),
+        };
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::settle_workspaces;
-    use std::cell::Cell;
+    use super::{cap_workspaces, hold_at_the_peak, room_under, Limits, ALIGN};
+    use crate::memory::plan::plan;
+    use crate::memory::{PlannedBuf, StepPlan};
+    use crate::train::ArenaNeeds;
+    use std::cell::{Cell, RefCell};
 
-    /// A fake device whose step fits once the largest workspace chosen is at
-    /// most `fits_at`; choosing under a limit gives the limit itself.
-    fn search(largest: usize, floor: usize, fits_at: usize) -> (Option<Option<usize>>, usize) {
-        let now = Cell::new(largest);
+    const K: usize = 256;
+
+    /// A step of `bufs` (size in units of 256 bytes, born, last, tag),
+    /// planned.
+    fn step(bufs: &[(usize, u32, u32, Option<u32>)]) -> StepPlan {
+        let traced: Vec<PlannedBuf> = bufs
+            .iter()
+            .map(|&(size, born, last, _)| PlannedBuf::unplaced("b", size * K, born, last))
+            .collect();
+        let mut p = plan(0, &traced);
+        p.tags = bufs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| b.3.map(|t| (i, t)))
+            .collect();
+        p
+    }
+
+    #[test]
+    fn a_workspace_gets_what_is_left_beside_what_lives_with_it() {
+        // A lives throughout; B from 8; workspaces 7 (at 2, beside A), 8
+        // (at 9, beside A and B), 9 (small, at 5) and 7 again (at 9).
+        let p = step(&[
+            (16, 1, 10, None),
+            (10, 2, 2, Some(7)),
+            (2, 5, 5, Some(9)),
+            (8, 8, 10, None),
+            (10, 9, 9, Some(8)),
+            (4, 9, 9, Some(7)),
+        ]);
+        let mut limits = Limits::new();
+        room_under(&p, 30 * K + 100, &mut limits);
+        // 7: 14 beside A at 2, but at 9 beside A, B and workspace 8: 30 -
+        // 34 = nothing; the least of its uses wins.
+        // 8: beside A, B and 7's 4 at 9: 30 - 28 = 2 left.
+        // 9: fits beside A (16 + 2 <= 30): not held.
+        assert_eq!(limits.get(&7), Some(&0));
+        assert_eq!(limits.get(&8), Some(&(2 * K)));
+        assert_eq!(limits.get(&9), None, "{limits:?}");
+        let mut roomy = Limits::new();
+        room_under(&p, 44 * K + 100, &mut roomy);
+        // At 44: 7 keeps 28 at 2 (more than its 10) but 44 - 38 = 6 at 9
+        // (less than 4? no: 6 >= 4): not held; 8 gets 44 - 28 = 16 >= 10.
+        assert!(roomy.is_empty(), "{roomy:?}");
+        let mut tight = Limits::new();
+        room_under(&p, 40 * K + 100, &mut tight);
+        // 8 at 9: 40 - (16 + 8 + 4) = 12 >= 10: kept. 7 at 9: 40 - (16 +
+        // 8 + 10) = 6 >= 4; at 2: 40 - 16 = 24 >= 10: kept.
+        assert!(tight.is_empty(), "{tight:?}");
+        room_under(&p, 36 * K + 100, &mut tight);
+        // 8: 36 - 28 = 8 < 10: held to 8 (rounded down to the alignment);
+        // 7: 36 - 34 = 2 < 4 at 9: held to 2.
+        assert_eq!(tight.get(&8), Some(&(8 * K)));
+        assert_eq!(tight.get(&7), Some(&(2 * K)));
+    }
+
+    /// A fake device's step: workspace `tag` takes its fastest size
+    /// (units of 256 bytes) unless held below it, then the largest the hold
+    /// allows. Workspace 1 runs early, beside one activation; workspace 2
+    /// at the peak, beside both.
+    fn needs_of(limits: &Limits) -> ArenaNeeds {
+        let ws = |tag: u32, fastest: usize| fastest.min(limits.get(&tag).map_or(usize::MAX, |l| l / K));
+        let p = step(&[
+            (20, 1, 12, None),
+            (ws(1, 40), 2, 2, Some(1)),
+            (20, 3, 11, None),
+            (ws(2, 30), 10, 10, Some(2)),
+        ]);
+        ArenaNeeds {
+            persistent_bytes: 0,
+            step_bytes: p.peak,
+            candidates: Vec::new(),
+            dropped: Vec::new(),
+            transient_chains: false,
+            persistent: Vec::new(),
+            plans: vec![p],
+        }
+    }
+
+    /// [`hold_at_the_peak`] on the fake device: its answer and how many
+    /// steps it measured.
+    fn hold_on_fake(bound: usize) -> (Option<Limits>, usize) {
+        let held = RefCell::new(Limits::new());
         let measured = Cell::new(0);
-        let out = settle_workspaces(
-            largest,
-            floor,
-            |limit| {
-                now.set(limit);
-                Ok(limit)
-            },
-            || {
-                measured.set(measured.get() + 1);
-                Ok(now.get() <= fits_at)
-            },
-        )
-        .expect("search");
-        (out, measured.get())
+        let measure = || {
+            measured.set(measured.get() + 1);
+            Ok(needs_of(&held.borrow()))
+        };
+        let fits = |n: &ArenaNeeds| n.step_bytes <= bound;
+        let hold = |l: &Limits| *held.borrow_mut() = l.clone();
+        let (fitted, limits) = hold_at_the_peak(bound, &measure, &fits, &hold).expect("search");
+        if let Some(needs) = &fitted {
+            assert_eq!(needs, &needs_of(&limits), "the step returned is the held one's");
+        }
+        (fitted.map(|_| limits), measured.get())
+    }
+
+    #[test]
+    fn only_the_workspace_at_the_peak_is_held() {
+        // Unheld: 60 at tick 2, 70 at the peak. Within 60 the early
+        // workspace keeps its 40; the peak's is held to 20.
+        let (limits, measured) = hold_on_fake(60 * K);
+        let limits = limits.expect("fits");
+        assert_eq!(limits.into_iter().collect::<Vec<_>>(), vec![(2, 20 * K)]);
+        assert_eq!(measured, 2);
+        // Room enough: nothing held, one measurement.
+        assert_eq!(hold_on_fake(80 * K), (Some(Limits::new()), 1));
+        // 70 by liveness, but the placement needs 80 (the later activation
+        // does not fit in the early workspace's 40 beside the peak's 30):
+        // the aim is lowered by the 10 in excess and the peak's held.
+        let (limits, measured) = hold_on_fake(70 * K);
+        assert_eq!(limits.expect("fits").into_iter().collect::<Vec<_>>(), vec![(2, 20 * K)]);
+        assert_eq!(measured, 2);
+        // Within 50 both are held: the early one to 30, the peak's to 10.
+        let (limits, _) = hold_on_fake(50 * K);
+        assert_eq!(
+            limits.expect("fits").into_iter().collect::<Vec<_>>(),
+            vec![(1, 30 * K), (2, 10 * K)]
+        );
+    }
+
+    #[test]
+    fn holding_gives_up_where_the_activations_alone_pass_the_bound() {
+        // 40 of activations at the peak: nothing held fits 30.
+        let (limits, measured) = hold_on_fake(30 * K);
+        assert_eq!(limits, None);
+        assert!(measured <= super::PEAK_ROUNDS, "{measured}");
+    }
+
+    /// A fake device whose step is its largest workspace (in units of
+    /// 256 bytes, `largest` uncapped) and one unit of activations, and
+    /// fits within `fits_at`; `base`
+    /// holds workspace 1 to its limit. Returns the cap found and how many
+    /// steps were measured.
+    fn capped(largest: usize, base: &Limits, fits_at: usize) -> (Option<Option<usize>>, usize) {
+        let now = Cell::new(usize::MAX);
+        let measured = Cell::new(0);
+        let measure = || {
+            measured.set(measured.get() + 1);
+            let mut needs = needs_of(&Limits::new());
+            needs.step_bytes = now.get() + K;
+            Ok(needs)
+        };
+        let fits = |n: &ArenaNeeds| n.step_bytes <= fits_at * K;
+        let hold = |base: &Limits, cap: usize| {
+            let held = base.get(&1).copied().unwrap_or(usize::MAX);
+            now.set((largest * K).min(held).min(cap));
+        };
+        let out = cap_workspaces(largest * K, base, &measure, &fits, &hold).expect("search");
+        (out.map(|(_, cap)| cap.map(|c| c / K)), measured.get())
+    }
+
+    #[test]
+    fn the_fastest_choices_are_kept_when_their_step_fits() {
+        assert_eq!(capped(800, &Limits::new(), 1000), (Some(None), 1));
+        // Held at the peak to within the bound: no cap.
+        let base = Limits::from([(1, 100 * K)]);
+        assert_eq!(capped(800, &base, 150), (Some(None), 1));
+    }
+
+    #[test]
+    fn every_workspace_is_capped_down_until_the_step_fits() {
+        // 800 → 560 → 392 → 274 → 191 → 133: five steps of 0.7 (each
+        // rounded down to the alignment), six measurements.
+        assert_eq!(capped(800, &Limits::new(), 150), (Some(Some(133)), 6));
+        assert_eq!(ALIGN, K);
+    }
+
+    #[test]
+    fn nothing_timed_is_kept_when_even_no_workspace_fits() {
+        // Capped down to no workspace, measured at each step, then given up.
+        let (out, measured) = capped(800, &Limits::new(), 0);
+        assert_eq!(out, None);
+        assert!(measured > 6 && measured < 40, "{measured}");
+        // Where no workspace is needed, a cap of nothing fits.
+        assert_eq!(capped(800, &Limits::new(), 1).0, Some(Some(0)));
     }
 
     #[test]
@@ -204,24 +473,5 @@ mod tests {
         // Under a budget, no more than the budget leaves above the step.
         let budgeted = with(&|c| c.memory.memory_budget = Some(105 * mib));
         assert_eq!(tuning_bytes(&budgeted, DeviceKind::Cuda, 100 * mib), Some(5 * mib));
-    }
-
-    #[test]
-    fn the_fastest_choices_are_kept_when_their_step_fits() {
-        assert_eq!(search(800, 8, 1000), (Some(None), 1));
-    }
-
-    #[test]
-    fn the_largest_workspace_is_halved_until_the_step_fits() {
-        // 800 → 400 → 200 → 100: three halvings, four measurements.
-        assert_eq!(search(800, 8, 150), (Some(Some(100)), 4));
-    }
-
-    #[test]
-    fn nothing_timed_is_kept_when_even_the_floor_does_not_fit() {
-        // 800 → 400 → … → 12 → 6 (below the floor of 8): measured at each.
-        let (out, measured) = search(800, 8, 1);
-        assert_eq!(out, None);
-        assert_eq!(measured, 8);
     }
 }

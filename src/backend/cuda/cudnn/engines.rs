@@ -477,10 +477,19 @@ impl PassGraph {
         Ok(())
     }
 
-    /// The fastest timed plan within `limit` bytes of workspace, else the
-    /// heuristic's.
+    /// The fastest timed plan within `limit` bytes of workspace; where
+    /// none is, the one needing the least workspace, the heuristic's among
+    /// them (so that a lower limit never chooses a larger one).
     fn select(&mut self, limit: usize) -> usize {
-        self.chosen = self.timed.iter().find(|t| t.1 <= limit).map_or(self.heuristic, |t| t.0);
+        let least = || {
+            self.timed
+                .iter()
+                .map(|t| t.0)
+                .chain([self.heuristic])
+                .min_by_key(|&i| self.plans[i].1)
+                .unwrap_or(self.heuristic)
+        };
+        self.chosen = self.timed.iter().find(|t| t.1 <= limit).map_or_else(least, |t| t.0);
         self.plans[self.chosen].1
     }
 }
@@ -535,8 +544,16 @@ impl GraphConv {
         }
     }
 
-    pub(super) fn select(&self, limit: usize) -> usize {
-        self.passes().iter_mut().map(|g| g.select(limit)).max().unwrap_or(0)
+    /// Each pass's fastest timed plan within its limit in `limits` (by
+    /// [`ConvPass::index`]); the largest workspace chosen.
+    pub(super) fn select(&self, limits: [usize; 3]) -> usize {
+        let mut passes = self.passes();
+        passes
+            .iter_mut()
+            .zip(SLOTS)
+            .map(|(g, (pass, _))| g.select(limits[pass.index()]))
+            .max()
+            .unwrap_or(0)
     }
 
     /// # Safety

@@ -302,21 +302,31 @@ impl LegacyConv {
     }
 
     /// Chooses, for each pass, the fastest timed algorithm whose workspace
-    /// is at most `limit` bytes (the heuristic's choice where none was timed
-    /// or none fits). Returns the largest workspace chosen.
-    pub(crate) fn select(&self, limit: usize) -> usize {
+    /// is at most that pass's limit in `limits` (by [`ConvPass::index`]);
+    /// where none was timed or none fits, the one needing the least
+    /// workspace, the heuristic's among them. Returns the largest
+    /// workspace chosen.
+    pub(crate) fn select(&self, limits: [usize; 3]) -> usize {
         let timed = self.timed.lock().unwrap_or_else(|e| e.into_inner());
         let Some(t) = timed.as_ref() else { return 0 };
-        fn pick<A: Copy>(list: &[(A, usize, f64)], limit: usize, fallback: (A, usize)) -> (A, usize) {
-            list.iter()
-                .find(|t| t.1 <= limit)
-                .map_or(fallback, |&(algo, ws, _)| (algo, ws))
+        fn pick<A: Copy>(list: &[(A, usize, f64)], limit: usize, heuristic: (A, usize)) -> (A, usize) {
+            let within = list.iter().find(|t| t.1 <= limit);
+            // None within: the least workspace there is, so that a lower
+            // limit never chooses a larger one.
+            let least = || {
+                list.iter()
+                    .map(|&(algo, ws, _)| (algo, ws))
+                    .chain([heuristic])
+                    .min_by_key(|c| c.1)
+                    .unwrap_or(heuristic)
+            };
+            within.map_or_else(least, |&(algo, ws, _)| (algo, ws))
         }
         let h = self.heuristic;
         let c = Choices {
-            fwd: pick(&t.fwd, limit, h.fwd),
-            data: pick(&t.data, limit, h.data),
-            filter: pick(&t.filter, limit, h.filter),
+            fwd: pick(&t.fwd, limits[ConvPass::Forward.index()], h.fwd),
+            data: pick(&t.data, limits[ConvPass::InputGrad.index()], h.data),
+            filter: pick(&t.filter, limits[ConvPass::WeightGrad.index()], h.filter),
         };
         *self.chosen.lock().unwrap_or_else(|e| e.into_inner()) = c;
         c.fwd.1.max(c.data.1).max(c.filter.1)
@@ -403,7 +413,7 @@ impl LegacyConv {
         .map_err(dnn_err("cudnnFindConvolutionBackwardFilterAlgorithmEx"))?;
         let filter = timed!(&filter[..returned.max(0) as usize], workspace_bytes, det, tensor_ops);
         *self.timed.lock().unwrap_or_else(|e| e.into_inner()) = Some(Timed { fwd, data, filter });
-        self.select(usize::MAX);
+        self.select([usize::MAX; 3]);
         Ok(self.choices() != self.heuristic)
     }
 

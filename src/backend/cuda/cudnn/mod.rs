@@ -33,9 +33,22 @@ pub enum ConvPass {
     WeightGrad,
 }
 
+impl ConvPass {
+    pub const ALL: [ConvPass; 3] = [ConvPass::Forward, ConvPass::InputGrad, ConvPass::WeightGrad];
+
+    /// Its place in [`ConvPass::ALL`] (and in a plan's per-pass limits).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
 /// What runs one convolution shape's passes.
 pub struct ConvPlan {
     pub dims: ConvDims,
+    /// Its place among the device's plans, made in order and never
+    /// removed: with a pass, what names a workspace in a step's plan (see
+    /// [`ConvPlan::workspace_tag`]).
+    index: u32,
     /// `(deterministic, tf32)`: see [`ConvPlan::math`].
     math: (bool, bool),
     engine: Engine,
@@ -67,6 +80,7 @@ impl ConvPlan {
     /// and to the legacy one only where the graph API offers no engine.
     pub(crate) fn new(
         handle: sys::cudnnHandle_t,
+        index: u32,
         d: ConvDims,
         deterministic: bool,
         tf32: bool,
@@ -83,6 +97,7 @@ impl ConvPlan {
         };
         Ok(Self {
             dims: d,
+            index,
             math: (deterministic, tf32),
             engine,
             refused,
@@ -133,13 +148,22 @@ impl ConvPlan {
     }
 
     /// Chooses, for each pass, the fastest timed candidate whose workspace
-    /// is at most `limit` bytes (the heuristic's choice where none was
-    /// timed or none fits). Returns the largest workspace chosen.
-    pub(crate) fn select(&self, limit: usize) -> usize {
+    /// is at most that pass's limit in `limits` (by [`ConvPass::index`]);
+    /// where none fits, the one needing the least workspace, the
+    /// heuristic's among them. Returns the largest workspace chosen.
+    pub(crate) fn select(&self, limits: [usize; 3]) -> usize {
         match &self.engine {
-            Engine::Legacy(l) => l.select(limit),
-            Engine::Graph(g) => g.select(limit),
+            Engine::Legacy(l) => l.select(limits),
+            Engine::Graph(g) => g.select(limits),
         }
+    }
+
+    /// The number a step's plan knows this pass's workspace by: unique
+    /// among the device's plans and passes, so a memory budget can hold
+    /// down the workspaces of just the passes that run where the step's
+    /// memory peaks (see [`super::CudaBackend::hold_convolutions`]).
+    pub fn workspace_tag(&self, pass: ConvPass) -> u32 {
+        self.index * 3 + pass.index() as u32
     }
 
     /// Times every candidate of each pass on the device with up to
