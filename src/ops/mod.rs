@@ -45,6 +45,8 @@ registry! {
     reshape: backward;
     sigmoid: backward, kernels;
     tanh: backward, kernels;
+    select: backward;
+    stack: backward;
 }
 
 /// Rows per rayon task in elementwise kernels: big enough that scheduling is
