@@ -47,6 +47,8 @@ registry! {
     tanh: backward, kernels;
     select: backward;
     stack: backward;
+    embedding: backward, kernels;
+    lstm_cell: backward, kernels;
 }
 
 /// Rows per rayon task in elementwise kernels: big enough that scheduling is
