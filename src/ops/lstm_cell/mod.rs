@@ -66,7 +66,7 @@ impl<'s> Tensor<'s> {
         c_prev: Option<Tensor<'s>>,
     ) -> Result<(Tensor<'s>, Tensor<'s>)> {
         let gates = self.shape();
-        if gates.rank() != 2 || gates.dim(1) % 4 != 0 || gates.dim(1) == 0 {
+        if gates.rank() != 2 || !gates.dim(1).is_multiple_of(4) || gates.dim(1) == 0 {
             return Err(Error::shape(
                 "lstm_cell",
                 format!("gates [B, 4H] with H at least 1, got {gates}"),
