@@ -45,6 +45,8 @@ mod pools;
 mod precision;
 #[path = "gpu/resume.rs"]
 mod resume;
+#[path = "gpu/sequences.rs"]
+mod sequences;
 #[path = "gpu/shapes.rs"]
 mod shapes;
 

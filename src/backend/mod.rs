@@ -69,6 +69,8 @@ pub enum BackendError {
     Label { index: usize, label: u32, classes: usize },
     #[error("example index {index} is past the data set's {count} examples")]
     Index { index: u32, count: usize },
+    #[error("token {token} at position {index} is past the embedding's {vocab} rows; check the vocabulary")]
+    Token { index: usize, token: u32, vocab: usize },
     #[error("data-parallel training: {0}")]
     Group(String),
     #[error("data-parallel training across processes needs GPUs (NCCL); this device is the CPU")]

@@ -45,6 +45,10 @@ registry! {
     reshape: backward;
     sigmoid: backward, kernels;
     tanh: backward, kernels;
+    select: backward;
+    stack: backward;
+    embedding: backward, kernels;
+    lstm_cell: backward, kernels;
 }
 
 /// Rows per rayon task in elementwise kernels: big enough that scheduling is

@@ -1,0 +1,252 @@
+//! Recurrent layers as PyTorch's `nn.LSTM` and `nn.RNN(nonlinearity='tanh')`
+//! (one direction, `batch_first=False`, no dropout between layers): the
+//! same parameters under the same names and shapes, layer `k` declaring
+//! `weight_ih_l{k}` `[G·H, I]`, `weight_hh_l{k}` `[G·H, H]`, `bias_ih_l{k}`
+//! and `bias_hh_l{k}` `[G·H]` (G = 4 gates i, f, g, o for the LSTM, 1 for
+//! the RNN), each `U(−1/√H, 1/√H)` as PyTorch initialises them, so a
+//! checkpoint loads into the PyTorch module with `strict=True`.
+//!
+//! A layer runs over a sequence `[T, B, I]` in three parts: the input's
+//! projection for every step in one product (`[T·B, I] · W_ihᵀ + b_ih +
+//! b_hh`, the two biases summed once), then per step a view of that step's
+//! projection (`select`), the hidden state's product with `W_hh` (absent
+//! at a zero initial state), and the pointwise cell (`lstm_cell`, or `add`
+//! and `tanh`), the steps' hidden states gathered into `[T, B, H]`
+//! (`stack`), which the next layer takes as its input. Nothing is
+//! allocated on the heap: the states go in and out through a slice the
+//! caller holds.
+
+use super::params::{Init, ParamBuilder};
+use crate::tensor::{Param, Shape, Tensor};
+use crate::{Error, Result, Step};
+
+/// One layer's parameters, in PyTorch's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Weights {
+    w_ih: Param,
+    w_hh: Param,
+    b_ih: Param,
+    b_hh: Param,
+}
+
+/// The step's view of one layer's parameters.
+#[derive(Clone, Copy)]
+struct LayerTensors<'s> {
+    w_ih: Tensor<'s>,
+    w_hh: Tensor<'s>,
+    b_ih: Tensor<'s>,
+    b_hh: Tensor<'s>,
+}
+
+impl Weights {
+    /// Declares layer `k`'s four tensors for `gates` gates of `hidden` units
+    /// over inputs of `input`.
+    fn new(pb: &ParamBuilder<'_>, k: usize, gates: usize, input: usize, hidden: usize) -> Result<Self> {
+        let rows = gates * hidden;
+        let init = Init::UniformFanIn(hidden);
+        Ok(Self {
+            w_ih: pb.param(&format!("weight_ih_l{k}"), Shape::new(&[rows, input]), init)?,
+            w_hh: pb.param(&format!("weight_hh_l{k}"), Shape::new(&[rows, hidden]), init)?,
+            b_ih: pb.param(&format!("bias_ih_l{k}"), Shape::new(&[rows]), init)?,
+            b_hh: pb.param(&format!("bias_hh_l{k}"), Shape::new(&[rows]), init)?,
+        })
+    }
+
+    fn tensors<'s>(&self, s: &mut Step<'s>) -> LayerTensors<'s> {
+        LayerTensors {
+            w_ih: s.param(&self.w_ih),
+            w_hh: s.param(&self.w_hh),
+            b_ih: s.param(&self.b_ih),
+            b_hh: s.param(&self.b_hh),
+        }
+    }
+}
+
+/// Layers declared for a network of `input` features, `hidden` units and
+/// `layers` layers, or why those sizes cannot make one.
+fn declare(
+    op: &'static str,
+    pb: &ParamBuilder<'_>,
+    gates: usize,
+    (input, hidden, layers): (usize, usize, usize),
+) -> Result<Vec<Weights>> {
+    if input == 0 || hidden == 0 || layers == 0 {
+        return Err(Error::shape(
+            op,
+            format!("at least one input feature, hidden unit and layer, got {input}, {hidden} and {layers}"),
+        ));
+    }
+    (0..layers)
+        .map(|k| Weights::new(pb, k, gates, if k == 0 { input } else { hidden }, hidden))
+        .collect()
+}
+
+/// `x` `[T, B, I]` checked against a network of `input` features and
+/// `layers` layers holding `states` initial states: `(T, B)`.
+fn check_input(op: &'static str, x: Shape, input: usize, layers: usize, states: usize) -> Result<(usize, usize)> {
+    if x.rank() != 3 || x.dim(2) != input || x.dim(0) == 0 {
+        return Err(Error::shape(
+            op,
+            format!("an input [T, B, {input}] of at least one step, got {x}"),
+        ));
+    }
+    if states != layers {
+        return Err(Error::shape(
+            op,
+            format!("one state for each of the {layers} layers, got {states}"),
+        ));
+    }
+    Ok((x.dim(0), x.dim(1)))
+}
+
+/// `x` `[T, B, I]`'s projection for every step, `[T, B, G·H]`: one product
+/// with both biases.
+fn project<'s>(s: &mut Step<'s>, x: Tensor<'s>, w: &LayerTensors<'s>) -> Result<Tensor<'s>> {
+    let d = x.shape();
+    let (steps, batch, rows) = (d.dim(0), d.dim(1), w.w_ih.shape().dim(0));
+    let flat = x.reshape(s, Shape::new(&[steps * batch, d.dim(2)]))?;
+    let bias = w.b_ih.add(s, w.b_hh)?;
+    flat.linear(s, w.w_ih, Some(bias))?
+        .reshape(s, Shape::new(&[steps, batch, rows]))
+}
+
+/// An LSTM's state between steps: its hidden state and its cell, `[B, H]`
+/// each.
+#[derive(Debug, Clone, Copy)]
+pub struct LstmState<'s> {
+    pub h: Tensor<'s>,
+    pub c: Tensor<'s>,
+}
+
+/// `nn.LSTM(input, hidden, layers)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lstm {
+    input: usize,
+    hidden: usize,
+    layers: Vec<Weights>,
+}
+
+impl Lstm {
+    pub fn new(pb: &ParamBuilder<'_>, input: usize, hidden: usize, layers: usize) -> Result<Self> {
+        Ok(Self {
+            input,
+            hidden,
+            layers: declare("lstm", pb, 4, (input, hidden, layers))?,
+        })
+    }
+
+    pub fn hidden(&self) -> usize {
+        self.hidden
+    }
+
+    /// Every step's top-layer hidden state, `[T, B, H]`, for `x` `[T, B,
+    /// I]`. `state` holds one entry per layer: its initial state (`None`:
+    /// zeros, as PyTorch's default), replaced by its state after the last
+    /// step.
+    pub fn forward<'s>(
+        &self,
+        s: &mut Step<'s>,
+        x: Tensor<'s>,
+        state: &mut [Option<LstmState<'s>>],
+    ) -> Result<Tensor<'s>> {
+        let (steps, _) = check_input("lstm", x.shape(), self.input, self.layers.len(), state.len())?;
+        let mut input = x;
+        for (weights, state) in self.layers.iter().zip(state.iter_mut()) {
+            let w = weights.tensors(s);
+            let proj = project(s, input, &w)?;
+            let dtype = proj.dtype();
+            let (mut h, mut c) = match *state {
+                Some(st) => (Some(st.h.cast(s, dtype)?), Some(st.c.cast(s, dtype)?)),
+                None => (None, None),
+            };
+            input = Tensor::stack(s, steps, |s, t| {
+                let from_x = proj.select(s, t)?;
+                let from_h = h.map(|h| h.linear(s, w.w_hh, None)).transpose()?;
+                let (next_h, next_c) = from_x.lstm_cell(s, from_h, c)?;
+                (h, c) = (Some(next_h), Some(next_c));
+                Ok(next_h)
+            })?;
+            if let (Some(h), Some(c)) = (h, c) {
+                *state = Some(LstmState { h, c });
+            }
+        }
+        Ok(input)
+    }
+}
+
+/// `nn.RNN(input, hidden, layers, nonlinearity='tanh')`: Lantern's vanilla
+/// RNN, from `linear`, `add` and `tanh`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rnn {
+    input: usize,
+    hidden: usize,
+    layers: Vec<Weights>,
+}
+
+impl Rnn {
+    pub fn new(pb: &ParamBuilder<'_>, input: usize, hidden: usize, layers: usize) -> Result<Self> {
+        Ok(Self {
+            input,
+            hidden,
+            layers: declare("rnn", pb, 1, (input, hidden, layers))?,
+        })
+    }
+
+    pub fn hidden(&self) -> usize {
+        self.hidden
+    }
+
+    /// Every step's top-layer hidden state, `[T, B, H]`, for `x` `[T, B,
+    /// I]`; `state` as [`Lstm::forward`]'s, a hidden state `[B, H]` per
+    /// layer.
+    pub fn forward<'s>(&self, s: &mut Step<'s>, x: Tensor<'s>, state: &mut [Option<Tensor<'s>>]) -> Result<Tensor<'s>> {
+        let (steps, _) = check_input("rnn", x.shape(), self.input, self.layers.len(), state.len())?;
+        let mut input = x;
+        for (weights, state) in self.layers.iter().zip(state.iter_mut()) {
+            let w = weights.tensors(s);
+            let proj = project(s, input, &w)?;
+            let dtype = proj.dtype();
+            let mut h = state.map(|h| h.cast(s, dtype)).transpose()?;
+            input = Tensor::stack(s, steps, |s, t| {
+                let from_x = proj.select(s, t)?;
+                let pre = match h {
+                    Some(h) => {
+                        let from_h = h.linear(s, w.w_hh, None)?;
+                        from_x.add(s, from_h)?
+                    }
+                    None => from_x,
+                };
+                let next = pre.tanh(s)?;
+                h = Some(next);
+                Ok(next)
+            })?;
+            *state = h;
+        }
+        Ok(input)
+    }
+}
+
+/// `nn.Embedding(vocab, dim)`: `weight` `[vocab, dim]`, `N(0, 1)` as
+/// PyTorch initialises it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Embedding {
+    weight: Param,
+}
+
+impl Embedding {
+    pub fn new(pb: &ParamBuilder<'_>, vocab: usize, dim: usize) -> Result<Self> {
+        Ok(Self {
+            weight: pb.param("weight", Shape::new(&[vocab, dim]), Init::Normal(1.0))?,
+        })
+    }
+
+    /// Row `tokens[n]` of the table as row `n` of `[N, dim]`.
+    pub fn forward<'s>(&self, s: &mut Step<'s>, tokens: crate::tensor::Labels<'s>) -> Result<Tensor<'s>> {
+        let table = s.param(&self.weight);
+        table.embedding(s, tokens)
+    }
+}
+
+#[cfg(test)]
+#[path = "recurrent_tests.rs"]
+mod tests;

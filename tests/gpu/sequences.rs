@@ -1,0 +1,198 @@
+//! The sequence ops on the GPU give the CPU's outputs and gradients:
+//! embedding (its deterministic backward, repeated tokens included; a
+//! token past the table a NaN row, never a read past it), lstm_cell with
+//! and without its optional inputs, select and stack in a recurrence, and
+//! a whole two-layer LSTM language-model step (embedding, `nn::Lstm`,
+//! linear, cross-entropy) with every parameter's gradient.
+
+use super::*;
+use bumpgrad::nn::{Embedding, Linear, Lstm, Rnn};
+
+#[test]
+fn embedding_matches_the_cpu() {
+    same_on_both("embedding", &|s| {
+        let table = s.variable("table", Shape::new(&[13, 37]), &values(13 * 37, 81))?;
+        // 700 tokens (more than one 256-token tile), rows 0 and 12 often,
+        // rows 5 to 9 never.
+        let tokens: Vec<u32> = (0..700u32)
+            .map(|n| [0, 12, 3, 0, 11, 4, 12, 10][n as usize % 8])
+            .collect();
+        let tokens = s.labels(&tokens)?;
+        let y = table.embedding(s, tokens)?;
+        with_grads(s, y, &[("table grad", table)])
+    });
+}
+
+/// Two runs of the GPU's embedding backward give the same bits.
+#[test]
+fn embedding_backward_is_deterministic_on_the_gpu() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let body: &Body = &|s| {
+        let table = s.variable("table", Shape::new(&[65, 128]), &values(65 * 128, 82))?;
+        let tokens: Vec<u32> = (0..8192u32).map(|n| (n * 7919 % 65) * (n % 3 + 1) % 65).collect();
+        let tokens = s.labels(&tokens)?;
+        let y = table.embedding(s, tokens)?;
+        with_grads(s, y, &[("table grad", table)])
+    };
+    let Some(first) = gpu("embedding determinism") else {
+        return;
+    };
+    let a = run(first, body);
+    let b = run(gpu("embedding determinism").expect("the GPU opened once"), body);
+    for ((name, x), (_, y)) in a.iter().zip(&b) {
+        let same = x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
+        assert!(same, "{name}: two runs differ");
+    }
+}
+
+#[test]
+fn a_token_past_the_table_gives_a_nan_row_on_the_gpu() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(device) = gpu("embedding past the table") else {
+        return;
+    };
+    let mut engine = Engine::new(device, 1 << 20).expect("arena");
+    let out = engine
+        .step(|s| {
+            let table = s.input("table", Shape::new(&[4, 3]), &values(12, 83))?;
+            let tokens = s.labels(&[1, 4, 3])?;
+            let y = table.embedding(s, tokens)?;
+            let mut out = vec![0.0; 9];
+            s.read(y, &mut out)?;
+            Ok(out)
+        })
+        .expect("the GPU cannot report it: the step runs");
+    assert!(out[..3].iter().chain(&out[6..]).all(|v| v.is_finite()), "{out:?}");
+    assert!(
+        out[3..6].iter().all(|v| v.is_nan()),
+        "row 1 (token 4 of 4) is NaN: {out:?}"
+    );
+}
+
+#[test]
+fn lstm_cell_matches_the_cpu_with_and_without_its_optional_inputs() {
+    for (name, with_h, with_c) in [
+        ("lstm_cell", true, true),
+        ("lstm_cell first step", false, false),
+        ("lstm_cell no hidden summand", false, true),
+    ] {
+        same_on_both(name, &move |s| {
+            let (b, h) = (9, 67);
+            let x = s.variable("x", Shape::new(&[b, 4 * h]), &values(b * 4 * h, 84))?;
+            let hg = s.variable("hg", Shape::new(&[b, 4 * h]), &values(b * 4 * h, 85))?;
+            let cp = s.variable("c_prev", Shape::new(&[b, h]), &values(b * h, 86))?;
+            let (hs, cs) = x.lstm_cell(s, with_h.then_some(hg), with_c.then_some(cp))?;
+            let ct = cs.tanh(s)?;
+            let y = hs.add(s, ct)?;
+            let mut inputs = vec![("x grad", x)];
+            if with_h {
+                inputs.push(("hg grad", hg));
+            }
+            if with_c {
+                inputs.push(("c_prev grad", cp));
+            }
+            let mut out = with_grads(s, y, &inputs)?;
+            out.push(("h", hs));
+            out.push(("c", cs));
+            Ok(out)
+        });
+    }
+}
+
+#[test]
+fn a_recurrence_of_select_linear_lstm_cell_and_stack_matches_the_cpu() {
+    same_on_both("lstm recurrence", &|s| {
+        let (t_steps, b, h) = (5, 3, 16);
+        let proj = s.variable(
+            "proj",
+            Shape::new(&[t_steps, b, 4 * h]),
+            &values(t_steps * b * 4 * h, 87),
+        )?;
+        let w_hh = s.variable("w_hh", Shape::new(&[4 * h, h]), &values(4 * h * h, 88))?;
+        let (mut hs, mut cs): (Option<Tensor<'_>>, Option<Tensor<'_>>) = (None, None);
+        let y = Tensor::stack(s, t_steps, |s, t| {
+            let from_x = proj.select(s, t)?;
+            let from_h = match hs {
+                Some(prev) => Some(prev.linear(s, w_hh, None)?),
+                None => None,
+            };
+            let (next_h, next_c) = from_x.lstm_cell(s, from_h, cs)?;
+            (hs, cs) = (Some(next_h), Some(next_c));
+            Ok(next_h)
+        })?;
+        with_grads(s, y, &[("proj grad", proj), ("w_hh grad", w_hh)])
+    });
+}
+
+/// One language-model step: embedding 11 × 6, a two-layer LSTM of 8 (or
+/// a vanilla RNN), linear to 11, mean cross-entropy over T·B = 4·3 next
+/// tokens. Its loss, logits and every parameter's gradient, by name.
+fn language_model_step(device: Device, lstm: bool) -> Vec<(&'static str, Vec<f32>)> {
+    const NAMES: [&str; 11] = [
+        "embed.weight",
+        "rnn.weight_ih_l0",
+        "rnn.weight_hh_l0",
+        "rnn.bias_ih_l0",
+        "rnn.bias_hh_l0",
+        "rnn.weight_ih_l1",
+        "rnn.weight_hh_l1",
+        "rnn.bias_ih_l1",
+        "rnn.bias_hh_l1",
+        "fc.weight",
+        "fc.bias",
+    ];
+    let (steps, batch, vocab) = (4, 3, 11);
+    let mut engine = Engine::new(device, 16 << 20).expect("arena");
+    engine.arena_mut().set_poison_step(true);
+    enum Recurrent {
+        Lstm(Lstm),
+        Rnn(Rnn),
+    }
+    let (store, (embed, rnn, fc)) = ParamStore::build(&mut engine.persistent(), 5, |pb| {
+        // Declared in the order of NAMES, PyTorch's state_dict order.
+        let embed = Embedding::new(&pb.pp("embed"), vocab, 6)?;
+        let rnn = match lstm {
+            true => Recurrent::Lstm(Lstm::new(&pb.pp("rnn"), 6, 8, 2)?),
+            false => Recurrent::Rnn(Rnn::new(&pb.pp("rnn"), 6, 8, 2)?),
+        };
+        Ok((embed, rnn, Linear::new(&pb.pp("fc"), 8, vocab)?))
+    })
+    .expect("builds");
+    let tokens: Vec<u32> = (0..(steps + 1) * batch).map(|n| (n * 7 % vocab) as u32).collect();
+    let params: Vec<_> = store.params().collect();
+    engine
+        .step(|s| {
+            let inputs = s.labels(&tokens[..steps * batch])?;
+            let targets = s.labels(&tokens[batch..])?;
+            let x = embed.forward(s, inputs)?.reshape(s, Shape::new(&[steps, batch, 6]))?;
+            let y = match &rnn {
+                Recurrent::Lstm(l) => l.forward(s, x, &mut [None, None])?,
+                Recurrent::Rnn(r) => r.forward(s, x, &mut [None, None])?,
+            };
+            let flat = y.reshape(s, Shape::new(&[steps * batch, 8]))?;
+            let logits = fc.forward(s, flat)?;
+            let loss = logits.cross_entropy(s, targets, CrossEntropyArgs::default())?;
+            let grads = s.backward(loss)?;
+            let mut named = vec![("loss", loss), ("logits", logits)];
+            for (name, p) in NAMES.iter().zip(&params) {
+                assert_eq!(store.name(p), *name);
+                named.push((*name, s.param_grad(&grads, p).expect("every parameter gets a gradient")));
+            }
+            read_all(s, named)
+        })
+        .expect("the step runs")
+}
+
+#[test]
+fn a_two_layer_lstm_language_model_step_matches_the_cpu() {
+    for (test, lstm) in [("lstm language model", true), ("rnn language model", false)] {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(gpu) = gpu(test) else { return };
+        let on_cpu = language_model_step(Device::cpu(1).expect("cpu"), lstm);
+        let on_gpu = language_model_step(gpu, lstm);
+        assert_same_names(test, &on_cpu, &on_gpu);
+        for ((name, c), (_, g)) in on_cpu.iter().zip(&on_gpu) {
+            assert_close(&format!("{test}: {name}"), c, g);
+        }
+    }
+}
