@@ -1,6 +1,7 @@
 //! Host-side data: reading MNIST or CIFAR-10 from disk (or making up a
 //! CIFAR-10-shaped set) into validated host buffers, and
-//! the per-epoch shuffled order in which training visits them.
+//! the per-epoch shuffled order in which training visits them; text (a
+//! character corpus, the Sentiment Treebank's trees) in [`text`].
 //!
 //! Reading ends at "bytes on the host, proven well-formed"; only
 //! [`resident`] touches the arena, uploading a whole set into the persistent
@@ -23,6 +24,7 @@ mod image_set;
 pub mod mnist;
 pub mod order;
 pub mod resident;
+pub mod text;
 
 use std::path::PathBuf;
 
@@ -133,6 +135,9 @@ pub enum DataError {
         dir.display()
     )]
     UnknownFormat { dir: PathBuf },
+
+    #[error(transparent)]
+    Text(#[from] text::TextError),
 
     #[error("`{given}` is not a data source: {why}")]
     BadSource { given: String, why: String },
