@@ -246,7 +246,16 @@ fn bad_settings_are_refused_with_what_to_pass() {
             1,
             "download MNIST there or point --data at it",
         ),
-        (&["--data", "Cargo.toml"], 1, "check the path given with --data"),
+        (
+            &["--data", "Cargo.toml"],
+            1,
+            "Cargo.toml holds a text corpus, not images — the image models read MNIST's or CIFAR-10's files; check the path given with --data",
+        ),
+        (
+            &["--data", "data/sst"],
+            1,
+            "data/sst holds a treebank of sentences, not images",
+        ),
         (&["--checkpoint-every", "0"], 2, "at least 1 (500steps, 1epoch)"),
         (
             &["--checkpoint-every", "5fortnights"],

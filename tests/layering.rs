@@ -57,6 +57,8 @@ const SHARED: &[&str] = &[
     "src/optim/schedule.rs",
     // The loaded image set and where it comes from, whichever files.
     "src/data/image_set.rs",
+    // What a data path holds, whichever data set.
+    "src/data/kind.rs",
     // The epoch's shuffled order.
     "src/data/order.rs",
     // A set uploaded into the persistent region.

@@ -29,8 +29,14 @@ impl ImageSet {
     /// Reads the data set in `dir`, recognising its format by the files
     /// present: CIFAR-10's batch files if any is there, else MNIST's four
     /// IDX files. A directory that does not exist is reported as MNIST's
-    /// first missing file, as before CIFAR-10 was known.
+    /// first missing file, as before CIFAR-10 was known; text (a file, a
+    /// treebank) is refused as not images.
     pub fn load(dir: &Path) -> Result<Self, DataError> {
+        let holds = super::DataKind::of_path(dir);
+        if holds != super::DataKind::Images {
+            let path = dir.to_path_buf();
+            return Err(DataError::NotImages { path, holds });
+        }
         if super::cifar::present(dir) {
             return super::cifar::load(dir);
         }

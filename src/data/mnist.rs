@@ -129,13 +129,14 @@ fn check_set(images: &Images, images_path: &Path, labels: &[u8], labels_path: &P
 }
 
 /// The parsed `SHA256SUMS` of a data directory; empty when there is none.
-struct Checksums {
+/// The text data sets check their files with it too.
+pub(crate) struct Checksums {
     /// (file name, lowercase hex digest).
     entries: Vec<(String, String)>,
 }
 
 impl Checksums {
-    fn load(dir: &Path) -> Result<Self, DataError> {
+    pub(crate) fn load(dir: &Path) -> Result<Self, DataError> {
         let path = dir.join(CHECKSUM_FILE);
         let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,
@@ -160,10 +161,17 @@ impl Checksums {
     /// checks them against it.
     fn read(&self, path: &Path) -> Result<Vec<u8>, DataError> {
         let stored = idx::read_file(path)?;
+        self.check(path, &stored)?;
+        Ok(stored)
+    }
+
+    /// Checks `stored`, the bytes of `path`, against its entry if
+    /// `SHA256SUMS` lists the file.
+    pub(crate) fn check(&self, path: &Path, stored: &[u8]) -> Result<(), DataError> {
         let name = path.file_name().and_then(|n| n.to_str());
         let listed = self.entries.iter().find(|(file, _)| Some(file.as_str()) == name);
         if let Some((_, expected)) = listed {
-            let found = sha256_hex(&stored);
+            let found = sha256_hex(stored);
             if found != *expected {
                 return Err(DataError::Checksum {
                     path: path.to_path_buf(),
@@ -172,7 +180,7 @@ impl Checksums {
                 });
             }
         }
-        Ok(stored)
+        Ok(())
     }
 }
 

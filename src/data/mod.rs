@@ -1,6 +1,8 @@
 //! Host-side data: reading MNIST or CIFAR-10 from disk (or making up a
 //! CIFAR-10-shaped set) into validated host buffers, and
-//! the per-epoch shuffled order in which training visits them.
+//! the per-epoch shuffled order in which training visits them; text (a
+//! character corpus, the Sentiment Treebank's trees) in [`text`], and which
+//! of them a path holds in [`DataKind`].
 //!
 //! Reading ends at "bytes on the host, proven well-formed"; only
 //! [`resident`] touches the arena, uploading a whole set into the persistent
@@ -20,14 +22,17 @@
 pub mod cifar;
 pub mod idx;
 mod image_set;
+mod kind;
 pub mod mnist;
 pub mod order;
 pub mod resident;
+pub mod text;
 
 use std::path::PathBuf;
 
 pub use idx::{parse_images, parse_labels, read_images, read_labels, Images};
 pub use image_set::{DataSource, ImageSet};
+pub use kind::DataKind;
 pub use order::shuffle_into;
 pub use resident::{ResidentSet, ResidentSplit};
 
@@ -133,6 +138,12 @@ pub enum DataError {
         dir.display()
     )]
     UnknownFormat { dir: PathBuf },
+
+    #[error("{} holds {}, not images", path.display(), holds.describe())]
+    NotImages { path: PathBuf, holds: DataKind },
+
+    #[error(transparent)]
+    Text(#[from] text::TextError),
 
     #[error("`{given}` is not a data source: {why}")]
     BadSource { given: String, why: String },

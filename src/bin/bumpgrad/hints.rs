@@ -158,6 +158,9 @@ fn data(err: &DataError) -> Option<String> {
         DataError::Io { .. } => Some(" — check the path given with --data and the file's permissions".into()),
         DataError::BadMagic { .. } => Some("; check the file names in --data".into()),
         DataError::MissingFile { .. } => Some(" or point --data at it".into()),
+        DataError::NotImages { .. } => {
+            Some(" — the image models read MNIST's or CIFAR-10's files; check the path given with --data".into())
+        }
         DataError::ImageSize { .. } => Some(" — point --data at MNIST (not another IDX data set)".into()),
         DataError::TrainLimit { available, .. } => {
             Some(format!(" — pass --train-limit from 1 to {available}, or omit the flag"))
