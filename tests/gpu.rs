@@ -457,10 +457,11 @@ fn mnist_cnn_logits_and_every_gradient_match_the_cpu() {
     }
 }
 
-/// The optimizer ops on the GPU against PyTorch's SGD and AdamW, every case
+/// The optimizer ops on the GPU against PyTorch's SGD, AdamW and Adagrad, every case
 /// of `tests/fixtures/optim/` through the body the CPU test runs
 /// (`tests/optimizers.rs`): parameters and state within 1e-6 relative after
-/// each of six updates, the padding of the slabs still zero.
+/// each of six updates, the padding of the slabs still zero; Adagrad's too,
+/// and `clip_grad_norm_`'s norm and clipped gradients where a case clips.
 #[test]
 fn optimizers_match_pytorchs_fixtures_on_the_gpu() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
