@@ -174,8 +174,32 @@ fn bad_settings_are_refused_with_what_to_pass() {
         (
             &["--betas", "0.9,0.999"],
             1,
-            "--betas and --eps are AdamW's; pass --optimizer adamw",
+            "--betas and --eps are AdamW's (--eps Adagrad's too); pass --optimizer adamw or adagrad",
         ),
+        (
+            &["--lr-decay", "0.1"],
+            1,
+            "--lr-decay and --initial-accumulator are Adagrad's; pass --optimizer adagrad",
+        ),
+        (
+            &["--optimizer", "adamw", "--initial-accumulator", "0.1"],
+            1,
+            "--lr-decay and --initial-accumulator are Adagrad's",
+        ),
+        (
+            &["--optimizer", "adagrad", "--momentum", "0.9"],
+            1,
+            "--momentum, --nesterov and --betas are SGD's and AdamW's; Adagrad takes --lr-decay",
+        ),
+        (&["--optimizer", "adagrad", "--lr-decay", "-1"], 1, "--lr-decay must be 0 or more, got -1"),
+        (
+            &["--optimizer", "adagrad", "--initial-accumulator", "inf"],
+            1,
+            "--initial-accumulator must be 0 or more, got inf",
+        ),
+        (&["--optimizer", "adagrad", "--eps", "0"], 1, "--eps must be above 0, got 0"),
+        (&["--clip-norm", "0"], 1, "--clip-norm must be above 0, got 0"),
+        (&["--clip-norm", "nan"], 1, "--clip-norm must be above 0, got NaN"),
         (&["--optimizer", "adamw", "--betas", "0.9"], 2, "write e.g. 0.9,0.999"),
         (
             &["--optimizer", "adamw", "--betas", "0.9,1.5"],
@@ -183,7 +207,7 @@ fn bad_settings_are_refused_with_what_to_pass() {
             "--betas must both be in [0, 1)",
         ),
         (&["--optimizer", "adamw", "--eps", "0"], 1, "--eps must be above 0"),
-        (&["--optimizer", "lion"], 2, "[possible values: sgd, adamw]"),
+        (&["--optimizer", "lion"], 2, "[possible values: sgd, adamw, adagrad]"),
         (
             &["--schedule", "cosinus"],
             2,
@@ -789,6 +813,49 @@ fn adamw_with_a_cosine_schedule_trains() {
         .collect();
     assert_eq!(losses.len(), 2);
     assert!(losses[1] < losses[0] && losses[0] < 2.3, "{losses:?}");
+}
+
+/// Adagrad as Lantern trained its language models (lr 0.1), its gradients
+/// clipped on the device: the JSON carries each epoch's mean norm before
+/// the clip, and the line says it.
+#[test]
+fn adagrad_with_a_clip_trains_and_reports_the_gradients_norm() {
+    let mut args = vec!["train"];
+    args.extend(QUICK);
+    args.extend([
+        "--epochs",
+        "2",
+        "--optimizer",
+        "adagrad",
+        "--lr",
+        "0.02",
+        "--lr-decay",
+        "0.001",
+        "--initial-accumulator",
+        "0.1",
+        "--clip-norm",
+        "1",
+        "--json",
+    ]);
+    let out = bumpgrad(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let epochs: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .collect();
+    assert_eq!(epochs.len(), 2, "{stdout}");
+    let losses: Vec<f64> = epochs.iter().map(|v| v["train_loss"].as_f64().unwrap()).collect();
+    assert!(losses[1] < losses[0] && losses[0] < 2.3, "{losses:?}");
+    for e in &epochs {
+        let norm = e["grad_norm"].as_f64().expect("a clipped run's grad_norm");
+        assert!(norm > 0.0 && norm.is_finite(), "{norm}");
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("grad norm "),
+        "with --json the line goes to stderr: {stderr}"
+    );
 }
 
 #[test]

@@ -457,10 +457,11 @@ fn mnist_cnn_logits_and_every_gradient_match_the_cpu() {
     }
 }
 
-/// The optimizer ops on the GPU against PyTorch's SGD and AdamW, every case
+/// The optimizer ops on the GPU against PyTorch's SGD, AdamW and Adagrad, every case
 /// of `tests/fixtures/optim/` through the body the CPU test runs
 /// (`tests/optimizers.rs`): parameters and state within 1e-6 relative after
-/// each of six updates, the padding of the slabs still zero.
+/// each of six updates, the padding of the slabs still zero; Adagrad's too,
+/// and `clip_grad_norm_`'s norm and clipped gradients where a case clips.
 #[test]
 fn optimizers_match_pytorchs_fixtures_on_the_gpu() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -469,6 +470,97 @@ fn optimizers_match_pytorchs_fixtures_on_the_gpu() {
     engine.arena_mut().set_poison_step(true);
     for (name, _) in optim_fixtures::CASES {
         optim_fixtures::check(&mut engine, name, &optim_fixtures::case(name));
+    }
+}
+
+/// A clip over two long runs (every piece of the sums holding values, the
+/// first run past the update's grid-stride), then Adagrad with every knob,
+/// twice, on the GPU and on the CPU: the same norm to 1e-6 of it, the same
+/// coefficient, and the same gradients, sums and parameters within 1e-6 of
+/// each tensor's scale.
+#[test]
+fn clip_and_adagrad_over_long_slabs_match_the_cpu() {
+    use bumpgrad::ops::adagrad_update::AdagradHyper;
+    use bumpgrad::ops::clip_grad_norm::ClipBufs;
+    use bumpgrad::ops::cursor::StepCursor;
+    use bumpgrad::ops::lr::LrAt;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(gpu) = gpu("clip and adagrad over long slabs") else {
+        return;
+    };
+    let (n, m) = (1_100_003, 3001);
+    let body = |device: Device| {
+        let mut engine = Engine::new(device, 64 << 20).expect("arena");
+        engine.arena_mut().set_poison_step(true);
+        let mut p = engine.persistent();
+        let shape = Shape::new(&[n + m]);
+        let params = p.upload("params", shape, &values(n + m, 90)).expect("params");
+        let grads = p.zeros::<f32>("grads", shape).expect("grads");
+        let sum = p.filled::<f32>("sum", shape, 0.1).expect("sum");
+        let clip = ClipBufs::new(&mut p).expect("clip");
+        let table = p.upload("lr", Shape::new(&[1]), &[0.05]).expect("lr");
+        let cursor = StepCursor::new(&mut p).expect("cursor");
+        let lr = LrAt::new(table, cursor);
+        let h = AdagradHyper {
+            lr_decay: 0.1,
+            weight_decay: 1e-2,
+            eps: 1e-3,
+        };
+        let runs = [grads.slice(0, n).expect("run"), grads.slice(n, m).expect("run")];
+        let mut figures = Vec::new();
+        for step in 0..2u64 {
+            cursor.set(&mut engine, step as u32, step).expect("cursor");
+            let g: Vec<f32> = values(n + m, 91 + step).iter().map(|v| 3.0 * v).collect();
+            engine.write_persistent(grads, &g).expect("grads");
+            engine
+                .step(|s| {
+                    for (k, run) in runs.iter().enumerate() {
+                        s.clip_sum_squares(*run, clip, k == 0)?;
+                    }
+                    s.clip_coefficient(clip, 1.0)?;
+                    for run in &runs {
+                        s.clip_scale(*run, clip)?;
+                    }
+                    s.adagrad_update(params, grads, sum, lr, h)
+                })
+                .expect("the step runs");
+            let mut f = [0.0; 4];
+            engine.read_persistent(clip.figures, &mut f).expect("figures");
+            figures.push(f);
+        }
+        let read = |engine: &mut Engine, buf| {
+            let mut out = vec![0.0; n + m];
+            engine.read_persistent(buf, &mut out).expect("read");
+            out
+        };
+        let out = [
+            read(&mut engine, grads),
+            read(&mut engine, sum),
+            read(&mut engine, params),
+        ];
+        (figures, out)
+    };
+    let (on_gpu, gpu_out) = body(gpu);
+    let (on_cpu, cpu_out) = body(Device::cpu(2).expect("cpu"));
+    for (step, (g, c)) in on_gpu.iter().zip(&on_cpu).enumerate() {
+        println!(
+            "step {step}: norm gpu {} cpu {}, coefficient gpu {} cpu {}",
+            g[0], c[0], g[1], c[1]
+        );
+        assert!((g[0] - c[0]).abs() <= 1e-6 * c[0], "step {step}: norms {g:?} vs {c:?}");
+        assert!(
+            (g[1] - c[1]).abs() <= 1e-6 * c[1],
+            "step {step}: coefficients {g:?} vs {c:?}"
+        );
+        assert!(c[1] < 0.01, "the clip clips: {c:?}");
+    }
+    for (name, (g, c)) in ["clipped gradients", "sums", "parameters"]
+        .iter()
+        .zip(gpu_out.iter().zip(&cpu_out))
+    {
+        let scale = c.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        let worst = g.iter().zip(c).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(worst <= 1e-6 * scale, "{name}: off by {worst:e} of scale {scale:e}");
     }
 }
 

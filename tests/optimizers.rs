@@ -1,6 +1,7 @@
-//! The optimizer ops against PyTorch's own SGD and AdamW on the CPU: every
-//! parameter and every state value after each of six updates, within 1e-6
-//! relative (`tests/support/optim_fixtures.rs`; the GPU runs the same body
+//! The optimizer ops against PyTorch's own SGD, AdamW and Adagrad on the
+//! CPU, with and without `clip_grad_norm_` before them: every parameter,
+//! every state value (and the norm and the clipped gradients) after each of
+//! six updates, within 1e-6 relative (`tests/support/optim_fixtures.rs`; the GPU runs the same body
 //! in `tests/gpu.rs`).
 
 use bumpgrad::{Device, Engine};
@@ -24,6 +25,11 @@ fn every_fixture_has_a_test() {
         "adamw_defaults",
         "adamw_betas",
         "adamw_low_beta1",
+        "adagrad_tree_lstm",
+        "adagrad_every_knob",
+        "sgd_momentum_clip",
+        "adagrad_clip",
+        "adamw_clip_none",
     ];
     let mut on_disk: Vec<String> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/optim"))
         .expect("the fixtures")
@@ -80,4 +86,29 @@ fn adamw_with_other_betas_eps_and_decay_matches_pytorch() {
 #[test]
 fn adamw_with_beta1_below_a_half_matches_pytorch() {
     check("adamw_low_beta1");
+}
+
+#[test]
+fn adagrad_with_the_tree_lstm_papers_settings_matches_pytorch() {
+    check("adagrad_tree_lstm");
+}
+
+#[test]
+fn adagrad_with_lr_decay_weight_decay_a_starting_sum_and_a_large_eps_matches_pytorch() {
+    check("adagrad_every_knob");
+}
+
+#[test]
+fn sgd_with_momentum_after_clipping_every_step_matches_pytorch() {
+    check("sgd_momentum_clip");
+}
+
+#[test]
+fn adagrad_after_clipping_every_step_matches_pytorch() {
+    check("adagrad_clip");
+}
+
+#[test]
+fn adamw_after_a_clip_that_never_clips_matches_pytorch() {
+    check("adamw_clip_none");
 }

@@ -1,8 +1,11 @@
 //! bumpgrad's ResNet-18, ResNet-50 and SqueezeNet equal PyTorch's: from the
 //! same initial weights, one step on the same batch gives the same logits,
 //! loss, gradients and running statistics (fixtures:
-//! `bench/pytorch_steps.py`).
+//! `bench/pytorch_steps.py`); and so does a two-layer LSTM language model
+//! (`bench/lstm_step.py`): loss, logits, last states and gradients.
 
+#[path = "support/lstm_step.rs"]
+mod lstm_step;
 #[path = "support/pytorch_step.rs"]
 mod pytorch_step;
 
@@ -27,4 +30,10 @@ fn a_resnet50_step_on_the_cpu_matches_pytorch() {
 #[test]
 fn a_squeezenet_step_on_the_cpu_matches_pytorch() {
     matches_pytorch_on_the_cpu(Fixture::SqueezeNet);
+}
+
+#[test]
+fn a_two_layer_lstm_language_model_step_on_the_cpu_matches_pytorch() {
+    let ours = lstm_step::bumpgrad_step(Device::cpu(2).expect("cpu"));
+    lstm_step::assert_matches_pytorch("cpu", &ours);
 }

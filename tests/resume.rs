@@ -391,6 +391,33 @@ fn adamw_resumed_mid_epoch_continues_its_moments_and_update_count() {
 }
 
 #[test]
+fn adagrad_after_a_clip_resumed_mid_epoch_continues_its_sums_and_decay() {
+    resumes_bit_for_bit(resume_cases::adagrad_clipped);
+}
+
+/// The case's clip clips: every epoch's mean norm before it is above the
+/// largest norm (and a run without a clip reports none).
+#[test]
+fn a_clipped_run_reports_its_mean_gradient_norm_per_epoch() {
+    let mut on_the_cpu = TrainConfig::default();
+    on_the_cpu.device.request = DeviceRequest::Cpu;
+    on_the_cpu.device.threads = 2;
+    let case = resume_cases::adagrad_clipped(&on_the_cpu);
+    let clipped = resume_cases::run(&case.cfg, None);
+    clipped.ended.as_ref().expect("the run ends");
+    for r in &clipped.reports {
+        let norm = r.grad_norm.expect("a clipped run's epoch reports its norm");
+        assert!(
+            norm > 2.0 * resume_cases::ADAGRAD_CLIP as f64,
+            "epoch {}: {norm}",
+            r.epoch
+        );
+    }
+    let plain = resume_cases::run(&resume_cases::mnist_cnn(&on_the_cpu).cfg, None);
+    assert!(plain.reports.iter().all(|r| r.grad_norm.is_none()));
+}
+
+#[test]
 fn a_warm_up_schedule_resumed_mid_epoch_continues_where_it_was() {
     resumes_bit_for_bit(resume_cases::warmup);
 }

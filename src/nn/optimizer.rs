@@ -24,6 +24,13 @@ pub trait Optimizer: Send + Sync {
     /// name PyTorch's optimizer `state_dict` gives that state per parameter
     /// (`momentum_buffer`, `exp_avg`, `exp_avg_sq`).
     fn state(&self) -> Vec<(&'static str, Buf<f32>)>;
+
+    /// Where a gradient clip keeps its figures, if the update clips:
+    /// `[norm, coefficient]` of the last step, then the sum of the norms
+    /// and the steps since both were last set to zero (`optim::clip`).
+    fn clip_figures(&self) -> Option<Buf<f32>> {
+        None
+    }
 }
 
 /// An optimizer's settings, before it is built.
@@ -62,6 +69,11 @@ impl OptimizerChoice {
 
     pub fn name(&self) -> &'static str {
         self.name
+    }
+
+    /// Every setting, as the settings' `Debug` writes them.
+    pub fn settings(&self) -> &str {
+        &self.settings
     }
 
     /// The name and every setting, as a checkpoint's fingerprint records them.

@@ -42,6 +42,8 @@ registry! {
     batch_norm2d: backward, recompute, kernels;
     sgd_update: kernels;
     adamw_update: kernels;
+    adagrad_update: kernels;
+    clip_grad_norm: kernels;
     reshape: backward;
     sigmoid: backward, kernels;
     tanh: backward, kernels;

@@ -4,11 +4,15 @@
 //! a file here, its update as an op in `src/ops/` (one flat launch over the
 //! slabs), and a line in the CLI's list of optimizers.
 
+mod adagrad;
 mod adamw;
+pub mod clip;
 pub mod schedule;
 mod sgd;
 
+pub use adagrad::{Adagrad, AdagradConfig};
 pub use adamw::{AdamW, AdamWConfig};
+pub use clip::ClipGradNorm;
 pub use schedule::Schedule;
 pub use sgd::{Sgd, SgdConfig};
 

@@ -42,8 +42,13 @@ impl<'a> Persistent<'a> {
 
     /// Space holding zeros.
     pub fn zeros<T: Element>(&mut self, what: &'static str, shape: Shape) -> Result<Buf<T>> {
+        self.filled(what, shape, T::default())
+    }
+
+    /// Space holding `value` in every element.
+    pub fn filled<T: Element>(&mut self, what: &'static str, shape: Shape, value: T) -> Result<Buf<T>> {
         let buf = self.alloc(what, shape)?;
-        self.runtime.backend().fill(buf, T::default())?;
+        self.runtime.backend().fill(buf, value)?;
         Ok(buf)
     }
 

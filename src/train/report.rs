@@ -172,6 +172,11 @@ pub struct EpochReport {
     /// ...and from its first op's start to its last op's end on the GPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub span_seconds_per_step: Option<f64>,
+    /// With a gradient clip: the mean of the steps' gradient norms before
+    /// clipping (of the steps this process ran, a resumed epoch's first
+    /// ones not among them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grad_norm: Option<f64>,
 }
 
 /// One step with every op timed on the GPU (`--profile`).

@@ -190,6 +190,11 @@ fn adamw_resumed_mid_epoch_on_the_gpu_continues_its_moments_and_update_count() {
 }
 
 #[test]
+fn adagrad_after_a_clip_resumed_mid_epoch_continues_its_sums_and_decay_on_the_gpu() {
+    resumes_bit_for_bit("gpu resume adagrad clipped", resume_cases::adagrad_clipped);
+}
+
+#[test]
 fn a_warm_up_schedule_resumed_mid_epoch_on_the_gpu_continues_where_it_was() {
     resumes_bit_for_bit("gpu resume warm-up", resume_cases::warmup);
 }

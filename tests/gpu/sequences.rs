@@ -3,10 +3,15 @@
 //! token past the table a NaN row, never a read past it), lstm_cell with
 //! and without its optional inputs, select and stack in a recurrence, and
 //! a whole two-layer LSTM language-model step (embedding, `nn::Lstm`,
-//! linear, cross-entropy) with every parameter's gradient.
+//! linear, cross-entropy) with every parameter's gradient; and that step
+//! from PyTorch's weights against PyTorch's float64 answer
+//! (`bench/lstm_step.py`), as the CPU test does.
 
 use super::*;
 use bumpgrad::nn::{Embedding, Linear, Lstm, Rnn};
+
+#[path = "../support/lstm_step.rs"]
+mod lstm_step;
 
 #[test]
 fn embedding_matches_the_cpu() {
@@ -194,5 +199,23 @@ fn a_two_layer_lstm_language_model_step_matches_the_cpu() {
         for ((name, c), (_, g)) in on_cpu.iter().zip(&on_gpu) {
             assert_close(&format!("{test}: {name}"), c, g);
         }
+    }
+}
+
+/// The two-layer LSTM language model's step from PyTorch's weights on the
+/// GPU: loss, logits, `h_n`, `c_n` and every gradient within
+/// `lstm_step::TOLERANCE` of PyTorch's float64 answer (as on the CPU,
+/// `tests/pytorch_models.rs`), and within 1e-4 of scale of the CPU's.
+#[test]
+fn a_two_layer_lstm_language_model_step_on_the_gpu_matches_pytorch() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(gpu) = gpu("lstm language model against pytorch") else {
+        return;
+    };
+    let on_gpu = lstm_step::bumpgrad_step(gpu);
+    lstm_step::assert_matches_pytorch("gpu", &on_gpu);
+    let on_cpu = lstm_step::bumpgrad_step(Device::cpu(2).expect("cpu"));
+    for (name, (_, cpu)) in &on_cpu {
+        assert_close(&format!("lstm language model: {name}"), cpu, &on_gpu[name].1);
     }
 }

@@ -1,4 +1,4 @@
-//! PyTorch's own SGD and AdamW, step by step (`tests/fixtures/optim/`,
+//! PyTorch's own SGD, AdamW and Adagrad, and `clip_grad_norm_` before them, step by step (`tests/fixtures/optim/`,
 //! written by `bench/optim_fixtures.py`), replayed through the optimizer ops
 //! on any arena. Shared by the CPU test (`tests/optimizers.rs`) and the GPU
 //! tests (`tests/gpu.rs`): `#[path = "support/optim_fixtures.rs"] mod
@@ -9,13 +9,17 @@
 //! slab of the same layout, the optimizer state in slabs beside them. Each
 //! step's rate comes from a table indexed by the step cursor (a table of one
 //! where the rate never changes), and the cursor is moved on between steps
-//! as the training loop does.
+//! as the training loop does. A case with a `clip_norm` clips the gradients
+//! first, as `optim::ClipGradNorm` does: the norm over the three tensors
+//! (one run each, so the partial sums add across runs), then each scaled.
 
 // Each test binary that includes this file uses part of it.
 #![allow(dead_code)]
 
 use bumpgrad::memory::{align_up, Buf};
+use bumpgrad::ops::adagrad_update::AdagradHyper;
 use bumpgrad::ops::adamw_update::AdamwHyper;
+use bumpgrad::ops::clip_grad_norm::ClipBufs;
 use bumpgrad::ops::cursor::StepCursor;
 use bumpgrad::ops::lr::LrAt;
 use bumpgrad::ops::sgd_update::SgdHyper;
@@ -39,6 +43,23 @@ pub const CASES: &[(&str, &str)] = &[
     (
         "adamw_low_beta1",
         include_str!("../fixtures/optim/adamw_low_beta1.json"),
+    ),
+    (
+        "adagrad_tree_lstm",
+        include_str!("../fixtures/optim/adagrad_tree_lstm.json"),
+    ),
+    (
+        "adagrad_every_knob",
+        include_str!("../fixtures/optim/adagrad_every_knob.json"),
+    ),
+    (
+        "sgd_momentum_clip",
+        include_str!("../fixtures/optim/sgd_momentum_clip.json"),
+    ),
+    ("adagrad_clip", include_str!("../fixtures/optim/adagrad_clip.json")),
+    (
+        "adamw_clip_none",
+        include_str!("../fixtures/optim/adamw_clip_none.json"),
     ),
 ];
 
@@ -66,7 +87,8 @@ pub struct Case {
     pub steps: Vec<Record>,
 }
 
-/// SGD's fields or AdamW's, as the case's optimizer says.
+/// SGD's fields, AdamW's or Adagrad's, as the case's optimizer says, and
+/// the clip's largest norm where the case clips.
 #[derive(serde::Deserialize)]
 pub struct Hyper {
     momentum: Option<f32>,
@@ -74,7 +96,10 @@ pub struct Hyper {
     beta1: Option<f64>,
     beta2: Option<f64>,
     eps: Option<f64>,
+    lr_decay: Option<f64>,
+    initial_accumulator_value: Option<f64>,
     weight_decay: f64,
+    clip_norm: Option<f32>,
 }
 
 /// One step: its gradients, and everything after the update.
@@ -85,7 +110,11 @@ pub struct Record {
     pub momentum_buffer: Option<Vec<f32>>,
     pub exp_avg: Option<Vec<f32>>,
     pub exp_avg_sq: Option<Vec<f32>>,
+    pub sum: Option<Vec<f32>>,
     pub step: Option<u64>,
+    /// The norm `clip_grad_norm_` returned, and the gradients it left.
+    pub grad_norm: Option<f32>,
+    pub clipped_grad: Option<Vec<f32>>,
 }
 
 pub fn case(name: &str) -> Case {
@@ -99,6 +128,7 @@ pub fn case(name: &str) -> Case {
 enum Update {
     Sgd(SgdHyper),
     Adamw(AdamwHyper),
+    Adagrad(AdagradHyper),
 }
 
 impl Case {
@@ -115,6 +145,11 @@ impl Case {
                 beta2: h.beta2.expect("adamw beta2"),
                 eps: h.eps.expect("adamw eps"),
                 weight_decay: h.weight_decay,
+            }),
+            "adagrad" => Update::Adagrad(AdagradHyper {
+                lr_decay: h.lr_decay.expect("adagrad lr_decay"),
+                weight_decay: h.weight_decay,
+                eps: h.eps.expect("adagrad eps"),
             }),
             other => panic!("unknown optimizer {other}"),
         }
@@ -150,6 +185,11 @@ fn to_slab(lengths: &[usize], flat: &[f32]) -> Vec<f32> {
 /// PyTorch's values had before), and zeros in its padding; then raises
 /// `peak` to this step's magnitudes.
 fn assert_slab(what: &str, lengths: &[usize], slab: &[f32], expected: &[f32], peak: &mut [f32]) {
+    assert_slab_padded(what, lengths, slab, expected, peak, 0.0)
+}
+
+/// [`assert_slab`], with `pad` in the padding (Adagrad's sum starts there).
+fn assert_slab_padded(what: &str, lengths: &[usize], slab: &[f32], expected: &[f32], peak: &mut [f32], pad: f32) {
     let (starts, total) = layout(lengths);
     assert_eq!(slab.len(), total);
     let n: usize = lengths.iter().sum();
@@ -169,8 +209,8 @@ fn assert_slab(what: &str, lengths: &[usize], slab: &[f32], expected: &[f32], pe
             );
         }
         let end = starts.get(k + 1).copied().unwrap_or(total);
-        for (i, &pad) in slab.iter().enumerate().take(end).skip(s + n) {
-            assert_eq!(pad, 0.0, "{what}: padding at slab element {i} after tensor {k}");
+        for (i, &padded) in slab.iter().enumerate().take(end).skip(s + n) {
+            assert_eq!(padded, pad, "{what}: padding at slab element {i} after tensor {k}");
             padding += 1;
         }
         at += n;
@@ -200,10 +240,20 @@ pub fn check(engine: &mut Engine, name: &str, case: &Case) {
         .upload("params", slab, &to_slab(lengths, &case.params))
         .expect("params");
     let grads = p.zeros::<f32>("grads", slab).expect("grads");
+    // Adagrad's sum starts at its initial value (the padding too, as
+    // `optim::Adagrad` fills it); every other state at zero.
+    let start = case.hyper.initial_accumulator_value.unwrap_or(0.0) as f32;
     let state = [
-        p.zeros::<f32>("state 0", slab).expect("state"),
+        p.filled::<f32>("state 0", slab, start).expect("state"),
         p.zeros::<f32>("state 1", slab).expect("state"),
     ];
+    let clip = ClipBufs::new(&mut p).expect("clip figures");
+    let (starts, _) = layout(lengths);
+    let runs: Vec<Buf<f32>> = starts
+        .iter()
+        .zip(lengths)
+        .map(|(&s, &n)| grads.slice(s, n).expect("a run"))
+        .collect();
     let table = p.upload("lr", Shape::new(&[rates.len()]), rates).expect("lr");
     let cursor = StepCursor::new(&mut p).expect("cursor");
     let lr = LrAt::new(table, cursor);
@@ -213,6 +263,7 @@ pub fn check(engine: &mut Engine, name: &str, case: &Case) {
         vec![0.0; case.params.len()],
         vec![0.0; case.params.len()],
     ];
+    let mut grad_peak = vec![0.0; case.params.len()];
     for (k, record) in case.steps.iter().enumerate() {
         let what = |s: &str| format!("{name}, step {}: {s}", k + 1);
         cursor.set(engine, k as u32, k as u64).expect("cursor");
@@ -220,14 +271,47 @@ pub fn check(engine: &mut Engine, name: &str, case: &Case) {
             .write_persistent(grads, &to_slab(lengths, &record.grad))
             .expect("grads");
         engine
-            .step(|s| match &update {
-                Update::Sgd(h) => {
-                    let velocity = (h.momentum > 0.0).then_some(state[0]);
-                    s.sgd_update(params, grads, velocity, lr, *h)
+            .step(|s| {
+                if let Some(max_norm) = case.hyper.clip_norm {
+                    for (k, run) in runs.iter().enumerate() {
+                        s.clip_sum_squares(*run, clip, k == 0)?;
+                    }
+                    s.clip_coefficient(clip, max_norm)?;
+                    for run in &runs {
+                        s.clip_scale(*run, clip)?;
+                    }
                 }
-                Update::Adamw(h) => s.adamw_update(params, grads, state[0], state[1], lr, *h),
+                match &update {
+                    Update::Sgd(h) => {
+                        let velocity = (h.momentum > 0.0).then_some(state[0]);
+                        s.sgd_update(params, grads, velocity, lr, *h)
+                    }
+                    Update::Adamw(h) => s.adamw_update(params, grads, state[0], state[1], lr, *h),
+                    Update::Adagrad(h) => s.adagrad_update(params, grads, state[0], lr, *h),
+                }
             })
             .unwrap_or_else(|e| panic!("{}", what(&e.to_string())));
+        match case.hyper.clip_norm {
+            Some(_) => {
+                let norm = read(engine, clip.figures)[0];
+                let torch = record.grad_norm.expect("a clipped case's grad_norm");
+                assert!(
+                    (norm - torch).abs() <= REL * torch,
+                    "{}: ours {norm:e}, PyTorch's {torch:e}",
+                    what("grad_norm")
+                );
+                let clipped = record.clipped_grad.as_ref().expect("clipped_grad");
+                grad_peak.iter_mut().for_each(|p| *p = 0.0);
+                assert_slab(
+                    &what("clipped_grad"),
+                    lengths,
+                    &read(engine, grads),
+                    clipped,
+                    &mut grad_peak,
+                );
+            }
+            None => assert!(record.grad_norm.is_none() && record.clipped_grad.is_none()),
+        }
         let [p_peak, s0_peak, s1_peak] = &mut peaks;
         assert_slab(&what("param"), lengths, &read(engine, params), &record.param, p_peak);
         match &update {
@@ -255,6 +339,11 @@ pub fn check(engine: &mut Engine, name: &str, case: &Case) {
                 );
                 let v_now = read(engine, state[1]);
                 assert_slab(&what("exp_avg_sq"), lengths, &v_now, v.expect("exp_avg_sq"), s1_peak);
+            }
+            Update::Adagrad(_) => {
+                assert_eq!(record.step, Some(k as u64 + 1), "{}", what("step"));
+                let sum = record.sum.as_ref().expect("sum");
+                assert_slab_padded(&what("sum"), lengths, &read(engine, state[0]), sum, s0_peak, start);
             }
         }
     }

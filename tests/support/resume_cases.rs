@@ -1,7 +1,8 @@
 //! A run stopped mid-epoch and resumed from its checkpoint, against the same
 //! run uninterrupted, for each kind of state a checkpoint must carry or a
 //! resumed run must rebuild: batch-norm running statistics and
-//! `num_batches_tracked` (a ResNet), AdamW's moments and update count, a
+//! `num_batches_tracked` (a ResNet), AdamW's moments and update count,
+//! Adagrad's sums and decaying rate after a gradient clip, a
 //! warm-up schedule's place, augmentation draws, and a step recomputed
 //! under a memory budget. One body for every case and device: the CPU test
 //! (`tests/resume.rs`) holds the runs to the same bits; the GPU test
@@ -24,7 +25,7 @@
 use bumpgrad::checkpoint::{self, NamedTensor};
 use bumpgrad::models::{Depth, ResNet};
 use bumpgrad::nn::Kind;
-use bumpgrad::optim::{AdamWConfig, Schedule, SgdConfig};
+use bumpgrad::optim::{AdagradConfig, AdamWConfig, ClipGradNorm, Schedule, SgdConfig};
 use bumpgrad::train::{
     CheckpointPolicy, Control, EpochReport, Every, Observer, Pipeline, Position, RunInfo, TrainConfig,
 };
@@ -104,6 +105,33 @@ pub fn adamw(on: &TrainConfig) -> Case {
         every: 4,
         resume_at: 16,
         holds: &["exp_avg", "exp_avg_sq"],
+    }
+}
+
+/// Adagrad with every knob, its gradients clipped to a norm of 0.5 (the
+/// MNIST CNN's are larger at every step: checked where the case runs): its
+/// sums are checkpointed; its rate decays with the update count, the step
+/// cursor's global step, which a resume sets from the checkpoint's step.
+pub const ADAGRAD_CLIP: f32 = 0.5;
+
+pub fn adagrad_clipped(on: &TrainConfig) -> Case {
+    Case {
+        name: "adagrad clipped",
+        cfg: {
+            let mut cfg = small(on);
+            let adagrad = AdagradConfig {
+                lr_decay: 0.05,
+                weight_decay: 1e-4,
+                initial_accumulator_value: 0.1,
+                eps: 1e-10,
+            };
+            cfg.run.optimizer = ClipGradNorm::around(adagrad.choice(), ADAGRAD_CLIP);
+            cfg.run.lr = 0.01;
+            cfg
+        },
+        every: 4,
+        resume_at: 16,
+        holds: &["sum"],
     }
 }
 

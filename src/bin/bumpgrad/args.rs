@@ -144,9 +144,19 @@ pub(crate) struct TrainArgs {
     /// AdamW's betas (default 0.9,0.999).
     #[arg(long, value_parser = choices::betas, allow_negative_numbers = true)]
     pub(crate) betas: Option<(f64, f64)>,
-    /// AdamW's eps, above 0 (default 1e-8).
+    /// AdamW's or Adagrad's eps, above 0 (default 1e-8 for AdamW, 1e-10 for Adagrad).
     #[arg(long, allow_negative_numbers = true)]
     pub(crate) eps: Option<f64>,
+    /// Clips the gradients before each update to this 2-norm over all parameters, as
+    /// torch.nn.utils.clip_grad_norm_ (on the device, inside the step); any optimizer.
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) clip_norm: Option<f32>,
+    /// Adagrad's rate decay: step t runs at lr / (1 + (t − 1)·X) (default 0).
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) lr_decay: Option<f64>,
+    /// Adagrad's accumulator before the first step, 0 or more (default 0).
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) initial_accumulator: Option<f64>,
     /// Seeds the initial weights, the epoch order and dropout.
     #[arg(long, default_value_t = 42, value_parser = count::<u64>, allow_negative_numbers = true)]
     pub(crate) seed: u64,
@@ -325,6 +335,15 @@ impl TrainArgs {
         if let Some(eps) = self.eps.filter(|e| !(e.is_finite() && *e > 0.0)) {
             anyhow::bail!("--eps must be above 0, got {eps}");
         }
+        if let Some(x) = self.clip_norm.filter(|x| !(x.is_finite() && *x > 0.0)) {
+            anyhow::bail!("--clip-norm must be above 0, got {x} (e.g. --clip-norm 1.0; drop it not to clip)");
+        }
+        if let Some(x) = self.lr_decay.filter(|x| !(x.is_finite() && *x >= 0.0)) {
+            anyhow::bail!("--lr-decay must be 0 or more, got {x}");
+        }
+        if let Some(x) = self.initial_accumulator.filter(|x| !(x.is_finite() && *x >= 0.0)) {
+            anyhow::bail!("--initial-accumulator must be 0 or more, got {x}");
+        }
         if !(self.warmup_epochs.is_finite() && self.warmup_epochs >= 0.0) {
             anyhow::bail!("--warmup-epochs must be 0 or more, got {}", self.warmup_epochs);
         }
@@ -358,8 +377,14 @@ impl TrainArgs {
             weight_decay: self.weight_decay,
             betas: self.betas,
             eps: self.eps,
+            lr_decay: self.lr_decay,
+            initial_accumulator: self.initial_accumulator,
         };
-        choices::optimizer(self.optimizer, &flags).map_err(anyhow::Error::msg)
+        let choice = choices::optimizer(self.optimizer, &flags).map_err(anyhow::Error::msg)?;
+        Ok(match self.clip_norm {
+            Some(max_norm) => bumpgrad::optim::ClipGradNorm::around(choice, max_norm),
+            None => choice,
+        })
     }
 
     pub(crate) fn config(&self) -> TrainConfig {

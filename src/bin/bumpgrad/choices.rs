@@ -4,7 +4,7 @@
 
 use bumpgrad::models::{Depth, MnistCnn, ResNet, SqueezeNet};
 use bumpgrad::nn::{ModelChoice, OptimizerChoice};
-use bumpgrad::optim::{AdamWConfig, SgdConfig};
+use bumpgrad::optim::{AdagradConfig, AdamWConfig, SgdConfig};
 
 /// A model's name as `--model` takes it, and how to make its choice from
 /// `--width-mult` (`None`: not given).
@@ -38,6 +38,9 @@ pub enum OptimizerArg {
     Sgd,
     /// AdamW (torch.optim.AdamW): --betas, --eps, --weight-decay (default 0.01).
     Adamw,
+    /// Adagrad (torch.optim.Adagrad): --lr-decay, --initial-accumulator, --eps (default 1e-10),
+    /// --weight-decay.
+    Adagrad,
 }
 
 /// The optimizer's settings, as the flags give them (`None`: not given).
@@ -47,14 +50,24 @@ pub struct OptimizerFlags {
     pub weight_decay: Option<f64>,
     pub betas: Option<(f64, f64)>,
     pub eps: Option<f64>,
+    pub lr_decay: Option<f64>,
+    pub initial_accumulator: Option<f64>,
 }
 
 /// The optimizer the flags describe, or which flag does not belong to it.
 pub fn optimizer(arg: OptimizerArg, f: &OptimizerFlags) -> Result<OptimizerChoice, String> {
+    if arg != OptimizerArg::Adagrad && (f.lr_decay.is_some() || f.initial_accumulator.is_some()) {
+        return Err(
+            "--lr-decay and --initial-accumulator are Adagrad's; pass --optimizer adagrad, or drop them".into(),
+        );
+    }
     match arg {
         OptimizerArg::Sgd => {
             if f.betas.is_some() || f.eps.is_some() {
-                return Err("--betas and --eps are AdamW's; pass --optimizer adamw, or drop them".into());
+                return Err(
+                    "--betas and --eps are AdamW's (--eps Adagrad's too); pass --optimizer adamw or adagrad, or drop them"
+                        .into(),
+                );
             }
             Ok(SgdConfig {
                 momentum: f.momentum.unwrap_or(0.0),
@@ -74,6 +87,21 @@ pub fn optimizer(arg: OptimizerArg, f: &OptimizerFlags) -> Result<OptimizerChoic
                 beta2,
                 eps: f.eps.unwrap_or(d.eps),
                 weight_decay: f.weight_decay.unwrap_or(d.weight_decay),
+            }
+            .choice())
+        }
+        OptimizerArg::Adagrad => {
+            if f.momentum.is_some() || f.nesterov || f.betas.is_some() {
+                return Err(
+                    "--momentum, --nesterov and --betas are SGD's and AdamW's; Adagrad takes --lr-decay, --initial-accumulator, --eps and --weight-decay".into(),
+                );
+            }
+            let d = AdagradConfig::default();
+            Ok(AdagradConfig {
+                lr_decay: f.lr_decay.unwrap_or(d.lr_decay),
+                weight_decay: f.weight_decay.unwrap_or(d.weight_decay),
+                initial_accumulator_value: f.initial_accumulator.unwrap_or(d.initial_accumulator_value),
+                eps: f.eps.unwrap_or(d.eps),
             }
             .choice())
         }

@@ -262,6 +262,9 @@ impl Observer for Printer {
         if let Some(free) = r.device_free_bytes {
             gpu += &format!("  GPU free {free} B");
         }
+        if let Some(norm) = r.grad_norm {
+            gpu += &format!("  grad norm {norm:.3}");
+        }
         if let Some(k) = r.kernels_per_step {
             gpu += &format!("  {k} {} per step", if r.graph { "graph nodes" } else { "ops" });
         }

@@ -182,6 +182,7 @@ impl Session {
         observer.evaluating(epoch);
         let started = Instant::now();
         let test_accuracy = self.evaluate()?;
+        let grad_norm = self.mean_grad_norm()?;
         let memory = self.engine.runtime_mut().device_memory()?;
         let report = EpochReport {
             epoch,
@@ -205,6 +206,7 @@ impl Session {
             ops_per_step: self.ops_per_step,
             kernel_seconds_per_step: self.profiled.as_ref().map(|p| p.kernel_seconds),
             span_seconds_per_step: self.profiled.as_ref().and_then(|p| p.span_seconds),
+            grad_norm,
         };
         observer.epoch(&report);
         let stopping = self.agree_stop(control.stop.load(Ordering::Relaxed))?;
@@ -220,6 +222,18 @@ impl Session {
             }
         }
         Ok(report)
+    }
+
+    /// With a gradient clip, the mean of the norms its steps found since
+    /// the epoch began: one read of the figures the steps add up on the
+    /// device.
+    fn mean_grad_norm(&mut self) -> Result<Option<f64>> {
+        let Some(figures) = self.optimizer.clip_figures() else {
+            return Ok(None);
+        };
+        let mut host = [0.0f32; 4];
+        self.engine.read_persistent(figures, &mut host)?;
+        Ok((host[3] > 0.0).then(|| host[2] as f64 / host[3] as f64))
     }
 
     /// Writes a checkpoint if the run has a policy, and says where.

@@ -357,6 +357,13 @@ impl Session {
         shuffle_into(&mut self.order, self.seed, epoch as u64);
         self.engine.write_persistent(self.order_buf, &self.order)?;
         self.cursor.set(&mut self.engine, first_step as u32, self.steps_done)?;
+        if let Some(figures) = self.optimizer.clip_figures() {
+            // The norms' sum and count start over; the last step's stay.
+            let norms = figures
+                .slice(2, 2)
+                .ok_or_else(|| Error::Config("a clip's figures are 4".into()))?;
+            self.engine.write_persistent(norms, &[0.0, 0.0])?;
+        }
         Ok(())
     }
 
