@@ -323,6 +323,7 @@ pub(super) mod tests {
                     after.iter().zip(&real).all(|(a, r)| a >= r),
                     "learnt, the model holds what the dry run held"
                 );
+                assert!(!taught.learn(&needs), "nothing more to learn from the same dry run");
             }
         }
     }

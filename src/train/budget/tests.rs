@@ -153,6 +153,32 @@ fn a_repair_takes_the_cheapest_change_that_fits_else_the_most_bytes_per_second()
 }
 
 #[test]
+fn a_repair_gives_up_at_once_where_no_change_comes_closer() {
+    let speed = Speed {
+        multiply_adds_per_s: 1.0,
+        bytes_per_s: f64::INFINITY,
+    };
+    let candidates = vec![c(100, 10), c(100, 3), c(50, 1)];
+    let base = needs(&[], 1, candidates.clone());
+    let measured = std::cell::Cell::new(0);
+    // Every drop makes the step larger (its remaking costs more than it
+    // frees): no change is closer to 900, so one round and no more.
+    let measure = |dropped: &[u32]| -> Result<ArenaNeeds> {
+        measured.set(measured.get() + 1);
+        let more: usize = dropped.iter().map(|&i| candidates[i as usize].bytes).sum();
+        Ok(ArenaNeeds {
+            step_bytes: 1000 + more,
+            dropped: dropped.to_vec(),
+            ..base.clone()
+        })
+    };
+    let start = measure(&[]).unwrap();
+    measured.set(0);
+    assert!(repair(start, 900, &speed, &measure, &forever()).unwrap().is_none());
+    assert_eq!(measured.get(), candidates.len(), "one toggle of each candidate");
+}
+
+#[test]
 fn the_descent_from_every_drop_breaks_the_chains_backward_rebuilds_at_once() {
     // Six tensors of 100 bytes in a chain: a kept one is held all
     // step; a run of dropped ones is rebuilt at once in backward, so
