@@ -150,6 +150,25 @@ fn a_repair_takes_the_cheapest_change_that_fits_else_the_most_bytes_per_second()
     assert!(repair(measure(&[]).unwrap(), 700, &speed, &measure, &forever())
         .unwrap()
         .is_none());
+    // Bytes per second, not what is left of them: 2 frees 25 a second,
+    // 0 10, 1 8.6 (by a remainder 1 would come first). From 2, dropping 0
+    // fits 880; from 1 it would too, dearer.
+    let by_rate = vec![c(100, 10), c(60, 7), c(25, 1)];
+    let base = needs(&[], 1, by_rate.clone());
+    let measure = |dropped: &[u32]| -> Result<ArenaNeeds> {
+        let gone: usize = dropped.iter().map(|&i| by_rate[i as usize].bytes).sum();
+        Ok(ArenaNeeds {
+            step_bytes: 1000 - gone,
+            dropped: dropped.to_vec(),
+            ..base.clone()
+        })
+    };
+    let fit = repair(measure(&[]).unwrap(), 880, &speed, &measure, &forever())
+        .unwrap()
+        .unwrap();
+    let mut dropped = fit.dropped;
+    dropped.sort_unstable();
+    assert_eq!(dropped, vec![0, 2]);
 }
 
 #[test]
