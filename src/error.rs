@@ -70,6 +70,8 @@ pub enum Setting {
     Precision,
     MemoryBudget,
     WorkspaceGrowth,
+    SeqLen,
+    Data,
 }
 
 impl Error {

@@ -273,12 +273,12 @@ fn bad_settings_are_refused_with_what_to_pass() {
         (
             &["--data", "Cargo.toml"],
             1,
-            "Cargo.toml holds a text corpus, not images — the image models read MNIST's or CIFAR-10's files; check the path given with --data",
+            "the model mnist-cnn reads images, but the data is a text corpus and its task, language model, feeds token ids: it needs a model of token ids (a language model); pass --model char-lstm or char-rnn for a text corpus",
         ),
         (
             &["--data", "data/sst"],
             1,
-            "data/sst holds a treebank of sentences, not images",
+            "data/sst holds a treebank of sentences, which no task trains on yet",
         ),
         (&["--checkpoint-every", "0"], 2, "at least 1 (500steps, 1epoch)"),
         (

@@ -65,6 +65,9 @@ mod cross_entropy;
 #[path = "gpu/data.rs"]
 mod data;
 
+#[path = "gpu/language_model.rs"]
+mod language_model;
+
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
 #[path = "gpu/zero_alloc.rs"]

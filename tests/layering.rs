@@ -63,6 +63,8 @@ const SHARED: &[&str] = &[
     "src/data/order.rs",
     // A set uploaded into the persistent region.
     "src/data/resident.rs",
+    // The loaded set of any kind, which a task is built from.
+    "src/data/set.rs",
 ];
 
 /// The traits train takes models, optimizers and tasks through: a type of

@@ -26,6 +26,7 @@ mod kind;
 pub mod mnist;
 pub mod order;
 pub mod resident;
+mod set;
 pub mod text;
 
 use std::path::PathBuf;
@@ -35,6 +36,7 @@ pub use image_set::{DataSource, ImageSet};
 pub use kind::DataKind;
 pub use order::shuffle_into;
 pub use resident::{ResidentSet, ResidentSplit};
+pub use set::DataSet;
 
 /// Everything that can go wrong between a data directory and validated host
 /// buffers. Each message says what is wrong and, where it needs no flag, the
@@ -141,6 +143,9 @@ pub enum DataError {
 
     #[error("{} holds {}, not images", path.display(), holds.describe())]
     NotImages { path: PathBuf, holds: DataKind },
+
+    #[error("{} holds {}, which no task trains on yet", path.display(), holds.describe())]
+    Untrainable { path: PathBuf, holds: DataKind },
 
     #[error(transparent)]
     Text(#[from] text::TextError),

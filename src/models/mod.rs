@@ -1,10 +1,12 @@
 //! Networks built from ops and `nn`, each a [`crate::nn::Model`]. Adding
 //! one: a file here, and a line in the CLI's list of models.
 
+mod char_lm;
 mod mnist_cnn;
 mod resnet;
 mod squeezenet;
 
+pub use char_lm::{CharLmConfig, CharLstm, CharRnn, MAX_LAYERS};
 pub use mnist_cnn::{MnistCnn, MnistCnnConfig};
 pub use resnet::{Depth, ResNet, ResNetConfig};
 pub use squeezenet::{SqueezeNet, SqueezeNetConfig};

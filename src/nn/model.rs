@@ -2,10 +2,11 @@
 //! [`ParamBuilder`], and a forward pass on a [`Step`] in a [`Mode`].
 
 use super::params::ParamBuilder;
+use crate::memory::Buf;
 use crate::ops::dropout::DropoutSeed;
-use crate::tensor::{Shape, Tensor};
+use crate::tensor::{Labels, Shape, Tensor};
 use crate::Result;
-use crate::Step;
+use crate::{Error, Step};
 use std::fmt;
 use std::sync::Arc;
 
@@ -26,9 +27,67 @@ pub enum Mode {
 /// What a model is built for, taken from the data set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Input {
-    /// One example: `[channels, rows, cols]`.
+    /// One example: `[channels, rows, cols]` of an image; `[T]`, the
+    /// tokens a stream reads per step, for a model of [`Reads::Tokens`].
     pub example: Shape,
+    /// The classes out; for a model of tokens, the vocabulary (its ids in
+    /// and its classes out alike).
     pub classes: usize,
+}
+
+/// What a model's forward pass reads, so that a model and a task that do
+/// not fit are refused before anything is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Reads {
+    /// A float tensor `[N, …example]`: images.
+    Pixels,
+    /// Token ids, time-major windows `[T, B]` (a language model's).
+    Tokens,
+}
+
+impl Reads {
+    /// In words, for messages: "images".
+    pub fn describe(self) -> &'static str {
+        match self {
+            Reads::Pixels => "images",
+            Reads::Tokens => "token ids",
+        }
+    }
+}
+
+/// A window of token ids for `streams` streams of `steps` tokens each, as
+/// `[T, B]` time-major ids (`ids[t·B + b]` is stream `b`'s token at step
+/// `t`), and where the model keeps what each stream carries to its next
+/// window.
+#[derive(Debug, Clone, Copy)]
+pub struct Tokens<'s> {
+    pub ids: Labels<'s>,
+    pub steps: usize,
+    pub streams: usize,
+    /// [`Model::carried`] floats per stream, stream-minor within each of the
+    /// model's pieces of state (the model lays them out), in the
+    /// persistent region: read as the window's initial state, written with
+    /// its final one. Empty for a model that carries nothing.
+    pub carried: Buf<f32>,
+}
+
+/// What a model's forward pass reads: a float tensor or token windows.
+#[derive(Debug, Clone, Copy)]
+pub enum Batch<'s> {
+    Images(Tensor<'s>),
+    Tokens(Tokens<'s>),
+}
+
+impl<'s> From<Tensor<'s>> for Batch<'s> {
+    fn from(x: Tensor<'s>) -> Self {
+        Batch::Images(x)
+    }
+}
+
+impl<'s> From<Tokens<'s>> for Batch<'s> {
+    fn from(x: Tokens<'s>) -> Self {
+        Batch::Tokens(x)
+    }
 }
 
 /// A network: its configuration, its parameters declared on a
@@ -37,6 +96,9 @@ pub struct Input {
 pub trait Model: Send + Sync + Sized + 'static {
     type Config: fmt::Debug + Clone + Send + Sync + 'static;
 
+    /// What its forward pass reads.
+    const READS: Reads = Reads::Pixels;
+
     /// Declares the parameters on `pb` and keeps their handles. Called
     /// twice by [`crate::nn::ParamStore::build`]; must declare the same
     /// tensors both times.
@@ -44,16 +106,38 @@ pub trait Model: Send + Sync + Sized + 'static {
 
     /// Logits `[N, classes]` for a batch `[N, …input.example]`.
     fn forward<'s>(&self, s: &mut Step<'s>, x: Tensor<'s>, mode: Mode) -> Result<Tensor<'s>>;
+
+    /// Logits `[T·B, classes]`, time-major, for a window of tokens: a model
+    /// of [`Reads::Tokens`] overrides it; one of images refuses.
+    fn forward_tokens<'s>(&self, _s: &mut Step<'s>, _x: Tokens<'s>, _mode: Mode) -> Result<Tensor<'s>> {
+        Err(Error::shape("forward", "a model of images reads no token ids".into()))
+    }
+
+    /// Floats each stream carries from one window to the next (a recurrent
+    /// model's state): 0 for a model that carries nothing.
+    fn carried(&self) -> usize {
+        0
+    }
 }
 
 /// A built model behind a pointer: what the training loop holds.
 pub trait Network: Send + Sync {
-    fn forward<'s>(&self, s: &mut Step<'s>, x: Tensor<'s>, mode: Mode) -> Result<Tensor<'s>>;
+    /// The model's output for `x`, images or tokens as it reads.
+    fn forward<'s>(&self, s: &mut Step<'s>, x: Batch<'s>, mode: Mode) -> Result<Tensor<'s>>;
+    /// See [`Model::carried`].
+    fn carried(&self) -> usize;
 }
 
 impl<M: Model> Network for M {
-    fn forward<'s>(&self, s: &mut Step<'s>, x: Tensor<'s>, mode: Mode) -> Result<Tensor<'s>> {
-        Model::forward(self, s, x, mode)
+    fn forward<'s>(&self, s: &mut Step<'s>, x: Batch<'s>, mode: Mode) -> Result<Tensor<'s>> {
+        match x {
+            Batch::Images(x) => Model::forward(self, s, x, mode),
+            Batch::Tokens(x) => Model::forward_tokens(self, s, x, mode),
+        }
+    }
+
+    fn carried(&self) -> usize {
+        Model::carried(self)
     }
 }
 
@@ -64,6 +148,7 @@ type Build = dyn Fn(Input, &ParamBuilder<'_>) -> Result<Box<dyn Network>> + Send
 #[derive(Clone)]
 pub struct ModelChoice {
     name: &'static str,
+    reads: Reads,
     config: String,
     build: Arc<Build>,
 }
@@ -74,6 +159,7 @@ impl ModelChoice {
         let text = format!("{config:?}");
         Self {
             name,
+            reads: M::READS,
             config: text,
             build: Arc::new(move |input, pb| Ok(Box::new(M::new(&config, input, pb)?) as Box<dyn Network>)),
         }
@@ -81,6 +167,11 @@ impl ModelChoice {
 
     pub fn name(&self) -> &'static str {
         self.name
+    }
+
+    /// What the model reads.
+    pub fn reads(&self) -> Reads {
+        self.reads
     }
 
     /// The name and configuration, as a checkpoint's fingerprint records

@@ -28,6 +28,7 @@ registry! {
     cursor: kernels;
     cast: backward, kernels;
     gather: kernels;
+    window: kernels;
     relu: backward, kernels;
     maxpool2d: backward, kernels;
     avg_pool2d: backward, kernels;

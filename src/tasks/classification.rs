@@ -1,9 +1,9 @@
 //! Image classification: normalised pixels in, cross-entropy (with any
 //! label smoothing) as the loss, accuracy as the metric.
 
-use super::{Task, TaskChoice, TaskConfig};
-use crate::data::{ImageSet, ResidentSet};
-use crate::nn::Input;
+use super::{BuildArgs, Metric, Task, TaskChoice, TaskConfig};
+use crate::data::{DataSet, ImageSet, ResidentSet};
+use crate::nn::{Batch, Input, Reads};
 use crate::ops::cross_entropy::CrossEntropyArgs;
 use crate::ops::gather::{Augment, BatchAt, Normalize};
 use crate::tensor::Persistent;
@@ -51,11 +51,16 @@ impl TaskConfig for ClassificationConfig {
         Ok(())
     }
 
-    fn input_of(&self, set: &ImageSet) -> Input {
-        Classification::input_of(set)
+    fn reads(&self) -> Reads {
+        Reads::Pixels
     }
 
-    fn check(&self, set: &ImageSet) -> Result<()> {
+    fn input_of(&self, set: &DataSet) -> Result<Input> {
+        Ok(Classification::input_of(images(set)?))
+    }
+
+    fn check(&self, set: &DataSet, _batch: usize) -> Result<()> {
+        let set = images(set)?;
         let side = set.train_images.rows.min(set.train_images.cols);
         if self.augment.crop > side {
             return Err(Error::setting(
@@ -70,17 +75,35 @@ impl TaskConfig for ClassificationConfig {
         Ok(())
     }
 
+    fn train_len(&self, set: &DataSet, _batch: usize) -> Result<usize> {
+        Ok(images(set)?.train_images.count)
+    }
+
     fn draws(&self) -> String {
         self.augment.to_string()
     }
 
-    fn build(&self, set: &ImageSet, p: &mut Persistent<'_>, seed: u64) -> Result<Box<dyn Task>> {
+    fn build(&self, set: &DataSet, p: &mut Persistent<'_>, args: BuildArgs) -> Result<Box<dyn Task>> {
         Ok(Box::new(
-            Classification::upload(set, p)?
+            Classification::upload(images(set)?, p)?
                 .with_label_smoothing(self.label_smoothing)
-                .with_augment(self.augment, seed),
+                .with_augment(self.augment, args.seed),
         ))
     }
+}
+
+/// The images of `set`, or why classification cannot train on it.
+fn images(set: &DataSet) -> Result<&ImageSet> {
+    set.images().ok_or_else(|| {
+        Error::setting(
+            Setting::Data,
+            format!(
+                "image classification trains on images, and the data is {}",
+                set.kind().describe()
+            ),
+            None,
+        )
+    })
 }
 
 /// Image classification over a set resident in the persistent region.
@@ -165,37 +188,44 @@ impl Task for Classification {
         self.data.test.len()
     }
 
-    fn train_batch<'s>(&self, s: &mut Step<'s>, at: BatchAt) -> Result<(Tensor<'s>, Labels<'s>)> {
+    fn train_batch<'s>(&self, s: &mut Step<'s>, at: BatchAt) -> Result<(Batch<'s>, Labels<'s>)> {
         let train = &self.data.train;
-        s.gather_batch_augmented(
+        let (x, labels) = s.gather_batch_augmented(
             &train.images,
             train.labels,
             at,
             self.normalize,
             self.augment,
             self.augment_base,
-        )
+        )?;
+        Ok((x.into(), labels))
     }
 
-    fn test_batch<'s>(&self, s: &mut Step<'s>, indices: &[u32]) -> Result<Tensor<'s>> {
-        s.gather_images(&self.data.test.images, indices, self.normalize)
+    fn test_batch<'s>(&self, s: &mut Step<'s>, indices: &[u32]) -> Result<(Batch<'s>, Option<Labels<'s>>)> {
+        let x = s.gather_images(&self.data.test.images, indices, self.normalize)?;
+        Ok((x.into(), None))
     }
 
     fn loss<'s>(&self, s: &mut Step<'s>, output: Tensor<'s>, targets: Labels<'s>, over: usize) -> Result<Tensor<'s>> {
         output.cross_entropy_over(s, targets, over, self.loss)
     }
 
-    fn readback_per_example(&self) -> usize {
-        self.data.classes
+    fn readback_len(&self, examples: usize) -> usize {
+        examples * self.data.classes
     }
 
-    fn correct(&self, outputs: &[f32], first: usize) -> usize {
+    /// How many of the examples are classified correctly.
+    fn score(&self, outputs: &[f32], first: usize) -> f64 {
         let classes = self.data.classes;
         let predictions = outputs.chunks_exact(classes).map(argmax);
         predictions
             .zip(&self.test_labels[first..])
             .filter(|(p, &label)| *p == label as usize)
-            .count()
+            .count() as f64
+    }
+
+    fn metric(&self, sum: f64, examples: usize) -> Metric {
+        Metric::Accuracy(sum / examples as f64)
     }
 }
 

@@ -3,27 +3,31 @@
 //! into a loss, and what evaluation reads back into a metric. The training
 //! loop holds one as a `Box<dyn Task>` and names none (`tests/layering.rs`).
 //!
-//! Image classification ([`classification`]) is today's. The shape of the
-//! trait is what the next ones need too: a language model gathers a batch
-//! of token sequences at the cursor (`[B, T]` ids in, the next `[B, T]` ids
-//! as targets) and takes the mean next-token cross-entropy as its loss,
-//! perplexity as its metric; a tree task gathers a batch of parse trees
-//! (their nodes batched by level) and sums a loss over every node. Each
-//! reads its own batch from device memory at the step cursor, so a captured
-//! graph draws the next batch on every replay.
+//! Image classification ([`classification`]) takes images and scores
+//! accuracy; language modelling ([`language_model`]) takes a character
+//! corpus, gathers a window of token ids `[T, B]` at the cursor (the next
+//! `[T, B]` ids as targets), takes the mean next-token cross-entropy as its
+//! loss and perplexity as its metric, and carries each stream's recurrent
+//! state from one window to the next. A tree task will gather a batch of
+//! parse trees (their nodes batched by level) and sum a loss over every
+//! node. Each reads its own batch from device memory at the step cursor, so
+//! a captured graph draws the next batch on every replay.
 //!
 //! Adding one: a file here with its config (a [`TaskConfig`]) and its
 //! [`Task`], and a line in the CLI where it is picked.
 
 mod classification;
+mod language_model;
 
 pub use classification::{Classification, ClassificationConfig};
+pub use language_model::{LanguageModel, LanguageModelConfig};
 
-use crate::data::ImageSet;
-use crate::nn::Input;
+use crate::data::DataSet;
+use crate::nn::{Batch, Input, Reads};
 use crate::ops::gather::BatchAt;
 use crate::tensor::Persistent;
 use crate::tensor::{Labels, Tensor};
+use crate::Engine;
 use crate::Result;
 use crate::Step;
 use std::fmt;
@@ -40,20 +44,96 @@ pub trait Task: Send + Sync {
     /// The training examples `at` points to, as the model's input and the
     /// loss's targets (read from device memory at the cursor, so a
     /// captured graph gathers the next batch on every replay).
-    fn train_batch<'s>(&self, s: &mut Step<'s>, at: BatchAt) -> Result<(Tensor<'s>, Labels<'s>)>;
-    /// The test examples `indices`, as the model's input.
-    fn test_batch<'s>(&self, s: &mut Step<'s>, indices: &[u32]) -> Result<Tensor<'s>>;
+    fn train_batch<'s>(&self, s: &mut Step<'s>, at: BatchAt) -> Result<(Batch<'s>, Labels<'s>)>;
+    /// The test examples `indices`, as the model's input, and their targets
+    /// where evaluation computes on the device what it reads back.
+    fn test_batch<'s>(&self, s: &mut Step<'s>, indices: &[u32]) -> Result<(Batch<'s>, Option<Labels<'s>>)>;
+    /// What evaluation reads back of the model's `output` for a test batch
+    /// (the logits themselves, unless the task overrides it).
+    fn test_readback<'s>(
+        &self,
+        _s: &mut Step<'s>,
+        output: Tensor<'s>,
+        _targets: Option<Labels<'s>>,
+    ) -> Result<Tensor<'s>> {
+        Ok(output)
+    }
     /// The loss of the model's `output` against `targets`, as a share of
     /// a mean over `over` examples (a data-parallel rank's shard of a
     /// larger step).
     fn loss<'s>(&self, s: &mut Step<'s>, output: Tensor<'s>, targets: Labels<'s>, over: usize) -> Result<Tensor<'s>>;
-    /// Floats of the model's output evaluation reads back per test
-    /// example (a row of logits).
-    fn readback_per_example(&self) -> usize;
-    /// How many of the test examples from `first` on, whose outputs were
-    /// read back (`readback_per_example` floats each), count towards the
-    /// metric: the metric is their fraction of the test set.
-    fn correct(&self, outputs: &[f32], first: usize) -> usize;
+    /// Floats evaluation reads back for a test batch of `examples` (rows
+    /// of logits, or one loss).
+    fn readback_len(&self, examples: usize) -> usize;
+    /// The share of the metric's sum of the test examples from `first` on,
+    /// whose readback is `outputs`: how many are correct, or their loss.
+    fn score(&self, outputs: &[f32], first: usize) -> f64;
+    /// The metric from the sum of every test batch's [`Task::score`] over
+    /// the `examples` of the test set.
+    fn metric(&self, sum: f64, examples: usize) -> Metric;
+    /// Called before an epoch's first training step and before evaluation:
+    /// a task that carries state between steps resets it here.
+    fn reset(&self, _engine: &mut Engine) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// What evaluation measured.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub enum Metric {
+    /// The fraction of the test set classified correctly, in [0, 1].
+    Accuracy(f64),
+    /// The mean cross-entropy per token of the validation split, in nats.
+    TokenLoss(f64),
+}
+
+impl Metric {
+    pub fn accuracy(self) -> Option<f64> {
+        match self {
+            Metric::Accuracy(a) => Some(a),
+            Metric::TokenLoss(_) => None,
+        }
+    }
+
+    /// The mean loss per token.
+    pub fn loss(self) -> Option<f64> {
+        match self {
+            Metric::TokenLoss(l) => Some(l),
+            Metric::Accuracy(_) => None,
+        }
+    }
+
+    /// `exp` of the mean loss per token.
+    pub fn perplexity(self) -> Option<f64> {
+        self.loss().map(f64::exp)
+    }
+
+    /// The mean loss per token in bits (per character, for a character
+    /// model).
+    pub fn bits_per_token(self) -> Option<f64> {
+        self.loss().map(|l| l / std::f64::consts::LN_2)
+    }
+
+    /// The one number a run is judged by, higher or lower as the metric
+    /// goes: the accuracy, or the loss.
+    pub fn headline(self) -> f64 {
+        match self {
+            Metric::Accuracy(v) | Metric::TokenLoss(v) => v,
+        }
+    }
+}
+
+/// What a task is built with besides its data set.
+#[derive(Debug, Clone, Copy)]
+pub struct BuildArgs {
+    /// The run's seed (its random draws are seeded from it).
+    pub seed: u64,
+    /// Examples per step on one device: images, or a language model's
+    /// streams.
+    pub batch: usize,
+    /// Floats per example the model carries from one step to the next
+    /// ([`crate::nn::Model::carried`]).
+    pub carried: usize,
 }
 
 /// A task's settings, before it is built.
@@ -62,28 +142,35 @@ pub trait TaskConfig: fmt::Debug + Clone + Send + Sync + 'static {
     fn validate(&self) -> Result<()> {
         Ok(())
     }
-    /// What a model trained on `set` is built for.
-    fn input_of(&self, set: &ImageSet) -> Input;
-    /// Refuses settings that cannot train on `set`, before anything is
-    /// allocated for it.
-    fn check(&self, _set: &ImageSet) -> Result<()> {
+    /// What the model must read.
+    fn reads(&self) -> Reads;
+    /// What a model trained on `set` is built for; refuses a set of a kind
+    /// the task does not train on.
+    fn input_of(&self, set: &DataSet) -> Result<Input>;
+    /// Refuses settings that cannot train on `set` with steps of `batch`
+    /// examples, before anything is allocated for it.
+    fn check(&self, _set: &DataSet, _batch: usize) -> Result<()> {
         Ok(())
     }
     /// What the task draws at random into its batches, as a checkpoint
     /// records it (a resumed run must draw the same): `none` for nothing.
     fn draws(&self) -> String;
-    /// Uploads `set` into the persistent region and returns the task; `seed`
-    /// is the run's (its random draws are seeded from it).
-    fn build(&self, set: &ImageSet, p: &mut Persistent<'_>, seed: u64) -> Result<Box<dyn Task>>;
+    /// The training examples an epoch of steps of `batch` visits (the
+    /// built task's [`Task::train_len`]).
+    fn train_len(&self, set: &DataSet, batch: usize) -> Result<usize>;
+    /// Uploads `set` into the persistent region and returns the task.
+    fn build(&self, set: &DataSet, p: &mut Persistent<'_>, args: BuildArgs) -> Result<Box<dyn Task>>;
 }
 
 /// A [`TaskConfig`] behind a pointer (`Clone` keeps the trait itself from
 /// being one).
 trait AnyTaskConfig: Send + Sync {
     fn validate(&self) -> Result<()>;
-    fn input_of(&self, set: &ImageSet) -> Input;
-    fn check(&self, set: &ImageSet) -> Result<()>;
-    fn build(&self, set: &ImageSet, p: &mut Persistent<'_>, seed: u64) -> Result<Box<dyn Task>>;
+    fn reads(&self) -> Reads;
+    fn input_of(&self, set: &DataSet) -> Result<Input>;
+    fn check(&self, set: &DataSet, batch: usize) -> Result<()>;
+    fn train_len(&self, set: &DataSet, batch: usize) -> Result<usize>;
+    fn build(&self, set: &DataSet, p: &mut Persistent<'_>, args: BuildArgs) -> Result<Box<dyn Task>>;
 }
 
 impl<C: TaskConfig> AnyTaskConfig for C {
@@ -91,16 +178,24 @@ impl<C: TaskConfig> AnyTaskConfig for C {
         TaskConfig::validate(self)
     }
 
-    fn input_of(&self, set: &ImageSet) -> Input {
+    fn reads(&self) -> Reads {
+        TaskConfig::reads(self)
+    }
+
+    fn input_of(&self, set: &DataSet) -> Result<Input> {
         TaskConfig::input_of(self, set)
     }
 
-    fn check(&self, set: &ImageSet) -> Result<()> {
-        TaskConfig::check(self, set)
+    fn check(&self, set: &DataSet, batch: usize) -> Result<()> {
+        TaskConfig::check(self, set, batch)
     }
 
-    fn build(&self, set: &ImageSet, p: &mut Persistent<'_>, seed: u64) -> Result<Box<dyn Task>> {
-        TaskConfig::build(self, set, p, seed)
+    fn train_len(&self, set: &DataSet, batch: usize) -> Result<usize> {
+        TaskConfig::train_len(self, set, batch)
+    }
+
+    fn build(&self, set: &DataSet, p: &mut Persistent<'_>, args: BuildArgs) -> Result<Box<dyn Task>> {
+        TaskConfig::build(self, set, p, args)
     }
 }
 
@@ -142,16 +237,26 @@ impl TaskChoice {
         self.config.validate()
     }
 
-    pub fn input_of(&self, set: &ImageSet) -> Input {
+    /// What the model must read.
+    pub fn reads(&self) -> Reads {
+        self.config.reads()
+    }
+
+    pub fn input_of(&self, set: &DataSet) -> Result<Input> {
         self.config.input_of(set)
     }
 
-    pub fn check(&self, set: &ImageSet) -> Result<()> {
-        self.config.check(set)
+    pub fn check(&self, set: &DataSet, batch: usize) -> Result<()> {
+        self.config.check(set, batch)
     }
 
-    pub fn build(&self, set: &ImageSet, p: &mut Persistent<'_>, seed: u64) -> Result<Box<dyn Task>> {
-        self.config.build(set, p, seed)
+    /// See [`TaskConfig::train_len`].
+    pub fn train_len(&self, set: &DataSet, batch: usize) -> Result<usize> {
+        self.config.train_len(set, batch)
+    }
+
+    pub fn build(&self, set: &DataSet, p: &mut Persistent<'_>, args: BuildArgs) -> Result<Box<dyn Task>> {
+        self.config.build(set, p, args)
     }
 }
 

@@ -101,7 +101,7 @@ pub fn max_batch(cfg: &TrainConfig, progress: &mut dyn FnMut(&Probe)) -> Result<
     // Batch 1 is always a valid setting: checks that name the batch see it.
     let first = at(1);
     let pipeline = Pipeline::open(&first, None)?;
-    let limit = pipeline.data().train_images.count;
+    let limit = pipeline.data().sizes().0;
     let speed = pipeline.speed();
     // A step that does not fit may fit recomputing convolution and block outputs,
     // when a budget asks for that: the step's budget is then the arena's

@@ -49,13 +49,13 @@ mod test_support {
     use super::pipeline::{measure_on, ArenaNeeds, Pipeline, StepChoice};
     use super::TrainConfig;
     use crate::backend::Device;
-    use crate::data::ImageSet;
+    use crate::data::DataSet;
     use crate::Engine;
     use crate::Result;
 
     pub(crate) fn measure_dropping(
         cfg: &TrainConfig,
-        host: &ImageSet,
+        host: &DataSet,
         dry: Engine,
         dropped: &[u32],
     ) -> Result<ArenaNeeds> {
@@ -64,7 +64,7 @@ mod test_support {
 
     pub(crate) fn measure_chains(
         cfg: &TrainConfig,
-        host: &ImageSet,
+        host: &DataSet,
         dry: Engine,
         dropped: &[u32],
         transient_chains: bool,
@@ -76,7 +76,7 @@ mod test_support {
         measure_on(cfg, host, dry, &choice)
     }
 
-    pub(crate) fn open_for_planning(cfg: &TrainConfig) -> Result<(ImageSet, Device)> {
+    pub(crate) fn open_for_planning(cfg: &TrainConfig) -> Result<(DataSet, Device)> {
         Ok(Pipeline::open(cfg, None)?.into_parts())
     }
 }

@@ -24,6 +24,8 @@ pub struct RunInfo {
     pub augment: String,
     pub train_examples: usize,
     pub test_examples: usize,
+    /// What the examples are: "images", or a corpus's "tokens".
+    pub example_unit: &'static str,
     pub steps_per_epoch: usize,
     /// Whether the arena size was measured (`auto`) or given.
     pub arena_size_measured: bool,
@@ -120,8 +122,17 @@ pub struct EpochReport {
     pub rank: usize,
     pub world_size: usize,
     pub train_loss: f64,
-    /// Fraction of the test set classified correctly, in [0, 1].
+    /// Fraction of the test set classified correctly, in [0, 1]; NaN
+    /// (`null` in JSON) for a task without one (a language model).
     pub test_accuracy: f64,
+    /// A language model's validation loss per token (nats), its `exp`, and
+    /// the loss in bits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub valid_loss: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub perplexity: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bits_per_char: Option<f64>,
     /// Training time of the epoch, evaluation excluded.
     pub seconds: f64,
     pub eval_seconds: f64,

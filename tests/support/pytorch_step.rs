@@ -117,7 +117,7 @@ pub fn bumpgrad_step(device: Device, net: Fixture) -> Tensors {
                 },
                 false => Mode::Eval,
             };
-            let logits = model.forward(s, x, mode)?;
+            let logits = model.forward(s, x.into(), mode)?;
             let loss = logits.cross_entropy(s, labels, Default::default())?;
             let grads = s.backward(loss)?;
             let mut out = Tensors::new();

@@ -3,10 +3,10 @@
 
 use super::choices;
 use bumpgrad::backend::{DeviceRequest, Precision};
-use bumpgrad::data::DataSource;
+use bumpgrad::data::{DataKind, DataSource};
 use bumpgrad::memory::ByteSize;
 use bumpgrad::ops::gather::Augment;
-use bumpgrad::tasks::{Classification, ClassificationConfig};
+use bumpgrad::tasks::{Classification, ClassificationConfig, LanguageModel, LanguageModelConfig, TaskChoice};
 use bumpgrad::train::{CheckpointPolicy, ConvAlgos, DeviceConfig, Every, MemoryConfig, RunConfig, TrainConfig};
 use clap::ValueEnum;
 use std::path::PathBuf;
@@ -115,6 +115,19 @@ pub(crate) struct TrainArgs {
     /// ResNet quickly on a CPU); default 1.
     #[arg(long, value_parser = choices::width_mult, allow_negative_numbers = true)]
     pub(crate) width_mult: Option<f32>,
+    /// Tokens each stream of a language model reads per step (the window of truncated
+    /// backpropagation through time); a text corpus only.
+    #[arg(long, default_value_t = 64, value_parser = count::<usize>, allow_negative_numbers = true)]
+    pub(crate) seq_len: usize,
+    /// Units of each recurrent layer of char-lstm and char-rnn (default 256).
+    #[arg(long, value_parser = count::<usize>, allow_negative_numbers = true)]
+    pub(crate) hidden: Option<usize>,
+    /// Recurrent layers of char-lstm and char-rnn (default 2).
+    #[arg(long, value_parser = count::<usize>, allow_negative_numbers = true)]
+    pub(crate) layers: Option<usize>,
+    /// Features of char-lstm's and char-rnn's token embedding (default: --hidden).
+    #[arg(long, value_parser = count::<usize>, allow_negative_numbers = true)]
+    pub(crate) embed: Option<usize>,
     /// The optimizer.
     #[arg(long, value_enum, default_value = "sgd")]
     pub(crate) optimizer: choices::OptimizerArg,
@@ -162,7 +175,8 @@ pub(crate) struct TrainArgs {
     pub(crate) seed: u64,
     /// The data set: a directory holding MNIST's four IDX files (gzip or raw) or CIFAR-10's six
     /// binary batch files, or `synthetic:cifar10[:N]` (N random CIFAR-10-shaped training images,
-    /// default 50000, and N/5 test images: for speed and memory runs).
+    /// default 50000, and N/5 test images: for speed and memory runs); or a text file, a
+    /// character corpus for char-lstm and char-rnn (--batch streams of --seq-len tokens a step).
     #[arg(long, default_value = "data/mnist", value_parser = parse_data)]
     pub(crate) data: DataSource,
     /// Random changes to each training image: `crop4` (pad 4 zero pixels, crop at a random
@@ -316,7 +330,7 @@ impl TrainArgs {
                 "--gpus trains on GPUs (through NCCL); drop --device cpu, or drop --gpus to train on the CPU"
             );
         }
-        choices::model(self.model, self.width_mult).map_err(anyhow::Error::msg)?;
+        choices::model(self.model, &self.model_flags()).map_err(anyhow::Error::msg)?;
         if let Some(m) = self.momentum.filter(|m| !(0.0..1.0).contains(m)) {
             anyhow::bail!("--momentum must be in [0, 1), got {m}");
         }
@@ -387,20 +401,37 @@ impl TrainArgs {
         })
     }
 
+    fn model_flags(&self) -> choices::ModelFlags {
+        choices::ModelFlags {
+            width_mult: self.width_mult,
+            embed: self.embed,
+            hidden: self.hidden,
+            layers: self.layers,
+        }
+    }
+
+    /// The task the data calls for: language modelling on a text corpus,
+    /// classification on images.
+    fn task(&self) -> TaskChoice {
+        match DataKind::of(&self.data) {
+            DataKind::Corpus => LanguageModel::choice(LanguageModelConfig { seq_len: self.seq_len }),
+            DataKind::Images | DataKind::Treebank => Classification::choice(ClassificationConfig {
+                label_smoothing: self.label_smoothing,
+                augment: self.augment,
+            }),
+        }
+    }
+
     pub(crate) fn config(&self) -> TrainConfig {
-        let task = ClassificationConfig {
-            label_smoothing: self.label_smoothing,
-            augment: self.augment,
-        };
         let run = RunConfig {
             epochs: self.epochs,
             batch: self.batch,
             other_batches: Vec::new(),
             // Checked in `check`, which every command runs first.
-            model: choices::model(self.model, self.width_mult).unwrap_or_default(),
+            model: choices::model(self.model, &self.model_flags()).unwrap_or_default(),
             // Checked in `check`, which every command runs first.
             optimizer: self.optimizer_choice().unwrap_or_default(),
-            task: Classification::choice(task),
+            task: self.task(),
             lr: self.lr,
             schedule: self.schedule.with_warmup(self.warmup_epochs).unwrap_or(self.schedule),
             seed: self.seed,

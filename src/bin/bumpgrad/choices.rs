@@ -2,17 +2,26 @@
 //! one place that names them. Adding a model or an optimizer to the
 //! command is one line here.
 
-use bumpgrad::models::{Depth, MnistCnn, ResNet, SqueezeNet};
+use bumpgrad::models::{CharLmConfig, CharLstm, CharRnn, Depth, MnistCnn, ResNet, SqueezeNet};
 use bumpgrad::nn::{ModelChoice, OptimizerChoice};
 use bumpgrad::optim::{AdagradConfig, AdamWConfig, SgdConfig};
 
+/// The flags that size a model (`None`: not given).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ModelFlags {
+    pub width_mult: Option<f32>,
+    pub embed: Option<usize>,
+    pub hidden: Option<usize>,
+    pub layers: Option<usize>,
+}
+
 /// A model's name as `--model` takes it, and how to make its choice from
-/// `--width-mult` (`None`: not given).
-type Named = (&'static str, fn(Option<f32>) -> Result<ModelChoice, String>);
+/// the flags that size it.
+type Named = (&'static str, fn(&ModelFlags) -> Result<ModelChoice, String>);
 
 /// Every model; the first is the default.
 pub const MODELS: &[Named] = &[
-    (MnistCnn::NAME, |width| match width {
+    (MnistCnn::NAME, |f| match images_only(f)? {
         None => Ok(MnistCnn::choice()),
         Some(_) => Err(format!(
             "--width-mult scales {}, {} and {}; {} has fixed widths, so drop it",
@@ -22,14 +31,59 @@ pub const MODELS: &[Named] = &[
             MnistCnn::NAME
         )),
     }),
-    (ResNet::NAME_18, |width| {
-        Ok(ResNet::choice(Depth::R18, width.unwrap_or(1.0)))
+    (ResNet::NAME_18, |f| {
+        Ok(ResNet::choice(Depth::R18, images_only(f)?.unwrap_or(1.0)))
     }),
-    (ResNet::NAME_50, |width| {
-        Ok(ResNet::choice(Depth::R50, width.unwrap_or(1.0)))
+    (ResNet::NAME_50, |f| {
+        Ok(ResNet::choice(Depth::R50, images_only(f)?.unwrap_or(1.0)))
     }),
-    (SqueezeNet::NAME, |width| Ok(SqueezeNet::choice(width.unwrap_or(1.0)))),
+    (SqueezeNet::NAME, |f| {
+        Ok(SqueezeNet::choice(images_only(f)?.unwrap_or(1.0)))
+    }),
+    (CharLstm::NAME, |f| Ok(CharLstm::choice(char_lm(f)?))),
+    (CharRnn::NAME, |f| Ok(CharRnn::choice(char_lm(f)?))),
 ];
+
+/// The models that read text, for hints.
+pub const TEXT_MODELS: &str = "char-lstm or char-rnn";
+/// The models that read images, for hints.
+pub const IMAGE_MODELS: &str = "mnist-cnn, resnet18, resnet50 or squeezenet";
+
+/// `--width-mult` of an image model, refusing the flags of a character
+/// model.
+fn images_only(f: &ModelFlags) -> Result<Option<f32>, String> {
+    if f.embed.is_some() || f.hidden.is_some() || f.layers.is_some() {
+        return Err(format!(
+            "--embed, --hidden and --layers size {} and {}; drop them for an image model",
+            CharLstm::NAME,
+            CharRnn::NAME
+        ));
+    }
+    Ok(f.width_mult)
+}
+
+/// A character model's sizes: `--hidden` (default 256), `--layers`
+/// (default 2), `--embed` (default: the hidden size).
+fn char_lm(f: &ModelFlags) -> Result<CharLmConfig, String> {
+    if f.width_mult.is_some() {
+        return Err(format!(
+            "--width-mult scales the image models; {} and {} are sized by --embed, --hidden and --layers",
+            CharLstm::NAME,
+            CharRnn::NAME
+        ));
+    }
+    let d = CharLmConfig::default();
+    let hidden = f.hidden.unwrap_or(d.hidden);
+    let layers = f.layers.unwrap_or(d.layers);
+    let embed = f.embed.unwrap_or(hidden);
+    if hidden == 0 || embed == 0 || !(1..=bumpgrad::models::MAX_LAYERS).contains(&layers) {
+        return Err(format!(
+            "--hidden and --embed must be at least 1 and --layers from 1 to {}, got {hidden}, {embed} and {layers}",
+            bumpgrad::models::MAX_LAYERS
+        ));
+    }
+    Ok(CharLmConfig { embed, hidden, layers })
+}
 
 /// The optimizers `--optimizer` takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -142,8 +196,8 @@ pub fn width_mult(text: &str) -> Result<f32, String> {
     }
 }
 
-/// The model `name` (from [`model_name`]) with `--width-mult`.
-pub fn model(name: &str, width_mult: Option<f32>) -> Result<ModelChoice, String> {
+/// The model `name` (from [`model_name`]) sized by `flags`.
+pub fn model(name: &str, flags: &ModelFlags) -> Result<ModelChoice, String> {
     let (_, make) = MODELS.iter().find(|(n, _)| *n == name).ok_or("unknown model")?;
-    make(width_mult)
+    make(flags)
 }

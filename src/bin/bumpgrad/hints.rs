@@ -77,6 +77,15 @@ fn library(err: &Error) -> Option<String> {
             setting: bumpgrad::Setting::Precision,
             ..
         } => Some("; pass --precision fp32, or train on the GPU".into()),
+        Error::Setting {
+            setting: bumpgrad::Setting::Model,
+            fix: None,
+            ..
+        } => Some(format!(
+            "; pass --model {} for a text corpus, or {} for images",
+            super::choices::TEXT_MODELS,
+            super::choices::IMAGE_MODELS
+        )),
         Error::Setting { setting, fix, .. } => {
             let flag = setting_flag(*setting);
             Some(match fix {
@@ -102,6 +111,8 @@ fn setting_flag(setting: bumpgrad::Setting) -> &'static str {
     use bumpgrad::Setting as S;
     match setting {
         S::Epochs => "--epochs",
+        S::SeqLen => "--seq-len",
+        S::Data => "--data",
         S::Batch => "--batch",
         S::LearningRate => "--lr",
         S::Seed => "--seed",
@@ -160,6 +171,9 @@ fn data(err: &DataError) -> Option<String> {
         DataError::MissingFile { .. } => Some(" or point --data at it".into()),
         DataError::NotImages { .. } => {
             Some(" — the image models read MNIST's or CIFAR-10's files; check the path given with --data".into())
+        }
+        DataError::Text(bumpgrad::data::text::TextError::SplitTooShort { .. }) => {
+            Some(" (pass a smaller --batch or --seq-len, or a longer text to --data)".into())
         }
         DataError::ImageSize { .. } => Some(" — point --data at MNIST (not another IDX data set)".into()),
         DataError::TrainLimit { available, .. } => {

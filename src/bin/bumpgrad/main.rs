@@ -333,7 +333,14 @@ fn run_models(args: &ModelsArgs) -> anyhow::Result<()> {
         println!("synthetic CIFAR-10-shaped data: accuracy means nothing");
     }
     for (name, make) in choices::MODELS {
-        let model = make(None).map_err(anyhow::Error::msg)?;
+        let model = make(&Default::default()).map_err(anyhow::Error::msg)?;
+        if model.reads() != bumpgrad::nn::Reads::Pixels {
+            println!(
+                "  {name:<12} {:>12}  (reads text: count it with `train --data` a text file)",
+                "-"
+            );
+            continue;
+        }
         match bumpgrad::nn::count_params(|pb| model.build(input, pb)) {
             Ok(n) => println!("  {name:<12} {n:>12}"),
             Err(why) => println!("  {name:<12} {:>12}  ({why})", "-"),

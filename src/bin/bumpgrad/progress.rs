@@ -69,12 +69,13 @@ impl Observer for Printer {
             info.model, info.parameters, info.optimizer, info.schedule
         ));
         self.say(&format!(
-            "bumpgrad: {}, precision {}, {}: {} training / {} test images, {} steps per epoch, augment {}",
+            "bumpgrad: {}, precision {}, {}: {} training / {} test {}, {} steps per epoch, augment {}",
             info.device_name,
             info.precision,
             info.data,
             info.train_examples,
             info.test_examples,
+            info.example_unit,
             info.steps_per_epoch,
             info.augment
         ));
@@ -268,11 +269,16 @@ impl Observer for Printer {
         if let Some(k) = r.kernels_per_step {
             gpu += &format!("  {k} {} per step", if r.graph { "graph nodes" } else { "ops" });
         }
+        let metric = match (r.valid_loss, r.perplexity, r.bits_per_char) {
+            (Some(loss), Some(ppl), Some(bits)) => {
+                format!("valid loss {loss:.4}  perplexity {ppl:.3}  {bits:.3} bits/char")
+            }
+            _ => format!("test accuracy {:.2}%", 100.0 * r.test_accuracy),
+        };
         self.say(&format!(
-            "epoch {:>3}  train loss {:.4}  test accuracy {:.2}%  {:.2} s (+{:.2} s eval)  step high-water {}{gpu}",
+            "epoch {:>3}  train loss {:.4}  {metric}  {:.2} s (+{:.2} s eval)  step high-water {}{gpu}",
             r.epoch,
             r.train_loss,
-            100.0 * r.test_accuracy,
             r.seconds,
             r.eval_seconds,
             ByteSize(r.arena.step_high_water_bytes)

@@ -79,7 +79,7 @@ impl<'s> Tensor<'s> {
 }
 
 /// `dst = src` across the float types and layouts (of one shape).
-fn convert(
+pub(crate) fn convert(
     s: &mut Step<'_>,
     shape: Shape,
     (src, from): (FloatBuf, Layout),

@@ -4,12 +4,13 @@
 //! the same sequence on both, which is what lets the dry run plan the real
 //! one.
 
-use crate::data::ImageSet;
+use crate::data::DataSet;
 use crate::distributed::buckets::Buckets;
 use crate::distributed::World;
-use crate::nn::ParamStore;
+use crate::nn::{ParamStore, Reads};
 use crate::ops::cursor::StepCursor;
 use crate::ops::lr::LrAt;
+use crate::tasks::BuildArgs;
 use crate::tensor::Shape;
 use crate::train::checkpoints;
 use crate::train::session::{Loop, Parts, Session, TIMED_OPS};
@@ -36,21 +37,23 @@ impl Live {
 /// Fills `arena`'s persistent region with `cfg`'s run on `host`:
 /// parameters, the step cursor, the learning rates, optimizer state, the
 /// task's data set; then the session's own buffers.
-pub(crate) fn assemble(cfg: &TrainConfig, host: &ImageSet, mut engine: Engine, live: Live) -> Result<Session> {
+pub(crate) fn assemble(cfg: &TrainConfig, host: &DataSet, mut engine: Engine, live: Live) -> Result<Session> {
     let run = &cfg.run;
-    let profile = live.profile && engine.runtime_mut().enable_op_timing(TIMED_OPS)?;
-    let train_len = host.train_images.count;
     let world = run.data_parallel.map_or(World::ALONE, |d| d.world);
+    check_fit(cfg, host, world)?;
+    let profile = live.profile && engine.runtime_mut().enable_op_timing(TIMED_OPS)?;
     let shapes = Shapes::new(run.batch, &run.other_batches);
-    for &batch in shapes.batches() {
-        check_batch(batch, world, train_len)?;
+    if let Some(images) = host.images() {
+        for &batch in shapes.batches() {
+            check_batch(batch, world, images.train_images.count)?;
+        }
     }
-    run.task.check(host)?;
+    run.task.check(host, run.batch)?;
     let global = run.batch * world.size;
-    let steps = train_len.div_ceil(global);
     let mut p = engine.persistent();
-    let input = run.task.input_of(host);
+    let input = run.task.input_of(host)?;
     let (store, model) = ParamStore::build(&mut p, run.seed, |pb| run.model.build(input, pb))?;
+    let steps = run.task.train_len(host, run.batch)?.div_ceil(global);
     let cursor = StepCursor::new(&mut p)?;
     let rates = run.schedule.table(run.lr, steps, run.epochs);
     let lr_table = p.upload("learning rates", Shape::new(&[rates.len()]), &rates)?;
@@ -66,7 +69,12 @@ pub(crate) fn assemble(cfg: &TrainConfig, host: &ImageSet, mut engine: Engine, l
         Some(dp) => Some(Buckets::new(&store, dp.bucket_bytes)?),
         None => None,
     };
-    let task = run.task.build(host, &mut p, run.seed)?;
+    let args = BuildArgs {
+        seed: run.seed,
+        batch: run.batch,
+        carried: model.carried(),
+    };
+    let task = run.task.build(host, &mut p, args)?;
     let parts = Parts {
         engine,
         model,
@@ -98,6 +106,60 @@ pub(crate) fn assemble(cfg: &TrainConfig, host: &ImageSet, mut engine: Engine, l
             ),
         },
     )
+}
+
+/// Refuses a model, task and data set that do not fit together, before
+/// anything is allocated: a model of images on a text corpus, or one of
+/// tokens on images, says what each reads; a model that reads tokens
+/// trains alone at one batch size (the streams it carries state for).
+fn check_fit(cfg: &TrainConfig, host: &DataSet, world: World) -> Result<()> {
+    let run = &cfg.run;
+    let (model, task) = (run.model.reads(), run.task.reads());
+    if model != task {
+        let fits = match task {
+            Reads::Pixels => "a model of images",
+            Reads::Tokens => "a model of token ids (a language model)",
+        };
+        return Err(Error::setting(
+            Setting::Model,
+            format!(
+                "the model {} reads {}, but the data is {} and its task, {}, feeds {}: it needs {fits}",
+                run.model.name(),
+                model.describe(),
+                host.kind().describe(),
+                run.task.name(),
+                task.describe(),
+            ),
+            None,
+        ));
+    }
+    let limits = [
+        (run.train_limit, Setting::TrainLimit),
+        (run.test_limit, Setting::TestLimit),
+    ];
+    if let (None, Some((_, setting))) = (host.images(), limits.iter().find(|(limit, _)| limit.is_some())) {
+        return Err(Error::setting(
+            *setting,
+            format!(
+                "limits count images, and the data is {}: a text corpus is cut into windows of streams instead",
+                host.kind().describe()
+            ),
+            None,
+        ));
+    }
+    if model == Reads::Tokens && (world.size > 1 || !run.other_batches.is_empty()) {
+        return Err(Error::setting(
+            Setting::Batch,
+            format!(
+                "the model {} carries each stream's state from step to step, so it trains on one device at one batch size (got {} ranks and {} other batch sizes)",
+                run.model.name(),
+                world.size,
+                run.other_batches.len()
+            ),
+            None,
+        ));
+    }
+    Ok(())
 }
 
 /// The examples of a step of `batch` on each of `world`'s ranks, checked

@@ -8,7 +8,7 @@
 use super::arenas::Algorithms;
 use super::assemble::{assemble, Live};
 use crate::autograd::Candidate;
-use crate::data::ImageSet;
+use crate::data::DataSet;
 use crate::memory::{PersistentBuf, StepPlan};
 use crate::train::shapes::StepKind;
 use crate::train::TrainConfig;
@@ -89,12 +89,12 @@ impl ArenaNeeds {
 /// convolution algorithms they run on.
 pub struct DryRuns<'a> {
     cfg: &'a TrainConfig,
-    host: &'a ImageSet,
+    host: &'a DataSet,
     algorithms: Algorithms<'a>,
 }
 
 impl<'a> DryRuns<'a> {
-    pub(crate) fn new(cfg: &'a TrainConfig, host: &'a ImageSet, algorithms: Algorithms<'a>) -> Self {
+    pub(crate) fn new(cfg: &'a TrainConfig, host: &'a DataSet, algorithms: Algorithms<'a>) -> Self {
         Self { cfg, host, algorithms }
     }
 
@@ -120,7 +120,7 @@ impl<'a> DryRuns<'a> {
 /// [`DryRuns::measure`] on `dry`, a planning engine.
 pub(crate) fn measure_on(
     cfg: &TrainConfig,
-    host: &ImageSet,
+    host: &DataSet,
     mut dry: Engine,
     choice: &StepChoice,
 ) -> Result<ArenaNeeds> {

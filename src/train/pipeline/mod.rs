@@ -40,7 +40,7 @@ use super::report::{RecomputePlan, RunInfo};
 use super::session::Session;
 use super::TrainConfig;
 use crate::backend::{Device, DeviceKind, Precision};
-use crate::data::{DataSource, ImageSet};
+use crate::data::{DataSet, DataSource};
 use crate::distributed::Join;
 use crate::memory::{ArenaError, ByteSize, MemoryReport};
 use crate::{Error, Result, Setting};
@@ -51,7 +51,7 @@ use assemble::{assemble, Live};
 /// measured, planned and built.
 pub struct Pipeline<'c> {
     cfg: &'c TrainConfig,
-    host: ImageSet,
+    host: DataSet,
     device: Device,
     /// Why `--device auto` chose the CPU, if it did.
     device_note: Option<String>,
@@ -85,7 +85,7 @@ impl<'c> Pipeline<'c> {
     }
 
     /// The data set, as loaded and cut to the run's limits.
-    pub fn data(&self) -> &ImageSet {
+    pub fn data(&self) -> &DataSet {
         &self.host
     }
 
@@ -329,11 +329,12 @@ impl<'c> Pipeline<'c> {
             precision: cfg.device.precision,
             threads,
             device_note,
-            data: host.name,
-            synthetic: host.synthetic,
+            data: host.name(),
+            synthetic: host.synthetic(),
             augment: run.task.draws().to_string(),
-            train_examples: host.train_images.count,
-            test_examples: host.test_images.count,
+            train_examples: host.sizes().0,
+            test_examples: host.sizes().1,
+            example_unit: host.unit(),
             steps_per_epoch: session.steps_per_epoch(),
             arena_size_measured: cfg.memory.arena_size.is_none(),
             arena: session.engine().arena().stats(),
@@ -370,14 +371,18 @@ impl<'c> Pipeline<'c> {
 }
 
 /// The data set `cfg` names, cut to its limits.
-fn load_data(cfg: &TrainConfig) -> Result<ImageSet> {
+fn load_data(cfg: &TrainConfig) -> Result<DataSet> {
     let run = &cfg.run;
-    let mut host = ImageSet::open(&DataSource::of_path(&run.data_dir)?)?;
-    if let Some(n) = run.train_limit {
-        host.limit_train(n)?;
-    }
-    if let Some(n) = run.test_limit {
-        host.limit_test(n)?;
+    let mut host = DataSet::open(&DataSource::of_path(&run.data_dir)?)?;
+    // Limits on other data are refused once the model is known to fit it
+    // (`assemble`), so a text file given to a model of images says that.
+    if let Some(set) = host.images_mut() {
+        if let Some(n) = run.train_limit {
+            set.limit_train(n)?;
+        }
+        if let Some(n) = run.test_limit {
+            set.limit_test(n)?;
+        }
     }
     Ok(host)
 }
@@ -422,7 +427,7 @@ mod tests;
 #[cfg(test)]
 impl Pipeline<'_> {
     /// The data and the device, for tests that plan on them directly.
-    pub(crate) fn into_parts(self) -> (ImageSet, Device) {
+    pub(crate) fn into_parts(self) -> (DataSet, Device) {
         (self.host, self.device)
     }
 }

@@ -5,7 +5,7 @@
 use super::arenas::Algorithms;
 use super::measure::{ArenaNeeds, DryRuns, StepChoice};
 use crate::backend::DeviceKind;
-use crate::data::ImageSet;
+use crate::data::DataSet;
 use crate::memory::StepPlan;
 use crate::train::report::{ConvTuning, WorkspaceHold};
 use crate::train::{ConvAlgos, TrainConfig};
@@ -59,7 +59,7 @@ pub(super) fn times_convolutions(cfg: &TrainConfig, device: DeviceKind) -> bool 
 /// [`cap_workspaces`]).
 pub(super) fn time_convolutions(
     cfg: &TrainConfig,
-    host: &ImageSet,
+    host: &DataSet,
     engine: &mut Engine,
     needs: &mut ArenaNeeds,
     capacity: usize,

@@ -5,6 +5,7 @@
 use super::{Control, Session, READBACK};
 use crate::memory::Buf;
 use crate::nn::Mode;
+use crate::tasks::Metric;
 use crate::train::checkpoints::{Every, Position};
 use crate::train::report::{resident_bytes, EpochReport, Observer};
 use crate::train::shapes::StepKind;
@@ -36,27 +37,35 @@ impl Session {
         })
     }
 
-    /// Fraction of the test set the model classifies correctly. A
-    /// data-parallel rank evaluates its share of the test set (see
-    /// [`World::share`]) and the ranks sum their counts, so each gets the
-    /// whole set's figure; alone, the share is the whole set.
+    /// The task's metric's headline ([`Metric::headline`]): the fraction
+    /// of the test set classified correctly, or a language model's
+    /// validation loss per token.
     pub fn evaluate(&mut self) -> Result<f64> {
+        Ok(self.evaluation()?.headline())
+    }
+
+    /// The task's metric over the test set. A data-parallel rank evaluates
+    /// its share of the test set (see [`World::share`]) and the ranks sum
+    /// their scores, so each gets the whole set's figure; alone, the share
+    /// is the whole set.
+    pub fn evaluation(&mut self) -> Result<Metric> {
         let n = self.test_order.len();
+        self.task.reset(&mut self.engine)?;
         let shard = self.eval_shard();
-        let mut correct = 0usize;
+        let mut sum = 0.0;
         for start in shard.clone().step_by(self.batch()) {
-            correct += self.evaluate_batch(start, shard.end)?;
+            sum += self.evaluate_batch(start, shard.end)?;
         }
         if self.data_parallel() {
-            // Exact: f32 holds every whole number up to 2^24, past any
-            // test set's size.
-            self.engine.write_persistent(self.eval_correct, &[correct as f32])?;
+            // A count is exact: f32 holds every whole number up to 2^24,
+            // past any test set's size.
+            self.engine.write_persistent(self.eval_correct, &[sum as f32])?;
             self.engine.all_reduce_persistent(self.eval_correct)?;
             let mut total = [0.0];
             self.engine.read_persistent(self.eval_correct, &mut total)?;
-            correct = total[0] as usize;
+            sum = total[0] as f64;
         }
-        Ok(correct as f64 / n as f64)
+        Ok(self.task.metric(sum, n))
     }
 
     /// The test examples this rank evaluates.
@@ -65,9 +74,9 @@ impl Session {
         first..first + count
     }
 
-    /// Correct predictions among the test examples from `start` on, one
-    /// batch, not past `limit`.
-    pub(super) fn evaluate_batch(&mut self, start: usize, limit: usize) -> Result<usize> {
+    /// The task's score of the test examples from `start` on, one batch,
+    /// not past `limit` (how many are correct, or their loss).
+    pub(super) fn evaluate_batch(&mut self, start: usize, limit: usize) -> Result<f64> {
         let batch = self.batch();
         let end = (start + batch).min(limit);
         let kind = if end - start == batch {
@@ -77,19 +86,20 @@ impl Session {
         };
         let key = self.key(kind);
         let indices = &self.test_order[start..end];
-        let outputs = &mut self.outputs[..indices.len() * self.task.readback_per_example()];
+        let outputs = &mut self.outputs[..self.task.readback_len(indices.len())];
         let (model, task) = (&self.model, &self.task);
         let body = |s: &mut crate::Step<'_>| {
             s.set_grad_enabled(false);
-            let x = task.test_batch(s, indices)?;
+            let (x, targets) = task.test_batch(s, indices)?;
             let y = model.forward(s, x, Mode::Eval)?;
+            let y = task.test_readback(s, y, targets)?;
             s.read(y, outputs)
         };
         match self.memory_plan {
             true => self.engine.planned_step(key, body)?,
             false => self.engine.step(body)?,
         }
-        Ok(self.task.correct(outputs, start))
+        Ok(self.task.score(outputs, start))
     }
 
     /// One epoch: shuffle, train every batch, evaluate. Run epochs inside
@@ -181,7 +191,7 @@ impl Session {
         }
         observer.evaluating(epoch);
         let started = Instant::now();
-        let test_accuracy = self.evaluate()?;
+        let metric = self.evaluation()?;
         let grad_norm = self.mean_grad_norm()?;
         let memory = self.engine.runtime_mut().device_memory()?;
         let report = EpochReport {
@@ -189,7 +199,11 @@ impl Session {
             rank: self.world.rank,
             world_size: self.world.size,
             train_loss: total / steps as f64,
-            test_accuracy,
+            // NaN (JSON null) where the task has no accuracy.
+            test_accuracy: metric.accuracy().unwrap_or(f64::NAN),
+            valid_loss: metric.loss(),
+            perplexity: metric.perplexity(),
+            bits_per_char: metric.bits_per_token(),
             seconds,
             eval_seconds: started.elapsed().as_secs_f64(),
             steps,

@@ -199,7 +199,7 @@ impl Session {
         let order_buf = p.zeros::<u32>("epoch order", Shape::new(&[train_len]))?;
         let losses = p.zeros::<f32>("step losses", Shape::new(&[steps]))?;
         let test_len = task.test_len() as u32;
-        let outputs = vec![0.0; widest * task.readback_per_example()];
+        let outputs = vec![0.0; task.readback_len(widest)];
         Ok(Self {
             graphs: shapes.batches().iter().map(|_| None).collect(),
             engine,
@@ -356,6 +356,7 @@ impl Session {
     pub fn begin_epoch(&mut self, epoch: usize, first_step: usize) -> Result<()> {
         shuffle_into(&mut self.order, self.seed, epoch as u64);
         self.engine.write_persistent(self.order_buf, &self.order)?;
+        self.task.reset(&mut self.engine)?;
         self.cursor.set(&mut self.engine, first_step as u32, self.steps_done)?;
         if let Some(figures) = self.optimizer.clip_figures() {
             // The norms' sum and count start over; the last step's stay.

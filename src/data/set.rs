@@ -1,0 +1,122 @@
+//! A loaded data set of any kind: what a task is built from. The pipeline
+//! loads one by what its path holds ([`DataKind`]) and hands it to the
+//! run's task, which takes the kind it trains on and refuses the others
+//! with the sizes and kinds involved.
+
+use std::path::Path;
+
+use super::text::CharCorpus;
+use super::{DataError, DataKind, DataSource, ImageSet};
+
+/// A data set in host memory, validated.
+#[derive(Debug, Clone)]
+pub enum DataSet {
+    /// Images and their class labels.
+    Images(ImageSet),
+    /// A text file's characters, split for training and validation.
+    Corpus(CharCorpus),
+}
+
+impl DataSet {
+    /// The data set `source` holds, read by its kind. A treebank is
+    /// recognised but refused: no task trains on sentences yet.
+    pub fn open(source: &DataSource) -> Result<Self, DataError> {
+        match (DataKind::of(source), source) {
+            (DataKind::Corpus, DataSource::Dir(path)) => Ok(Self::Corpus(CharCorpus::load(path)?)),
+            (DataKind::Treebank, DataSource::Dir(path)) => Err(DataError::Untrainable {
+                path: path.to_path_buf(),
+                holds: DataKind::Treebank,
+            }),
+            _ => Ok(Self::Images(ImageSet::open(source)?)),
+        }
+    }
+
+    /// The set at `path`.
+    pub fn load(path: &Path) -> Result<Self, DataError> {
+        Self::open(&DataSource::Dir(path.to_path_buf()))
+    }
+
+    pub fn kind(&self) -> DataKind {
+        match self {
+            Self::Images(_) => DataKind::Images,
+            Self::Corpus(_) => DataKind::Corpus,
+        }
+    }
+
+    /// What it is, for people ("MNIST", "a text corpus").
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Images(set) => set.name,
+            Self::Corpus(_) => "character corpus",
+        }
+    }
+
+    /// Random data, whose metric means nothing.
+    pub fn synthetic(&self) -> bool {
+        matches!(self, Self::Images(set) if set.synthetic)
+    }
+
+    /// Training and test examples as the report counts them: images, or
+    /// the tokens of each split.
+    pub fn sizes(&self) -> (usize, usize) {
+        match self {
+            Self::Images(set) => (set.train_images.count, set.test_images.count),
+            Self::Corpus(c) => (c.train().len(), c.valid().len()),
+        }
+    }
+
+    /// What [`DataSet::sizes`] counts: "images" or "tokens".
+    pub fn unit(&self) -> &'static str {
+        match self {
+            Self::Images(_) => "images",
+            Self::Corpus(_) => "tokens",
+        }
+    }
+
+    pub fn images(&self) -> Option<&ImageSet> {
+        match self {
+            Self::Images(set) => Some(set),
+            Self::Corpus(_) => None,
+        }
+    }
+
+    pub fn images_mut(&mut self) -> Option<&mut ImageSet> {
+        match self {
+            Self::Images(set) => Some(set),
+            Self::Corpus(_) => None,
+        }
+    }
+
+    pub fn corpus(&self) -> Option<&CharCorpus> {
+        match self {
+            Self::Corpus(c) => Some(c),
+            Self::Images(_) => None,
+        }
+    }
+}
+
+impl From<ImageSet> for DataSet {
+    fn from(set: ImageSet) -> Self {
+        Self::Images(set)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::text::shipped;
+
+    #[test]
+    fn each_kind_opens_as_its_set() {
+        let corpus = DataSet::load(&shipped::tiny_shakespeare()).unwrap();
+        assert_eq!(corpus.kind(), DataKind::Corpus);
+        assert_eq!(corpus.sizes(), (1_003_854, 111_540));
+        assert!(corpus.images().is_none() && corpus.corpus().is_some());
+        let images = DataSet::open(&DataSource::parse("synthetic:cifar10:8").unwrap()).unwrap();
+        assert_eq!((images.kind(), images.synthetic()), (DataKind::Images, true));
+        match DataSet::load(&shipped::sst()) {
+            Err(DataError::Untrainable { holds, .. }) => assert_eq!(holds, DataKind::Treebank),
+            other => panic!("expected Untrainable, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! Character language models on the CPU: char-lstm and char-rnn learn a
+//! slice of tiny-shakespeare through the session (the loss falls well below
+//! ln(vocab), validation perplexity is reported and finite); the state
+//! each stream carries from one window to the next is really carried (a
+//! second window after the first gives the logits of one sequence of both,
+//! and not those of a fresh start); and a model and data that do not fit
+//! are refused with what each reads.
+
+use bumpgrad::data::text::TextError;
+use bumpgrad::data::DataError;
+use bumpgrad::models::{CharLmConfig, CharLstm, CharRnn, Depth, ResNet};
+use bumpgrad::nn::{Input, Mode, Model, ParamStore, Tokens};
+use bumpgrad::tasks::Classification;
+use bumpgrad::tensor::Shape;
+use bumpgrad::train::{DeviceConfig, Pipeline, TrainConfig};
+use bumpgrad::{Device, Engine, Error, Setting};
+
+#[path = "support/char_lm_case.rs"]
+mod char_lm_case;
+use char_lm_case::{config, shakespeare_slice, small_lstm, train};
+
+/// The distinct bytes of the first `bytes` of tiny-shakespeare.
+fn vocab(bytes: usize) -> usize {
+    let text = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/data/tinyshakespeare/input.txt")).unwrap();
+    let mut seen = [false; 256];
+    text[..bytes].iter().for_each(|&b| seen[b as usize] = true);
+    seen.iter().filter(|&&s| s).count()
+}
+
+/// 12,000 bytes: 42 windows of 16 streams × 16 tokens an epoch, 4 to
+/// validate on.
+const SLICE: usize = 12_000;
+
+fn learns(name: &str, model: bumpgrad::nn::ModelChoice) {
+    let cfg = config(shakespeare_slice(SLICE, name), model, &DeviceConfig::cpu(2), 2);
+    let seen = train(&cfg);
+    let chance = (vocab(SLICE) as f64).ln();
+    assert_eq!(seen.losses.len(), 2 * 42, "{name}: one step per window");
+    let first = seen.losses[0] as f64;
+    assert!(
+        (first - chance).abs() < 0.5,
+        "{name}: the first loss {first} is near ln(vocab) {chance}"
+    );
+    let last: f64 = seen.losses[seen.losses.len() - 10..]
+        .iter()
+        .map(|&l| l as f64)
+        .sum::<f64>()
+        / 10.0;
+    assert!(
+        last < 0.7 * chance,
+        "{name}: the loss fell to {last}, not well below ln(vocab) {chance}"
+    );
+    for r in &seen.reports {
+        let (loss, ppl) = (
+            r.valid_loss.expect("a validation loss"),
+            r.perplexity.expect("a perplexity"),
+        );
+        assert!(loss.is_finite() && ppl.is_finite(), "{name}: {loss} {ppl}");
+        assert!((ppl - loss.exp()).abs() < 1e-9 * ppl, "{name}: perplexity is exp(loss)");
+        assert!(r.test_accuracy.is_nan(), "{name}: a language model has no accuracy");
+    }
+    let ppl = seen.reports[1].perplexity.unwrap();
+    assert!(ppl < 0.5 * vocab(SLICE) as f64, "{name}: validation perplexity {ppl}");
+}
+
+#[test]
+fn char_lstm_learns_a_slice_of_shakespeare() {
+    learns("lm-lstm", small_lstm());
+}
+
+#[test]
+fn char_rnn_learns_a_slice_of_shakespeare() {
+    let rnn = CharRnn::choice(CharLmConfig {
+        embed: 32,
+        hidden: 64,
+        layers: 1,
+    });
+    learns("lm-rnn", rnn);
+}
+
+/// Logits of `model` for `ids` (`[T, B]` time-major) with the state in
+/// `carried`, which the step then holds the final state in.
+fn logits<M: Model>(
+    engine: &mut Engine,
+    model: &M,
+    ids: &[u32],
+    streams: usize,
+    carried: bumpgrad::memory::Buf<f32>,
+) -> Vec<f32> {
+    engine
+        .step(|s| {
+            let ids_buf = s.labels(ids)?;
+            let x = Tokens {
+                ids: ids_buf,
+                steps: ids.len() / streams,
+                streams,
+                carried,
+            };
+            let y = model.forward_tokens(s, x, Mode::Eval)?;
+            let mut out = vec![0.0; y.shape().numel()];
+            s.read(y, &mut out)?;
+            Ok(out)
+        })
+        .expect("a forward pass")
+}
+
+fn carries<M: Model<Config = CharLmConfig>>(name: &str) {
+    let (steps, streams, vocab) = (5, 3, 11);
+    let config = CharLmConfig {
+        embed: 6,
+        hidden: 7,
+        layers: 2,
+    };
+    let input = Input {
+        example: Shape::new(&[steps]),
+        classes: vocab,
+    };
+    let mut engine = Engine::new(Device::cpu(2).unwrap(), 1 << 22).unwrap();
+    let mut p = engine.persistent();
+    let (_store, model) = ParamStore::build(&mut p, 7, |pb| M::new(&config, input, pb)).unwrap();
+    let floats = streams * model.carried();
+    let carried = p.zeros::<f32>("carried", Shape::new(&[floats])).unwrap();
+    let fresh = p.zeros::<f32>("fresh", Shape::new(&[floats])).unwrap();
+    // 2T steps of B streams, time-major: the first T rows are window 1.
+    let ids: Vec<u32> = (0..2 * steps * streams)
+        .map(|i| (i * 7 + i / 5) as u32 % vocab as u32)
+        .collect();
+    let (one, two) = ids.split_at(steps * streams);
+    logits(&mut engine, &model, one, streams, carried);
+    let carried_on = logits(&mut engine, &model, two, streams, carried);
+    let whole = logits(&mut engine, &model, &ids, streams, fresh);
+    let reference = &whole[steps * streams * vocab..];
+    let worst = carried_on
+        .iter()
+        .zip(reference)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    assert!(
+        worst < 1e-5,
+        "{name}: window 2 after window 1 is off one sequence of both by {worst}"
+    );
+    engine.write_persistent(carried, &vec![0.0; floats]).unwrap();
+    let from_zeros = logits(&mut engine, &model, two, streams, carried);
+    let apart = carried_on
+        .iter()
+        .zip(&from_zeros)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    assert!(apart > 1e-3, "{name}: the carried state changed nothing ({apart})");
+}
+
+#[test]
+fn the_state_is_carried_from_window_to_window() {
+    carries::<CharLstm>("char-lstm");
+    carries::<CharRnn>("char-rnn");
+}
+
+fn refusal(cfg: &TrainConfig) -> Error {
+    match Pipeline::open(cfg, None).and_then(Pipeline::build) {
+        Ok(_) => panic!("the run was not refused"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn models_and_data_that_do_not_fit_are_refused_with_what_each_reads() {
+    let corpus = shakespeare_slice(SLICE, "lm-refusals");
+    let mut on_images = config(corpus.clone(), small_lstm(), &DeviceConfig::cpu(2), 1);
+    on_images.run.data_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into();
+    on_images.run.task = Classification::choice(Default::default());
+    let err = refusal(&on_images);
+    assert!(
+        matches!(
+            err,
+            Error::Setting {
+                setting: Setting::Model,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("char-lstm reads token ids") && text.contains("image data set"),
+        "{text}"
+    );
+
+    let resnet = config(
+        corpus.clone(),
+        ResNet::choice(Depth::R18, 0.125),
+        &DeviceConfig::cpu(2),
+        1,
+    );
+    let text = refusal(&resnet).to_string();
+    assert!(
+        text.contains("resnet18 reads images") && text.contains("text corpus"),
+        "{text}"
+    );
+
+    // 300 bytes: 270 training tokens hold one window of 16 × 16 (and its
+    // last target); 30 validation tokens do not.
+    let short = config(
+        shakespeare_slice(300, "lm-short"),
+        small_lstm(),
+        &DeviceConfig::cpu(2),
+        1,
+    );
+    match refusal(&short) {
+        Error::Data(DataError::Text(TextError::SplitTooShort {
+            split, tokens, needed, ..
+        })) => {
+            assert_eq!((split, tokens, needed), ("validation", 30, 257));
+        }
+        other => panic!("expected SplitTooShort, got {other:?}"),
+    }
+}
