@@ -189,44 +189,31 @@ fn no_images<'s>(name: &'static str) -> Result<Tensor<'s>> {
     Err(Error::shape(name, "token ids; it reads no images".into()))
 }
 
-impl Model for CharLstm {
-    type Config = CharLmConfig;
-    const READS: Reads = Reads::Tokens;
+/// The two character models differ only in their recurrent layer.
+macro_rules! char_model {
+    ($model:ident, lstm: $lstm:expr) => {
+        impl Model for $model {
+            type Config = CharLmConfig;
+            const READS: Reads = Reads::Tokens;
 
-    fn new(config: &CharLmConfig, input: Input, pb: &ParamBuilder<'_>) -> Result<Self> {
-        Ok(Self(CharLm::new(Self::NAME, config, input, pb, true)?))
-    }
+            fn new(config: &CharLmConfig, input: Input, pb: &ParamBuilder<'_>) -> Result<Self> {
+                Ok(Self(CharLm::new(Self::NAME, config, input, pb, $lstm)?))
+            }
 
-    fn forward<'s>(&self, _s: &mut Step<'s>, _x: Tensor<'s>, _mode: Mode) -> Result<Tensor<'s>> {
-        no_images(Self::NAME)
-    }
+            fn forward<'s>(&self, _s: &mut Step<'s>, _x: Tensor<'s>, _mode: Mode) -> Result<Tensor<'s>> {
+                no_images(Self::NAME)
+            }
 
-    fn forward_tokens<'s>(&self, s: &mut Step<'s>, x: Tokens<'s>, _mode: Mode) -> Result<Tensor<'s>> {
-        self.0.forward(s, x)
-    }
+            fn forward_tokens<'s>(&self, s: &mut Step<'s>, x: Tokens<'s>, _mode: Mode) -> Result<Tensor<'s>> {
+                self.0.forward(s, x)
+            }
 
-    fn carried(&self) -> usize {
-        self.0.carried()
-    }
+            fn carried(&self) -> usize {
+                self.0.carried()
+            }
+        }
+    };
 }
 
-impl Model for CharRnn {
-    type Config = CharLmConfig;
-    const READS: Reads = Reads::Tokens;
-
-    fn new(config: &CharLmConfig, input: Input, pb: &ParamBuilder<'_>) -> Result<Self> {
-        Ok(Self(CharLm::new(Self::NAME, config, input, pb, false)?))
-    }
-
-    fn forward<'s>(&self, _s: &mut Step<'s>, _x: Tensor<'s>, _mode: Mode) -> Result<Tensor<'s>> {
-        no_images(Self::NAME)
-    }
-
-    fn forward_tokens<'s>(&self, s: &mut Step<'s>, x: Tokens<'s>, _mode: Mode) -> Result<Tensor<'s>> {
-        self.0.forward(s, x)
-    }
-
-    fn carried(&self) -> usize {
-        self.0.carried()
-    }
-}
+char_model!(CharLstm, lstm: true);
+char_model!(CharRnn, lstm: false);
