@@ -6,15 +6,17 @@
 //! the RNN), each `U(−1/√H, 1/√H)` as PyTorch initialises them, so a
 //! checkpoint loads into the PyTorch module with `strict=True`.
 //!
-//! A layer runs over a sequence `[T, B, I]` in three parts: the input's
+//! A layer runs over a sequence `[T, B, I]` in two parts: the input's
 //! projection for every step in one product (`[T·B, I] · W_ihᵀ + b_ih +
-//! b_hh`, the two biases summed once), then per step a view of that step's
-//! projection (`select`), the hidden state's product with `W_hh` (absent
-//! at a zero initial state), and the pointwise cell (`lstm_cell`, or `add`
-//! and `tanh`), the steps' hidden states gathered into `[T, B, H]`
-//! (`stack`), which the next layer takes as its input. Nothing is
-//! allocated on the heap: the states go in and out through a slice the
-//! caller holds.
+//! b_hh`, the two biases summed once), then the recurrence. The LSTM's is
+//! one op over the whole sequence (`lstm_layer`: per step the hidden
+//! state's product with `W_hh` and the fused cell; in backward `W_hh`'s
+//! gradient is one product over all steps); the RNN's is per step a view
+//! of that step's projection (`select`), the product with `W_hh` (absent
+//! at a zero initial state), `add` and `tanh`, the steps' hidden states
+//! gathered into `[T, B, H]` (`stack`). Either gives `[T, B, H]`, which the
+//! next layer takes as its input. Nothing is allocated on the heap: the
+//! states go in and out through a slice the caller holds.
 
 use super::params::{Init, ParamBuilder};
 use crate::tensor::{Param, Shape, Tensor};
@@ -155,20 +157,17 @@ impl Lstm {
             let w = weights.tensors(s);
             let proj = project(s, input, &w)?;
             let dtype = proj.dtype();
-            let (mut h, mut c) = match *state {
+            let (h0, c0) = match *state {
                 Some(st) => (Some(st.h.cast(s, dtype)?), Some(st.c.cast(s, dtype)?)),
                 None => (None, None),
             };
-            input = Tensor::stack(s, steps, |s, t| {
-                let from_x = proj.select(s, t)?;
-                let from_h = h.map(|h| h.linear(s, w.w_hh, None)).transpose()?;
-                let (next_h, next_c) = from_x.lstm_cell(s, from_h, c)?;
-                (h, c) = (Some(next_h), Some(next_c));
-                Ok(next_h)
-            })?;
-            if let (Some(h), Some(c)) = (h, c) {
-                *state = Some(LstmState { h, c });
-            }
+            let w_hh = w.w_hh.cast(s, dtype)?;
+            let (h, c) = proj.lstm_layer(s, w_hh, h0, c0)?;
+            *state = Some(LstmState {
+                h: h.select(s, steps - 1)?,
+                c: c.select(s, steps - 1)?,
+            });
+            input = h;
         }
         Ok(input)
     }

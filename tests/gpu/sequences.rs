@@ -1,7 +1,8 @@
 //! The sequence ops on the GPU give the CPU's outputs and gradients:
 //! embedding (its deterministic backward, repeated tokens included; a
 //! token past the table a NaN row, never a read past it), lstm_cell with
-//! and without its optional inputs, select and stack in a recurrence, and
+//! and without its optional inputs, select and stack in a recurrence, the
+//! fused lstm_layer with and without an initial state, and
 //! a whole two-layer LSTM language-model step (embedding, `nn::Lstm`,
 //! linear, cross-entropy) with every parameter's gradient; and that step
 //! from PyTorch's weights against PyTorch's float64 answer
@@ -127,6 +128,40 @@ fn a_recurrence_of_select_linear_lstm_cell_and_stack_matches_the_cpu() {
         })?;
         with_grads(s, y, &[("proj grad", proj), ("w_hh grad", w_hh)])
     });
+}
+
+#[test]
+fn the_fused_lstm_layer_matches_the_cpu_with_and_without_an_initial_state() {
+    // Sizes off the product kernel's tiles (64 rows, 32 columns, 32 deep),
+    // a batch over one row tile among them.
+    for (name, with_state, (t_steps, b, h)) in [
+        ("lstm_layer", true, (6, 5, 33)),
+        ("lstm_layer from zeros", false, (6, 5, 33)),
+        ("lstm_layer of 70 rows", true, (3, 70, 40)),
+    ] {
+        same_on_both(name, &move |s| {
+            let proj = s.variable(
+                "proj",
+                Shape::new(&[t_steps, b, 4 * h]),
+                &values(t_steps * b * 4 * h, 89),
+            )?;
+            let w_hh = s.variable("w_hh", Shape::new(&[4 * h, h]), &values(4 * h * h, 90))?;
+            let h0 = s.variable("h0", Shape::new(&[b, h]), &values(b * h, 91))?;
+            let c0 = s.variable("c0", Shape::new(&[b, h]), &values(b * h, 92))?;
+            let state = |t| with_state.then_some(t);
+            let (hs, cs) = proj.lstm_layer(s, w_hh, state(h0), state(c0))?;
+            let ct = cs.tanh(s)?;
+            let y = hs.add(s, ct)?;
+            let mut inputs = vec![("proj grad", proj), ("w_hh grad", w_hh)];
+            if with_state {
+                inputs.extend([("h0 grad", h0), ("c0 grad", c0)]);
+            }
+            let mut out = with_grads(s, y, &inputs)?;
+            out.push(("h", hs));
+            out.push(("c", cs));
+            Ok(out)
+        });
+    }
 }
 
 /// One language-model step: embedding 11 × 6, a two-layer LSTM of 8 (or

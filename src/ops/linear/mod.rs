@@ -234,10 +234,10 @@ impl Saved {
     }
 }
 
-const NO_WORKSPACE: BackendError = BackendError::Internal("a GPU matrix product got no cuBLAS workspace");
+pub(crate) const NO_WORKSPACE: BackendError = BackendError::Internal("a GPU matrix product got no cuBLAS workspace");
 
 /// cuBLAS's workspace for this op's products, in the step region, on a GPU.
-fn blas_workspace(s: &mut Step<'_>) -> Result<Option<Buf<f32>>> {
+pub(crate) fn blas_workspace(s: &mut Step<'_>) -> Result<Option<Buf<f32>>> {
     match s.sizing() {
         Sizing::Cuda(_) => Ok(Some(
             s.alloc::<f32>("cuBLAS workspace", Shape::new(&[BLAS_WORKSPACE / 4]))?,

@@ -7,7 +7,7 @@ fn sigmoid(x: f32) -> f32 {
 
 /// One step for every row of the batch: rows of `4 * hidden` gates, of
 /// `hidden` states.
-pub(super) fn forward(
+pub(crate) fn forward(
     hidden: usize,
     x: &[f32],
     from_h: Option<&[f32]>,

@@ -19,7 +19,7 @@
 //! `h` through `tanh(c)`. Either output may go unused (the last step's `c`,
 //! a classifier's every `h` but the last): its gradient counts as zero.
 
-mod cpu;
+pub(crate) mod cpu;
 #[cfg(test)]
 mod tests;
 
