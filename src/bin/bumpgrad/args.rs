@@ -70,6 +70,16 @@ pub(crate) enum ConvAlgosArg {
     Heuristic,
 }
 
+impl From<DeviceArg> for DeviceRequest {
+    fn from(arg: DeviceArg) -> Self {
+        match arg {
+            DeviceArg::Auto => Self::Auto,
+            DeviceArg::Cpu => Self::Cpu,
+            DeviceArg::Cuda => Self::Cuda,
+        }
+    }
+}
+
 impl From<ConvAlgosArg> for ConvAlgos {
     fn from(arg: ConvAlgosArg) -> Self {
         match arg {
@@ -458,11 +468,7 @@ impl TrainArgs {
             poison_step: self.poison_step.then_some(true),
         };
         let device = DeviceConfig {
-            request: match self.device {
-                DeviceArg::Auto => DeviceRequest::Auto,
-                DeviceArg::Cpu => DeviceRequest::Cpu,
-                DeviceArg::Cuda => DeviceRequest::Cuda,
-            },
+            request: self.device.into(),
             threads: self.threads,
             precision: self.precision.into(),
             deterministic: self.deterministic,

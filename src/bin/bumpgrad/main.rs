@@ -3,6 +3,7 @@
 mod args;
 mod choices;
 mod hints;
+mod inspect;
 mod progress;
 
 use anyhow::Context;
@@ -46,6 +47,11 @@ enum Command {
     Memory(MemoryArgs),
     /// List the models `--model` takes, with their parameter counts for the data set.
     Models(ModelsArgs),
+    /// Evaluate a checkpoint on a test split: accuracy, loss, each class's accuracy and the
+    /// confusion matrix.
+    Eval(inspect::EvalArgs),
+    /// Classify images with a checkpoint: the most probable classes of each.
+    Predict(inspect::PredictArgs),
 }
 
 /// Set by the first Ctrl-C or SIGTERM: the run stops after its current step.
@@ -355,6 +361,8 @@ fn main() -> ExitCode {
         Command::Train(args) => run_train(args),
         Command::Memory(args) => run_memory(args).map(|()| ExitCode::SUCCESS),
         Command::Models(args) => run_models(args).map(|()| ExitCode::SUCCESS),
+        Command::Eval(args) => inspect::run_eval(args).map(|()| ExitCode::SUCCESS),
+        Command::Predict(args) => inspect::run_predict(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,
