@@ -40,6 +40,8 @@ pub(crate) enum DeviceArg {
     /// The GPU when one is usable, else the CPU.
     Auto,
     Cpu,
+    /// The GPU (`gpu` says the same).
+    #[value(alias = "gpu")]
     Cuda,
 }
 

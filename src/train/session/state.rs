@@ -77,10 +77,12 @@ impl Session {
         for (name, shape, buf) in writes {
             match tensors.iter().find(|t| t.name == name) {
                 Some(t) if t.shape == shape.dims() => found.push((buf, t)),
-                Some(t) => return Err(Error::Config(format!(
+                Some(t) => {
+                    return Err(Error::Config(format!(
                     "the checkpoint's {name} is {:?}, the model's is {shape}: it was written by another model or width",
                     t.shape
-                ))),
+                )))
+                }
                 None => {
                     return Err(Error::Config(format!(
                         "the checkpoint has no {name}: it was written by another model"
