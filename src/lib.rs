@@ -108,6 +108,12 @@ pub mod tasks;
 pub mod tensor;
 pub mod train;
 
+// The README's code sample is a doctest, so the front page cannot drift
+// from the API it teaches.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}
+
 pub use autograd::Grads;
 pub use backend::{Device, DeviceRequest};
 pub use error::{Error, Result, Setting};

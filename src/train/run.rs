@@ -83,7 +83,9 @@ pub fn train(cfg: &TrainConfig, hooks: Hooks<'_>) -> Result<()> {
     if let Some(policy) = run.checkpoints.as_ref().filter(|_| writes_checkpoints) {
         crate::checkpoint::ensure_writable(&policy.dir)?;
     }
-    let (mut session, info) = Pipeline::open(cfg, join)?.build()?;
+    let pipeline = Pipeline::open(cfg, join)?;
+    let config_json = config_json(cfg, pipeline.data());
+    let (mut session, info) = pipeline.build()?;
     let mut start = Position::default();
     if let (Some(dir), Some(latest)) = (&run.resume, latest) {
         match latest {
@@ -108,7 +110,6 @@ pub fn train(cfg: &TrainConfig, hooks: Hooks<'_>) -> Result<()> {
     }
     // Every rank starts from rank 0's state, fresh or resumed.
     session.sync_replicas()?;
-    let config_json = serde_json::to_string(cfg).unwrap_or_else(|_| "{}".into());
     let control = Control {
         stop,
         checkpoints: run.checkpoints.as_ref(),
@@ -134,4 +135,21 @@ pub fn train(cfg: &TrainConfig, hooks: Hooks<'_>) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// The settings a checkpoint stores, with what an image model was built
+/// for (its input, classes and normalisation: what a predictor needs).
+fn config_json(cfg: &TrainConfig, data: &crate::data::DataSet) -> String {
+    let mut config = serde_json::to_value(cfg).unwrap_or_default();
+    if let (Some(set), Some(map)) = (data.images(), config.as_object_mut()) {
+        let input = super::predictor::ImageInput {
+            example: set.example().dims().to_vec(),
+            classes: set.classes,
+            normalize: set.normalize.to_vec(),
+        };
+        if let Ok(value) = serde_json::to_value(input) {
+            map.insert(super::predictor::IMAGE_INPUT_KEY.into(), value);
+        }
+    }
+    config.to_string()
 }

@@ -40,6 +40,8 @@ pub(crate) enum DeviceArg {
     /// The GPU when one is usable, else the CPU.
     Auto,
     Cpu,
+    /// The GPU (`gpu` says the same).
+    #[value(alias = "gpu")]
     Cuda,
 }
 
@@ -68,6 +70,16 @@ pub(crate) enum ConvAlgosArg {
     Timed,
     /// cuDNN's heuristic choice with at most 8 MiB of workspace: the same algorithms every run.
     Heuristic,
+}
+
+impl From<DeviceArg> for DeviceRequest {
+    fn from(arg: DeviceArg) -> Self {
+        match arg {
+            DeviceArg::Auto => Self::Auto,
+            DeviceArg::Cpu => Self::Cpu,
+            DeviceArg::Cuda => Self::Cuda,
+        }
+    }
 }
 
 impl From<ConvAlgosArg> for ConvAlgos {
@@ -458,11 +470,7 @@ impl TrainArgs {
             poison_step: self.poison_step.then_some(true),
         };
         let device = DeviceConfig {
-            request: match self.device {
-                DeviceArg::Auto => DeviceRequest::Auto,
-                DeviceArg::Cpu => DeviceRequest::Cpu,
-                DeviceArg::Cuda => DeviceRequest::Cuda,
-            },
+            request: self.device.into(),
             threads: self.threads,
             precision: self.precision.into(),
             deterministic: self.deterministic,

@@ -3,6 +3,7 @@
 mod args;
 mod choices;
 mod hints;
+mod inspect;
 mod progress;
 
 use anyhow::Context;
@@ -46,6 +47,11 @@ enum Command {
     Memory(MemoryArgs),
     /// List the models `--model` takes, with their parameter counts for the data set.
     Models(ModelsArgs),
+    /// Evaluate a checkpoint on a test split: accuracy, loss, each class's accuracy and the
+    /// confusion matrix.
+    Eval(inspect::EvalArgs),
+    /// Classify images with a checkpoint: the most probable classes of each.
+    Predict(inspect::PredictArgs),
 }
 
 /// Set by the first Ctrl-C or SIGTERM: the run stops after its current step.
@@ -71,6 +77,7 @@ fn catch_signals() {
 
 fn run_train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
     args.check()?;
+    warn_threads(args.threads);
     // Read even where no group forms, so that a wrong path shows now, not
     // in the next data-parallel run.
     let token =
@@ -217,9 +224,44 @@ fn note_budget_planning(cfg: &TrainConfig) {
     }
 }
 
+/// Flags only a training run acts on: `memory` trains nothing, so taking
+/// one would look as though it had been honoured.
+const TRAIN_ONLY: &[&str] = &[
+    "--epochs",
+    "--resume",
+    "--checkpoint-dir",
+    "--keep-checkpoints",
+    "--profile",
+];
+
+/// Refuses the first flag of `args` that only `train` acts on.
+fn refuse_train_only(args: impl Iterator<Item = OsString>) -> anyhow::Result<()> {
+    for arg in args {
+        let Some(arg) = arg.to_str() else { continue };
+        let flag = arg.split('=').next().unwrap_or(arg);
+        if TRAIN_ONLY.contains(&flag) {
+            anyhow::bail!("{flag} is a flag of `bumpgrad train`; `memory` plans one step of each kind and trains nothing, so drop {flag}");
+        }
+    }
+    Ok(())
+}
+
+/// `--threads` above the cores only adds threads that wait for a core
+/// (and slows the step's barriers): said, not refused.
+fn warn_threads(threads: usize) {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    if cores > 0 && threads > cores {
+        eprintln!(
+            "bumpgrad: warning: --threads {threads} is more than this machine's {cores} cores; the extra threads only wait for a core (pass --threads {cores}, or 0 for every core)"
+        );
+    }
+}
+
 fn run_memory(memory: &MemoryArgs) -> anyhow::Result<()> {
     let args = &memory.train;
+    refuse_train_only(std::env::args_os().skip(2))?;
     args.check()?;
+    warn_threads(args.threads);
     if memory.max_batch {
         return run_max_batch(args);
     }
@@ -290,13 +332,13 @@ fn run_max_batch(args: &TrainArgs) -> anyhow::Result<()> {
         );
     }
     if args.json {
-        println!("{}", serde_json::to_string(&found).context("encoding the result")?);
+        progress::stdout_line(&serde_json::to_string(&found).context("encoding the result")?);
     } else {
-        println!(
+        progress::stdout_line(&format!(
             "bumpgrad memory: {}, precision {}, on {}",
             found.model, found.precision, found.device
-        );
-        println!(
+        ));
+        progress::stdout_line(&format!(
             "largest batch that fits {}: {} (arena {}: persistent {}, step {}){}",
             ByteSize(found.capacity_bytes),
             found.max_batch,
@@ -308,11 +350,11 @@ fn run_max_batch(args: &TrainArgs) -> anyhow::Result<()> {
             } else {
                 ""
             }
-        );
+        ));
         if let (Some(without), Some(outputs)) = (found.without_recomputation, found.recomputed_outputs) {
-            println!(
+            progress::stdout_line(&format!(
                 "  recomputing {outputs} convolution and block outputs in backward (--memory-budget); without recomputing any: {without}"
-            );
+            ));
         }
     }
     Ok(())
@@ -325,25 +367,25 @@ fn run_models(args: &ModelsArgs) -> anyhow::Result<()> {
         example: set.example(),
         classes: set.classes,
     };
-    println!(
+    progress::stdout_line(&format!(
         "parameters for {}'s {} images and {} classes ({}):",
         set.name, input.example, input.classes, args.data
-    );
+    ));
     if set.synthetic {
-        println!("synthetic CIFAR-10-shaped data: accuracy means nothing");
+        progress::stdout_line("synthetic CIFAR-10-shaped data: accuracy means nothing");
     }
     for (name, make) in choices::MODELS {
         let model = make(&Default::default()).map_err(anyhow::Error::msg)?;
         if model.reads() != bumpgrad::nn::Reads::Pixels {
-            println!(
+            progress::stdout_line(&format!(
                 "  {name:<12} {:>12}  (reads text: count it with `train --data` a text file)",
                 "-"
-            );
+            ));
             continue;
         }
         match bumpgrad::nn::count_params(|pb| model.build(input, pb)) {
-            Ok(n) => println!("  {name:<12} {n:>12}"),
-            Err(why) => println!("  {name:<12} {:>12}  ({why})", "-"),
+            Ok(n) => progress::stdout_line(&format!("  {name:<12} {n:>12}")),
+            Err(why) => progress::stdout_line(&format!("  {name:<12} {:>12}  ({why})", "-")),
         }
     }
     Ok(())
@@ -355,6 +397,8 @@ fn main() -> ExitCode {
         Command::Train(args) => run_train(args),
         Command::Memory(args) => run_memory(args).map(|()| ExitCode::SUCCESS),
         Command::Models(args) => run_models(args).map(|()| ExitCode::SUCCESS),
+        Command::Eval(args) => inspect::run_eval(args).map(|()| ExitCode::SUCCESS),
+        Command::Predict(args) => inspect::run_predict(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

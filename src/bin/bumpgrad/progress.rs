@@ -4,7 +4,7 @@
 use bumpgrad::memory::ByteSize;
 use bumpgrad::train::{EpochLine, EpochReport, Observer, RecomputePlan, RunInfo, StepProfile, WorkspaceHold};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 
 pub struct Printer {
     json: bool,
@@ -53,7 +53,7 @@ impl Printer {
         if self.json {
             print(line);
         } else {
-            println!("{line}");
+            stdout_line(line);
         }
     }
 }
@@ -285,13 +285,18 @@ impl Observer for Printer {
         ));
         if self.json {
             match serde_json::to_string(&EpochLine::new(r, self.recomputed.as_ref())) {
-                Ok(line) => {
-                    let mut out = std::io::stdout().lock();
-                    // A closed stdout (a pipe to `head`) must not kill training.
-                    let _ = writeln!(out, "{line}").and_then(|_| out.flush());
-                }
+                Ok(line) => stdout_line(&line),
                 Err(e) => eprintln!("bumpgrad: could not encode the epoch report: {e}"),
             }
         }
     }
+}
+
+/// Writes `line` to stdout. A closed stdout (`train | head -2`) must not
+/// kill training, nor lose the checkpoints still to come: the run goes on,
+/// and what it would have printed goes nowhere.
+pub(crate) fn stdout_line(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|_| out.flush());
 }

@@ -50,6 +50,25 @@ pub(crate) type Measure<'a> = dyn Fn(&StepChoice) -> Result<ArenaNeeds> + 'a;
 
 /// What a run needs of its arena, measured by a dry run of every step it
 /// takes.
+///
+/// The step bytes are those of the liveness plans, so an arena of
+/// [`ArenaNeeds::total`] bytes holds the run only with the plans adopted:
+/// without them the steps bump-allocate and run out of room.
+/// [`ArenaNeeds::engine`] makes the arena and adopts them, ready to use:
+///
+/// ```
+/// use bumpgrad::train::{Pipeline, TrainConfig};
+/// use bumpgrad::{Device, DeviceRequest};
+///
+/// let mut cfg = TrainConfig::default(); // the MNIST CNN on data/mnist
+/// (cfg.run.train_limit, cfg.run.test_limit) = (Some(200), Some(100));
+/// (cfg.device.request, cfg.device.threads) = (DeviceRequest::Cpu, 1);
+/// let needs = Pipeline::open(&cfg, None)?.dry_runs().plain()?;
+/// let engine = needs.engine(Device::cpu(1)?)?;
+/// assert!(engine.arena().capacity() >= needs.total());
+/// assert_eq!(engine.arena().plans(), &needs.plans[..]);
+/// # Ok::<(), bumpgrad::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct ArenaNeeds {
     pub persistent_bytes: usize,
@@ -73,6 +92,14 @@ pub struct ArenaNeeds {
 impl ArenaNeeds {
     pub fn total(&self) -> usize {
         self.persistent_bytes + self.step_bytes
+    }
+
+    /// An engine on `device` whose arena holds what was measured, with the
+    /// step plans adopted (on a memory-planned run its steps fit only so).
+    pub fn engine(&self, device: crate::backend::Device) -> Result<Engine> {
+        let mut engine = super::arenas::real(device, self.total())?;
+        engine.arena_mut().adopt_plans(&self.plans);
+        Ok(engine)
     }
 
     /// Seconds the training step's convolutions take beyond the fastest

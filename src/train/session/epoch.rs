@@ -77,6 +77,28 @@ impl Session {
     /// The task's score of the test examples from `start` on, one batch,
     /// not past `limit` (how many are correct, or their loss).
     pub(super) fn evaluate_batch(&mut self, start: usize, limit: usize) -> Result<f64> {
+        let end = self.run_eval_batch(start, limit)?;
+        let outputs = &self.outputs[..self.task.readback_len(end - start)];
+        Ok(self.task.score(outputs, start))
+    }
+
+    /// Hands `each` what evaluation reads back of every test batch (for a
+    /// classifier, its rows of logits), with the index of the batch's first
+    /// example: what a checkpoint's evaluation scores beyond the task's
+    /// metric (a loss, a confusion matrix).
+    pub fn test_outputs(&mut self, each: &mut dyn FnMut(usize, &[f32])) -> Result<()> {
+        self.task.reset(&mut self.engine)?;
+        let shard = self.eval_shard();
+        for start in shard.clone().step_by(self.batch()) {
+            let end = self.run_eval_batch(start, shard.end)?;
+            each(start, &self.outputs[..self.task.readback_len(end - start)]);
+        }
+        Ok(())
+    }
+
+    /// Runs the test batch from `start` (not past `limit`) into
+    /// `self.outputs`; returns where the batch ends.
+    fn run_eval_batch(&mut self, start: usize, limit: usize) -> Result<usize> {
         let batch = self.batch();
         let end = (start + batch).min(limit);
         let kind = if end - start == batch {
@@ -99,7 +121,7 @@ impl Session {
             true => self.engine.planned_step(key, body)?,
             false => self.engine.step(body)?,
         }
-        Ok(self.task.score(outputs, start))
+        Ok(end)
     }
 
     /// One epoch: shuffle, train every batch, evaluate. Run epochs inside

@@ -65,6 +65,37 @@ impl Session {
         Ok(at)
     }
 
+    /// Writes the model's parameters and buffers from `tensors` (named as
+    /// [`Session::state_tensors`] names them), leaving the optimizer's
+    /// state as it is: what evaluating a checkpoint needs, whatever
+    /// optimizer wrote it. Checks every tensor before it writes any.
+    pub fn load_model(&mut self, tensors: &[NamedTensor]) -> Result<()> {
+        let mut writes = Vec::new();
+        self.store
+            .visit(&mut |entry, param| writes.push((entry.name.clone(), entry.shape, param.buf())));
+        let mut found = Vec::with_capacity(writes.len());
+        for (name, shape, buf) in writes {
+            match tensors.iter().find(|t| t.name == name) {
+                Some(t) if t.shape == shape.dims() => found.push((buf, t)),
+                Some(t) => {
+                    return Err(Error::Config(format!(
+                    "the checkpoint's {name} is {:?}, the model's is {shape}: it was written by another model or width",
+                    t.shape
+                )))
+                }
+                None => {
+                    return Err(Error::Config(format!(
+                        "the checkpoint has no {name}: it was written by another model"
+                    )))
+                }
+            }
+        }
+        for (buf, t) in found {
+            self.engine.write_persistent(buf, &t.values)?;
+        }
+        Ok(())
+    }
+
     /// Writes `tensors` (named as [`Session::state_tensors`] names them:
     /// every one the session holds must be there, in its shape) into the
     /// parameters, buffers and optimizer state, and counts `steps_done`
