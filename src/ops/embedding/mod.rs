@@ -14,12 +14,14 @@
 //! in the order of `n`, by one GPU thread per element of the table walking
 //! the tokens (read through shared memory, 256 at a time). No float atomics,
 //! whose order would vary between runs, and no sort, which would need
-//! scratch and several kernels: the walk costs `V·E·N` compares, some 68
-//! million for a character model (V 65, E 128, 8,192 tokens) and 6 billion
-//! for a word model (V 16k, E 300, 1,250 tokens), tens of microseconds to a
-//! millisecond on an H200, against a step of milliseconds. The CPU adds in
-//! the same order, so both devices give the same sums. Rows no token names
-//! get zeros.
+//! several kernels: the walk costs `V·E·N` compares, some 68 million for a
+//! character model (V 65, E 128, 8,192 tokens) and 6 billion for a word
+//! model (V 16k, E 300, 1,250 tokens). A small table is too few threads for
+//! that (the character model's took 545 µs on an H200), so its walk is split
+//! along the tokens into parts of 256, each part's sums kept in fp32 and the
+//! parts added in their order: still the same bits every run. The CPU adds
+//! in the order of `n`; the GPU's sums differ from it only by that
+//! grouping. Rows no token names get zeros.
 //!
 //! [`BackendError::Token`]: crate::backend::BackendError::Token
 
@@ -28,6 +30,7 @@ mod cpu;
 mod tests;
 
 use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
+use crate::backend::Sizing;
 use crate::memory::Buf;
 use crate::ops::Step;
 use crate::tensor::{Labels, Shape, Tensor, TensorRef};
@@ -42,10 +45,32 @@ pub(crate) const KERNELS: KernelSource = KernelSource {
         EMBEDDING_FORWARD.bf16,
         EMBEDDING_BACKWARD.f32,
         EMBEDDING_BACKWARD.bf16,
+        BACKWARD_PARTS.f32,
+        BACKWARD_PARTS.bf16,
+        SUM_PARTS.f32,
+        SUM_PARTS.bf16,
     ],
 };
 const EMBEDDING_FORWARD: FloatKernel = float_kernel!("embedding_forward");
 const EMBEDDING_BACKWARD: FloatKernel = float_kernel!("embedding_backward");
+const BACKWARD_PARTS: FloatKernel = float_kernel!("embedding_backward_parts");
+const SUM_PARTS: FloatKernel = float_kernel!("embedding_sum_parts");
+
+/// A table of at most this many elements has its backward walk split along
+/// the tokens, a part per [`TOKENS_PER_PART`]: fewer threads than that
+/// leave an H200 idle while each walks every token.
+const SMALL_TABLE: usize = 1 << 16;
+const TOKENS_PER_PART: usize = 256;
+/// The most parts: their fp32 sums are scratch of the step.
+const MOST_PARTS: usize = 64;
+
+/// How many parts the GPU's backward walk over `n` tokens is split into.
+fn parts(vocab: usize, dim: usize, n: usize) -> usize {
+    match vocab * dim <= SMALL_TABLE {
+        true => n.div_ceil(TOKENS_PER_PART).clamp(1, MOST_PARTS),
+        false => 1,
+    }
+}
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Saved {
@@ -110,22 +135,49 @@ impl Saved {
         }
         // Written whole, zeros included: never added into.
         let gt = s.grad_buffer(&self.table, "embedding table grad")?;
+        let split = match s.sizing() {
+            Sizing::Cuda(_) => parts(vocab, dim, n),
+            Sizing::Cpu { .. } => 1,
+        };
+        let scratch = match split {
+            1 => None,
+            p => Some(s.alloc::<f32>("embedding grad parts", Shape::new(&[p, vocab, dim]))?),
+        };
+        let u = |v: usize| Arg::U32(v as u32);
         s.launch(
-            &[tokens.into(), gy.into(), gt.into()],
+            &[tokens.into(), gy.into(), gt.into(), scratch.unwrap_or_default().into()],
             |v| cpu::backward(v.read(tokens)?, v.read(gy)?, dim, v.write(gt)?),
-            |gpu| {
-                gpu.launch(
+            |gpu| match scratch {
+                None => gpu.launch(
                     EMBEDDING_BACKWARD.of(gt.dtype()),
                     Grid::over(vocab * dim),
-                    &[
-                        tokens.into(),
-                        gy.into(),
-                        gt.into(),
-                        Arg::U32(n as u32),
-                        Arg::U32(vocab as u32),
-                        Arg::U32(dim as u32),
-                    ],
-                )
+                    &[tokens.into(), gy.into(), gt.into(), u(n), u(vocab), u(dim)],
+                ),
+                Some(scratch) => {
+                    let chunk = n.div_ceil(split);
+                    let walk = Grid {
+                        blocks: ((vocab * dim).div_ceil(256) as u32, split as u32),
+                        threads: (256, 1),
+                    };
+                    gpu.launch(
+                        BACKWARD_PARTS.of(gy.dtype()),
+                        walk,
+                        &[
+                            tokens.into(),
+                            gy.into(),
+                            scratch.into(),
+                            u(n),
+                            u(vocab),
+                            u(dim),
+                            u(chunk),
+                        ],
+                    )?;
+                    gpu.launch(
+                        SUM_PARTS.of(gt.dtype()),
+                        Grid::over(vocab * dim),
+                        &[scratch.into(), u(split), gt.into(), u(vocab * dim)],
+                    )
+                }
             },
         )?;
         s.accumulate(&self.table, gt)

@@ -12,13 +12,24 @@ extern "C" __global__ void bias_rows_bf16(const bf16* b, bf16* y, unsigned int n
     bias_rows_t(b, y, n, out);
 }
 
-// gb[j] = sum over rows of gy[row, j] (in fp32); one thread per column.
+// gb[j] = sum over rows of gy[row, j] (in fp32). Blocks of 32 × 32 threads
+// over 32 columns: 32 lanes of rows each sum every 32nd row (a warp reads
+// 128 contiguous bytes of a row), then the lanes' sums are added in a fixed
+// order, so the result does not vary from run to run. One thread per
+// column walked all 8,192 rows of a language model's logits alone (246 µs).
 template <typename T> __device__ void bias_rows_grad_t(const T* gy, T* gb, unsigned int n, unsigned int out) {
-    unsigned int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= out) return;
+    __shared__ float lanes[32][33];
+    unsigned int j = blockIdx.x * 32 + threadIdx.x;
     float sum = 0.0f;
-    for (unsigned int row = 0; row < n; ++row) sum += load(gy[(size_t)row * out + j]);
-    gb[j] = store<T>(sum);
+    if (j < out) {
+        for (unsigned int row = threadIdx.y; row < n; row += 32) sum += load(gy[(size_t)row * out + j]);
+    }
+    lanes[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y != 0 || j >= out) return;
+    float total = 0.0f;
+    for (unsigned int lane = 0; lane < 32; ++lane) total += lanes[lane][threadIdx.x];
+    gb[j] = store<T>(total);
 }
 extern "C" __global__ void bias_rows_grad(const float* gy, float* gb, unsigned int n, unsigned int out) {
     bias_rows_grad_t(gy, gb, n, out);

@@ -223,7 +223,7 @@ impl Saved {
                 |gpu| {
                     gpu.launch(
                         BIAS_ROWS_GRAD.of(gb.dtype()),
-                        Grid::over(out),
+                        Grid::tiles(32, out, 32),
                         &[gy.into(), gb.into(), Arg::U32(n as u32), Arg::U32(out as u32)],
                     )
                 },
