@@ -52,6 +52,7 @@ registry! {
     stack: backward;
     embedding: backward, kernels;
     lstm_cell: backward, kernels;
+    sentences: kernels;
 }
 
 /// Rows per rayon task in elementwise kernels: big enough that scheduling is
