@@ -18,9 +18,11 @@
 
 mod classification;
 mod language_model;
+mod sentences;
 
 pub use classification::{Classification, ClassificationConfig};
 pub use language_model::{LanguageModel, LanguageModelConfig};
+pub use sentences::{SentenceClassification, SentenceClassificationConfig, MAX_BUCKETS};
 
 use crate::data::DataSet;
 use crate::nn::{Batch, Input, Reads};
@@ -94,6 +96,12 @@ pub trait Task: Send + Sync {
     /// The length of the test batch whose first example is `first`.
     fn test_length(&self, _first: usize) -> usize {
         0
+    }
+
+    /// What the task made of its data, a line each, for the run's first
+    /// lines (a vocabulary, length buckets): nothing unless it says.
+    fn describe(&self) -> Vec<String> {
+        Vec::new()
     }
 
     /// A step of each length, for the dry run that plans them all.

@@ -284,6 +284,11 @@ impl Session {
         self.shapes.batches()
     }
 
+    /// What the task made of the data, for the run's report.
+    pub fn task_notes(&self) -> Vec<String> {
+        self.task.describe()
+    }
+
     /// The lengths its task steps at (empty when steps have none).
     pub fn lengths(&self) -> &[usize] {
         self.shapes.lengths()

@@ -27,6 +27,15 @@ impl Session {
         self.shapes.key(shape).ok_or_else(|| self.unplanned(length))
     }
 
+    /// What the plan of arena key `key` is, for people: its kind, and its
+    /// length where the task's steps have lengths.
+    pub fn plan_name(&self, key: u32) -> String {
+        match self.shapes.length_of_key(key) {
+            Some(length) if length > 0 => format!("{} of length {length}", StepKind::name(key)),
+            _ => StepKind::name(key).to_string(),
+        }
+    }
+
     /// The slot of the graph of a step of `length` at the session's batch.
     fn slot(&self, length: usize) -> Result<usize> {
         self.shapes
