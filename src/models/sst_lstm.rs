@@ -62,7 +62,7 @@ impl SstLstm {
 
 impl Model for SstLstm {
     type Config = SstLstmConfig;
-    const READS: Reads = Reads::Sentences;
+    const READS: Reads = Reads::SentenceIds;
 
     /// `input.example` is `[V]`, the vocabulary; `input.classes` the
     /// classes out.

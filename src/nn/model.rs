@@ -45,7 +45,7 @@ pub enum Reads {
     Tokens,
     /// Sentences of token ids, `[T, B]` time-major and right-padded, each
     /// read at its own length (a sentence classifier's).
-    Sentences,
+    SentenceIds,
 }
 
 impl Reads {
@@ -54,7 +54,7 @@ impl Reads {
         match self {
             Reads::Pixels => "images",
             Reads::Tokens => "token ids",
-            Reads::Sentences => "sentences of token ids",
+            Reads::SentenceIds => "sentences of token ids",
         }
     }
 }
@@ -140,7 +140,7 @@ pub trait Model: Send + Sync + Sized + 'static {
     }
 
     /// Logits `[B, classes]` for a batch of sentences: a model of
-    /// [`Reads::Sentences`] overrides it; others refuse.
+    /// [`Reads::SentenceIds`] overrides it; others refuse.
     fn forward_sentences<'s>(&self, _s: &mut Step<'s>, _x: SentenceInput<'s>, _mode: Mode) -> Result<Tensor<'s>> {
         Err(Error::shape("forward", "a model that reads no sentences".into()))
     }

@@ -121,7 +121,7 @@ impl TaskConfig for SentenceClassificationConfig {
     }
 
     fn reads(&self) -> Reads {
-        Reads::Sentences
+        Reads::SentenceIds
     }
 
     /// A sentence's ids are below the vocabulary: `example` is `[V]`, its

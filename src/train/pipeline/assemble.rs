@@ -119,7 +119,7 @@ fn check_fit(cfg: &TrainConfig, host: &DataSet, world: World) -> Result<()> {
         let fits = match task {
             Reads::Pixels => "a model of images",
             Reads::Tokens => "a model of token ids (a language model)",
-            Reads::Sentences => "a model of sentences (a sentence classifier)",
+            Reads::SentenceIds => "a model of sentences (a sentence classifier)",
         };
         return Err(Error::setting(
             Setting::Model,
@@ -148,7 +148,7 @@ fn check_fit(cfg: &TrainConfig, host: &DataSet, world: World) -> Result<()> {
             None,
         ));
     }
-    if model == Reads::Sentences && (world.size > 1 || !run.other_batches.is_empty()) {
+    if model == Reads::SentenceIds && (world.size > 1 || !run.other_batches.is_empty()) {
         return Err(Error::setting(
             Setting::Batch,
             format!(
