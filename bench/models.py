@@ -1,4 +1,4 @@
-"""PyTorch definitions of bumpgrad's image networks, for side-by-side runs and
+"""PyTorch definitions of bumpgrad's networks, for side-by-side runs and
 checkpoint interchange: one definition, used by every script here.
 
 - `resnet(depth, classes, in_channels, width_mult)`: torchvision's ResNet
@@ -9,6 +9,8 @@ checkpoint interchange: one definition, used by every script here.
   batch-norm shortcuts where the shape changes, global average pool, linear.
 - `squeezenet(classes, in_channels, width_mult)`: torchvision's
   `squeezenet1_1` with the first convolution 3x3, stride 1, padding 1.
+- `SstLstm(vocab, classes, embed, hidden, layers)`: `sst-lstm`, a sentence
+  classifier reading each sentence's hidden state at its last word.
 
 `width_mult` scales every channel count as bumpgrad's `--width-mult` does
 (`max(1, round(c * w))`). Initialisation is torchvision's; bumpgrad draws
@@ -166,6 +168,31 @@ class SqueezeNet(nn.Module):
 
 def squeezenet(classes=10, in_channels=3, width_mult=1.0):
     return SqueezeNet(classes, in_channels, width_mult)
+
+
+class SstLstm(nn.Module):
+    """bumpgrad's `sst-lstm`: embedding -> LSTM -> linear from each sentence's
+    hidden state at its own last word (`embedding.weight`, `rnn.weight_ih_l0`,
+    `rnn.weight_hh_l0`, `rnn.bias_ih_l0`, `rnn.bias_hh_l0`, `fc.weight`,
+    `fc.bias`: a bumpgrad checkpoint loads with `strict=True`).
+
+    `forward(tokens, lengths)`: `tokens` [T, B] right-padded word ids (time
+    major), `lengths` [B] (each at least 1) -> logits [B, classes]. The
+    padding after a sentence is run and never read, as in bumpgrad; a model
+    trained with packed sequences (`nn.utils.rnn.pack_padded_sequence`)
+    gives the same logits.
+    """
+
+    def __init__(self, vocab, classes=5, embed=300, hidden=150, layers=1):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, embed)
+        self.rnn = nn.LSTM(embed, hidden, layers)  # gates i, f, g, o; batch_first=False
+        self.fc = nn.Linear(hidden, classes)
+
+    def forward(self, tokens, lengths):
+        y, _ = self.rnn(self.embedding(tokens))
+        last = y[lengths - 1, torch.arange(tokens.shape[1], device=tokens.device)]
+        return self.fc(last)
 
 
 def build(name, classes=10, in_channels=3, width_mult=1.0):

@@ -72,6 +72,8 @@ pub enum Setting {
     WorkspaceGrowth,
     SeqLen,
     Data,
+    Classes,
+    Buckets,
 }
 
 impl Error {

@@ -278,7 +278,22 @@ fn bad_settings_are_refused_with_what_to_pass() {
         (
             &["--data", "data/sst"],
             1,
-            "data/sst holds a treebank of sentences, which no task trains on yet",
+            "the model mnist-cnn reads images, but the data is a treebank of sentences and its task, sentence classification, feeds sentences of token ids: it needs a model of sentences (a sentence classifier); pass --model char-lstm or char-rnn for a text corpus, sst-lstm for a treebank, or mnist-cnn",
+        ),
+        (
+            &["--model", "sst-lstm"],
+            1,
+            "the model sst-lstm reads sentences of token ids, but the data is an image data set",
+        ),
+        (
+            &["--model", "sst-lstm", "--data", "data/sst", "--classes", "3"],
+            1,
+            "not 3; pass --classes 5 or 2",
+        ),
+        (
+            &["--model", "sst-lstm", "--data", "data/sst", "--buckets", "0"],
+            1,
+            "not 0; pass --buckets 8",
         ),
         (&["--checkpoint-every", "0"], 2, "at least 1 (500steps, 1epoch)"),
         (

@@ -67,6 +67,8 @@ mod data;
 
 #[path = "gpu/language_model.rs"]
 mod language_model;
+#[path = "gpu/sentences.rs"]
+mod sentences;
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;

@@ -144,9 +144,6 @@ pub enum DataError {
     #[error("{} holds {}, not images", path.display(), holds.describe())]
     NotImages { path: PathBuf, holds: DataKind },
 
-    #[error("{} holds {}, which no task trains on yet", path.display(), holds.describe())]
-    Untrainable { path: PathBuf, holds: DataKind },
-
     #[error(transparent)]
     Text(#[from] text::TextError),
 

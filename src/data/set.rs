@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use super::text::CharCorpus;
+use super::text::{CharCorpus, Treebank};
 use super::{DataError, DataKind, DataSource, ImageSet};
 
 /// A data set in host memory, validated.
@@ -15,18 +15,17 @@ pub enum DataSet {
     Images(ImageSet),
     /// A text file's characters, split for training and validation.
     Corpus(CharCorpus),
+    /// Sentiment trees in three splits (which sentences a task keeps, and
+    /// their vocabulary, are the task's choice: five classes or two).
+    Treebank(Treebank),
 }
 
 impl DataSet {
-    /// The data set `source` holds, read by its kind. A treebank is
-    /// recognised but refused: no task trains on sentences yet.
+    /// The data set `source` holds, read by its kind.
     pub fn open(source: &DataSource) -> Result<Self, DataError> {
         match (DataKind::of(source), source) {
             (DataKind::Corpus, DataSource::Dir(path)) => Ok(Self::Corpus(CharCorpus::load(path)?)),
-            (DataKind::Treebank, DataSource::Dir(path)) => Err(DataError::Untrainable {
-                path: path.to_path_buf(),
-                holds: DataKind::Treebank,
-            }),
+            (DataKind::Treebank, DataSource::Dir(path)) => Ok(Self::Treebank(Treebank::load(path)?)),
             _ => Ok(Self::Images(ImageSet::open(source)?)),
         }
     }
@@ -40,6 +39,7 @@ impl DataSet {
         match self {
             Self::Images(_) => DataKind::Images,
             Self::Corpus(_) => DataKind::Corpus,
+            Self::Treebank(_) => DataKind::Treebank,
         }
     }
 
@@ -48,6 +48,7 @@ impl DataSet {
         match self {
             Self::Images(set) => set.name,
             Self::Corpus(_) => "character corpus",
+            Self::Treebank(_) => "sentiment treebank",
         }
     }
 
@@ -56,12 +57,14 @@ impl DataSet {
         matches!(self, Self::Images(set) if set.synthetic)
     }
 
-    /// Training and test examples as the report counts them: images, or
-    /// the tokens of each split.
+    /// Training and test examples as the report counts them: images, the
+    /// tokens of each split, or the trees of the training and development
+    /// splits.
     pub fn sizes(&self) -> (usize, usize) {
         match self {
             Self::Images(set) => (set.train_images.count, set.test_images.count),
             Self::Corpus(c) => (c.train().len(), c.valid().len()),
+            Self::Treebank(bank) => (bank.train.len(), bank.dev.len()),
         }
     }
 
@@ -70,27 +73,35 @@ impl DataSet {
         match self {
             Self::Images(_) => "images",
             Self::Corpus(_) => "tokens",
+            Self::Treebank(_) => "trees",
         }
     }
 
     pub fn images(&self) -> Option<&ImageSet> {
         match self {
             Self::Images(set) => Some(set),
-            Self::Corpus(_) => None,
+            _ => None,
         }
     }
 
     pub fn images_mut(&mut self) -> Option<&mut ImageSet> {
         match self {
             Self::Images(set) => Some(set),
-            Self::Corpus(_) => None,
+            _ => None,
         }
     }
 
     pub fn corpus(&self) -> Option<&CharCorpus> {
         match self {
             Self::Corpus(c) => Some(c),
-            Self::Images(_) => None,
+            _ => None,
+        }
+    }
+
+    pub fn treebank(&self) -> Option<&Treebank> {
+        match self {
+            Self::Treebank(bank) => Some(bank),
+            _ => None,
         }
     }
 }
@@ -114,9 +125,8 @@ mod tests {
         assert!(corpus.images().is_none() && corpus.corpus().is_some());
         let images = DataSet::open(&DataSource::parse("synthetic:cifar10:8").unwrap()).unwrap();
         assert_eq!((images.kind(), images.synthetic()), (DataKind::Images, true));
-        match DataSet::load(&shipped::sst()) {
-            Err(DataError::Untrainable { holds, .. }) => assert_eq!(holds, DataKind::Treebank),
-            other => panic!("expected Untrainable, got {other:?}"),
-        }
+        let sst = DataSet::load(&shipped::sst()).unwrap();
+        assert_eq!((sst.kind(), sst.sizes()), (DataKind::Treebank, (8_544, 1_101)));
+        assert!(sst.treebank().is_some() && sst.corpus().is_none());
     }
 }

@@ -25,6 +25,10 @@ pub struct MemoryReport {
     pub persistent: Vec<PersistentBuf>,
     /// Every step kind's plan; the training step's first.
     pub plans: Vec<StepPlan>,
+    /// Each plan's name, in the order of `plans`, where the planner named
+    /// them (a step of each length bucket); else the table asks its caller.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub plan_names: Vec<String>,
     /// Bytes `train` adds to the arena for timed convolution algorithms'
     /// workspaces, where it times them (a measured arena on a GPU).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -79,6 +83,7 @@ impl MemoryReport {
                 + step.map_or(0, |p| p.alignment_waste),
             persistent: persistent.to_vec(),
             plans: plans.to_vec(),
+            plan_names: Vec::new(),
             tuning_bytes: None,
             recomputed: None,
             persistent_by_type: by_type(persistent.iter().map(|p| (p.element, p.size))),
@@ -86,6 +91,14 @@ impl MemoryReport {
                 let (tick, _) = plan.peak_tick();
                 by_type(plan.live_at(tick).map(|b| (b.element, b.size)))
             }),
+        }
+    }
+
+    /// The same report, its plans called `names` (in the order of `plans`).
+    pub fn named(self, names: Vec<String>) -> Self {
+        Self {
+            plan_names: names,
+            ..self
         }
     }
 
@@ -144,11 +157,15 @@ impl MemoryReport {
         for p in &self.persistent {
             let _ = writeln!(out, "  {:>10}  {:>10}  {} {}", p.offset, b(p.bytes), p.what, p.element);
         }
-        for plan in &self.plans {
+        for (i, plan) in self.plans.iter().enumerate() {
+            let name = self
+                .plan_names
+                .get(i)
+                .map_or_else(|| kind_name(plan.key), String::as_str);
             let _ = writeln!(
                 out,
                 "\nstep region, {}: planned peak {} against a lower bound of {} ({:.3}×); bump allocation would hold {}",
-                kind_name(plan.key),
+                name,
                 b(plan.peak),
                 b(plan.lower_bound),
                 plan.ratio(),

@@ -5,11 +5,13 @@ mod char_lm;
 mod mnist_cnn;
 mod resnet;
 mod squeezenet;
+mod sst_lstm;
 
 pub use char_lm::{CharLmConfig, CharLstm, CharRnn, MAX_LAYERS};
 pub use mnist_cnn::{MnistCnn, MnistCnnConfig};
 pub use resnet::{Depth, ResNet, ResNetConfig};
 pub use squeezenet::{SqueezeNet, SqueezeNetConfig};
+pub use sst_lstm::{SstLstm, SstLstmConfig};
 
 /// The network a run trains when none is named: Lantern's MNIST CNN.
 impl Default for crate::nn::ModelChoice {

@@ -43,6 +43,9 @@ pub enum Reads {
     Pixels,
     /// Token ids, time-major windows `[T, B]` (a language model's).
     Tokens,
+    /// Sentences of token ids, `[T, B]` time-major and right-padded, each
+    /// read at its own length (a sentence classifier's).
+    SentenceIds,
 }
 
 impl Reads {
@@ -51,6 +54,7 @@ impl Reads {
         match self {
             Reads::Pixels => "images",
             Reads::Tokens => "token ids",
+            Reads::SentenceIds => "sentences of token ids",
         }
     }
 }
@@ -71,11 +75,27 @@ pub struct Tokens<'s> {
     pub carried: Buf<f32>,
 }
 
-/// What a model's forward pass reads: a float tensor or token windows.
+/// A batch of `batch` sentences right-padded to `steps` words, as `[T, B]`
+/// time-major ids (`ids[t·B + b]` is sentence `b`'s word `t`; words past a
+/// sentence's length are padding), and where each sentence ends: `last[b]`
+/// is the row of a time-major `[T·B, …]` output at its last word,
+/// `(length − 1)·B + b`. A model reads each sentence's state there, so the
+/// padding after it changes nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct SentenceInput<'s> {
+    pub ids: Labels<'s>,
+    pub last: Labels<'s>,
+    pub steps: usize,
+    pub batch: usize,
+}
+
+/// What a model's forward pass reads: a float tensor, token windows or
+/// sentences.
 #[derive(Debug, Clone, Copy)]
 pub enum Batch<'s> {
     Images(Tensor<'s>),
     Tokens(Tokens<'s>),
+    Sentences(SentenceInput<'s>),
 }
 
 impl<'s> From<Tensor<'s>> for Batch<'s> {
@@ -87,6 +107,12 @@ impl<'s> From<Tensor<'s>> for Batch<'s> {
 impl<'s> From<Tokens<'s>> for Batch<'s> {
     fn from(x: Tokens<'s>) -> Self {
         Batch::Tokens(x)
+    }
+}
+
+impl<'s> From<SentenceInput<'s>> for Batch<'s> {
+    fn from(x: SentenceInput<'s>) -> Self {
+        Batch::Sentences(x)
     }
 }
 
@@ -113,6 +139,12 @@ pub trait Model: Send + Sync + Sized + 'static {
         Err(Error::shape("forward", "a model of images reads no token ids".into()))
     }
 
+    /// Logits `[B, classes]` for a batch of sentences: a model of
+    /// [`Reads::SentenceIds`] overrides it; others refuse.
+    fn forward_sentences<'s>(&self, _s: &mut Step<'s>, _x: SentenceInput<'s>, _mode: Mode) -> Result<Tensor<'s>> {
+        Err(Error::shape("forward", "a model that reads no sentences".into()))
+    }
+
     /// Floats each stream carries from one window to the next (a recurrent
     /// model's state): 0 for a model that carries nothing.
     fn carried(&self) -> usize {
@@ -133,6 +165,7 @@ impl<M: Model> Network for M {
         match x {
             Batch::Images(x) => Model::forward(self, s, x, mode),
             Batch::Tokens(x) => Model::forward_tokens(self, s, x, mode),
+            Batch::Sentences(x) => Model::forward_sentences(self, s, x, mode),
         }
     }
 

@@ -53,6 +53,7 @@ registry! {
     embedding: backward, kernels;
     lstm_cell: backward, kernels;
     lstm_layer: backward, kernels;
+    sentences: kernels;
 }
 
 /// Rows per rayon task in elementwise kernels: big enough that scheduling is

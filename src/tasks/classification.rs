@@ -156,6 +156,7 @@ impl Classification {
         Self {
             loss: CrossEntropyArgs {
                 label_smoothing: epsilon,
+                ..self.loss
             },
             ..self
         }
@@ -188,7 +189,7 @@ impl Task for Classification {
         self.data.test.len()
     }
 
-    fn train_batch<'s>(&self, s: &mut Step<'s>, at: BatchAt) -> Result<(Batch<'s>, Labels<'s>)> {
+    fn train_batch<'s>(&self, s: &mut Step<'s>, at: BatchAt, _length: usize) -> Result<(Batch<'s>, Labels<'s>)> {
         let train = &self.data.train;
         let (x, labels) = s.gather_batch_augmented(
             &train.images,

@@ -177,7 +177,7 @@ impl Task for LanguageModel {
     /// Window `k` for the cursor's step `k` of the epoch (the epoch's
     /// shuffled order is not read: windows go in order, or no state would
     /// carry).
-    fn train_batch<'s>(&self, s: &mut Step<'s>, at: BatchAt) -> Result<(Batch<'s>, Labels<'s>)> {
+    fn train_batch<'s>(&self, s: &mut Step<'s>, at: BatchAt, _length: usize) -> Result<(Batch<'s>, Labels<'s>)> {
         if at.len != self.train.streams || at.offset != 0 {
             return Err(Error::shape(
                 "language model",

@@ -18,9 +18,11 @@
 
 mod classification;
 mod language_model;
+mod sentences;
 
 pub use classification::{Classification, ClassificationConfig};
 pub use language_model::{LanguageModel, LanguageModelConfig};
+pub use sentences::{SentenceClassification, SentenceClassificationConfig, MAX_BUCKETS};
 
 use crate::data::DataSet;
 use crate::nn::{Batch, Input, Reads};
@@ -43,8 +45,9 @@ pub trait Task: Send + Sync {
     fn test_len(&self) -> usize;
     /// The training examples `at` points to, as the model's input and the
     /// loss's targets (read from device memory at the cursor, so a
-    /// captured graph gathers the next batch on every replay).
-    fn train_batch<'s>(&self, s: &mut Step<'s>, at: BatchAt) -> Result<(Batch<'s>, Labels<'s>)>;
+    /// captured graph gathers the next batch on every replay), `length`
+    /// long (the step's [`Task::train_length`]).
+    fn train_batch<'s>(&self, s: &mut Step<'s>, at: BatchAt, length: usize) -> Result<(Batch<'s>, Labels<'s>)>;
     /// The test examples `indices`, as the model's input, and their targets
     /// where evaluation computes on the device what it reads back.
     fn test_batch<'s>(&self, s: &mut Step<'s>, indices: &[u32]) -> Result<(Batch<'s>, Option<Labels<'s>>)>;
@@ -76,6 +79,53 @@ pub trait Task: Send + Sync {
     fn reset(&self, _engine: &mut Engine) -> Result<()> {
         Ok(())
     }
+
+    /// The lengths its steps take, each a shape of its own (one step plan
+    /// and one captured graph per length): empty for a task whose steps
+    /// all have one shape. Fixed once the task is built.
+    fn lengths(&self) -> &[usize] {
+        &[]
+    }
+
+    /// The length of training step `step` of the current epoch (one of
+    /// [`Task::lengths`], or 0 if there are none). Allocates nothing.
+    fn train_length(&self, _step: usize) -> usize {
+        0
+    }
+
+    /// The length of the test batch whose first example is `first`.
+    fn test_length(&self, _first: usize) -> usize {
+        0
+    }
+
+    /// What the task made of its data, a line each, for the run's first
+    /// lines (a vocabulary, length buckets): nothing unless it says.
+    fn describe(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// A step of each length, for the dry run that plans them all.
+    fn samples(&self) -> Vec<LengthSample> {
+        Vec::new()
+    }
+
+    /// Puts epoch `epoch` of a run seeded `seed` in the task's own order,
+    /// where its steps read it, for a task that does not follow the
+    /// session's shuffled order of examples. Called before the epoch's
+    /// first step.
+    fn begin_epoch(&mut self, _engine: &mut Engine, _seed: u64, _epoch: usize) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Where a dry run finds a step of one length ([`Task::samples`]): a
+/// training step of the epoch's first order and the first example of a
+/// test batch, where the length has them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LengthSample {
+    pub length: usize,
+    pub train_step: Option<usize>,
+    pub test_first: Option<usize>,
 }
 
 /// What evaluation measured.

@@ -20,6 +20,9 @@ pub struct RunInfo {
     pub data: &'static str,
     /// Random data: the accuracy means nothing.
     pub synthetic: bool,
+    /// What the task made of the data, a line each (a vocabulary, its
+    /// unknown words, length buckets): see [`crate::tasks::Task::describe`].
+    pub data_notes: Vec<String>,
     /// How training images are augmented (`none`, `crop4,flip`, ...).
     pub augment: String,
     pub train_examples: usize,

@@ -235,7 +235,14 @@ fn cross_entropy_of_bf16_logits_is_an_fp32_loss() {
         let (x, h) = input(s, "logits", Shape::new(&[37, 10]), 11)?;
         let labels: Vec<u32> = (0..37).map(|i| (i * 7 % 10) as u32).collect();
         let labels = s.labels(&labels)?;
-        let loss = h.cross_entropy(s, labels, CrossEntropyArgs { label_smoothing: 0.1 })?;
+        let loss = h.cross_entropy(
+            s,
+            labels,
+            CrossEntropyArgs {
+                label_smoothing: 0.1,
+                ..CrossEntropyArgs::default()
+            },
+        )?;
         assert_eq!(loss.dtype(), DType::F32, "the loss is fp32 whatever the logits");
         let grads = s.backward(loss)?;
         let gx = s.grad(&grads, x).expect("gradient");

@@ -16,7 +16,14 @@ fn loss_and_grad<'s>(
     let x = s.variable("logits", Shape::new(&[n, c]), &logits)?;
     let labels: Vec<u32> = (0..n).map(|i| (i * 7919 % c) as u32).collect();
     let labels = s.labels(&labels)?;
-    let loss = x.cross_entropy(s, labels, CrossEntropyArgs { label_smoothing })?;
+    let loss = x.cross_entropy(
+        s,
+        labels,
+        CrossEntropyArgs {
+            label_smoothing,
+            ..CrossEntropyArgs::default()
+        },
+    )?;
     let grads = s.backward(loss)?;
     Ok(vec![
         ("loss", loss),

@@ -6,7 +6,10 @@ use bumpgrad::backend::{DeviceRequest, Precision};
 use bumpgrad::data::{DataKind, DataSource};
 use bumpgrad::memory::ByteSize;
 use bumpgrad::ops::gather::Augment;
-use bumpgrad::tasks::{Classification, ClassificationConfig, LanguageModel, LanguageModelConfig, TaskChoice};
+use bumpgrad::tasks::{
+    Classification, ClassificationConfig, LanguageModel, LanguageModelConfig, SentenceClassification,
+    SentenceClassificationConfig, TaskChoice,
+};
 use bumpgrad::train::{CheckpointPolicy, ConvAlgos, DeviceConfig, Every, MemoryConfig, RunConfig, TrainConfig};
 use clap::ValueEnum;
 use std::path::PathBuf;
@@ -131,13 +134,22 @@ pub(crate) struct TrainArgs {
     /// backpropagation through time); a text corpus only.
     #[arg(long, default_value_t = 64, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) seq_len: usize,
-    /// Units of each recurrent layer of char-lstm and char-rnn (default 256).
+    /// Units of each recurrent layer of char-lstm and char-rnn (default 256) and sst-lstm
+    /// (default 150).
     #[arg(long, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) hidden: Option<usize>,
-    /// Recurrent layers of char-lstm and char-rnn (default 2).
+    /// Recurrent layers of char-lstm and char-rnn (default 2) and sst-lstm (default 1).
     #[arg(long, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) layers: Option<usize>,
-    /// Features of char-lstm's and char-rnn's token embedding (default: --hidden).
+    /// Sentiment classes of a treebank's sentences: 5 (the root's label) or 2 (neutral
+    /// sentences dropped).
+    #[arg(long, default_value_t = 5, value_parser = count::<usize>, allow_negative_numbers = true)]
+    pub(crate) classes: usize,
+    /// Length buckets of a treebank's sentences, at most (each a step plan and a CUDA graph).
+    #[arg(long, default_value_t = 8, value_parser = count::<usize>, allow_negative_numbers = true)]
+    pub(crate) buckets: usize,
+    /// Features of char-lstm's and char-rnn's token embedding (default: --hidden) and of
+    /// sst-lstm's word embedding (default 300).
     #[arg(long, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) embed: Option<usize>,
     /// The optimizer.
@@ -423,11 +435,15 @@ impl TrainArgs {
     }
 
     /// The task the data calls for: language modelling on a text corpus,
-    /// classification on images.
+    /// sentence classification on a treebank, classification on images.
     fn task(&self) -> TaskChoice {
         match DataKind::of(&self.data) {
             DataKind::Corpus => LanguageModel::choice(LanguageModelConfig { seq_len: self.seq_len }),
-            DataKind::Images | DataKind::Treebank => Classification::choice(ClassificationConfig {
+            DataKind::Treebank => SentenceClassification::choice(SentenceClassificationConfig {
+                classes: self.classes,
+                buckets: self.buckets,
+            }),
+            DataKind::Images => Classification::choice(ClassificationConfig {
                 label_smoothing: self.label_smoothing,
                 augment: self.augment,
             }),

@@ -2,7 +2,7 @@
 //! one place that names them. Adding a model or an optimizer to the
 //! command is one line here.
 
-use bumpgrad::models::{CharLmConfig, CharLstm, CharRnn, Depth, MnistCnn, ResNet, SqueezeNet};
+use bumpgrad::models::{CharLmConfig, CharLstm, CharRnn, Depth, MnistCnn, ResNet, SqueezeNet, SstLstm, SstLstmConfig};
 use bumpgrad::nn::{ModelChoice, OptimizerChoice};
 use bumpgrad::optim::{AdagradConfig, AdamWConfig, SgdConfig};
 
@@ -42,10 +42,13 @@ pub const MODELS: &[Named] = &[
     }),
     (CharLstm::NAME, |f| Ok(CharLstm::choice(char_lm(f)?))),
     (CharRnn::NAME, |f| Ok(CharRnn::choice(char_lm(f)?))),
+    (SstLstm::NAME, |f| Ok(SstLstm::choice(sst_lstm(f)?))),
 ];
 
 /// The models that read text, for hints.
 pub const TEXT_MODELS: &str = "char-lstm or char-rnn";
+/// The models that read sentences of a treebank, for hints.
+pub const SENTENCE_MODELS: &str = "sst-lstm";
 /// The models that read images, for hints.
 pub const IMAGE_MODELS: &str = "mnist-cnn, resnet18, resnet50 or squeezenet";
 
@@ -54,9 +57,10 @@ pub const IMAGE_MODELS: &str = "mnist-cnn, resnet18, resnet50 or squeezenet";
 fn images_only(f: &ModelFlags) -> Result<Option<f32>, String> {
     if f.embed.is_some() || f.hidden.is_some() || f.layers.is_some() {
         return Err(format!(
-            "--embed, --hidden and --layers size {} and {}; drop them for an image model",
+            "--embed, --hidden and --layers size {}, {} and {}; drop them for an image model",
             CharLstm::NAME,
-            CharRnn::NAME
+            CharRnn::NAME,
+            SstLstm::NAME
         ));
     }
     Ok(f.width_mult)
@@ -83,6 +87,30 @@ fn char_lm(f: &ModelFlags) -> Result<CharLmConfig, String> {
         ));
     }
     Ok(CharLmConfig { embed, hidden, layers })
+}
+
+/// `sst-lstm`'s sizes: `--embed` (default 300), `--hidden` (default 150),
+/// `--layers` (default 1).
+fn sst_lstm(f: &ModelFlags) -> Result<SstLstmConfig, String> {
+    if f.width_mult.is_some() {
+        return Err(format!(
+            "--width-mult scales the image models; {} is sized by --embed, --hidden and --layers",
+            SstLstm::NAME
+        ));
+    }
+    let d = SstLstmConfig::default();
+    let (embed, hidden, layers) = (
+        f.embed.unwrap_or(d.embed),
+        f.hidden.unwrap_or(d.hidden),
+        f.layers.unwrap_or(d.layers),
+    );
+    if hidden == 0 || embed == 0 || !(1..=bumpgrad::models::MAX_LAYERS).contains(&layers) {
+        return Err(format!(
+            "--hidden and --embed must be at least 1 and --layers from 1 to {}, got {hidden}, {embed} and {layers}",
+            bumpgrad::models::MAX_LAYERS
+        ));
+    }
+    Ok(SstLstmConfig { embed, hidden, layers })
 }
 
 /// The optimizers `--optimizer` takes.

@@ -82,8 +82,9 @@ fn library(err: &Error) -> Option<String> {
             fix: None,
             ..
         } => Some(format!(
-            "; pass --model {} for a text corpus, or {} for images",
+            "; pass --model {} for a text corpus, {} for a treebank, or {} for images",
             super::choices::TEXT_MODELS,
+            super::choices::SENTENCE_MODELS,
             super::choices::IMAGE_MODELS
         )),
         Error::Setting { setting, fix, .. } => {
@@ -112,6 +113,8 @@ fn setting_flag(setting: bumpgrad::Setting) -> &'static str {
     match setting {
         S::Epochs => "--epochs",
         S::SeqLen => "--seq-len",
+        S::Classes => "--classes",
+        S::Buckets => "--buckets",
         S::Data => "--data",
         S::Batch => "--batch",
         S::LearningRate => "--lr",

@@ -82,6 +82,9 @@ impl Observer for Printer {
         if info.synthetic {
             self.say("bumpgrad: synthetic CIFAR-10-shaped data: accuracy means nothing");
         }
+        for note in &info.data_notes {
+            self.say(&format!("bumpgrad: {note}"));
+        }
         self.say(&format!(
             "arena: {} allocated once ({}): persistent {} (model, optimizer, data set), step region {}",
             ByteSize(a.capacity_bytes),

@@ -23,6 +23,7 @@ pub(super) fn forward(
     rows: Rows,
     logits: &[f32],
     labels: &[u32],
+    weights: Option<&[f32]>,
     lse: &mut [f32],
     row_loss: &mut [f32],
     loss: &mut [f32],
@@ -47,6 +48,9 @@ pub(super) fn forward(
                 (*lse, *out) = row_forward(rows, row, label as usize);
             }
         });
+    if let Some(weights) = weights {
+        row_loss.iter_mut().zip(weights).for_each(|(l, w)| *l *= w);
+    }
     // In row order and in f64, whatever the threads: the mean repeats.
     let total: f64 = row_loss.iter().fold(0.0, |t, &l| t + l as f64);
     loss[0] = (total / rows.over as f64) as f32;
@@ -68,7 +72,15 @@ fn row_forward(rows: Rows, row: &[f32], label: usize) -> (f32, f32) {
 }
 
 /// `gx = (softmax(x) − (1 − ε)·onehot(label) − ε/C) · gloss / over`.
-pub(super) fn backward(rows: Rows, logits: &[f32], lse: &[f32], labels: &[u32], gloss: f32, gx: &mut [f32]) {
+pub(super) fn backward(
+    rows: Rows,
+    logits: &[f32],
+    lse: &[f32],
+    labels: &[u32],
+    weights: Option<&[f32]>,
+    gloss: f32,
+    gx: &mut [f32],
+) {
     let (c, e) = (rows.c, rows.smoothing);
     let scale = gloss / rows.over as f32;
     let uniform = scale * (e / c as f32);
@@ -86,4 +98,13 @@ pub(super) fn backward(rows: Rows, logits: &[f32], lse: &[f32], labels: &[u32], 
                 g[label as usize] -= hit;
             }
         });
+    if let Some(weights) = weights {
+        gx.par_chunks_mut(per * c)
+            .zip(weights.par_chunks(per))
+            .for_each(|(gx, weights)| {
+                for (g, &w) in gx.chunks_exact_mut(c).zip(weights) {
+                    g.iter_mut().for_each(|g| *g *= w);
+                }
+            });
+    }
 }

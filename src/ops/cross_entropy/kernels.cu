@@ -30,7 +30,7 @@ __device__ __forceinline__ float ce_block_max(float v, float* part) {
 // inside its branch are reached by the whole block.
 template <typename T>
 __device__ void ce_rows_t(const T* logits, const unsigned int* labels, float* lse_out, float* row_loss,
-                          unsigned int n, unsigned int c, float smoothing) {
+                          const float* weights, unsigned int n, unsigned int c, float smoothing) {
     __shared__ float part[256];
     for (unsigned int row = blockIdx.x; row < n; row += gridDim.x) {
         const T* x = logits + (size_t)row * c;
@@ -50,18 +50,21 @@ __device__ void ce_rows_t(const T* logits, const unsigned int* labels, float* ls
             unsigned int label = labels[row];
             float nll = label < c ? -(load(x[label]) - lse) : __int_as_float(0x7fc00000);  // NaN
             if (smoothing > 0.0f) nll = (1.0f - smoothing) * nll + smoothing * (-log_probs / (float)c);
+            if (weights) nll *= weights[row];
             lse_out[row] = lse;
             row_loss[row] = nll;
         }
     }
 }
 extern "C" __global__ void ce_rows(const float* logits, const unsigned int* labels, float* lse_out,
-                                   float* row_loss, unsigned int n, unsigned int c, float smoothing) {
-    ce_rows_t(logits, labels, lse_out, row_loss, n, c, smoothing);
+                                   float* row_loss, const float* weights, unsigned int n, unsigned int c,
+                                   float smoothing) {
+    ce_rows_t(logits, labels, lse_out, row_loss, weights, n, c, smoothing);
 }
 extern "C" __global__ void ce_rows_bf16(const bf16* logits, const unsigned int* labels, float* lse_out,
-                                        float* row_loss, unsigned int n, unsigned int c, float smoothing) {
-    ce_rows_t(logits, labels, lse_out, row_loss, n, c, smoothing);
+                                        float* row_loss, const float* weights, unsigned int n, unsigned int c,
+                                        float smoothing) {
+    ce_rows_t(logits, labels, lse_out, row_loss, weights, n, c, smoothing);
 }
 
 // loss = sum(row_loss) / over, summed in double in a fixed order by one
@@ -80,10 +83,12 @@ extern "C" __global__ void ce_mean(const float* row_loss, float* loss, unsigned 
 }
 
 // gx = (softmax(x) - (1 - e) * onehot(label) - e / c) * gloss / over, with
-// softmax(x) = exp(x - lse) from the forward's log-sum-exp.
+// softmax(x) = exp(x - lse) from the forward's log-sum-exp, times the row's
+// weight where there are weights (null: none, nothing multiplied).
 template <typename T>
 __device__ void ce_backward_t(const T* logits, const float* lse, const unsigned int* labels, const float* gloss,
-                              T* gx, unsigned int n, unsigned int c, unsigned int over, float smoothing) {
+                              T* gx, const float* weights, unsigned int n, unsigned int c, unsigned int over,
+                              float smoothing) {
     size_t total = (size_t)n * c;
     float scale = gloss[0] / (float)over;
     float uniform = scale * (smoothing / (float)c);
@@ -95,16 +100,17 @@ __device__ void ce_backward_t(const T* logits, const float* lse, const unsigned 
         float g = expf(load(logits[i]) - lse[row]) * scale;
         if (smoothing != 0.0f) g -= uniform;
         if (labels[row] == k) g -= hit;
+        if (weights) g *= weights[row];
         gx[i] = store<T>(g);
     }
 }
 extern "C" __global__ void ce_backward(const float* logits, const float* lse, const unsigned int* labels,
-                                       const float* gloss, float* gx, unsigned int n, unsigned int c,
-                                       unsigned int over, float smoothing) {
-    ce_backward_t(logits, lse, labels, gloss, gx, n, c, over, smoothing);
+                                       const float* gloss, float* gx, const float* weights, unsigned int n,
+                                       unsigned int c, unsigned int over, float smoothing) {
+    ce_backward_t(logits, lse, labels, gloss, gx, weights, n, c, over, smoothing);
 }
 extern "C" __global__ void ce_backward_bf16(const bf16* logits, const float* lse, const unsigned int* labels,
-                                            const float* gloss, bf16* gx, unsigned int n, unsigned int c,
-                                            unsigned int over, float smoothing) {
-    ce_backward_t(logits, lse, labels, gloss, gx, n, c, over, smoothing);
+                                            const float* gloss, bf16* gx, const float* weights, unsigned int n,
+                                            unsigned int c, unsigned int over, float smoothing) {
+    ce_backward_t(logits, lse, labels, gloss, gx, weights, n, c, over, smoothing);
 }

@@ -16,6 +16,10 @@
 //!   backward recomputes `x − lse`, the same subtraction with the same bits.
 //! - The batch mean is a fixed-order sum (no atomics on the GPU): a run
 //!   repeats bit for bit.
+//! - With row weights `w` (a batch whose padding rows must count for
+//!   nothing) row `n`'s loss and gradient are multiplied by `w_n` before the
+//!   mean; without them nothing is multiplied, so the unweighted loss keeps
+//!   its bits.
 //! - A label ≥ C is an error on the CPU; on the GPU, which cannot stop to
 //!   report it, it makes the loss NaN, which training reports.
 
@@ -24,7 +28,7 @@ mod cpu;
 mod tests;
 
 use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
-use crate::memory::{Buf, DType};
+use crate::memory::{Buf, DType, Touch};
 use crate::ops::Step;
 use crate::tensor::{Labels, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
@@ -54,6 +58,10 @@ const MAX_ROW_BLOCKS: usize = 1 << 16;
 pub struct CrossEntropyArgs {
     /// ε in [0, 1]: the target is `(1 − ε)·onehot + ε/C` (0: plain NLL).
     pub label_smoothing: f32,
+    /// One weight per row multiplying its loss (`N` floats), where the
+    /// batch has rows that must weigh less or nothing: padding rows weigh 0
+    /// and the real ones `N / real` so the mean over `N` is the real rows'.
+    pub weights: Option<Buf<f32>>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -66,6 +74,7 @@ pub(crate) struct Saved {
     /// The examples the mean is over (N, or more for a shard of a batch).
     over: usize,
     smoothing: f32,
+    weights: Option<Buf<f32>>,
 }
 
 impl<'s> Tensor<'s> {
@@ -112,23 +121,36 @@ impl<'s> Tensor<'s> {
             ));
         }
         let (n, c) = (x.dim(0), x.dim(1));
+        let weights = args.weights;
+        if let Some(w) = weights.filter(|w| w.len() != n) {
+            return Err(Error::shape(
+                "cross_entropy",
+                format!("one weight for each of the {n} rows, got {}", w.len()),
+            ));
+        }
+        let weights_arg = || weights.map_or(Arg::Null, |w| w.into());
         let lse = s.alloc::<f32>("log-sum-exp", Shape::new(&[n]))?;
         let row_loss = s.alloc::<f32>("row losses", Shape::new(&[n]))?;
         // The loss is fp32 whatever the logits are, as under autocast.
         let loss = s.output_of("loss", Shape::new(&[1]), DType::F32, &[&self])?;
+        // On the stack: a step allocates nothing on the heap.
+        let touched: [Touch; 6] = [
+            self.buf().into(),
+            labels.buf.into(),
+            lse.into(),
+            row_loss.into(),
+            loss.buf().into(),
+            weights.map_or(lse.into(), Into::into),
+        ];
         s.launch(
-            &[
-                self.buf().into(),
-                labels.buf.into(),
-                lse.into(),
-                row_loss.into(),
-                loss.buf().into(),
-            ],
+            &touched[..5 + usize::from(weights.is_some())],
             |v| {
+                let weights = weights.map(|w| v.read(w)).transpose()?;
                 cpu::forward(
                     cpu::Rows { c, over, smoothing },
                     v.read(self.buf())?,
                     v.read(labels.buf)?,
+                    weights,
                     v.write(lse)?,
                     v.write(row_loss)?,
                     v.write(loss.buf())?,
@@ -143,6 +165,7 @@ impl<'s> Tensor<'s> {
                         labels.buf.into(),
                         lse.into(),
                         row_loss.into(),
+                        weights_arg(),
                         Arg::U32(n as u32),
                         Arg::U32(c as u32),
                         Arg::F32(smoothing),
@@ -168,6 +191,7 @@ impl<'s> Tensor<'s> {
                 labels: labels.buf,
                 over,
                 smoothing,
+                weights,
             });
         }
         Ok(loss)
@@ -181,15 +205,19 @@ impl Saved {
         };
         let x = self.logits.shape;
         let gx = s.alloc_like("logits grad", &self.logits)?;
+        let weights = self.weights;
+        let touched: [Touch; 6] = [
+            self.logits.buf.into(),
+            self.lse.into(),
+            self.labels.into(),
+            gloss.into(),
+            gx.into(),
+            weights.map_or(self.lse.into(), Into::into),
+        ];
         s.launch(
-            &[
-                self.logits.buf.into(),
-                self.lse.into(),
-                self.labels.into(),
-                gloss.into(),
-                gx.into(),
-            ],
+            &touched[..5 + usize::from(weights.is_some())],
             |v| {
+                let weights = weights.map(|w| v.read(w)).transpose()?;
                 cpu::backward(
                     cpu::Rows {
                         c: x.dim(1),
@@ -199,6 +227,7 @@ impl Saved {
                     v.read(self.logits.buf)?,
                     v.read(self.lse)?,
                     v.read(self.labels)?,
+                    weights,
                     v.read(gloss)?[0],
                     v.write(gx)?,
                 );
@@ -214,6 +243,7 @@ impl Saved {
                         self.labels.into(),
                         gloss.into(),
                         gx.into(),
+                        weights.map_or(Arg::Null, |w| w.into()),
                         Arg::U32(x.dim(0) as u32),
                         Arg::U32(x.dim(1) as u32),
                         Arg::U32(self.over as u32),

@@ -6,7 +6,10 @@ use crate::{Device, Engine, Error};
 const LABELS: [u32; 4] = [3, 0, 4, 3];
 
 fn smoothing(label_smoothing: f32) -> CrossEntropyArgs {
-    CrossEntropyArgs { label_smoothing }
+    CrossEntropyArgs {
+        label_smoothing,
+        ..CrossEntropyArgs::default()
+    }
 }
 
 #[test]
@@ -200,4 +203,80 @@ fn bad_shapes_and_settings_are_errors() {
     for e in [-0.1, 1.5, f32::NAN] {
         shape(error_of(&[2, 3], &[0; 2], None, e), "label smoothing in [0, 1]");
     }
+}
+
+/// Weights `[0.5, 2, 0, 1.5]` over the four rows, in persistent memory.
+fn weighted(engine: &mut Engine) -> CrossEntropyArgs {
+    let w = engine
+        .persistent()
+        .upload("row weights", Shape::new(&[4]), &[0.5f32, 2.0, 0.0, 1.5])
+        .unwrap();
+    CrossEntropyArgs {
+        weights: Some(w),
+        ..smoothing(0.1)
+    }
+}
+
+#[test]
+fn gradient_with_row_weights_matches_finite_differences() {
+    let mut engine = crate::ops::gradcheck::engine();
+    let args = weighted(&mut engine);
+    let shape = Shape::new(&[4, 5]);
+    crate::ops::gradcheck::check_on(
+        &mut engine,
+        &[shape],
+        &[values(20, 44, -3.0, 3.0)],
+        &[0],
+        &move |s, x| {
+            let labels = s.labels(&LABELS)?;
+            x[0].cross_entropy(s, labels, args)
+        },
+    );
+}
+
+#[test]
+fn row_weights_scale_each_rows_loss_and_gradient() {
+    let x = values(20, 45, -3.0, 3.0);
+    let mut engine = Engine::new(Device::cpu(2).unwrap(), 64 << 20).unwrap();
+    let args = weighted(&mut engine);
+    let (loss, grad) = engine
+        .step(|s| {
+            let logits = s.variable("x", Shape::new(&[4, 5]), &x)?;
+            let labels = s.labels(&LABELS)?;
+            let loss = logits.cross_entropy(s, labels, args)?;
+            let grads = s.backward(loss)?;
+            let mut gx = vec![0.0; 20];
+            let g = s.grad(&grads, logits).expect("a gradient");
+            s.read(g, &mut gx)?;
+            Ok((s.scalar(loss)?, gx))
+        })
+        .unwrap();
+    let weights = [0.5, 2.0, 0.0, 1.5];
+    let mut want = 0.0;
+    for (r, w) in weights.iter().enumerate() {
+        // Row r alone is a mean over one row: its loss and gradient, times
+        // its weight over the batch's four rows.
+        let (l, g) = reference(&x[r * 5..][..5], 5, &LABELS[r..r + 1], 0.1);
+        want += w * l / 4.0;
+        for (k, g) in g.iter().enumerate() {
+            let ours = grad[r * 5 + k] as f64;
+            assert!(
+                (ours - w * g / 4.0).abs() < 1e-6,
+                "row {r} class {k}: {ours} against {}",
+                w * g / 4.0
+            );
+        }
+    }
+    assert!((loss as f64 - want).abs() < 1e-6, "{loss} against {want}");
+    let err = engine
+        .step(|s| {
+            let logits = s.variable("x", Shape::new(&[2, 5]), &x[..10])?;
+            let labels = s.labels(&LABELS[..2])?;
+            logits.cross_entropy(s, labels, args).map(drop)
+        })
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Shape { .. }) && err.to_string().contains("2 rows, got 4"),
+        "{err}"
+    );
 }

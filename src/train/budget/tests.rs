@@ -32,6 +32,7 @@ fn needs(bufs: &[(usize, u32, u32)], seed: u32, candidates: Vec<Candidate>) -> A
         transient_chains: false,
         persistent: vec![],
         plans: vec![plan],
+        plan_names: vec![],
     }
 }
 

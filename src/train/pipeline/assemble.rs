@@ -119,6 +119,7 @@ fn check_fit(cfg: &TrainConfig, host: &DataSet, world: World) -> Result<()> {
         let fits = match task {
             Reads::Pixels => "a model of images",
             Reads::Tokens => "a model of token ids (a language model)",
+            Reads::SentenceIds => "a model of sentences (a sentence classifier)",
         };
         return Err(Error::setting(
             Setting::Model,
@@ -143,6 +144,18 @@ fn check_fit(cfg: &TrainConfig, host: &DataSet, world: World) -> Result<()> {
             format!(
                 "limits count images, and the data is {}: a text corpus is cut into windows of streams instead",
                 host.kind().describe()
+            ),
+            None,
+        ));
+    }
+    if model == Reads::SentenceIds && (world.size > 1 || !run.other_batches.is_empty()) {
+        return Err(Error::setting(
+            Setting::Batch,
+            format!(
+                "the model {} trains on one device at one batch size: its sentences are uploaded in batches of that size, not split between ranks (got {} ranks and {} other batch sizes)",
+                run.model.name(),
+                world.size,
+                run.other_batches.len()
             ),
             None,
         ));

@@ -87,6 +87,9 @@ pub struct ArenaNeeds {
     pub persistent: Vec<PersistentBuf>,
     /// The step plans, by key (see [`crate::train::shapes`]).
     pub plans: Vec<StepPlan>,
+    /// Each plan's name for people, in the order of `plans`: its kind, and
+    /// its length where the task's steps have lengths.
+    pub plan_names: Vec<String>,
 }
 
 impl ArenaNeeds {
@@ -156,6 +159,12 @@ pub(crate) fn measure_on(
     let candidates = session.probe()?;
     let arena = session.engine().arena();
     let plans = arena.plans().to_vec();
+    // Named only where steps have lengths: the other runs' reports keep
+    // their kinds' names, and their JSON its fields.
+    let plan_names = match session.lengths().is_empty() {
+        true => Vec::new(),
+        false => plans.iter().map(|p| session.plan_name(p.key)).collect(),
+    };
     let step_bytes = match plans.iter().map(|p| p.peak).max() {
         Some(peak) if cfg.memory.memory_plan => peak,
         _ => arena.stats().step_high_water_bytes,
@@ -165,6 +174,7 @@ pub(crate) fn measure_on(
         step_bytes,
         persistent: arena.persistent_log().to_vec(),
         plans,
+        plan_names,
         candidates,
         dropped: choice.dropped.clone(),
         transient_chains: choice.transient_chains,

@@ -331,6 +331,7 @@ impl<'c> Pipeline<'c> {
             device_note,
             data: host.name(),
             synthetic: host.synthetic(),
+            data_notes: session.task_notes(),
             augment: run.task.draws().to_string(),
             train_examples: host.sizes().0,
             test_examples: host.sizes().1,
@@ -338,7 +339,8 @@ impl<'c> Pipeline<'c> {
             steps_per_epoch: session.steps_per_epoch(),
             arena_size_measured: cfg.memory.arena_size.is_none(),
             arena: session.engine().arena().stats(),
-            memory: (!needs.plans.is_empty()).then(|| MemoryReport::new(&needs.persistent, &needs.plans)),
+            memory: (!needs.plans.is_empty())
+                .then(|| MemoryReport::new(&needs.persistent, &needs.plans).named(needs.plan_names.clone())),
             world: session.world(),
             batch: run.batch,
             model: run.model.name(),

@@ -24,7 +24,7 @@ impl Pipeline<'_> {
         let (unbudgeted, budgeted) = self.budgeted(&planned)?;
         let needs = budgeted.needs;
         self.capacity(&planned, &needs)?;
-        let mut report = MemoryReport::new(&needs.persistent, &needs.plans);
+        let mut report = MemoryReport::new(&needs.persistent, &needs.plans).named(needs.plan_names.clone());
         if let Some(budget) = self.cfg.memory.memory_budget {
             let search = budgeted.search.unwrap_or_default();
             report.recomputed = Some(recomputed(&needs, &unbudgeted, budget, &self.speed(), search));

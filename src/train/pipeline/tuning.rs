@@ -328,6 +328,7 @@ mod tests {
             transient_chains: false,
             persistent: Vec::new(),
             plans: vec![p],
+            plan_names: Vec::new(),
         }
     }
 

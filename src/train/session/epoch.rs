@@ -106,7 +106,7 @@ impl Session {
         } else {
             StepKind::EvalLast
         };
-        let key = self.key(kind);
+        let key = self.key(kind, self.task.test_length(start))?;
         let indices = &self.test_order[start..end];
         let outputs = &mut self.outputs[..self.task.readback_len(indices.len())];
         let (model, task) = (&self.model, &self.task);

@@ -11,7 +11,9 @@
 //!
 //! A step reads which batch it trains on, its dropout seed and where its
 //! loss goes from the step cursor in the arena, and advances it; so on a GPU
-//! the first full step of each batch size is captured as a CUDA graph and
+//! the first full step of each shape (a batch size, and a length where the
+//! task's steps have lengths: [`Task::lengths`]) is captured as a CUDA
+//! graph and
 //! every later one is one replay, with no host work but the launch. The
 //! host reads the losses back every [`READBACK`] steps.
 //!
@@ -89,7 +91,8 @@ pub struct Parts {
 
 /// What the session's loop needs to know, and no more.
 pub struct Loop {
-    /// The batch sizes it steps at (per rank), the first to begin with.
+    /// The batch sizes it steps at (per rank), the first to begin with;
+    /// the session adds its task's lengths.
     pub shapes: Shapes,
     /// This rank of a data-parallel run ([`World::ALONE`] alone).
     pub world: World,
@@ -113,7 +116,8 @@ pub struct Session {
     // whose runtime holds the NCCL communicator. NCCL keeps a resource of
     // the communicator alive for each graph that captured its sums, and
     // destroying the communicator first would wait for it forever.
-    /// One captured full training step per batch size, by its place.
+    /// One captured full training step per shape, by its slot
+    /// ([`Shapes::slot`]).
     graphs: Vec<Option<StepGraph>>,
     engine: Engine,
     fingerprint: Vec<(&'static str, String)>,
@@ -126,6 +130,7 @@ pub struct Session {
     test_order: Vec<u32>,
     /// What evaluation reads back of one batch's outputs.
     outputs: Vec<f32>,
+    /// The batch sizes and the task's lengths.
     shapes: Shapes,
     /// The place among `shapes` of the batch size the session steps at.
     at: usize,
@@ -184,6 +189,7 @@ impl Session {
             precision,
             fingerprint,
         } = settings;
+        let shapes = shapes.with_lengths(task.lengths());
         let train_len = task.train_len();
         let smallest = shapes.batches().iter().min().copied().unwrap_or(1);
         let steps = train_len.div_ceil(smallest.saturating_mul(world.size).max(1));
@@ -201,7 +207,7 @@ impl Session {
         let test_len = task.test_len() as u32;
         let outputs = vec![0.0; task.readback_len(widest)];
         Ok(Self {
-            graphs: shapes.batches().iter().map(|_| None).collect(),
+            graphs: (0..shapes.count()).map(|_| None).collect(),
             engine,
             fingerprint,
             model,
@@ -261,8 +267,9 @@ impl Session {
         self.use_graph
     }
 
-    /// How many batch sizes' full training steps have been captured as
-    /// graphs so far (each size has its own).
+    /// How many shapes' full training steps have been captured as graphs
+    /// so far (each batch size, and each length of a task with lengths,
+    /// has its own).
     pub fn graphs_captured(&self) -> usize {
         self.graphs.iter().filter(|g| g.is_some()).count()
     }
@@ -275,6 +282,16 @@ impl Session {
     /// The batch sizes the session was planned for, the first its own.
     pub fn batches(&self) -> &[usize] {
         self.shapes.batches()
+    }
+
+    /// What the task made of the data, for the run's report.
+    pub fn task_notes(&self) -> Vec<String> {
+        self.task.describe()
+    }
+
+    /// The lengths its task steps at (empty when steps have none).
+    pub fn lengths(&self) -> &[usize] {
+        self.shapes.lengths()
     }
 
     /// Steps at `batch` from the next epoch on: call it between epochs (a
@@ -356,6 +373,7 @@ impl Session {
     pub fn begin_epoch(&mut self, epoch: usize, first_step: usize) -> Result<()> {
         shuffle_into(&mut self.order, self.seed, epoch as u64);
         self.engine.write_persistent(self.order_buf, &self.order)?;
+        self.task.begin_epoch(&mut self.engine, self.seed, epoch)?;
         self.task.reset(&mut self.engine)?;
         self.cursor.set(&mut self.engine, first_step as u32, self.steps_done)?;
         if let Some(figures) = self.optimizer.clip_figures() {

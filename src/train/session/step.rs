@@ -1,5 +1,6 @@
 //! One training step: planned or bump-allocated, captured as a CUDA graph
-//! the first time a full step of its batch size runs and replayed after;
+//! the first time a full step of its shape (batch size and length) runs and
+//! replayed after;
 //! and the probe a dry session runs to be measured.
 
 use super::{Session, PROFILED_STEP};
@@ -10,23 +11,51 @@ use crate::ops::dropout::DropoutSeed;
 use crate::ops::gather::BatchAt;
 use crate::train::report::StepProfile;
 use crate::train::shapes::{StepKind, StepShape};
-use crate::Result;
+use crate::{Error, Result};
 
 impl Session {
-    /// The arena key of the plan of a step of `kind` at the session's batch.
-    pub(super) fn key(&self, kind: StepKind) -> u32 {
+    /// The arena key of the plan of a step of `kind` and `length` at the
+    /// session's batch.
+    pub(super) fn key(&self, kind: StepKind, length: usize) -> Result<u32> {
         let shape = StepShape {
             kind,
             batch: self.batch(),
+            length,
         };
-        // The session's batch is always one of its shapes' (`set_batch`).
-        self.shapes.key(shape).unwrap_or(kind as u32)
+        // The session's batch is always one of its shapes' (`set_batch`);
+        // a length is the task's, unless the task contradicts itself.
+        self.shapes.key(shape).ok_or_else(|| self.unplanned(length))
+    }
+
+    /// What the plan of arena key `key` is, for people: its kind, and its
+    /// length where the task's steps have lengths.
+    pub fn plan_name(&self, key: u32) -> String {
+        match self.shapes.length_of_key(key) {
+            Some(length) if length > 0 => format!("{} of length {length}", StepKind::name(key)),
+            _ => StepKind::name(key).to_string(),
+        }
+    }
+
+    /// The slot of the graph of a step of `length` at the session's batch.
+    fn slot(&self, length: usize) -> Result<usize> {
+        self.shapes
+            .slot(self.batch(), length)
+            .ok_or_else(|| self.unplanned(length))
+    }
+
+    fn unplanned(&self, length: usize) -> Error {
+        Error::Config(format!(
+            "a step of length {length} at batch {}, but the session was planned for lengths {:?}",
+            self.batch(),
+            self.shapes.lengths()
+        ))
     }
 
     /// Queues training step `step` of the current epoch. Its loss lands in
     /// the epoch's loss slots; read it with [`Session::losses`].
     pub fn train_step(&mut self, step: usize) -> Result<()> {
         let global = self.global_batch();
+        let length = self.task.train_length(step);
         let step_len = global.min(self.order.len().saturating_sub(step * global));
         // A data-parallel rank trains on its shard of the step's examples;
         // its loss is its share of the step's mean, so the shares and their
@@ -47,7 +76,7 @@ impl Session {
         let (model, optimizer, task, store) = (&self.model, &self.optimizer, &self.task, &self.store);
         let (losses, cursor, buckets) = (self.losses, self.cursor, self.buckets.as_ref());
         let body = |s: &mut crate::Step<'_>| {
-            let (x, targets) = task.train_batch(s, at)?;
+            let (x, targets) = task.train_batch(s, at, length)?;
             let output = model.forward(s, x, Mode::Train { dropout, first_row })?;
             let loss = task.loss(s, output, targets, step_len)?;
             let grads = match buckets {
@@ -67,9 +96,13 @@ impl Session {
         // one, step PROFILED_STEP itself is bracketed as it is queued.
         let full = step_len == global;
         let kind = if full { StepKind::Train } else { StepKind::TrainLast };
-        let key = self.memory_plan.then(|| self.key(kind));
+        let key = match self.memory_plan {
+            true => Some(self.key(kind, length)?),
+            false => None,
+        };
+        let slot = self.slot(length)?;
         if self.use_graph && full {
-            if self.graphs[self.at].is_none() {
+            if self.graphs[slot].is_none() {
                 let timing = self.profile && self.engine.runtime_mut().start_op_timing();
                 let ops_before = self.engine.runtime().ops_queued().unwrap_or(0);
                 let graph = self.engine.capture_step(key, body);
@@ -80,10 +113,10 @@ impl Session {
                 let events = if timing { 2 * ops } else { 0 };
                 self.kernels_per_step = self.kernels_per_step.or(Some(graph.nodes() - events));
                 self.ops_per_step = self.ops_per_step.or(Some(ops));
-                self.graphs[self.at] = Some(graph);
+                self.graphs[slot] = Some(graph);
                 self.profile &= timing;
             }
-            if let Some(graph) = &self.graphs[self.at] {
+            if let Some(graph) = &self.graphs[slot] {
                 self.engine.replay_step(graph)?;
             }
         } else {
@@ -119,13 +152,29 @@ impl Session {
     }
 
     /// One step of every shape the run will take (at each batch size, a
-    /// full and a last, shorter training and evaluation batch), for sizing
-    /// and planning, on a planning engine. Returns the candidates for
-    /// recomputation of the first batch size's full training step.
+    /// full and a last, shorter training and evaluation batch; for a task
+    /// with lengths, a training and an evaluation step of each length), for
+    /// sizing and planning, on a planning engine. Returns the candidates
+    /// for recomputation of the first batch size's first full training
+    /// step.
     pub(crate) fn probe(&mut self) -> Result<Vec<Candidate>> {
+        let samples = self.task.samples();
         let mut candidates = None;
         for at in 0..self.shapes.batches().len() {
             self.at = at;
+            if !samples.is_empty() {
+                for sample in &samples {
+                    if let Some(step) = sample.train_step {
+                        self.train_step(step)?;
+                        candidates.get_or_insert_with(|| self.engine.recompute_candidates());
+                    }
+                    if let Some(first) = sample.test_first {
+                        let end = self.eval_shard().end;
+                        self.evaluate_batch(first, end)?;
+                    }
+                }
+                continue;
+            }
             self.train_step(0)?;
             // A full training step's: the only step a memory budget shapes
             // (the same network at another batch makes the same candidates,
