@@ -13,6 +13,7 @@ mod launch;
 mod step;
 
 pub mod lr;
+pub(crate) mod math;
 pub use step::{Engine, Step};
 
 #[cfg(test)]
