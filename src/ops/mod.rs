@@ -53,6 +53,7 @@ registry! {
     stack: backward;
     embedding: backward, kernels;
     lstm_cell: backward, kernels;
+    onehot_linear: backward, kernels;
 }
 
 /// Rows per rayon task in elementwise kernels: big enough that scheduling is

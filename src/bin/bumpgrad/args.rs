@@ -125,7 +125,8 @@ pub(crate) struct TrainArgs {
     /// Recurrent layers of char-lstm and char-rnn (default 2).
     #[arg(long, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) layers: Option<usize>,
-    /// Features of char-lstm's and char-rnn's token embedding (default: --hidden).
+    /// Features of char-lstm's and char-rnn's token embedding (default: --hidden); 0: no
+    /// embedding, the first recurrent layer reads one-hot tokens (Lantern's models).
     #[arg(long, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) embed: Option<usize>,
     /// The optimizer.
