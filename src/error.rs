@@ -72,6 +72,8 @@ pub enum Setting {
     WorkspaceGrowth,
     SeqLen,
     Data,
+    /// A model's sizes (its layers, units, widths).
+    ModelSize,
 }
 
 impl Error {
