@@ -12,6 +12,13 @@ checkpoint interchange: one definition, used by every script here.
 - `SstLstm(vocab, classes, embed, hidden, layers)`: `sst-lstm`, a sentence
   classifier reading each sentence's hidden state at its last word.
 
+- `CharLM(vocab, embed, hidden, layers, cell)`: bumpgrad's `char-lstm`
+  (`cell="lstm"`) and `char-rnn` (`cell="rnn"`, tanh): `encoder`
+  (`nn.Embedding`), `rnn` (`nn.LSTM` / `nn.RNN`, time-major), `decoder`
+  (`nn.Linear`), the names of bumpgrad's checkpoints. `embed=0` is
+  `--embed 0`: no encoder, the tokens one-hot into `rnn` of
+  `input_size=vocab`.
+
 `width_mult` scales every channel count as bumpgrad's `--width-mult` does
 (`max(1, round(c * w))`). Initialisation is torchvision's; bumpgrad draws
 from the same distributions with its own generator.
@@ -193,6 +200,27 @@ class SstLstm(nn.Module):
         y, _ = self.rnn(self.embedding(tokens))
         last = y[lengths - 1, torch.arange(tokens.shape[1], device=tokens.device)]
         return self.fc(last)
+
+
+class CharLM(nn.Module):
+    """Embedding (or one-hot) -> LSTM or tanh RNN -> linear, over `[T, B]`
+    token ids; returns the `[T*B, vocab]` logits and the final state."""
+
+    def __init__(self, vocab, embed, hidden, layers, cell="lstm"):
+        super().__init__()
+        self.vocab, self.hidden = vocab, hidden
+        self.encoder = nn.Embedding(vocab, embed) if embed else None
+        rnn = nn.LSTM if cell == "lstm" else nn.RNN
+        self.rnn = rnn(embed or vocab, hidden, layers)
+        self.decoder = nn.Linear(hidden, vocab)
+
+    def forward(self, ids, state=None):
+        if self.encoder is None:
+            x = nn.functional.one_hot(ids, self.vocab).to(self.decoder.weight.dtype)
+        else:
+            x = self.encoder(ids)
+        y, state = self.rnn(x, state)
+        return self.decoder(y.reshape(-1, self.hidden)), state
 
 
 def build(name, classes=10, in_channels=3, width_mult=1.0):

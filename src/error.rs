@@ -74,6 +74,8 @@ pub enum Setting {
     Data,
     Classes,
     Buckets,
+    /// A model's sizes (its layers, units, widths).
+    ModelSize,
 }
 
 impl Error {

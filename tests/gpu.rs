@@ -37,6 +37,8 @@ mod conv2d;
 mod mnist_cnn_names;
 #[path = "gpu/networks.rs"]
 mod networks;
+#[path = "gpu/onehot.rs"]
+mod onehot;
 #[path = "support/optim_fixtures.rs"]
 mod optim_fixtures;
 #[path = "gpu/pools.rs"]

@@ -78,6 +78,53 @@ fn char_rnn_learns_a_slice_of_shakespeare() {
     learns("lm-rnn", rnn);
 }
 
+/// `--embed 0`: no embedding, the recurrent layer reads one-hot tokens.
+fn one_hot(hidden: usize) -> CharLmConfig {
+    CharLmConfig {
+        embed: 0,
+        hidden,
+        layers: 1,
+    }
+}
+
+#[test]
+fn one_hot_char_models_learn_a_slice_of_shakespeare() {
+    learns("lm-lstm-onehot", CharLstm::choice(one_hot(48)));
+    learns("lm-rnn-onehot", CharRnn::choice(one_hot(64)));
+}
+
+/// With one-hot input there is no `encoder.weight`, and `rnn.weight_ih_l0`
+/// is `[G·H, vocab]`, as in `nn.LSTM(input_size=vocab)` and
+/// `nn.RNN(input_size=vocab)`.
+#[test]
+fn one_hot_models_are_named_as_pytorchs_recurrent_layers_of_the_vocabulary() {
+    fn names<M: Model<Config = CharLmConfig>>() -> Vec<(String, Vec<usize>)> {
+        let input = Input {
+            example: Shape::new(&[4]),
+            classes: 11,
+        };
+        let mut engine = Engine::new(Device::cpu(1).unwrap(), 1 << 20).unwrap();
+        let (store, _) = ParamStore::build(&mut engine.persistent(), 1, |pb| M::new(&one_hot(5), input, pb)).unwrap();
+        store
+            .entries()
+            .iter()
+            .map(|e| (e.name.clone(), e.shape.dims().to_vec()))
+            .collect()
+    }
+    let want = |g: usize| {
+        vec![
+            ("rnn.weight_ih_l0".to_string(), vec![g * 5, 11]),
+            ("rnn.weight_hh_l0".into(), vec![g * 5, 5]),
+            ("rnn.bias_ih_l0".into(), vec![g * 5]),
+            ("rnn.bias_hh_l0".into(), vec![g * 5]),
+            ("decoder.weight".into(), vec![11, 5]),
+            ("decoder.bias".into(), vec![11]),
+        ]
+    };
+    assert_eq!(names::<CharLstm>(), want(4));
+    assert_eq!(names::<CharRnn>(), want(1));
+}
+
 /// Logits of `model` for `ids` (`[T, B]` time-major) with the state in
 /// `carried`, which the step then holds the final state in.
 fn logits<M: Model>(
@@ -104,10 +151,10 @@ fn logits<M: Model>(
         .expect("a forward pass")
 }
 
-fn carries<M: Model<Config = CharLmConfig>>(name: &str) {
+fn carries<M: Model<Config = CharLmConfig>>(name: &str, embed: usize) {
     let (steps, streams, vocab) = (5, 3, 11);
     let config = CharLmConfig {
-        embed: 6,
+        embed,
         hidden: 7,
         layers: 2,
     };
@@ -151,8 +198,10 @@ fn carries<M: Model<Config = CharLmConfig>>(name: &str) {
 
 #[test]
 fn the_state_is_carried_from_window_to_window() {
-    carries::<CharLstm>("char-lstm");
-    carries::<CharRnn>("char-rnn");
+    carries::<CharLstm>("char-lstm", 6);
+    carries::<CharRnn>("char-rnn", 6);
+    carries::<CharLstm>("char-lstm one-hot", 0);
+    carries::<CharRnn>("char-rnn one-hot", 0);
 }
 
 fn refusal(cfg: &TrainConfig) -> Error {

@@ -1,5 +1,7 @@
-//! Character language models: an embedding of the vocabulary, a recurrent
-//! core (`nn::Lstm` for `char-lstm`, Lantern's vanilla tanh `nn::Rnn` for
+//! Character language models: an embedding of the vocabulary (or, with
+//! `embed` 0, none: the first recurrent layer reads each token as a one-hot
+//! vector, as Lantern's models did, its `weight_ih_l0` `[G·H, vocab]` as
+//! `nn.LSTM(input_size=vocab)`'s), a recurrent core (`nn::Lstm` for `char-lstm`, Lantern's vanilla tanh `nn::Rnn` for
 //! `char-rnn`), and a linear layer back to the vocabulary; the loss is the
 //! task's. Named as PyTorch's word-language-model example names its parts
 //! (`encoder.weight`, `rnn.weight_ih_l0`, …, `decoder.weight`,
@@ -12,7 +14,7 @@
 
 use crate::memory::Buf;
 use crate::nn::{
-    Embedding, Input, Linear, Lstm, LstmState, Mode, Model, ModelChoice, ParamBuilder, Reads, Rnn, Tokens,
+    Embedding, Input, Linear, Lstm, LstmState, Mode, Model, ModelChoice, ParamBuilder, Reads, Rnn, Sequence, Tokens,
 };
 use crate::tensor::{Shape, Tensor};
 use crate::{Error, Result, Step};
@@ -24,7 +26,8 @@ pub const MAX_LAYERS: usize = 8;
 /// The sizes of a character model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CharLmConfig {
-    /// Features of a token's embedding.
+    /// Features of a token's embedding; 0: no embedding, the tokens read
+    /// as one-hot vectors.
     pub embed: usize,
     /// Units of each recurrent layer.
     pub hidden: usize,
@@ -51,7 +54,8 @@ enum Core {
 /// `char-lstm` and `char-rnn`: embedding → recurrent layers → linear.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct CharLm {
-    encoder: Embedding,
+    /// `None`: one-hot input.
+    encoder: Option<Embedding>,
     core: Core,
     decoder: Linear,
     config: CharLmConfig,
@@ -86,23 +90,28 @@ impl CharRnn {
 impl CharLm {
     fn new(name: &'static str, config: &CharLmConfig, input: Input, pb: &ParamBuilder<'_>, lstm: bool) -> Result<Self> {
         let CharLmConfig { embed, hidden, layers } = *config;
-        if !(1..=MAX_LAYERS).contains(&layers) || embed == 0 || hidden == 0 || input.classes == 0 {
+        if !(1..=MAX_LAYERS).contains(&layers) || hidden == 0 || input.classes == 0 {
             return Err(Error::shape(
                 name,
                 format!(
-                    "1 to {MAX_LAYERS} layers and at least one embedding feature, hidden unit and token, got {layers} layers, embedding {embed}, hidden {hidden} and {} tokens",
+                    "1 to {MAX_LAYERS} layers and at least one hidden unit and token, got {layers} layers, embedding {embed}, hidden {hidden} and {} tokens",
                     input.classes
                 ),
             ));
         }
         let vocab = input.classes;
+        let features = if embed == 0 { vocab } else { embed };
+        let encoder = match embed {
+            0 => None,
+            _ => Some(Embedding::new(&pb.pp("encoder"), vocab, embed)?),
+        };
         let rnn = pb.pp("rnn");
         let core = match lstm {
-            true => Core::Lstm(Lstm::new(&rnn, embed, hidden, layers)?),
-            false => Core::Rnn(Rnn::new(&rnn, embed, hidden, layers)?),
+            true => Core::Lstm(Lstm::new(&rnn, features, hidden, layers)?),
+            false => Core::Rnn(Rnn::new(&rnn, features, hidden, layers)?),
         };
         Ok(Self {
-            encoder: Embedding::new(&pb.pp("encoder"), vocab, embed)?,
+            encoder,
             core,
             decoder: Linear::new(&pb.pp("decoder"), hidden, vocab)?,
             config: *config,
@@ -141,10 +150,14 @@ impl CharLm {
         // Piece `i` of the carried state: [B, H] floats from i·B·H.
         let piece =
             |i: usize| -> Option<Buf<f32>> { carried.and_then(|c| c.slice(i * streams * hidden, streams * hidden)) };
-        let e = self
-            .encoder
-            .forward(s, x.ids)?
-            .reshape(s, Shape::new(&[steps, streams, embed]))?;
+        let e = match &self.encoder {
+            Some(encoder) => Sequence::Features(
+                encoder
+                    .forward(s, x.ids)?
+                    .reshape(s, Shape::new(&[steps, streams, embed]))?,
+            ),
+            None => Sequence::OneHot { ids: x.ids, steps },
+        };
         let y = match &self.core {
             Core::Lstm(lstm) => {
                 let mut state: [Option<LstmState<'s>>; MAX_LAYERS] = [None; MAX_LAYERS];
@@ -154,7 +167,7 @@ impl CharLm {
                         *st = Some(LstmState { h, c });
                     }
                 }
-                let y = lstm.forward(s, e, &mut state[..layers])?;
+                let y = lstm.run(s, e, &mut state[..layers])?;
                 for (l, st) in state.iter().enumerate().take(layers) {
                     if let (Some(st), Some(h), Some(c)) = (st, piece(2 * l), piece(2 * l + 1)) {
                         st.h.carry_out(s, h)?;
@@ -170,7 +183,7 @@ impl CharLm {
                         *st = Some(s.carried_in(h, state_shape)?);
                     }
                 }
-                let y = rnn.forward(s, e, &mut state[..layers])?;
+                let y = rnn.run(s, e, &mut state[..layers])?;
                 for (l, st) in state.iter().enumerate().take(layers) {
                     if let (Some(st), Some(h)) = (st, piece(l)) {
                         st.carry_out(s, h)?;

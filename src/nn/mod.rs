@@ -15,4 +15,4 @@ pub use layers::{scaled, BatchNorm2d, Conv2d, ConvSpec, Linear};
 pub use model::{Batch, Input, Mode, Model, ModelChoice, Network, Reads, SentenceInput, Tokens};
 pub use optimizer::{runs_with_grads, Optimizer, OptimizerChoice, OptimizerConfig};
 pub use params::{count_params, Entry, Init, Kind, ParamBuilder, ParamStore};
-pub use recurrent::{Embedding, Lstm, LstmState, Rnn};
+pub use recurrent::{Embedding, Lstm, LstmState, Rnn, Sequence};

@@ -17,9 +17,14 @@
 //! gathered into `[T, B, H]` (`stack`). Either gives `[T, B, H]`, which the
 //! next layer takes as its input. Nothing is allocated on the heap: the
 //! states go in and out through a slice the caller holds.
+//!
+//! The first layer may read token ids as one-hot vectors of its input size
+//! ([`Sequence::OneHot`], Lantern's character models): its projection is
+//! then a gather of `W_ih`'s columns (`onehot_linear`), the parameters
+//! those of `nn.LSTM(input_size=vocab)`.
 
 use super::params::{Init, ParamBuilder};
-use crate::tensor::{Param, Shape, Tensor};
+use crate::tensor::{Labels, Param, Shape, Tensor};
 use crate::{Error, Result, Step};
 
 /// One layer's parameters, in PyTorch's order.
@@ -83,33 +88,73 @@ fn declare(
         .collect()
 }
 
-/// `x` `[T, B, I]` checked against a network of `input` features and
-/// `layers` layers holding `states` initial states: `(T, B)`.
-fn check_input(op: &'static str, x: Shape, input: usize, layers: usize, states: usize) -> Result<(usize, usize)> {
-    if x.rank() != 3 || x.dim(2) != input || x.dim(0) == 0 {
-        return Err(Error::shape(
-            op,
-            format!("an input [T, B, {input}] of at least one step, got {x}"),
-        ));
-    }
-    if states != layers {
-        return Err(Error::shape(
-            op,
-            format!("one state for each of the {layers} layers, got {states}"),
-        ));
-    }
-    Ok((x.dim(0), x.dim(1)))
+/// What a recurrent network reads: a sequence of feature vectors, or of
+/// tokens read as one-hot vectors of the network's input size.
+#[derive(Debug, Clone, Copy)]
+pub enum Sequence<'s> {
+    /// `[T, B, I]`.
+    Features(Tensor<'s>),
+    /// `T·B` ids, time-major (step `t`'s `B` ids from `t·B`), each below
+    /// the input size `I`.
+    OneHot { ids: Labels<'s>, steps: usize },
 }
 
-/// `x` `[T, B, I]`'s projection for every step, `[T, B, G·H]`: one product
-/// with both biases.
-fn project<'s>(s: &mut Step<'s>, x: Tensor<'s>, w: &LayerTensors<'s>) -> Result<Tensor<'s>> {
-    let d = x.shape();
-    let (steps, batch, rows) = (d.dim(0), d.dim(1), w.w_ih.shape().dim(0));
-    let flat = x.reshape(s, Shape::new(&[steps * batch, d.dim(2)]))?;
+impl Sequence<'_> {
+    /// Checked against a network of `input` features and `layers` layers
+    /// holding `states` initial states: `(T, B)`.
+    fn check(&self, op: &'static str, input: usize, layers: usize, states: usize) -> Result<(usize, usize)> {
+        let (steps, batch) = match *self {
+            Sequence::Features(x) => {
+                let d = x.shape();
+                if d.rank() != 3 || d.dim(2) != input || d.dim(0) == 0 {
+                    return Err(Error::shape(
+                        op,
+                        format!("an input [T, B, {input}] of at least one step, got {d}"),
+                    ));
+                }
+                (d.dim(0), d.dim(1))
+            }
+            Sequence::OneHot { ids, steps } => {
+                if steps == 0 || !ids.len().is_multiple_of(steps) {
+                    return Err(Error::shape(
+                        op,
+                        format!(
+                            "T·B one-hot ids for T = {steps} steps of at least one, got {} ids",
+                            ids.len()
+                        ),
+                    ));
+                }
+                (steps, ids.len() / steps)
+            }
+        };
+        if states != layers {
+            return Err(Error::shape(
+                op,
+                format!("one state for each of the {layers} layers, got {states}"),
+            ));
+        }
+        Ok((steps, batch))
+    }
+}
+
+/// The input's projection for every step, `[T, B, G·H]`, with both biases:
+/// one product, or for one-hot ids a gather of `W_ih`'s columns.
+fn project<'s>(s: &mut Step<'s>, x: Sequence<'s>, w: &LayerTensors<'s>) -> Result<Tensor<'s>> {
+    let rows = w.w_ih.shape().dim(0);
     let bias = w.b_ih.add(s, w.b_hh)?;
-    flat.linear(s, w.w_ih, Some(bias))?
-        .reshape(s, Shape::new(&[steps, batch, rows]))
+    match x {
+        Sequence::Features(x) => {
+            let d = x.shape();
+            let (steps, batch) = (d.dim(0), d.dim(1));
+            let flat = x.reshape(s, Shape::new(&[steps * batch, d.dim(2)]))?;
+            flat.linear(s, w.w_ih, Some(bias))?
+                .reshape(s, Shape::new(&[steps, batch, rows]))
+        }
+        Sequence::OneHot { ids, steps } => w
+            .w_ih
+            .onehot_linear(s, ids, bias)?
+            .reshape(s, Shape::new(&[steps, ids.len() / steps, rows])),
+    }
 }
 
 /// An LSTM's state between steps: its hidden state and its cell, `[B, H]`
@@ -151,7 +196,17 @@ impl Lstm {
         x: Tensor<'s>,
         state: &mut [Option<LstmState<'s>>],
     ) -> Result<Tensor<'s>> {
-        let (steps, _) = check_input("lstm", x.shape(), self.input, self.layers.len(), state.len())?;
+        self.run(s, Sequence::Features(x), state)
+    }
+
+    /// [`Lstm::forward`] of a [`Sequence`]: features, or one-hot ids.
+    pub fn run<'s>(
+        &self,
+        s: &mut Step<'s>,
+        x: Sequence<'s>,
+        state: &mut [Option<LstmState<'s>>],
+    ) -> Result<Tensor<'s>> {
+        let (steps, _) = x.check("lstm", self.input, self.layers.len(), state.len())?;
         let mut input = x;
         for (weights, state) in self.layers.iter().zip(state.iter_mut()) {
             let w = weights.tensors(s);
@@ -167,9 +222,9 @@ impl Lstm {
                 h: h.select(s, steps - 1)?,
                 c: c.select(s, steps - 1)?,
             });
-            input = h;
+            input = Sequence::Features(h);
         }
-        Ok(input)
+        output(input)
     }
 }
 
@@ -199,14 +254,19 @@ impl Rnn {
     /// I]`; `state` as [`Lstm::forward`]'s, a hidden state `[B, H]` per
     /// layer.
     pub fn forward<'s>(&self, s: &mut Step<'s>, x: Tensor<'s>, state: &mut [Option<Tensor<'s>>]) -> Result<Tensor<'s>> {
-        let (steps, _) = check_input("rnn", x.shape(), self.input, self.layers.len(), state.len())?;
+        self.run(s, Sequence::Features(x), state)
+    }
+
+    /// [`Rnn::forward`] of a [`Sequence`]: features, or one-hot ids.
+    pub fn run<'s>(&self, s: &mut Step<'s>, x: Sequence<'s>, state: &mut [Option<Tensor<'s>>]) -> Result<Tensor<'s>> {
+        let (steps, _) = x.check("rnn", self.input, self.layers.len(), state.len())?;
         let mut input = x;
         for (weights, state) in self.layers.iter().zip(state.iter_mut()) {
             let w = weights.tensors(s);
             let proj = project(s, input, &w)?;
             let dtype = proj.dtype();
             let mut h = state.map(|h| h.cast(s, dtype)).transpose()?;
-            input = Tensor::stack(s, steps, |s, t| {
+            let ys = Tensor::stack(s, steps, |s, t| {
                 let from_x = proj.select(s, t)?;
                 let pre = match h {
                     Some(h) => {
@@ -220,8 +280,17 @@ impl Rnn {
                 Ok(next)
             })?;
             *state = h;
+            input = Sequence::Features(ys);
         }
-        Ok(input)
+        output(input)
+    }
+}
+
+/// The last layer's output: features, as every layer makes.
+fn output(x: Sequence<'_>) -> Result<Tensor<'_>> {
+    match x {
+        Sequence::Features(y) => Ok(y),
+        Sequence::OneHot { .. } => Err(Error::shape("recurrent layers", "at least one layer".into())),
     }
 }
 

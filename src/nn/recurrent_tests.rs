@@ -3,7 +3,7 @@
 //! of `nn.LSTM` and `nn.RNN` evaluated on the host in f64; every
 //! parameter's and the input's gradient against finite differences.
 
-use super::{Embedding, Lstm, LstmState, Rnn};
+use super::{Embedding, Lstm, LstmState, Rnn, Sequence};
 use crate::nn::{ParamBuilder, ParamStore};
 use crate::ops::gradcheck::values;
 use crate::tensor::{Param, Shape, Tensor};
@@ -332,4 +332,96 @@ fn a_two_layer_rnns_gradients_match_finite_differences() {
         let mut state = [None, None];
         rnn.forward(s, x, &mut state)
     });
+}
+
+/// The output and every parameter's gradient of `run` on one-hot ids
+/// (`Sequence::OneHot`, a gather of `W_ih`'s columns) and on the one-hot
+/// matrix itself (`Sequence::Features`, a product), `sum(y · gy)`'s.
+fn one_hot_both_ways(
+    engine: &mut Engine,
+    store: &ParamStore,
+    (steps, batch, vocab): (usize, usize, usize),
+    run: &dyn for<'s> Fn(&mut Step<'s>, Sequence<'s>) -> Result<Tensor<'s>>,
+) -> [Vec<Vec<f32>>; 2] {
+    let ids: Vec<u32> = (0..steps * batch)
+        .map(|i| (i * 3 + i / 4) as u32 % vocab as u32)
+        .collect();
+    let mut onehot = vec![0.0f32; ids.len() * vocab];
+    for (n, &t) in ids.iter().enumerate() {
+        onehot[n * vocab + t as usize] = 1.0;
+    }
+    let params: Vec<Param> = store.params().collect();
+    [true, false].map(|gather| {
+        engine
+            .step(|s| {
+                let x = match gather {
+                    true => Sequence::OneHot {
+                        ids: s.labels(&ids)?,
+                        steps,
+                    },
+                    false => Sequence::Features(s.input("onehot", Shape::new(&[steps, batch, vocab]), &onehot)?),
+                };
+                let y = run(s, x)?;
+                let gy = s.input("gy", y.shape(), &values(y.shape().numel(), 63, -1.0, 1.0))?;
+                let grads = s.backward_from(y, gy)?;
+                let mut out = vec![vec![0.0; y.shape().numel()]];
+                s.read(y, &mut out[0])?;
+                for p in &params {
+                    let g = s.param_grad(&grads, p).expect("every parameter gets a gradient");
+                    let mut v = vec![0.0; p.shape().numel()];
+                    s.read(g, &mut v)?;
+                    out.push(v);
+                }
+                Ok(out)
+            })
+            .expect("a step")
+    })
+}
+
+fn assert_same(what: &str, [gathered, multiplied]: [Vec<Vec<f32>>; 2]) {
+    for (k, (a, b)) in gathered.iter().zip(&multiplied).enumerate() {
+        let worst = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
+        assert!(
+            worst <= 1e-5,
+            "{what}: tensor {k} (0: output, then the parameters) off by {worst}"
+        );
+        assert!(a.iter().any(|v| v.abs() > 1e-3), "{what}: tensor {k} is all but zero");
+    }
+}
+
+#[test]
+fn an_lstm_reading_one_hot_ids_is_the_lstm_of_the_one_hot_matrix() {
+    let mut engine = engine();
+    let (store, lstm) = ParamStore::build(&mut engine.persistent(), 11, |pb| Lstm::new(pb, 7, 3, 2)).expect("builds");
+    let both = one_hot_both_ways(&mut engine, &store, (4, 3, 7), &|s, x| {
+        let mut state = [None, None];
+        lstm.run(s, x, &mut state)
+    });
+    assert_same("lstm", both);
+}
+
+#[test]
+fn an_rnn_reading_one_hot_ids_is_the_rnn_of_the_one_hot_matrix() {
+    let mut engine = engine();
+    let (store, rnn) = ParamStore::build(&mut engine.persistent(), 12, |pb| Rnn::new(pb, 7, 4, 1)).expect("builds");
+    let both = one_hot_both_ways(&mut engine, &store, (5, 2, 7), &|s, x| {
+        let mut state = [None];
+        rnn.run(s, x, &mut state)
+    });
+    assert_same("rnn", both);
+}
+
+#[test]
+fn one_hot_ids_not_a_whole_number_of_steps_are_a_shape_error() {
+    let mut engine = engine();
+    let (_, lstm) = ParamStore::build(&mut engine.persistent(), 1, |pb| Lstm::new(pb, 5, 2, 1)).expect("builds");
+    for (n, steps) in [(7usize, 2usize), (4, 0)] {
+        let err = engine
+            .step(|s| {
+                let ids = s.labels(&vec![1; n])?;
+                lstm.run(s, Sequence::OneHot { ids, steps }, &mut [None]).map(|_| ())
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("one-hot ids"), "{n} ids, {steps} steps: {err}");
+    }
 }

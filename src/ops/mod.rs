@@ -13,6 +13,7 @@ mod launch;
 mod step;
 
 pub mod lr;
+pub(crate) mod math;
 pub use step::{Engine, Step};
 
 #[cfg(test)]
@@ -54,6 +55,7 @@ registry! {
     lstm_cell: backward, kernels;
     lstm_layer: backward, kernels;
     sentences: kernels;
+    onehot_linear: backward, kernels;
 }
 
 /// Rows per rayon task in elementwise kernels: big enough that scheduling is

@@ -81,8 +81,12 @@ const LOSS_SUM: &str = "epoch_loss_sum";
 /// The precision (fp32, TF32 or bf16) is not among them: it is how the
 /// device computes, not part of the model or its state (bf16 runs keep
 /// fp32 master weights, so their checkpoints are fp32 too), so a run may
-/// resume under another.
-const SAME: [&str; 5] = ["batch", "train_limit", "model", "optimizer", "augment"];
+/// resume under another. The model's sizes are in its description
+/// (`char-lstm CharLmConfig { embed: 128, hidden: 512, layers: 2 }`); the
+/// shape of an example the model is built for is the last entry (a
+/// language model's window of tokens, `[T]`: another `T` would read other
+/// windows, another epoch's length).
+const SAME: [&str; 6] = ["batch", "train_limit", "model", "optimizer", "augment", "example"];
 
 /// Values of the settings in [`SAME`], as the checkpoint records them.
 pub(crate) fn fingerprint(
@@ -91,6 +95,7 @@ pub(crate) fn fingerprint(
     model: &str,
     optimizer: &str,
     augment: &str,
+    example: &str,
 ) -> Vec<(&'static str, String)> {
     vec![
         (SAME[0], batch.to_string()),
@@ -98,7 +103,82 @@ pub(crate) fn fingerprint(
         (SAME[2], model.to_string()),
         (SAME[3], optimizer.to_string()),
         (SAME[4], augment.to_string()),
+        (SAME[5], example.to_string()),
     ]
+}
+
+/// Refuses a checkpoint of another model, or of the same model at other
+/// sizes: then naming the sizes that differ, each with both values, the
+/// checkpoint's as the fix (`hidden 16, layers 1`).
+fn refuse_model(found: &str, want: &str) -> Result<Position> {
+    let name = |d: &str| d.split_whitespace().next().unwrap_or_default().to_string();
+    let differ: Vec<(&str, &str, &str)> = match (sizes(found), sizes(want)) {
+        (Some(a), Some(b)) if name(found) == name(want) && a.len() == b.len() => a
+            .iter()
+            .zip(&b)
+            .filter(|(x, y)| x != y)
+            .map(|((field, was), (_, is))| (*field, *was, *is))
+            .collect(),
+        _ => Vec::new(),
+    };
+    if differ.is_empty() || differ.iter().any(|(f, _, _)| sizes_field(f).is_none()) {
+        return Err(Error::setting(
+            Setting::Model,
+            format!("cannot resume from this checkpoint: it was made with model {found}, this run has {want}"),
+            Some(name(found)),
+        ));
+    }
+    let list = |pick: fn(&(&str, &str, &str)) -> String| differ.iter().map(pick).collect::<Vec<_>>().join(", ");
+    Err(Error::setting(
+        Setting::ModelSize,
+        format!(
+            "cannot resume from this checkpoint: it was made with {} of {}, this run's has {}",
+            name(found),
+            list(|(f, was, _)| format!("{f} {was}")),
+            list(|(f, _, is)| format!("{f} {is}")),
+        ),
+        Some(list(|(f, was, _)| format!("{f} {was}"))),
+    ))
+}
+
+/// A model description's sizes, `Name { a: 1, b: 2 }` as `[("a", "1"),
+/// ("b", "2")]`; `None` for any other form (nested settings).
+fn sizes(description: &str) -> Option<Vec<(&str, &str)>> {
+    let inner = description.split_once('{')?.1.strip_suffix('}')?.trim();
+    if inner.contains(['{', '(', '[']) {
+        return None;
+    }
+    inner
+        .split(", ")
+        .map(|pair| pair.split_once(": ").map(|(k, v)| (k.trim(), v.trim())))
+        .collect()
+}
+
+/// A size field is a lower-case word (`hidden`, `width_mult`).
+fn sizes_field(field: &str) -> Option<&str> {
+    (!field.is_empty() && field.chars().all(|c| c.is_ascii_lowercase() || c == '_')).then_some(field)
+}
+
+/// Refuses a checkpoint made for examples of another shape: a language
+/// model's window of another length (`[T]`), or other images.
+fn refuse_example(found: &str, want: &str) -> Result<Position> {
+    let tokens = |d: &str| d.strip_prefix('[')?.strip_suffix(']')?.parse::<usize>().ok();
+    match (tokens(found), tokens(want)) {
+        (Some(was), Some(is)) => Err(Error::setting(
+            Setting::SeqLen,
+            format!(
+                "cannot resume from this checkpoint: it was made with windows of {was} tokens, this run reads {is}"
+            ),
+            Some(was.to_string()),
+        )),
+        _ => Err(Error::setting(
+            Setting::Data,
+            format!(
+                "cannot resume from this checkpoint: it was made for examples of shape {found}, this run's are {want}"
+            ),
+            None,
+        )),
+    }
 }
 
 /// A checkpoint of `tensors` at `at`, after `steps_done` steps.
@@ -142,11 +222,17 @@ pub(crate) fn position(ckpt: &Checkpoint, seed: u64, fingerprint: &[(&'static st
         );
     }
     for (key, want) in fingerprint {
-        // Checkpoints from before augmentation existed trained without it.
+        // Checkpoints from before augmentation existed trained without it;
+        // those from before the example's shape was recorded say nothing of
+        // it (their models, images or windows, check the tensors' shapes).
         let recorded = ckpt.extra.get(*key).map(String::as_str);
-        let recorded = recorded.or((*key == SAME[4]).then_some("none"));
+        let recorded = recorded
+            .or((*key == SAME[4]).then_some("none"))
+            .or((*key == SAME[5]).then_some(want.as_str()));
         match recorded {
             Some(found) if found == want => {}
+            Some(found) if *key == SAME[2] => return refuse_model(found, want),
+            Some(found) if *key == SAME[5] => return refuse_example(found, want),
             Some(found) => {
                 let setting = match *key {
                     "batch" => Setting::Batch,
@@ -211,7 +297,7 @@ mod tests {
 
     #[test]
     fn a_position_round_trips_and_other_settings_are_refused() {
-        let fp = fingerprint(100, None, "mnist-cnn", "sgd", "none");
+        let fp = fingerprint(100, None, "mnist-cnn", "sgd", "none", "[1, 28, 28]");
         let at = Position {
             epochs_done: 3,
             step_in_epoch: 17,
@@ -223,12 +309,12 @@ mod tests {
             position(&ckpt, 43, &fp),
             Err(Error::Setting { setting: Setting::Seed, fix: Some(f), .. }) if f == "42"
         ));
-        let other = fingerprint(50, None, "mnist-cnn", "sgd", "none");
+        let other = fingerprint(50, None, "mnist-cnn", "sgd", "none", "[1, 28, 28]");
         assert!(matches!(
             position(&ckpt, 42, &other),
             Err(Error::Setting { setting: Setting::Batch, fix: Some(f), .. }) if f == "100"
         ));
-        let adamw = fingerprint(100, None, "mnist-cnn", "adamw", "none");
+        let adamw = fingerprint(100, None, "mnist-cnn", "adamw", "none", "[1, 28, 28]");
         let err = position(&ckpt, 42, &adamw).unwrap_err();
         assert!(
             matches!(
@@ -253,10 +339,10 @@ mod tests {
             step_in_epoch: 0,
             loss_sum: 0.0,
         };
-        let augmented = fingerprint(100, None, "mnist-cnn", "sgd", "crop4,flip");
+        let augmented = fingerprint(100, None, "mnist-cnn", "sgd", "crop4,flip", "[1, 28, 28]");
         let ckpt = make(Vec::new(), at, 10, 42, "{}".into(), &augmented);
         assert_eq!(position(&ckpt, 42, &augmented).unwrap(), at);
-        let plain = fingerprint(100, None, "mnist-cnn", "sgd", "none");
+        let plain = fingerprint(100, None, "mnist-cnn", "sgd", "none", "[1, 28, 28]");
         let err = position(&ckpt, 42, &plain).unwrap_err();
         assert!(
             matches!(&err, Error::Setting { setting: Setting::Augment, fix: Some(f), .. } if f == "crop4,flip"),
@@ -267,5 +353,73 @@ mod tests {
         old.extra.remove("augment");
         assert_eq!(position(&old, 42, &plain).unwrap(), at);
         assert!(position(&old, 42, &augmented).is_err());
+    }
+
+    const LSTM: &str = "char-lstm CharLmConfig { embed: 8, hidden: 16, layers: 1 }";
+
+    #[test]
+    fn a_model_at_other_sizes_is_refused_naming_both_values_of_each() {
+        let at = Position {
+            epochs_done: 1,
+            step_in_epoch: 0,
+            loss_sum: 0.0,
+        };
+        let fp = fingerprint(8, None, LSTM, "sgd", "none", "[16]");
+        let ckpt = make(Vec::new(), at, 10, 42, "{}".into(), &fp);
+        assert_eq!(position(&ckpt, 42, &fp).unwrap(), at);
+        let wider = LSTM.replace("hidden: 16, layers: 1", "hidden: 24, layers: 2");
+        let err = position(&ckpt, 42, &fingerprint(8, None, &wider, "sgd", "none", "[16]")).unwrap_err();
+        assert!(
+            matches!(&err, Error::Setting { setting: Setting::ModelSize, fix: Some(f), .. } if f == "hidden 16, layers 1"),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .contains("made with char-lstm of hidden 16, layers 1, this run's has hidden 24, layers 2"),
+            "{err}"
+        );
+        // Another model altogether: its name is the fix.
+        let rnn = LSTM.replace("char-lstm", "char-rnn");
+        let err = position(&ckpt, 42, &fingerprint(8, None, &rnn, "sgd", "none", "[16]")).unwrap_err();
+        assert!(
+            matches!(&err, Error::Setting { setting: Setting::Model, fix: Some(f), .. } if f == "char-lstm"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn another_window_length_is_refused_and_an_old_checkpoint_without_one_is_not() {
+        let at = Position {
+            epochs_done: 1,
+            step_in_epoch: 5,
+            loss_sum: 0.0,
+        };
+        let fp = fingerprint(8, None, LSTM, "sgd", "none", "[16]");
+        let ckpt = make(Vec::new(), at, 10, 42, "{}".into(), &fp);
+        let shorter = fingerprint(8, None, LSTM, "sgd", "none", "[8]");
+        let err = position(&ckpt, 42, &shorter).unwrap_err();
+        assert!(
+            matches!(&err, Error::Setting { setting: Setting::SeqLen, fix: Some(f), .. } if f == "16"),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains("windows of 16 tokens, this run reads 8"),
+            "{err}"
+        );
+        let images = fingerprint(8, None, LSTM, "sgd", "none", "[3, 32, 32]");
+        let err = position(&ckpt, 42, &images).unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                Error::Setting {
+                    setting: Setting::Data,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let mut old = make(Vec::new(), at, 10, 42, "{}".into(), &fp);
+        old.extra.remove("example");
+        assert_eq!(position(&old, 42, &shorter).unwrap(), at);
     }
 }

@@ -148,7 +148,8 @@ pub(crate) struct TrainArgs {
     /// Length buckets of a treebank's sentences, at most (each a step plan and a CUDA graph).
     #[arg(long, default_value_t = 8, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) buckets: usize,
-    /// Features of char-lstm's and char-rnn's token embedding (default: --hidden) and of
+    /// Features of char-lstm's and char-rnn's token embedding (default: --hidden; 0: no
+    /// embedding, the first recurrent layer reads one-hot tokens, as Lantern's models) and of
     /// sst-lstm's word embedding (default 300).
     #[arg(long, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) embed: Option<usize>,

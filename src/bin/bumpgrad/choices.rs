@@ -67,7 +67,7 @@ fn images_only(f: &ModelFlags) -> Result<Option<f32>, String> {
 }
 
 /// A character model's sizes: `--hidden` (default 256), `--layers`
-/// (default 2), `--embed` (default: the hidden size).
+/// (default 2), `--embed` (default: the hidden size; 0: one-hot input).
 fn char_lm(f: &ModelFlags) -> Result<CharLmConfig, String> {
     if f.width_mult.is_some() {
         return Err(format!(
@@ -80,9 +80,9 @@ fn char_lm(f: &ModelFlags) -> Result<CharLmConfig, String> {
     let hidden = f.hidden.unwrap_or(d.hidden);
     let layers = f.layers.unwrap_or(d.layers);
     let embed = f.embed.unwrap_or(hidden);
-    if hidden == 0 || embed == 0 || !(1..=bumpgrad::models::MAX_LAYERS).contains(&layers) {
+    if hidden == 0 || !(1..=bumpgrad::models::MAX_LAYERS).contains(&layers) {
         return Err(format!(
-            "--hidden and --embed must be at least 1 and --layers from 1 to {}, got {hidden}, {embed} and {layers}",
+            "--hidden must be at least 1 and --layers from 1 to {}, got {hidden} and {layers}",
             bumpgrad::models::MAX_LAYERS
         ));
     }

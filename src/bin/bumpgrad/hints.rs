@@ -87,6 +87,20 @@ fn library(err: &Error) -> Option<String> {
             super::choices::SENTENCE_MODELS,
             super::choices::IMAGE_MODELS
         )),
+        // The library names each size as the model's settings do
+        // (`hidden 16, width_mult 0.5`): each is its flag.
+        Error::Setting {
+            setting: bumpgrad::Setting::ModelSize,
+            fix: Some(sizes),
+            ..
+        } => Some(format!(
+            "; pass {}",
+            sizes
+                .split(", ")
+                .map(|size| format!("--{}", size.replace('_', "-")))
+                .collect::<Vec<_>>()
+                .join(" ")
+        )),
         Error::Setting { setting, fix, .. } => {
             let flag = setting_flag(*setting);
             Some(match fix {
@@ -116,6 +130,7 @@ fn setting_flag(setting: bumpgrad::Setting) -> &'static str {
         S::Classes => "--classes",
         S::Buckets => "--buckets",
         S::Data => "--data",
+        S::ModelSize => "--embed, --hidden, --layers or --width-mult",
         S::Batch => "--batch",
         S::LearningRate => "--lr",
         S::Seed => "--seed",

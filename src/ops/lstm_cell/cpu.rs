@@ -1,3 +1,4 @@
+use crate::ops::math::tanh;
 use rayon::prelude::*;
 
 /// `1 / (1 + e^−x)`, as the GPU kernel (and the sigmoid op) computes it.
@@ -26,10 +27,10 @@ pub(crate) fn forward(
             let cp = c_prev.map(|p| &p[b * hd..][..hd]);
             for j in 0..hd {
                 let pre = |k: usize| x[k * hd + j] + hg.map_or(0.0, |g| g[k * hd + j]);
-                let (i, f, g, o) = (sigmoid(pre(0)), sigmoid(pre(1)), pre(2).tanh(), sigmoid(pre(3)));
+                let (i, f, g, o) = (sigmoid(pre(0)), sigmoid(pre(1)), tanh(pre(2)), sigmoid(pre(3)));
                 let cell = f * cp.map_or(0.0, |p| p[j]) + i * g;
                 c[j] = cell;
-                h[j] = o * cell.tanh();
+                h[j] = o * tanh(cell);
                 a[j] = i;
                 a[hd + j] = f;
                 a[2 * hd + j] = g;
@@ -55,7 +56,7 @@ impl Upstream<'_> {
         let a = &self.acts[b * 4 * hd..][..4 * hd];
         let gate = [a[j], a[hd + j], a[2 * hd + j], a[3 * hd + j]];
         let k = b * hd + j;
-        let tc = self.c[k].tanh();
+        let tc = tanh(self.c[k]);
         let dh = self.dh.map_or(0.0, |d| d[k]);
         let dcell = self.dc.map_or(0.0, |d| d[k]) + dh * gate[3] * (1.0 - tc * tc);
         (gate, dcell, dh * tc)
@@ -63,7 +64,8 @@ impl Upstream<'_> {
 }
 
 /// The gates' gradient into `gates` and `from_h` (the same values, for
-/// each summand that wants one) and the previous cell's into `c_prev`.
+/// each summand that wants one) and the previous cell's into `c_prev`,
+/// both from one pass over the units (one `tanh` each).
 pub(super) fn backward(
     hidden: usize,
     up: Upstream<'_>,
@@ -72,31 +74,44 @@ pub(super) fn backward(
     c_prev: Option<&mut [f32]>,
 ) {
     let hd = hidden;
-    let (first, second) = match (gates, from_h) {
+    let (mut first, second) = match (gates, from_h) {
         (Some(a), b) => (Some(a), b),
         (None, b) => (b, None),
     };
-    if let Some(out) = first {
-        out.par_chunks_mut(4 * hd).enumerate().for_each(|(b, row)| {
-            for j in 0..hd {
-                let ([i, f, g, o], dcell, dh_tc) = up.at(hd, b, j);
-                let cp = up.c_prev.map_or(0.0, |p| p[b * hd + j]);
+    let row = |b: usize, gates: Option<&mut [f32]>, c_prev: Option<&mut [f32]>| {
+        let cp = up.c_prev.map(|p| &p[b * hd..][..hd]);
+        let (mut gates, mut c_prev) = (gates, c_prev);
+        for j in 0..hd {
+            let ([i, f, g, o], dcell, dh_tc) = up.at(hd, b, j);
+            if let Some(row) = gates.as_deref_mut() {
+                let cp = cp.map_or(0.0, |p| p[j]);
                 row[j] = dcell * g * i * (1.0 - i);
                 row[hd + j] = dcell * cp * f * (1.0 - f);
                 row[2 * hd + j] = dcell * i * (1.0 - g * g);
                 row[3 * hd + j] = dh_tc * o * (1.0 - o);
             }
-        });
-        if let Some(copy) = second {
-            copy.copy_from_slice(out);
-        }
-    }
-    if let Some(out) = c_prev {
-        out.par_chunks_mut(hd).enumerate().for_each(|(b, row)| {
-            for (j, d) in row.iter_mut().enumerate() {
-                let ([_, f, _, _], dcell, _) = up.at(hd, b, j);
-                *d = dcell * f;
+            if let Some(row) = c_prev.as_deref_mut() {
+                row[j] = dcell * f;
             }
-        });
+        }
+    };
+    match (first.as_deref_mut(), c_prev) {
+        (Some(g), Some(p)) => g
+            .par_chunks_mut(4 * hd)
+            .zip(p.par_chunks_mut(hd))
+            .enumerate()
+            .for_each(|(b, (g, p))| row(b, Some(g), Some(p))),
+        (Some(g), None) => g
+            .par_chunks_mut(4 * hd)
+            .enumerate()
+            .for_each(|(b, g)| row(b, Some(g), None)),
+        (None, Some(p)) => p
+            .par_chunks_mut(hd)
+            .enumerate()
+            .for_each(|(b, p)| row(b, None, Some(p))),
+        (None, None) => {}
+    }
+    if let (Some(out), Some(copy)) = (first, second) {
+        copy.copy_from_slice(out);
     }
 }

@@ -138,7 +138,7 @@ impl Pointwise<'_> {
                 for j in 0..hd {
                     let k = b * hd + j;
                     let (i, f, g, o) = (a[j], a[hd + j], a[2 * hd + j], a[3 * hd + j]);
-                    let tc = self.c[k].tanh();
+                    let tc = crate::ops::math::tanh(self.c[k]);
                     let carried = |v: f32| if self.carried { v } else { 0.0 };
                     let dh = self.dh.map_or(0.0, |d| d[k]) + carried(carry_h[k]);
                     let dcell = self.dc.map_or(0.0, |d| d[k]) + carried(cc[j]) + dh * o * (1.0 - tc * tc);

@@ -1,10 +1,10 @@
 use crate::backend::BackendError;
-use crate::ops::CHUNK;
+use crate::ops::{math, CHUNK};
 use rayon::prelude::*;
 
 pub(super) fn forward(x: &[f32], y: &mut [f32]) -> Result<(), BackendError> {
     y.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK)).for_each(|(y, x)| {
-        y.iter_mut().zip(x).for_each(|(y, &x)| *y = x.tanh());
+        y.iter_mut().zip(x).for_each(|(y, &x)| *y = math::tanh(x));
     });
     Ok(())
 }

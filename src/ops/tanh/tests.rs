@@ -31,6 +31,7 @@ fn tanh_is_odd_and_saturates_at_one() {
         })
         .unwrap();
     assert_eq!(out[..3], [0.0, -1.0, 1.0]);
-    assert_eq!(out[3], 0.5f32.tanh());
+    // The CPU's rational tanh (`ops::math`) is within 3e-7 of libm's.
+    assert!((out[3] - 0.5f32.tanh()).abs() <= 3e-7, "{}", out[3]);
     assert_eq!(out[4], -out[3], "tanh(−x) = −tanh(x)");
 }

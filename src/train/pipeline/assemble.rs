@@ -103,6 +103,7 @@ pub(crate) fn assemble(cfg: &TrainConfig, host: &DataSet, mut engine: Engine, li
                 &run.model.describe(),
                 &run.optimizer.describe(),
                 run.task.draws(),
+                &input.example.to_string(),
             ),
         },
     )

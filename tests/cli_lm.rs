@@ -1,0 +1,138 @@
+//! The `bumpgrad` binary with language models: bad input is refused with
+//! the sizes and what to pass, before anything is written to the checkpoint
+//! directory; a resume with other model sizes or another window is
+//! refused naming both values and the flag.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+fn bumpgrad(args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_bumpgrad"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(args)
+        .output()
+        .expect("run bumpgrad")
+}
+
+/// A fresh directory for `name` under the target directory.
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The first `bytes` of tiny-shakespeare as a corpus of its own.
+fn corpus(bytes: usize, dir: &Path) -> String {
+    let text = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/data/tinyshakespeare/input.txt")).unwrap();
+    let path = dir.join(format!("corpus-{bytes}.txt"));
+    std::fs::write(&path, &text[..bytes]).unwrap();
+    path.display().to_string()
+}
+
+/// Refused with status 1, `needle` in the message, no panic, and no file in
+/// `checkpoints` (the run makes the directory itself when it checks it can
+/// write there, before loading the data).
+fn refused(args: &[&str], checkpoints: &Path, needle: &str) {
+    let out = bumpgrad(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+    assert!(stderr.contains(needle), "{args:?}: expected {needle:?} in: {stderr}");
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    let files = std::fs::read_dir(checkpoints).map_or(0, |d| d.count());
+    assert_eq!(files, 0, "{args:?} wrote into {}", checkpoints.display());
+}
+
+#[test]
+fn bad_language_model_input_is_refused_before_any_checkpoint_is_written() {
+    let dir = scratch("cli-lm-bad-input");
+    let short = corpus(300, &dir);
+    let text = corpus(12_000, &dir);
+    let ckpt = dir.join("checkpoints");
+    let ck = ckpt.to_str().unwrap();
+    let common = ["--device", "cpu", "--threads", "1", "--checkpoint-dir", ck];
+    let cases: [(Vec<&str>, &str); 5] = [
+        (
+            vec!["--model", "char-lstm", "--data", &short, "--seq-len", "64", "--batch", "32"],
+            "the training split has 270 tokens, too few for 32 streams of one window of 64 tokens: that needs at least 2049",
+        ),
+        (
+            vec!["--model", "char-lstm", "--data", &short, "--seq-len", "64", "--batch", "32"],
+            "pass a smaller --batch or --seq-len, or a longer text to --data",
+        ),
+        (
+            vec!["--model", "char-rnn", "--data", &text, "--seq-len", "0"],
+            "a window of 0 tokens reads nothing; pass --seq-len 64",
+        ),
+        (
+            vec!["--model", "char-lstm", "--data", "data/mnist"],
+            "the model char-lstm reads token ids, but the data is an image data set",
+        ),
+        (
+            vec!["--model", "mnist-cnn", "--data", &text],
+            "the model mnist-cnn reads images, but the data is a text corpus",
+        ),
+    ];
+    for (args, needle) in cases {
+        let mut all = vec!["train"];
+        all.extend_from_slice(&common);
+        all.extend_from_slice(&args);
+        refused(&all, &ckpt, needle);
+    }
+}
+
+#[test]
+fn a_resume_with_other_sizes_or_another_window_is_refused_naming_both() {
+    let dir = scratch("cli-lm-resume");
+    let text = corpus(12_000, &dir);
+    let ckpt = dir.join("checkpoints");
+    let ck = ckpt.to_str().unwrap();
+    let run = |sizes: &[&str], epochs: &str, resume: bool| {
+        let mut args = vec![
+            "train",
+            "--model",
+            "char-lstm",
+            "--data",
+            &text,
+            "--batch",
+            "8",
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--epochs",
+            epochs,
+            "--checkpoint-dir",
+            ck,
+        ];
+        args.extend_from_slice(sizes);
+        if resume {
+            args.extend_from_slice(&["--resume", ck]);
+        }
+        bumpgrad(&args)
+    };
+    let sizes = ["--embed", "8", "--hidden", "16", "--layers", "1", "--seq-len", "16"];
+    let first = run(&sizes, "1", false);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    for (changed, needle) in [
+        (
+            ["--embed", "8", "--hidden", "24", "--layers", "1", "--seq-len", "16"],
+            "it was made with char-lstm of hidden 16, this run's has hidden 24; pass --hidden 16",
+        ),
+        (
+            ["--embed", "0", "--hidden", "16", "--layers", "2", "--seq-len", "16"],
+            "it was made with char-lstm of embed 8, layers 1, this run's has embed 0, layers 2; pass --embed 8 --layers 1",
+        ),
+        (
+            ["--embed", "8", "--hidden", "16", "--layers", "1", "--seq-len", "8"],
+            "it was made with windows of 16 tokens, this run reads 8; pass --seq-len 16",
+        ),
+    ] {
+        let out = run(&changed, "2", true);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{changed:?}: {stderr}");
+        assert!(stderr.contains(needle), "{changed:?}: expected {needle:?} in: {stderr}");
+    }
+    let same = run(&sizes, "2", true);
+    assert!(same.status.success(), "{}", String::from_utf8_lossy(&same.stderr));
+}
