@@ -278,8 +278,14 @@ impl<'c> Pipeline<'c> {
         // ms a step); where it would grow more than TUNING_GROWTH, or past a
         // given arena, the largest workspace allowed is halved until it does
         // not.
-        let tuning = tuning::times_convolutions(cfg, kind);
-        capacity += tuning_bytes(cfg, kind, needs.step_bytes).unwrap_or(0);
+        // A step without convolutions (a language model) has nothing to
+        // time: no room for it, and no line saying none changed. Only
+        // convolutions and their batch norms are candidates for
+        // recomputation, so a step with none has no convolution.
+        let tuning = tuning::times_convolutions(cfg, kind) && !needs.candidates.is_empty();
+        if tuning {
+            capacity += tuning_bytes(cfg, kind, needs.step_bytes).unwrap_or(0);
+        }
         let Self {
             host,
             device,

@@ -29,7 +29,9 @@ impl Pipeline<'_> {
             let search = budgeted.search.unwrap_or_default();
             report.recomputed = Some(recomputed(&needs, &unbudgeted, budget, &self.speed(), search));
         }
-        report.tuning_bytes = super::tuning_bytes(self.cfg, device_kind(&self.device), needs.step_bytes);
+        // As the run: no room to time convolutions where there are none.
+        report.tuning_bytes = super::tuning_bytes(self.cfg, device_kind(&self.device), needs.step_bytes)
+            .filter(|_| !needs.candidates.is_empty());
         Ok((report, self.device.describe()))
     }
 }
