@@ -51,10 +51,9 @@ pub(super) fn forward(
     }
 }
 
-/// What backward reads: the forward's activations, states and weight, the
-/// initial state, and the gradients reaching the outputs (absent: zero).
+/// What backward reads: the forward's states and weight, the initial
+/// state, and the gradients reaching the outputs (absent: zero).
 pub(super) struct Backward<'a> {
-    pub acts: &'a [f32],
     pub h: &'a [f32],
     pub c: &'a [f32],
     pub w_hh: &'a [f32],
@@ -64,7 +63,8 @@ pub(super) struct Backward<'a> {
     pub dc: Option<&'a [f32]>,
 }
 
-/// Every step from the last: the gates' gradient into `dgates`, the
+/// Every step from the last: the gates' gradient into `dgates`, over the
+/// forward's activations, which it holds on the way in; the
 /// gradient reaching the previous `h` (into `carry_h`) and `c` (`carry_c`),
 /// which after step 0 are `h0`'s and `c0`'s; then `W_hh`'s, if wanted.
 pub(super) fn backward(
@@ -87,7 +87,6 @@ pub(super) fn backward(
         let last = t + 1 == steps;
         let up = Pointwise {
             hidden,
-            acts: &io.acts[t * gates..][..gates],
             c: &io.c[t * state..][..state],
             c_prev,
             dh: at(io.dh, t, state),
@@ -116,7 +115,6 @@ pub(super) fn backward(
 /// One step of backward's pointwise part.
 struct Pointwise<'a> {
     hidden: usize,
-    acts: &'a [f32],
     c: &'a [f32],
     c_prev: Option<&'a [f32]>,
     dh: Option<&'a [f32]>,
@@ -127,6 +125,8 @@ struct Pointwise<'a> {
 }
 
 impl Pointwise<'_> {
+    /// `dgates` holds the step's activations on the way in, each row's
+    /// four read before they are overwritten by their gradients.
     fn backward(&self, carry_h: &[f32], carry_c: &mut [f32], dgates: &mut [f32]) {
         let hd = self.hidden;
         dgates
@@ -134,10 +134,9 @@ impl Pointwise<'_> {
             .zip(carry_c.par_chunks_mut(hd))
             .enumerate()
             .for_each(|(b, (row, cc))| {
-                let a = &self.acts[b * 4 * hd..][..4 * hd];
                 for j in 0..hd {
                     let k = b * hd + j;
-                    let (i, f, g, o) = (a[j], a[hd + j], a[2 * hd + j], a[3 * hd + j]);
+                    let (i, f, g, o) = (row[j], row[hd + j], row[2 * hd + j], row[3 * hd + j]);
                     let tc = crate::ops::math::tanh(self.c[k]);
                     let carried = |v: f32| if self.carried { v } else { 0.0 };
                     let dh = self.dh.map_or(0.0, |d| d[k]) + carried(carry_h[k]);

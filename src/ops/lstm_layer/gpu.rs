@@ -175,7 +175,8 @@ impl Layer {
         Ok(())
     }
 
-    /// Every step from the last: the gates' gradient into `dgates`, the
+    /// Every step from the last: the gates' gradient into `dgates` (which may
+    /// be the activations: each thread reads its four before writing), the
     /// running gradients of `h` and `c` in `carry`, `h0`'s summed at the end.
     pub(super) fn backward(
         &self,

@@ -15,7 +15,8 @@
 //! model; on one CPU thread it is `T` ops' dispatch saved.
 //!
 //! Backward keeps what `lstm_cell` keeps, for every step: the activations
-//! `(i, f, g, o)` `[T, B, 4H]`, and the cells, which are an output.
+//! `(i, f, g, o)` `[T, B, 4H]`, and the cells, which are an output; the
+//! gates' gradient is written over the activations, step by step.
 
 mod cpu;
 #[cfg(test)]
@@ -181,7 +182,12 @@ impl Saved {
         let h0b = h0.map(|t| s.saved(&t)).transpose()?;
         let c0b = c0.map(|t| s.saved(&t)).transpose()?;
         // The gates' gradient for every step: proj's, and what W_hh's is made of.
-        let dgates = s.alloc_like("lstm gates grad", &self.proj)?;
+        // The gates' gradient overwrites their activations in place: step
+        // t's backward reads only step t's activations, each thread its own
+        // four before it writes them, so the layer's backward needs no
+        // second [T, B, 4H] buffer (64 MiB a layer of a 2 × 512 model at
+        // T 128, B 64: its step's peak held three of them).
+        let dgates = self.acts;
         // The gradient reaching the previous step's h, in fp32 partial sums
         // on a GPU (see the forward's summand); h0's, if it wants one, summed.
         let parts = product_parts(s, batch, hidden, 4 * hidden);
@@ -210,7 +216,6 @@ impl Saved {
                 any(c0b).into(),
                 any(dh).into(),
                 any(dc).into(),
-                dgates.into(),
                 carry_h.into(),
                 any(gh0).into(),
                 carry_c.into(),
@@ -219,7 +224,6 @@ impl Saved {
             ],
             |v| {
                 let io = cpu::Backward {
-                    acts: v.read(acts)?,
                     h: v.read(hb)?,
                     c: v.read(cb)?,
                     w_hh: v.read(w)?,
@@ -229,7 +233,7 @@ impl Saved {
                     dc: dc.map(|b| v.read(b)).transpose()?,
                 };
                 let gw = gw.map(|b| v.write(b)).transpose()?;
-                cpu::backward(hidden, io, v.write(dgates)?, v.write(carry_h)?, v.write(carry_c)?, gw);
+                cpu::backward(hidden, io, v.write(acts)?, v.write(carry_h)?, v.write(carry_c)?, gw);
                 Ok(())
             },
             |gpu| {
