@@ -78,6 +78,23 @@ pub enum Setting {
     ModelSize,
 }
 
+impl Setting {
+    /// The setting a checkpoint's fingerprint records under `key` (the
+    /// run's own settings, and a task's, `TaskConfig::fingerprint`).
+    pub fn of_fingerprint_key(key: &str) -> Option<Self> {
+        Some(match key {
+            "batch" => Self::Batch,
+            "train_limit" => Self::TrainLimit,
+            "model" => Self::Model,
+            "optimizer" => Self::Optimizer,
+            "augment" => Self::Augment,
+            "classes" => Self::Classes,
+            "buckets" => Self::Buckets,
+            _ => return None,
+        })
+    }
+}
+
 impl Error {
     pub(crate) fn setting(setting: Setting, problem: impl Into<String>, fix: Option<String>) -> Self {
         Self::Setting {

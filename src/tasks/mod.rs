@@ -205,6 +205,12 @@ pub trait TaskConfig: fmt::Debug + Clone + Send + Sync + 'static {
     /// What the task draws at random into its batches, as a checkpoint
     /// records it (a resumed run must draw the same): `none` for nothing.
     fn draws(&self) -> String;
+    /// Settings of the task a checkpoint must have been made with (a key,
+    /// as its flag names it, and a value), beyond the run's own: what
+    /// changes which examples an epoch holds or how they are grouped.
+    fn fingerprint(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
     /// The training examples an epoch of steps of `batch` visits (the
     /// built task's [`Task::train_len`]).
     fn train_len(&self, set: &DataSet, batch: usize) -> Result<usize>;
@@ -256,6 +262,7 @@ pub struct TaskChoice {
     name: &'static str,
     settings: String,
     draws: String,
+    fingerprint: Vec<(&'static str, String)>,
     config: Arc<dyn AnyTaskConfig>,
 }
 
@@ -265,6 +272,7 @@ impl TaskChoice {
             name,
             settings: format!("{config:?}"),
             draws: config.draws(),
+            fingerprint: config.fingerprint(),
             config: Arc::new(config),
         }
     }
@@ -281,6 +289,11 @@ impl TaskChoice {
     /// See [`TaskConfig::draws`].
     pub fn draws(&self) -> &str {
         &self.draws
+    }
+
+    /// See [`TaskConfig::fingerprint`].
+    pub fn fingerprint(&self) -> &[(&'static str, String)] {
+        &self.fingerprint
     }
 
     pub fn validate(&self) -> Result<()> {

@@ -154,6 +154,15 @@ impl TaskConfig for SentenceClassificationConfig {
         "none".into()
     }
 
+    /// Other classes keep other sentences; other buckets group them into
+    /// other batches, so a resumed epoch would not continue the same one.
+    fn fingerprint(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("classes", self.classes.to_string()),
+            ("buckets", self.buckets.to_string()),
+        ]
+    }
+
     /// Rows of every batch of an epoch, padding rows included: the loop
     /// counts `B` of them a step.
     fn train_len(&self, set: &DataSet, batch: usize) -> Result<usize> {

@@ -226,21 +226,18 @@ pub(crate) fn position(ckpt: &Checkpoint, seed: u64, fingerprint: &[(&'static st
         // those from before the example's shape was recorded say nothing of
         // it (their models, images or windows, check the tensors' shapes).
         let recorded = ckpt.extra.get(*key).map(String::as_str);
+        // A task's own settings (`TaskConfig::fingerprint`) were not
+        // recorded before they were part of it: such a checkpoint is taken
+        // as made with this run's.
         let recorded = recorded
             .or((*key == SAME[4]).then_some("none"))
-            .or((*key == SAME[5]).then_some(want.as_str()));
+            .or((*key == SAME[5] || !SAME.contains(key)).then_some(want.as_str()));
         match recorded {
             Some(found) if found == want => {}
             Some(found) if *key == SAME[2] => return refuse_model(found, want),
             Some(found) if *key == SAME[5] => return refuse_example(found, want),
             Some(found) => {
-                let setting = match *key {
-                    "batch" => Setting::Batch,
-                    "train_limit" => Setting::TrainLimit,
-                    "model" => Setting::Model,
-                    "augment" => Setting::Augment,
-                    _ => Setting::Optimizer,
-                };
+                let setting = Setting::of_fingerprint_key(key).unwrap_or(Setting::Optimizer);
                 return refuse(
                     setting,
                     format!("it was made with {key} {found}, this run has {want}"),
@@ -293,6 +290,37 @@ mod tests {
         assert!("0".parse::<Every>().is_err());
         assert!("5 fortnights".parse::<Every>().unwrap_err().contains("unknown unit"));
         assert!("steps".parse::<Every>().is_err());
+    }
+
+    #[test]
+    fn a_tasks_own_settings_are_refused_when_they_differ_and_taken_as_the_runs_when_absent() {
+        let base = fingerprint(25, None, "sst-lstm", "adagrad", "none", "[16285]");
+        let with = |classes: &str, buckets: &str| {
+            let mut fp = base.clone();
+            fp.extend([("classes", classes.to_string()), ("buckets", buckets.to_string())]);
+            fp
+        };
+        let at = Position {
+            epochs_done: 1,
+            step_in_epoch: 40,
+            loss_sum: 1.5,
+        };
+        let ckpt = make(Vec::new(), at, 321, 7, "{}".into(), &with("2", "8"));
+        assert_eq!(position(&ckpt, 7, &with("2", "8")).unwrap(), at);
+        let err = position(&ckpt, 7, &with("5", "8")).unwrap_err();
+        assert!(
+            matches!(&err, Error::Setting { setting: Setting::Classes, fix: Some(f), .. } if f == "2"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("made with classes 2, this run has 5"), "{err}");
+        let err = position(&ckpt, 7, &with("2", "4")).unwrap_err();
+        assert!(
+            matches!(&err, Error::Setting { setting: Setting::Buckets, fix: Some(f), .. } if f == "8"),
+            "{err}"
+        );
+        // Made before the task's settings were recorded.
+        let older = make(Vec::new(), at, 321, 7, "{}".into(), &base);
+        assert_eq!(position(&older, 7, &with("5", "4")).unwrap(), at);
     }
 
     #[test]

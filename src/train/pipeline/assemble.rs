@@ -104,7 +104,10 @@ pub(crate) fn assemble(cfg: &TrainConfig, host: &DataSet, mut engine: Engine, li
                 &run.optimizer.describe(),
                 run.task.draws(),
                 &input.example.to_string(),
-            ),
+            )
+            .into_iter()
+            .chain(run.task.fingerprint().iter().cloned())
+            .collect(),
         },
     )
 }
