@@ -231,7 +231,7 @@ impl Task for Classification {
 }
 
 /// Index of the largest value; the first on ties, as PyTorch's argmax.
-fn argmax(row: &[f32]) -> usize {
+pub(super) fn argmax(row: &[f32]) -> usize {
     let mut best = 0;
     for (i, &v) in row.iter().enumerate() {
         if v > row[best] {

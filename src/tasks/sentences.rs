@@ -28,6 +28,7 @@
 //! reads, and the model reads each sentence at its own length, so a
 //! sentence's logits and gradient are the same padded or alone.
 
+use super::classification::argmax;
 use super::{BuildArgs, LengthSample, Metric, Task, TaskChoice, TaskConfig};
 use crate::data::text::{Classes, LengthBuckets, SentenceBatches, Sentences, SentimentSet, PADDING_ROW};
 use crate::data::{DataError, DataSet};
@@ -535,17 +536,6 @@ impl Task for SentenceClassification {
         self.train.arrange()?;
         engine.write_persistent(self.train.order, &self.train.host_order)
     }
-}
-
-/// The index of the largest value (the first of equals).
-fn argmax(row: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &v) in row.iter().enumerate() {
-        if v > row[best] {
-            best = i;
-        }
-    }
-    best
 }
 
 #[cfg(test)]

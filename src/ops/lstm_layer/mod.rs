@@ -111,6 +111,16 @@ impl<'s> Tensor<'s> {
         // sums of `gpu::Product`'s split, which the cell kernel adds up.
         let parts = product_parts(s, batch, 4 * hidden, hidden);
         let from_h = s.alloc::<f32>("lstm recurrent summand", Shape::new(&[parts, batch, 4 * hidden]))?;
+        let saved = Saved {
+            proj: self.inner,
+            w_hh: w_hh.inner,
+            h0: h0.map(|t| t.inner),
+            c0: c0.map(|t| t.inner),
+            acts,
+            h: h.inner,
+            c: c.inner,
+        };
+        let layer = saved.layer();
         let (x, w, hb, cb) = (self.buf(), w_hh.buf(), h.buf(), c.buf());
         let (h0b, c0b) = (h0.map(|t| t.buf()), c0.map(|t| t.buf()));
         s.launch(
@@ -136,35 +146,30 @@ impl<'s> Tensor<'s> {
                 cpu::forward(hidden, io, v.write(acts)?, v.write(from_h)?, v.write(hb)?, v.write(cb)?);
                 Ok(())
             },
-            |gpu| {
-                let layer = gpu::Layer {
-                    steps,
-                    batch,
-                    hidden,
-                    w_hh: w,
-                    h: hb,
-                    c: cb,
-                    acts,
-                };
-                layer.forward(gpu, x, h0b, c0b, from_h, parts)
-            },
+            |gpu| layer.forward(gpu, x, h0b, c0b, from_h, parts),
         )?;
         if h.requires_grad() {
-            s.record(Saved {
-                proj: self.inner,
-                w_hh: w_hh.inner,
-                h0: h0.map(|t| t.inner),
-                c0: c0.map(|t| t.inner),
-                acts,
-                h: h.inner,
-                c: c.inner,
-            });
+            s.record(saved);
         }
         Ok((h, c))
     }
 }
 
 impl Saved {
+    /// The layer's sizes and buffers, as the GPU's passes take them.
+    fn layer(&self) -> gpu::Layer {
+        let d = self.h.shape;
+        gpu::Layer {
+            steps: d.dim(0),
+            batch: d.dim(1),
+            hidden: d.dim(2),
+            w_hh: self.w_hh.buf,
+            h: self.h.buf,
+            c: self.c.buf,
+            acts: self.acts,
+        }
+    }
+
     pub(crate) fn backward(self, s: &mut Step<'_>) -> Result<()> {
         let (dh, dc) = (s.grad_of(&self.h), s.grad_of(&self.c));
         if dh.is_none() && dc.is_none() {
@@ -177,12 +182,12 @@ impl Saved {
             return Ok(());
         }
         let d = self.h.shape;
-        let (steps, batch, hidden) = (d.dim(0), d.dim(1), d.dim(2));
+        let (batch, hidden) = (d.dim(1), d.dim(2));
         let dtype = self.proj.dtype();
         let h0b = h0.map(|t| s.saved(&t)).transpose()?;
         let c0b = c0.map(|t| s.saved(&t)).transpose()?;
-        // The gates' gradient for every step: proj's, and what W_hh's is made of.
-        // The gates' gradient overwrites their activations in place: step
+        // The gates' gradient for every step (proj's, and what W_hh's is
+        // made of) overwrites their activations in place: step
         // t's backward reads only step t's activations, each thread its own
         // four before it writes them, so the layer's backward needs no
         // second [T, B, 4H] buffer (64 MiB a layer of a 2 × 512 model at
@@ -204,6 +209,7 @@ impl Saved {
         };
         let workspace = blas_workspace(s)?;
         let tf32 = s.policy().tf32();
+        let layer = self.layer();
         let (acts, hb, cb, w) = (self.acts, self.h.buf, self.c.buf, self.w_hh.buf);
         let any = |b: Option<FloatBuf>| b.unwrap_or_default();
         s.launch(
@@ -237,15 +243,6 @@ impl Saved {
                 Ok(())
             },
             |gpu| {
-                let layer = gpu::Layer {
-                    steps,
-                    batch,
-                    hidden,
-                    w_hh: w,
-                    h: hb,
-                    c: cb,
-                    acts,
-                };
                 let carry = gpu::Carry {
                     h: carry_h,
                     parts,
