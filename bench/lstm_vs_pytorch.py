@@ -255,14 +255,14 @@ def run_pytorch(spec):
 # bumpgrad
 # --------------------------------------------------------------------------
 
-def run_bumpgrad(args, model, c, device, optimizer, epochs):
+def run_bumpgrad(args, model, c, device, optimizer, epochs, seed=None):
     cmd = [args.bumpgrad, "train", "--model", model, "--data", str(CORPUS),
            "--embed", str(c["embed"]), "--hidden", str(c["hidden"]), "--layers", str(c["layers"]),
            "--seq-len", str(c["seq_len"]), "--batch", str(c["batch"]),
            "--optimizer", optimizer, "--lr", str(c["lr"]),
            *(["--clip-norm", str(c["clip"])] if c.get("clip") else []),
            "--device", device, *(["--threads", "1"] if device == "cpu" else []),
-           "--epochs", str(epochs), "--seed", str(args.seed),
+           "--epochs", str(epochs), "--seed", str(args.seed if seed is None else seed),
            "--checkpoint-every", "off", "--checkpoint-dir", "/tmp/bumpgrad-bench-checkpoints", "--json"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
@@ -334,7 +334,32 @@ def gpu_rows(args):
         rows["cell_loop"] = run_pytorch({**base, "cell_loop": True, "steps": 0, "validate": False,
                                          "warmup": 3, "timed": args.cell_loop_timed})
         print(f"PyTorch nn.LSTMCell loop: {rows['cell_loop']['ms_per_step']:.2f} ms/step", file=sys.stderr, flush=True)
+    if args.steps and args.loss_seeds > 1:
+        rows["loss_seeds"] = loss_seeds(args, rows, base, steps_total)
     return rows
+
+
+def loss_seeds(args, rows, base, steps_total):
+    """The validation loss of both sides over seeds `--seed` .. `--seed +
+    --loss-seeds - 1` (the first seed's runs are the timed ones): the two
+    sides draw their initial weights differently, so a gap is read against
+    each side's spread over seeds."""
+    out = {"seeds": [args.seed], "bumpgrad": [rows["bumpgrad"]["valid_loss"]],
+           "pytorch": [rows["cudnn"]["valid_loss"]]}
+    for seed in range(args.seed + 1, args.seed + args.loss_seeds):
+        b = run_bumpgrad(args, "char-lstm", GPU_CONFIG, "cuda", "adamw", steps_total // 122, seed)
+        t = run_pytorch({**base, "seed": seed, "cell_loop": False, "steps": steps_total, "validate": True,
+                         "warmup": 2, "timed": 1})
+        out["seeds"].append(seed)
+        out["bumpgrad"].append(b["epochs"][-1]["valid_loss"])
+        out["pytorch"].append(t["valid_loss"])
+        print(f"seed {seed}: valid loss bumpgrad {out['bumpgrad'][-1]:.4f}, PyTorch {out['pytorch'][-1]:.4f}",
+              file=sys.stderr, flush=True)
+    for side in ("bumpgrad", "pytorch"):
+        out[f"{side}_mean"] = statistics.mean(out[side])
+        out[f"{side}_spread"] = max(out[side]) - min(out[side])
+    out["mean_gap"] = out["bumpgrad_mean"] - out["pytorch_mean"]
+    return out
 
 
 def cpu_rows(args):
@@ -375,6 +400,12 @@ def table(gpu, cpu, args):
         if "valid_loss" in b and "valid_loss" in d:
             out.append(f"\nvalidation loss: bumpgrad − PyTorch = {b['valid_loss'] - d['valid_loss']:+.4f} "
                        f"(target within ±{TARGETS['gpu_valid_loss_within']})")
+        if "loss_seeds" in gpu:
+            s = gpu["loss_seeds"]
+            row = lambda side: " / ".join(f"{v:.4f}" for v in s[side])  # noqa: E731
+            out.append(f"over seeds {s['seeds']}: bumpgrad {row('bumpgrad')} (mean {s['bumpgrad_mean']:.4f}, "
+                       f"spread {s['bumpgrad_spread']:.4f}); PyTorch {row('pytorch')} (mean {s['pytorch_mean']:.4f}, "
+                       f"spread {s['pytorch_spread']:.4f}); means apart {s['mean_gap']:+.4f}")
     if cpu:
         out += ["", f"| CPU, one thread: {args.cpu_iterations} iterations | bumpgrad s | ms/iter | PyTorch s "
                 "| ratio (target ≤ 0.5) | bumpgrad valid loss | PyTorch train loss first → last 100 |",
@@ -405,6 +436,9 @@ def main():
     p.add_argument("--cpu-iterations", type=int, default=5000, help="CPU: training iterations")
     p.add_argument("--cpu-cell-loop", action="store_true", help="CPU: also PyTorch's nn.LSTMCell loop (35 s)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--loss-seeds", type=int, default=1,
+                   help="GPU: train both sides from this many seeds (from --seed) and compare the validation "
+                        "losses' means and spreads; the first seed's runs are the timed ones")
     p.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results")
     p.add_argument("--pytorch-worker", help=argparse.SUPPRESS)
     args = p.parse_args()

@@ -3,6 +3,9 @@
 
     python3 scripts/check_checkpoint_torch.py CHECKPOINT [--eval-data data/mnist]
         [--model resnet18|resnet50|squeezenet --width-mult W]
+    python3 scripts/check_checkpoint_torch.py CHECKPOINT --model char-lstm|char-rnn
+        [--eval-data data/tinyshakespeare/input.txt --seq-len T]
+    python3 scripts/check_checkpoint_torch.py CHECKPOINT --model sst-lstm [--eval-data data/sst]
 
 CHECKPOINT is a ckpt-*.safetensors file, or a directory (its newest one is
 taken). The script
@@ -19,6 +22,16 @@ taken). The script
    state for that parameter, as PyTorch's own SGD keeps it;
 5. runs a forward pass, and with --eval-data the MNIST test accuracy, which
    for a trained checkpoint should match what bumpgrad reported.
+
+The text models (`--model char-lstm`, `char-rnn`, `sst-lstm`) load into
+bench/models.py's `CharLM` and `SstLstm`, their sizes read from the tensors'
+shapes, their optimizer state (AdamW's or Adagrad's) counted, not loaded.
+With --eval-data a language model's validation loss (the corpus's last 10%
+in the checkpoint's `batch` streams, `--seq-len` at a time, the state
+carried from zeros: bumpgrad's evaluation) or sst-lstm's development
+accuracy (`dev.txt`, the classes the checkpoint's fc layer has) is printed
+beside the figure the run reported; `--expect X` makes a difference above
+`--tolerance` a failure.
 
 It prints OK and exits 0, or says what failed and exits 1.
 
@@ -110,6 +123,107 @@ def canonical_checksum(raw: bytes) -> str:
     return "sha256:" + h.hexdigest()
 
 
+TEXT_MODELS = ("char-lstm", "char-rnn", "sst-lstm")
+
+
+def check_text(args):
+    """A text model's checkpoint: strict load into bench/models.py's module,
+    then its validation figure (see the module's docstring)."""
+    import re
+
+    from models import CharLM, SstLstm
+
+    path = newest_checkpoint(args.checkpoint)
+    print(f"checkpoint: {path}")
+    with safe_open(str(path), framework="pt") as f:
+        metadata = f.metadata() or {}
+    recorded = metadata.get("checksum")
+    computed = canonical_checksum(path.read_bytes())
+    if computed != recorded:
+        fail(f"checksum: the file records {recorded} but hashes to {computed}")
+    tensors = load_file(str(path))
+    params = {k: v for k, v in tensors.items() if not k.startswith(OPTIMIZER_PREFIX)}
+    state = [k for k in tensors if k.startswith(OPTIMIZER_PREFIX)]
+    layers = len([k for k in params if k.startswith("rnn.weight_hh_l")])
+    hidden = params["rnn.weight_hh_l0"].shape[1]
+    if args.model == "sst-lstm":
+        vocab, embed = params["embedding.weight"].shape
+        model = SstLstm(vocab, params["fc.weight"].shape[0], embed, hidden, layers)
+    else:
+        vocab = params["decoder.weight"].shape[0]
+        embed = params["encoder.weight"].shape[1] if "encoder.weight" in params else 0
+        model = CharLM(vocab, embed, hidden, layers, "lstm" if args.model == "char-lstm" else "rnn")
+    try:
+        model.load_state_dict(params, strict=True)
+    except RuntimeError as e:
+        fail(f"load_state_dict(strict=True): {e}")
+    for name, value in model.state_dict().items():
+        if not torch.equal(value, params[name]):
+            fail(f"{name} did not load as stored")
+    print(f"model: {args.model} (vocabulary {vocab}, embed {embed}, hidden {hidden}, layers {layers}), "
+          f"{len(params)} tensors loaded with strict=True; {len(state)} optimizer tensors beside them")
+    if not args.eval_data:
+        print("OK")
+        return
+    model = model.double().eval()
+    if args.model == "sst-lstm":
+        figure, what = sst_dev_accuracy(model, args.eval_data, params["fc.weight"].shape[0]), "development accuracy"
+    else:
+        seq_len = args.seq_len
+        if seq_len is None:
+            found = re.search(r"seq_len\D+(\d+)", metadata.get("config", ""))
+            if not found:
+                fail("the checkpoint does not say its --seq-len: pass --seq-len")
+            seq_len = int(found.group(1))
+        figure, what = lm_valid_loss(model, args.eval_data, int(metadata["batch"]), seq_len), "validation loss"
+    print(f"{what} {figure:.6f} (float64, in PyTorch)")
+    if args.expect is not None:
+        if abs(figure - args.expect) > args.tolerance:
+            fail(f"{what} {figure:.6f}, bumpgrad reported {args.expect} (tolerance {args.tolerance})")
+        print(f"bumpgrad reported {args.expect}: within {args.tolerance}")
+    print("OK")
+
+
+def lm_valid_loss(model, corpus, streams, seq_len):
+    """bumpgrad's validation loss: the last 10% of the corpus's bytes as ids
+    of its sorted distinct bytes, cut into `streams` contiguous streams read
+    `seq_len` at a time, the state carried from zeros; the mean over windows
+    of each window's mean cross-entropy per token."""
+    data = Path(corpus).read_bytes()
+    vocab = sorted(set(data))
+    index = {b: i for i, b in enumerate(vocab)}
+    cut = len(data) // 10 * 9 + len(data) % 10 * 9 // 10
+    tokens = torch.tensor([index[b] for b in data[cut:]], dtype=torch.long)
+    count = (len(tokens) - 1) // streams // seq_len
+    n = streams * count * seq_len
+    x = tokens[:n].view(streams, count, seq_len).permute(1, 2, 0)
+    y = tokens[1:n + 1].view(streams, count, seq_len).permute(1, 2, 0)
+    state, total = None, 0.0
+    with torch.no_grad():
+        for k in range(count):
+            logits, state = model(x[k], state)
+            total += torch.nn.functional.cross_entropy(logits, y[k].reshape(-1)).item()
+    return total / count
+
+
+def sst_dev_accuracy(model, sst, classes):
+    """Root accuracy on `dev.txt`, the vocabulary drawn from the training
+    sentences kept (id 0 the unknown word), neutral roots dropped for 2
+    classes, as bumpgrad's treebank reader does."""
+    from sst_vs_pytorch import SST, encode, read_split
+
+    if Path(sst).resolve() != SST.resolve():
+        fail(f"sst-lstm is checked on {SST} (bench/sst_vs_pytorch.py reads it), not {sst}")
+    train, dev = read_split("train", classes), read_split("dev", classes)
+    vocab = {w: i + 1 for i, w in enumerate(sorted({w for words, _ in train for w in words}))}
+    right = 0
+    with torch.no_grad():
+        for tokens, label in encode(dev, vocab):
+            logits = model(torch.tensor(tokens).view(-1, 1), torch.tensor([len(tokens)]))
+            right += int(logits.argmax(1).item() == label)
+    return right / len(dev)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", type=Path, help="a ckpt-*.safetensors file, or a directory of them")
@@ -119,7 +233,13 @@ def main(argv=None):
                         help="the network that wrote it: mnist-cnn, or resnet18/resnet50/squeezenet "
                              "(bench/models.py) for MNIST's 1-channel images")
     parser.add_argument("--width-mult", type=float, default=1.0, help="the run's --width-mult")
+    parser.add_argument("--seq-len", type=int, help="a language model's --seq-len (default: the checkpoint's)")
+    parser.add_argument("--expect", type=float,
+                        help="text models: the validation loss (or development accuracy) bumpgrad reported")
+    parser.add_argument("--tolerance", type=float, default=1e-3, help="how far from --expect passes")
     args = parser.parse_args(argv)
+    if args.model in TEXT_MODELS:
+        return check_text(args)
 
     path = newest_checkpoint(args.checkpoint)
     print(f"checkpoint: {path}")
