@@ -16,6 +16,8 @@ use bumpgrad::{Device, Engine, Error, Setting, Shape, Step, Tensor};
 
 #[path = "support/sst_case.rs"]
 mod sst_case;
+#[path = "support/sst_step.rs"]
+mod sst_step;
 use sst_case::{config, mean, synthetic_treebank, Seen};
 
 #[test]
@@ -333,136 +335,12 @@ fn models_data_and_settings_that_do_not_fit_are_refused_with_what_fits() {
     }
 }
 
-/// Named tensors of a fixture file: shape and values (float32).
-type Tensors = std::collections::BTreeMap<String, (Vec<usize>, Vec<f32>)>;
-
-fn fixture(path: &std::path::Path) -> Tensors {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    file.tensors()
-        .into_iter()
-        .map(|(name, view)| {
-            assert_eq!(view.dtype(), safetensors::Dtype::F32, "{name}: float32 expected");
-            let values = view
-                .data()
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
-            (name, (view.shape().to_vec(), values))
-        })
-        .collect()
-}
-
-/// One step of a small sst-lstm on one bucket against PyTorch's float64
-/// answer (`bench/sst_step.py`, run on the GPU machine, writes
-/// `tests/fixtures/sst_lstm/`): the loss, the real rows' logits and every
-/// gradient within 1e-4 of their scale, the batch's padding row weighing
-/// nothing. Skips, saying so, while the fixture is absent.
+/// sst-lstm's one step against PyTorch's float64 answer
+/// (`support/sst_step.rs`; the GPU's in `tests/gpu/sentences.rs`).
 #[test]
 fn sst_lstm_matches_pytorchs_float64_step() {
-    let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/sst_lstm"));
-    if !dir.join("step.safetensors").is_file() {
-        eprintln!(
-            "SKIPPED sst_lstm_matches_pytorchs_float64_step: {} is absent (python3 bench/sst_step.py writes it)",
-            dir.display()
-        );
+    let Some(ours) = sst_step::bumpgrad_step(Device::cpu(2).unwrap()) else {
         return;
-    }
-    let (weights, step) = (
-        fixture(&dir.join("weights.safetensors")),
-        fixture(&dir.join("step.safetensors")),
-    );
-    let (dims, tokens) = &step["tokens"];
-    let (steps, batch) = (dims[0], dims[1]);
-    let lengths: Vec<usize> = step["lengths"].1.iter().map(|&n| n as usize).collect();
-    let labels: Vec<u32> = step["labels"].1.iter().map(|&l| l as u32).collect();
-    let real = lengths.iter().filter(|&&n| n > 0).count();
-    let config = SstLstmConfig {
-        embed: weights["embedding.weight"].0[1],
-        hidden: weights["rnn.weight_hh_l0"].0[1],
-        layers: 1,
     };
-    let input = Input {
-        example: Shape::new(&[weights["embedding.weight"].0[0]]),
-        classes: weights["fc.bias"].0[0],
-    };
-    let mut engine = Engine::new(Device::cpu(2).unwrap(), 8 << 20).unwrap();
-    let (store, model) =
-        ParamStore::build(&mut engine.persistent(), 1, |pb| SstLstm::new(&config, input, pb)).expect("sst-lstm");
-    let params: Vec<_> = store.params().collect();
-    let mut names: Vec<&str> = params.iter().map(|p| store.name(p)).collect();
-    names.sort_unstable();
-    assert_eq!(
-        names,
-        weights.keys().map(String::as_str).collect::<Vec<_>>(),
-        "PyTorch's names"
-    );
-    for p in &params {
-        let (dims, values) = &weights[store.name(p)];
-        assert_eq!(p.shape().dims(), dims.as_slice(), "{}", store.name(p));
-        engine.write_persistent(p.buf(), values).unwrap();
-    }
-    let w: Vec<f32> = lengths
-        .iter()
-        .map(|&n| if n > 0 { batch as f32 / real as f32 } else { 0.0 })
-        .collect();
-    let w = engine.persistent().upload("weights", Shape::new(&[batch]), &w).unwrap();
-    let ids: Vec<u32> = tokens.iter().map(|&t| t as u32).collect();
-    let last: Vec<u32> = lengths
-        .iter()
-        .enumerate()
-        .map(|(b, &n)| ((n.max(1) - 1) * batch + b) as u32)
-        .collect();
-    let ours: Tensors = engine
-        .step(|s| {
-            let x = SentenceInput {
-                ids: s.labels(&ids)?,
-                last: s.labels(&last)?,
-                steps,
-                batch,
-            };
-            let y = model.forward_sentences(s, x, Mode::Eval)?;
-            let targets = s.labels(&labels)?;
-            let args = CrossEntropyArgs {
-                weights: Some(w),
-                ..CrossEntropyArgs::default()
-            };
-            let loss = y.cross_entropy(s, targets, args)?;
-            let grads = s.backward(loss)?;
-            let mut out = Tensors::new();
-            out.insert("loss".into(), (vec![1], read(s, loss)?));
-            let logits = read(s, y)?;
-            let classes = input.classes;
-            let rows: Vec<f32> = (0..batch)
-                .filter(|&b| lengths[b] > 0)
-                .flat_map(|b| logits[b * classes..][..classes].to_vec())
-                .collect();
-            out.insert("logits".into(), (vec![real, classes], rows));
-            for p in &params {
-                let g = s.param_grad(&grads, p).expect("a gradient");
-                out.insert(
-                    format!("grad.{}", store.name(p)),
-                    (p.shape().dims().to_vec(), read(s, g)?),
-                );
-            }
-            Ok(out)
-        })
-        .expect("the step");
-    let mut compared = 0;
-    for (name, (dims, want)) in step
-        .iter()
-        .filter(|(n, _)| !["tokens", "lengths", "labels"].contains(&n.as_str()))
-    {
-        let (our_dims, got) = &ours[name];
-        assert_eq!(our_dims, dims, "{name}");
-        let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let error = want.iter().zip(got).map(|(w, g)| (w - g).abs()).fold(0.0f32, f32::max);
-        println!("{name:<24} off by {:.1e} of its scale {scale:.3e}", error / scale);
-        assert!(
-            got.iter().all(|v| v.is_finite()) && error <= 1e-4 * scale,
-            "{name}: off by {error} of {scale}"
-        );
-        compared += 1;
-    }
-    assert_eq!(compared, 2 + 7, "the loss, the logits and seven gradients");
+    sst_step::assert_matches_pytorch("cpu", &ours);
 }

@@ -7,13 +7,16 @@
 //! AdamW, as char-lstm's test allows), and the development accuracy within
 //! 2 points (a sentence whose two logits nearly tie may fall either way).
 //! The shared body, `support/sst_case.rs`, runs on the CPU in
-//! `tests/sentences.rs`.
+//! `tests/sentences.rs`. And one step of the fixture's sst-lstm on the GPU
+//! against PyTorch's float64 answer, as on the CPU.
 
 use super::*;
 use bumpgrad::train::{DeviceConfig, Pipeline, TrainConfig};
 
 #[path = "../support/sst_case.rs"]
 mod sst_case;
+#[path = "../support/sst_step.rs"]
+mod sst_step;
 
 /// Trains `cfg` through one session: its losses, reports and graphs.
 fn train(cfg: &TrainConfig) -> (sst_case::Seen, usize, usize) {
@@ -56,4 +59,21 @@ fn sst_lstm_captures_a_graph_per_bucket_and_follows_the_cpu() {
         cuda.losses.last().unwrap(),
         cpu.losses.last().unwrap()
     );
+}
+
+/// The fixture's one sst-lstm step (`support/sst_step.rs`) on the GPU:
+/// loss, logits and every gradient within 1e-4 of PyTorch's float64
+/// answer, as on the CPU, and within 1e-4 of the CPU's.
+#[test]
+fn sst_lstm_one_step_on_the_gpu_matches_pytorch() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(gpu) = gpu("sst-lstm against pytorch") else {
+        return;
+    };
+    let on_gpu = sst_step::bumpgrad_step(gpu).expect("the fixture is in the repository");
+    sst_step::assert_matches_pytorch("gpu", &on_gpu);
+    let on_cpu = sst_step::bumpgrad_step(Device::cpu(2).expect("cpu")).expect("the fixture");
+    for (name, (_, cpu)) in &on_cpu {
+        assert_close(&format!("sst-lstm: {name}"), cpu, &on_gpu[name].1);
+    }
 }
