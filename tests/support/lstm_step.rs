@@ -43,12 +43,12 @@ pub const TOLERANCE: f32 = 2e-5;
 
 /// Every tensor of a fixture file (float32, as the script writes them).
 pub fn load(name: &str) -> Tensors {
-    load_file(&std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/char_lstm")).join(name))
+    load_file(&Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/char_lstm")).join(name))
 }
 
 /// Every tensor of a fixture file at `path` (float32).
 pub fn load_file(path: &std::path::Path) -> Tensors {
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let file = safetensors::SafeTensors::deserialize(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut out = Tensors::new();
     for (name, view) in file.tensors() {
