@@ -43,7 +43,7 @@ pub const TOLERANCE: f32 = 2e-5;
 
 /// Every tensor of a fixture file (float32, as the script writes them).
 pub fn load(name: &str) -> Tensors {
-    load_file(&Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/char_lstm")).join(name))
+    load_file(&std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/char_lstm")).join(name))
 }
 
 /// Every tensor of a fixture file at `path` (float32).
