@@ -14,6 +14,8 @@ use bumpgrad::tasks::{SentenceClassification, SentenceClassificationConfig};
 use bumpgrad::train::{DeviceConfig, Pipeline, StepKind, TrainConfig};
 use bumpgrad::{Device, Engine, Error, Setting, Shape, Step, Tensor};
 
+#[path = "support/lstm_step.rs"]
+mod lstm_step;
 #[path = "support/sst_case.rs"]
 mod sst_case;
 #[path = "support/sst_step.rs"]

@@ -17,6 +17,7 @@ use bumpgrad::train::{DeviceConfig, Pipeline, TrainConfig};
 mod sst_case;
 #[path = "../support/sst_step.rs"]
 mod sst_step;
+use super::sequences::lstm_step;
 
 /// Trains `cfg` through one session: its losses, reports and graphs.
 fn train(cfg: &TrainConfig) -> (sst_case::Seen, usize, usize) {

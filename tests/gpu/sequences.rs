@@ -12,7 +12,7 @@ use super::*;
 use bumpgrad::nn::{Embedding, Linear, Lstm, Rnn};
 
 #[path = "../support/lstm_step.rs"]
-mod lstm_step;
+pub(crate) mod lstm_step;
 
 #[test]
 fn embedding_matches_the_cpu() {

@@ -11,8 +11,9 @@
 // Each test binary that includes this file uses part of it.
 #![allow(dead_code)]
 
-#[path = "lstm_step.rs"]
-mod lstm_step;
+// The includer provides `lstm_step` (support/lstm_step.rs) beside this
+// module: its fixture loader, one module in a binary that has both.
+use super::lstm_step;
 
 use bumpgrad::models::{SstLstm, SstLstmConfig};
 use bumpgrad::nn::{Input, Mode, Model, ParamStore, SentenceInput};
