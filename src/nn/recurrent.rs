@@ -24,6 +24,7 @@
 //! those of `nn.LSTM(input_size=vocab)`.
 
 use super::params::{Init, ParamBuilder};
+use crate::base::DType;
 use crate::tensor::{Labels, Param, Shape, Tensor};
 use crate::{Error, Result, Step};
 
@@ -213,7 +214,8 @@ impl Lstm {
             let proj = project(s, input, &w)?;
             let dtype = proj.dtype();
             let (h0, c0) = match *state {
-                Some(st) => (Some(st.h.cast(s, dtype)?), Some(st.c.cast(s, dtype)?)),
+                // Cells are fp32 at any precision (ops::lstm_layer says why).
+                Some(st) => (Some(st.h.cast(s, dtype)?), Some(st.c.cast(s, DType::F32)?)),
                 None => (None, None),
             };
             let w_hh = w.w_hh.cast(s, dtype)?;

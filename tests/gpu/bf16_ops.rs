@@ -378,3 +378,44 @@ fn concat_of_channels_last_parts_in_bf16_matches_fp32() {
         with_grads_as(s, y, &[("a grad", a), ("b grad", b), ("c grad", c)])
     });
 }
+
+/// An LSTM layer in bf16 keeps its cells in fp32 (`ops::lstm_layer`): a
+/// forget gate near 1 and inputs adding about 0.01 a step to cells near 1
+/// for 64 steps. A cell kept in bf16 (whose step at 1 is 2⁻⁷ ≈ 0.0078)
+/// would round each addition to 0 or 0.0156 and end 5–10% of the scale
+/// away from fp32's; in fp32 only the bf16 inputs' rounding shows.
+#[test]
+fn lstm_layer_in_bf16_keeps_its_cells_in_fp32() {
+    let (steps, batch, hidden) = (64, 4, 32);
+    same_in_bf16("bf16 lstm_layer", BF16_TOL, &move |s| {
+        let gates = 4 * hidden;
+        // Pre-activations: i 0 (i = 0.5), f 9 (f ≈ 1), g about 0.02, o 0.
+        let pre: Vec<f32> = (0..steps * batch * gates)
+            .map(|k| match (k % gates) / hidden {
+                1 => 9.0,
+                2 => 0.02 * (1.0 + 0.5 * (k as f32 * 0.37).sin()),
+                _ => 0.0,
+            })
+            .collect();
+        let (proj, p) = input_of(s, "proj", Shape::new(&[steps, batch, gates]), &pre)?;
+        let small: Vec<f32> = values(gates * hidden, 61).iter().map(|v| v * 0.01).collect();
+        let (w_hh, w) = input_of(s, "w_hh", Shape::new(&[gates, hidden]), &small)?;
+        let (h0, h) = input(s, "h0", Shape::new(&[batch, hidden]), 62)?;
+        let ones: Vec<f32> = (0..batch * hidden).map(|k| 1.0 + 0.001 * (k % 7) as f32).collect();
+        let c0 = s.variable("c0", Shape::new(&[batch, hidden]), &ones)?;
+        let (hs, cs) = p.lstm_layer(s, w, Some(h), Some(c0))?;
+        assert_eq!(cs.dtype(), DType::F32, "the cells are fp32 at any precision");
+        let mut out = with_grads_as(
+            s,
+            hs,
+            &[
+                ("proj grad", proj),
+                ("w_hh grad", w_hh),
+                ("h0 grad", h0),
+                ("c0 grad", c0),
+            ],
+        )?;
+        out.push(("cells", cs));
+        Ok(out)
+    });
+}

@@ -73,9 +73,11 @@ __device__ __forceinline__ float lstm_layer_parts(const float* P, unsigned int p
 }
 
 // One step forward: gates = x + the recurrent product's parts (none: zero).
+// The cells are fp32 whatever T is: a cell sums into itself every step, and
+// bf16's 8 bits of mantissa would round that sum away over a sequence.
 template <typename T>
-__device__ void lstm_layer_step_forward_t(const T* x, const float* from_h, unsigned int parts, const T* c_prev,
-                                          T* acts, T* h, T* c, unsigned int batch, unsigned int hidden) {
+__device__ void lstm_layer_step_forward_t(const T* x, const float* from_h, unsigned int parts, const float* c_prev,
+                                          T* acts, T* h, float* c, unsigned int batch, unsigned int hidden) {
     unsigned int k = blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= batch * hidden) return;
     unsigned int b = k / hidden, j = k % hidden;
@@ -87,8 +89,8 @@ __device__ void lstm_layer_step_forward_t(const T* x, const float* from_h, unsig
     }
     float i = 1.0f / (1.0f + expf(-pre[0])), f = 1.0f / (1.0f + expf(-pre[1]));
     float g = tanhf(pre[2]), o = 1.0f / (1.0f + expf(-pre[3]));
-    float cell = f * (c_prev ? load(c_prev[k]) : 0.0f) + i * g;
-    c[k] = store<T>(cell);
+    float cell = f * (c_prev ? c_prev[k] : 0.0f) + i * g;
+    c[k] = cell;
     h[k] = store<T>(o * tanhf(cell));
     acts[row + j] = store<T>(i);
     acts[row + hidden + j] = store<T>(f);
@@ -101,7 +103,7 @@ extern "C" __global__ void lstm_layer_step_forward(const float* x, const float* 
     lstm_layer_step_forward_t(x, from_h, parts, c_prev, acts, h, c, batch, hidden);
 }
 extern "C" __global__ void lstm_layer_step_forward_bf16(const bf16* x, const float* from_h, unsigned int parts,
-                                                        const bf16* c_prev, bf16* acts, bf16* h, bf16* c,
+                                                        const float* c_prev, bf16* acts, bf16* h, float* c,
                                                         unsigned int batch, unsigned int hidden) {
     lstm_layer_step_forward_t(x, from_h, parts, c_prev, acts, h, c, batch, hidden);
 }
@@ -110,26 +112,27 @@ extern "C" __global__ void lstm_layer_step_forward_bf16(const bf16* x, const flo
 // (dh) plus what the next step sent back (the parts of carry_h); the
 // cell's likewise (dc, carry_in). The cell's gradient for the previous step
 // goes to carry_out, which may be carry_in (each thread reads its element
-// before writing it).
+// before writing it). The cells and their gradients are fp32, as forward's.
 template <typename T>
-__device__ void lstm_layer_step_backward_t(const T* acts, const T* c, const T* c_prev, const T* dh, const T* dc,
-                                           const float* carry_h, unsigned int parts, const T* carry_in,
-                                           T* carry_out, T* dgates, unsigned int batch, unsigned int hidden) {
+__device__ void lstm_layer_step_backward_t(const T* acts, const float* c, const float* c_prev, const T* dh,
+                                           const float* dc, const float* carry_h, unsigned int parts,
+                                           const float* carry_in, float* carry_out, T* dgates, unsigned int batch,
+                                           unsigned int hidden) {
     unsigned int k = blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= batch * hidden) return;
     unsigned int b = k / hidden, j = k % hidden;
     size_t row = (size_t)b * 4 * hidden;
     float i = load(acts[row + j]), f = load(acts[row + hidden + j]);
     float g = load(acts[row + 2 * hidden + j]), o = load(acts[row + 3 * hidden + j]);
-    float tc = tanhf(load(c[k]));
+    float tc = tanhf(c[k]);
     float dhv = (dh ? load(dh[k]) : 0.0f) + lstm_layer_parts(carry_h, parts, (size_t)batch * hidden, k);
-    float dcell = (dc ? load(dc[k]) : 0.0f) + (carry_in ? load(carry_in[k]) : 0.0f) + dhv * o * (1.0f - tc * tc);
-    float cp = c_prev ? load(c_prev[k]) : 0.0f;
+    float dcell = (dc ? dc[k] : 0.0f) + (carry_in ? carry_in[k] : 0.0f) + dhv * o * (1.0f - tc * tc);
+    float cp = c_prev ? c_prev[k] : 0.0f;
     dgates[row + j] = store<T>(dcell * g * i * (1.0f - i));
     dgates[row + hidden + j] = store<T>(dcell * cp * f * (1.0f - f));
     dgates[row + 2 * hidden + j] = store<T>(dcell * i * (1.0f - g * g));
     dgates[row + 3 * hidden + j] = store<T>(dhv * tc * o * (1.0f - o));
-    carry_out[k] = store<T>(dcell * f);
+    carry_out[k] = dcell * f;
 }
 extern "C" __global__ void lstm_layer_step_backward(const float* acts, const float* c, const float* c_prev,
                                                     const float* dh, const float* dc, const float* carry_h,
@@ -137,9 +140,9 @@ extern "C" __global__ void lstm_layer_step_backward(const float* acts, const flo
                                                     float* dgates, unsigned int batch, unsigned int hidden) {
     lstm_layer_step_backward_t(acts, c, c_prev, dh, dc, carry_h, parts, carry_in, carry_out, dgates, batch, hidden);
 }
-extern "C" __global__ void lstm_layer_step_backward_bf16(const bf16* acts, const bf16* c, const bf16* c_prev,
-                                                         const bf16* dh, const bf16* dc, const float* carry_h,
-                                                         unsigned int parts, const bf16* carry_in, bf16* carry_out,
+extern "C" __global__ void lstm_layer_step_backward_bf16(const bf16* acts, const float* c, const float* c_prev,
+                                                         const bf16* dh, const float* dc, const float* carry_h,
+                                                         unsigned int parts, const float* carry_in, float* carry_out,
                                                          bf16* dgates, unsigned int batch, unsigned int hidden) {
     lstm_layer_step_backward_t(acts, c, c_prev, dh, dc, carry_h, parts, carry_in, carry_out, dgates, batch, hidden);
 }

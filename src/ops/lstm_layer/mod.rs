@@ -17,6 +17,12 @@
 //! Backward keeps what `lstm_cell` keeps, for every step: the activations
 //! `(i, f, g, o)` `[T, B, 4H]`, and the cells, which are an output; the
 //! gates' gradient is written over the activations, step by step.
+//!
+//! The cells are fp32 whatever the layer's type (`c0`, `c` and their
+//! gradients): a cell is a running sum, `c_t = f·c_{t−1} + i·g`, and in
+//! bf16 (8 bits of mantissa) each step's `i·g` would be rounded against
+//! the whole sum. Under `--precision bf16` the weights, `h` and the gates
+//! are bf16 and the cells cost fp32's bytes, `[T, B, H]` a layer.
 
 mod cpu;
 #[cfg(test)]
@@ -83,7 +89,8 @@ fn dims(proj: Shape, w_hh: Shape, h0: Option<Shape>, c0: Option<Shape>) -> Resul
 impl<'s> Tensor<'s> {
     /// Every step's `(h, c)`, `[T, B, H]` each, of an LSTM layer whose gates'
     /// input summand is `self` `[T, B, 4H]`, recurrent weight `w_hh` `[4H,
-    /// H]`, from `h0` and `c0` `[B, H]` (`None`: zero). All of one type.
+    /// H]`, from `h0` and `c0` `[B, H]` (`None`: zero). `w_hh`, `h0` and
+    /// `h` are of `self`'s type; `c0` and `c` are fp32 (see the module).
     pub fn lstm_layer(
         self,
         s: &mut Step<'s>,
@@ -92,20 +99,26 @@ impl<'s> Tensor<'s> {
         c0: Option<Tensor<'s>>,
     ) -> Result<(Tensor<'s>, Tensor<'s>)> {
         let (steps, batch, hidden) = dims(self.shape(), w_hh.shape(), h0.map(|t| t.shape()), c0.map(|t| t.shape()))?;
-        for t in [Some(w_hh), h0, c0].into_iter().flatten() {
+        for t in [Some(w_hh), h0].into_iter().flatten() {
             if t.dtype() != self.dtype() {
                 return Err(Error::shape(
                     "lstm_layer",
-                    format!("every input {}, got a {} one", self.dtype(), t.dtype()),
+                    format!("gates, weight and hidden state {}, got a {} one", self.dtype(), t.dtype()),
                 ));
             }
+        }
+        if let Some(c0) = c0.filter(|c0| c0.dtype() != DType::F32) {
+            return Err(Error::shape(
+                "lstm_layer",
+                format!("an f32 initial cell (cells are fp32 at any precision), got a {} one", c0.dtype()),
+            ));
         }
         // An absent state stands in as `self` again: the outputs want a
         // gradient if any input does, and a step allocates nothing on the heap.
         let inputs = [&self, &w_hh, h0.as_ref().unwrap_or(&self), c0.as_ref().unwrap_or(&self)];
         let states = Shape::new(&[steps, batch, hidden]);
         let h = s.output("lstm hidden states", states, &inputs)?;
-        let c = s.output("lstm cell states", states, &inputs)?;
+        let c = s.output_of("lstm cell states", states, DType::F32, &inputs)?;
         let acts = s.alloc_float("lstm gate activations", self.shape(), self.dtype())?;
         // The recurrent summand of one step, in fp32: on a GPU as the partial
         // sums of `gpu::Product`'s split, which the cell kernel adds up.
@@ -197,7 +210,7 @@ impl Saved {
         // on a GPU (see the forward's summand); h0's, if it wants one, summed.
         let parts = product_parts(s, batch, hidden, 4 * hidden);
         let carry_h = s.alloc::<f32>("lstm hidden state grad", Shape::new(&[parts, batch, hidden]))?;
-        let carry_c = s.alloc_float("lstm cell grad", Shape::new(&[batch, hidden]), dtype)?;
+        let carry_c = s.alloc_float("lstm cell grad", Shape::new(&[batch, hidden]), DType::F32)?;
         let gw = match self.w_hh.requires_grad {
             true => Some(s.grad_buffer(&self.w_hh, "lstm recurrent weight grad")?),
             false => None,
