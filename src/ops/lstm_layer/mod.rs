@@ -103,14 +103,21 @@ impl<'s> Tensor<'s> {
             if t.dtype() != self.dtype() {
                 return Err(Error::shape(
                     "lstm_layer",
-                    format!("gates, weight and hidden state {}, got a {} one", self.dtype(), t.dtype()),
+                    format!(
+                        "gates, weight and hidden state {}, got a {} one",
+                        self.dtype(),
+                        t.dtype()
+                    ),
                 ));
             }
         }
         if let Some(c0) = c0.filter(|c0| c0.dtype() != DType::F32) {
             return Err(Error::shape(
                 "lstm_layer",
-                format!("an f32 initial cell (cells are fp32 at any precision), got a {} one", c0.dtype()),
+                format!(
+                    "an f32 initial cell (cells are fp32 at any precision), got a {} one",
+                    c0.dtype()
+                ),
             ));
         }
         // An absent state stands in as `self` again: the outputs want a
