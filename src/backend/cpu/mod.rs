@@ -8,6 +8,7 @@ pub(crate) mod matmul;
 pub mod memory;
 pub mod sgemm;
 pub mod simd;
+pub(crate) mod vmath;
 
 pub(crate) use matmul::{matmul, Mat};
 pub use memory::{CpuMemory, Views};

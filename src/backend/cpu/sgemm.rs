@@ -409,7 +409,7 @@ fn nt_dispatch(args: NtArgs<'_>) {
 fn avx_nt_packs(args: &NtArgs<'_>) -> bool {
     // Measured on our shapes: packing wins for 100×10×50 (k = 50, m = 100),
     // loses for k = 320 and k = 576, and breaks even for 20×250×64.
-    args.k <= 64 && args.m >= 32
+    args.k <= 64 && args.m >= 16
 }
 
 /// The portable copy, whatever the CPU (the tests run it next to the

@@ -113,3 +113,151 @@ pub fn hsum(v: &V8) -> f32 {
     let q = [v[0] + v[4], v[1] + v[5], v[2] + v[6], v[3] + v[7]];
     (q[0] + q[2]) + (q[1] + q[3])
 }
+
+/// A [`Vectorized`] body over rows that can be cut in two between rows,
+/// for [`vectorized_rows`].
+pub trait Rows: Vectorized<Output = ()> + Send + Sized {
+    /// The rows it covers.
+    fn rows(&self) -> usize;
+    /// The first `at` rows and the rest.
+    fn split(self, at: usize) -> (Self, Self);
+}
+
+/// Runs `kernel` over its rows, halved among the pool's workers down to
+/// tasks of at most `per_task` rows: no allocation, and a batch that one
+/// task holds runs where it is called, without a hand-off.
+pub fn vectorized_rows<K: Rows>(kernel: K, per_task: usize) {
+    let rows = kernel.rows();
+    if rows <= per_task.max(1) {
+        return vectorized(kernel);
+    }
+    let (a, b) = kernel.split(rows / 2);
+    rayon::join(|| vectorized_rows(a, per_task), || vectorized_rows(b, per_task));
+}
+
+/// Rows `..at` and `at..` of `s`, rows of `width`; `None` stays `None`.
+pub fn split_rows(s: Option<&[f32]>, at: usize, width: usize) -> (Option<&[f32]>, Option<&[f32]>) {
+    match s {
+        Some(s) => {
+            let (a, b) = s.split_at(at * width);
+            (Some(a), Some(b))
+        }
+        None => (None, None),
+    }
+}
+
+/// [`split_rows`] for a slice written to.
+pub fn split_rows_mut(s: Option<&mut [f32]>, at: usize, width: usize) -> (Option<&mut [f32]>, Option<&mut [f32]>) {
+    match s {
+        Some(s) => {
+            let (a, b) = s.split_at_mut(at * width);
+            (Some(a), Some(b))
+        }
+        None => (None, None),
+    }
+}
+
+/// A pointwise kernel's work on one row, a vector of elements at a time,
+/// for [`over_row`]: `compute` reads, `store` writes.
+pub trait RowUnits {
+    /// What one vector of elements computes.
+    type Out;
+    /// The elements at `l`, from the row's inputs.
+    fn compute<const FMA: bool>(&self, l: Lanes) -> Self::Out;
+    /// `out` into the row's outputs at `l`.
+    fn store(&mut self, l: Lanes, out: &Self::Out);
+}
+
+/// Runs `row` over its `len` elements in full vectors. A row whose length
+/// is not a multiple of [`LANES`] ends with a full vector shifted left to
+/// end at `len`, overlapping the one before it: computed first, from inputs
+/// no store has touched yet (a kernel may write over what it reads), and
+/// stored last, with the same values the overlapped elements got. A partial
+/// vector, assembled element by element, cost a store-forwarding stall per
+/// load. Rows shorter than a vector take partial ones.
+#[inline(always)]
+pub fn over_row<const FMA: bool, R: RowUnits>(row: &mut R, len: usize) {
+    if len < LANES {
+        for l in Lanes::of(len) {
+            let out = row.compute::<FMA>(l);
+            row.store(l, &out);
+        }
+        return;
+    }
+    let full = len - len % LANES;
+    let tail = (full < len).then_some(Lanes {
+        j0: len - LANES,
+        width: LANES,
+    });
+    let early = tail.map(|l| row.compute::<FMA>(l));
+    for j0 in (0..full).step_by(LANES) {
+        let l = Lanes { j0, width: LANES };
+        let out = row.compute::<FMA>(l);
+        row.store(l, &out);
+    }
+    if let (Some(l), Some(out)) = (tail, early) {
+        row.store(l, &out);
+    }
+}
+
+/// Up to [`LANES`] consecutive elements of a row, `j0..j0 + width`: what a
+/// pointwise kernel over rows of any length steps through.
+#[derive(Clone, Copy, Debug)]
+pub struct Lanes {
+    j0: usize,
+    width: usize,
+}
+
+impl Lanes {
+    /// A row of `len` elements, a vector at a time (the last partial).
+    pub fn of(len: usize) -> impl Iterator<Item = Lanes> {
+        (0..len).step_by(LANES).map(move |j0| Lanes {
+            j0,
+            width: (len - j0).min(LANES),
+        })
+    }
+
+    /// These elements of `row` (the lanes past a partial vector's 0).
+    #[inline(always)]
+    pub fn load(self, row: &[f32]) -> V8 {
+        if self.width == LANES {
+            load(&row[self.j0..])
+        } else {
+            // Element by element under a test: a copy of a run-time length
+            // (`load_partial`'s) becomes a call to `memcpy`, one per gate
+            // per row of a hidden size that is not a multiple of 8.
+            let part = &row[self.j0..][..self.width];
+            let mut v = [0.0; LANES];
+            for (k, v) in v.iter_mut().enumerate() {
+                if k < part.len() {
+                    *v = part[k];
+                }
+            }
+            v
+        }
+    }
+
+    /// [`Lanes::load`], or zeros where the row is absent.
+    #[inline(always)]
+    pub fn load_or_zero(self, row: Option<&[f32]>) -> V8 {
+        match row {
+            Some(r) => self.load(r),
+            None => [0.0; LANES],
+        }
+    }
+
+    /// `v`'s lanes into these elements of `row`.
+    #[inline(always)]
+    pub fn store(self, row: &mut [f32], v: &V8) {
+        if self.width == LANES {
+            *row[self.j0..].first_chunk_mut::<LANES>().expect("a full vector") = *v;
+        } else {
+            let part = &mut row[self.j0..][..self.width];
+            for (k, v) in v.iter().enumerate() {
+                if k < part.len() {
+                    part[k] = *v;
+                }
+            }
+        }
+    }
+}

@@ -30,22 +30,26 @@ fn one_unit_matches_the_definition_by_hand() {
 
 #[test]
 fn lstm_cell_gradient_matches_finite_differences() {
-    // B 2, H 3; both outputs used, so both gradients reach every input.
-    let (gates, state) = (Shape::new(&[2, 12]), Shape::new(&[2, 3]));
-    check(
-        &[gates, gates, state],
-        &[
-            values(24, 41, -2.0, 2.0),
-            values(24, 42, -1.0, 1.0),
-            values(6, 43, -1.5, 1.5),
-        ],
-        &[0, 1, 2],
-        &|s, xs| {
-            let (h, c) = xs[0].lstm_cell(s, Some(xs[1]), Some(xs[2]))?;
-            let c = c.tanh(s)?;
-            h.add(s, c)
-        },
-    );
+    // B 2; both outputs used, so both gradients reach every input. H 3
+    // takes the CPU kernel's partial vectors only, 11 full ones and a
+    // shifted last one, 16 full ones only.
+    for h in [3, 11, 16] {
+        let (gates, state) = (Shape::new(&[2, 4 * h]), Shape::new(&[2, h]));
+        check(
+            &[gates, gates, state],
+            &[
+                values(8 * h, 41, -2.0, 2.0),
+                values(8 * h, 42, -1.0, 1.0),
+                values(2 * h, 43, -1.5, 1.5),
+            ],
+            &[0, 1, 2],
+            &|s, xs| {
+                let (h, c) = xs[0].lstm_cell(s, Some(xs[1]), Some(xs[2]))?;
+                let c = c.tanh(s)?;
+                h.add(s, c)
+            },
+        );
+    }
 }
 
 #[test]

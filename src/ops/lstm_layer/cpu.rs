@@ -1,6 +1,6 @@
+use crate::backend::cpu::simd::{over_row, split_rows, vectorized_rows, Lanes, RowUnits, Rows, Vectorized, LANES, V8};
 use crate::backend::cpu::{matmul, Mat};
 use crate::ops::lstm_cell::cpu as cell;
-use rayon::prelude::*;
 
 /// What the forward reads.
 pub(super) struct Forward<'a> {
@@ -128,26 +128,121 @@ impl Pointwise<'_> {
     /// `dgates` holds the step's activations on the way in, each row's
     /// four read before they are overwritten by their gradients.
     fn backward(&self, carry_h: &[f32], carry_c: &mut [f32], dgates: &mut [f32]) {
-        let hd = self.hidden;
-        dgates
-            .par_chunks_mut(4 * hd)
-            .zip(carry_c.par_chunks_mut(hd))
-            .enumerate()
-            .for_each(|(b, (row, cc))| {
-                for j in 0..hd {
-                    let k = b * hd + j;
-                    let (i, f, g, o) = (row[j], row[hd + j], row[2 * hd + j], row[3 * hd + j]);
-                    let tc = crate::ops::math::tanh(self.c[k]);
-                    let carried = |v: f32| if self.carried { v } else { 0.0 };
-                    let dh = self.dh.map_or(0.0, |d| d[k]) + carried(carry_h[k]);
-                    let dcell = self.dc.map_or(0.0, |d| d[k]) + carried(cc[j]) + dh * o * (1.0 - tc * tc);
-                    let cp = self.c_prev.map_or(0.0, |p| p[k]);
-                    row[j] = dcell * g * i * (1.0 - i);
-                    row[hd + j] = dcell * cp * f * (1.0 - f);
-                    row[2 * hd + j] = dcell * i * (1.0 - g * g);
-                    row[3 * hd + j] = dh * tc * o * (1.0 - o);
-                    cc[j] = dcell * f;
-                }
-            });
+        let rows = PointwiseRows {
+            up: Pointwise { ..*self },
+            carry_h,
+            carry_c,
+            dgates,
+        };
+        vectorized_rows(rows, cell::rows_per_task(self.hidden));
+    }
+}
+
+/// [`Pointwise::backward`]'s rows: `dgates` of `4 · hidden`, the others of
+/// `hidden`.
+struct PointwiseRows<'a> {
+    up: Pointwise<'a>,
+    carry_h: &'a [f32],
+    carry_c: &'a mut [f32],
+    dgates: &'a mut [f32],
+}
+
+impl Vectorized for PointwiseRows<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run<const FMA: bool>(self) {
+        let up = &self.up;
+        let (hd, width) = (up.hidden, 4 * up.hidden);
+        let row = |s, b| cell::row_of(s, b, hd);
+        let rows = self
+            .dgates
+            .chunks_exact_mut(width)
+            .zip(self.carry_c.chunks_exact_mut(hd));
+        for (b, (dgates, carry_c)) in rows.enumerate() {
+            let mut units = PointwiseRow {
+                hidden: hd,
+                c: row(up.c, b),
+                c_prev: up.c_prev.map(|p| row(p, b)),
+                dh: up.dh.map(|d| row(d, b)),
+                dc: up.dc.map(|d| row(d, b)),
+                carry_h: up.carried.then(|| row(self.carry_h, b)),
+                carry_c,
+                dgates,
+                carried: up.carried,
+            };
+            over_row::<FMA, _>(&mut units, hd);
+        }
+    }
+}
+
+/// One row of [`PointwiseRows`]: `dgates` and `carry_c` are read, then
+/// written over.
+struct PointwiseRow<'r> {
+    hidden: usize,
+    c: &'r [f32],
+    c_prev: Option<&'r [f32]>,
+    dh: Option<&'r [f32]>,
+    dc: Option<&'r [f32]>,
+    carry_h: Option<&'r [f32]>,
+    carry_c: &'r mut [f32],
+    dgates: &'r mut [f32],
+    carried: bool,
+}
+
+impl RowUnits for PointwiseRow<'_> {
+    type Out = ([V8; 4], V8);
+
+    #[inline(always)]
+    #[allow(clippy::needless_range_loop)]
+    fn compute<const FMA: bool>(&self, l: Lanes) -> Self::Out {
+        let acts = cell::load_gates(l, self.dgates, self.hidden);
+        let (mut dh, mut dc) = (l.load_or_zero(self.dh), l.load_or_zero(self.dc));
+        if self.carried {
+            let (from_h, from_c) = (l.load_or_zero(self.carry_h), l.load(self.carry_c));
+            for k in 0..LANES {
+                dh[k] += from_h[k];
+                dc[k] += from_c[k];
+            }
+        }
+        cell::units_backward::<FMA>(&acts, &l.load(self.c), &l.load_or_zero(self.c_prev), &dh, &dc)
+    }
+
+    #[inline(always)]
+    fn store(&mut self, l: Lanes, (d, d_prev): &Self::Out) {
+        cell::store_gates(l, self.dgates, self.hidden, d);
+        l.store(self.carry_c, d_prev);
+    }
+}
+
+impl Rows for PointwiseRows<'_> {
+    fn rows(&self) -> usize {
+        self.up.c.len() / self.up.hidden
+    }
+
+    fn split(self, at: usize) -> (Self, Self) {
+        let up = self.up;
+        let (hd, width) = (up.hidden, 4 * up.hidden);
+        let (c0, c1) = up.c.split_at(at * hd);
+        let (p0, p1) = split_rows(up.c_prev, at, hd);
+        let (h0, h1) = split_rows(up.dh, at, hd);
+        let (d0, d1) = split_rows(up.dc, at, hd);
+        let (ch0, ch1) = self.carry_h.split_at(at * hd);
+        let (cc0, cc1) = self.carry_c.split_at_mut(at * hd);
+        let (g0, g1) = self.dgates.split_at_mut(at * width);
+        let half = |c, c_prev, dh, dc, carry_h, carry_c, dgates| PointwiseRows {
+            up: Pointwise {
+                hidden: hd,
+                c,
+                c_prev,
+                dh,
+                dc,
+                carried: up.carried,
+            },
+            carry_h,
+            carry_c,
+            dgates,
+        };
+        (half(c0, p0, h0, d0, ch0, cc0, g0), half(c1, p1, h1, d1, ch1, cc1, g1))
     }
 }

@@ -5,6 +5,11 @@ use crate::{Error, Result, Step};
 /// `(T, B, H)` of the tests' layers.
 const DIMS: (usize, usize, usize) = (3, 2, 3);
 
+/// Hidden sizes that take each of the CPU kernels' ways along a row, 8
+/// units at a time: partial vectors only (3), full vectors and a shifted
+/// last one over inputs the backward writes over (11), full only (16).
+const EVERY_ROW_PATH: [(usize, usize, usize); 3] = [DIMS, (3, 2, 11), (2, 3, 16)];
+
 fn shapes((t, b, h): (usize, usize, usize)) -> [Shape; 4] {
     let state = Shape::new(&[b, h]);
     [Shape::new(&[t, b, 4 * h]), Shape::new(&[4 * h, h]), state, state]
@@ -44,9 +49,9 @@ fn by_cells<'s>(
 }
 
 /// `h` and `c` of every step, by the fused op or by cells.
-fn run(fused: bool, with_state: bool) -> (Vec<f32>, Vec<f32>) {
-    let [sp, sw, sh, sc] = shapes(DIMS);
-    let v = inputs(DIMS);
+fn run(dims: (usize, usize, usize), fused: bool, with_state: bool) -> (Vec<f32>, Vec<f32>) {
+    let [sp, sw, sh, sc] = shapes(dims);
+    let v = inputs(dims);
     engine()
         .step(|s| {
             let (p, w) = (s.input("proj", sp, &v[0])?, s.input("w_hh", sw, &v[1])?);
@@ -66,11 +71,13 @@ fn run(fused: bool, with_state: bool) -> (Vec<f32>, Vec<f32>) {
 
 #[test]
 fn the_layer_equals_its_steps_one_cell_at_a_time() {
-    for with_state in [false, true] {
-        let (fh, fc) = run(true, with_state);
-        let (ch, cc) = run(false, with_state);
-        assert_near(&fh, &ch, "hidden states");
-        assert_near(&fc, &cc, "cells");
+    for dims in EVERY_ROW_PATH {
+        for with_state in [false, true] {
+            let (fh, fc) = run(dims, true, with_state);
+            let (ch, cc) = run(dims, false, with_state);
+            assert_near(&fh, &ch, "hidden states");
+            assert_near(&fc, &cc, "cells");
+        }
     }
 }
 
@@ -79,11 +86,13 @@ fn lstm_layer_gradient_matches_finite_differences() {
     // Both outputs read at every step, so every path of backward is taken:
     // the gradient each step's h and c receive from outside and from the
     // next step, the initial state's, and W_hh's over steps 1.. and step 0.
-    check(&shapes(DIMS), &inputs(DIMS), &[0, 1, 2, 3], &|s, xs| {
-        let (h, c) = xs[0].lstm_layer(s, xs[1], Some(xs[2]), Some(xs[3]))?;
-        let c = c.tanh(s)?;
-        h.add(s, c)
-    });
+    for dims in EVERY_ROW_PATH {
+        check(&shapes(dims), &inputs(dims), &[0, 1, 2, 3], &|s, xs| {
+            let (h, c) = xs[0].lstm_layer(s, xs[1], Some(xs[2]), Some(xs[3]))?;
+            let c = c.tanh(s)?;
+            h.add(s, c)
+        });
+    }
 }
 
 #[test]
