@@ -54,6 +54,19 @@ fn sst_lstm_learns_a_synthetic_treebank_with_a_plan_per_bucket() {
         train_by_length.windows(2).all(|w| w[0] < w[1]),
         "a longer bucket's training step peaks higher: {train_by_length:?}"
     );
+    // Each bucket's plan within 5% of its lower bound (the target):
+    // the most bytes alive together at any op of that bucket's step.
+    for plan in &memory.plans {
+        assert!(plan.peak >= plan.lower_bound);
+        assert!(
+            plan.peak as f64 <= 1.05 * plan.lower_bound as f64,
+            "{} (key {}): peak {} against a lower bound of {}",
+            StepKind::name(plan.key),
+            plan.key,
+            plan.peak,
+            plan.lower_bound
+        );
+    }
     let notes = info.data_notes.join("\n");
     assert!(notes.contains("vocabulary of 17 words"), "{notes}");
     assert!(notes.contains("3 length buckets"), "{notes}");
