@@ -6,6 +6,9 @@ use crate::ops::lstm_cell::cpu as cell;
 pub(super) struct Forward<'a> {
     pub proj: &'a [f32],
     pub w_hh: &'a [f32],
+    /// Room for `W_hhᵀ`, `[H, 4H]`: absent, every step's product reads
+    /// `W_hh` transposed in place.
+    pub w_t: Option<&'a mut [f32]>,
     pub h0: Option<&'a [f32]>,
     pub c0: Option<&'a [f32]>,
 }
@@ -22,7 +25,18 @@ pub(super) fn forward(
 ) {
     let gates = from_h.len();
     let (state, batch) = (gates / 4, gates / (4 * hidden));
-    let w = Mat::rows(io.w_hh, 4 * hidden, hidden).t();
+    let gates4 = 4 * hidden;
+    let w = match io.w_t {
+        Some(w_t) => {
+            for (j, row) in w_t.chunks_exact_mut(gates4).enumerate() {
+                for (r, v) in row.iter_mut().enumerate() {
+                    *v = io.w_hh[r * hidden + j];
+                }
+            }
+            Mat::rows(w_t, hidden, gates4)
+        }
+        None => Mat::rows(io.w_hh, gates4, hidden).t(),
+    };
     for t in 0..io.proj.len() / gates {
         let (done_h, rest_h) = h.split_at_mut(t * state);
         let (done_c, rest_c) = c.split_at_mut(t * state);

@@ -131,6 +131,14 @@ impl<'s> Tensor<'s> {
         // sums of `gpu::Product`'s split, which the cell kernel adds up.
         let parts = product_parts(s, batch, 4 * hidden, hidden);
         let from_h = s.alloc::<f32>("lstm recurrent summand", Shape::new(&[parts, batch, 4 * hidden]))?;
+        // The CPU reads `W_hhᵀ` row by row at every step: transposed once
+        // here, the product skips packing it `T` times.
+        let w_t = match s.sizing() {
+            Sizing::Cpu { .. } => {
+                Some(s.alloc::<f32>("lstm recurrent weight, transposed", Shape::new(&[hidden, 4 * hidden]))?)
+            }
+            Sizing::Cuda(_) => None,
+        };
         let saved = Saved {
             proj: self.inner,
             w_hh: w_hh.inner,
@@ -151,6 +159,7 @@ impl<'s> Tensor<'s> {
                 c0b.unwrap_or_default().into(),
                 acts.into(),
                 from_h.into(),
+                w_t.unwrap_or_default().into(),
                 hb.into(),
                 cb.into(),
             ],
@@ -160,6 +169,7 @@ impl<'s> Tensor<'s> {
                 let io = cpu::Forward {
                     proj: v.read(x)?,
                     w_hh: v.read(w)?,
+                    w_t: w_t.map(|b| v.write(b)).transpose()?,
                     h0,
                     c0,
                 };
