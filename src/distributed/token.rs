@@ -6,11 +6,14 @@
 //! itself never crosses the network, a proof is good for one connection
 //! only (the nonce), and it cannot be moved to another rank or group size.
 //!
-//! HMAC is built here on the `sha2` crate the checkpoints already use: it is
-//! two hashes and a few XORs, checked against RFC 4231's vectors below, and
-//! not worth a dependency of its own.
+//! The cryptography is the RustCrypto crates' (`hmac` over the `sha2` the
+//! checkpoints already use, `subtle` for the comparison) and the system's
+//! random source is `getrandom`'s: code written for exactly this, reviewed
+//! by many, rather than our own. RFC 4231's vectors below check that the
+//! pieces are put together right.
 
 use super::error::DistError;
+use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::io::Read;
@@ -25,8 +28,6 @@ pub const TOKEN_VAR: &str = "BUMPGRAD_RENDEZVOUS_TOKEN";
 
 /// A token file larger than this is not a token (a wrong path, most likely).
 const MAX_FILE_BYTES: u64 = 4096;
-/// SHA-256's block size, which HMAC pads its key to.
-const BLOCK: usize = 64;
 /// Binds a proof to this use, so no other HMAC made with the same token
 /// can stand in for one.
 const DOMAIN: &[u8] = b"bumpgrad rendezvous hello v2";
@@ -92,31 +93,24 @@ impl Token {
     }
 
     /// Whether `proof` is [`prove`](Self::prove)'s for these values. Takes
-    /// the same time wherever the first differing byte is, so that timing
-    /// does not tell a forger how much of a guess was right.
+    /// the same time wherever the first differing byte is (`subtle`'s
+    /// constant-time comparison), so that timing does not tell a forger how
+    /// much of a guess was right.
     pub(crate) fn verify(&self, nonce: &[u8; NONCE_LEN], rank: u32, world_size: u32, proof: &[u8; PROOF_LEN]) -> bool {
+        use subtle::ConstantTimeEq;
         let expected = self.prove(nonce, rank, world_size);
-        expected.iter().zip(proof).fold(0u8, |diff, (a, b)| diff | (a ^ b)) == 0
+        expected.ct_eq(proof).into()
     }
 }
 
 /// HMAC-SHA-256 of the concatenation of `parts`, keyed by `key` (RFC 2104).
 fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; PROOF_LEN] {
-    let mut block = [0u8; BLOCK];
-    if key.len() > BLOCK {
-        block[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        block[..key.len()].copy_from_slice(key);
-    }
-    let mut inner = Sha256::new();
-    inner.update(block.map(|b| b ^ 0x36));
+    // HMAC takes a key of any length (a longer one than a block is hashed).
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC accepts keys of every length");
     for part in parts {
-        inner.update(part);
+        mac.update(part);
     }
-    let mut outer = Sha256::new();
-    outer.update(block.map(|b| b ^ 0x5c));
-    outer.update(inner.finalize());
-    outer.finalize().into()
+    mac.finalize().into_bytes().into()
 }
 
 /// Rank 0's nonces: SHA-256 of a random seed and a counter, so each
@@ -148,12 +142,10 @@ impl Nonces {
 /// `N` bytes from the system's random source.
 pub(crate) fn random_bytes<const N: usize>() -> Result<[u8; N], DistError> {
     let mut bytes = [0u8; N];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(|source| DistError::Io {
-            what: "reading random bytes from /dev/urandom for the rendezvous".into(),
-            source,
-        })?;
+    getrandom::fill(&mut bytes).map_err(|e| DistError::Io {
+        what: "reading random bytes from the system for the rendezvous".into(),
+        source: std::io::Error::other(e),
+    })?;
     Ok(bytes)
 }
 
