@@ -1300,3 +1300,66 @@ fn a_budget_out_of_reach_names_the_least_and_a_small_arena_is_the_one_to_raise()
         assert!(!stderr.contains("epoch"), "{command}: {stderr}");
     }
 }
+
+#[test]
+fn every_epoch_appends_its_metrics_and_the_run_draws_them() {
+    let dir = std::env::temp_dir().join(format!("bumpgrad-cli-curves-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--train-limit",
+            "300",
+            "--test-limit",
+            "100",
+            "--threads",
+            "2",
+            "--device",
+            "cpu",
+        ];
+        args.extend_from_slice(extra);
+        bumpgrad(&args)
+    };
+    // A row left by an earlier run in the directory is not this run's.
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("metrics.csv"),
+        "epoch,train_loss,valid_loss,accuracy,lr,examples_per_second,seconds\n7,1,,,,,1\n",
+    )
+    .unwrap();
+    let out = run(&["--epochs", "2", "--checkpoint-dir", d]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("curves: ") && stderr.contains("curves.svg"), "{stderr}");
+    let rows = |dir: &Path| -> Vec<Vec<String>> {
+        let text = std::fs::read_to_string(dir.join("metrics.csv")).expect("metrics.csv");
+        let mut lines = text.lines();
+        assert_eq!(
+            lines.next(),
+            Some("epoch,train_loss,valid_loss,accuracy,lr,examples_per_second,seconds")
+        );
+        lines.map(|l| l.split(',').map(str::to_string).collect()).collect()
+    };
+    let first = rows(&dir);
+    assert_eq!(first.len(), 2, "{first:?}");
+    for (i, row) in first.iter().enumerate() {
+        assert_eq!(row[0], (i + 1).to_string());
+        let loss: f64 = row[1].parse().unwrap();
+        let accuracy: f64 = row[3].parse().unwrap();
+        assert!(loss > 0.0 && (0.0..=1.0).contains(&accuracy), "{row:?}");
+        assert_eq!(row[4], "0.05", "the default learning rate");
+        assert!(row[5].parse::<f64>().unwrap() > 0.0, "examples per second: {row:?}");
+    }
+    let svg = std::fs::read_to_string(dir.join("curves.svg")).unwrap();
+    assert_eq!(svg.matches("<polyline").count(), 2, "the train loss and the accuracy");
+    // A resumed run goes on appending, and draws every epoch.
+    let out = run(&["--epochs", "3", "--resume", d]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let all = rows(&dir);
+    assert_eq!(all.len(), 3, "{all:?}");
+    assert_eq!(all[..2], first[..]);
+    let svg = std::fs::read_to_string(dir.join("curves.svg")).unwrap();
+    assert_eq!(svg.matches("<circle").count(), 6, "three epochs, two series");
+    let _ = std::fs::remove_dir_all(&dir);
+}

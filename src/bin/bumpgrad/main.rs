@@ -2,6 +2,7 @@
 
 mod args;
 mod choices;
+mod curves;
 mod hints;
 mod inspect;
 mod progress;
@@ -91,11 +92,14 @@ fn run_train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
         return run_rank(args, rank.with_token(token));
     }
     let cfg = args.config();
-    let mut printer = progress::Printer::new(args.json, args.memory_report.clone());
+    let mut printer =
+        progress::Printer::new(args.json, args.memory_report.clone()).with_curves(curves::Curves::new(&cfg));
     catch_signals();
     note_budget_planning(&cfg);
-    train::train(&cfg, Hooks::new(&mut printer).stop_on(&STOP))
-        .with_context(|| format!("training on {}", cfg.run.data_dir.display()))?;
+    let trained = train::train(&cfg, Hooks::new(&mut printer).stop_on(&STOP));
+    // Ctrl-C and a failed epoch too: the epochs done so far are drawn.
+    printer.finish_curves();
+    trained.with_context(|| format!("training on {}", cfg.run.data_dir.display()))?;
     Ok(ExitCode::SUCCESS)
 }
 

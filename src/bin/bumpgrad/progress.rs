@@ -17,6 +17,8 @@ pub struct Printer {
     /// Under a memory budget, the plan the run follows: every JSON epoch
     /// line carries it beside the measured step time.
     recomputed: Option<RecomputePlan>,
+    /// The epochs' metrics for the checkpoint directory's CSV and picture.
+    curves: Option<crate::curves::Curves>,
 }
 
 impl Printer {
@@ -28,6 +30,27 @@ impl Printer {
             bar: None,
             loss_sum: 0.0,
             recomputed: None,
+            curves: None,
+        }
+    }
+
+    /// Also appends every epoch's metrics to the checkpoint directory's CSV.
+    pub fn with_curves(mut self, curves: Option<crate::curves::Curves>) -> Self {
+        self.curves = curves;
+        self
+    }
+
+    /// Draws the curves of the CSV (this run's epochs and any earlier
+    /// run's it resumed) and says where, if there were any.
+    pub fn finish_curves(&self) {
+        if let Some(path) = self.curves.as_ref().and_then(|c| c.finish()) {
+            if !self.quiet {
+                eprintln!(
+                    "curves: {} (from {})",
+                    path.display(),
+                    path.with_file_name(crate::curves::CSV).display()
+                );
+            }
         }
     }
 
@@ -60,6 +83,9 @@ impl Printer {
 
 impl Observer for Printer {
     fn started(&mut self, info: &RunInfo) {
+        if let Some(curves) = self.curves.as_mut() {
+            curves.started(info);
+        }
         if let Some(note) = info.device_note.as_ref().filter(|_| !self.quiet) {
             eprintln!("bumpgrad: {note}");
         }
@@ -259,6 +285,9 @@ impl Observer for Printer {
     }
 
     fn epoch(&mut self, r: &EpochReport) {
+        if let Some(curves) = self.curves.as_mut() {
+            curves.epoch(r);
+        }
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
         }
