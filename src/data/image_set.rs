@@ -3,16 +3,19 @@
 //! statistics to normalise with.
 
 use super::idx::Images;
-use super::DataError;
+use super::{DataError, FolderOptions};
 use crate::tensor::Shape;
 use std::path::{Path, PathBuf};
 
 /// A validated data set in host memory: every image of a split has its
-/// label, and every label is below `classes`.
+/// label, every label is below `classes`, and there is one class name per
+/// class. It owns everything it says about itself, so a set read at run
+/// time (an image folder) is no different from a built-in one.
 #[derive(Debug, Clone)]
 pub struct ImageSet {
-    /// What it is, for people ("MNIST", "synthetic CIFAR-10").
-    pub name: &'static str,
+    /// What it is, for people ("MNIST", "synthetic CIFAR-10", "image
+    /// folder data/pets").
+    pub name: String,
     /// Random pixels and labels: its accuracy means nothing.
     pub synthetic: bool,
     pub train_images: Images,
@@ -20,37 +23,71 @@ pub struct ImageSet {
     pub test_images: Images,
     pub test_labels: Vec<u8>,
     pub classes: usize,
+    /// The classes' names in label order: `classes` of them ("0" to "9"
+    /// for MNIST; an image folder's subfolder names, sorted).
+    pub class_names: Vec<String>,
     /// Mean and standard deviation of its pixels scaled to [0, 1], one
     /// pair per channel.
-    pub normalize: &'static [(f32, f32)],
+    pub normalize: Vec<(f32, f32)>,
+    /// What reading it found that a person should be told, a line each
+    /// (how its validation images were chosen, the statistics computed);
+    /// empty for the built-in sets.
+    pub notes: Vec<String>,
 }
 
 impl ImageSet {
     /// Reads the data set in `dir`, recognising its format by the files
     /// present: CIFAR-10's batch files if any is there, else MNIST's four
-    /// IDX files. A directory that does not exist is reported as MNIST's
-    /// first missing file, as before CIFAR-10 was known; text (a file, a
-    /// treebank) is refused as not images.
+    /// IDX files, else an image folder (one subfolder per class). A
+    /// directory that does not exist is reported as MNIST's first missing
+    /// file, as before CIFAR-10 was known; an empty one as empty; text (a
+    /// file, a treebank) is refused as not images.
     pub fn load(dir: &Path) -> Result<Self, DataError> {
+        Self::load_with(dir, &FolderOptions::default())
+    }
+
+    /// [`ImageSet::load`], an image folder read as `options` say; other
+    /// options than the defaults are refused for the other formats.
+    pub fn load_with(dir: &Path, options: &FolderOptions) -> Result<Self, DataError> {
         let holds = super::DataKind::of_path(dir);
         if holds != super::DataKind::Images {
             let path = dir.to_path_buf();
             return Err(DataError::NotImages { path, holds });
         }
-        if super::cifar::present(dir) {
-            return super::cifar::load(dir);
+        if Self::is_folder(dir) {
+            return super::folder::load(dir, options);
         }
-        if !dir.is_dir() || super::mnist::present(dir) {
-            return super::mnist::load(dir);
-        }
-        Err(DataError::UnknownFormat { dir: dir.to_path_buf() })
+        let set = if super::cifar::present(dir) {
+            super::cifar::load(dir)?
+        } else if !dir.is_dir() || super::mnist::present(dir) {
+            super::mnist::load(dir)?
+        } else if std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_none()) {
+            return Err(DataError::EmptyDir { dir: dir.to_path_buf() });
+        } else {
+            return Err(DataError::UnknownFormat { dir: dir.to_path_buf() });
+        };
+        refuse_options(set, dir, options)
+    }
+
+    /// Whether `dir` is read as an image folder: a directory with
+    /// subfolders and neither CIFAR-10's nor MNIST's files.
+    pub fn is_folder(dir: &Path) -> bool {
+        dir.is_dir() && !super::cifar::present(dir) && !super::mnist::present(dir) && super::folder::present(dir)
     }
 
     /// The data set `source` names: read from its directory, or made up.
     pub fn open(source: &DataSource) -> Result<Self, DataError> {
+        Self::open_with(source, &FolderOptions::default())
+    }
+
+    /// [`ImageSet::open`], an image folder read as `options` say.
+    pub fn open_with(source: &DataSource, options: &FolderOptions) -> Result<Self, DataError> {
         match source {
-            DataSource::Dir(dir) => Self::load(dir),
-            DataSource::Synthetic { train, test } => super::cifar::synthetic(*train, *test, SYNTHETIC_SEED),
+            DataSource::Dir(dir) => Self::load_with(dir, options),
+            DataSource::Synthetic { train, test } => {
+                let set = super::cifar::synthetic(*train, *test, SYNTHETIC_SEED)?;
+                refuse_options(set, Path::new(&source.to_string()), options)
+            }
         }
     }
 
@@ -86,6 +123,18 @@ impl ImageSet {
         keep_first(&mut self.test_images, &mut self.test_labels, n);
         Ok(())
     }
+}
+
+/// `set`, unless `options` ask for what only an image folder does.
+fn refuse_options(set: ImageSet, dir: &Path, options: &FolderOptions) -> Result<ImageSet, DataError> {
+    let same_channels = options.channels.is_none_or(|c| c == set.train_images.channels);
+    if options.size.is_some() || options.val_split.is_some() || !same_channels {
+        return Err(DataError::NotAFolder {
+            dir: dir.to_path_buf(),
+            name: set.name,
+        });
+    }
+    Ok(set)
 }
 
 fn keep_first(images: &mut Images, labels: &mut Vec<u8>, n: usize) {

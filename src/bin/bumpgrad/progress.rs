@@ -17,6 +17,9 @@ pub struct Printer {
     /// Under a memory budget, the plan the run follows: every JSON epoch
     /// line carries it beside the measured step time.
     recomputed: Option<RecomputePlan>,
+    /// The run has no test (validation) examples: its epochs measure no
+    /// accuracy.
+    untested: bool,
 }
 
 impl Printer {
@@ -28,6 +31,7 @@ impl Printer {
             bar: None,
             loss_sum: 0.0,
             recomputed: None,
+            untested: false,
         }
     }
 
@@ -64,6 +68,7 @@ impl Observer for Printer {
             eprintln!("bumpgrad: {note}");
         }
         let a = &info.arena;
+        self.untested = info.test_examples == 0;
         self.say(&format!(
             "bumpgrad: {} ({} parameters), {}, {}",
             info.model, info.parameters, info.optimizer, info.schedule
@@ -276,6 +281,7 @@ impl Observer for Printer {
             (Some(loss), Some(ppl), Some(bits)) => {
                 format!("valid loss {loss:.4}  perplexity {ppl:.3}  {bits:.3} bits/char")
             }
+            _ if self.untested => "no validation set".to_string(),
             _ => format!("test accuracy {:.2}%", 100.0 * r.test_accuracy),
         };
         self.say(&format!(

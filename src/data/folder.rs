@@ -1,0 +1,527 @@
+//! An image folder: a person's own images, one subfolder per class.
+//!
+//! ```text
+//! DIR/cats/1.png  DIR/cats/2.jpg  DIR/dogs/a.png ...    training images
+//! DIR/val/cats/9.png ...                                 validation (optional)
+//! ```
+//!
+//! The classes are the subfolders' names, sorted (byte order), label 0
+//! first; `val` is not a class. Images are PNG or JPEG (recognised by their
+//! bytes, whatever their extension says; files with other extensions are
+//! skipped and counted), decoded with the `image` crate.
+//!
+//! Invariants of the [`ImageSet`] [`load`] returns:
+//! - every image has the same `channels × rows × cols`: 1 channel if every
+//!   training image is greyscale, else 3 (RGB; alpha is dropped); the rows
+//!   and columns are [`FolderOptions::size`], or else the images' own size,
+//!   which must then be the same for all (a different one is an error
+//!   naming two files);
+//! - at least 2 classes, each with at least one training image; labels are
+//!   the class indices;
+//! - the validation split is `val/` if present, else a fraction of each
+//!   class's images held out by a fixed seed (the same images every run,
+//!   whatever the training seed, so that evaluating a checkpoint later sees
+//!   the validation images its run saw), else empty (no validation set);
+//! - `normalize` is the training images' per-channel mean and standard
+//!   deviation, of pixels scaled to [0, 1], after resizing;
+//! - nothing panics: an unreadable or corrupt file is a [`DataError`]
+//!   naming it.
+
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+
+use super::idx::Images;
+use super::{DataError, ImageSet};
+
+/// The name of the folder of validation images, beside the classes.
+pub const VAL_DIR: &str = "val";
+/// Labels are bytes.
+pub const MAX_CLASSES: usize = 256;
+/// The largest side an image may be resized to.
+pub const MAX_SIDE: usize = 8192;
+/// The seed of the validation split: fixed, so a split repeats.
+const SPLIT_SEED: u64 = 0x5EED_F01D_E250_0001;
+/// A channel whose pixels all have one value has no spread to divide by:
+/// it is only centred (its standard deviation is taken as 1).
+const FLAT_STD: f64 = 1e-6;
+
+/// How to read an image folder. The defaults read the images at their own
+/// size, with `val/` as the validation set if there is one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FolderOptions {
+    /// Resize every image to this size; `None`: the images' own size, the
+    /// same for all.
+    pub size: Option<ImageSize>,
+    /// Without `val/`: the fraction of each class's images held out for
+    /// validation, in (0, 1); `None`: no validation set.
+    pub val_split: Option<f64>,
+    /// Read the images with this many channels (1 or 3) rather than the
+    /// training images' own: what a model trained elsewhere reads.
+    #[serde(default)]
+    pub channels: Option<usize>,
+}
+
+impl FolderOptions {
+    /// Whether any option differs from reading the folder as it is.
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// An image's height and width in pixels, written `HxW` (`32x32`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ImageSize {
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl std::str::FromStr for ImageSize {
+    type Err = DataError;
+
+    fn from_str(text: &str) -> Result<Self, DataError> {
+        let bad = |why: &str| DataError::BadImageSize {
+            given: text.to_string(),
+            why: why.to_string(),
+        };
+        let (rows, cols) = text
+            .split_once(['x', 'X'])
+            .ok_or_else(|| bad("expected HEIGHTxWIDTH in pixels, such as 32x32"))?;
+        let side = |s: &str| match s.trim().parse::<usize>() {
+            Ok(n) if (1..=MAX_SIDE).contains(&n) => Ok(n),
+            _ => Err(bad(&format!(
+                "the height and the width must be whole numbers from 1 to {MAX_SIDE}, such as 32x32"
+            ))),
+        };
+        Ok(Self {
+            rows: side(rows)?,
+            cols: side(cols)?,
+        })
+    }
+}
+
+impl std::fmt::Display for ImageSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}", self.rows, self.cols)
+    }
+}
+
+/// Whether `dir` looks like an image folder: a directory with a subfolder
+/// (MNIST and CIFAR-10 are recognised first, by their files).
+pub fn present(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.path().is_dir() && !hidden(&e.file_name().to_string_lossy()))
+    })
+}
+
+/// One image file and its class.
+#[derive(Debug, Clone)]
+struct Item {
+    path: PathBuf,
+    label: u8,
+}
+
+/// What a header says of an image.
+#[derive(Debug, Clone, Copy)]
+struct Header {
+    rows: usize,
+    cols: usize,
+    grey: bool,
+}
+
+/// Reads the image folder `dir` as `options` say.
+pub fn load(dir: &Path, options: &FolderOptions) -> Result<ImageSet, DataError> {
+    if let Some(f) = options.val_split.filter(|f| !(*f > 0.0 && *f < 1.0)) {
+        return Err(DataError::ValSplit { given: f });
+    }
+    if let Some(c) = options.channels.filter(|c| *c != 1 && *c != 3) {
+        return Err(DataError::FolderChannels { channels: c });
+    }
+    let mut skipped = Skipped::default();
+    let classes = class_folders(dir)?;
+    if classes.len() < 2 {
+        let found = classes.into_iter().map(|(name, _)| name).collect();
+        return Err(DataError::FewClasses {
+            dir: dir.to_path_buf(),
+            found,
+        });
+    }
+    if classes.len() > MAX_CLASSES {
+        return Err(DataError::TooManyClasses {
+            dir: dir.to_path_buf(),
+            found: classes.len(),
+        });
+    }
+    let names: Vec<String> = classes.iter().map(|(name, _)| name.clone()).collect();
+    let mut per_class = Vec::with_capacity(classes.len());
+    for (_, path) in &classes {
+        let files = image_files(path, &mut skipped)?;
+        if files.is_empty() {
+            return Err(DataError::EmptyClass { path: path.clone() });
+        }
+        per_class.push(files);
+    }
+    let val_dir = dir.join(VAL_DIR);
+    let (train, val, how) = if val_dir.is_dir() {
+        if options.val_split.is_some() {
+            return Err(DataError::ValTwice { dir: val_dir });
+        }
+        let val = val_items(&val_dir, &names, &mut skipped)?;
+        let how = format!("validation: the {} images of {}", val.len(), val_dir.display());
+        (items(per_class), val, how)
+    } else if let Some(fraction) = options.val_split {
+        let total: usize = per_class.iter().map(Vec::len).sum();
+        let (train, val) = split(per_class, fraction);
+        if val.is_empty() {
+            return Err(DataError::SplitTooSmall { fraction, total });
+        }
+        let how = format!(
+            "validation: {} of the {total} images ({:.0}% of each class, held out by a fixed seed: the same every run)",
+            val.len(),
+            100.0 * fraction
+        );
+        (train, val, how)
+    } else {
+        let how = format!(
+            "no validation set: {} has no {VAL_DIR}/ folder and no split of the training images was asked for, so no accuracy is measured",
+            dir.display()
+        );
+        (items(per_class), Vec::new(), how)
+    };
+
+    let all: Vec<&Item> = train.iter().chain(&val).collect();
+    let headers: Vec<Header> = all
+        .par_iter()
+        .map(|item| header(&item.path))
+        .collect::<Result<_, _>>()?;
+    let (rows, cols, resized) = match options.size {
+        Some(size) => (size.rows, size.cols, true),
+        None => {
+            let first = headers[0];
+            let differs = all
+                .iter()
+                .zip(&headers)
+                .find(|(_, h)| (h.rows, h.cols) != (first.rows, first.cols));
+            if let Some((other, h)) = differs {
+                return Err(DataError::MixedSizes {
+                    first: all[0].path.clone(),
+                    first_size: (first.rows, first.cols),
+                    other: other.path.clone(),
+                    other_size: (h.rows, h.cols),
+                });
+            }
+            (first.rows, first.cols, false)
+        }
+    };
+    let channels = options
+        .channels
+        .unwrap_or(if headers[..train.len()].iter().all(|h| h.grey) {
+            1
+        } else {
+            3
+        });
+    let train_images = decode_all(&train, channels, rows, cols)?;
+    let test_images = decode_all(&val, channels, rows, cols)?;
+    let normalize = statistics(&train_images);
+
+    let mut notes = vec![
+        format!("{} classes, from the folder names: {}", names.len(), list(&names)),
+        format!(
+            "images: {}, {rows}×{cols} pixels{}",
+            if channels == 1 {
+                "greyscale (1 channel)"
+            } else {
+                "RGB (3 channels)"
+            },
+            if resized { " (each resized to it)" } else { "" }
+        ),
+        how,
+        format!(
+            "normalised per channel by the training images' mean {} and standard deviation {}",
+            join(normalize.iter().map(|p| p.0)),
+            join(normalize.iter().map(|p| p.1))
+        ),
+    ];
+    if let Some(note) = skipped.note() {
+        notes.push(note);
+    }
+    Ok(ImageSet {
+        name: format!("image folder {}", dir.display()),
+        synthetic: false,
+        train_labels: train.iter().map(|item| item.label).collect(),
+        train_images,
+        test_labels: val.iter().map(|item| item.label).collect(),
+        test_images,
+        classes: names.len(),
+        class_names: names,
+        normalize,
+        notes,
+    })
+}
+
+/// One image file read as a model of `channels × rows × cols` reads it:
+/// decoded, converted to greyscale or RGB, resized, channels first.
+pub fn read_image(path: &Path, channels: usize, rows: usize, cols: usize) -> Result<Vec<u8>, DataError> {
+    if channels != 1 && channels != 3 {
+        return Err(DataError::FolderChannels { channels });
+    }
+    decode(path, channels, rows, cols)
+}
+
+/// Whether `path` names a file an image folder reads: `.png`, `.jpg` or
+/// `.jpeg`, in any case.
+pub fn is_image_file(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| ["png", "jpg", "jpeg"].iter().any(|x| e.eq_ignore_ascii_case(x)))
+}
+
+fn hidden(name: &str) -> bool {
+    name.starts_with('.')
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DataError + '_ {
+    move |source| DataError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn bad_image(path: &Path) -> impl FnOnce(image::ImageError) -> DataError + '_ {
+    move |e| DataError::BadImage {
+        path: path.to_path_buf(),
+        why: e.to_string(),
+    }
+}
+
+/// The subfolders of `dir` (not `val/`, not hidden ones), sorted by name.
+fn class_folders(dir: &Path) -> Result<Vec<(String, PathBuf)>, DataError> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
+        let entry = entry.map_err(io(dir))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        if path.is_dir() && name != VAL_DIR && !hidden(&name) {
+            found.push((name, path));
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Files skipped because they are not PNG or JPEG.
+#[derive(Default)]
+struct Skipped {
+    count: usize,
+    first: Option<PathBuf>,
+}
+
+impl Skipped {
+    fn add(&mut self, path: PathBuf) {
+        self.count += 1;
+        self.first.get_or_insert(path);
+    }
+
+    fn note(&self) -> Option<String> {
+        let first = self.first.as_ref()?;
+        Some(format!(
+            "skipped {} files that are not .png, .jpg or .jpeg (the first: {})",
+            self.count,
+            first.display()
+        ))
+    }
+}
+
+/// The image files of a class folder, sorted by name; anything else is
+/// skipped.
+fn image_files(dir: &Path, skipped: &mut Skipped) -> Result<Vec<PathBuf>, DataError> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
+        let path = entry.map_err(io(dir))?.path();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if hidden(&name) {
+            continue;
+        }
+        if path.is_file() && is_image_file(&path) {
+            files.push(path);
+        } else {
+            skipped.add(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Every class's files as labelled items, class after class.
+fn items(per_class: Vec<Vec<PathBuf>>) -> Vec<Item> {
+    let mut out = Vec::new();
+    for (label, files) in per_class.into_iter().enumerate() {
+        // At most MAX_CLASSES classes: every label is a byte.
+        out.extend(files.into_iter().map(|path| Item {
+            path,
+            label: label as u8,
+        }));
+    }
+    out
+}
+
+/// The images of `val/`, whose subfolders must be training classes.
+fn val_items(val_dir: &Path, names: &[String], skipped: &mut Skipped) -> Result<Vec<Item>, DataError> {
+    let mut out = Vec::new();
+    for (name, path) in class_folders(val_dir)? {
+        let Some(label) = names.iter().position(|n| *n == name) else {
+            return Err(DataError::ValUnknownClass {
+                path,
+                classes: names.to_vec(),
+            });
+        };
+        let files = image_files(&path, skipped)?;
+        out.extend(files.into_iter().map(|path| Item {
+            path,
+            label: label as u8,
+        }));
+    }
+    if out.is_empty() {
+        return Err(DataError::ValEmpty {
+            dir: val_dir.to_path_buf(),
+        });
+    }
+    Ok(out)
+}
+
+/// Each class's files split into training and validation items: a
+/// `fraction` of them (rounded, at most all but one) drawn by the fixed
+/// split seed, the rest kept in name order.
+fn split(per_class: Vec<Vec<PathBuf>>, fraction: f64) -> (Vec<Item>, Vec<Item>) {
+    let mut rng = crate::rng::SplitMix64::new(SPLIT_SEED);
+    let (mut train, mut val) = (Vec::new(), Vec::new());
+    for (label, files) in per_class.into_iter().enumerate() {
+        let n = files.len();
+        let held = ((n as f64 * fraction).round() as usize).min(n - 1);
+        // Fisher–Yates over the indices; the first `held` are validation.
+        let mut order: Vec<usize> = (0..n).collect();
+        for i in (1..n).rev() {
+            let j = rng.below(i as u64 + 1) as usize;
+            order.swap(i, j);
+        }
+        let mut is_val = vec![false; n];
+        for &i in &order[..held] {
+            is_val[i] = true;
+        }
+        for (path, v) in files.into_iter().zip(is_val) {
+            let item = Item {
+                path,
+                label: label as u8,
+            };
+            if v {
+                val.push(item);
+            } else {
+                train.push(item);
+            }
+        }
+    }
+    (train, val)
+}
+
+/// The size and colour of the image at `path`, from its header.
+fn header(path: &Path) -> Result<Header, DataError> {
+    use image::ImageDecoder;
+    let reader = image::ImageReader::open(path)
+        .map_err(io(path))?
+        .with_guessed_format()
+        .map_err(io(path))?;
+    let decoder = reader.into_decoder().map_err(bad_image(path))?;
+    let (width, height) = decoder.dimensions();
+    let grey = matches!(
+        decoder.color_type(),
+        image::ColorType::L8 | image::ColorType::La8 | image::ColorType::L16 | image::ColorType::La16
+    );
+    Ok(Header {
+        rows: height as usize,
+        cols: width as usize,
+        grey,
+    })
+}
+
+/// The image at `path` as `channels × rows × cols` bytes, channels first.
+fn decode(path: &Path, channels: usize, rows: usize, cols: usize) -> Result<Vec<u8>, DataError> {
+    let image = image::ImageReader::open(path)
+        .map_err(io(path))?
+        .with_guessed_format()
+        .map_err(io(path))?
+        .decode()
+        .map_err(bad_image(path))?;
+    let (w, h) = (cols as u32, rows as u32);
+    let resize = |img: image::DynamicImage| match img.width() == w && img.height() == h {
+        true => img,
+        false => img.resize_exact(w, h, image::imageops::FilterType::Triangle),
+    };
+    let plane = rows * cols;
+    let mut out = vec![0; channels * plane];
+    if channels == 1 {
+        out.copy_from_slice(resize(image::DynamicImage::ImageLuma8(image.to_luma8())).as_bytes());
+    } else {
+        let rgb = resize(image::DynamicImage::ImageRgb8(image.to_rgb8()));
+        for (i, pixel) in rgb.as_bytes().chunks_exact(3).enumerate() {
+            for (c, &v) in pixel.iter().enumerate() {
+                out[c * plane + i] = v;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Every item's image, decoded in parallel, in the items' order.
+fn decode_all(items: &[Item], channels: usize, rows: usize, cols: usize) -> Result<Images, DataError> {
+    let decoded: Vec<Vec<u8>> = items
+        .par_iter()
+        .map(|item| decode(&item.path, channels, rows, cols))
+        .collect::<Result<_, _>>()?;
+    Ok(Images {
+        count: items.len(),
+        channels,
+        rows,
+        cols,
+        pixels: decoded.concat(),
+    })
+}
+
+/// Each channel's mean and (population) standard deviation over every
+/// pixel of `images`, scaled to [0, 1].
+fn statistics(images: &Images) -> Vec<(f32, f32)> {
+    let plane = images.rows * images.cols;
+    let n = (images.count * plane) as f64;
+    (0..images.channels)
+        .map(|c| {
+            let (mut sum, mut squares) = (0u64, 0u64);
+            for image in images.pixels.chunks_exact(images.image_len()) {
+                for &v in &image[c * plane..(c + 1) * plane] {
+                    sum += u64::from(v);
+                    squares += u64::from(v) * u64::from(v);
+                }
+            }
+            let mean = sum as f64 / n / 255.0;
+            let var = (squares as f64 / n / (255.0 * 255.0) - mean * mean).max(0.0);
+            let std = var.sqrt();
+            (mean as f32, if std < FLAT_STD { 1.0 } else { std as f32 })
+        })
+        .collect()
+}
+
+/// Up to ten names, then how many more.
+fn list(names: &[String]) -> String {
+    let shown = names.iter().take(10).cloned().collect::<Vec<_>>().join(", ");
+    match names.len() {
+        0..=10 => shown,
+        n => format!("{shown} and {} more", n - 10),
+    }
+}
+
+fn join(values: impl Iterator<Item = f32>) -> String {
+    values.map(|v| format!("{v:.4}")).collect::<Vec<_>>().join(", ")
+}
