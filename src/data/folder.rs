@@ -525,3 +525,272 @@ fn list(names: &[String]) -> String {
 fn join(values: impl Iterator<Item = f32>) -> String {
     values.map(|v| format!("{v:.4}")).collect::<Vec<_>>().join(", ")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::testutil::TempDir;
+
+    /// Writes a greyscale PNG of `rows`×`cols` pixels at `dir/rel`.
+    fn grey(dir: &TempDir, rel: &str, rows: u32, cols: u32, pixels: &[u8]) -> PathBuf {
+        let path = dir.path().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        image::GrayImage::from_raw(cols, rows, pixels.to_vec())
+            .unwrap()
+            .save(&path)
+            .unwrap();
+        path
+    }
+
+    /// Writes an RGB PNG (or JPEG, by the extension) at `dir/rel`.
+    fn rgb(dir: &TempDir, rel: &str, rows: u32, cols: u32, pixels: &[u8]) -> PathBuf {
+        let path = dir.path().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        image::RgbImage::from_raw(cols, rows, pixels.to_vec())
+            .unwrap()
+            .save(&path)
+            .unwrap();
+        path
+    }
+
+    fn read(dir: &TempDir, options: FolderOptions) -> Result<ImageSet, DataError> {
+        ImageSet::load_with(dir.path(), &options)
+    }
+
+    #[test]
+    fn a_tiny_folder_reads_with_statistics_computed_by_hand() {
+        let dir = TempDir::new("folder-tiny");
+        grey(&dir, "b/1.png", 2, 2, &[51, 51, 102, 102]);
+        grey(&dir, "a/1.png", 2, 2, &[0, 255, 0, 255]);
+        std::fs::write(dir.path().join("a/notes.txt"), b"not an image").unwrap();
+        let set = ImageSet::load(dir.path()).unwrap();
+        assert_eq!(set.class_names, ["a", "b"], "sorted folder names");
+        assert_eq!((set.classes, set.train_labels.clone()), (2, vec![0, 1]));
+        let i = &set.train_images;
+        assert_eq!((i.count, i.channels, i.rows, i.cols), (2, 1, 2, 2));
+        assert_eq!(i.pixels, [0, 255, 0, 255, 51, 51, 102, 102]);
+        assert_eq!(set.test_images.count, 0, "no val/ and no split: no validation set");
+        // Scaled: 0 1 0 1 .2 .2 .4 .4 — mean .4; mean of squares 2.4/8 = .3;
+        // variance .3 − .16 = .14.
+        let (mean, std) = set.normalize[0];
+        assert_eq!(set.normalize.len(), 1);
+        assert!((mean - 0.4).abs() < 1e-6, "{mean}");
+        assert!((std - 0.14f32.sqrt()).abs() < 1e-6, "{std}");
+        let notes = set.notes.join("\n");
+        assert!(notes.contains("no validation set"), "{notes}");
+        assert!(
+            notes.contains("mean 0.4000") && notes.contains("deviation 0.3742"),
+            "{notes}"
+        );
+        assert!(
+            notes.contains("skipped 1 files") && notes.contains("notes.txt"),
+            "{notes}"
+        );
+    }
+
+    #[test]
+    fn one_colour_image_makes_every_image_rgb_channels_first() {
+        let dir = TempDir::new("folder-rgb");
+        rgb(&dir, "colour/1.png", 1, 2, &[10, 20, 30, 40, 50, 60]);
+        grey(&dir, "grey/1.png", 1, 2, &[7, 9]);
+        let set = ImageSet::load(dir.path()).unwrap();
+        let i = &set.train_images;
+        assert_eq!((i.channels, i.rows, i.cols), (3, 1, 2));
+        // Channel-major: all red, all green, all blue; grey repeated.
+        assert_eq!(i.pixels, [10, 40, 20, 50, 30, 60, 7, 9, 7, 9, 7, 9]);
+        let means: Vec<f32> = set.normalize.iter().map(|p| p.0).collect();
+        for (c, want) in [(10.0 + 40.0 + 7.0 + 9.0), (20.0 + 50.0 + 16.0), (30.0 + 60.0 + 16.0)]
+            .into_iter()
+            .enumerate()
+        {
+            assert!((means[c] - want / 4.0 / 255.0).abs() < 1e-6, "channel {c}: {means:?}");
+        }
+    }
+
+    #[test]
+    fn jpeg_images_are_read_too() {
+        let dir = TempDir::new("folder-jpeg");
+        rgb(&dir, "a/1.jpg", 8, 8, &[200; 8 * 8 * 3]);
+        rgb(&dir, "b/1.jpeg", 8, 8, &[20; 8 * 8 * 3]);
+        let set = ImageSet::load(dir.path()).unwrap();
+        assert_eq!((set.train_images.count, set.train_images.channels), (2, 3));
+        let first = set.train_images.image(0).unwrap();
+        assert!(first.iter().all(|&v| v.abs_diff(200) <= 3), "lossy, but close");
+    }
+
+    #[test]
+    fn sizes_must_agree_unless_a_size_is_given() {
+        let dir = TempDir::new("folder-sizes");
+        grey(&dir, "a/1.png", 4, 4, &[100; 16]);
+        let odd = grey(&dir, "b/1.png", 6, 3, &[100; 18]);
+        let err = read(&dir, FolderOptions::default()).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, DataError::MixedSizes { .. }), "{err:?}");
+        assert!(
+            text.contains("a/1.png is 4×4") && text.contains(&format!("{} is 6×3", odd.display())),
+            "{text}"
+        );
+        let size = Some("5x7".parse().unwrap());
+        let set = read(
+            &dir,
+            FolderOptions {
+                size,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let i = &set.train_images;
+        assert_eq!((i.count, i.rows, i.cols, i.pixels.len()), (2, 5, 7, 70));
+        assert!(
+            i.pixels.iter().all(|&v| v == 100),
+            "a flat image stays flat when resized"
+        );
+        assert_eq!(set.normalize, [(100.0 / 255.0, 1.0)], "a flat channel is only centred");
+    }
+
+    #[test]
+    fn a_split_is_stratified_and_repeats() {
+        let dir = TempDir::new("folder-split");
+        for i in 0..10 {
+            grey(&dir, &format!("a/{i}.png"), 1, 1, &[i]);
+        }
+        for i in 0..6 {
+            grey(&dir, &format!("b/{i}.png"), 1, 1, &[100 + i]);
+        }
+        let options = FolderOptions {
+            val_split: Some(0.5),
+            ..Default::default()
+        };
+        let set = read(&dir, options).unwrap();
+        let count = |labels: &[u8], l: u8| labels.iter().filter(|&&x| x == l).count();
+        assert_eq!((count(&set.train_labels, 0), count(&set.train_labels, 1)), (5, 3));
+        assert_eq!((count(&set.test_labels, 0), count(&set.test_labels, 1)), (5, 3));
+        let again = read(&dir, options).unwrap();
+        assert_eq!(
+            set.test_images.pixels, again.test_images.pixels,
+            "the same split every time"
+        );
+        let mut all: Vec<u8> = set
+            .train_images
+            .pixels
+            .iter()
+            .chain(&set.test_images.pixels)
+            .copied()
+            .collect();
+        all.sort();
+        assert_eq!(all, (0..10).chain(100..106).collect::<Vec<u8>>(), "every image once");
+        assert!(
+            set.notes.iter().any(|n| n.contains("8 of the 16 images")),
+            "{:?}",
+            set.notes
+        );
+        // Statistics of the training images only.
+        let mean = set.train_images.pixels.iter().map(|&v| v as f64).sum::<f64>() / 8.0 / 255.0;
+        assert!((set.normalize[0].0 as f64 - mean).abs() < 1e-6);
+    }
+
+    #[test]
+    fn val_holds_the_validation_images() {
+        let dir = TempDir::new("folder-val");
+        grey(&dir, "a/1.png", 1, 1, &[1]);
+        grey(&dir, "b/1.png", 1, 1, &[2]);
+        grey(&dir, "val/b/1.png", 1, 1, &[3]);
+        let set = ImageSet::load(dir.path()).unwrap();
+        assert_eq!(set.class_names, ["a", "b"], "val is not a class");
+        assert_eq!(
+            (set.test_labels.clone(), set.test_images.pixels.clone()),
+            (vec![1], vec![3])
+        );
+        let twice = FolderOptions {
+            val_split: Some(0.2),
+            ..Default::default()
+        };
+        assert!(matches!(read(&dir, twice), Err(DataError::ValTwice { .. })));
+        grey(&dir, "val/c/1.png", 1, 1, &[4]);
+        let err = ImageSet::load(dir.path()).unwrap_err();
+        assert!(matches!(err, DataError::ValUnknownClass { .. }), "{err:?}");
+        assert!(
+            err.to_string().contains("val/c is not a training class (a, b)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_folders_are_refused_with_what_to_do() {
+        let dir = TempDir::new("folder-bad");
+        let err = ImageSet::load(dir.path()).unwrap_err();
+        assert!(matches!(err, DataError::EmptyDir { .. }), "{err:?}");
+        assert!(
+            err.to_string()
+                .contains("one subfolder of PNG or JPEG images per class"),
+            "{err}"
+        );
+        grey(&dir, "only/1.png", 1, 1, &[1]);
+        let err = ImageSet::load(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("holds 1 class folder (only)"), "{err}");
+        std::fs::create_dir_all(dir.path().join("empty")).unwrap();
+        let err = ImageSet::load(dir.path()).unwrap_err();
+        assert!(
+            matches!(&err, DataError::EmptyClass { path } if path.ends_with("empty")),
+            "{err:?}"
+        );
+        let corrupt = dir.path().join("empty/broken.png");
+        std::fs::write(&corrupt, b"\x89PNG\r\n\x1a\nnot really").unwrap();
+        let err = ImageSet::load(dir.path()).unwrap_err();
+        assert!(
+            matches!(&err, DataError::BadImage { path, .. } if *path == corrupt),
+            "{err:?}"
+        );
+        // A valid header over a cut body: found when decoding.
+        let png = std::fs::read(dir.path().join("only/1.png")).unwrap();
+        std::fs::write(&corrupt, &png[..png.len() - 20]).unwrap();
+        let err = ImageSet::load(dir.path()).unwrap_err();
+        assert!(
+            matches!(&err, DataError::BadImage { path, .. } if *path == corrupt),
+            "{err:?}"
+        );
+        std::fs::write(&corrupt, &png).unwrap();
+        for f in [0.0, 1.0, -0.5, 1.5, f64::NAN] {
+            let options = FolderOptions {
+                val_split: Some(f),
+                ..Default::default()
+            };
+            assert!(matches!(read(&dir, options), Err(DataError::ValSplit { .. })), "{f}");
+        }
+        let one_each = FolderOptions {
+            val_split: Some(0.1),
+            ..Default::default()
+        };
+        assert!(matches!(
+            read(&dir, one_each),
+            Err(DataError::SplitTooSmall { total: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn image_sizes_parse() {
+        assert_eq!("32x48".parse::<ImageSize>().unwrap(), ImageSize { rows: 32, cols: 48 });
+        assert_eq!("7X7".parse::<ImageSize>().unwrap().to_string(), "7x7");
+        for bad in ["32", "x", "0x5", "5x0", "ax5", "-1x5", "9000x9000", ""] {
+            let err = bad.parse::<ImageSize>().unwrap_err();
+            assert!(matches!(err, DataError::BadImageSize { .. }), "{bad}");
+            assert!(err.to_string().contains("32x32"), "{err}");
+        }
+    }
+
+    #[test]
+    fn one_image_is_read_as_a_model_reads() {
+        let dir = TempDir::new("folder-one");
+        let path = rgb(&dir, "x.png", 2, 2, &[255, 0, 0, 255, 0, 0, 255, 0, 0, 255, 0, 0]);
+        assert_eq!(read_image(&path, 3, 1, 1).unwrap(), [255, 0, 0]);
+        let grey = read_image(&path, 1, 2, 2).unwrap();
+        assert_eq!(grey.len(), 4);
+        assert!(grey.iter().all(|&v| v == grey[0] && v > 0 && v < 255), "{grey:?}");
+        assert!(matches!(
+            read_image(&path, 2, 1, 1),
+            Err(DataError::FolderChannels { channels: 2 })
+        ));
+        let missing = dir.path().join("missing.png");
+        assert!(matches!(read_image(&missing, 3, 1, 1), Err(DataError::Io { .. })));
+    }
+}
