@@ -13,7 +13,7 @@
 //! Invariants of the [`ImageSet`] [`load`] returns:
 //! - every image has the same `channels × rows × cols`: 1 channel if every
 //!   training image is greyscale, else 3 (RGB; alpha is dropped); the rows
-//!   and columns are [`FolderOptions::size`], or else the images' own size,
+//!   and columns are [`ImageOptions::size`], or else the images' own size,
 //!   which must then be the same for all (a different one is an error
 //!   naming two files);
 //! - at least 2 classes, each with at least one training image; labels are
@@ -32,79 +32,17 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 
 use super::idx::Images;
-use super::{DataError, ImageSet};
+use super::{DataError, ImageOptions, ImageSet};
 
 /// The name of the folder of validation images, beside the classes.
 pub const VAL_DIR: &str = "val";
 /// Labels are bytes.
 pub const MAX_CLASSES: usize = 256;
-/// The largest side an image may be resized to.
-pub const MAX_SIDE: usize = 8192;
 /// The seed of the validation split: fixed, so a split repeats.
 const SPLIT_SEED: u64 = 0x5EED_F01D_E250_0001;
 /// A channel whose pixels all have one value has no spread to divide by:
 /// it is only centred (its standard deviation is taken as 1).
 const FLAT_STD: f64 = 1e-6;
-
-/// How to read an image folder. The defaults read the images at their own
-/// size, with `val/` as the validation set if there is one.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct FolderOptions {
-    /// Resize every image to this size; `None`: the images' own size, the
-    /// same for all.
-    pub size: Option<ImageSize>,
-    /// Without `val/`: the fraction of each class's images held out for
-    /// validation, in (0, 1); `None`: no validation set.
-    pub val_split: Option<f64>,
-    /// Read the images with this many channels (1 or 3) rather than the
-    /// training images' own: what a model trained elsewhere reads.
-    #[serde(default)]
-    pub channels: Option<usize>,
-}
-
-impl FolderOptions {
-    /// Whether any option differs from reading the folder as it is.
-    pub fn is_default(&self) -> bool {
-        *self == Self::default()
-    }
-}
-
-/// An image's height and width in pixels, written `HxW` (`32x32`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ImageSize {
-    pub rows: usize,
-    pub cols: usize,
-}
-
-impl std::str::FromStr for ImageSize {
-    type Err = DataError;
-
-    fn from_str(text: &str) -> Result<Self, DataError> {
-        let bad = |why: &str| DataError::BadImageSize {
-            given: text.to_string(),
-            why: why.to_string(),
-        };
-        let (rows, cols) = text
-            .split_once(['x', 'X'])
-            .ok_or_else(|| bad("expected HEIGHTxWIDTH in pixels, such as 32x32"))?;
-        let side = |s: &str| match s.trim().parse::<usize>() {
-            Ok(n) if (1..=MAX_SIDE).contains(&n) => Ok(n),
-            _ => Err(bad(&format!(
-                "the height and the width must be whole numbers from 1 to {MAX_SIDE}, such as 32x32"
-            ))),
-        };
-        Ok(Self {
-            rows: side(rows)?,
-            cols: side(cols)?,
-        })
-    }
-}
-
-impl std::fmt::Display for ImageSize {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}x{}", self.rows, self.cols)
-    }
-}
 
 /// Whether `dir` looks like an image folder: a directory with a subfolder
 /// (MNIST and CIFAR-10 are recognised first, by their files).
@@ -132,7 +70,7 @@ struct Header {
 }
 
 /// Reads the image folder `dir` as `options` say.
-pub fn load(dir: &Path, options: &FolderOptions) -> Result<ImageSet, DataError> {
+pub fn load(dir: &Path, options: &ImageOptions) -> Result<ImageSet, DataError> {
     if let Some(f) = options.val_split.filter(|f| !(*f > 0.0 && *f < 1.0)) {
         return Err(DataError::ValSplit { given: f });
     }
@@ -530,6 +468,7 @@ fn join(values: impl Iterator<Item = f32>) -> String {
 mod tests {
     use super::*;
     use crate::data::testutil::TempDir;
+    use crate::data::ImageSize;
 
     /// Writes a greyscale PNG of `rows`×`cols` pixels at `dir/rel`.
     fn grey(dir: &TempDir, rel: &str, rows: u32, cols: u32, pixels: &[u8]) -> PathBuf {
@@ -553,7 +492,7 @@ mod tests {
         path
     }
 
-    fn read(dir: &TempDir, options: FolderOptions) -> Result<ImageSet, DataError> {
+    fn read(dir: &TempDir, options: ImageOptions) -> Result<ImageSet, DataError> {
         ImageSet::load_with(dir.path(), &options)
     }
 
@@ -623,7 +562,7 @@ mod tests {
         let dir = TempDir::new("folder-sizes");
         grey(&dir, "a/1.png", 4, 4, &[100; 16]);
         let odd = grey(&dir, "b/1.png", 6, 3, &[100; 18]);
-        let err = read(&dir, FolderOptions::default()).unwrap_err();
+        let err = read(&dir, ImageOptions::default()).unwrap_err();
         let text = err.to_string();
         assert!(matches!(err, DataError::MixedSizes { .. }), "{err:?}");
         assert!(
@@ -633,7 +572,7 @@ mod tests {
         let size = Some("5x7".parse().unwrap());
         let set = read(
             &dir,
-            FolderOptions {
+            ImageOptions {
                 size,
                 ..Default::default()
             },
@@ -657,7 +596,7 @@ mod tests {
         for i in 0..6 {
             grey(&dir, &format!("b/{i}.png"), 1, 1, &[100 + i]);
         }
-        let options = FolderOptions {
+        let options = ImageOptions {
             val_split: Some(0.5),
             ..Default::default()
         };
@@ -701,7 +640,7 @@ mod tests {
             (set.test_labels.clone(), set.test_images.pixels.clone()),
             (vec![1], vec![3])
         );
-        let twice = FolderOptions {
+        let twice = ImageOptions {
             val_split: Some(0.2),
             ..Default::default()
         };
@@ -751,13 +690,13 @@ mod tests {
         );
         std::fs::write(&corrupt, &png).unwrap();
         for f in [0.0, 1.0, -0.5, 1.5, f64::NAN] {
-            let options = FolderOptions {
+            let options = ImageOptions {
                 val_split: Some(f),
                 ..Default::default()
             };
             assert!(matches!(read(&dir, options), Err(DataError::ValSplit { .. })), "{f}");
         }
-        let one_each = FolderOptions {
+        let one_each = ImageOptions {
             val_split: Some(0.1),
             ..Default::default()
         };

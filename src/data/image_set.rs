@@ -3,7 +3,7 @@
 //! statistics to normalise with.
 
 use super::idx::Images;
-use super::{DataError, FolderOptions};
+use super::DataError;
 use crate::tensor::Shape;
 use std::path::{Path, PathBuf};
 
@@ -43,12 +43,12 @@ impl ImageSet {
     /// file, as before CIFAR-10 was known; an empty one as empty; text (a
     /// file, a treebank) is refused as not images.
     pub fn load(dir: &Path) -> Result<Self, DataError> {
-        Self::load_with(dir, &FolderOptions::default())
+        Self::load_with(dir, &ImageOptions::default())
     }
 
     /// [`ImageSet::load`], an image folder read as `options` say; other
     /// options than the defaults are refused for the other formats.
-    pub fn load_with(dir: &Path, options: &FolderOptions) -> Result<Self, DataError> {
+    pub fn load_with(dir: &Path, options: &ImageOptions) -> Result<Self, DataError> {
         let holds = super::DataKind::of_path(dir);
         if holds != super::DataKind::Images {
             let path = dir.to_path_buf();
@@ -77,11 +77,11 @@ impl ImageSet {
 
     /// The data set `source` names: read from its directory, or made up.
     pub fn open(source: &DataSource) -> Result<Self, DataError> {
-        Self::open_with(source, &FolderOptions::default())
+        Self::open_with(source, &ImageOptions::default())
     }
 
     /// [`ImageSet::open`], an image folder read as `options` say.
-    pub fn open_with(source: &DataSource, options: &FolderOptions) -> Result<Self, DataError> {
+    pub fn open_with(source: &DataSource, options: &ImageOptions) -> Result<Self, DataError> {
         match source {
             DataSource::Dir(dir) => Self::load_with(dir, options),
             DataSource::Synthetic { train, test } => {
@@ -126,7 +126,7 @@ impl ImageSet {
 }
 
 /// `set`, unless `options` ask for what only an image folder does.
-fn refuse_options(set: ImageSet, dir: &Path, options: &FolderOptions) -> Result<ImageSet, DataError> {
+fn refuse_options(set: ImageSet, dir: &Path, options: &ImageOptions) -> Result<ImageSet, DataError> {
     let same_channels = options.channels.is_none_or(|c| c == set.train_images.channels);
     if options.size.is_some() || options.val_split.is_some() || !same_channels {
         return Err(DataError::NotAFolder {
@@ -142,6 +142,70 @@ fn keep_first(images: &mut Images, labels: &mut Vec<u8>, n: usize) {
     images.count = n;
     images.pixels.truncate(n * image_len);
     labels.truncate(n);
+}
+
+/// The largest side an image may be resized to.
+pub const MAX_SIDE: usize = 8192;
+
+/// How to read a set of images: only an image folder (`folder.rs`) takes
+/// other than the defaults, which read the images at their own size, with
+/// an image folder's `val/` as the validation set if there is one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ImageOptions {
+    /// Resize every image to this size; `None`: the images' own size, the
+    /// same for all.
+    pub size: Option<ImageSize>,
+    /// Without `val/`: the fraction of each class's images held out for
+    /// validation, in (0, 1); `None`: no validation set.
+    pub val_split: Option<f64>,
+    /// Read the images with this many channels (1 or 3) rather than the
+    /// training images' own: what a model trained elsewhere reads.
+    #[serde(default)]
+    pub channels: Option<usize>,
+}
+
+impl ImageOptions {
+    /// Whether any option differs from reading the folder as it is.
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// An image's height and width in pixels, written `HxW` (`32x32`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ImageSize {
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl std::str::FromStr for ImageSize {
+    type Err = DataError;
+
+    fn from_str(text: &str) -> Result<Self, DataError> {
+        let bad = |why: &str| DataError::BadImageSize {
+            given: text.to_string(),
+            why: why.to_string(),
+        };
+        let (rows, cols) = text
+            .split_once(['x', 'X'])
+            .ok_or_else(|| bad("expected HEIGHTxWIDTH in pixels, such as 32x32"))?;
+        let side = |s: &str| match s.trim().parse::<usize>() {
+            Ok(n) if (1..=MAX_SIDE).contains(&n) => Ok(n),
+            _ => Err(bad(&format!(
+                "the height and the width must be whole numbers from 1 to {MAX_SIDE}, such as 32x32"
+            ))),
+        };
+        Ok(Self {
+            rows: side(rows)?,
+            cols: side(cols)?,
+        })
+    }
+}
+
+impl std::fmt::Display for ImageSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}", self.rows, self.cols)
+    }
 }
 
 /// The seed of every synthetic set: runs with different training seeds

@@ -34,9 +34,8 @@ pub mod text;
 
 use std::path::PathBuf;
 
-pub use folder::{FolderOptions, ImageSize};
 pub use idx::{parse_images, parse_labels, read_images, read_labels, Images};
-pub use image_set::{DataSource, ImageSet};
+pub use image_set::{DataSource, ImageOptions, ImageSet, ImageSize};
 pub use kind::DataKind;
 pub use order::shuffle_into;
 pub use resident::{ResidentSet, ResidentSplit};

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use super::text::{CharCorpus, Treebank};
-use super::{DataError, DataKind, DataSource, FolderOptions, ImageSet};
+use super::{DataError, DataKind, DataSource, ImageOptions, ImageSet};
 
 /// A data set in host memory, validated.
 #[derive(Debug, Clone)]
@@ -23,11 +23,11 @@ pub enum DataSet {
 impl DataSet {
     /// The data set `source` holds, read by its kind.
     pub fn open(source: &DataSource) -> Result<Self, DataError> {
-        Self::open_with(source, &FolderOptions::default())
+        Self::open_with(source, &ImageOptions::default())
     }
 
     /// [`DataSet::open`], an image folder read as `folder` says.
-    pub fn open_with(source: &DataSource, folder: &FolderOptions) -> Result<Self, DataError> {
+    pub fn open_with(source: &DataSource, folder: &ImageOptions) -> Result<Self, DataError> {
         let kind = DataKind::of(source);
         if kind != DataKind::Images && !folder.is_default() {
             return Err(DataError::NotAFolder {

@@ -4,7 +4,7 @@
 //! The pipeline reads them; the session it builds sees none of them.
 
 use crate::backend::{DeviceRequest, Precision};
-use crate::data::FolderOptions;
+use crate::data::ImageOptions;
 use crate::distributed::DataParallel;
 use crate::nn::{ModelChoice, OptimizerChoice};
 use crate::optim::Schedule;
@@ -57,7 +57,7 @@ pub struct RunConfig {
     pub data_dir: PathBuf,
     /// How an image folder is read: its image size and validation split
     /// (the defaults for any other data).
-    pub folder: FolderOptions,
+    pub image_options: ImageOptions,
     pub train_limit: Option<usize>,
     pub test_limit: Option<usize>,
     /// Where and how often to write checkpoints; `None`: never.
@@ -131,7 +131,7 @@ impl Default for RunConfig {
             schedule: Schedule::default(),
             seed: 42,
             data_dir: PathBuf::from("data/mnist"),
-            folder: FolderOptions::default(),
+            image_options: ImageOptions::default(),
             train_limit: None,
             test_limit: None,
             checkpoints: None,

@@ -3,7 +3,7 @@
 
 use super::choices;
 use bumpgrad::backend::{DeviceRequest, Precision};
-use bumpgrad::data::{DataKind, DataSource, FolderOptions, ImageSize};
+use bumpgrad::data::{DataKind, DataSource, ImageOptions, ImageSize};
 use bumpgrad::memory::ByteSize;
 use bumpgrad::ops::gather::Augment;
 use bumpgrad::tasks::{
@@ -480,7 +480,7 @@ impl TrainArgs {
             schedule: self.schedule.with_warmup(self.warmup_epochs).unwrap_or(self.schedule),
             seed: self.seed,
             data_dir: PathBuf::from(self.data.to_string()),
-            folder: FolderOptions {
+            image_options: ImageOptions {
                 size: self.image_size,
                 val_split: self.val_split,
                 channels: None,

@@ -7,7 +7,7 @@ use super::args::{parse_data, DeviceArg};
 use super::choices;
 use anyhow::Context;
 use bumpgrad::checkpoint::Checkpoint;
-use bumpgrad::data::{DataSource, FolderOptions, ImageSet, ImageSize};
+use bumpgrad::data::{DataSource, ImageOptions, ImageSet, ImageSize};
 use bumpgrad::nn::ModelChoice;
 use bumpgrad::train::{self, Evaluation, ImageInput, Predictor, TrainConfig};
 use std::path::{Path, PathBuf};
@@ -68,7 +68,7 @@ struct Stored {
     data: String,
     batch: usize,
     /// How its run read an image folder (the defaults otherwise).
-    folder: FolderOptions,
+    image_options: ImageOptions,
 }
 
 /// Reads the checkpoint at `path` and what its run stored.
@@ -104,9 +104,11 @@ fn stored(ckpt: &Checkpoint) -> anyhow::Result<Stored> {
         data: run["data_dir"].as_str().context("it names no data set")?.to_string(),
         batch: run["batch"].as_u64().context("it has no batch size")? as usize,
         // Absent from checkpoints written before image folders were read.
-        folder: match run.get("folder") {
-            Some(folder) => serde_json::from_value(folder.clone()).context("its image folder settings do not read")?,
-            None => FolderOptions::default(),
+        image_options: match run.get("image_options") {
+            Some(options) => {
+                serde_json::from_value(options.clone()).context("its image folder settings do not read")?
+            }
+            None => ImageOptions::default(),
         },
     })
 }
@@ -121,7 +123,7 @@ pub(crate) fn run_eval(args: &EvalArgs) -> anyhow::Result<()> {
     // An image folder is read as the model reads: its validation images as
     // the run chose them, at the size and in the colours it trained on.
     if ImageSet::is_folder(&cfg.run.data_dir) {
-        cfg.run.folder = stored.folder;
+        cfg.run.image_options = stored.image_options;
         if let Ok(input) = ImageInput::of_checkpoint(&ckpt) {
             let [channels, rows, cols] = input.example[..] else {
                 anyhow::bail!(
@@ -129,8 +131,8 @@ pub(crate) fn run_eval(args: &EvalArgs) -> anyhow::Result<()> {
                     input.example
                 );
             };
-            cfg.run.folder.size = Some(ImageSize { rows, cols });
-            cfg.run.folder.channels = Some(channels);
+            cfg.run.image_options.size = Some(ImageSize { rows, cols });
+            cfg.run.image_options.channels = Some(channels);
         }
     }
     cfg.run.test_limit = args.test_limit;

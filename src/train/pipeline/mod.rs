@@ -387,7 +387,7 @@ impl<'c> Pipeline<'c> {
 /// The data set `cfg` names, cut to its limits.
 fn load_data(cfg: &TrainConfig) -> Result<DataSet> {
     let run = &cfg.run;
-    let mut host = DataSet::open_with(&DataSource::of_path(&run.data_dir)?, &run.folder)?;
+    let mut host = DataSet::open_with(&DataSource::of_path(&run.data_dir)?, &run.image_options)?;
     // Limits on other data are refused once the model is known to fit it
     // (`assemble`), so a text file given to a model of images says that.
     if let Some(set) = host.images_mut() {
