@@ -40,6 +40,24 @@ pub const TEST_FILE: &str = "test_batch.bin";
 /// as the usual PyTorch recipes normalise with: (mean, standard deviation).
 pub const NORMALIZE: &[(f32, f32)] = &[(0.4914, 0.2470), (0.4822, 0.2435), (0.4465, 0.2616)];
 
+/// CIFAR-10's classes, in label order (as its `batches.meta.txt` lists them).
+pub const CLASS_NAMES: [&str; CLASSES] = [
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
+];
+
+fn class_names() -> Vec<String> {
+    CLASS_NAMES.iter().map(|name| name.to_string()).collect()
+}
+
 /// Whether `dir` looks like a CIFAR-10 directory: it holds any of the six
 /// batch files (so that a missing one is then reported by name).
 pub fn present(dir: &Path) -> bool {
@@ -78,14 +96,16 @@ pub fn load(dir: &Path) -> Result<ImageSet, DataError> {
         return Err(DataError::EmptySet { path: test_path });
     }
     Ok(ImageSet {
-        name: "CIFAR-10",
+        name: "CIFAR-10".into(),
         synthetic: false,
         train_images,
         train_labels,
         test_images,
         test_labels,
         classes: CLASSES,
-        normalize: NORMALIZE,
+        class_names: class_names(),
+        normalize: NORMALIZE.to_vec(),
+        notes: Vec::new(),
     })
 }
 
@@ -171,14 +191,16 @@ pub fn synthetic(train: usize, test: usize, seed: u64) -> Result<ImageSet, DataE
     let (train_images, train_labels) = split(train);
     let (test_images, test_labels) = split(test);
     Ok(ImageSet {
-        name: "synthetic CIFAR-10",
+        name: "synthetic CIFAR-10".into(),
         synthetic: true,
         train_images,
         train_labels,
         test_images,
         test_labels,
         classes: CLASSES,
-        normalize: NORMALIZE,
+        class_names: class_names(),
+        normalize: NORMALIZE.to_vec(),
+        notes: Vec::new(),
     })
 }
 

@@ -8,11 +8,14 @@ use crate::tensor::Shape;
 use std::path::{Path, PathBuf};
 
 /// A validated data set in host memory: every image of a split has its
-/// label, and every label is below `classes`.
+/// label, every label is below `classes`, and there is one class name per
+/// class. It owns everything it says about itself, so a set read at run
+/// time (an image folder) is no different from a built-in one.
 #[derive(Debug, Clone)]
 pub struct ImageSet {
-    /// What it is, for people ("MNIST", "synthetic CIFAR-10").
-    pub name: &'static str,
+    /// What it is, for people ("MNIST", "synthetic CIFAR-10", "image
+    /// folder data/pets").
+    pub name: String,
     /// Random pixels and labels: its accuracy means nothing.
     pub synthetic: bool,
     pub train_images: Images,
@@ -20,37 +23,71 @@ pub struct ImageSet {
     pub test_images: Images,
     pub test_labels: Vec<u8>,
     pub classes: usize,
+    /// The classes' names in label order: `classes` of them ("0" to "9"
+    /// for MNIST; an image folder's subfolder names, sorted).
+    pub class_names: Vec<String>,
     /// Mean and standard deviation of its pixels scaled to [0, 1], one
     /// pair per channel.
-    pub normalize: &'static [(f32, f32)],
+    pub normalize: Vec<(f32, f32)>,
+    /// What reading it found that a person should be told, a line each
+    /// (how its validation images were chosen, the statistics computed);
+    /// empty for the built-in sets.
+    pub notes: Vec<String>,
 }
 
 impl ImageSet {
     /// Reads the data set in `dir`, recognising its format by the files
     /// present: CIFAR-10's batch files if any is there, else MNIST's four
-    /// IDX files. A directory that does not exist is reported as MNIST's
-    /// first missing file, as before CIFAR-10 was known; text (a file, a
-    /// treebank) is refused as not images.
+    /// IDX files, else an image folder (one subfolder per class). A
+    /// directory that does not exist is reported as MNIST's first missing
+    /// file, as before CIFAR-10 was known; an empty one as empty; text (a
+    /// file, a treebank) is refused as not images.
     pub fn load(dir: &Path) -> Result<Self, DataError> {
+        Self::load_with(dir, &ImageOptions::default())
+    }
+
+    /// [`ImageSet::load`], an image folder read as `options` say; other
+    /// options than the defaults are refused for the other formats.
+    pub fn load_with(dir: &Path, options: &ImageOptions) -> Result<Self, DataError> {
         let holds = super::DataKind::of_path(dir);
         if holds != super::DataKind::Images {
             let path = dir.to_path_buf();
             return Err(DataError::NotImages { path, holds });
         }
-        if super::cifar::present(dir) {
-            return super::cifar::load(dir);
+        if Self::is_folder(dir) {
+            return super::folder::load(dir, options);
         }
-        if !dir.is_dir() || super::mnist::present(dir) {
-            return super::mnist::load(dir);
-        }
-        Err(DataError::UnknownFormat { dir: dir.to_path_buf() })
+        let set = if super::cifar::present(dir) {
+            super::cifar::load(dir)?
+        } else if !dir.is_dir() || super::mnist::present(dir) {
+            super::mnist::load(dir)?
+        } else if std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_none()) {
+            return Err(DataError::EmptyDir { dir: dir.to_path_buf() });
+        } else {
+            return Err(DataError::UnknownFormat { dir: dir.to_path_buf() });
+        };
+        refuse_options(set, dir, options)
+    }
+
+    /// Whether `dir` is read as an image folder: a directory with
+    /// subfolders and neither CIFAR-10's nor MNIST's files.
+    pub fn is_folder(dir: &Path) -> bool {
+        dir.is_dir() && !super::cifar::present(dir) && !super::mnist::present(dir) && super::folder::present(dir)
     }
 
     /// The data set `source` names: read from its directory, or made up.
     pub fn open(source: &DataSource) -> Result<Self, DataError> {
+        Self::open_with(source, &ImageOptions::default())
+    }
+
+    /// [`ImageSet::open`], an image folder read as `options` say.
+    pub fn open_with(source: &DataSource, options: &ImageOptions) -> Result<Self, DataError> {
         match source {
-            DataSource::Dir(dir) => Self::load(dir),
-            DataSource::Synthetic { train, test } => super::cifar::synthetic(*train, *test, SYNTHETIC_SEED),
+            DataSource::Dir(dir) => Self::load_with(dir, options),
+            DataSource::Synthetic { train, test } => {
+                let set = super::cifar::synthetic(*train, *test, SYNTHETIC_SEED)?;
+                refuse_options(set, Path::new(&source.to_string()), options)
+            }
         }
     }
 
@@ -88,11 +125,87 @@ impl ImageSet {
     }
 }
 
+/// `set`, unless `options` ask for what only an image folder does.
+fn refuse_options(set: ImageSet, dir: &Path, options: &ImageOptions) -> Result<ImageSet, DataError> {
+    let same_channels = options.channels.is_none_or(|c| c == set.train_images.channels);
+    if options.size.is_some() || options.val_split.is_some() || !same_channels {
+        return Err(DataError::NotAFolder {
+            dir: dir.to_path_buf(),
+            name: set.name,
+        });
+    }
+    Ok(set)
+}
+
 fn keep_first(images: &mut Images, labels: &mut Vec<u8>, n: usize) {
     let image_len = images.image_len();
     images.count = n;
     images.pixels.truncate(n * image_len);
     labels.truncate(n);
+}
+
+/// The largest side an image may be resized to.
+pub const MAX_SIDE: usize = 8192;
+
+/// How to read a set of images: only an image folder (`folder.rs`) takes
+/// other than the defaults, which read the images at their own size, with
+/// an image folder's `val/` as the validation set if there is one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ImageOptions {
+    /// Resize every image to this size; `None`: the images' own size, the
+    /// same for all.
+    pub size: Option<ImageSize>,
+    /// Without `val/`: the fraction of each class's images held out for
+    /// validation, in (0, 1); `None`: no validation set.
+    pub val_split: Option<f64>,
+    /// Read the images with this many channels (1 or 3) rather than the
+    /// training images' own: what a model trained elsewhere reads.
+    #[serde(default)]
+    pub channels: Option<usize>,
+}
+
+impl ImageOptions {
+    /// Whether any option differs from reading the folder as it is.
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// An image's height and width in pixels, written `HxW` (`32x32`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ImageSize {
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl std::str::FromStr for ImageSize {
+    type Err = DataError;
+
+    fn from_str(text: &str) -> Result<Self, DataError> {
+        let bad = |why: &str| DataError::BadImageSize {
+            given: text.to_string(),
+            why: why.to_string(),
+        };
+        let (rows, cols) = text
+            .split_once(['x', 'X'])
+            .ok_or_else(|| bad("expected HEIGHTxWIDTH in pixels, such as 32x32"))?;
+        let side = |s: &str| match s.trim().parse::<usize>() {
+            Ok(n) if (1..=MAX_SIDE).contains(&n) => Ok(n),
+            _ => Err(bad(&format!(
+                "the height and the width must be whole numbers from 1 to {MAX_SIDE}, such as 32x32"
+            ))),
+        };
+        Ok(Self {
+            rows: side(rows)?,
+            cols: side(cols)?,
+        })
+    }
+}
+
+impl std::fmt::Display for ImageSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}", self.rows, self.cols)
+    }
 }
 
 /// The seed of every synthetic set: runs with different training seeds

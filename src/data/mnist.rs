@@ -59,14 +59,16 @@ pub fn load(dir: &Path) -> Result<ImageSet, DataError> {
     check_set(&train_images, &train_images_path, &train_labels, &train_labels_path)?;
     check_set(&test_images, &test_images_path, &test_labels, &test_labels_path)?;
     Ok(ImageSet {
-        name: "MNIST",
+        name: "MNIST".into(),
         synthetic: false,
         train_images,
         train_labels,
         test_images,
         test_labels,
         classes: CLASSES,
-        normalize: NORMALIZE,
+        class_names: (0..CLASSES).map(|digit| digit.to_string()).collect(),
+        normalize: NORMALIZE.to_vec(),
+        notes: Vec::new(),
     })
 }
 

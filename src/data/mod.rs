@@ -1,5 +1,6 @@
-//! Host-side data: reading MNIST or CIFAR-10 from disk (or making up a
-//! CIFAR-10-shaped set) into validated host buffers, and
+//! Host-side data: reading MNIST, CIFAR-10 or a folder of one's own images
+//! ([`folder`]) from disk (or making up a CIFAR-10-shaped set) into
+//! validated host buffers, and
 //! the per-epoch shuffled order in which training visits them; text (a
 //! character corpus, the Sentiment Treebank's trees) in [`text`], and which
 //! of them a path holds in [`DataKind`].
@@ -11,15 +12,17 @@
 //! Invariants:
 //! - Every [`Images`] satisfies `pixels.len() == count * channels * rows * cols`.
 //! - A loaded MNIST [`ImageSet`] has 1×28×28 images, a CIFAR-10 one (read or
-//!   synthetic) 3×32×32; each has one label per image, every label below 10,
-//!   and one `(mean, std)` per channel; [`ImageSet::limit_train`] preserves
-//!   all of that.
+//!   synthetic) 3×32×32, an image folder's the same size for every image;
+//!   each has one label per image, every label below its classes (10 for
+//!   MNIST and CIFAR-10), a name per class, and one `(mean, std)` per
+//!   channel; [`ImageSet::limit_train`] preserves all of that.
 //! - [`shuffle_into`] writes a permutation of `0..len` that depends only on
 //!   `(seed, epoch)`, identically on every platform, and allocates nothing.
 //! - Malformed input never panics: every failure is a [`DataError`] that
 //!   names the offending file (where one is involved) and says what to do.
 
 pub mod cifar;
+pub mod folder;
 pub mod idx;
 mod image_set;
 mod kind;
@@ -32,7 +35,7 @@ pub mod text;
 use std::path::PathBuf;
 
 pub use idx::{parse_images, parse_labels, read_images, read_labels, Images};
-pub use image_set::{DataSource, ImageSet};
+pub use image_set::{DataSource, ImageOptions, ImageSet, ImageSize};
 pub use kind::DataKind;
 pub use order::shuffle_into;
 pub use resident::{ResidentSet, ResidentSplit};
@@ -135,11 +138,116 @@ pub enum DataError {
 
     #[error(
         "{} holds no data set: looked for MNIST (train-images-idx3-ubyte, train-labels-idx1-ubyte, \
-         t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte, each raw or .gz) and for CIFAR-10 \
-         (data_batch_1.bin to data_batch_5.bin, test_batch.bin)",
+         t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte, each raw or .gz), for CIFAR-10 \
+         (data_batch_1.bin to data_batch_5.bin, test_batch.bin) and for an image folder (one \
+         subfolder of PNG or JPEG images per class)",
         dir.display()
     )]
     UnknownFormat { dir: PathBuf },
+
+    #[error(
+        "{} is empty — an image folder holds one subfolder of PNG or JPEG images per class \
+         (such as cats/1.png and dogs/1.jpg); put your images there",
+        dir.display()
+    )]
+    EmptyDir { dir: PathBuf },
+
+    #[error(
+        "{} holds {} class folder{}{} — a classifier needs at least 2: put one subfolder of PNG \
+         or JPEG images per class in it",
+        dir.display(),
+        found.len(),
+        if found.len() == 1 { "" } else { "s" },
+        if found.is_empty() { String::new() } else { format!(" ({})", found.join(", ")) }
+    )]
+    FewClasses { dir: PathBuf, found: Vec<String> },
+
+    #[error(
+        "{} holds {found} class folders; at most {max} classes are supported",
+        dir.display(),
+        max = folder::MAX_CLASSES
+    )]
+    TooManyClasses { dir: PathBuf, found: usize },
+
+    #[error(
+        "{} holds no PNG or JPEG image (.png, .jpg, .jpeg) — put the class's images in it, or \
+         remove the folder",
+        path.display()
+    )]
+    EmptyClass { path: PathBuf },
+
+    #[error(
+        "{} is not a readable PNG or JPEG image ({why}) — replace or remove the file",
+        path.display()
+    )]
+    BadImage { path: PathBuf, why: String },
+
+    #[error(
+        "{} is {}×{} pixels (height×width) but {} is {}×{}: images of different sizes must be \
+         resized to one size",
+        first.display(),
+        first_size.0,
+        first_size.1,
+        other.display(),
+        other_size.0,
+        other_size.1
+    )]
+    MixedSizes {
+        first: PathBuf,
+        first_size: (usize, usize),
+        other: PathBuf,
+        other_size: (usize, usize),
+    },
+
+    #[error("`{given}` is not an image size: {why}")]
+    BadImageSize { given: String, why: String },
+
+    #[error("a validation split of {given} is not a fraction between 0 and 1 (both excluded)")]
+    ValSplit { given: f64 },
+
+    #[error(
+        "{} holds the validation images already, and a split of the training images was asked \
+         for too: choose one",
+        dir.display()
+    )]
+    ValTwice { dir: PathBuf },
+
+    #[error(
+        "{} is not a training class ({}) — each subfolder of val/ must be named as a class folder \
+         beside it",
+        path.display(),
+        classes.join(", ")
+    )]
+    ValUnknownClass { path: PathBuf, classes: Vec<String> },
+
+    #[error(
+        "{} holds no PNG or JPEG image in class subfolders — put validation images in \
+         val/<class>/, or remove it",
+        dir.display()
+    )]
+    ValEmpty { dir: PathBuf },
+
+    #[error(
+        "a validation split of {fraction} holds out no image of the {total} (each class keeps at \
+         least one for training) — ask for a larger fraction or add images"
+    )]
+    SplitTooSmall { fraction: f64, total: usize },
+
+    #[error(
+        "{name} has no validation images to evaluate on: it has no val/ folder, and its run split \
+         none of its training images off"
+    )]
+    NoValidation { name: String },
+
+    #[error("images are read with 1 channel (greyscale) or 3 (RGB), not {channels}")]
+    FolderChannels { channels: usize },
+
+    #[error(
+        "{} holds {name}, not an image folder: resizing and validation splits apply to image \
+         folders only",
+        dir.display()
+    )]
+    NotAFolder { dir: PathBuf, name: String },
 
     #[error("{} holds {}, not images", path.display(), holds.describe())]
     NotImages { path: PathBuf, holds: DataKind },

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use super::text::{CharCorpus, Treebank};
-use super::{DataError, DataKind, DataSource, ImageSet};
+use super::{DataError, DataKind, DataSource, ImageOptions, ImageSet};
 
 /// A data set in host memory, validated.
 #[derive(Debug, Clone)]
@@ -23,10 +23,22 @@ pub enum DataSet {
 impl DataSet {
     /// The data set `source` holds, read by its kind.
     pub fn open(source: &DataSource) -> Result<Self, DataError> {
-        match (DataKind::of(source), source) {
+        Self::open_with(source, &ImageOptions::default())
+    }
+
+    /// [`DataSet::open`], an image folder read as `folder` says.
+    pub fn open_with(source: &DataSource, folder: &ImageOptions) -> Result<Self, DataError> {
+        let kind = DataKind::of(source);
+        if kind != DataKind::Images && !folder.is_default() {
+            return Err(DataError::NotAFolder {
+                dir: source.to_string().into(),
+                name: kind.describe().to_string(),
+            });
+        }
+        match (kind, source) {
             (DataKind::Corpus, DataSource::Dir(path)) => Ok(Self::Corpus(CharCorpus::load(path)?)),
             (DataKind::Treebank, DataSource::Dir(path)) => Ok(Self::Treebank(Treebank::load(path)?)),
-            _ => Ok(Self::Images(ImageSet::open(source)?)),
+            _ => Ok(Self::Images(ImageSet::open_with(source, folder)?)),
         }
     }
 
@@ -44,11 +56,20 @@ impl DataSet {
     }
 
     /// What it is, for people ("MNIST", "a text corpus").
-    pub fn name(&self) -> &'static str {
+    pub fn name(&self) -> &str {
         match self {
-            Self::Images(set) => set.name,
+            Self::Images(set) => &set.name,
             Self::Corpus(_) => "character corpus",
             Self::Treebank(_) => "sentiment treebank",
+        }
+    }
+
+    /// What reading it found that a person should be told, a line each
+    /// (see [`ImageSet::notes`]).
+    pub fn notes(&self) -> &[String] {
+        match self {
+            Self::Images(set) => &set.notes,
+            _ => &[],
         }
     }
 

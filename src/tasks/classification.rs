@@ -138,7 +138,7 @@ impl Classification {
 
     /// Uploads `set` into the persistent region.
     pub fn upload(set: &ImageSet, p: &mut Persistent<'_>) -> Result<Self> {
-        let normalize = Normalize::per_channel(set.normalize)?;
+        let normalize = Normalize::per_channel(&set.normalize)?;
         Ok(Self {
             data: set.upload(p)?,
             test_labels: set.test_labels.clone(),

@@ -4,6 +4,7 @@
 //! The pipeline reads them; the session it builds sees none of them.
 
 use crate::backend::{DeviceRequest, Precision};
+use crate::data::ImageOptions;
 use crate::distributed::DataParallel;
 use crate::nn::{ModelChoice, OptimizerChoice};
 use crate::optim::Schedule;
@@ -54,6 +55,9 @@ pub struct RunConfig {
     /// The data set: a directory of MNIST or CIFAR-10 files, or a synthetic
     /// source such as `synthetic:cifar10:1000` (see [`crate::data::DataSource::parse`]).
     pub data_dir: PathBuf,
+    /// How an image folder is read: its image size and validation split
+    /// (the defaults for any other data).
+    pub image_options: ImageOptions,
     pub train_limit: Option<usize>,
     pub test_limit: Option<usize>,
     /// Where and how often to write checkpoints; `None`: never.
@@ -127,6 +131,7 @@ impl Default for RunConfig {
             schedule: Schedule::default(),
             seed: 42,
             data_dir: PathBuf::from("data/mnist"),
+            image_options: ImageOptions::default(),
             train_limit: None,
             test_limit: None,
             checkpoints: None,

@@ -5,9 +5,11 @@
 //! same kernels) whose accuracy the training run reported.
 
 use super::pipeline::Pipeline;
+use super::predictor::ImageInput;
 use super::TrainConfig;
 use crate::checkpoint::Checkpoint;
-use crate::{Error, Result};
+use crate::data::{DataError, ImageSet};
+use crate::{Error, Result, Setting};
 
 /// What evaluating a classifier on a test split measured.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -22,6 +24,8 @@ pub struct Evaluation {
     /// `confusion[label][predicted]`: how many examples of each class went
     /// to each class.
     pub confusion: Vec<Vec<u64>>,
+    /// The classes' names, in label order.
+    pub class_names: Vec<String>,
 }
 
 impl Evaluation {
@@ -57,19 +61,30 @@ impl Evaluation {
 
 /// Evaluates `checkpoint`'s network (the model `cfg` names, which must be
 /// the one that wrote it) on the test split of `cfg`'s data set, in
-/// batches of `cfg`'s batch size. Only the model's parameters and buffers
-/// are read from the checkpoint: any optimizer may have written it.
+/// batches of `cfg`'s batch size, its pixels normalised as the
+/// checkpoint's run normalised them. Only the model's parameters and
+/// buffers are read from the checkpoint: any optimizer may have written it.
 pub fn evaluate(cfg: &TrainConfig, checkpoint: &Checkpoint) -> Result<Evaluation> {
-    let pipeline = Pipeline::open(cfg, None)?;
-    let set = pipeline.data().images().ok_or_else(|| {
+    let mut pipeline = Pipeline::open(cfg, None)?;
+    let unit = pipeline.data().unit();
+    let set = pipeline.data_mut().images_mut().ok_or_else(|| {
         Error::Config(format!(
-            "evaluating takes an image classifier and its images; {} holds {}",
+            "evaluating takes an image classifier and its images; {} holds {unit}",
             cfg.run.data_dir.display(),
-            pipeline.data().unit()
         ))
     })?;
+    // A checkpoint written before it stored its input is evaluated with
+    // the data set's own normalisation, as it was trained.
+    if let Ok(input) = ImageInput::of_checkpoint(checkpoint) {
+        fits(&input, set)?;
+        set.normalize = input.normalize;
+    }
+    if set.test_images.count == 0 {
+        return Err(DataError::NoValidation { name: set.name.clone() }.into());
+    }
     let labels = set.test_labels.clone();
     let classes = set.classes;
+    let class_names = set.class_names.clone();
     let (mut session, _) = pipeline.build()?;
     session.load_model(&checkpoint.tensors)?;
     let mut eval = Evaluation {
@@ -77,6 +92,7 @@ pub fn evaluate(cfg: &TrainConfig, checkpoint: &Checkpoint) -> Result<Evaluation
         correct: 0,
         loss: 0.0,
         confusion: vec![vec![0; classes]; classes],
+        class_names,
     };
     session.test_outputs(&mut |first, logits| {
         for (row, &label) in logits.chunks_exact(classes).zip(&labels[first..]) {
@@ -85,6 +101,35 @@ pub fn evaluate(cfg: &TrainConfig, checkpoint: &Checkpoint) -> Result<Evaluation
     })?;
     eval.loss /= eval.examples.max(1) as f64;
     Ok(eval)
+}
+
+/// Refuses a data set whose images or classes are not those the
+/// checkpoint's model was trained on.
+fn fits(input: &ImageInput, set: &ImageSet) -> Result<()> {
+    let example = set.example().dims().to_vec();
+    if example != input.example || set.classes != input.classes {
+        return Err(Error::setting(
+            Setting::Data,
+            format!(
+                "the checkpoint's model reads {:?} images of {} classes, and {} holds {example:?} images of {} classes",
+                input.example, input.classes, set.name, set.classes
+            ),
+            None,
+        ));
+    }
+    if !input.class_names.is_empty() && input.class_names != set.class_names {
+        return Err(Error::setting(
+            Setting::Data,
+            format!(
+                "the checkpoint's classes are {}, and {}'s are {}",
+                input.class_names.join(", "),
+                set.name,
+                set.class_names.join(", ")
+            ),
+            None,
+        ));
+    }
+    Ok(())
 }
 
 /// Index of the largest value; the first on ties, as PyTorch's argmax and
@@ -126,6 +171,7 @@ mod tests {
             correct: 0,
             loss: 0.0,
             confusion: vec![vec![0; 3]; 3],
+            class_names: vec!["a".into(), "b".into(), "c".into()],
         };
         eval.add(&[3.0, 1.0, 0.0], 0);
         eval.add(&[0.0, 1.0, 3.0], 1);

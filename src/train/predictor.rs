@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 
 /// The checkpoint metadata key under which a run stores what its image
 /// model was built for: `{"example": [C, H, W], "classes": N, "normalize":
-/// [[mean, std], …]}` (one pair per channel, of pixels scaled to [0, 1]).
+/// [[mean, std], …], "class_names": [..]}` (one pair per channel, of pixels
+/// scaled to [0, 1]; one name per class).
 pub const IMAGE_INPUT_KEY: &str = "image_input";
 
 /// What an image classifier reads and how its pixels were normalised.
@@ -25,6 +26,10 @@ pub struct ImageInput {
     pub classes: usize,
     /// Mean and standard deviation per channel.
     pub normalize: Vec<(f32, f32)>,
+    /// The classes' names in label order; empty in a checkpoint written
+    /// before they were stored (then a class is its number).
+    #[serde(default)]
+    pub class_names: Vec<String>,
 }
 
 impl ImageInput {
@@ -40,12 +45,25 @@ impl ImageInput {
         })?;
         let input: Self = serde_json::from_value(stored.clone())
             .map_err(|e| Error::Config(format!("the checkpoint's {IMAGE_INPUT_KEY} does not read: {e}")))?;
-        if input.example.len() != 3 || input.normalize.len() != input.example[0] || input.classes == 0 {
+        let names = input.class_names.len();
+        if input.example.len() != 3
+            || input.normalize.len() != input.example[0]
+            || input.classes == 0
+            || (names != 0 && names != input.classes)
+        {
             return Err(Error::Config(format!(
                 "the checkpoint's {IMAGE_INPUT_KEY} is inconsistent: {input:?}"
             )));
         }
         Ok(input)
+    }
+
+    /// Class `class`'s name: the stored one, else its number.
+    pub fn class_name(&self, class: usize) -> String {
+        self.class_names
+            .get(class)
+            .cloned()
+            .unwrap_or_else(|| class.to_string())
     }
 
     /// Bytes of one image, channels first.

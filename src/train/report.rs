@@ -17,7 +17,7 @@ pub struct RunInfo {
     /// Why `--device auto` did not pick the GPU, if it did not.
     pub device_note: Option<String>,
     /// The data set, for people ("MNIST", "synthetic CIFAR-10").
-    pub data: &'static str,
+    pub data: String,
     /// Random data: the accuracy means nothing.
     pub synthetic: bool,
     /// What the task made of the data, a line each (a vocabulary, its

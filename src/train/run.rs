@@ -145,7 +145,8 @@ fn config_json(cfg: &TrainConfig, data: &crate::data::DataSet) -> String {
         let input = super::predictor::ImageInput {
             example: set.example().dims().to_vec(),
             classes: set.classes,
-            normalize: set.normalize.to_vec(),
+            normalize: set.normalize.clone(),
+            class_names: set.class_names.clone(),
         };
         if let Ok(value) = serde_json::to_value(input) {
             map.insert(super::predictor::IMAGE_INPUT_KEY.into(), value);

@@ -3,7 +3,7 @@
 
 use super::choices;
 use bumpgrad::backend::{DeviceRequest, Precision};
-use bumpgrad::data::{DataKind, DataSource};
+use bumpgrad::data::{DataKind, DataSource, ImageOptions, ImageSize};
 use bumpgrad::memory::ByteSize;
 use bumpgrad::ops::gather::Augment;
 use bumpgrad::tasks::{
@@ -30,6 +30,11 @@ pub(crate) struct ModelsArgs {
     /// `synthetic:cifar10[:N]`, as `train --data`).
     #[arg(long, default_value = "data/mnist", value_parser = parse_data)]
     pub(crate) data: DataSource,
+}
+
+/// `--image-size`: parsed by the library.
+pub(crate) fn parse_image_size(text: &str) -> Result<ImageSize, String> {
+    text.parse::<ImageSize>().map_err(|e| e.to_string())
 }
 
 /// `--data`: parsed by the library, so a bad synthetic source is refused
@@ -199,11 +204,21 @@ pub(crate) struct TrainArgs {
     #[arg(long, default_value_t = 42, value_parser = count::<u64>, allow_negative_numbers = true)]
     pub(crate) seed: u64,
     /// The data set: a directory holding MNIST's four IDX files (gzip or raw) or CIFAR-10's six
-    /// binary batch files, or `synthetic:cifar10[:N]` (N random CIFAR-10-shaped training images,
-    /// default 50000, and N/5 test images: for speed and memory runs); or a text file, a
-    /// character corpus for char-lstm and char-rnn (--batch streams of --seq-len tokens a step).
+    /// binary batch files, an image folder (one subfolder of PNG or JPEG images per class, and
+    /// an optional val/ folder of the same subfolders for validation), or `synthetic:cifar10[:N]`
+    /// (N random CIFAR-10-shaped training images, default 50000, and N/5 test images: for speed
+    /// and memory runs); or a text file, a character corpus for char-lstm and char-rnn (--batch
+    /// streams of --seq-len tokens a step).
     #[arg(long, default_value = "data/mnist", value_parser = parse_data)]
     pub(crate) data: DataSource,
+    /// An image folder's images are resized to HEIGHTxWIDTH pixels (such as 64x64); needed when
+    /// they differ in size [default: their own size].
+    #[arg(long, value_name = "HxW", value_parser = parse_image_size)]
+    pub(crate) image_size: Option<ImageSize>,
+    /// An image folder without val/: hold out this fraction of each class's images for validation
+    /// (such as 0.2; the same images every run) [default: no validation set].
+    #[arg(long, value_name = "F", allow_negative_numbers = true)]
+    pub(crate) val_split: Option<f64>,
     /// Random changes to each training image: `crop4` (pad 4 zero pixels, crop at a random
     /// offset), `flip` (mirror left-right half the time), `crop4,flip`, or `none`.
     #[arg(long, default_value = "none")]
@@ -465,6 +480,11 @@ impl TrainArgs {
             schedule: self.schedule.with_warmup(self.warmup_epochs).unwrap_or(self.schedule),
             seed: self.seed,
             data_dir: PathBuf::from(self.data.to_string()),
+            image_options: ImageOptions {
+                size: self.image_size,
+                val_split: self.val_split,
+                channels: None,
+            },
             train_limit: self.train_limit,
             test_limit: self.test_limit,
             checkpoints: Some(CheckpointPolicy {

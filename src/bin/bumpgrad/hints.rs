@@ -187,9 +187,10 @@ fn data(err: &DataError) -> Option<String> {
         DataError::Io { .. } => Some(" — check the path given with --data and the file's permissions".into()),
         DataError::BadMagic { .. } => Some("; check the file names in --data".into()),
         DataError::MissingFile { .. } => Some(" or point --data at it".into()),
-        DataError::NotImages { .. } => {
-            Some(" — the image models read MNIST's or CIFAR-10's files; check the path given with --data".into())
-        }
+        DataError::NotImages { .. } => Some(
+            " — the image models read MNIST's or CIFAR-10's files or an image folder; check the path given with --data"
+                .into(),
+        ),
         DataError::Text(bumpgrad::data::text::TextError::SplitTooShort { .. }) => {
             Some(" (pass a smaller --batch or --seq-len, or a longer text to --data)".into())
         }
@@ -200,6 +201,17 @@ fn data(err: &DataError) -> Option<String> {
         DataError::TestLimit { available, .. } => {
             Some(format!(" — pass --test-limit from 1 to {available}, or omit the flag"))
         }
+        DataError::MixedSizes { first_size, .. } => Some(format!(
+            "; pass --image-size HxW to resize them all (such as --image-size {}x{})",
+            first_size.0, first_size.1
+        )),
+        DataError::ValSplit { .. } => Some("; pass --val-split between 0 and 1, such as 0.2".into()),
+        DataError::ValTwice { .. } => Some("; drop --val-split to validate on val/".into()),
+        DataError::SplitTooSmall { .. } => Some(" with --val-split".into()),
+        DataError::NoValidation { .. } => {
+            Some("; pass --data a folder with a val/ folder of the same classes, or train with --val-split F".into())
+        }
+        DataError::NotAFolder { .. } => Some("; drop --image-size and --val-split".into()),
         _ => None,
     }
 }

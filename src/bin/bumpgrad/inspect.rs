@@ -7,9 +7,9 @@ use super::args::{parse_data, DeviceArg};
 use super::choices;
 use anyhow::Context;
 use bumpgrad::checkpoint::Checkpoint;
-use bumpgrad::data::DataSource;
+use bumpgrad::data::{DataSource, ImageOptions, ImageSet, ImageSize};
 use bumpgrad::nn::ModelChoice;
-use bumpgrad::train::{self, Evaluation, Predictor, TrainConfig};
+use bumpgrad::train::{self, Evaluation, ImageInput, Predictor, TrainConfig};
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -43,9 +43,10 @@ pub(crate) struct PredictArgs {
     pub(crate) top: usize,
     #[command(flatten)]
     pub(crate) device: DeviceFlags,
-    /// Images to classify: IDX image files (as MNIST's, gzip or raw: every image in them), or
-    /// raw files of exactly one image's 8-bit pixels, channels first (784 bytes for MNIST,
-    /// 3072 for CIFAR-10).
+    /// Images to classify: PNG or JPEG files (.png, .jpg, .jpeg: resized and converted to what the
+    /// model reads), IDX image files (as MNIST's, gzip or raw: every image in them), or raw files
+    /// of exactly one image's 8-bit pixels, channels first (784 bytes for MNIST, 3072 for
+    /// CIFAR-10).
     #[arg(required = true)]
     pub(crate) images: Vec<PathBuf>,
 }
@@ -66,6 +67,8 @@ struct Stored {
     model: ModelChoice,
     data: String,
     batch: usize,
+    /// How its run read an image folder (the defaults otherwise).
+    image_options: ImageOptions,
 }
 
 /// Reads the checkpoint at `path` and what its run stored.
@@ -100,6 +103,13 @@ fn stored(ckpt: &Checkpoint) -> anyhow::Result<Stored> {
         model,
         data: run["data_dir"].as_str().context("it names no data set")?.to_string(),
         batch: run["batch"].as_u64().context("it has no batch size")? as usize,
+        // Absent from checkpoints written before image folders were read.
+        image_options: match run.get("image_options") {
+            Some(options) => {
+                serde_json::from_value(options.clone()).context("its image folder settings do not read")?
+            }
+            None => ImageOptions::default(),
+        },
     })
 }
 
@@ -110,6 +120,21 @@ pub(crate) fn run_eval(args: &EvalArgs) -> anyhow::Result<()> {
     cfg.run.model = stored.model;
     cfg.run.batch = args.batch.unwrap_or(stored.batch);
     cfg.run.data_dir = PathBuf::from(&data);
+    // An image folder is read as the model reads: its validation images as
+    // the run chose them, at the size and in the colours it trained on.
+    if ImageSet::is_folder(&cfg.run.data_dir) {
+        cfg.run.image_options = stored.image_options;
+        if let Ok(input) = ImageInput::of_checkpoint(&ckpt) {
+            let [channels, rows, cols] = input.example[..] else {
+                anyhow::bail!(
+                    "the checkpoint's image shape {:?} is not [channels, rows, cols]",
+                    input.example
+                );
+            };
+            cfg.run.image_options.size = Some(ImageSize { rows, cols });
+            cfg.run.image_options.channels = Some(channels);
+        }
+    }
     cfg.run.test_limit = args.test_limit;
     cfg.run.checkpoints = None;
     cfg.device.request = args.device.device.into();
@@ -139,11 +164,20 @@ fn table(file: &Path, data: &str, eval: &Evaluation) -> String {
         eval.examples,
         eval.loss
     );
-    out += "class  accuracy  confusion (columns: predicted class)\n";
-    for (class, (row, acc)) in eval.confusion.iter().zip(eval.class_accuracy()).enumerate() {
+    let names: Vec<String> = (0..eval.confusion.len())
+        .map(|class| {
+            eval.class_names
+                .get(class)
+                .cloned()
+                .unwrap_or_else(|| class.to_string())
+        })
+        .collect();
+    let width = names.iter().map(|n| n.chars().count()).max().unwrap_or(0).max(5);
+    out += &format!("{:>width$}  accuracy  confusion (columns: predicted class)\n", "class");
+    for ((name, row), acc) in names.iter().zip(&eval.confusion).zip(eval.class_accuracy()) {
         let acc = acc.map_or("       -".to_string(), |a| format!("{:7.2}%", 100.0 * a));
         let cells: Vec<String> = row.iter().map(|n| format!("{n:>5}")).collect();
-        out += &format!("{class:>5}  {acc}  {}\n", cells.join(""));
+        out += &format!("{name:>width$}  {acc}  {}\n", cells.join(""));
     }
     out
 }
@@ -163,7 +197,19 @@ pub(crate) fn run_predict(args: &PredictArgs) -> anyhow::Result<()> {
     .with_context(|| format!("loading {} to predict", file.display()))?;
     let mut text = String::new();
     for path in &args.images {
-        let (pixels, count) = read_images(path, predictor.input().image_bytes(), &predictor.input().example)?;
+        let (pixels, count) = if bumpgrad::data::folder::is_image_file(path) {
+            let [channels, rows, cols] = predictor.input().example[..] else {
+                anyhow::bail!(
+                    "the checkpoint's image shape {:?} is not [channels, rows, cols]",
+                    predictor.input().example
+                );
+            };
+            let pixels = bumpgrad::data::folder::read_image(path, channels, rows, cols)
+                .with_context(|| format!("reading the image {}", path.display()))?;
+            (pixels, 1)
+        } else {
+            read_images(path, predictor.input().image_bytes(), &predictor.input().example)?
+        };
         let probabilities = predictor
             .probabilities(&pixels)
             .with_context(|| format!("classifying {}", path.display()))?;
@@ -173,7 +219,7 @@ pub(crate) fn run_predict(args: &PredictArgs) -> anyhow::Result<()> {
             let top: Vec<String> = ranked
                 .iter()
                 .take(args.top)
-                .map(|(class, prob)| format!("{class} ({:.2}%)", 100.0 * prob))
+                .map(|(class, prob)| format!("{} ({:.2}%)", predictor.input().class_name(*class), 100.0 * prob))
                 .collect();
             let which = match count {
                 1 => path.display().to_string(),

@@ -19,6 +19,9 @@ pub struct Printer {
     recomputed: Option<RecomputePlan>,
     /// The epochs' metrics for the checkpoint directory's CSV and picture.
     curves: Option<crate::curves::Curves>,
+    /// The run has no test (validation) examples: its epochs measure no
+    /// accuracy.
+    untested: bool,
 }
 
 impl Printer {
@@ -31,6 +34,7 @@ impl Printer {
             loss_sum: 0.0,
             recomputed: None,
             curves: None,
+            untested: false,
         }
     }
 
@@ -90,6 +94,7 @@ impl Observer for Printer {
             eprintln!("bumpgrad: {note}");
         }
         let a = &info.arena;
+        self.untested = info.test_examples == 0;
         self.say(&format!(
             "bumpgrad: {} ({} parameters), {}, {}",
             info.model, info.parameters, info.optimizer, info.schedule
@@ -305,6 +310,7 @@ impl Observer for Printer {
             (Some(loss), Some(ppl), Some(bits)) => {
                 format!("valid loss {loss:.4}  perplexity {ppl:.3}  {bits:.3} bits/char")
             }
+            _ if self.untested => "no validation set".to_string(),
             _ => format!("test accuracy {:.2}%", 100.0 * r.test_accuracy),
         };
         self.say(&format!(

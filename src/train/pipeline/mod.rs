@@ -89,6 +89,12 @@ impl<'c> Pipeline<'c> {
         &self.host
     }
 
+    /// The data set, to change before the run is built (evaluating a
+    /// checkpoint normalises as the checkpoint's run did).
+    pub fn data_mut(&mut self) -> &mut DataSet {
+        &mut self.host
+    }
+
     /// "cpu (2 threads)", "NVIDIA H200 (sm_90)".
     pub fn device_name(&self) -> String {
         self.device.describe()
@@ -335,9 +341,9 @@ impl<'c> Pipeline<'c> {
             precision: cfg.device.precision,
             threads,
             device_note,
-            data: host.name(),
+            data: host.name().to_string(),
             synthetic: host.synthetic(),
-            data_notes: session.task_notes(),
+            data_notes: host.notes().iter().cloned().chain(session.task_notes()).collect(),
             augment: run.task.draws().to_string(),
             train_examples: host.sizes().0,
             test_examples: host.sizes().1,
@@ -381,7 +387,7 @@ impl<'c> Pipeline<'c> {
 /// The data set `cfg` names, cut to its limits.
 fn load_data(cfg: &TrainConfig) -> Result<DataSet> {
     let run = &cfg.run;
-    let mut host = DataSet::open(&DataSource::of_path(&run.data_dir)?)?;
+    let mut host = DataSet::open_with(&DataSource::of_path(&run.data_dir)?, &run.image_options)?;
     // Limits on other data are refused once the model is known to fit it
     // (`assemble`), so a text file given to a model of images says that.
     if let Some(set) = host.images_mut() {
