@@ -1,7 +1,8 @@
 //! The `bumpgrad` binary with language models: bad input is refused with
 //! the sizes and what to pass, and leaves no checkpoint directory behind;
-//! a resume with other model sizes or another window is refused naming
-//! both values and the flag.
+//! a limit on text is refused naming what its epochs read; a resume with
+//! other model sizes or another window is refused naming both values and
+//! the flag.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -86,6 +87,36 @@ fn bad_language_model_input_is_refused_leaving_no_checkpoint_directory() {
         all.extend_from_slice(&common);
         all.extend_from_slice(&args);
         refused(&all, &ckpt, needle);
+    }
+}
+
+#[test]
+fn a_limit_on_text_is_refused_naming_what_its_epochs_read() {
+    let dir = scratch("cli-lm-limits");
+    let text = corpus(12_000, &dir);
+    let ckpt = dir.join("checkpoints");
+    let ck = ckpt.to_str().unwrap();
+    let common = ["--device", "cpu", "--threads", "1", "--checkpoint-dir", ck];
+    let corpus_reads = "a limit counts images, but the data is a text corpus, whose epochs read windows of characters: only an image data set is cut to a limit";
+    let cases = [
+        (
+            vec!["--model", "char-lstm", "--data", &text, "--train-limit", "100"],
+            format!("{corpus_reads}; check --train-limit"),
+        ),
+        (
+            vec!["--model", "char-rnn", "--data", &text, "--test-limit", "10"],
+            format!("{corpus_reads}; check --test-limit"),
+        ),
+        (
+            vec!["--model", "sst-lstm", "--data", "data/sst", "--train-limit", "100"],
+            "the data is a treebank of sentences, whose epochs read sentences: only an image data set is cut to a limit; check --train-limit".into(),
+        ),
+    ];
+    for (args, needle) in cases {
+        let mut all = vec!["train"];
+        all.extend_from_slice(&common);
+        all.extend_from_slice(&args);
+        refused(&all, &ckpt, &needle);
     }
 }
 
