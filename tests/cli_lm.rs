@@ -1,7 +1,8 @@
 //! The `bumpgrad` binary with language models: bad input is refused with
-//! the sizes and what to pass, before anything is written to the checkpoint
-//! directory; a resume with other model sizes or another window is
-//! refused naming both values and the flag.
+//! the sizes and what to pass, and leaves no checkpoint directory behind;
+//! a limit on text is refused naming what its epochs read; a resume with
+//! other model sizes or another window is refused naming both values and
+//! the flag.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -30,28 +31,31 @@ fn corpus(bytes: usize, dir: &Path) -> String {
     path.display().to_string()
 }
 
-/// Refused with status 1, `needle` in the message, no panic, and no file in
-/// `checkpoints` (the run makes the directory itself when it checks it can
-/// write there, before loading the data).
+/// Refused with status 1, `needle` in the message, no panic, and no
+/// `checkpoints` directory: the run checks it could write there without
+/// making it, and the first checkpoint makes it.
 fn refused(args: &[&str], checkpoints: &Path, needle: &str) {
     let out = bumpgrad(args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
     assert!(stderr.contains(needle), "{args:?}: expected {needle:?} in: {stderr}");
     assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
-    let files = std::fs::read_dir(checkpoints).map_or(0, |d| d.count());
-    assert_eq!(files, 0, "{args:?} wrote into {}", checkpoints.display());
+    assert!(
+        !checkpoints.exists(),
+        "{args:?} made {} though it never started",
+        checkpoints.display()
+    );
 }
 
 #[test]
-fn bad_language_model_input_is_refused_before_any_checkpoint_is_written() {
+fn bad_language_model_input_is_refused_leaving_no_checkpoint_directory() {
     let dir = scratch("cli-lm-bad-input");
     let short = corpus(300, &dir);
     let text = corpus(12_000, &dir);
     let ckpt = dir.join("checkpoints");
     let ck = ckpt.to_str().unwrap();
     let common = ["--device", "cpu", "--threads", "1", "--checkpoint-dir", ck];
-    let cases: [(Vec<&str>, &str); 5] = [
+    let cases: [(Vec<&str>, &str); 6] = [
         (
             vec!["--model", "char-lstm", "--data", &short, "--seq-len", "64", "--batch", "32"],
             "the training split has 270 tokens, too few for 32 streams of one window of 64 tokens: that needs at least 2049",
@@ -72,12 +76,47 @@ fn bad_language_model_input_is_refused_before_any_checkpoint_is_written() {
             vec!["--model", "mnist-cnn", "--data", &text],
             "the model mnist-cnn reads images, but the data is a text corpus",
         ),
+        // Refused last of all, once the data is read and the model built.
+        (
+            vec!["--model", "char-lstm", "--data", &text, "--seq-len", "16", "--batch", "8", "--arena-size", "64KiB"],
+            "(pass --arena-size",
+        ),
     ];
     for (args, needle) in cases {
         let mut all = vec!["train"];
         all.extend_from_slice(&common);
         all.extend_from_slice(&args);
         refused(&all, &ckpt, needle);
+    }
+}
+
+#[test]
+fn a_limit_on_text_is_refused_naming_what_its_epochs_read() {
+    let dir = scratch("cli-lm-limits");
+    let text = corpus(12_000, &dir);
+    let ckpt = dir.join("checkpoints");
+    let ck = ckpt.to_str().unwrap();
+    let common = ["--device", "cpu", "--threads", "1", "--checkpoint-dir", ck];
+    let corpus_reads = "a limit counts images, but the data is a text corpus, whose epochs read windows of characters: only an image data set is cut to a limit";
+    let cases = [
+        (
+            vec!["--model", "char-lstm", "--data", &text, "--train-limit", "100"],
+            format!("{corpus_reads}; check --train-limit"),
+        ),
+        (
+            vec!["--model", "char-rnn", "--data", &text, "--test-limit", "10"],
+            format!("{corpus_reads}; check --test-limit"),
+        ),
+        (
+            vec!["--model", "sst-lstm", "--data", "data/sst", "--train-limit", "100"],
+            "the data is a treebank of sentences, whose epochs read sentences: only an image data set is cut to a limit; check --train-limit".into(),
+        ),
+    ];
+    for (args, needle) in cases {
+        let mut all = vec!["train"];
+        all.extend_from_slice(&common);
+        all.extend_from_slice(&args);
+        refused(&all, &ckpt, &needle);
     }
 }
 

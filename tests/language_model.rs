@@ -12,7 +12,7 @@ use bumpgrad::models::{CharLmConfig, CharLstm, CharRnn, Depth, ResNet};
 use bumpgrad::nn::{Input, Mode, Model, ParamStore, Tokens};
 use bumpgrad::tasks::Classification;
 use bumpgrad::tensor::Shape;
-use bumpgrad::train::{DeviceConfig, Pipeline, TrainConfig};
+use bumpgrad::train::{DeviceConfig, Pipeline, StepKind, TrainConfig};
 use bumpgrad::{Device, Engine, Error, Setting};
 
 #[path = "support/char_lm_case.rs"]
@@ -202,6 +202,96 @@ fn the_state_is_carried_from_window_to_window() {
     carries::<CharRnn>("char-rnn", 6);
     carries::<CharLstm>("char-lstm one-hot", 0);
     carries::<CharRnn>("char-rnn one-hot", 0);
+}
+
+/// Logits of `model` for `ids` from a zero state: as evaluation runs it
+/// (no gradient recorded), or as training does (recorded for backward).
+fn logits_recording<M: Model>(
+    engine: &mut Engine,
+    model: &M,
+    ids: &[u32],
+    streams: usize,
+    carried: bumpgrad::memory::Buf<f32>,
+    record: bool,
+) -> Vec<f32> {
+    engine
+        .step(|s| {
+            s.set_grad_enabled(record);
+            let x = Tokens {
+                ids: s.labels(ids)?,
+                steps: ids.len() / streams,
+                streams,
+                carried,
+            };
+            // The character models have no dropout: what training changes
+            // in their forward is only that it records for backward.
+            let y = model.forward_tokens(s, x, Mode::Eval)?;
+            let mut out = vec![0.0; y.shape().numel()];
+            s.read(y, &mut out)?;
+            Ok(out)
+        })
+        .expect("a forward pass")
+}
+
+/// A char-lstm's evaluation step keeps one step's gate activations, not
+/// every step's: its planned peak is below what one layer alone holds
+/// while it runs when it keeps them all (its gates' input summand, every
+/// step's gates, h and c: `T·B·(4H + 4H + H + H)` floats, and on the CPU
+/// `W_hh` transposed, `4H·H`), which the training step does hold; and its
+/// logits are the training forward's, bit for bit.
+#[test]
+fn the_evaluation_step_keeps_one_steps_gates_and_the_same_logits() {
+    let config_of = CharLmConfig {
+        embed: 8,
+        hidden: 128,
+        layers: 2,
+    };
+    let cfg = config(
+        shakespeare_slice(SLICE, "lm-eval-gates"),
+        CharLstm::choice(config_of),
+        &DeviceConfig::cpu(2),
+        1,
+    );
+    // `config`'s windows: 16 tokens.
+    let (steps, streams, hidden) = (16, cfg.run.batch, config_of.hidden);
+    let needs = Pipeline::open(&cfg, None).unwrap().dry_runs().plain().unwrap();
+    let peak = |kind: StepKind| {
+        let plan = needs.plans.iter().find(|p| p.key == kind as u32);
+        plan.unwrap_or_else(|| panic!("a plan of the {}", StepKind::name(kind as u32)))
+            .peak
+    };
+    let all_gates = (steps * streams * (4 * hidden + 4 * hidden + hidden + hidden) + 4 * hidden * hidden)
+        * std::mem::size_of::<f32>();
+    let (eval, train) = (peak(StepKind::Eval), peak(StepKind::Train));
+    assert!(
+        eval < all_gates,
+        "the evaluation step peaks at {eval} bytes: one layer keeping every step's gates needs {all_gates}"
+    );
+    assert!(
+        train >= all_gates,
+        "the training step, {train} bytes, keeps every step's gates"
+    );
+
+    let input = Input {
+        example: Shape::new(&[steps]),
+        classes: 40,
+    };
+    let mut engine = Engine::new(Device::cpu(2).unwrap(), 1 << 24).unwrap();
+    let mut p = engine.persistent();
+    let (_store, model) = ParamStore::build(&mut p, 7, |pb| CharLstm::new(&config_of, input, pb)).unwrap();
+    let floats = Shape::new(&[3 * model.carried()]);
+    let (one, other) = (
+        p.zeros::<f32>("carried", floats).unwrap(),
+        p.zeros::<f32>("other", floats).unwrap(),
+    );
+    let ids: Vec<u32> = (0..steps * 3).map(|i| (i * 7 + i / 5) as u32 % 40).collect();
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    let evaluated = bits(logits_recording(&mut engine, &model, &ids, 3, one, false));
+    let recorded = bits(logits_recording(&mut engine, &model, &ids, 3, other, true));
+    assert_eq!(
+        evaluated, recorded,
+        "evaluation's logits are not the training forward's"
+    );
 }
 
 fn refusal(cfg: &TrainConfig) -> Error {

@@ -90,25 +90,61 @@ pub fn write_atomic(dir: &Path, ckpt: &Checkpoint, keep: usize) -> Result<PathBu
 /// never remove each other's.
 static PROBES: AtomicU64 = AtomicU64::new(0);
 
-/// Makes sure checkpoints can be written in `dir` before a run depends on
-/// it: creates `dir` if missing, then creates and removes a probe file in
-/// it. Checking the permission bits would not do: root passes them on a
-/// read-only file system, and a path under a regular file has none to check.
-/// Without this a run would learn at its first checkpoint — an epoch in, or
-/// at the Ctrl-C meant to save it — that its work cannot be kept.
-pub fn ensure_writable(dir: &Path) -> Result<(), CheckpointError> {
-    fs::create_dir_all(dir).map_err(|source| CheckpointError::CreateDir {
+/// Makes sure checkpoints could be written in `dir` before a run depends on
+/// it, without making `dir` or leaving anything in it: a run refused later
+/// (bad data, a model that does not fit it, an arena too small) must leave
+/// no directory behind. [`write_atomic`] makes `dir` at the first
+/// checkpoint.
+///
+/// `dir`, or its nearest ancestor that exists, must be a directory that
+/// takes a file: a probe file is made there and removed at once. Checking
+/// the permission bits would not do: root passes them on a read-only file
+/// system, and a path under a regular file has none to check. Without this a
+/// run would learn at its first checkpoint — an epoch in, or at the Ctrl-C
+/// meant to save it — that its work cannot be kept.
+pub fn check_writable(dir: &Path) -> Result<(), CheckpointError> {
+    let cannot_create = |source| CheckpointError::CreateDir {
         dir: dir.to_path_buf(),
         source,
-    })?;
-    let not_writable = |source| CheckpointError::NotWritable {
-        dir: dir.to_path_buf(),
-        source,
+    };
+    let mut existing = None;
+    for at in dir.ancestors() {
+        // A relative path's last ancestor is "": the working directory.
+        let at = if at.as_os_str().is_empty() { Path::new(".") } else { at };
+        match fs::metadata(at) {
+            Ok(meta) => {
+                existing = Some((at, meta));
+                break;
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            // A regular file on the way (ENOTDIR), or a directory that may
+            // not be looked into.
+            Err(e) => return Err(cannot_create(e)),
+        }
+    }
+    let Some((at, meta)) = existing else {
+        return Err(cannot_create(std::io::Error::new(
+            ErrorKind::NotFound,
+            "no part of the path exists",
+        )));
+    };
+    if !meta.is_dir() {
+        return Err(cannot_create(std::io::Error::other(format!(
+            "{} is a file, not a directory",
+            at.display()
+        ))));
+    }
+    let not_writable = |source| match at == dir {
+        true => CheckpointError::NotWritable {
+            dir: dir.to_path_buf(),
+            source,
+        },
+        false => cannot_create(source),
     };
     // Named unlike any checkpoint, so one left by a killed process is never
     // taken for one.
     let n = PROBES.fetch_add(1, Ordering::Relaxed);
-    let probe = dir.join(format!(".bumpgrad-write-probe-{}-{n}{TMP_SUFFIX}", std::process::id()));
+    let probe = at.join(format!(".bumpgrad-write-probe-{}-{n}{TMP_SUFFIX}", std::process::id()));
     File::create(&probe).map_err(not_writable)?;
     fs::remove_file(&probe).map_err(not_writable)
 }

@@ -62,7 +62,7 @@ mod tests;
 use std::collections::BTreeMap;
 
 pub use error::CheckpointError;
-pub use files::{ensure_writable, file_name, latest_valid, read, step_of, write_atomic, Latest};
+pub use files::{check_writable, file_name, latest_valid, read, step_of, write_atomic, Latest};
 pub use format::{encode, parse};
 
 /// The `format` metadata entry of every bumpgrad checkpoint.

@@ -221,33 +221,54 @@ fn a_full_disk_is_disk_full_and_loses_nothing() {
 }
 
 #[test]
-fn a_checkpoint_directory_is_checked_before_a_run_needs_it() {
+fn a_checkpoint_directory_is_checked_before_a_run_needs_it_and_not_made() {
     let dir = TempDir::new("ckpt-writable");
-    // Missing: made, and left with nothing in it but what was there.
+    // Missing: not made, and nothing left where the probe went.
     let fresh = dir.path().join("a").join("b");
-    ensure_writable(&fresh).unwrap();
-    assert!(fresh.is_dir());
+    check_writable(&fresh).unwrap();
+    assert!(!dir.path().join("a").exists(), "the check made the directory");
     assert_eq!(
-        std::fs::read_dir(&fresh).unwrap().count(),
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "the probe was left behind"
+    );
+    // Present and empty: left empty.
+    let present = dir.path().join("present");
+    std::fs::create_dir(&present).unwrap();
+    check_writable(&present).unwrap();
+    assert_eq!(
+        std::fs::read_dir(&present).unwrap().count(),
         0,
         "the probe was left behind"
     );
     // Under a regular file: no directory can be made there, even by root.
     let file = dir.write("plain-file", b"");
-    match ensure_writable(&file.join("sub")) {
-        Err(e @ CheckpointError::CreateDir { .. }) => {
-            assert_eq!(e.path(), Some(file.join("sub").as_path()));
-            assert!(e.to_string().contains("choose another directory"), "{e}");
+    for under in [file.join("sub"), file.clone()] {
+        match check_writable(&under) {
+            Err(e @ CheckpointError::CreateDir { .. }) => {
+                assert_eq!(e.path(), Some(under.as_path()));
+                assert!(e.to_string().contains("choose another directory"), "{e}");
+            }
+            other => panic!("{}: expected CreateDir, got {other:?}", under.display()),
         }
-        other => panic!("expected CreateDir, got {other:?}"),
     }
-    // A directory that exists but takes no files, even from root: /proc.
+    // A directory that exists but takes no files, even from root: /proc;
+    // and one that does not exist under it.
     #[cfg(target_os = "linux")]
-    match ensure_writable(Path::new("/proc")) {
-        Err(e @ CheckpointError::NotWritable { .. }) => {
-            assert_eq!(e.path(), Some(Path::new("/proc")));
-            assert!(e.to_string().contains("choose another directory"), "{e}");
+    {
+        match check_writable(Path::new("/proc")) {
+            Err(e @ CheckpointError::NotWritable { .. }) => {
+                assert_eq!(e.path(), Some(Path::new("/proc")));
+                assert!(e.to_string().contains("choose another directory"), "{e}");
+            }
+            other => panic!("expected NotWritable, got {other:?}"),
         }
-        other => panic!("expected NotWritable, got {other:?}"),
+        assert!(matches!(
+            check_writable(Path::new("/proc/no-such-bumpgrad-dir/sub")),
+            Err(CheckpointError::CreateDir { .. })
+        ));
     }
+    // The first checkpoint makes it.
+    write_atomic(&fresh, &sample(1), 2).unwrap();
+    assert!(fresh.join(file_name(1)).is_file());
 }

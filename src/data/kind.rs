@@ -50,6 +50,17 @@ impl DataKind {
             DataKind::Treebank => "a treebank of sentences",
         }
     }
+
+    /// What an epoch of this data reads, one example at a time, for
+    /// messages that count them: "images", "windows of characters" (each
+    /// stream's next `seq_len` characters), "sentences".
+    pub fn epoch_reads(self) -> &'static str {
+        match self {
+            DataKind::Images => "images",
+            DataKind::Corpus => "windows of characters",
+            DataKind::Treebank => "sentences",
+        }
+    }
 }
 
 #[cfg(test)]
@@ -81,6 +92,12 @@ mod tests {
             DataKind::Images,
             "two of the three files"
         );
+    }
+
+    #[test]
+    fn each_kind_names_what_its_epochs_read() {
+        let reads = [DataKind::Images, DataKind::Corpus, DataKind::Treebank].map(DataKind::epoch_reads);
+        assert_eq!(reads, ["images", "windows of characters", "sentences"]);
     }
 
     #[test]

@@ -73,15 +73,16 @@ pub fn train(cfg: &TrainConfig, hooks: Hooks<'_>) -> Result<()> {
     let run = &cfg.run;
     cfg.validate()?;
     // Before anything is loaded: the checkpoint to resume from, then whether
-    // checkpoints can be written at all (in that order, so that a resume
-    // directory that does not exist is reported, not made).
+    // checkpoints could be written at all. Nothing is made there: the first
+    // checkpoint makes the directory, so a run refused on the way (its data,
+    // its model, its arena) leaves none behind.
     let latest = match &run.resume {
         Some(dir) => Some(crate::checkpoint::latest_valid(dir)?),
         None => None,
     };
     let writes_checkpoints = run.data_parallel.is_none_or(|dp| dp.world.rank == 0);
     if let Some(policy) = run.checkpoints.as_ref().filter(|_| writes_checkpoints) {
-        crate::checkpoint::ensure_writable(&policy.dir)?;
+        crate::checkpoint::check_writable(&policy.dir)?;
     }
     let pipeline = Pipeline::open(cfg, join)?;
     let config_json = config_json(cfg, pipeline.data());

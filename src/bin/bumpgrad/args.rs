@@ -229,10 +229,10 @@ pub(crate) struct TrainArgs {
     /// CPU worker threads; 0 uses every core.
     #[arg(long, default_value_t = 0, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) threads: usize,
-    /// Train on the first N training images only.
+    /// Train on the first N training images only (image data: a text corpus's windows and a treebank's sentences are read whole).
     #[arg(long, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) train_limit: Option<usize>,
-    /// Evaluate on the first N test images only.
+    /// Evaluate on the first N test images only (image data: a text corpus's windows and a treebank's sentences are read whole).
     #[arg(long, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) test_limit: Option<usize>,
     /// Capture the first full training step as a CUDA graph and replay it for every later one.

@@ -14,7 +14,8 @@ pub(super) struct Forward<'a> {
 }
 
 /// Every step: `from_h = h_{t−1}·W_hhᵀ`, then the cell. `from_h` is one
-/// step's scratch, `[B, 4H]`.
+/// step's scratch, `[B, 4H]`; `acts` holds `[slots, B, 4H]`, step `t`'s
+/// in slot `t % slots` (every step's for backward, else one).
 pub(super) fn forward(
     hidden: usize,
     io: Forward<'_>,
@@ -37,6 +38,7 @@ pub(super) fn forward(
         }
         None => Mat::rows(io.w_hh, gates4, hidden).t(),
     };
+    let slots = acts.len() / gates;
     for t in 0..io.proj.len() / gates {
         let (done_h, rest_h) = h.split_at_mut(t * state);
         let (done_c, rest_c) = c.split_at_mut(t * state);
@@ -58,7 +60,7 @@ pub(super) fn forward(
             &io.proj[t * gates..][..gates],
             h_prev.map(|_| &*from_h),
             c_prev.map(|c| &c[..state]),
-            &mut acts[t * gates..][..gates],
+            &mut acts[(t % slots) * gates..][..gates],
             &mut rest_h[..state],
             &mut rest_c[..state],
         );

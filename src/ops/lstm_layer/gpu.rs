@@ -96,6 +96,7 @@ pub(super) struct Layer {
     pub w_hh: FloatBuf,
     pub h: FloatBuf,
     pub c: FloatBuf,
+    /// `[slots, B, 4H]`: every step's for backward, else one all share.
     pub acts: FloatBuf,
 }
 
@@ -127,6 +128,13 @@ impl Layer {
             Some(t) => part(buf, t * self.state(), self.state()).map(Some),
             None => Ok(initial),
         }
+    }
+
+    /// Step `t`'s gate activations: slot `t % slots` of `acts`.
+    fn acts_at(&self, t: usize) -> Result<FloatBuf, BackendError> {
+        let gates = 4 * self.state();
+        let slots = (self.acts.len() / gates).max(1);
+        part(self.acts, (t % slots) * gates, gates)
     }
 
     pub(super) fn forward(
@@ -164,7 +172,7 @@ impl Layer {
                     h_prev.map_or(Arg::Null, |_| from_h.into()),
                     Arg::U32(if h_prev.is_some() { parts as u32 } else { 0 }),
                     c_prev.map_or(Arg::Null, Arg::from),
-                    part(self.acts, t * gates, gates)?.into(),
+                    self.acts_at(t)?.into(),
                     part(self.h, t * state, state)?.into(),
                     part(self.c, t * state, state)?.into(),
                     Arg::U32(self.batch as u32),

@@ -16,7 +16,11 @@
 //!
 //! Backward keeps what `lstm_cell` keeps, for every step: the activations
 //! `(i, f, g, o)` `[T, B, 4H]`, and the cells, which are an output; the
-//! gates' gradient is written over the activations, step by step.
+//! gates' gradient is written over the activations, step by step. A
+//! forward no backward will read (evaluation, or no input wanting a
+//! gradient) keeps one step's activations, `[1, B, 4H]`, each step's
+//! written over the last's: a 2 × 512 character model's evaluation step
+//! at T 128, B 64 holds 63.5 MiB less.
 //!
 //! The cells are fp32 whatever the layer's type (`c0`, `c` and their
 //! gradients): a cell is a running sum, `c_t = f·c_{t−1} + i·g`, and in
@@ -126,7 +130,14 @@ impl<'s> Tensor<'s> {
         let states = Shape::new(&[steps, batch, hidden]);
         let h = s.output("lstm hidden states", states, &inputs)?;
         let c = s.output_of("lstm cell states", states, DType::F32, &inputs)?;
-        let acts = s.alloc_float("lstm gate activations", self.shape(), self.dtype())?;
+        // Backward reads every step's activations; without one, each step's
+        // only live until its own kernel has written h and c.
+        let slots = if h.requires_grad() { steps } else { 1 };
+        let acts = s.alloc_float(
+            "lstm gate activations",
+            Shape::new(&[slots, batch, 4 * hidden]),
+            self.dtype(),
+        )?;
         // The recurrent summand of one step, in fp32: on a GPU as the partial
         // sums of `gpu::Product`'s split, which the cell kernel adds up.
         let parts = product_parts(s, batch, 4 * hidden, hidden);

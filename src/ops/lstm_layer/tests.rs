@@ -82,6 +82,41 @@ fn the_layer_equals_its_steps_one_cell_at_a_time() {
 }
 
 #[test]
+fn a_forward_no_backward_reads_keeps_one_steps_gates_and_the_same_outputs() {
+    // Evaluation: the same h and c, bit for bit, as a forward recording for
+    // backward, in a step lower by at least the other steps' gates.
+    let dims @ (t, b, h) = (6, 2, 8);
+    let [sp, sw, sh, sc] = shapes(dims);
+    let v = inputs(dims);
+    let forward = |grad: bool| {
+        let mut engine = engine();
+        let out = engine
+            .step(|s| {
+                s.set_grad_enabled(grad);
+                let (p, w) = (s.variable("proj", sp, &v[0])?, s.variable("w_hh", sw, &v[1])?);
+                let (h0, c0) = (s.variable("h0", sh, &v[2])?, s.variable("c0", sc, &v[3])?);
+                let (h, c) = p.lstm_layer(s, w, Some(h0), Some(c0))?;
+                assert_eq!(h.requires_grad(), grad);
+                let (mut hv, mut cv) = (vec![0.0; h.shape().numel()], vec![0.0; c.shape().numel()]);
+                s.read(h, &mut hv)?;
+                s.read(c, &mut cv)?;
+                Ok([hv, cv].concat())
+            })
+            .unwrap();
+        (out, engine.arena().stats().step_high_water_bytes)
+    };
+    let (recorded, with_gates) = forward(true);
+    let (evaluated, with_one) = forward(false);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&evaluated), bits(&recorded));
+    let other_steps = (t - 1) * b * 4 * h * std::mem::size_of::<f32>();
+    assert!(
+        with_one + other_steps <= with_gates,
+        "{with_one} bytes without backward, {with_gates} with: not {other_steps} fewer"
+    );
+}
+
+#[test]
 fn lstm_layer_gradient_matches_finite_differences() {
     // Both outputs read at every step, so every path of backward is taken:
     // the gradient each step's h and c receive from outside and from the

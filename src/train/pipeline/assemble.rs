@@ -142,12 +142,17 @@ fn check_fit(cfg: &TrainConfig, host: &DataSet, world: World) -> Result<()> {
         (run.train_limit, Setting::TrainLimit),
         (run.test_limit, Setting::TestLimit),
     ];
-    if let (None, Some((_, setting))) = (host.images(), limits.iter().find(|(limit, _)| limit.is_some())) {
+    // A limit cuts an image set's examples; a corpus's windows and a
+    // treebank's sentences are read whole.
+    let limited = limits.iter().find(|(limit, _)| limit.is_some());
+    if let (None, Some((_, setting))) = (host.images(), limited) {
+        let kind = host.kind();
         return Err(Error::setting(
             *setting,
             format!(
-                "limits count images, and the data is {}: a text corpus is cut into windows of streams instead",
-                host.kind().describe()
+                "a limit counts images, but the data is {}, whose epochs read {}: only an image data set is cut to a limit",
+                kind.describe(),
+                kind.epoch_reads(),
             ),
             None,
         ));
