@@ -1363,3 +1363,82 @@ fn every_epoch_appends_its_metrics_and_the_run_draws_them() {
     assert_eq!(svg.matches("<circle").count(), 6, "three epochs, two series");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn resume_restores_the_runs_flags_and_refuses_a_contradicting_one() {
+    let dir = std::env::temp_dir().join(format!("bumpgrad-cli-remember-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_str().unwrap();
+    let common = ["--device", "cpu", "--threads", "2"];
+    let run = |extra: &[&str]| {
+        let mut args = vec!["train"];
+        args.extend_from_slice(&common);
+        args.extend_from_slice(extra);
+        bumpgrad(&args)
+    };
+    let first = run(&[
+        "--train-limit",
+        "300",
+        "--test-limit",
+        "100",
+        "--batch",
+        "50",
+        "--optimizer",
+        "adamw",
+        "--lr",
+        "0.001",
+        "--epochs",
+        "1",
+        "--checkpoint-dir",
+        d,
+    ]);
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    // Nothing but where and how long: the model, optimizer, batch and
+    // limits come from the checkpoint.
+    let resumed = run(&["--resume", d, "--epochs", "2"]);
+    let stderr = format!(
+        "{}{}",
+        String::from_utf8_lossy(&resumed.stderr),
+        String::from_utf8_lossy(&resumed.stdout)
+    );
+    assert_eq!(resumed.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(
+            "resuming with the checkpoint's flags: --train-limit 300 --test-limit 100 --batch 50 --optimizer adamw --lr 0.001"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("adamw (beta1 0.9, beta2 0.999, eps 1e-8, weight decay 0.01)"),
+        "settings in words: {stderr}"
+    );
+    assert!(
+        stderr.contains("300 training / 100 test images, 6 steps per epoch"),
+        "{stderr}"
+    );
+    // A flag that would change what the checkpoint fixes is refused, both
+    // values named as flags; one it does not fix is taken.
+    let refused = run(&["--resume", d, "--epochs", "3", "--batch", "100"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "--batch 100 contradicts the checkpoint in {d}, made with --batch 50; drop --batch"
+        )),
+        "{stderr}"
+    );
+    let lower = run(&["--resume", d, "--epochs", "3", "--lr", "0.0005"]);
+    let stderr = format!(
+        "{}{}",
+        String::from_utf8_lossy(&lower.stderr),
+        String::from_utf8_lossy(&lower.stdout)
+    );
+    assert_eq!(lower.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("lr 0.0005 constant"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

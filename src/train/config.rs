@@ -67,6 +67,10 @@ pub struct RunConfig {
     /// This process is one rank of a data-parallel run; `batch` is then
     /// the examples per step on each rank.
     pub data_parallel: Option<DataParallel>,
+    /// The words that set this run up, as its caller wrote them (the CLI's
+    /// flags), kept in every checkpoint so that a resumed run can start
+    /// from them. The library only stores them.
+    pub command_line: Vec<String>,
 }
 
 /// How the arena is sized and used.
@@ -124,6 +128,7 @@ impl Default for RunConfig {
             epochs: 4,
             batch: 100,
             other_batches: Vec::new(),
+            command_line: Vec::new(),
             model: ModelChoice::default(),
             optimizer: OptimizerChoice::default(),
             task: TaskChoice::default(),

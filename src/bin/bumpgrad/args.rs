@@ -309,6 +309,10 @@ pub(crate) struct TrainArgs {
     /// ended (another process stuck or gone).
     #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = count::<u64>, allow_negative_numbers = true)]
     pub(crate) collective_timeout: u64,
+    /// The flags that define the run, as `resume::recorded` keeps them for
+    /// its checkpoints (set by `main`, never parsed).
+    #[arg(skip)]
+    pub(crate) command_line: Vec<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -498,6 +502,7 @@ impl TrainArgs {
             }),
             resume: self.resume.clone(),
             data_parallel: None,
+            command_line: self.command_line.clone(),
         };
         let memory = MemoryConfig {
             arena_size: self.arena_size.0,

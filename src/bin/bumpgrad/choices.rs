@@ -229,3 +229,52 @@ pub fn model(name: &str, flags: &ModelFlags) -> Result<ModelChoice, String> {
     let (_, make) = MODELS.iter().find(|(n, _)| *n == name).ok_or("unknown model")?;
     make(flags)
 }
+
+/// Settings as the library's `Debug` writes them, in words: every
+/// `SomeConfig { beta1: 0.9, weight_decay: 0.01 }` becomes
+/// `(beta1 0.9, weight decay 0.01)`, the rest of the text as it is
+/// (`adamw AdamWConfig { … } clip_grad_norm 1` →
+/// `adamw (beta1 0.9, …) clip_grad_norm 1`).
+pub(crate) fn in_words(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(open) = rest.find(" { ") {
+        let Some(close) = rest[open..].find(" }").map(|c| open + c) else {
+            break;
+        };
+        // The struct's name is the word before the brace: dropped.
+        let name_start = rest[..open].rfind(' ').map_or(0, |s| s + 1);
+        out.push_str(&rest[..name_start]);
+        let fields: Vec<String> = rest[open + 3..close]
+            .split(", ")
+            .map(|field| match field.split_once(": ") {
+                Some((name, value)) => format!("{} {value}", name.replace('_', " ")),
+                None => field.to_string(),
+            })
+            .collect();
+        out.push('(');
+        out.push_str(&fields.join(", "));
+        out.push(')');
+        rest = &rest[close + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod words_tests {
+    #[test]
+    fn settings_read_as_words() {
+        assert_eq!(
+            super::in_words(
+                "adamw AdamWConfig { beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01 } clip_grad_norm 1"
+            ),
+            "adamw (beta1 0.9, beta2 0.999, eps 1e-8, weight decay 0.01) clip_grad_norm 1"
+        );
+        assert_eq!(
+            super::in_words("sgd SgdConfig { momentum: 0.0, nesterov: false, weight_decay: 0.0 }"),
+            "sgd (momentum 0.0, nesterov false, weight decay 0.0)"
+        );
+        assert_eq!(super::in_words("mnist-cnn"), "mnist-cnn");
+    }
+}

@@ -18,7 +18,8 @@ pub fn line(err: &anyhow::Error) -> String {
     if let Some(hint) = err.chain().find_map(hint) {
         line.push_str(&hint);
     }
-    line
+    // A refusal quotes settings as the library records them.
+    crate::choices::in_words(&line)
 }
 
 /// The error and its causes as anyhow's `{:#}` joins them, less any cause

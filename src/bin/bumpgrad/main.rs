@@ -6,6 +6,7 @@ mod curves;
 mod hints;
 mod inspect;
 mod progress;
+mod resume;
 
 use anyhow::Context;
 use args::{report_unwritable, MemoryArgs, ModelsArgs, TrainArgs};
@@ -396,7 +397,25 @@ fn run_models(args: &ModelsArgs) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let raw: Vec<OsString> = std::env::args_os().collect();
+    let mut cli = Cli::parse_from(&raw);
+    let mut line = raw;
+    if let Command::Train(TrainArgs { resume: Some(dir), .. }) = &cli.command {
+        match resume::restored_command_line(dir, &line) {
+            Ok(Some(restored)) => {
+                cli = Cli::parse_from(&restored);
+                line = restored;
+            }
+            Ok(None) => {}
+            Err(err) => {
+                eprintln!("error: {err:#}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if let Command::Train(args) = &mut cli.command {
+        args.command_line = resume::recorded(&resume::train_words(&line));
+    }
     let result = match &cli.command {
         Command::Train(args) => run_train(args),
         Command::Memory(args) => run_memory(args).map(|()| ExitCode::SUCCESS),

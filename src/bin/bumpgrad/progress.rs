@@ -97,7 +97,10 @@ impl Observer for Printer {
         self.untested = info.test_examples == 0;
         self.say(&format!(
             "bumpgrad: {} ({} parameters), {}, {}",
-            info.model, info.parameters, info.optimizer, info.schedule
+            info.model,
+            info.parameters,
+            crate::choices::in_words(&info.optimizer),
+            info.schedule
         ));
         self.say(&format!(
             "bumpgrad: {}, precision {}, {}: {} training / {} test {}, {} steps per epoch, augment {}",
