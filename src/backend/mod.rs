@@ -34,7 +34,7 @@ use std::sync::Arc;
 /// Failures below the op layer.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
-    #[error("could not allocate {bytes} bytes of host memory for the arena")]
+    #[error("could not allocate the arena's {} of host memory", crate::base::ByteSize(*.bytes))]
     HostAllocation { bytes: usize },
     #[error(
         "could not allocate the arena's {} on the GPU ({} free)",

@@ -165,10 +165,14 @@ fn arena(err: &ArenaError) -> Option<String> {
 
 fn backend(err: &BackendError) -> Option<String> {
     match err {
-        BackendError::HostAllocation { .. } => Some("; pass a smaller --arena-size or free memory".into()),
-        BackendError::DeviceAllocation { .. } => {
-            Some("; pass a smaller --arena-size or --batch, or free GPU memory".into())
-        }
+        BackendError::HostAllocation { .. } => Some(
+            "; pass a smaller --arena-size (auto sizes it by a dry run), a smaller --batch, or a --memory-budget to recompute activations rather than keep them; or free memory"
+                .into(),
+        ),
+        BackendError::DeviceAllocation { .. } => Some(
+            "; pass a smaller --arena-size (auto sizes it by a dry run), a smaller --batch, or a --memory-budget to recompute activations rather than keep them; or free GPU memory"
+                .into(),
+        ),
         BackendError::ProcessGroupOnCpu => Some("; pass --device cuda".into()),
         BackendError::Cuda(e) => cuda(e),
         _ => None,
@@ -286,7 +290,9 @@ mod tests {
     fn allocation_failures_name_the_sizes_to_lower() {
         let host = printed(Error::Backend(BackendError::HostAllocation { bytes: 1 << 40 }));
         assert!(
-            host.ends_with("for the arena; pass a smaller --arena-size or free memory"),
+            host.contains("could not allocate the arena's 1.00 TiB of host memory; pass a smaller --arena-size")
+                && host.contains("a smaller --batch, or a --memory-budget")
+                && host.ends_with("or free memory"),
             "{host}"
         );
         // Made by the runtime, as the trainer meets it making its engine.
@@ -295,7 +301,7 @@ mod tests {
             free: 1 << 30,
         }));
         assert!(
-            gpu.ends_with("free); pass a smaller --arena-size or --batch, or free GPU memory"),
+            gpu.contains("free); pass a smaller --arena-size") && gpu.ends_with("or free GPU memory"),
             "{gpu}"
         );
     }
