@@ -1442,3 +1442,23 @@ fn resume_restores_the_runs_flags_and_refuses_a_contradicting_one() {
     assert!(stderr.contains("lr 0.0005 constant"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn only_errors_about_the_data_name_the_data() {
+    // Past any 64-bit address space of today (128 TiB for a process), so
+    // no overcommitting kernel can say yes.
+    let huge = train(&["--arena-size", "1000000GiB"]);
+    let stderr = String::from_utf8_lossy(&huge.stderr);
+    assert_eq!(huge.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error: could not allocate the arena's 976.56 TiB of host memory; pass a smaller --arena-size"),
+        "sizes in TiB, no data prefix: {stderr}"
+    );
+    assert!(stderr.contains("a smaller --batch, or a --memory-budget"), "{stderr}");
+    let missing = train(&["--data", "/nonexistent-bumpgrad-data"]);
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        stderr.contains("error: training on /nonexistent-bumpgrad-data: "),
+        "{stderr}"
+    );
+}

@@ -100,8 +100,20 @@ fn run_train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
     let trained = train::train(&cfg, Hooks::new(&mut printer).stop_on(&STOP));
     // Ctrl-C and a failed epoch too: the epochs done so far are drawn.
     printer.finish_curves();
-    trained.with_context(|| format!("training on {}", cfg.run.data_dir.display()))?;
+    trained.map_err(|e| on_data(e, &cfg.run.data_dir))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A training error, naming the data only where the data is what failed
+/// (an arena, a setting or a checkpoint has nothing to do with its path).
+fn on_data(err: bumpgrad::Error, data: &std::path::Path) -> anyhow::Error {
+    let is_data = matches!(err, bumpgrad::Error::Data(_));
+    let err = anyhow::Error::new(err);
+    if is_data {
+        err.context(format!("training on {}", data.display()))
+    } else {
+        err
+    }
 }
 
 /// `--gpus N`: this process starts and supervises one process per GPU.
