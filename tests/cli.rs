@@ -1462,3 +1462,35 @@ fn only_errors_about_the_data_name_the_data() {
         "{stderr}"
     );
 }
+
+#[test]
+fn train_help_groups_its_flags() {
+    let out = bumpgrad(&["train", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    let headings: Vec<&str> = help
+        .lines()
+        .filter(|l| !l.starts_with(' ') && l.ends_with(':'))
+        .collect();
+    for heading in [
+        "Model:",
+        "Data:",
+        "Optimisation:",
+        "Memory:",
+        "Device and GPU:",
+        "Checkpoints:",
+        "Distributed:",
+        "Output:",
+    ] {
+        assert!(headings.contains(&heading), "{heading} in {headings:?}");
+    }
+    // Under its heading: the lines after "Model:" up to the next heading.
+    let model: Vec<&str> = help
+        .split("\nModel:\n")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .take_while(|l| l.is_empty() || l.starts_with(' '))
+        .collect();
+    let model = model.join("\n");
+    assert!(model.contains("--hidden") && !model.contains("--lr "), "{model}");
+}

@@ -120,88 +120,103 @@ pub(crate) enum GraphArg {
 #[derive(clap::Args)]
 pub(crate) struct TrainArgs {
     /// Where to train.
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(help_heading = "Device and GPU", long, value_enum, default_value = "auto")]
     pub(crate) device: DeviceArg,
     /// Passes over the training set.
-    #[arg(long, default_value_t = 4, value_parser = count::<usize>, allow_negative_numbers = true)]
+    #[arg(help_heading = "Optimisation", long, default_value_t = 4, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) epochs: usize,
     /// Examples per step (training and evaluation).
-    #[arg(long, default_value_t = 100, value_parser = count::<usize>, allow_negative_numbers = true)]
+    #[arg(help_heading = "Optimisation", long, default_value_t = 100, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) batch: usize,
     /// The network to train (`bumpgrad models` lists them).
-    #[arg(long, default_value = choices::MODELS[0].0, value_parser = choices::model_name)]
+    #[arg(help_heading = "Model", long, default_value = choices::MODELS[0].0, value_parser = choices::model_name)]
     pub(crate) model: &'static str,
     /// Scales every channel count of resnet18, resnet50 and squeezenet (0.125 trains a small
     /// ResNet quickly on a CPU); default 1.
-    #[arg(long, value_parser = choices::width_mult, allow_negative_numbers = true)]
+    #[arg(help_heading = "Model", long, value_parser = choices::width_mult, allow_negative_numbers = true)]
     pub(crate) width_mult: Option<f32>,
     /// Tokens each stream of a language model reads per step (the window of truncated
     /// backpropagation through time); a text corpus only.
-    #[arg(long, default_value_t = 64, value_parser = count::<usize>, allow_negative_numbers = true)]
+    #[arg(help_heading = "Model", long, default_value_t = 64, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) seq_len: usize,
     /// Units of each recurrent layer of char-lstm and char-rnn (default 256) and sst-lstm
     /// (default 150).
-    #[arg(long, value_parser = count::<usize>, allow_negative_numbers = true)]
+    #[arg(help_heading = "Model", long, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) hidden: Option<usize>,
     /// Recurrent layers of char-lstm and char-rnn (default 2) and sst-lstm (default 1).
-    #[arg(long, value_parser = count::<usize>, allow_negative_numbers = true)]
+    #[arg(help_heading = "Model", long, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) layers: Option<usize>,
     /// Sentiment classes of a treebank's sentences: 5 (the root's label) or 2 (neutral
     /// sentences dropped).
-    #[arg(long, default_value_t = 5, value_parser = count::<usize>, allow_negative_numbers = true)]
+    #[arg(help_heading = "Model", long, default_value_t = 5, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) classes: usize,
     /// Length buckets of a treebank's sentences, at most (each a step plan and a CUDA graph).
-    #[arg(long, default_value_t = 8, value_parser = count::<usize>, allow_negative_numbers = true)]
+    #[arg(help_heading = "Model", long, default_value_t = 8, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) buckets: usize,
     /// Features of char-lstm's and char-rnn's token embedding (default: --hidden; 0: no
     /// embedding, the first recurrent layer reads one-hot tokens, as Lantern's models) and of
     /// sst-lstm's word embedding (default 300).
-    #[arg(long, value_parser = count::<usize>, allow_negative_numbers = true)]
+    #[arg(help_heading = "Model", long, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) embed: Option<usize>,
     /// The optimizer.
-    #[arg(long, value_enum, default_value = "sgd")]
+    #[arg(help_heading = "Optimisation", long, value_enum, default_value = "sgd")]
     pub(crate) optimizer: choices::OptimizerArg,
     /// Base learning rate (the schedule scales it step by step).
-    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
+    #[arg(
+        help_heading = "Optimisation",
+        long,
+        default_value_t = 0.05,
+        allow_negative_numbers = true
+    )]
     pub(crate) lr: f32,
     /// How the rate changes: constant, step:EPOCHS,GAMMA (times GAMMA every EPOCHS epochs) or
     /// cosine (to 0 at the end of the run).
-    #[arg(long, default_value = "constant")]
+    #[arg(help_heading = "Optimisation", long, default_value = "constant")]
     pub(crate) schedule: bumpgrad::optim::Schedule,
     /// Epochs of linear warm-up (from lr/W to lr over the first W steps) before the schedule.
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    #[arg(
+        help_heading = "Optimisation",
+        long,
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
     pub(crate) warmup_epochs: f64,
     /// Label smoothing ε of the cross-entropy loss, in [0, 1): the target is (1 − ε)·onehot + ε/C.
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    #[arg(
+        help_heading = "Optimisation",
+        long,
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
     pub(crate) label_smoothing: f32,
     /// SGD momentum, in [0, 1) (default 0).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(help_heading = "Optimisation", long, allow_negative_numbers = true)]
     pub(crate) momentum: Option<f32>,
     /// SGD with Nesterov momentum (needs --momentum above 0).
-    #[arg(long)]
+    #[arg(help_heading = "Optimisation", long)]
     pub(crate) nesterov: bool,
     /// Weight decay: an L2 term added to the gradient (SGD, default 0) or decoupled decay
     /// (AdamW, default 0.01).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(help_heading = "Optimisation", long, allow_negative_numbers = true)]
     pub(crate) weight_decay: Option<f64>,
     /// AdamW's betas (default 0.9,0.999).
-    #[arg(long, value_parser = choices::betas, allow_negative_numbers = true)]
+    #[arg(help_heading = "Optimisation", long, value_parser = choices::betas, allow_negative_numbers = true)]
     pub(crate) betas: Option<(f64, f64)>,
     /// AdamW's or Adagrad's eps, above 0 (default 1e-8 for AdamW, 1e-10 for Adagrad).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(help_heading = "Optimisation", long, allow_negative_numbers = true)]
     pub(crate) eps: Option<f64>,
     /// Clips the gradients before each update to this 2-norm over all parameters, as
     /// torch.nn.utils.clip_grad_norm_ (on the device, inside the step); any optimizer.
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(help_heading = "Optimisation", long, allow_negative_numbers = true)]
     pub(crate) clip_norm: Option<f32>,
     /// Adagrad's rate decay: step t runs at lr / (1 + (t − 1)·X) (default 0).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(help_heading = "Optimisation", long, allow_negative_numbers = true)]
     pub(crate) lr_decay: Option<f64>,
     /// Adagrad's accumulator before the first step, 0 or more (default 0).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(help_heading = "Optimisation", long, allow_negative_numbers = true)]
     pub(crate) initial_accumulator: Option<f64>,
     /// Seeds the initial weights, the epoch order and dropout.
-    #[arg(long, default_value_t = 42, value_parser = count::<u64>, allow_negative_numbers = true)]
+    #[arg(help_heading = "Data", long, default_value_t = 42, value_parser = count::<u64>, allow_negative_numbers = true)]
     pub(crate) seed: u64,
     /// The data set: a directory holding MNIST's four IDX files (gzip or raw) or CIFAR-10's six
     /// binary batch files, an image folder (one subfolder of PNG or JPEG images per class, and
@@ -209,105 +224,105 @@ pub(crate) struct TrainArgs {
     /// (N random CIFAR-10-shaped training images, default 50000, and N/5 test images: for speed
     /// and memory runs); or a text file, a character corpus for char-lstm and char-rnn (--batch
     /// streams of --seq-len tokens a step).
-    #[arg(long, default_value = "data/mnist", value_parser = parse_data)]
+    #[arg(help_heading = "Data", long, default_value = "data/mnist", value_parser = parse_data)]
     pub(crate) data: DataSource,
     /// An image folder's images are resized to HEIGHTxWIDTH pixels (such as 64x64); needed when
     /// they differ in size [default: their own size].
-    #[arg(long, value_name = "HxW", value_parser = parse_image_size)]
+    #[arg(help_heading = "Data", long, value_name = "HxW", value_parser = parse_image_size)]
     pub(crate) image_size: Option<ImageSize>,
     /// An image folder without val/: hold out this fraction of each class's images for validation
     /// (such as 0.2; the same images every run) [default: no validation set].
-    #[arg(long, value_name = "F", allow_negative_numbers = true)]
+    #[arg(help_heading = "Data", long, value_name = "F", allow_negative_numbers = true)]
     pub(crate) val_split: Option<f64>,
     /// Random changes to each training image: `crop4` (pad 4 zero pixels, crop at a random
     /// offset), `flip` (mirror left-right half the time), `crop4,flip`, or `none`.
-    #[arg(long, default_value = "none")]
+    #[arg(help_heading = "Data", long, default_value = "none")]
     pub(crate) augment: Augment,
     /// Arena size (64MiB, 2GiB, ...), or `auto` to measure exactly what the run needs.
-    #[arg(long, default_value = "auto", value_parser = parse_arena_size)]
+    #[arg(help_heading = "Memory", long, default_value = "auto", value_parser = parse_arena_size)]
     pub(crate) arena_size: ArenaSize,
     /// CPU worker threads; 0 uses every core.
-    #[arg(long, default_value_t = 0, value_parser = count::<usize>, allow_negative_numbers = true)]
+    #[arg(help_heading = "Device and GPU", long, default_value_t = 0, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) threads: usize,
     /// Train on the first N training images only (image data: a text corpus's windows and a treebank's sentences are read whole).
-    #[arg(long, value_parser = count::<usize>, allow_negative_numbers = true)]
+    #[arg(help_heading = "Data", long, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) train_limit: Option<usize>,
     /// Evaluate on the first N test images only (image data: a text corpus's windows and a treebank's sentences are read whole).
-    #[arg(long, value_parser = count::<usize>, allow_negative_numbers = true)]
+    #[arg(help_heading = "Data", long, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) test_limit: Option<usize>,
     /// Capture the first full training step as a CUDA graph and replay it for every later one.
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(help_heading = "Device and GPU", long, value_enum, default_value = "auto")]
     pub(crate) graph: GraphArg,
     /// Time every op of the second step on the GPU and print where a step's time goes.
-    #[arg(long)]
+    #[arg(help_heading = "Device and GPU", long)]
     pub(crate) profile: bool,
     /// Fill the step region with NaNs after every step, so a kernel reading memory it did not
     /// write shows up as a NaN loss (on by default in debug builds).
-    #[arg(long)]
+    #[arg(help_heading = "Memory", long)]
     pub(crate) poison_step: bool,
     /// Where checkpoints go [default: the --resume directory, else ./checkpoints].
-    #[arg(long)]
+    #[arg(help_heading = "Checkpoints", long)]
     pub(crate) checkpoint_dir: Option<PathBuf>,
     /// How often to write a checkpoint: 500steps, 2epochs, or `off` (then only when stopped by
     /// Ctrl-C or SIGTERM).
-    #[arg(long, default_value = "1epoch", value_parser = parse_every)]
+    #[arg(help_heading = "Checkpoints", long, default_value = "1epoch", value_parser = parse_every)]
     pub(crate) checkpoint_every: EveryArg,
     /// How many of the newest checkpoints to keep.
-    #[arg(long, default_value_t = 3, value_parser = count::<usize>, allow_negative_numbers = true)]
+    #[arg(help_heading = "Checkpoints", long, default_value_t = 3, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) keep_checkpoints: usize,
     /// Continue from the newest valid checkpoint in DIR (damaged newer ones are reported and skipped).
-    #[arg(long, value_name = "DIR")]
+    #[arg(help_heading = "Checkpoints", long, value_name = "DIR")]
     pub(crate) resume: Option<PathBuf>,
     /// Place step buffers by a liveness plan, reusing the bytes of buffers that died (`off`: every
     /// buffer stays until the step's reset).
-    #[arg(long, value_enum, default_value = "on")]
+    #[arg(help_heading = "Memory", long, value_enum, default_value = "on")]
     pub(crate) memory_plan: Switch,
     /// Convolutions by deterministic cuDNN algorithms only, so that a GPU run repeats bit for bit
     /// (1.3× to 2.5× slower steps on the MNIST CNN; the CPU is deterministic anyway).
-    #[arg(long)]
+    #[arg(help_heading = "Device and GPU", long)]
     pub(crate) deterministic: bool,
     /// The arithmetic of convolutions and matrix products.
-    #[arg(long, value_enum, default_value = "fp32")]
+    #[arg(help_heading = "Device and GPU", long, value_enum, default_value = "fp32")]
     pub(crate) precision: PrecisionArg,
     /// Step memory a training step may use (512MiB, 2GiB, ...): above it, convolution and block
     /// outputs are recomputed in backward rather than kept, chosen for the least extra time (the
     /// same losses, more time).
-    #[arg(long, value_parser = parse_budget)]
+    #[arg(help_heading = "Memory", long, value_parser = parse_budget)]
     pub(crate) memory_budget: Option<usize>,
     /// How the GPU chooses each convolution's algorithms (--deterministic: the heuristic's,
     /// deterministic ones).
-    #[arg(long, value_enum, default_value = "timed")]
+    #[arg(help_heading = "Device and GPU", long, value_enum, default_value = "timed")]
     pub(crate) conv_algos: ConvAlgosArg,
     /// How much the timed convolution algorithms' workspaces may grow the step over the
     /// heuristic's, as a fraction of it: more is faster where cuDNN's fastest algorithms need
     /// large workspaces, for more step memory.
-    #[arg(long, value_name = "F", default_value_t = bumpgrad::train::TUNING_GROWTH)]
+    #[arg(help_heading = "Memory", long, value_name = "F", default_value_t = bumpgrad::train::TUNING_GROWTH)]
     pub(crate) workspace_growth: f64,
     /// Write the training step's memory timeline (SVG) to FILE before training.
-    #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = "Memory", long, value_name = "FILE")]
     pub(crate) memory_report: Option<PathBuf>,
     /// Print one JSON object per epoch on stdout; human text goes to stderr.
-    #[arg(long)]
+    #[arg(help_heading = "Output", long)]
     pub(crate) json: bool,
     /// Train data-parallel on N GPUs of this host, one process per GPU, each with --batch
     /// examples per step (a step is N × --batch). On several hosts, start one process per GPU with
     /// srun, mpirun, or RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT set as torchrun does.
-    #[arg(long, value_name = "N", value_parser = count::<usize>, allow_negative_numbers = true)]
+    #[arg(help_heading = "Distributed", long, value_name = "N", value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) gpus: Option<usize>,
     /// Data-parallel gradient bucket size in KiB: each bucket is summed across the GPUs as soon as
     /// backward has produced it.
-    #[arg(long, value_name = "KIB", default_value_t = 4, value_parser = count::<usize>, allow_negative_numbers = true)]
+    #[arg(help_heading = "Distributed", long, value_name = "KIB", default_value_t = 4, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) bucket_kib: usize,
     /// Seconds the processes of a data-parallel run wait for each other to start.
-    #[arg(long, value_name = "SECS", default_value_t = 120, value_parser = count::<u64>, allow_negative_numbers = true)]
+    #[arg(help_heading = "Distributed", long, value_name = "SECS", default_value_t = 120, value_parser = count::<u64>, allow_negative_numbers = true)]
     pub(crate) rendezvous_timeout: u64,
     /// File holding this job's rendezvous token (instead of BUMPGRAD_RENDEZVOUS_TOKEN): only
     /// processes that know it can join the run. --gpus makes one itself.
-    #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = "Distributed", long, value_name = "FILE")]
     pub(crate) rendezvous_token_file: Option<PathBuf>,
     /// Seconds a data-parallel process may go without finishing a step before the whole run is
     /// ended (another process stuck or gone).
-    #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = count::<u64>, allow_negative_numbers = true)]
+    #[arg(help_heading = "Distributed", long, value_name = "SECS", default_value_t = 300, value_parser = count::<u64>, allow_negative_numbers = true)]
     pub(crate) collective_timeout: u64,
     /// The flags that define the run, as `resume::recorded` keeps them for
     /// its checkpoints (set by `main`, never parsed).
