@@ -1494,3 +1494,28 @@ fn train_help_groups_its_flags() {
     let model = model.join("\n");
     assert!(model.contains("--hidden") && !model.contains("--lr "), "{model}");
 }
+
+#[test]
+fn a_batch_past_the_kernels_element_count_says_the_largest_that_fits() {
+    // ResNet-50 on MNIST: its first 256-channel batch norm holds 200,704
+    // elements an example; 32-bit counts allow 21,399 of them.
+    let out = bumpgrad(&[
+        "train",
+        "--model",
+        "resnet50",
+        "--batch",
+        "50000",
+        "--device",
+        "cpu",
+        "--threads",
+        "2",
+        "--checkpoint-every",
+        "off",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("at most 21399 examples of 200704 elements fit; pass --batch 21399 or less"),
+        "{stderr}"
+    );
+}

@@ -1,4 +1,5 @@
-//! The run's curves, in the checkpoint directory: every epoch appends a row
+//! The run's curves, in the checkpoint directory of a run that writes
+//! checkpoints as it goes (not under `--checkpoint-every off`): every epoch appends a row
 //! to `metrics.csv`, and the end of the run, Ctrl-C included, draws
 //! `curves.svg` from the whole file: the losses on the left, the accuracy on
 //! the right. A run's first row drops those of its epoch and after: a fresh
@@ -34,8 +35,13 @@ pub(crate) struct Curves {
 }
 
 impl Curves {
+    /// Curves for a run that writes checkpoints as it goes; none under
+    /// `--checkpoint-every off`, which asks for nothing in the directory
+    /// unless the run is stopped.
     pub(crate) fn new(cfg: &bumpgrad::train::TrainConfig) -> Option<Self> {
-        let dir = cfg.run.checkpoints.as_ref()?.dir.clone();
+        let policy = cfg.run.checkpoints.as_ref()?;
+        policy.every?;
+        let dir = policy.dir.clone();
         Some(Self {
             dir,
             batch: cfg.run.batch,

@@ -69,6 +69,14 @@ fn library(err: &Error) -> Option<String> {
         Error::Data(e) => data(e),
         Error::Checkpoint(e) => checkpoint(e),
         Error::Diverged { .. } => Some("; lower --lr".into()),
+        // A batch past a kernel's 32-bit element count: the library says
+        // how many examples fit that op.
+        Error::Shape { detail, .. } if detail.contains("count in 32 bits") => {
+            let fit = detail.split("at most ").nth(2)?.split(' ').next()?;
+            Some(format!(
+                "; pass --batch {fit} or less (`bumpgrad memory --max-batch` finds the largest batch that every layer and the memory allow)"
+            ))
+        }
         Error::Setting {
             setting: bumpgrad::Setting::Graph,
             fix: None,

@@ -78,7 +78,12 @@ impl Geometry {
         }
         // The GPU kernels index with 32-bit counts.
         if x.numel() > u32::MAX as usize {
-            return bad(format!("at most {} elements, got {x}", u32::MAX));
+            let per_example = x.numel() / n.max(1);
+            return bad(format!(
+                "at most {} elements (the kernels count in 32 bits), got {x}: at most {} examples of {per_example} elements fit",
+                u32::MAX,
+                u32::MAX as usize / per_example.max(1)
+            ));
         }
         if args.training && n * hw < 2 {
             return bad(format!(
