@@ -3,25 +3,11 @@
 //! clear errors for checkpoints and images that are not there or not right.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn bumpgrad(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bumpgrad"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(args)
-        .output()
-        .expect("run bumpgrad")
-}
-
-fn stdout(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "bumpgrad failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).expect("utf-8")
-}
+#[path = "support/cli_run.rs"]
+mod cli_run;
+use cli_run::{bumpgrad, stdout};
 
 fn fails_with(out: Output, needle: &str) {
     let err = String::from_utf8_lossy(&out.stderr);

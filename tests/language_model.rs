@@ -126,7 +126,8 @@ fn one_hot_models_are_named_as_pytorchs_recurrent_layers_of_the_vocabulary() {
 }
 
 /// Logits of `model` for `ids` (`[T, B]` time-major) with the state in
-/// `carried`, which the step then holds the final state in.
+/// `carried`, which the step then holds the final state in (recorded for
+/// backward, as a step records by default).
 fn logits<M: Model>(
     engine: &mut Engine,
     model: &M,
@@ -134,21 +135,7 @@ fn logits<M: Model>(
     streams: usize,
     carried: bumpgrad::memory::Buf<f32>,
 ) -> Vec<f32> {
-    engine
-        .step(|s| {
-            let ids_buf = s.labels(ids)?;
-            let x = Tokens {
-                ids: ids_buf,
-                steps: ids.len() / streams,
-                streams,
-                carried,
-            };
-            let y = model.forward_tokens(s, x, Mode::Eval)?;
-            let mut out = vec![0.0; y.shape().numel()];
-            s.read(y, &mut out)?;
-            Ok(out)
-        })
-        .expect("a forward pass")
+    logits_recording(engine, model, ids, streams, carried, true)
 }
 
 fn carries<M: Model<Config = CharLmConfig>>(name: &str, embed: usize) {

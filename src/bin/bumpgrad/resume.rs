@@ -1,6 +1,6 @@
 //! `train --resume DIR` without retyping: a run records the flags that
 //! define what it trains (model, optimizer, schedule, data, augmentation,
-//! batch, seed: [`RESTORED`]) in its checkpoints, and a resumed run starts
+//! batch, seed: [`FIXED`] and [`CHANGEABLE`]) in its checkpoints, and a resumed run starts
 //! from them, the flags given on its own command line after them (the last
 //! of a flag wins). A flag given again with another value where the
 //! checkpoint fixes it ([`FIXED`]) is refused, both values named as flags.
@@ -10,44 +10,8 @@ use std::path::Path;
 
 use anyhow::Context;
 
-/// The flags a checkpoint records and a resumed run restores.
-const RESTORED: &[&str] = &[
-    "--data",
-    "--model",
-    "--width-mult",
-    "--seq-len",
-    "--hidden",
-    "--layers",
-    "--classes",
-    "--buckets",
-    "--embed",
-    "--optimizer",
-    "--lr",
-    "--schedule",
-    "--warmup-epochs",
-    "--label-smoothing",
-    "--momentum",
-    "--nesterov",
-    "--weight-decay",
-    "--betas",
-    "--eps",
-    "--clip-norm",
-    "--lr-decay",
-    "--initial-accumulator",
-    "--seed",
-    "--image-size",
-    "--val-split",
-    "--augment",
-    "--train-limit",
-    "--test-limit",
-    "--batch",
-    "--precision",
-];
-
-/// Of those, the ones a resumed run cannot change: the network, its
-/// optimizer's state, the data's order. The others (the learning rate and
-/// its schedule, clipping, the test set's size, precision) a resumed run
-/// may set anew.
+/// The flags a checkpoint records that a resumed run cannot change: the
+/// network, its optimizer's state, the data's order.
 const FIXED: &[&str] = &[
     "--model",
     "--width-mult",
@@ -73,6 +37,23 @@ const FIXED: &[&str] = &[
     "--batch",
 ];
 
+/// The flags a checkpoint records that a resumed run may set anew.
+const CHANGEABLE: &[&str] = &[
+    "--data",
+    "--lr",
+    "--schedule",
+    "--warmup-epochs",
+    "--label-smoothing",
+    "--clip-norm",
+    "--test-limit",
+    "--precision",
+];
+
+/// Whether a checkpoint records `flag` and a resumed run restores it.
+fn restored(flag: &str) -> bool {
+    FIXED.contains(&flag) || CHANGEABLE.contains(&flag)
+}
+
 /// One flag of a command line and its value, if it takes one.
 #[derive(Debug, Clone, PartialEq)]
 struct Flag {
@@ -92,23 +73,24 @@ impl Flag {
     }
 }
 
-/// Whether `train`'s flag `name` takes a value (clap's own definition).
-fn takes_value(name: &str) -> bool {
+/// `train`'s flags that take a value, as clap defines them (`--lr`, not
+/// `--nesterov`).
+fn valued_flags() -> Vec<String> {
     use clap::CommandFactory;
     let cmd = crate::Cli::command();
     let Some(train) = cmd.find_subcommand("train") else {
-        return false;
+        return Vec::new();
     };
-    let long = name.trim_start_matches("--");
-    let takes = train
+    train
         .get_arguments()
-        .find(|a| a.get_long() == Some(long))
-        .is_some_and(|a| a.get_action().takes_values());
-    takes
+        .filter(|a| a.get_action().takes_values())
+        .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+        .collect()
 }
 
 /// The flags of `tokens` (the words after `train`), each with its value.
 fn flags(tokens: &[String]) -> Vec<Flag> {
+    let valued = valued_flags();
     let mut out = Vec::new();
     let mut it = tokens.iter();
     while let Some(t) = it.next() {
@@ -120,7 +102,7 @@ fn flags(tokens: &[String]) -> Vec<Flag> {
                 name: name.to_string(),
                 value: Some(value.to_string()),
             },
-            None if takes_value(t) => Flag {
+            None if valued.contains(t) => Flag {
                 name: t.clone(),
                 value: it.next().cloned(),
             },
@@ -139,7 +121,7 @@ fn flags(tokens: &[String]) -> Vec<Flag> {
 pub(crate) fn recorded(tokens: &[String]) -> Vec<String> {
     let all = flags(tokens);
     let mut kept: Vec<Flag> = Vec::new();
-    for f in all.into_iter().filter(|f| RESTORED.contains(&f.name.as_str())) {
+    for f in all.into_iter().filter(|f| restored(&f.name)) {
         match kept.iter_mut().find(|k| k.name == f.name) {
             Some(k) => *k = f,
             None => kept.push(f),
