@@ -130,6 +130,14 @@ impl MemoryReport {
                 100.0 * r.extra_multiply_adds as f64 / r.step_multiply_adds.max(1) as f64,
                 r.least_extra_seconds * 1e3,
             );
+            if let Some(w) = r.workspace_extra_seconds {
+                let _ = writeln!(
+                    out,
+                    "  convolution algorithms timed on the device, as `train` times them: {:.2} ms a step more for workspaces held to fit, {:.2} ms in all",
+                    w * 1e3,
+                    (w + r.predicted_extra_seconds) * 1e3,
+                );
+            }
             let _ = writeln!(out, "  {}", r.search.describe());
         }
         if let Some(t) = self.tuning_bytes {
@@ -383,6 +391,11 @@ pub struct Recomputed {
     /// what a recomputation holds for a moment (a lower bound, not a
     /// choice).
     pub least_extra_seconds: f64,
+    /// Seconds the step's convolutions take beyond their fastest
+    /// algorithms, held to smaller workspaces to fit, by cuDNN's timings;
+    /// `None` where the plan is on the heuristic's algorithms (nothing
+    /// timed).
+    pub workspace_extra_seconds: Option<f64>,
     /// The step's planned peak without the budget.
     pub unbudgeted_step_bytes: usize,
     /// Whether chains of them are made again for each reader rather than

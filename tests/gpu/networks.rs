@@ -9,7 +9,6 @@ use super::*;
 #[path = "../support/pytorch_step.rs"]
 mod pytorch_step;
 
-use bumpgrad::train::WorkspaceHold;
 use pytorch_step::Fixture;
 
 #[test]
@@ -196,11 +195,13 @@ fn a_memory_budget_trains_on_the_gpu_as_on_the_cpu() {
 }
 
 /// Under a budget near the least step, with timed convolutions (the
-/// default): the run recomputes exactly what `bumpgrad memory` reports for
-/// the same settings (the same outputs, the same way with chains), holds
-/// the timed algorithms' workspaces down rather than recompute more, says
-/// what that costs by cuDNN's timings (more than nothing, less than the
-/// step itself takes), and trains within the budget on its plan.
+/// default): `bumpgrad memory` times the convolutions as the run does and
+/// reports the run's own decision — what is recomputed chosen with the
+/// timed algorithms' workspaces in view (a ladder of caps, each weighed by
+/// recomputation plus cuDNN's timings), held workspaces priced. Both time
+/// on the device, so a close call can fall either way between two
+/// processes' timings; the two predictions agree within 25%, and the run
+/// trains within the budget on its plan.
 #[test]
 fn held_workspaces_are_priced_and_the_run_recomputes_what_memory_reports() {
     use bumpgrad::models::{Depth, ResNet};
@@ -221,13 +222,16 @@ fn held_workspaces_are_priced_and_the_run_recomputes_what_memory_reports() {
         cfg
     };
     let (free, _) = memory_report(&cfg(None)).expect("plan");
-    // The tightest of a few fractions the heuristic's step meets.
+    // The tightest of a few fractions the step meets.
     let (budget, reported) = [30, 40, 50, 60]
         .iter()
         .map(|pct| free.plan_peak_bytes / 100 * pct)
         .find_map(|b| memory_report(&cfg(Some(b))).ok().map(|(r, _)| (b, r)))
         .expect("some budget fits");
     let reported = reported.recomputed.expect("the report says what is recomputed");
+    let reported_workspaces = reported
+        .workspace_extra_seconds
+        .expect("memory timed the convolutions, as the run does");
     let (mut session, info) = Pipeline::open(&cfg(Some(budget)), None)
         .and_then(Pipeline::build)
         .expect("prepare");
@@ -235,26 +239,26 @@ fn held_workspaces_are_priced_and_the_run_recomputes_what_memory_reports() {
     let followed = info.recomputed.clone().expect("the run recomputes");
     let _ = writeln!(
         std::io::stderr(),
-        "held_workspaces: budget {budget}: {tuning:?}; memory recomputes {:?} ({} chains remade), the run {:?}",
+        "held_workspaces: budget {budget}: {tuning:?}; memory recomputes {:?} ({} chains remade, {:.3} + {:.3} ms), the run {:?}",
         reported.which,
         reported.transient_chains,
+        reported.predicted_extra_seconds * 1e3,
+        reported_workspaces * 1e3,
         followed
     );
-    assert_eq!(
-        (&followed.dropped, followed.transient_chains),
-        (&reported.which, reported.transient_chains),
-        "the run recomputes what `memory` reported for the same settings"
+    assert!(tuning.kept, "{tuning:?}");
+    assert!(tuning.seconds_lost >= 0.0 && tuning.seconds_lost < 1.0, "{tuning:?}");
+    let memory_says = reported.predicted_extra_seconds + reported_workspaces;
+    let run_says = followed.predicted_step_extra_seconds;
+    assert!(
+        (memory_says - run_says).abs() <= 0.25 * memory_says.max(run_says),
+        "memory predicts {memory_says} s, the run {run_says} s"
     );
-    assert!(tuning.kept && tuning.held != WorkspaceHold::Fastest, "{tuning:?}");
-    assert!(tuning.seconds_lost > 0.0 && tuning.seconds_lost < 1.0, "{tuning:?}");
-    // The JSON's plan: the same outputs (numbers, kinds, remakings) and
-    // chain mode as memory's, the held workspaces priced in, the search
-    // within its bound.
-    assert_eq!(followed.outputs, reported.outputs);
-    assert_eq!(followed.chain_mode, reported.chain_mode);
+    if followed.dropped == reported.which {
+        assert_eq!(followed.outputs, reported.outputs);
+        assert_eq!(followed.chain_mode, reported.chain_mode);
+    }
     assert_eq!(followed.workspace_extra_seconds, tuning.seconds_lost);
-    let recomputing = reported.predicted_extra_seconds;
-    assert!((followed.predicted_extra_seconds - recomputing).abs() <= 1e-9 * recomputing.max(1e-9));
     assert_eq!(
         followed.predicted_step_extra_seconds,
         followed.predicted_extra_seconds + tuning.seconds_lost

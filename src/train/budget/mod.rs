@@ -215,7 +215,7 @@ impl Deadline {
         }
     }
 
-    fn passed(&self) -> bool {
+    pub(crate) fn passed(&self) -> bool {
         self.started.elapsed() >= self.bound
     }
 
@@ -447,6 +447,25 @@ pub(super) fn meet_budget(
     }
 }
 
+/// The cheapest choice the search finds whose step (measured through
+/// `step`, from `unbudgeted`) fits `budget`, searched until `deadline`,
+/// and how the search went; `None` with the report where none fits. For
+/// a search among several candidate steps (the timed convolutions' under
+/// each workspace cap, `pipeline::tuning`): no least step is sought.
+pub(super) fn cheapest_within(
+    step: &Measure<'_>,
+    unbudgeted: ArenaNeeds,
+    budget: usize,
+    speed: &Speed,
+    deadline: Deadline,
+) -> Result<(Option<ArenaNeeds>, SearchReport)> {
+    let (outcome, report) = search_until(step, unbudgeted, budget, speed, Mode::Weigh, deadline)?;
+    Ok(match outcome {
+        Outcome::Fits(needs) => (Some(needs), report),
+        Outcome::Short { .. } => (None, report),
+    })
+}
+
 /// What a search is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Mode {
@@ -456,6 +475,10 @@ pub(super) enum Mode {
     /// Whether any choice fits: the program's as it is, else the floors'
     /// (see [`descend`]); no local search, and no least step sought.
     Probe,
+    /// The cheapest plan the program and the local search find, polished,
+    /// where one is among several steps weighed (see [`cheapest_within`]):
+    /// no floors, whose plans cost most, and no least step sought.
+    Weigh,
 }
 
 /// A choice that fits `budget` (a probe's: the program's cheapest where it
@@ -578,7 +601,7 @@ pub(super) fn search_until(
     // be, nothing fits: no program, no local search. A plan still names the
     // least the floors reach, a budget that works; a probe needs no least.
     if let Some(possible) = liveness::least_bytes(&unbudgeted).filter(|&l| budget < l) {
-        if mode == Mode::Probe {
+        if mode != Mode::Plan {
             return Ok((Outcome::Short { least: possible }, report(&best)));
         }
         for measure in [&measure as &dyn Fn(&[u32]) -> Result<ArenaNeeds>, &transient] {
@@ -595,7 +618,7 @@ pub(super) fn search_until(
     // likeliest to fit when checked; with the first within 25% of the
     // cheapest, ResNet-18's largest batch in 4 GiB fell by 5%.)
     let polished = |found: ArenaNeeds, best: &mut Best<'_>| -> Result<()> {
-        if mode == Mode::Plan && !deadline.passed() {
+        if mode != Mode::Probe && !deadline.passed() {
             best.weigh(polish(step, found.clone(), budget, speed, &deadline)?);
         }
         best.weigh(found);
@@ -626,7 +649,7 @@ pub(super) fn search_until(
     // when asked for as a budget. Past the deadline they still run, to
     // have a plan or a least.
     for measure in [&measure as &dyn Fn(&[u32]) -> Result<ArenaNeeds>, &transient] {
-        if best.found() {
+        if best.found() || mode == Mode::Weigh {
             break;
         }
         let floor = descend(n, measure, &Deadline::after(Duration::MAX))?;

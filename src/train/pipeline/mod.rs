@@ -246,21 +246,16 @@ impl<'c> Pipeline<'c> {
         .filter(|fit| fit.needs.total() <= given)
     }
 
-    /// Sizes, budgets, makes and tunes the arena, and builds the run's
-    /// session in it, with what the caller should know.
-    pub fn build(self) -> Result<(Session, RunInfo)> {
-        let cfg = self.cfg;
-        let nccl_bytes = match &self.device {
-            Device::Cuda(gpu) => gpu.nccl_bytes(),
-            Device::Cpu(_) => None,
-        };
-        let threads = self.device.threads();
-        let device_name = self.device.describe();
+    /// Sizes and budgets `cfg`'s steps (this run's settings, or a variant
+    /// of them), makes the arena and times the convolutions in it: all but
+    /// building the run's parts. `memory` reports from here what `train`
+    /// then builds on.
+    fn prepare(self, cfg: &TrainConfig) -> Result<Prepared> {
         let kind = device_kind(&self.device);
         let speed = self.speed();
         // Every refusal (a budget out of reach, an arena too small) comes
         // from dry runs, before the arena is made.
-        let (_, Budgeted { mut needs, mut search }) = self.budgeted(cfg)?;
+        let (unbudgeted, Budgeted { mut needs, mut search }) = self.budgeted(cfg)?;
         let mut capacity = match self.capacity(cfg, &needs) {
             Ok(capacity) => capacity,
             // A given arena too small for the step is a budget too: recompute
@@ -281,9 +276,8 @@ impl<'c> Pipeline<'c> {
         // liveness plan puts a backward convolution's workspace in bytes the
         // step has freed, so the step grows far less than the workspaces
         // (ResNet-18 at batch 128 on the H200: 13% for 9.9 rather than 23.5
-        // ms a step); where it would grow more than TUNING_GROWTH, or past a
-        // given arena, the largest workspace allowed is halved until it does
-        // not.
+        // ms a step); where it would grow more than the workspace growth,
+        // or past a given arena or budget, they are held down (`tuning.rs`).
         // A step without convolutions (a language model) has nothing to
         // time: no room for it, and no line saying none changed. Only
         // convolutions and their batch norms are candidates for
@@ -307,9 +301,45 @@ impl<'c> Pipeline<'c> {
                 &mut engine,
                 &mut needs,
                 capacity,
+                &speed,
+                &mut search,
             )?),
             false => None,
         };
+        Ok(Prepared {
+            engine,
+            host,
+            device_note,
+            graph,
+            needs,
+            unbudgeted,
+            search,
+            conv_tuning,
+            speed,
+        })
+    }
+
+    /// Sizes, budgets, makes and tunes the arena, and builds the run's
+    /// session in it, with what the caller should know.
+    pub fn build(self) -> Result<(Session, RunInfo)> {
+        let cfg = self.cfg;
+        let nccl_bytes = match &self.device {
+            Device::Cuda(gpu) => gpu.nccl_bytes(),
+            Device::Cpu(_) => None,
+        };
+        let threads = self.device.threads();
+        let device_name = self.device.describe();
+        let Prepared {
+            mut engine,
+            host,
+            device_note,
+            graph,
+            needs,
+            search,
+            conv_tuning,
+            speed,
+            ..
+        } = self.prepare(cfg)?;
         // After timing: the timed algorithms may recompute others.
         engine.set_recomputed(&needs.dropped, needs.transient_chains);
         if cfg.memory.memory_plan {
@@ -382,6 +412,22 @@ impl<'c> Pipeline<'c> {
         };
         Ok((session, info))
     }
+}
+
+/// A run with its arena made and its convolutions timed (see
+/// [`Pipeline::prepare`]).
+struct Prepared {
+    engine: crate::Engine,
+    host: DataSet,
+    device_note: Option<String>,
+    graph: bool,
+    /// What the run follows: the steps as budgeted and timed.
+    needs: ArenaNeeds,
+    /// The steps measured without a budget, on the heuristic's algorithms.
+    unbudgeted: ArenaNeeds,
+    search: Option<crate::memory::SearchReport>,
+    conv_tuning: Option<super::report::ConvTuning>,
+    speed: Speed,
 }
 
 /// The data set `cfg` names, cut to its limits.

@@ -37,8 +37,40 @@ impl Pipeline<'_> {
 }
 
 /// The memory plan of a run of `cfg` (see [`Pipeline::memory_report`]).
+/// Under a memory budget on a GPU that times its convolutions (the
+/// default), the plan is `train`'s own: the arena is made, the algorithms
+/// are timed in it, and what is recomputed is chosen with their
+/// workspaces, as `train` chooses it (see [`Pipeline::timed_memory_report`]).
 pub fn memory_report(cfg: &TrainConfig) -> Result<(MemoryReport, String)> {
-    Pipeline::open(cfg, None)?.memory_report()
+    let pipeline = Pipeline::open(cfg, None)?;
+    let timed = super::tuning::times_convolutions(cfg, device_kind(&pipeline.device));
+    match timed && cfg.memory.memory_budget.is_some() && cfg.memory.memory_plan {
+        true => pipeline.timed_memory_report(),
+        false => pipeline.memory_report(),
+    }
+}
+
+impl Pipeline<'_> {
+    /// The plan `train` follows under a budget on a GPU that times its
+    /// convolutions: what [`Pipeline::build`] decides before it builds the
+    /// run's parts (the arena is made and the algorithms timed in it), so
+    /// the outputs recomputed, the chain mode, the algorithms and their
+    /// workspaces are the run's. On a shared GPU another process can move
+    /// cuDNN's timings, and with them a close choice.
+    pub fn timed_memory_report(self) -> Result<(MemoryReport, String)> {
+        let name = self.device.describe();
+        let cfg = self.cfg;
+        let prepared = self.prepare(cfg)?;
+        let needs = &prepared.needs;
+        let mut report = MemoryReport::new(&needs.persistent, &needs.plans).named(needs.plan_names.clone());
+        if let Some(budget) = cfg.memory.memory_budget {
+            let search = prepared.search.unwrap_or_default();
+            let mut r = recomputed(needs, &prepared.unbudgeted, budget, &prepared.speed, search);
+            r.workspace_extra_seconds = prepared.conv_tuning.map(|t| t.seconds_lost);
+            report.recomputed = Some(r);
+        }
+        Ok((report, name))
+    }
 }
 
 /// Each output `needs` recomputes: what a run with the same settings
@@ -111,6 +143,7 @@ fn recomputed(
         step_multiply_adds: step_macs,
         predicted_extra_seconds: extra_seconds(&needs.candidates, &needs.dropped, speed),
         least_extra_seconds: least_extra_seconds(unbudgeted, budget, speed),
+        workspace_extra_seconds: None,
         unbudgeted_step_bytes: unbudgeted.step_bytes,
         transient_chains: needs.transient_chains,
         chain_mode: chain_mode(needs.transient_chains),

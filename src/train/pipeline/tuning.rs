@@ -6,12 +6,14 @@ use super::arenas::Algorithms;
 use super::measure::{ArenaNeeds, DryRuns, StepChoice};
 use crate::backend::DeviceKind;
 use crate::data::DataSet;
-use crate::memory::StepPlan;
+use crate::memory::{SearchReport, StepPlan};
+use crate::train::budget::{cheapest_within, extra_seconds, Deadline, Speed, SEARCH_SECONDS};
 use crate::train::report::{ConvTuning, WorkspaceHold};
 use crate::train::{ConvAlgos, TrainConfig};
 use crate::Engine;
 use crate::Result;
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// Bytes a timed choice may add to a step of `step_bytes` (see
 /// [`crate::train::MemoryConfig::workspace_growth`]): a measured arena is
@@ -44,25 +46,34 @@ pub(super) fn times_convolutions(cfg: &TrainConfig, device: DeviceKind) -> bool 
 /// heuristic's `needs`, the budget, and `capacity`. On success `needs`
 /// becomes the timed choices' (their plans are the ones to follow).
 ///
-/// What the step recomputes stays what `needs` chose on the heuristic's
-/// algorithms, which is what `bumpgrad memory` reports for the same
-/// settings: the timed algorithms' workspaces are held down until that
-/// choice's step fits, never traded for more recomputation. (Searching
-/// again with the timed workspaces let a run drop far more than `memory`
-/// said, at several times its predicted cost.)
-///
+/// The timed algorithms' workspaces are held down until a step fits.
 /// Three ways of holding them are weighed by what they cost by cuDNN's
 /// timings: only the passes that run where the step peaks (see
 /// [`hold_at_the_peak`]); those, and every workspace capped (the
 /// placement, unlike the liveness the first reads, can lose to large
 /// workspaces far from the peak); every workspace capped alone (see
 /// [`cap_workspaces`]).
+///
+/// Under a budget, what is recomputed and how the workspaces are held are
+/// one decision, weighed by the whole step's predicted time (recomputation
+/// plus cuDNN's timings of the held algorithms): the heuristic's drops
+/// held so; then the drops searched for again at each rung of a ladder of
+/// workspace caps, and with room reserved at the peak (see
+/// [`recompute_for_workspaces`]), each held the three ways. Taking the
+/// heuristic's drops alone left the fast algorithms no room where a
+/// budgeted step peaks (ResNet-50 at batch 256 under a third of its step:
+/// +42% a step on the H200, +17–19% weighed so). `bumpgrad memory` runs
+/// this same decision (`report.rs`), so it reports what `train` follows;
+/// searching (once per `train`, once per `memory`) is bounded by
+/// [`SEARCH_SECONDS`] beyond the heuristic's own search.
 pub(super) fn time_convolutions(
     cfg: &TrainConfig,
     host: &DataSet,
     engine: &mut Engine,
     needs: &mut ArenaNeeds,
     capacity: usize,
+    speed: &Speed,
+    search: &mut Option<SearchReport>,
 ) -> Result<ConvTuning> {
     let free = engine.arena().free();
     let changed = engine.runtime_mut().tune_convolutions(free)?;
@@ -78,11 +89,7 @@ pub(super) fn time_convolutions(
     let bound = (needs.step_bytes + tuning_headroom(cfg, needs.step_bytes))
         .min(capacity - needs.persistent_bytes)
         .min(cfg.memory.memory_budget.unwrap_or(usize::MAX).max(needs.step_bytes));
-    let choice = StepChoice {
-        dropped: needs.dropped.clone(),
-        transient_chains: needs.transient_chains,
-    };
-    let measure = || DryRuns::new(cfg, host, Algorithms::TimedOn(engine)).measure(&choice);
+    let timed = DryRuns::new(cfg, host, Algorithms::TimedOn(engine));
     let fits = |n: &ArenaNeeds| n.step_bytes <= bound && n.total() <= capacity;
     let largest = engine.runtime().select_convolutions(usize::MAX);
     let hold = |limits: &Limits, cap: usize| {
@@ -90,19 +97,79 @@ pub(super) fn time_convolutions(
             .runtime()
             .hold_convolutions(&|tag| limits.get(&tag).copied().unwrap_or(usize::MAX).min(cap));
     };
-    let (at_peak, peak_limits) = hold_at_the_peak(bound, &measure, &fits, &|l| hold(l, usize::MAX))?;
-    let mut best: Option<(ArenaNeeds, Limits, Option<usize>)> = at_peak.map(|n| (n, peak_limits.clone(), None));
-    if best.as_ref().is_none_or(|b| b.0.slower_seconds() > 0.0) {
-        for base in [peak_limits, Limits::new()] {
-            let Some((timed, cap)) = cap_workspaces(largest, &base, &measure, &fits, &hold)? else {
-                continue;
-            };
-            if best
-                .as_ref()
-                .is_none_or(|b| timed.slower_seconds() < b.0.slower_seconds())
-            {
-                best = Some((timed, base, cap));
+    // The timed algorithms' workspaces held down until a step recomputing
+    // `choice` fits: the cheapest of three ways by cuDNN's timings.
+    let held_for = |choice: &StepChoice| -> Result<Option<Held>> {
+        let measure = || timed.measure(choice);
+        let (at_peak, peak_limits) = hold_at_the_peak(bound, &measure, &fits, &|l| hold(l, usize::MAX))?;
+        let mut best: Option<Held> = at_peak.map(|n| (n, peak_limits.clone(), None));
+        if best.as_ref().is_none_or(|b| b.0.slower_seconds() > 0.0) {
+            for base in [peak_limits, Limits::new()] {
+                let Some((timed, cap)) = cap_workspaces(largest, &base, &measure, &fits, &hold)? else {
+                    continue;
+                };
+                if best
+                    .as_ref()
+                    .is_none_or(|b| timed.slower_seconds() < b.0.slower_seconds())
+                {
+                    best = Some((timed, base, cap));
+                }
             }
+        }
+        Ok(best)
+    };
+    let mut best = held_for(&StepChoice {
+        dropped: needs.dropped.clone(),
+        transient_chains: needs.transient_chains,
+    })?;
+    // Under a budget the heuristic's drops leave the timed workspaces no
+    // room where the step peaks: choose what to recompute again under a
+    // ladder of workspace caps, each choice's workspaces then held the
+    // three ways, and keep whichever costs least in all.
+    if !needs.dropped.is_empty() {
+        let given = best.as_ref().map(|b| step_seconds(&b.0, speed));
+        let measure = |c: &StepChoice| timed.measure(c);
+        let deadline = Deadline::after(Duration::from_secs(SEARCH_SECONDS));
+        let mut search_at = |rung: Rung| -> Result<(Option<Held>, SearchReport)> {
+            hold(&Limits::new(), rung.cap.unwrap_or(usize::MAX));
+            let plain = measure(&StepChoice::default())?;
+            let aim = bound.saturating_sub(rung.reserve);
+            let (found, report) = cheapest_within(&measure, plain, aim, speed, deadline)?;
+            let Some(found) = found.filter(|f| fits(f)) else {
+                return Ok((None, report));
+            };
+            let choice = StepChoice {
+                dropped: found.dropped.clone(),
+                transient_chains: found.transient_chains,
+            };
+            let capped = (found, Limits::new(), rung.cap);
+            let cheaper = match held_for(&choice)? {
+                Some(h) if step_seconds(&h.0, speed) < step_seconds(&capped.0, speed) => h,
+                _ => capped,
+            };
+            Ok((Some(cheaper), report))
+        };
+        let seconds = |h: &Held| step_seconds(&h.0, speed);
+        let capped = recompute_for_workspaces(&ladder(largest), &mut search_at, &seconds, given, &deadline)?;
+        let given = match &capped.cheaper {
+            Some((_, h)) => Some(seconds(h)),
+            None => given,
+        };
+        // Room for the workspaces where the step peaks, at the cap that
+        // cost least (the least cap where none fitted).
+        let at = capped.cheapest_rung().map_or(Some(0), |r| r.cap);
+        let reserved = recompute_for_workspaces(&reserves(at, bound), &mut search_at, &seconds, given, &deadline)?;
+        let mut ladder_report = None;
+        for weighed in [capped, reserved] {
+            if let Some(report) = weighed.report {
+                ladder_report = Some(merged(ladder_report, report, Bounds::Shared));
+            }
+            if let Some((_, cheaper)) = weighed.cheaper {
+                best = Some(cheaper);
+            }
+        }
+        if let Some(report) = ladder_report {
+            *search = Some(merged(search.take(), report, Bounds::Added));
         }
     }
     let Some((timed, limits, cap)) = best else {
@@ -126,6 +193,148 @@ pub(super) fn time_convolutions(
         kept: true,
         seconds_lost: needs.slower_seconds(),
     })
+}
+
+/// A step's predicted seconds beyond the unbudgeted step on the fastest
+/// algorithms: its recomputation, every remaking counted, and its
+/// convolutions held to smaller workspaces, by cuDNN's timings.
+fn step_seconds(needs: &ArenaNeeds, speed: &Speed) -> f64 {
+    extra_seconds(&needs.candidates, &needs.dropped, speed) + needs.slower_seconds()
+}
+
+/// A step on the timed algorithms, with the workspace limits by pass and
+/// the cap on every workspace (`None`: none) it was measured under.
+type Held = (ArenaNeeds, Limits, Option<usize>);
+
+/// What [`recompute_for_workspaces`] found.
+#[derive(Debug)]
+struct Weighed<T> {
+    /// A choice cheaper than the one it was given, and its rung.
+    cheaper: Option<(Rung, T)>,
+    /// Each rung searched where something fitted, with its seconds.
+    fitted: Vec<(Rung, f64)>,
+    /// The searches' work, summed; `None` where none ran.
+    report: Option<SearchReport>,
+}
+
+impl<T> Weighed<T> {
+    /// The rung whose choice cost least, beside the one given or not.
+    fn cheapest_rung(&self) -> Option<Rung> {
+        self.fitted.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|f| f.0)
+    }
+}
+
+/// Where a search for what to recompute is made: every workspace capped
+/// (`None`: the fastest algorithms), and the step aimed this many bytes
+/// below the bound, room the held workspaces may then take where it peaks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Rung {
+    cap: Option<usize>,
+    reserve: usize,
+}
+
+/// Each cap of [`ladder`] is this fraction of the last: each rung is a
+/// search for what to recompute (seconds for a ResNet-50), so the ladder
+/// is coarse.
+const LADDER_STEP: f64 = 0.25;
+
+/// Rungs of the ladder below the fastest algorithms.
+const RUNGS: usize = 6;
+
+/// The caps [`recompute_for_workspaces`] tries first, nothing reserved:
+/// none (the fastest algorithms), then from `largest` down by
+/// [`LADDER_STEP`].
+fn ladder(largest: usize) -> Vec<Rung> {
+    let mut rungs = vec![Rung { cap: None, reserve: 0 }];
+    let mut cap = largest;
+    for _ in 0..RUNGS {
+        cap = (cap as f64 * LADDER_STEP) as usize / ALIGN * ALIGN;
+        rungs.push(Rung {
+            cap: Some(cap),
+            reserve: 0,
+        });
+    }
+    rungs
+}
+
+/// Then, at the cheapest cap, more recomputation for room at the peak: a
+/// sixteenth, an eighth and a quarter of `bound` reserved. (A step planned
+/// to the bound leaves no workspace room where it peaks: ResNet-18 at
+/// batch 512 under half its step lost 40 ms a step to held workspaces
+/// so, at every cap.)
+fn reserves(cap: Option<usize>, bound: usize) -> Vec<Rung> {
+    [16, 8, 4]
+        .map(|d| Rung {
+            cap,
+            reserve: bound / d / ALIGN * ALIGN,
+        })
+        .to_vec()
+}
+
+/// Chooses what to recompute again at each of `rungs` (`search_at` holds
+/// the rung's cap and searches on the step it makes, `None` where nothing
+/// fits), each choice weighed by `seconds` against `given`, the seconds
+/// of the cheapest so far (at first the heuristic's drops with their
+/// workspaces held down). Stops at a rung that fits and costs no less than
+/// the last that fitted, or when `deadline` passes. The caller holds the
+/// cheapest's workspaces again.
+fn recompute_for_workspaces<T>(
+    rungs: &[Rung],
+    search_at: &mut dyn FnMut(Rung) -> Result<(Option<T>, SearchReport)>,
+    seconds: &dyn Fn(&T) -> f64,
+    given: Option<f64>,
+    deadline: &Deadline,
+) -> Result<Weighed<T>> {
+    let mut best_seconds = given.unwrap_or(f64::INFINITY);
+    let mut out = Weighed {
+        cheaper: None,
+        fitted: Vec::new(),
+        report: None,
+    };
+    for &rung in rungs {
+        if deadline.passed() {
+            break;
+        }
+        let (found, report) = search_at(rung)?;
+        out.report = Some(merged(out.report.take(), report, Bounds::Shared));
+        let Some(found) = found else {
+            continue;
+        };
+        let s = seconds(&found);
+        let rose = out.fitted.last().is_some_and(|l| s >= l.1);
+        out.fitted.push((rung, s));
+        if s < best_seconds {
+            best_seconds = s;
+            out.cheaper = Some((rung, found));
+        } else if rose {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Whether two searches ran under one bound or one after the other's.
+#[derive(Clone, Copy, PartialEq)]
+enum Bounds {
+    Shared,
+    Added,
+}
+
+/// Two searches' work as one.
+fn merged(first: Option<SearchReport>, then: SearchReport, bounds: Bounds) -> SearchReport {
+    match first {
+        None => then,
+        Some(f) => SearchReport {
+            seconds: f.seconds + then.seconds,
+            bound_seconds: match bounds {
+                Bounds::Shared => f.bound_seconds.max(then.bound_seconds),
+                Bounds::Added => f.bound_seconds + then.bound_seconds,
+            },
+            stopped_at_bound: f.stopped_at_bound || then.stopped_at_bound,
+            plans_weighed: f.plans_weighed + then.plans_weighed,
+            dry_runs: f.dry_runs + then.dry_runs,
+        },
+    }
 }
 
 /// Workspace limits by tag (see [`crate::memory::StepPlan::tags`]): a pass
@@ -246,7 +455,7 @@ fn cap_workspaces(
 
 #[cfg(test)]
 mod tests {
-    use super::{cap_workspaces, hold_at_the_peak, room_under, Limits, ALIGN};
+    use super::{cap_workspaces, hold_at_the_peak, room_under, Limits, Rung, ALIGN};
     use crate::memory::plan::plan;
     use crate::memory::{PlannedBuf, StepPlan};
     use crate::train::ArenaNeeds;
@@ -429,6 +638,75 @@ mod tests {
         assert!(measured > 6 && measured < 40, "{measured}");
         // Where no workspace is needed, a cap of nothing fits.
         assert_eq!(capped(800, &Limits::new(), 1).0, Some(Some(0)));
+    }
+
+    /// [`super::recompute_for_workspaces`] over a fake ladder: at each
+    /// rung the search finds a choice costing `costs` ms (`None`: nothing
+    /// fits there), the heuristic's held drops costing `held` ms. Returns
+    /// the rung chosen (if one beat `held`), the rungs searched, and the
+    /// cheapest rung that fitted.
+    fn laddered(costs: &[Option<usize>], held: Option<f64>) -> (Option<Rung>, Vec<Rung>, Option<Rung>) {
+        use super::{ladder, recompute_for_workspaces, Deadline};
+        use crate::memory::SearchReport;
+        let rungs = ladder(4096 * K);
+        assert_eq!(rungs.len(), costs.len());
+        let searched = RefCell::new(Vec::new());
+        let mut search_at = |rung: Rung| {
+            searched.borrow_mut().push(rung);
+            let at = rungs.iter().position(|&r| r == rung).expect("a rung");
+            Ok((costs[at], SearchReport::default()))
+        };
+        let seconds = |ms: &usize| *ms as f64 / 1e3;
+        let deadline = Deadline::after(std::time::Duration::from_secs(60));
+        let out = recompute_for_workspaces(&rungs, &mut search_at, &seconds, held.map(|h| h / 1e3), &deadline)
+            .expect("ladder");
+        assert!(out.report.is_some());
+        let cheapest = out.cheapest_rung();
+        (out.cheaper.map(|(rung, _)| rung), searched.into_inner(), cheapest)
+    }
+
+    #[test]
+    fn the_ladder_keeps_the_cheapest_cap_and_stops_once_costs_rise() {
+        let rungs = super::ladder(4096 * K);
+        let caps: Vec<Option<usize>> = rungs.iter().map(|r| r.cap).collect();
+        // Fastest, then 1024, 256, 64, 16, 4 and 1 units of 256 bytes,
+        // nothing reserved.
+        assert_eq!(caps[..3], [None, Some(1024 * K), Some(256 * K)]);
+        assert_eq!(caps.last(), Some(&Some(K)));
+        assert!(rungs.iter().all(|r| r.reserve == 0));
+        // Falls to 20 ms at the third rung, rises at the fourth: stops
+        // there, keeps the third.
+        let costs = [Some(40), Some(30), Some(20), Some(25), Some(10), Some(5), Some(1)];
+        let (chosen, searched, cheapest) = laddered(&costs, Some(50.0));
+        assert_eq!(chosen, Some(rungs[2]));
+        assert_eq!(searched, rungs[..4]);
+        assert_eq!(cheapest, Some(rungs[2]));
+        // Nothing beats the held drops: they stay (no rung chosen), the
+        // ladder still stops once costs rise, and says which rung was
+        // cheapest (where the reserves are tried next).
+        let (chosen, searched, cheapest) = laddered(&costs, Some(15.0));
+        assert_eq!(chosen, None);
+        assert_eq!(searched, rungs[..4]);
+        assert_eq!(cheapest, Some(rungs[2]));
+        // Rungs where nothing fits are passed over, not taken as a rise;
+        // a rung costing the same as the last is.
+        let gaps = [None, Some(30), None, Some(35), None, Some(12), Some(8)];
+        let (chosen, searched, _) = laddered(&gaps, None);
+        assert_eq!((chosen, searched.len()), (Some(rungs[1]), 4));
+        let flat = [None, None, Some(44), Some(44), Some(44), Some(44), Some(44)];
+        assert_eq!(laddered(&flat, None).1.len(), 4);
+        // The cheapest may be the fastest algorithms' rung.
+        let cheap_first = [Some(5), Some(30), Some(20), Some(25), None, None, None];
+        assert_eq!(laddered(&cheap_first, None).0, Some(rungs[0]));
+        assert_eq!(laddered(&cheap_first, None).1, rungs[..2]);
+    }
+
+    #[test]
+    fn room_is_reserved_at_the_peak_in_eighths_and_quarters_of_the_bound() {
+        let r = super::reserves(Some(4 * K), 1600 * K);
+        let reserved: Vec<usize> = r.iter().map(|r| r.reserve / K).collect();
+        assert_eq!(reserved, [100, 200, 400]);
+        assert!(r.iter().all(|r| r.cap == Some(4 * K)));
     }
 
     #[test]
