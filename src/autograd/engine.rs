@@ -46,7 +46,7 @@ impl<N: Recorded> Engine<N> {
     /// A planning engine shaped like this one (same device and sizes),
     /// unbounded: running a step on it measures what the step needs with
     /// this engine's convolution choices.
-    pub fn planning_twin(&self) -> Self {
+    pub(crate) fn planning_twin(&self) -> Self {
         Self::of(self.runtime.planning_twin(), Arena::unbounded(), Mode::Plan)
     }
 
@@ -122,7 +122,7 @@ impl<N: Recorded> Engine<N> {
     /// them are remade for each reader rather than held (see the tape's
     /// `transient_chains`). Set before the first step (it allocates; steps
     /// then do not).
-    pub fn set_recomputed(&mut self, candidates: &[u32], transient_chains: bool) {
+    pub(crate) fn set_recomputed(&mut self, candidates: &[u32], transient_chains: bool) {
         let tape = &mut self.tape;
         tape.transient_chains = transient_chains;
         tape.dropped = candidates.to_vec();
@@ -132,7 +132,7 @@ impl<N: Recorded> Engine<N> {
 
     /// The candidates for recomputation the last step saw, in forward
     /// order.
-    pub fn recompute_candidates(&self) -> Vec<Candidate> {
+    pub(crate) fn recompute_candidates(&self) -> Vec<Candidate> {
         self.tape.candidates.clone()
     }
 
@@ -151,7 +151,7 @@ impl<N: Recorded> Engine<N> {
 
     /// Sums a persistent buffer over the data-parallel group's ranks, in
     /// place, between steps; every rank must call it in the same order.
-    pub fn all_reduce_persistent(&mut self, buf: Buf<f32>) -> Result<()> {
+    pub(crate) fn all_reduce_persistent(&mut self, buf: Buf<f32>) -> Result<()> {
         self.arena.check_persistent(buf)?;
         let backend = self.runtime.backend();
         backend.all_reduce_sum(buf)?;

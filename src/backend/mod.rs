@@ -251,7 +251,7 @@ pub enum Group {
 /// What a step's temporaries must be sized for: the CPU kernels' scratch
 /// depends on the worker count, cuDNN's workspaces on the GPU's algorithms.
 #[derive(Clone)]
-pub enum Sizing {
+pub(crate) enum Sizing {
     Cpu { threads: usize },
     Cuda(Arc<cuda::Gpu>),
 }
@@ -295,7 +295,7 @@ impl Workers {
 }
 
 /// A device together with its arena memory. Ops' launch helper `match`es on this.
-pub enum Backend {
+pub(crate) enum Backend {
     Cpu(cpu::CpuBackend),
     Cuda(cuda::CudaBackend),
     /// Counts bytes; has no memory and runs nothing.

@@ -37,7 +37,7 @@ impl Runtime {
 
     /// A planning runtime shaped like this one: it sizes as this device
     /// does, with this device's convolution choices.
-    pub fn planning_twin(&self) -> Self {
+    pub(crate) fn planning_twin(&self) -> Self {
         Self {
             backend: self.backend.dry_twin(),
             policy: self.policy,
@@ -85,7 +85,7 @@ impl Runtime {
 
     /// `(total, free)` device memory on a GPU; `None` on the CPU. Waits for
     /// queued work first.
-    pub fn device_memory(&mut self) -> Result<Option<(usize, usize)>, BackendError> {
+    pub(crate) fn device_memory(&mut self) -> Result<Option<(usize, usize)>, BackendError> {
         self.backend.device_memory()
     }
 

@@ -15,7 +15,7 @@
 //!   bucket while backward runs;
 //! - [`local`]: an in-process group of threads with the same arithmetic.
 
-pub mod buckets;
+pub(crate) mod buckets;
 pub mod env;
 pub mod error;
 pub mod launcher;

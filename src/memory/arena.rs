@@ -195,7 +195,7 @@ impl Arena {
 
     /// The bytes nothing is allocated in (before the first allocation, the
     /// whole arena): where a GPU may time its convolutions.
-    pub fn free(&self) -> std::ops::Range<usize> {
+    pub(crate) fn free(&self) -> std::ops::Range<usize> {
         self.top..self.capacity
     }
 
@@ -226,7 +226,7 @@ impl Arena {
 
     /// Where the next persistent allocation starts, in bytes from the
     /// arena's start (a multiple of 256).
-    pub fn top(&self) -> usize {
+    pub(crate) fn top(&self) -> usize {
         self.top
     }
 
@@ -349,7 +349,7 @@ impl Arena {
     }
 
     /// Every persistent allocation so far.
-    pub fn persistent_log(&self) -> &[PersistentBuf] {
+    pub(crate) fn persistent_log(&self) -> &[PersistentBuf] {
         &self.persistent_log
     }
 

@@ -28,19 +28,19 @@ mod run;
 mod session;
 pub mod shapes;
 
-pub use budget::{extra_seconds, least_extra_seconds, Speed, SEARCH_SECONDS};
+pub use budget::SEARCH_SECONDS;
 pub use checkpoints::{CheckpointPolicy, Every, Position};
 pub use config::{ConvAlgos, DeviceConfig, MemoryConfig, RunConfig, TrainConfig, TUNING_GROWTH};
 pub use evaluate::{evaluate, Evaluation};
 pub use max_batch::{max_batch, MaxBatch, Probe};
-pub use pipeline::{memory_report, tuning_bytes, tuning_headroom, ArenaNeeds, DryRuns, Pipeline, StepChoice};
+pub use pipeline::{memory_report, ArenaNeeds, DryRuns, Pipeline, StepChoice};
 pub use predictor::{open_checkpoint, ImageInput, Predictor, IMAGE_INPUT_KEY};
 pub use report::{
     resident_bytes, ConvTuning, EpochLine, EpochReport, Observer, Quiet, RecomputePlan, Reports, RunInfo, StepProfile,
     WorkspaceHold,
 };
 pub use run::{train, Hooks};
-pub use session::{Control, Loop, Parts, Session, READBACK};
+pub use session::{Control, Session, READBACK};
 pub use shapes::{StepKind, StepShape};
 
 #[cfg(test)]

@@ -69,16 +69,16 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 /// The bytes rank 0 hands every rank: a NCCL unique id.
-pub const PAYLOAD_LEN: usize = 128;
+pub(crate) const PAYLOAD_LEN: usize = 128;
 /// How long [`RendezvousConfig::from_env`] waits for the group when
 /// `BUMPGRAD_RENDEZVOUS_TIMEOUT` is not set.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// A connection that has not sent a whole hello this long after it was
 /// accepted is dropped (and told to retry, should it be a slow rank).
-pub const HELLO_WAIT: Duration = Duration::from_secs(3);
+pub(crate) const HELLO_WAIT: Duration = Duration::from_secs(3);
 /// Connections that may wait for their hello at once (or the world size,
 /// if larger); one more evicts the oldest.
-pub const MAX_WAITING: usize = 64;
+pub(crate) const MAX_WAITING: usize = 64;
 /// How long past its own deadline a joiner waits for rank 0's answer, so
 /// that rank 0, timing out at about the same moment, can say how many
 /// ranks had joined.

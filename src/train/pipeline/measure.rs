@@ -78,7 +78,7 @@ pub struct ArenaNeeds {
     /// Candidates for recomputation (convolution and block outputs) in a
     /// full training step, and
     /// those a memory budget has the step recompute rather than keep.
-    pub candidates: Vec<Candidate>,
+    pub(crate) candidates: Vec<Candidate>,
     pub dropped: Vec<u32>,
     /// Whether chains of dropped candidates are remade for each reader
     /// rather than held (see [`crate::Step`]'s `saved`).

@@ -168,7 +168,7 @@ impl Session {
     /// Adds the loop's own buffers to `parts`' persistent region: the
     /// data-parallel votes, the epoch order and one loss slot per step of
     /// the longest epoch.
-    pub fn new(parts: Parts, settings: Loop) -> Result<Self> {
+    pub(crate) fn new(parts: Parts, settings: Loop) -> Result<Self> {
         let Parts {
             mut engine,
             model,
@@ -325,7 +325,7 @@ impl Session {
 
     /// The gradient buckets of a data-parallel run: each one's parameters
     /// and bytes.
-    pub fn bucket_layout(&self) -> Vec<(Vec<String>, usize)> {
+    pub(crate) fn bucket_layout(&self) -> Vec<(Vec<String>, usize)> {
         self.buckets.as_ref().map(|b| b.layout(&self.store)).unwrap_or_default()
     }
 

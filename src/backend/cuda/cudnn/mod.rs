@@ -34,17 +34,17 @@ pub enum ConvPass {
 }
 
 impl ConvPass {
-    pub const ALL: [ConvPass; 3] = [ConvPass::Forward, ConvPass::InputGrad, ConvPass::WeightGrad];
+    pub(crate) const ALL: [ConvPass; 3] = [ConvPass::Forward, ConvPass::InputGrad, ConvPass::WeightGrad];
 
     /// Its place in [`ConvPass::ALL`] (and in a plan's per-pass limits).
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self as usize
     }
 }
 
 /// What runs one convolution shape's passes.
 pub struct ConvPlan {
-    pub dims: ConvDims,
+    pub(crate) dims: ConvDims,
     /// Its place among the device's plans, made in order and never
     /// removed: with a pass, what names a workspace in a step's plan (see
     /// [`ConvPlan::workspace_tag`]).
@@ -111,7 +111,7 @@ impl ConvPlan {
     }
 
     /// Which API runs this convolution.
-    pub fn api(&self) -> ConvApi {
+    pub(crate) fn api(&self) -> ConvApi {
         match &self.engine {
             Engine::Graph(_) => ConvApi::Graph,
             Engine::Legacy(_) => ConvApi::Legacy {
@@ -121,7 +121,7 @@ impl ConvPlan {
     }
 
     /// Workspace bytes the pass needs (either way of writing its output).
-    pub fn workspace_bytes(&self, pass: ConvPass) -> usize {
+    pub(crate) fn workspace_bytes(&self, pass: ConvPass) -> usize {
         match &self.engine {
             Engine::Legacy(l) => l.workspace_bytes(pass),
             Engine::Graph(g) => g.workspace_bytes(pass),
@@ -131,7 +131,7 @@ impl ConvPlan {
     /// Seconds the pass's choice takes beyond the fastest timed one (0
     /// before [`ConvPlan::tune`]): what holding workspaces below the
     /// fastest's costs.
-    pub fn seconds_lost(&self, pass: ConvPass) -> f64 {
+    pub(crate) fn seconds_lost(&self, pass: ConvPass) -> f64 {
         match &self.engine {
             Engine::Legacy(l) => l.seconds_lost(pass),
             Engine::Graph(g) => g.seconds_lost(pass),
@@ -162,7 +162,7 @@ impl ConvPlan {
     /// among the device's plans and passes, so a memory budget can hold
     /// down the workspaces of just the passes that run where the step's
     /// memory peaks (see [`super::CudaBackend::hold_convolutions`]).
-    pub fn workspace_tag(&self, pass: ConvPass) -> u32 {
+    pub(crate) fn workspace_tag(&self, pass: ConvPass) -> u32 {
         self.index * 3 + pass.index() as u32
     }
 
