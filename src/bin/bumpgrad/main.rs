@@ -390,8 +390,14 @@ fn run_max_batch(args: &TrainArgs) -> anyhow::Result<()> {
 }
 
 fn run_models(args: &ModelsArgs) -> anyhow::Result<()> {
-    let set =
-        bumpgrad::data::ImageSet::open(&args.data).with_context(|| format!("reading the data set in {}", args.data))?;
+    // Read as `train` reads it, so the counts are those of the network
+    // training would build.
+    let options = bumpgrad::data::ImageOptions {
+        size: args.image_size,
+        ..Default::default()
+    };
+    let set = bumpgrad::data::ImageSet::open_with(&args.data, &options)
+        .with_context(|| format!("reading the data set in {}", args.data))?;
     let input = bumpgrad::nn::Input {
         example: set.example(),
         classes: set.classes,
