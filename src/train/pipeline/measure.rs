@@ -93,14 +93,21 @@ pub struct ArenaNeeds {
 }
 
 impl ArenaNeeds {
+    /// The arena's bytes: the persistent region and the largest step. Its
+    /// steps fit only as measured, following the plans and recomputing what
+    /// was dropped: make the arena with [`ArenaNeeds::engine`], not
+    /// `Engine::new(device, needs.total())`, whose first step runs out of
+    /// room.
     pub fn total(&self) -> usize {
         self.persistent_bytes + self.step_bytes
     }
 
-    /// An engine on `device` whose arena holds what was measured, with the
-    /// step plans adopted (on a memory-planned run its steps fit only so).
+    /// An engine on `device` whose arena holds what was measured: the step
+    /// plans adopted and the dropped candidates recomputed, as the dry runs
+    /// did (its steps fit only so).
     pub fn engine(&self, device: crate::backend::Device) -> Result<Engine> {
         let mut engine = super::arenas::real(device, self.total())?;
+        engine.set_recomputed(&self.dropped, self.transient_chains);
         engine.arena_mut().adopt_plans(&self.plans);
         Ok(engine)
     }
