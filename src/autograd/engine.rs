@@ -64,6 +64,7 @@ impl<N: Recorded> Engine<N> {
         &self.arena
     }
 
+    /// The arena, to adopt plans or set poisoning between steps.
     pub fn arena_mut(&mut self) -> &mut Arena {
         &mut self.arena
     }
@@ -73,6 +74,7 @@ impl<N: Recorded> Engine<N> {
         &self.runtime
     }
 
+    /// The device, to change its compute policy between steps.
     pub fn runtime_mut(&mut self) -> &mut Runtime {
         &mut self.runtime
     }
@@ -105,7 +107,7 @@ impl<N: Recorded> Engine<N> {
     /// buffer at its planned offset, the bytes of dead buffers reused. The
     /// first step of a kind runs bump-allocated and traced, and its plan is
     /// made from the trace; a step that leaves its plan is finished above
-    /// it and re-planned ([`Arena::take_replanned`] says which).
+    /// it and re-planned (the arena lists which until they are taken).
     pub fn planned_step<R>(&mut self, key: u32, body: impl for<'s> FnOnce(&mut Step<'s, N>) -> Result<R>) -> Result<R> {
         let Self {
             runtime,

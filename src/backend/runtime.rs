@@ -50,7 +50,7 @@ impl Runtime {
     }
 
     /// Changes how the steps from now on compute, or refuses a policy the
-    /// device cannot follow (see [`Policy::check`]). Convolution plans are
+    /// device cannot follow (TF32 or bf16 on the CPU). Convolution plans are
     /// kept per policy, so a later step under another policy plans its
     /// own.
     pub fn set_policy(&mut self, policy: Policy) -> Result<(), BackendError> {
@@ -63,6 +63,7 @@ impl Runtime {
         Ok(())
     }
 
+    /// Which kind of backend it runs on.
     pub fn kind(&self) -> DeviceKind {
         self.backend.kind()
     }

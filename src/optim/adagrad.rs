@@ -85,6 +85,7 @@ impl AdagradConfig {
     }
 }
 
+/// Adagrad built: its settings, the rate, and the sum of squared gradients, a slab laid out like the parameters.
 pub struct Adagrad {
     hyper: AdagradHyper,
     lr: LrAt,

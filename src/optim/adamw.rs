@@ -78,6 +78,7 @@ impl AdamWConfig {
     }
 }
 
+/// AdamW built: its settings, the rate, and both moments, slabs laid out like the parameters.
 pub struct AdamW {
     hyper: AdamwHyper,
     lr: LrAt,

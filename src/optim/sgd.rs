@@ -62,6 +62,7 @@ impl SgdConfig {
     }
 }
 
+/// SGD built: its settings, the rate, and the velocity, a slab laid out like the parameters.
 pub struct Sgd {
     hyper: SgdHyper,
     lr: LrAt,

@@ -43,6 +43,7 @@ pub struct MaxBatch {
     /// The arena that batch needs (`persistent_bytes + step_bytes`), at
     /// most `capacity_bytes`.
     pub arena_bytes: usize,
+    /// Its persistent region.
     pub persistent_bytes: usize,
     /// The largest step's bytes: the planned peak (or the bump high-water
     /// without the memory plan) of the training or evaluation step.
@@ -57,6 +58,7 @@ pub struct MaxBatch {
     /// What the data's batch holds, in the plural: "images", "streams" or
     /// "sentences" ([`crate::data::DataKind::batch_holds`]).
     pub batch_holds: &'static str,
+    /// The arithmetic the dry runs planned for.
     pub precision: Precision,
     /// The network, as `--model` names it.
     pub model: &'static str,
@@ -74,13 +76,16 @@ pub struct MaxBatch {
 /// One dry run of the search, for progress lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Probe {
+    /// The batch tried.
     pub batch: usize,
     /// The arena this batch needs.
     pub arena_bytes: usize,
+    /// The arena size searched within.
     pub capacity_bytes: usize,
 }
 
 impl Probe {
+    /// Whether the batch fits the arena.
     pub fn fits(&self) -> bool {
         self.arena_bytes <= self.capacity_bytes
     }

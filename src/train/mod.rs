@@ -9,7 +9,7 @@
 //!   batch that fits ([`max_batch`]);
 //! - [`Session`]: the parts built (network, parameter store, optimizer,
 //!   task, arena) and the epoch loop over them, at one or more batch sizes
-//!   ([`shapes`]), each with its own plans and graph in the one arena;
+//!   (`shapes.rs`), each with its own plans and graph in the one arena;
 //! - [`train`]: the one entry point that trains, heard through [`Hooks`];
 //! - checkpoints and resume, and the reports a run makes.
 //!
@@ -26,7 +26,7 @@ mod predictor;
 mod report;
 mod run;
 mod session;
-pub mod shapes;
+pub(crate) mod shapes;
 
 pub use budget::SEARCH_SECONDS;
 pub use checkpoints::{CheckpointPolicy, Every, Position};
@@ -41,7 +41,7 @@ pub use report::{
 };
 pub use run::{train, Hooks};
 pub use session::{Control, Session, READBACK};
-pub use shapes::{StepKind, StepShape};
+pub use shapes::StepKind;
 
 #[cfg(test)]
 pub(crate) use test_support::{measure_chains, measure_dropping, open_for_planning};

@@ -1,5 +1,5 @@
 //! The CPU backend: one host allocation and a rayon pool of `--threads`
-//! workers. Kernels receive slices from [`memory::Views`] and stay safe code.
+//! workers. Kernels receive slices from `memory::Views` and stay safe code.
 
 // The product panics on shapes that disagree (a kernel's bug, never the
 // user's input), so it stays inside the crate, behind the ops that check.

@@ -71,6 +71,7 @@ pub(crate) type Measure<'a> = dyn Fn(&StepChoice) -> Result<ArenaNeeds> + 'a;
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct ArenaNeeds {
+    /// The persistent region: model, optimizer state, the data set, the per-step tables.
     pub persistent_bytes: usize,
     /// The largest step: the largest plan's peak with the memory plan, the
     /// bump high-water without.
@@ -79,13 +80,15 @@ pub struct ArenaNeeds {
     /// full training step, and
     /// those a memory budget has the step recompute rather than keep.
     pub(crate) candidates: Vec<Candidate>,
+    /// The candidates the choice recomputes, by number.
     pub dropped: Vec<u32>,
     /// Whether chains of dropped candidates are remade for each reader
     /// rather than held (see [`crate::Step`]'s `saved`).
     pub transient_chains: bool,
     /// The persistent allocations, for the memory report.
     pub persistent: Vec<PersistentBuf>,
-    /// The step plans, by key (see [`crate::train::shapes`]).
+    /// The step plans, by key: a [`StepKind`] plus four times the place
+    /// of the step's shape (its batch size and length) among the run's.
     pub plans: Vec<StepPlan>,
     /// Each plan's name for people, in the order of `plans`: its kind, and
     /// its length where the task's steps have lengths.

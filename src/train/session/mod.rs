@@ -62,7 +62,9 @@ const PROFILED_STEP: u64 = 40;
 /// What the epoch loop checks between steps: a stop request (a signal) and
 /// the checkpoint policy.
 pub struct Control<'a> {
+    /// Set by a signal handler: the run stops after the step in progress, with a checkpoint.
     pub stop: &'a AtomicBool,
+    /// Where and how often checkpoints are written; `None`: never.
     pub checkpoints: Option<&'a CheckpointPolicy>,
     /// The run's configuration as JSON, recorded in each checkpoint.
     pub config_json: &'a str,
@@ -111,6 +113,7 @@ pub struct Loop {
     pub fingerprint: Vec<(&'static str, String)>,
 }
 
+/// A run built: its engine, network, parameters, optimizer and task in one arena, and the epoch loop over them (see the module's doc).
 pub struct Session {
     // Field order is drop order: the captured graphs go before the engine,
     // whose runtime holds the NCCL communicator. NCCL keeps a resource of
@@ -243,6 +246,7 @@ impl Session {
         })
     }
 
+    /// The engine: its arena and device.
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
@@ -252,6 +256,7 @@ impl Session {
         &self.store
     }
 
+    /// The optimizer, with its state.
     pub fn optimizer(&self) -> &dyn Optimizer {
         self.optimizer.as_ref()
     }

@@ -28,8 +28,11 @@ pub const WORKSPACE_LIMIT: usize = 8 << 20;
 /// Which of the three passes a workspace is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConvPass {
+    /// The forward convolution.
     Forward,
+    /// The gradient of the input.
     InputGrad,
+    /// The gradient of the filters.
     WeightGrad,
 }
 
@@ -64,7 +67,10 @@ pub enum ConvApi {
     Graph,
     /// The legacy API's numbered algorithms: fp32 always; bf16 only where
     /// the graph API refused the convolution, with what it said.
-    Legacy { graph_refused: Option<String> },
+    Legacy {
+        /// Why the graph API refused a bf16 convolution; `None` for fp32, which the legacy API runs by choice.
+        graph_refused: Option<String>,
+    },
 }
 
 enum Engine {
