@@ -20,7 +20,7 @@ mod precision;
 mod runtime;
 
 pub use conv::ConvDims;
-pub use cuda::{CapturedGraph, OpTime};
+pub(crate) use cuda::CapturedGraph;
 
 use crate::base::{Buf, Element, FloatBuf};
 pub use cuda::KernelSource;

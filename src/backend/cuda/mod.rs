@@ -25,16 +25,19 @@ mod timing;
 
 pub(crate) use calls::Call;
 pub use calls::CudaCalls;
-pub use cudnn::{ConvApi, ConvDims, ConvPass, ConvPlan, WORKSPACE_LIMIT};
+pub use cudnn::{ConvApi, ConvDims};
+pub(crate) use cudnn::{ConvPass, ConvPlan};
 pub use error::CudaError;
 use error::Sentence;
-pub use gpu::Gpu;
-pub use graph::CapturedGraph;
+pub(crate) use gpu::Gpu;
+pub(crate) use graph::CapturedGraph;
 pub(crate) use kernels::float_kernel;
-pub use kernels::{FloatKernel, KernelSource};
-pub use libraries::Gemm;
-pub use nccl::{unique_id, Nccl};
-pub use timing::OpTime;
+pub(crate) use kernels::FloatKernel;
+pub use kernels::KernelSource;
+pub(crate) use libraries::Gemm;
+pub use nccl::unique_id;
+pub(crate) use nccl::Nccl;
+pub(crate) use timing::OpTime;
 
 use super::BackendError;
 use crate::base::{Buf, Element, FloatBuf};
