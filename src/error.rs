@@ -8,7 +8,8 @@ use crate::memory::ArenaError;
 /// The crate's result: its [`Error`] unless said otherwise.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Every failure the library reports, typed, so a caller can match on it; the CLI adds the flag that fixes it.
+/// Every failure the library reports, typed, so a caller can match on it; the
+/// CLI adds the flag that fixes it.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The arena could not hold an allocation, or was used out of turn.
@@ -34,7 +35,8 @@ pub enum Error {
     /// `backward` from a tensor that no parameter or variable fed.
     #[error("backward: the tensor does not depend on anything that needs a gradient (was the step recording?)")]
     NoGradient,
-    /// A setting that cannot work, said in words, where no [`Setting`] names it.
+    /// A setting that cannot work, said in words, where no [`Setting`] names
+    /// it.
     #[error("invalid setting: {0}")]
     Config(String),
     /// A run setting that cannot work, named as a setting (not as a flag:
@@ -48,7 +50,8 @@ pub enum Error {
         /// A value that would work, where one can be named.
         fix: Option<String>,
     },
-    /// The loss became NaN or infinite, and training stopped before a checkpoint could keep it.
+    /// The loss became NaN or infinite, and training stopped before a
+    /// checkpoint could keep it.
     #[error("training diverged: the loss became {loss} at epoch {epoch}, step {step} (the last checkpoint written, if any, is from before it)")]
     Diverged {
         /// The epoch, from 1.
@@ -71,7 +74,8 @@ pub enum Error {
         epoch: usize,
         /// Steps of it done.
         step: usize,
-        /// The checkpoint written on the way out, where the run had a checkpoint directory.
+        /// The checkpoint written on the way out, where the run had a
+        /// checkpoint directory.
         checkpoint: Option<std::path::PathBuf>,
     },
 }

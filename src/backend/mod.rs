@@ -59,7 +59,8 @@ pub enum BackendError {
         /// What rayon said.
         reason: String,
     },
-    /// A kernel's range lies past the arena: an op's bug, caught before the memory is touched.
+    /// A kernel's range lies past the arena: an op's bug, caught before the
+    /// memory is touched.
     #[error("internal error: a kernel asked for {bytes} bytes at offset {offset}, past the arena's {capacity} bytes")]
     OutOfBounds {
         /// Where the range starts, in bytes from the arena's start.
@@ -69,7 +70,8 @@ pub enum BackendError {
         /// The arena's bytes.
         capacity: usize,
     },
-    /// A kernel asked to write a range another of its views holds: two slices of one call may not overlap.
+    /// A kernel asked to write a range another of its views holds: two slices
+    /// of one call may not overlap.
     #[error("internal error: a kernel asked to write {bytes} bytes at offset {offset} that another view of the same kernel holds")]
     Aliased {
         /// Where the range starts.
@@ -83,13 +85,15 @@ pub enum BackendError {
         /// The type the kernel wanted.
         wanted: &'static str,
     },
-    /// A kernel asked for more views than one call is handed (a fixed table, so a launch allocates nothing).
+    /// A kernel asked for more views than one call is handed (a fixed table, so
+    /// a launch allocates nothing).
     #[error("internal error: a kernel asked for more views than the backend hands out at once")]
     TooManyViews,
     /// A broken invariant of the backend, said in words.
     #[error("internal error: {0}")]
     Internal(&'static str),
-    /// A CPU kernel touched a range its op did not declare (`Step::launch`'s list), so the liveness plan could not have known of it.
+    /// A CPU kernel touched a range its op did not declare (`Step::launch`'s
+    /// list), so the liveness plan could not have known of it.
     #[error("internal error: a kernel touched {bytes} bytes at offset {offset} that its op did not declare")]
     Undeclared {
         /// Where the range starts.
@@ -113,7 +117,8 @@ pub enum BackendError {
         /// Elements in the arena.
         device: usize,
     },
-    /// A label the model has no output for, found by the kernel that reads it: the data set's, not the program's, fault.
+    /// A label the model has no output for, found by the kernel that reads it:
+    /// the data set's, not the program's, fault.
     #[error(
         "label {label} of example {index} is not one of the model's {classes} classes; check the data set's labels"
     )]
@@ -133,7 +138,8 @@ pub enum BackendError {
         /// Examples resident.
         count: usize,
     },
-    /// A token id past the embedding's rows: the vocabulary and the data disagree.
+    /// A token id past the embedding's rows: the vocabulary and the data
+    /// disagree.
     #[error("token {token} at position {index} is past the embedding's {vocab} rows; check the vocabulary")]
     Token {
         /// Its position in the batch.
@@ -146,7 +152,8 @@ pub enum BackendError {
     /// A data-parallel group could not be joined or used; why, in words.
     #[error("data-parallel training: {0}")]
     Group(String),
-    /// A NCCL group asked of the CPU, which sums only between threads of one process.
+    /// A NCCL group asked of the CPU, which sums only between threads of one
+    /// process.
     #[error("data-parallel training across processes needs GPUs (NCCL); this device is the CPU")]
     ProcessGroupOnCpu,
     /// A capability only the CUDA backend has (see `capabilities.rs`).
@@ -327,7 +334,8 @@ impl Device {
 pub enum Group {
     /// A NCCL communicator: its id (made by rank 0), this rank, the ranks.
     Nccl {
-        /// NCCL's unique id, made by rank 0 and handed to the others at the rendezvous.
+        /// NCCL's unique id, made by rank 0 and handed to the others at the
+        /// rendezvous.
         id: [u8; 128],
         /// This rank.
         rank: usize,
@@ -381,7 +389,8 @@ impl fmt::Display for DeviceKind {
 pub struct Workers(Option<std::sync::Arc<rayon::ThreadPool>>);
 
 impl Workers {
-    /// Runs `body` on one of the workers (at once where there are none, on a GPU).
+    /// Runs `body` on one of the workers (at once where there are none, on a
+    /// GPU).
     pub fn run<R: Send>(&self, body: impl FnOnce() -> R + Send) -> R {
         match &self.0 {
             Some(pool) => pool.install(body),

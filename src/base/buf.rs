@@ -60,10 +60,12 @@ impl Element for bf16 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DType {
-    /// 32-bit IEEE floats: parameters, optimizer state, and every tensor of an fp32 step.
+    /// 32-bit IEEE floats: parameters, optimizer state, and every tensor of an
+    /// fp32 step.
     #[default]
     F32,
-    /// bfloat16: fp32's top 16 bits, for a mixed-precision step's activations and gradients.
+    /// bfloat16: fp32's top 16 bits, for a mixed-precision step's activations
+    /// and gradients.
     Bf16,
 }
 

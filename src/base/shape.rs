@@ -6,7 +6,8 @@ use std::fmt;
 /// The most dimensions a tensor has: a batch of images.
 pub const MAX_RANK: usize = 4;
 
-/// A tensor's dimensions, outermost first (`[N, C, H, W]` for images), held inline.
+/// A tensor's dimensions, outermost first (`[N, C, H, W]` for images), held
+/// inline.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Shape {
     dims: [usize; MAX_RANK],

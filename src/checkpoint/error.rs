@@ -179,7 +179,8 @@ pub enum CheckpointError {
         reason: String,
     },
 
-    /// A file whose SHA-256 is not the one its header records: damage anywhere in it.
+    /// A file whose SHA-256 is not the one its header records: damage anywhere
+    /// in it.
     #[error(
         "{} fails its checksum: the header records {expected} but the contents hash to {found} — the \
          file was corrupted on disk or in transit; resume from an earlier checkpoint",
@@ -210,7 +211,8 @@ pub enum CheckpointError {
     },
 
     // ---- writing -------------------------------------------------------
-    /// A checkpoint built wrong (a name twice, a length off): the caller's bug, refused before writing.
+    /// A checkpoint built wrong (a name twice, a length off): the caller's bug,
+    /// refused before writing.
     #[error("cannot write checkpoint: {reason} — this is a bug in the code that built the checkpoint")]
     Invalid {
         /// What is wrong.
@@ -231,7 +233,8 @@ pub enum CheckpointError {
         source: std::io::Error,
     },
 
-    /// The checkpoint directory cannot be written in, found before training starts.
+    /// The checkpoint directory cannot be written in, found before training
+    /// starts.
     #[error(
         "cannot write in checkpoint directory {}: {source} — check its permissions and that its file \
          system is writable, or choose another directory",
@@ -245,7 +248,8 @@ pub enum CheckpointError {
         source: std::io::Error,
     },
 
-    /// The disk filled while a checkpoint was written; the earlier ones are intact.
+    /// The disk filled while a checkpoint was written; the earlier ones are
+    /// intact.
     #[error(
         "no space left writing checkpoint {}: {source} — free space on that disk or choose another \
          checkpoint directory; earlier checkpoints there are intact",
@@ -275,7 +279,8 @@ pub enum CheckpointError {
         source: std::io::Error,
     },
 
-    /// A checkpoint was saved, but an old one past `--keep-checkpoints` could not be removed.
+    /// A checkpoint was saved, but an old one past `--keep-checkpoints` could
+    /// not be removed.
     #[error(
         "checkpoint {} was saved, but removing the old checkpoint {} failed: {source} — delete it by \
          hand and check the directory's permissions",

@@ -363,7 +363,8 @@ pub enum DataError {
         channels: usize,
     },
 
-    /// Folder options (a size, a split) given for data that is not an image folder.
+    /// Folder options (a size, a split) given for data that is not an image
+    /// folder.
     #[error(
         "{} holds {name}, not an image folder: resizing and validation splits apply to image \
          folders only",

@@ -10,7 +10,8 @@ use crate::Result;
 /// One split (training or test) in the persistent region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResidentSplit {
-    /// The images, one byte a pixel value, gathered and normalised on the device each step.
+    /// The images, one byte a pixel value, gathered and normalised on the
+    /// device each step.
     pub images: ByteImages,
     /// One label per image.
     pub labels: Buf<u8>,

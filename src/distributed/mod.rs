@@ -6,8 +6,8 @@
 //!   others connect, prove they know the job's [`token`], and receive
 //!   NCCL's id) and then watch each other, so a rank that dies ends the
 //!   others within a bounded time; strangers on the port are dropped;
-//! - [`env`](mod@env): a rank's place in the group from its environment (bumpgrad's
-//!   launcher, torchrun, Open MPI, Slurm);
+//! - [`env`](mod@env): a rank's place in the group from its environment
+//!   (bumpgrad's launcher, torchrun, Open MPI, Slurm);
 //! - [`launcher`]: `bumpgrad train --gpus N`, one child process per GPU;
 //! - [`rank`]: one rank's run: the rendezvous, a watch that ends the
 //!   process when the group fails, and its exit status;

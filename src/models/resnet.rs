@@ -147,7 +147,8 @@ impl ResNet {
     /// What `--model` calls ResNet-50.
     pub const NAME_50: &'static str = "resnet50";
 
-    /// The model as a run's choice, at `depth`, each channel count scaled by `width_mult`.
+    /// The model as a run's choice, at `depth`, each channel count scaled by
+    /// `width_mult`.
     pub fn choice(depth: Depth, width_mult: f32) -> ModelChoice {
         let name = match depth {
             Depth::R18 => Self::NAME_18,

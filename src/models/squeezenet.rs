@@ -65,7 +65,8 @@ enum Feature {
     Fire(Box<Fire>),
 }
 
-/// torchvision's SqueezeNet 1.1, with a 3×3 stride-1 first convolution for small images.
+/// torchvision's SqueezeNet 1.1, with a 3×3 stride-1 first convolution for
+/// small images.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SqueezeNet {
     stem: Conv2d,

@@ -155,7 +155,8 @@ pub struct Linear {
 }
 
 impl Linear {
-    /// Declares `weight` `[outputs, inputs]` and `bias` `[outputs]` on `pb`, both uniform in ±1/√inputs as PyTorch's `nn.Linear` draws them.
+    /// Declares `weight` `[outputs, inputs]` and `bias` `[outputs]` on `pb`,
+    /// both uniform in ±1/√inputs as PyTorch's `nn.Linear` draws them.
     pub fn new(pb: &ParamBuilder<'_>, inputs: usize, outputs: usize) -> Result<Self> {
         Ok(Self {
             weight: pb.param("weight", Shape::new(&[outputs, inputs]), Init::UniformFanIn(inputs))?,

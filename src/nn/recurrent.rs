@@ -251,7 +251,8 @@ pub struct Rnn {
 }
 
 impl Rnn {
-    /// Declares `layers` tanh layers, named and initialised as PyTorch's; refuses a size of 0.
+    /// Declares `layers` tanh layers, named and initialised as PyTorch's;
+    /// refuses a size of 0.
     pub fn new(pb: &ParamBuilder<'_>, input: usize, hidden: usize, layers: usize) -> Result<Self> {
         Ok(Self {
             input,

@@ -71,7 +71,8 @@ impl AdagradConfig {
         self
     }
 
-    /// These settings as a run's optimizer ([`crate::train::RunConfig::optimizer`]).
+    /// These settings as a run's optimizer
+    /// ([`crate::train::RunConfig::optimizer`]).
     pub fn choice(self) -> OptimizerChoice {
         OptimizerChoice::new(Adagrad::NAME, self)
     }
@@ -85,7 +86,8 @@ impl AdagradConfig {
     }
 }
 
-/// Adagrad built: its settings, the rate, and the sum of squared gradients, a slab laid out like the parameters.
+/// Adagrad built: its settings, the rate, and the sum of squared gradients, a
+/// slab laid out like the parameters.
 pub struct Adagrad {
     hyper: AdagradHyper,
     lr: LrAt,

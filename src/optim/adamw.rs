@@ -63,7 +63,8 @@ impl AdamWConfig {
         self
     }
 
-    /// These settings as a run's optimizer ([`crate::train::RunConfig::optimizer`]).
+    /// These settings as a run's optimizer
+    /// ([`crate::train::RunConfig::optimizer`]).
     pub fn choice(self) -> OptimizerChoice {
         OptimizerChoice::new(AdamW::NAME, self)
     }
@@ -78,7 +79,8 @@ impl AdamWConfig {
     }
 }
 
-/// AdamW built: its settings, the rate, and both moments, slabs laid out like the parameters.
+/// AdamW built: its settings, the rate, and both moments, slabs laid out like
+/// the parameters.
 pub struct AdamW {
     hyper: AdamwHyper,
     lr: LrAt,

@@ -48,7 +48,8 @@ impl SgdConfig {
         self
     }
 
-    /// These settings as a run's optimizer ([`crate::train::RunConfig::optimizer`]).
+    /// These settings as a run's optimizer
+    /// ([`crate::train::RunConfig::optimizer`]).
     pub fn choice(self) -> OptimizerChoice {
         OptimizerChoice::new(Sgd::NAME, self)
     }
@@ -62,7 +63,8 @@ impl SgdConfig {
     }
 }
 
-/// SGD built: its settings, the rate, and the velocity, a slab laid out like the parameters.
+/// SGD built: its settings, the rate, and the velocity, a slab laid out like
+/// the parameters.
 pub struct Sgd {
     hyper: SgdHyper,
     lr: LrAt,

@@ -123,7 +123,7 @@ pub trait Task: Send + Sync {
 /// test batch, where the length has them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LengthSample {
-    /// The length.
+    /// The step length sampled, in tokens.
     pub length: usize,
     /// A training step of that length, if the epoch's first order has one.
     pub train_step: Option<usize>,
@@ -271,7 +271,8 @@ pub struct TaskChoice {
 }
 
 impl TaskChoice {
-    /// Task `C` under `name` with `config`.
+    /// Task `C` under `name` with `config`, whose `Debug` form a checkpoint
+    /// records.
     pub fn new<C: TaskConfig>(name: &'static str, config: C) -> Self {
         Self {
             name,
@@ -282,7 +283,7 @@ impl TaskChoice {
         }
     }
 
-    /// The task's name.
+    /// Its name in words ("classification", "language model").
     pub fn name(&self) -> &'static str {
         self.name
     }
@@ -302,7 +303,8 @@ impl TaskChoice {
         &self.fingerprint
     }
 
-    /// Refuses settings that cannot train, whatever the data (see [`TaskConfig::validate`]).
+    /// Refuses settings that cannot train, whatever the data (see
+    /// [`TaskConfig::validate`]).
     pub fn validate(&self) -> Result<()> {
         self.config.validate()
     }
@@ -312,12 +314,14 @@ impl TaskChoice {
         self.config.reads()
     }
 
-    /// What a model trained on `set` is built for (see [`TaskConfig::input_of`]).
+    /// What a model trained on `set` is built for (see
+    /// [`TaskConfig::input_of`]).
     pub fn input_of(&self, set: &DataSet) -> Result<Input> {
         self.config.input_of(set)
     }
 
-    /// Refuses settings `set` cannot train with at `batch` (see [`TaskConfig::check`]).
+    /// Refuses settings `set` cannot train with at `batch` (see
+    /// [`TaskConfig::check`]).
     pub fn check(&self, set: &DataSet, batch: usize) -> Result<()> {
         self.config.check(set, batch)
     }

@@ -353,7 +353,8 @@ setters! {
     schedule(schedule: Schedule) => run.schedule = schedule;
     /// The seed of everything drawn at random ([`RunConfig::seed`]).
     seed(seed: u64) => run.seed = seed;
-    /// The data set: a directory, a text file or a synthetic source ([`RunConfig::data_dir`]).
+    /// The data set: a directory, a text file or a synthetic source
+    /// ([`RunConfig::data_dir`]).
     data_dir(dir: impl Into<PathBuf>) => run.data_dir = dir.into();
     /// How an image folder is read ([`RunConfig::image_options`]).
     image_options(options: ImageOptions) => run.image_options = options;
@@ -361,34 +362,44 @@ setters! {
     train_limit(examples: usize) => run.train_limit = Some(examples);
     /// Evaluate on the first `examples` only ([`RunConfig::test_limit`]).
     test_limit(examples: usize) => run.test_limit = Some(examples);
-    /// Where and how often checkpoints are written ([`RunConfig::checkpoints`]).
+    /// Where and how often checkpoints are written
+    /// ([`RunConfig::checkpoints`]).
     checkpoints(policy: CheckpointPolicy) => run.checkpoints = Some(policy);
-    /// Continue from the newest valid checkpoint in `dir` ([`RunConfig::resume`]).
+    /// Continue from the newest valid checkpoint in `dir`
+    /// ([`RunConfig::resume`]).
     resume(dir: impl Into<PathBuf>) => run.resume = Some(dir.into());
-    /// This process as one rank of a data-parallel run ([`RunConfig::data_parallel`]).
+    /// This process as one rank of a data-parallel run
+    /// ([`RunConfig::data_parallel`]).
     data_parallel(rank: DataParallel) => run.data_parallel = Some(rank);
-    /// The words that set the run up, kept in its checkpoints ([`RunConfig::command_line`]).
+    /// The words that set the run up, kept in its checkpoints
+    /// ([`RunConfig::command_line`]).
     command_line(words: Vec<String>) => run.command_line = words;
-    /// The arena's size in bytes, rather than measured ([`MemoryConfig::arena_size`]).
+    /// The arena's size in bytes, rather than measured
+    /// ([`MemoryConfig::arena_size`]).
     arena_size(bytes: usize) => memory.arena_size = Some(bytes);
-    /// Liveness-planned step memory, or bump allocation ([`MemoryConfig::memory_plan`]).
+    /// Liveness-planned step memory, or bump allocation
+    /// ([`MemoryConfig::memory_plan`]).
     memory_plan(on: bool) => memory.memory_plan = on;
     /// The bytes a training step may use, recomputing above them
     /// ([`MemoryConfig::memory_budget`]).
     memory_budget(bytes: usize) => memory.memory_budget = Some(bytes);
-    /// How far timed convolutions may grow the step ([`MemoryConfig::workspace_growth`]).
+    /// How far timed convolutions may grow the step
+    /// ([`MemoryConfig::workspace_growth`]).
     workspace_growth(fraction: f64) => memory.workspace_growth = fraction;
-    /// Whether every reset fills the step region with NaNs ([`MemoryConfig::poison_step`]).
+    /// Whether every reset fills the step region with NaNs
+    /// ([`MemoryConfig::poison_step`]).
     poison_step(on: bool) => memory.poison_step = Some(on);
     /// Which device ([`DeviceConfig::request`]).
     device(request: DeviceRequest) => device.request = request;
     /// CPU worker threads, 0 for one per core ([`DeviceConfig::threads`]).
     threads(threads: usize) => device.threads = threads;
-    /// The arithmetic of convolutions and matrix products ([`DeviceConfig::precision`]).
+    /// The arithmetic of convolutions and matrix products
+    /// ([`DeviceConfig::precision`]).
     precision(precision: Precision) => device.precision = precision;
     /// Deterministic convolutions only ([`DeviceConfig::deterministic`]).
     deterministic(on: bool) => device.deterministic = on;
-    /// How a GPU chooses its convolution algorithms ([`DeviceConfig::conv_algos`]).
+    /// How a GPU chooses its convolution algorithms
+    /// ([`DeviceConfig::conv_algos`]).
     conv_algos(algos: ConvAlgos) => device.conv_algos = algos;
     /// Whole-step CUDA graphs on or off ([`DeviceConfig::graph`]).
     graph(on: bool) => device.graph = Some(on);

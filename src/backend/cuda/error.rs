@@ -19,7 +19,8 @@ pub enum CudaError {
         /// What the driver said.
         detail: String,
     },
-    /// A CUDA call failed; the backend refuses all further work ([`CudaError::Poisoned`]).
+    /// A CUDA call failed; the backend refuses all further work
+    /// ([`CudaError::Poisoned`]).
     #[error("CUDA error in {op}: {detail}; the GPU's state is no longer trusted, so the run stops (rerun with BUMPGRAD_CUDA_SYNC=1 to pin the failing op down)")]
     Failed {
         /// What was being done.

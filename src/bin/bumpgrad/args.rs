@@ -30,7 +30,8 @@ pub(crate) struct ModelsArgs {
     /// `synthetic:cifar10[:N]`, as `train --data`).
     #[arg(long, default_value = "data/mnist", value_parser = parse_data)]
     pub(crate) data: DataSource,
-    /// An image folder's images resized to HEIGHTxWIDTH pixels, as `train --image-size` reads
+    /// An image folder's images resized to HEIGHTxWIDTH pixels, as
+    /// `train --image-size` reads
     /// them [default: their own size].
     #[arg(long, value_name = "HxW", value_parser = parse_image_size)]
     pub(crate) image_size: Option<ImageSize>,

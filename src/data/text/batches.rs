@@ -134,7 +134,7 @@ impl LengthBuckets {
 /// Which sentences batch `k` holds, and its bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchRows<'a> {
-    /// Its bucket, among the buckets' lengths.
+    /// Its bucket: an index into [`LengthBuckets`]'s lengths.
     pub bucket: usize,
     /// The bucket's length: the batch is `[B, seq_len]`.
     pub seq_len: usize,

@@ -130,7 +130,8 @@ pub struct RunningStats {
 /// evaluation.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BatchNormArgs {
-    /// Normalise by the batch's statistics and update the running ones (else by the running ones).
+    /// Normalise by the batch's statistics and update the running ones (else by
+    /// the running ones).
     pub training: bool,
     /// Weight of the batch's statistics in the running ones' update.
     pub momentum: f32,

@@ -59,7 +59,8 @@ pub struct Normalize {
 /// `crop4`, `flip` or `crop4,flip`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Augment {
-    /// Zero pixels padded on every side before a random crop of the image's size; 0: no crop.
+    /// Zero pixels padded on every side before a random crop of the image's
+    /// size; 0: no crop.
     pub crop: usize,
     /// Mirror left-right with probability 1/2.
     pub flip: bool,

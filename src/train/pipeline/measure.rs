@@ -71,7 +71,8 @@ pub(crate) type Measure<'a> = dyn Fn(&StepChoice) -> Result<ArenaNeeds> + 'a;
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct ArenaNeeds {
-    /// The persistent region: model, optimizer state, the data set, the per-step tables.
+    /// The persistent region: model, optimizer state, the data set, the
+    /// per-step tables.
     pub persistent_bytes: usize,
     /// The largest step: the largest plan's peak with the memory plan, the
     /// bump high-water without.

@@ -62,7 +62,8 @@ const PROFILED_STEP: u64 = 40;
 /// What the epoch loop checks between steps: a stop request (a signal) and
 /// the checkpoint policy.
 pub struct Control<'a> {
-    /// Set by a signal handler: the run stops after the step in progress, with a checkpoint.
+    /// Set by a signal handler: the run stops after the step in progress, with
+    /// a checkpoint.
     pub stop: &'a AtomicBool,
     /// Where and how often checkpoints are written; `None`: never.
     pub checkpoints: Option<&'a CheckpointPolicy>,
@@ -113,7 +114,8 @@ pub struct Loop {
     pub fingerprint: Vec<(&'static str, String)>,
 }
 
-/// A run built: its engine, network, parameters, optimizer and task in one arena, and the epoch loop over them (see the module's doc).
+/// A run built: its engine, network, parameters, optimizer and task in one
+/// arena, and the epoch loop over them (see the module's doc).
 pub struct Session {
     // Field order is drop order: the captured graphs go before the engine,
     // whose runtime holds the NCCL communicator. NCCL keeps a resource of

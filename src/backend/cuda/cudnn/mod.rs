@@ -68,7 +68,8 @@ pub enum ConvApi {
     /// The legacy API's numbered algorithms: fp32 always; bf16 only where
     /// the graph API refused the convolution, with what it said.
     Legacy {
-        /// Why the graph API refused a bf16 convolution; `None` for fp32, which the legacy API runs by choice.
+        /// Why the graph API refused a bf16 convolution; `None` for fp32, which
+        /// the legacy API runs by choice.
         graph_refused: Option<String>,
     },
 }
