@@ -15,7 +15,7 @@
 use bumpgrad::backend::DeviceRequest;
 use bumpgrad::nn::{Init, Input, Mode, Model, ModelChoice, ParamBuilder};
 use bumpgrad::optim::SgdConfig;
-use bumpgrad::train::{train, EpochReport, Hooks, Observer, RunConfig, TrainConfig};
+use bumpgrad::train::{train, EpochReport, Hooks, Observer, TrainConfig};
 use bumpgrad::{Param, Shape, Step, Tensor};
 
 /// The network's settings.
@@ -77,21 +77,13 @@ impl Observer for Print {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut cfg = TrainConfig {
-        run: RunConfig {
-            model: ModelChoice::new::<Mlp>("mlp", MlpConfig { hidden: 128 }),
-            optimizer: SgdConfig {
-                momentum: 0.9,
-                ..SgdConfig::default()
-            }
-            .choice(),
-            lr: 0.01,
-            epochs: 1,
-            data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
-            ..RunConfig::default()
-        },
-        ..TrainConfig::default()
-    };
+    let mut cfg = TrainConfig::builder()
+        .model(ModelChoice::new::<Mlp>("mlp", MlpConfig { hidden: 128 }))
+        .optimizer(SgdConfig::default().momentum(0.9).choice())
+        .lr(0.01)
+        .epochs(1)
+        .data_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist"))
+        .build();
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or(format!("{flag} needs a value"))?;

@@ -91,6 +91,8 @@
 //! # Ok::<(), bumpgrad::Error>(())
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod autograd;
 pub mod backend;
 pub mod base;

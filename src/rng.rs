@@ -17,10 +17,12 @@ pub struct SplitMix64 {
 pub(crate) const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 
 impl SplitMix64 {
+    /// A generator whose sequence `seed` fixes.
     pub const fn new(seed: u64) -> Self {
         SplitMix64 { state: seed }
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(GAMMA);
         mix64(self.state)

@@ -1051,7 +1051,9 @@ fn memory_max_batch_is_capped_by_the_training_set_and_refuses_what_it_cannot_sea
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(
-        stderr.contains("the search stopped at the training set's 100 images: no batch may exceed them"),
+        stderr.contains(
+            "the search stopped at the 100 images of the training set: no batch may exceed them (--train-limit, --data)"
+        ),
         "{stderr}"
     );
     let stdout = String::from_utf8_lossy(&out.stdout);

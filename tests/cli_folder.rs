@@ -1,7 +1,7 @@
 //! `bumpgrad train --data DIR` on a folder of one's own PNGs, one subfolder
 //! per class: it learns, says how it read the folder, and its checkpoint
 //! evaluates and predicts by class name; every bad folder is refused with
-//! what to do, never a panic.
+//! what to do, never a panic; `models` counts a folder as `train` reads it.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -328,4 +328,62 @@ fn bad_folders_are_refused_with_what_to_do() {
         &["holds MNIST, not an image folder", "drop --image-size and --val-split"],
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `models --image-size` counts parameters for a folder's images resized as
+/// `train --image-size` reads them: a folder of greyscale images of two
+/// sizes is refused without it (naming the flag), and with 28×28 the MNIST
+/// CNN fits it and is counted exactly as the run that trains it states.
+#[test]
+fn models_counts_a_folder_resized_as_train_reads_it() {
+    let dir = scratch("models-image-size");
+    for (class, shade) in [("dark", 40u8), ("light", 210u8)] {
+        let folder = dir.join(class);
+        std::fs::create_dir_all(&folder).expect("mkdir");
+        for (i, (width, height)) in [(40, 40), (36, 30), (40, 40), (36, 30)].into_iter().enumerate() {
+            let image = image::GrayImage::from_fn(width, height, |x, y| {
+                image::Luma([shade.wrapping_add(((x * 7 + y * 3 + i as u32) % 23) as u8)])
+            });
+            image.save(folder.join(format!("{i}.png"))).expect("write a PNG");
+        }
+    }
+    let data = s(&dir);
+    fails_with(
+        bumpgrad(&["models", "--data", data]),
+        1,
+        &["must be resized to one size", "pass --image-size HxW"],
+    );
+    let listed = stdout(&bumpgrad(&["models", "--data", data, "--image-size", "28x28"]));
+    assert!(listed.contains("[1, 28, 28] images and 2 classes"), "{listed}");
+    let row = listed
+        .lines()
+        .find(|l| l.trim_start().starts_with("mnist-cnn"))
+        .expect(&listed);
+    let counted = row.split_whitespace().nth(1).expect(row);
+    // MNIST's 21,810 with 2 outputs rather than 10: 8 × (50 + 1) fewer.
+    assert_eq!(counted, "21402", "{listed}");
+    let out = bumpgrad(&[
+        "train",
+        "--data",
+        data,
+        "--image-size",
+        "28x28",
+        "--model",
+        "mnist-cnn",
+        "--batch",
+        "4",
+        "--epochs",
+        "1",
+        "--device",
+        "cpu",
+        "--threads",
+        "2",
+        "--checkpoint-every",
+        "off",
+        "--checkpoint-dir",
+        s(&dir.join("ck")),
+    ]);
+    // What the run says first, on stdout here (stderr under --json).
+    let said = stdout(&out);
+    assert!(said.contains(&format!("mnist-cnn ({counted} parameters)")), "{said}");
 }

@@ -2,7 +2,7 @@
 //! the sizes and what to pass, and leaves no checkpoint directory behind;
 //! a limit on text is refused naming what its epochs read; a resume with
 //! other model sizes or another window is refused naming both values and
-//! the flag.
+//! the flag; the largest batch of text counts streams or sentences.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -182,4 +182,110 @@ fn a_resume_with_other_sizes_or_another_window_is_refused_naming_both() {
     }
     let same = run(&sizes, "2", true);
     assert!(same.status.success(), "{}", String::from_utf8_lossy(&same.stderr));
+}
+
+/// `memory --max-batch` on text counts what a batch of it holds: a
+/// corpus's streams, as many as both its splits hold a window for (a
+/// batch of one more is refused), and a treebank's sentences, those its
+/// task keeps (neutral ones dropped under `--classes 2`), never images.
+#[test]
+fn max_batch_on_text_counts_streams_and_sentences() {
+    let dir = scratch("cli-lm-max-batch");
+    let search = |data: &[&str]| {
+        let mut args = vec![
+            "memory",
+            "--max-batch",
+            "--arena-size",
+            "1TiB",
+            "--json",
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+        ];
+        args.extend_from_slice(data);
+        let out = bumpgrad(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        let last = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or("")
+            .to_owned();
+        let found: serde_json::Value = serde_json::from_str(&last).expect("a JSON line");
+        let most = found["max_batch"].as_u64().expect("max_batch");
+        assert_eq!(found["capped_by_training_set"].as_u64(), Some(most), "{found}");
+        assert!(!stderr.contains("images"), "{stderr}");
+        (most, found["batch_holds"].as_str().unwrap_or("").to_owned(), stderr)
+    };
+
+    let text = corpus(3_000, &dir);
+    let lstm = [
+        "--model",
+        "char-lstm",
+        "--hidden",
+        "16",
+        "--seq-len",
+        "16",
+        "--data",
+        &text,
+    ];
+    let (streams, holds, stderr) = search(&lstm);
+    assert_eq!(holds, "streams");
+    assert!(
+        stderr.contains(&format!(
+            "the search stopped at the {streams} streams, as many as the text's splits hold a window for: no batch may exceed them (--seq-len, --data)"
+        )),
+        "{stderr}"
+    );
+    // Exactly as many: the next batch is one the data refuses.
+    let at = |batch: String| {
+        let mut args = vec!["memory", "--device", "cpu", "--threads", "1", "--batch", &batch];
+        args.extend_from_slice(&lstm);
+        bumpgrad(&args)
+    };
+    assert!(at(streams.to_string()).status.success());
+    let over = at((streams + 1).to_string());
+    let stderr = String::from_utf8_lossy(&over.stderr);
+    assert_eq!(over.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("too few for {} streams", streams + 1)),
+        "{stderr}"
+    );
+
+    // 30 sentences with a side and 10 neutral ones: two classes keep 30.
+    let bank = dir.join("treebank");
+    std::fs::create_dir_all(&bank).unwrap();
+    let trees: String = (0..40)
+        .map(|i| match i % 4 {
+            0 => "(2 (2 the) (2 film))\n",
+            1 => "(4 (2 a) (4 (4 good) (2 film)))\n",
+            2 => "(0 (2 a) (0 (0 bad) (2 plot)))\n",
+            _ => "(3 (2 the) (3 (3 fine) (2 story)))\n",
+        })
+        .collect();
+    for file in ["train.txt", "dev.txt", "test.txt"] {
+        std::fs::write(bank.join(file), &trees).unwrap();
+    }
+    let bank = bank.display().to_string();
+    let sst = [
+        "--model",
+        "sst-lstm",
+        "--embed",
+        "8",
+        "--hidden",
+        "8",
+        "--classes",
+        "2",
+        "--data",
+        &bank,
+    ];
+    let (sentences, holds, stderr) = search(&sst);
+    assert_eq!((sentences, holds.as_str()), (30, "sentences"));
+    assert!(
+        stderr.contains(
+            "the search stopped at the 30 sentences of the training split: no batch may exceed them (--data)"
+        ),
+        "{stderr}"
+    );
 }

@@ -4,26 +4,21 @@
 //! run is the run without a budget, bit for bit on the CPU.
 
 use bumpgrad::models::{Depth, ResNet};
-use bumpgrad::train::{self, DeviceConfig, EpochReport, Hooks, MemoryConfig, Reports, RunConfig, TrainConfig};
+use bumpgrad::train::{self, DeviceConfig, EpochReport, Hooks, Reports, TrainConfig};
 use bumpgrad::{ArenaError, ByteSize, Error, Setting};
 
 fn config(budget: Option<usize>) -> TrainConfig {
-    TrainConfig {
-        run: RunConfig {
-            model: ResNet::choice(Depth::R18, 0.125),
-            data_dir: "synthetic:cifar10:96".into(),
-            batch: 16,
-            epochs: 2,
-            lr: 0.05,
-            ..RunConfig::default()
-        },
-        memory: MemoryConfig {
-            poison_step: Some(true),
-            memory_budget: budget,
-            ..MemoryConfig::default()
-        },
-        device: DeviceConfig::cpu(2),
-    }
+    let mut cfg = TrainConfig::builder()
+        .model(ResNet::choice(Depth::R18, 0.125))
+        .data_dir("synthetic:cifar10:96")
+        .batch(16)
+        .epochs(2)
+        .lr(0.05)
+        .poison_step(true)
+        .device_config(DeviceConfig::cpu(2))
+        .build();
+    cfg.memory.memory_budget = budget;
+    cfg
 }
 
 /// Trains `cfg`, keeping every epoch's report.

@@ -1,7 +1,7 @@
 //! Memory is flat: after the first epoch, nothing grows. Alone in its test
 //! binary, so that the process's resident memory is this run's alone.
 
-use bumpgrad::train::{resident_bytes, DeviceConfig, EpochReport, Pipeline, Quiet, RunConfig, TrainConfig};
+use bumpgrad::train::{resident_bytes, DeviceConfig, EpochReport, Pipeline, Quiet, TrainConfig};
 
 /// Pages the process may still take between epoch 2 and epoch 10. The soak
 /// runs (`bench/results/soak-*-2026-11-30-*.txt`) each saw resident memory
@@ -33,17 +33,13 @@ fn vm_rss() -> u64 {
 
 #[test]
 fn memory_is_flat_from_epoch_2_to_epoch_10() {
-    let cfg = TrainConfig {
-        run: RunConfig {
-            epochs: 10,
-            data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
-            train_limit: Some(2000),
-            test_limit: Some(1000),
-            ..RunConfig::default()
-        },
-        device: DeviceConfig::cpu(2),
-        ..TrainConfig::default()
-    };
+    let cfg = TrainConfig::builder()
+        .epochs(10)
+        .data_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist"))
+        .train_limit(2000)
+        .test_limit(1000)
+        .device_config(DeviceConfig::cpu(2))
+        .build();
     let (mut session, info) = Pipeline::open(&cfg, None).and_then(Pipeline::build).expect("session");
     let capacity = info.arena.capacity_bytes;
     let reports: Vec<EpochReport> =

@@ -4,9 +4,7 @@
 //! same path with and without it.
 
 use bumpgrad::memory::{PlannedBuf, StepPlan};
-use bumpgrad::train::{
-    DeviceConfig, EpochReport, Hooks, MemoryConfig, Pipeline, Reports, RunConfig, StepKind, TrainConfig,
-};
+use bumpgrad::train::{DeviceConfig, EpochReport, Hooks, Pipeline, Reports, StepKind, TrainConfig};
 
 /// "Half the bytes of bump allocation" (README: the training step's plan
 /// holds 3.82 of bump allocation's 7.32 MiB on the H200 at batch 100, 0.52;
@@ -16,21 +14,15 @@ use bumpgrad::train::{
 const HALF: std::ops::RangeInclusive<f64> = 0.49..=0.54;
 
 fn config(batch: usize) -> TrainConfig {
-    TrainConfig {
-        run: RunConfig {
-            batch,
-            epochs: 1,
-            data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
-            train_limit: Some(2050),
-            test_limit: Some(1010),
-            ..RunConfig::default()
-        },
-        memory: MemoryConfig {
-            poison_step: Some(true),
-            ..MemoryConfig::default()
-        },
-        device: DeviceConfig::cpu(2),
-    }
+    TrainConfig::builder()
+        .batch(batch)
+        .epochs(1)
+        .data_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist"))
+        .train_limit(2050)
+        .test_limit(1010)
+        .poison_step(true)
+        .device_config(DeviceConfig::cpu(2))
+        .build()
 }
 
 /// The plans of `cfg`'s steps, measured by a dry run on the CPU.

@@ -14,7 +14,7 @@
 //! x86-64 (an aarch64 Grace Hopper has no AVX2).
 
 use bumpgrad::optim::SgdConfig;
-use bumpgrad::train::{train, DeviceConfig, Hooks, Observer, RunConfig, TrainConfig};
+use bumpgrad::train::{train, DeviceConfig, Hooks, Observer, TrainConfig};
 
 #[path = "support/skip.rs"]
 mod skip;
@@ -29,23 +29,15 @@ impl Observer for Losses {
 }
 
 fn losses(momentum: f32) -> Vec<u32> {
-    let cfg = TrainConfig {
-        run: RunConfig {
-            epochs: 2,
-            batch: 100,
-            optimizer: SgdConfig {
-                momentum,
-                ..SgdConfig::default()
-            }
-            .choice(),
-            data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
-            train_limit: Some(1050),
-            test_limit: Some(100),
-            ..RunConfig::default()
-        },
-        device: DeviceConfig::cpu(2),
-        ..TrainConfig::default()
-    };
+    let cfg = TrainConfig::builder()
+        .epochs(2)
+        .batch(100)
+        .optimizer(SgdConfig::default().momentum(momentum).choice())
+        .data_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist"))
+        .train_limit(1050)
+        .test_limit(100)
+        .device_config(DeviceConfig::cpu(2))
+        .build();
     let mut seen = Losses::default();
     train(&cfg, Hooks::new(&mut seen)).expect("training");
     seen.0

@@ -195,11 +195,7 @@ fn stop_mid_epoch_then_resume(name: &str, momentum: f32) {
     let every = Every::Steps(7);
     let cfg = |dir: &Path| {
         let mut cfg = config(dir, 2, every);
-        cfg.run.optimizer = SgdConfig {
-            momentum,
-            ..SgdConfig::default()
-        }
-        .choice();
+        cfg.run.optimizer = SgdConfig::default().momentum(momentum).choice();
         cfg
     };
     let straight_run = run_straight(&cfg(&straight));
@@ -319,11 +315,7 @@ fn a_checkpoint_from_other_settings_is_refused() {
     // its state would not be the one the checkpoint holds.
     let momentum = {
         let mut cfg = config(&dir, 2, Every::Epochs(1));
-        cfg.run.optimizer = SgdConfig {
-            momentum: 0.9,
-            ..SgdConfig::default()
-        }
-        .choice();
+        cfg.run.optimizer = SgdConfig::default().momentum(0.9).choice();
         cfg.run.resume = Some(dir.clone());
         cfg
     };

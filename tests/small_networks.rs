@@ -7,30 +7,21 @@
 use bumpgrad::models::{Depth, ResNet, SqueezeNet};
 use bumpgrad::nn::ModelChoice;
 use bumpgrad::optim::{AdamWConfig, SgdConfig};
-use bumpgrad::train::{DeviceConfig, EpochReport, Hooks, Reports, RunConfig, TrainConfig};
+use bumpgrad::train::{DeviceConfig, EpochReport, Hooks, Reports, TrainConfig};
 
 fn config(model: ModelChoice, lr: f32) -> TrainConfig {
-    let mut cfg = TrainConfig {
-        run: RunConfig {
-            epochs: 3,
-            batch: 50,
-            model,
-            lr,
-            optimizer: SgdConfig {
-                momentum: 0.9,
-                ..Default::default()
-            }
-            .choice(),
-            data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
-            train_limit: Some(400),
-            test_limit: Some(200),
-            ..RunConfig::default()
-        },
-        device: DeviceConfig::cpu(2),
-        ..TrainConfig::default()
-    };
-    cfg.memory.poison_step = Some(true);
-    cfg
+    TrainConfig::builder()
+        .epochs(3)
+        .batch(50)
+        .model(model)
+        .lr(lr)
+        .optimizer(SgdConfig::default().momentum(0.9).choice())
+        .data_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist"))
+        .train_limit(400)
+        .test_limit(200)
+        .device_config(DeviceConfig::cpu(2))
+        .poison_step(true)
+        .build()
 }
 
 /// Trains `cfg`, keeping every epoch's report.

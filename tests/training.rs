@@ -1,23 +1,18 @@
 //! End-to-end training on the real MNIST shipped in the repository.
 
 use bumpgrad::tasks::{Classification, ClassificationConfig};
-use bumpgrad::train::{DeviceConfig, EpochReport, Hooks, Pipeline, Reports, RunConfig, TrainConfig};
+use bumpgrad::train::{DeviceConfig, EpochReport, Hooks, Pipeline, Reports, TrainConfig};
 use bumpgrad::{ArenaError, Error};
 
 fn config(train_limit: usize, test_limit: usize, epochs: usize) -> TrainConfig {
-    let mut cfg = TrainConfig {
-        run: RunConfig {
-            epochs,
-            data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
-            train_limit: Some(train_limit),
-            test_limit: Some(test_limit),
-            ..RunConfig::default()
-        },
-        device: DeviceConfig::cpu(2),
-        ..TrainConfig::default()
-    };
-    cfg.memory.poison_step = Some(true);
-    cfg
+    TrainConfig::builder()
+        .epochs(epochs)
+        .data_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist"))
+        .train_limit(train_limit)
+        .test_limit(test_limit)
+        .device_config(DeviceConfig::cpu(2))
+        .poison_step(true)
+        .build()
 }
 
 /// Trains `cfg`, keeping every epoch's report.

@@ -104,10 +104,7 @@ fn config(name: &str, model: ModelChoice, budget: Option<usize>) -> TrainConfig 
     cfg.run.test_limit = Some(250);
     // Clipped, so the clip's launches and the epoch's read of its norms
     // are among what must not allocate.
-    let sgd = SgdConfig {
-        momentum: 0.9,
-        ..SgdConfig::default()
-    };
+    let sgd = SgdConfig::default().momentum(0.9);
     cfg.run.optimizer = ClipGradNorm::around(sgd.choice(), 1.0);
     cfg.memory.poison_step = Some(true);
     cfg.run.checkpoints = Some(policy(name));

@@ -46,7 +46,7 @@ impl<N: Recorded> Engine<N> {
     /// A planning engine shaped like this one (same device and sizes),
     /// unbounded: running a step on it measures what the step needs with
     /// this engine's convolution choices.
-    pub fn planning_twin(&self) -> Self {
+    pub(crate) fn planning_twin(&self) -> Self {
         Self::of(self.runtime.planning_twin(), Arena::unbounded(), Mode::Plan)
     }
 
@@ -64,6 +64,7 @@ impl<N: Recorded> Engine<N> {
         &self.arena
     }
 
+    /// The arena, to adopt plans or set poisoning between steps.
     pub fn arena_mut(&mut self) -> &mut Arena {
         &mut self.arena
     }
@@ -73,6 +74,7 @@ impl<N: Recorded> Engine<N> {
         &self.runtime
     }
 
+    /// The device, to change its compute policy between steps.
     pub fn runtime_mut(&mut self) -> &mut Runtime {
         &mut self.runtime
     }
@@ -105,7 +107,7 @@ impl<N: Recorded> Engine<N> {
     /// buffer at its planned offset, the bytes of dead buffers reused. The
     /// first step of a kind runs bump-allocated and traced, and its plan is
     /// made from the trace; a step that leaves its plan is finished above
-    /// it and re-planned ([`Arena::take_replanned`] says which).
+    /// it and re-planned (the arena lists which until they are taken).
     pub fn planned_step<R>(&mut self, key: u32, body: impl for<'s> FnOnce(&mut Step<'s, N>) -> Result<R>) -> Result<R> {
         let Self {
             runtime,
@@ -122,7 +124,7 @@ impl<N: Recorded> Engine<N> {
     /// them are remade for each reader rather than held (see the tape's
     /// `transient_chains`). Set before the first step (it allocates; steps
     /// then do not).
-    pub fn set_recomputed(&mut self, candidates: &[u32], transient_chains: bool) {
+    pub(crate) fn set_recomputed(&mut self, candidates: &[u32], transient_chains: bool) {
         let tape = &mut self.tape;
         tape.transient_chains = transient_chains;
         tape.dropped = candidates.to_vec();
@@ -132,7 +134,7 @@ impl<N: Recorded> Engine<N> {
 
     /// The candidates for recomputation the last step saw, in forward
     /// order.
-    pub fn recompute_candidates(&self) -> Vec<Candidate> {
+    pub(crate) fn recompute_candidates(&self) -> Vec<Candidate> {
         self.tape.candidates.clone()
     }
 
@@ -151,7 +153,7 @@ impl<N: Recorded> Engine<N> {
 
     /// Sums a persistent buffer over the data-parallel group's ranks, in
     /// place, between steps; every rank must call it in the same order.
-    pub fn all_reduce_persistent(&mut self, buf: Buf<f32>) -> Result<()> {
+    pub(crate) fn all_reduce_persistent(&mut self, buf: Buf<f32>) -> Result<()> {
         self.arena.check_persistent(buf)?;
         let backend = self.runtime.backend();
         backend.all_reduce_sum(buf)?;

@@ -21,5 +21,6 @@ mod tape;
 pub use capture::StepGraph;
 pub use engine::Engine;
 pub use recorded::Recorded;
-pub use step::{Grads, Step, GRADIENT_SEED};
-pub use tape::Candidate;
+pub(crate) use step::GRADIENT_SEED;
+pub use step::{Grads, Step};
+pub(crate) use tape::Candidate;

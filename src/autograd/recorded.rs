@@ -18,14 +18,14 @@ use std::fmt::Debug;
 /// A tape's node set: one value per recorded op, with what its backward
 /// needs.
 pub trait Recorded: Copy + Debug + Send + 'static {
-    /// How backward makes a dropped tensor again (see [`Step::saved`]).
+    /// How backward makes a dropped tensor again (see `Step::saved`).
     type Recipe: Copy + Debug + Send + 'static;
 
     /// Runs the recorded op's backward: reads its output's gradient and
     /// adds its inputs'.
     fn backward(self, s: &mut Step<'_, Self>) -> Result<()>;
 
-    /// The tensors (by id) `recipe` reads through [`Step::saved`].
+    /// The tensors (by id) `recipe` reads through `Step::saved`.
     fn reads(recipe: &Self::Recipe) -> [Option<u32>; 2];
 
     /// Makes `recipe`'s tensor again, into a new step buffer.

@@ -60,7 +60,7 @@ impl Runtime {
     /// must be made again: workspace sizes may have changed. Returns how
     /// many shapes changed an algorithm (none on a device that has nothing
     /// to time).
-    pub fn tune_convolutions(&mut self, free: Range<usize>) -> Result<usize, BackendError> {
+    pub(crate) fn tune_convolutions(&mut self, free: Range<usize>) -> Result<usize, BackendError> {
         match &mut self.backend {
             Backend::Cuda(gpu) => gpu.tune_convolutions(free.start, free.len()),
             Backend::Cpu(_) | Backend::Dry(_) => Ok(0),
@@ -69,7 +69,7 @@ impl Runtime {
 
     /// Chooses among the timed algorithms with workspaces of at most
     /// `limit` bytes; the largest chosen.
-    pub fn select_convolutions(&self, limit: usize) -> usize {
+    pub(crate) fn select_convolutions(&self, limit: usize) -> usize {
         match &self.backend {
             Backend::Cuda(gpu) => gpu.select_convolutions(limit),
             Backend::Cpu(_) | Backend::Dry(_) => 0,
@@ -80,7 +80,7 @@ impl Runtime {
     /// most `limit(tag)` bytes, `tag` being the number the pass's workspace
     /// carries in a step's plan (see [`crate::memory::StepPlan::tags`]);
     /// the largest chosen.
-    pub fn hold_convolutions(&self, limit: &dyn Fn(u32) -> usize) -> usize {
+    pub(crate) fn hold_convolutions(&self, limit: &dyn Fn(u32) -> usize) -> usize {
         match &self.backend {
             Backend::Cuda(gpu) => gpu.hold_convolutions(limit),
             Backend::Cpu(_) | Backend::Dry(_) => 0,
@@ -98,7 +98,7 @@ impl Runtime {
 
     /// Back to the heuristic's convolution algorithms: undoes
     /// [`Runtime::tune_convolutions`].
-    pub fn untune_convolutions(&self) {
+    pub(crate) fn untune_convolutions(&self) {
         if let Backend::Cuda(gpu) = &self.backend {
             gpu.untune_convolutions();
         }
@@ -107,7 +107,7 @@ impl Runtime {
     /// Prepares to time up to `ops` ops of one step; false where the device
     /// cannot time them (the CPU). Call at start-up: a GPU's events may take
     /// device memory.
-    pub fn enable_op_timing(&mut self, ops: usize) -> Result<bool, BackendError> {
+    pub(crate) fn enable_op_timing(&mut self, ops: usize) -> Result<bool, BackendError> {
         match &mut self.backend {
             Backend::Cuda(gpu) => gpu.enable_timing(ops).map(|()| true),
             Backend::Cpu(_) | Backend::Dry(_) => Ok(false),
@@ -118,7 +118,7 @@ impl Runtime {
     /// [`Runtime::pause_op_timing`]; false when timing is not enabled or
     /// not possible. Ops queued while a step is captured keep their events
     /// in the graph.
-    pub fn start_op_timing(&mut self) -> bool {
+    pub(crate) fn start_op_timing(&mut self) -> bool {
         match &mut self.backend {
             Backend::Cuda(gpu) => gpu.start_timing(),
             Backend::Cpu(_) | Backend::Dry(_) => false,
@@ -126,7 +126,7 @@ impl Runtime {
     }
 
     /// Stops bracketing ops; those bracketed keep their times.
-    pub fn pause_op_timing(&mut self) {
+    pub(crate) fn pause_op_timing(&mut self) {
         if let Backend::Cuda(gpu) = &mut self.backend {
             gpu.pause_timing();
         }
@@ -135,7 +135,7 @@ impl Runtime {
     /// Waits for the device and reads the bracketed ops' latest times into
     /// `times`, and returns the GPU time from the first op's start to the
     /// last one's end; `None` where nothing was timed.
-    pub fn read_op_times(&mut self, times: &mut Vec<OpTime>) -> Result<Option<f64>, BackendError> {
+    pub(crate) fn read_op_times(&mut self, times: &mut Vec<OpTime>) -> Result<Option<f64>, BackendError> {
         times.clear();
         match &mut self.backend {
             Backend::Cuda(gpu) => gpu.finish_timing(times),

@@ -11,14 +11,23 @@ use std::fmt;
 /// rows and columns they make.
 #[derive(Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct ConvDims {
+    /// Images in the batch.
     pub n: usize,
+    /// Input channels.
     pub c: usize,
+    /// Input rows.
     pub h: usize,
+    /// Input columns.
     pub w: usize,
+    /// Filters: output channels.
     pub f: usize,
+    /// Filter rows.
     pub kh: usize,
+    /// Filter columns.
     pub kw: usize,
+    /// The step between output positions, in both directions.
     pub stride: usize,
+    /// Zeros added on every side.
     pub padding: usize,
     /// The type of input, filters and output (the sums are fp32 in both).
     pub dtype: DType,
@@ -79,6 +88,7 @@ impl ConvDims {
         self.ow
     }
 
+    /// Output rows and columns.
     pub fn output_hw(&self) -> (usize, usize) {
         (self.oh, self.ow)
     }
@@ -95,14 +105,17 @@ impl ConvDims {
         self.oh * self.ow
     }
 
+    /// Elements of the input, `n·c·h·w`.
     pub fn input_len(&self) -> usize {
         self.n * self.c * self.h * self.w
     }
 
+    /// Elements of the filters, `f·c·kh·kw`.
     pub fn filter_len(&self) -> usize {
         self.f * self.c * self.kh * self.kw
     }
 
+    /// Elements of the output, `n·f·oh·ow`.
     pub fn output_len(&self) -> usize {
         self.n * self.f * self.p()
     }

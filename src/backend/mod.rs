@@ -1,7 +1,7 @@
 //! Where tensors live and kernels run: the seam between "what" and "where".
 //!
 //! A [`Runtime`] is made on a [`Device`] and owns the device's one
-//! allocation, as large as the arena beside it, through a [`Backend`]. Ops
+//! allocation, as large as the arena beside it, through a `Backend`. Ops
 //! reach it through one launch helper (`Step::launch`, `ops/launch.rs`)
 //! that matches on it once and takes a body per device, so a new backend
 //! adds an arm and a body there, and the compiler lists every launch still
@@ -20,7 +20,7 @@ mod precision;
 mod runtime;
 
 pub use conv::ConvDims;
-pub use cuda::{CapturedGraph, OpTime};
+pub(crate) use cuda::CapturedGraph;
 
 use crate::base::{Buf, Element, FloatBuf};
 pub use cuda::KernelSource;
@@ -34,50 +34,137 @@ use std::sync::Arc;
 /// Failures below the op layer.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
+    /// The host could not give the CPU arena its one allocation.
     #[error("could not allocate the arena's {} of host memory", crate::base::ByteSize(*.bytes))]
-    HostAllocation { bytes: usize },
+    HostAllocation {
+        /// The arena's bytes.
+        bytes: usize,
+    },
+    /// The GPU could not give the arena its one allocation.
     #[error(
         "could not allocate the arena's {} on the GPU ({} free)",
         crate::base::ByteSize(*.bytes), crate::base::ByteSize(*.free)
     )]
-    DeviceAllocation { bytes: usize, free: usize },
+    DeviceAllocation {
+        /// The arena's bytes.
+        bytes: usize,
+        /// Device memory free when it was asked.
+        free: usize,
+    },
+    /// The CPU's worker pool could not start.
     #[error("could not start {threads} CPU threads: {reason}")]
-    ThreadPool { threads: usize, reason: String },
+    ThreadPool {
+        /// Workers asked for.
+        threads: usize,
+        /// What rayon said.
+        reason: String,
+    },
+    /// A kernel's range lies past the arena: an op's bug, caught before the
+    /// memory is touched.
     #[error("internal error: a kernel asked for {bytes} bytes at offset {offset}, past the arena's {capacity} bytes")]
     OutOfBounds {
+        /// Where the range starts, in bytes from the arena's start.
         offset: usize,
+        /// The range's length.
         bytes: usize,
+        /// The arena's bytes.
         capacity: usize,
     },
+    /// A kernel asked to write a range another of its views holds: two slices
+    /// of one call may not overlap.
     #[error("internal error: a kernel asked to write {bytes} bytes at offset {offset} that another view of the same kernel holds")]
-    Aliased { offset: usize, bytes: usize },
+    Aliased {
+        /// Where the range starts.
+        offset: usize,
+        /// The range's length.
+        bytes: usize,
+    },
+    /// A kernel read a buffer as another element type than it holds.
     #[error("internal error: a {wanted} kernel was handed a buffer of another type")]
-    OtherType { wanted: &'static str },
+    OtherType {
+        /// The type the kernel wanted.
+        wanted: &'static str,
+    },
+    /// A kernel asked for more views than one call is handed (a fixed table, so
+    /// a launch allocates nothing).
     #[error("internal error: a kernel asked for more views than the backend hands out at once")]
     TooManyViews,
+    /// A broken invariant of the backend, said in words.
     #[error("internal error: {0}")]
     Internal(&'static str),
+    /// A CPU kernel touched a range its op did not declare (`Step::launch`'s
+    /// list), so the liveness plan could not have known of it.
     #[error("internal error: a kernel touched {bytes} bytes at offset {offset} that its op did not declare")]
-    Undeclared { offset: usize, bytes: usize },
+    Undeclared {
+        /// Where the range starts.
+        offset: usize,
+        /// The range's length.
+        bytes: usize,
+    },
+    /// Gradients of two lengths were summed.
     #[error("internal error: adding a buffer of {src} elements onto one of {dst}")]
-    LengthMismatch { dst: usize, src: usize },
+    LengthMismatch {
+        /// Elements of the buffer summed into.
+        dst: usize,
+        /// Elements of the buffer added.
+        src: usize,
+    },
+    /// A copy between the host and the arena with slices of two lengths.
     #[error("internal error: host buffer of {host} elements for a device buffer of {device}")]
-    HostLength { host: usize, device: usize },
+    HostLength {
+        /// Elements on the host.
+        host: usize,
+        /// Elements in the arena.
+        device: usize,
+    },
+    /// A label the model has no output for, found by the kernel that reads it:
+    /// the data set's, not the program's, fault.
     #[error(
         "label {label} of example {index} is not one of the model's {classes} classes; check the data set's labels"
     )]
-    Label { index: usize, label: u32, classes: usize },
+    Label {
+        /// The example in the batch.
+        index: usize,
+        /// Its label.
+        label: u32,
+        /// The model's classes.
+        classes: usize,
+    },
+    /// An example index past the resident data set (a corrupt order).
     #[error("example index {index} is past the data set's {count} examples")]
-    Index { index: u32, count: usize },
+    Index {
+        /// The index.
+        index: u32,
+        /// Examples resident.
+        count: usize,
+    },
+    /// A token id past the embedding's rows: the vocabulary and the data
+    /// disagree.
     #[error("token {token} at position {index} is past the embedding's {vocab} rows; check the vocabulary")]
-    Token { index: usize, token: u32, vocab: usize },
+    Token {
+        /// Its position in the batch.
+        index: usize,
+        /// The token id.
+        token: u32,
+        /// The embedding's rows.
+        vocab: usize,
+    },
+    /// A data-parallel group could not be joined or used; why, in words.
     #[error("data-parallel training: {0}")]
     Group(String),
+    /// A NCCL group asked of the CPU, which sums only between threads of one
+    /// process.
     #[error("data-parallel training across processes needs GPUs (NCCL); this device is the CPU")]
     ProcessGroupOnCpu,
     /// A capability only the CUDA backend has (see `capabilities.rs`).
     #[error("{what} need the CUDA backend (this arena is on the {on} device)")]
-    NeedsCuda { what: &'static str, on: DeviceKind },
+    NeedsCuda {
+        /// The capability, in the plural ("whole-step graphs").
+        what: &'static str,
+        /// The device the arena is on.
+        on: DeviceKind,
+    },
+    /// The GPU backend's failures.
     #[error(transparent)]
     Cuda(#[from] cuda::CudaError),
 }
@@ -89,13 +176,17 @@ pub enum DeviceRequest {
     /// The GPU when one is usable, else the CPU.
     #[default]
     Auto,
+    /// The CPU, even where a GPU is usable.
     Cpu,
+    /// The GPU; an error where none is usable.
     Cuda,
 }
 
 /// A device ready to receive an arena.
 pub enum Device {
+    /// The CPU and its worker pool.
     Cpu(cpu::CpuDevice),
+    /// A GPU, its kernels compiled.
     Cuda(cuda::CudaDevice),
 }
 
@@ -149,7 +240,7 @@ impl Device {
     }
 
     /// Sets the compute policy, or refuses one the device cannot follow
-    /// (the CPU computes in fp32 only, see [`Policy::check`]).
+    /// (the CPU computes in fp32 only).
     pub fn set_policy(&mut self, policy: Policy) -> Result<(), BackendError> {
         policy.check(self.kind())?;
         match self {
@@ -242,7 +333,15 @@ impl Device {
 /// A data-parallel group a device joins.
 pub enum Group {
     /// A NCCL communicator: its id (made by rank 0), this rank, the ranks.
-    Nccl { id: [u8; 128], rank: usize, world: usize },
+    Nccl {
+        /// NCCL's unique id, made by rank 0 and handed to the others at the
+        /// rendezvous.
+        id: [u8; 128],
+        /// This rank.
+        rank: usize,
+        /// The ranks in the group.
+        world: usize,
+    },
     /// Threads of this process, each with a CPU arena (tests of the
     /// data-parallel logic without GPUs).
     Local(cpu::collective::LocalPeer),
@@ -251,16 +350,20 @@ pub enum Group {
 /// What a step's temporaries must be sized for: the CPU kernels' scratch
 /// depends on the worker count, cuDNN's workspaces on the GPU's algorithms.
 #[derive(Clone)]
-pub enum Sizing {
+pub(crate) enum Sizing {
     Cpu { threads: usize },
     Cuda(Arc<cuda::Gpu>),
 }
 
+/// Which kind of backend an arena is on, for reports and refusals.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DeviceKind {
+    /// The CPU backend.
     Cpu,
+    /// The CUDA backend.
     Cuda,
+    /// A backend that only plans: no memory, no kernels.
     Dry,
 }
 
@@ -286,6 +389,8 @@ impl fmt::Display for DeviceKind {
 pub struct Workers(Option<std::sync::Arc<rayon::ThreadPool>>);
 
 impl Workers {
+    /// Runs `body` on one of the workers (at once where there are none, on a
+    /// GPU).
     pub fn run<R: Send>(&self, body: impl FnOnce() -> R + Send) -> R {
         match &self.0 {
             Some(pool) => pool.install(body),
@@ -295,7 +400,7 @@ impl Workers {
 }
 
 /// A device together with its arena memory. Ops' launch helper `match`es on this.
-pub enum Backend {
+pub(crate) enum Backend {
     Cpu(cpu::CpuBackend),
     Cuda(cuda::CudaBackend),
     /// Counts bytes; has no memory and runs nothing.

@@ -37,7 +37,7 @@ impl Runtime {
 
     /// A planning runtime shaped like this one: it sizes as this device
     /// does, with this device's convolution choices.
-    pub fn planning_twin(&self) -> Self {
+    pub(crate) fn planning_twin(&self) -> Self {
         Self {
             backend: self.backend.dry_twin(),
             policy: self.policy,
@@ -50,7 +50,7 @@ impl Runtime {
     }
 
     /// Changes how the steps from now on compute, or refuses a policy the
-    /// device cannot follow (see [`Policy::check`]). Convolution plans are
+    /// device cannot follow (TF32 or bf16 on the CPU). Convolution plans are
     /// kept per policy, so a later step under another policy plans its
     /// own.
     pub fn set_policy(&mut self, policy: Policy) -> Result<(), BackendError> {
@@ -63,6 +63,7 @@ impl Runtime {
         Ok(())
     }
 
+    /// Which kind of backend it runs on.
     pub fn kind(&self) -> DeviceKind {
         self.backend.kind()
     }
@@ -85,7 +86,7 @@ impl Runtime {
 
     /// `(total, free)` device memory on a GPU; `None` on the CPU. Waits for
     /// queued work first.
-    pub fn device_memory(&mut self) -> Result<Option<(usize, usize)>, BackendError> {
+    pub(crate) fn device_memory(&mut self) -> Result<Option<(usize, usize)>, BackendError> {
         self.backend.device_memory()
     }
 

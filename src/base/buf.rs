@@ -60,8 +60,12 @@ impl Element for bf16 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DType {
+    /// 32-bit IEEE floats: parameters, optimizer state, and every tensor of an
+    /// fp32 step.
     #[default]
     F32,
+    /// bfloat16: fp32's top 16 bits, for a mixed-precision step's activations
+    /// and gradients.
     Bf16,
 }
 
@@ -93,7 +97,9 @@ impl std::fmt::Display for DType {
 /// type being decided by the op that made them (see [`DType`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FloatBuf {
+    /// fp32 values.
     F32(Buf<f32>),
+    /// bf16 values.
     Bf16(Buf<bf16>),
 }
 
@@ -115,6 +121,7 @@ impl From<Buf<bf16>> for FloatBuf {
 }
 
 impl FloatBuf {
+    /// The type it holds.
     pub const fn dtype(&self) -> DType {
         match self {
             Self::F32(_) => DType::F32,
@@ -122,6 +129,7 @@ impl FloatBuf {
         }
     }
 
+    /// Bytes from the arena's start.
     pub const fn offset(&self) -> usize {
         match self {
             Self::F32(b) => b.offset(),
@@ -129,6 +137,7 @@ impl FloatBuf {
         }
     }
 
+    /// Number of elements.
     pub const fn len(&self) -> usize {
         match self {
             Self::F32(b) => b.len(),
@@ -136,6 +145,7 @@ impl FloatBuf {
         }
     }
 
+    /// Whether it holds no element.
     pub const fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -166,6 +176,7 @@ impl FloatBuf {
 /// [`FloatBuf`] when it holds `T` (a kernel handed the other float type
 /// gets `None`, which its backend reports rather than misreading bytes).
 pub trait Typed<T> {
+    /// The buffer as a `Buf<T>`, or `None` if it holds another type.
     fn typed(self) -> Option<Buf<T>>;
 }
 impl<T> Typed<T> for Buf<T> {
@@ -241,6 +252,7 @@ impl<T: Element> Buf<T> {
         self.len
     }
 
+    /// Whether it holds no element.
     pub const fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -9,7 +9,9 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Layout {
+    /// Channels first, row-major: `[N][C][H][W]`.
     #[default]
     Nchw,
+    /// Channels last: `[N][H][W][C]`.
     Nhwc,
 }

@@ -3,8 +3,11 @@
 
 use std::fmt;
 
+/// The most dimensions a tensor has: a batch of images.
 pub const MAX_RANK: usize = 4;
 
+/// A tensor's dimensions, outermost first (`[N, C, H, W]` for images), held
+/// inline.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Shape {
     dims: [usize; MAX_RANK],
@@ -28,10 +31,12 @@ impl Shape {
         }
     }
 
+    /// The dimensions, outermost first.
     pub fn dims(&self) -> &[usize] {
         &self.dims[..self.rank as usize]
     }
 
+    /// How many dimensions.
     pub fn rank(&self) -> usize {
         self.rank as usize
     }

@@ -8,10 +8,13 @@ use std::str::FromStr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ByteSize(pub usize);
 
+/// Text that is not a size [`ByteSize`] reads.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("cannot read {input:?} as a size: {reason} (examples: 64MiB, 2GiB, 512KB, 1048576)")]
 pub struct SizeParseError {
+    /// The text given.
     pub input: String,
+    /// What is wrong with it.
     pub reason: &'static str,
 }
 

@@ -228,7 +228,9 @@ fn prune(dir: &Path, saved: &Path, saved_step: u64, keep: usize) -> Result<(), C
 /// The newest checkpoint in a directory that reads cleanly.
 #[derive(Debug)]
 pub struct Latest {
+    /// Its file.
     pub path: PathBuf,
+    /// What it holds.
     pub checkpoint: Checkpoint,
     /// Newer checkpoint files that did not read cleanly, newest first, with
     /// why; the caller reports each as `skipped <path>: <why>`.

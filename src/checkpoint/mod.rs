@@ -18,8 +18,8 @@
 //!   `model.load_state_dict` (`scripts/check_checkpoint_torch.py`). For
 //!   the MNIST CNN: `conv1.weight [10, 1, 5, 5]`, `conv2.weight [20, 10, 5, 5]`,
 //!   `fc1.weight [50, 320]`, `fc1.bias [50]`, `fc2.weight [10, 50]`,
-//!   `fc2.bias [10]` — [`Param::name`](crate::Param::name) gives them.
-//!   Optimizer state goes beside them as
+//!   `fc2.bias [10]` — [`ParamStore::name`](crate::nn::ParamStore::name)
+//!   gives them. Optimizer state goes beside them as
 //!   `optimizer.<parameter name>.momentum_buffer` ([`momentum_buffer_name`]),
 //!   like the `momentum_buffer` of PyTorch's SGD state.
 //! - **Metadata**, in the header's `__metadata__` string → string map:
@@ -91,13 +91,17 @@ pub const RESERVED_KEYS: [&str; 7] = [
 /// One F32 tensor by name, row-major.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NamedTensor {
+    /// Its name, as PyTorch's `state_dict` names it.
     pub name: String,
+    /// Its shape, outermost first.
     pub shape: Vec<usize>,
     /// `shape.iter().product()` values.
     pub values: Vec<f32>,
 }
 
 impl NamedTensor {
+    /// A tensor of `shape` named `name`; `values` must hold `shape`'s product
+    /// of them (checked when written).
     pub fn new(name: impl Into<String>, shape: &[usize], values: Vec<f32>) -> Self {
         Self {
             name: name.into(),
@@ -114,6 +118,7 @@ pub struct Checkpoint {
     pub epoch: u64,
     /// Steps done in all; also the file's name.
     pub step: u64,
+    /// The run's seed: a resumed run draws what the straight one would have.
     pub seed: u64,
     /// The training configuration, serialised by the caller.
     pub config_json: String,

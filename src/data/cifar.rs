@@ -19,9 +19,13 @@ use std::path::{Path, PathBuf};
 use super::idx::Images;
 use super::{DataError, ImageSet};
 
+/// Channels of a CIFAR-10 image: red, green, blue.
 pub const CHANNELS: usize = 3;
+/// Rows of a CIFAR-10 image.
 pub const IMAGE_ROWS: usize = 32;
+/// Columns of a CIFAR-10 image.
 pub const IMAGE_COLS: usize = 32;
+/// CIFAR-10's classes.
 pub const CLASSES: usize = 10;
 /// Bytes of one record: the label, then the image.
 pub const RECORD_BYTES: usize = 1 + CHANNELS * IMAGE_ROWS * IMAGE_COLS;
@@ -34,6 +38,7 @@ pub const TRAIN_FILES: [&str; 5] = [
     "data_batch_4.bin",
     "data_batch_5.bin",
 ];
+/// The test batch's file.
 pub const TEST_FILE: &str = "test_batch.bin";
 
 /// CIFAR-10's per-channel (R, G, B) statistics of pixels scaled to [0, 1],

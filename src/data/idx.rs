@@ -37,9 +37,13 @@ const IN_MEMORY: &str = "<in-memory buffer>";
 /// IDX images are greyscale: one channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Images {
+    /// Images in the stack.
     pub count: usize,
+    /// Channels per image: 1 (greyscale) or 3 (RGB).
     pub channels: usize,
+    /// Rows per image.
     pub rows: usize,
+    /// Columns per image.
     pub cols: usize,
     /// `count * channels * rows * cols` bytes, image after image.
     pub pixels: Vec<u8>,

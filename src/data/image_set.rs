@@ -18,10 +18,15 @@ pub struct ImageSet {
     pub name: String,
     /// Random pixels and labels: its accuracy means nothing.
     pub synthetic: bool,
+    /// The training images.
     pub train_images: Images,
+    /// Their labels, one per image, each below `classes`.
     pub train_labels: Vec<u8>,
+    /// The test (validation) images.
     pub test_images: Images,
+    /// Their labels.
     pub test_labels: Vec<u8>,
+    /// How many classes the labels name.
     pub classes: usize,
     /// The classes' names in label order: `classes` of them ("0" to "9"
     /// for MNIST; an image folder's subfolder names, sorted).
@@ -174,7 +179,9 @@ impl ImageOptions {
 /// An image's height and width in pixels, written `HxW` (`32x32`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ImageSize {
+    /// Height, in pixels.
     pub rows: usize,
+    /// Width, in pixels.
     pub cols: usize,
 }
 
@@ -219,7 +226,12 @@ pub enum DataSource {
     Dir(PathBuf),
     /// Random CIFAR-10-shaped images: `train` training and `test` test
     /// images (see [`super::cifar::synthetic`]).
-    Synthetic { train: usize, test: usize },
+    Synthetic {
+        /// Training images.
+        train: usize,
+        /// Test images.
+        test: usize,
+    },
 }
 
 impl DataSource {

@@ -51,6 +51,17 @@ impl DataKind {
         }
     }
 
+    /// What one step's batch of this data holds, counted, for messages that
+    /// count a batch: "images", "streams" (of characters, each reading its
+    /// next window), "sentences".
+    pub fn batch_holds(self) -> &'static str {
+        match self {
+            DataKind::Images => "images",
+            DataKind::Corpus => "streams",
+            DataKind::Treebank => "sentences",
+        }
+    }
+
     /// What an epoch of this data reads, one example at a time, for
     /// messages that count them: "images", "windows of characters" (each
     /// stream's next `seq_len` characters), "sentences".

@@ -17,8 +17,11 @@ use sha2::{Digest, Sha256};
 use super::idx::{self, Images};
 use super::{DataError, ImageSet};
 
+/// Rows of an MNIST image.
 pub const IMAGE_ROWS: usize = 28;
+/// Columns of an MNIST image.
 pub const IMAGE_COLS: usize = 28;
+/// MNIST's classes: the digits.
 pub const CLASSES: usize = 10;
 
 /// Name of the optional checksum list, in `sha256sum` output format.

@@ -46,96 +46,145 @@ pub use set::DataSet;
 /// remedy; the CLI adds the flags to pass (its hints).
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
+    /// A file could not be read.
     #[error(
         "cannot read {}: {source}",
         path.display()
     )]
     Io {
+        /// The file.
         path: PathBuf,
+        /// What the system said.
         #[source]
         source: std::io::Error,
     },
 
+    /// A `.gz` file that does not decompress: a download cut short.
     #[error(
         "{} starts like gzip but does not decompress ({source}) — the download is probably \
          incomplete or corrupt; re-download the file",
         path.display()
     )]
     Gzip {
+        /// The file.
         path: PathBuf,
+        /// What the decoder said.
         #[source]
         source: std::io::Error,
     },
 
+    /// An IDX file whose magic number is not the one its slot needs.
     #[error(
         "{} has magic number {found:#010x}, expected {expected:#010x} — it is not the IDX file \
          this slot needs (images and labels swapped?)",
         path.display()
     )]
-    BadMagic { path: PathBuf, found: u32, expected: u32 },
+    BadMagic {
+        /// The file.
+        path: PathBuf,
+        /// The magic number read.
+        found: u32,
+        /// The one images (`0x803`) or labels (`0x801`) have.
+        expected: u32,
+    },
 
+    /// An IDX file shorter than its header says.
     #[error(
         "{} is truncated: its header implies {expected_bytes} bytes (after decompression) but it \
          has {found_bytes} — re-download the file",
         path.display()
     )]
     Truncated {
+        /// The file.
         path: PathBuf,
+        /// Bytes the header implies.
         expected_bytes: u64,
+        /// Bytes there are.
         found_bytes: u64,
     },
 
+    /// An IDX file longer than its header says.
     #[error(
         "{} has trailing bytes: its header implies {expected_bytes} bytes (after decompression) \
          but it has {found_bytes} — the file is corrupt or not MNIST; re-download the file",
         path.display()
     )]
     TrailingBytes {
+        /// The file.
         path: PathBuf,
+        /// Bytes the header implies.
         expected_bytes: u64,
+        /// Bytes there are.
         found_bytes: u64,
     },
 
+    /// A file whose SHA-256 is not the one `SHA256SUMS` lists.
     #[error(
         "{} fails its checksum: SHA-256 is {found} but SHA256SUMS lists {expected} — the file is \
          corrupt or was replaced; re-download it (or fix SHA256SUMS if the new file is intended)",
         path.display()
     )]
     Checksum {
+        /// The file.
         path: PathBuf,
+        /// The digest listed, in hex.
         expected: String,
+        /// The file's digest, in hex.
         found: String,
     },
 
+    /// A line of `SHA256SUMS` that is not a digest and a file name.
     #[error(
         "{} line {line} is not `<64 hex digits>  <file name>` — regenerate it with \
          `sha256sum *.gz > SHA256SUMS` in the data directory, or delete it",
         path.display()
     )]
-    ChecksumList { path: PathBuf, line: usize },
+    ChecksumList {
+        /// The `SHA256SUMS` file.
+        path: PathBuf,
+        /// The line, from 1.
+        line: usize,
+    },
 
+    /// One of MNIST's four files is missing.
     #[error(
         "{} not found — the data directory must hold train-images-idx3-ubyte, \
          train-labels-idx1-ubyte, t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte (each raw, \
          or gzipped with a .gz suffix); download MNIST there",
         path.display()
     )]
-    MissingFile { path: PathBuf },
+    MissingFile {
+        /// The file looked for.
+        path: PathBuf,
+    },
 
+    /// One of CIFAR-10's six files is missing.
     #[error(
         "{} not found — a CIFAR-10 directory must hold data_batch_1.bin to data_batch_5.bin and \
          test_batch.bin (CIFAR-10's binary version); download CIFAR-10 there",
         path.display()
     )]
-    MissingCifarFile { path: PathBuf },
+    MissingCifarFile {
+        /// The file looked for.
+        path: PathBuf,
+    },
 
+    /// A CIFAR-10 file that is not a whole number of records.
     #[error(
         "{} has {bytes} bytes, not a whole number of {record}-byte CIFAR-10 records — the file is \
          truncated or not CIFAR-10's binary version; re-download it",
         path.display()
     )]
-    PartialRecord { path: PathBuf, bytes: u64, record: usize },
+    PartialRecord {
+        /// The file.
+        path: PathBuf,
+        /// Its bytes.
+        bytes: u64,
+        /// Bytes per record: a label and 3×32×32 pixels.
+        record: usize,
+    },
 
+    /// A directory that holds none of the formats read.
     #[error(
         "{} holds no data set: looked for MNIST (train-images-idx3-ubyte, train-labels-idx1-ubyte, \
          t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte, each raw or .gz), for CIFAR-10 \
@@ -143,15 +192,23 @@ pub enum DataError {
          subfolder of PNG or JPEG images per class)",
         dir.display()
     )]
-    UnknownFormat { dir: PathBuf },
+    UnknownFormat {
+        /// The directory.
+        dir: PathBuf,
+    },
 
+    /// An image folder with nothing in it.
     #[error(
         "{} is empty — an image folder holds one subfolder of PNG or JPEG images per class \
          (such as cats/1.png and dogs/1.jpg); put your images there",
         dir.display()
     )]
-    EmptyDir { dir: PathBuf },
+    EmptyDir {
+        /// The folder.
+        dir: PathBuf,
+    },
 
+    /// An image folder with fewer than two classes.
     #[error(
         "{} holds {} class folder{}{} — a classifier needs at least 2: put one subfolder of PNG \
          or JPEG images per class in it",
@@ -160,28 +217,50 @@ pub enum DataError {
         if found.len() == 1 { "" } else { "s" },
         if found.is_empty() { String::new() } else { format!(" ({})", found.join(", ")) }
     )]
-    FewClasses { dir: PathBuf, found: Vec<String> },
+    FewClasses {
+        /// The folder.
+        dir: PathBuf,
+        /// The class folders found.
+        found: Vec<String>,
+    },
 
+    /// An image folder with more classes than labels of a byte can name.
     #[error(
         "{} holds {found} class folders; at most {max} classes are supported",
         dir.display(),
         max = folder::MAX_CLASSES
     )]
-    TooManyClasses { dir: PathBuf, found: usize },
+    TooManyClasses {
+        /// The folder.
+        dir: PathBuf,
+        /// The class folders found.
+        found: usize,
+    },
 
+    /// A class folder without an image.
     #[error(
         "{} holds no PNG or JPEG image (.png, .jpg, .jpeg) — put the class's images in it, or \
          remove the folder",
         path.display()
     )]
-    EmptyClass { path: PathBuf },
+    EmptyClass {
+        /// The class folder.
+        path: PathBuf,
+    },
 
+    /// A file with an image's extension that does not decode.
     #[error(
         "{} is not a readable PNG or JPEG image ({why}) — replace or remove the file",
         path.display()
     )]
-    BadImage { path: PathBuf, why: String },
+    BadImage {
+        /// The file.
+        path: PathBuf,
+        /// What the decoder said.
+        why: String,
+    },
 
+    /// Images of two sizes in a folder read without `--image-size`.
     #[error(
         "{} is {}×{} pixels (height×width) but {} is {}×{}: images of different sizes must be \
          resized to one size",
@@ -193,74 +272,143 @@ pub enum DataError {
         other_size.1
     )]
     MixedSizes {
+        /// The first image read.
         first: PathBuf,
+        /// Its height and width.
         first_size: (usize, usize),
+        /// An image of another size.
         other: PathBuf,
+        /// Its height and width.
         other_size: (usize, usize),
     },
 
+    /// An image size that does not parse as `HxW`.
     #[error("`{given}` is not an image size: {why}")]
-    BadImageSize { given: String, why: String },
+    BadImageSize {
+        /// The text given.
+        given: String,
+        /// What is wrong with it.
+        why: String,
+    },
 
+    /// A validation split outside (0, 1).
     #[error("a validation split of {given} is not a fraction between 0 and 1 (both excluded)")]
-    ValSplit { given: f64 },
+    ValSplit {
+        /// The fraction given.
+        given: f64,
+    },
 
+    /// A split asked of a folder that has a `val/` already.
     #[error(
         "{} holds the validation images already, and a split of the training images was asked \
          for too: choose one",
         dir.display()
     )]
-    ValTwice { dir: PathBuf },
+    ValTwice {
+        /// The folder.
+        dir: PathBuf,
+    },
 
+    /// A subfolder of `val/` that names no training class.
     #[error(
         "{} is not a training class ({}) — each subfolder of val/ must be named as a class folder \
          beside it",
         path.display(),
         classes.join(", ")
     )]
-    ValUnknownClass { path: PathBuf, classes: Vec<String> },
+    ValUnknownClass {
+        /// The subfolder.
+        path: PathBuf,
+        /// The training classes.
+        classes: Vec<String>,
+    },
 
+    /// A `val/` folder without an image in its class folders.
     #[error(
         "{} holds no PNG or JPEG image in class subfolders — put validation images in \
          val/<class>/, or remove it",
         dir.display()
     )]
-    ValEmpty { dir: PathBuf },
+    ValEmpty {
+        /// The `val/` folder.
+        dir: PathBuf,
+    },
 
+    /// A split too small to hold out one image.
     #[error(
         "a validation split of {fraction} holds out no image of the {total} (each class keeps at \
          least one for training) — ask for a larger fraction or add images"
     )]
-    SplitTooSmall { fraction: f64, total: usize },
+    SplitTooSmall {
+        /// The fraction asked for.
+        fraction: f64,
+        /// The training images.
+        total: usize,
+    },
 
+    /// Evaluation asked of a set that has no validation images.
     #[error(
         "{name} has no validation images to evaluate on: it has no val/ folder, and its run split \
          none of its training images off"
     )]
-    NoValidation { name: String },
+    NoValidation {
+        /// The set, for people.
+        name: String,
+    },
 
+    /// Images asked for in a channel count other than 1 or 3.
     #[error("images are read with 1 channel (greyscale) or 3 (RGB), not {channels}")]
-    FolderChannels { channels: usize },
+    FolderChannels {
+        /// The channels asked for.
+        channels: usize,
+    },
 
+    /// Folder options (a size, a split) given for data that is not an image
+    /// folder.
     #[error(
         "{} holds {name}, not an image folder: resizing and validation splits apply to image \
          folders only",
         dir.display()
     )]
-    NotAFolder { dir: PathBuf, name: String },
+    NotAFolder {
+        /// The data's path.
+        dir: PathBuf,
+        /// What it holds, in words.
+        name: String,
+    },
 
+    /// Images asked of a path that holds another kind of data.
     #[error("{} holds {}, not images", path.display(), holds.describe())]
-    NotImages { path: PathBuf, holds: DataKind },
+    NotImages {
+        /// The path.
+        path: PathBuf,
+        /// What it holds.
+        holds: DataKind,
+    },
 
+    /// A text corpus or a treebank that cannot be used.
     #[error(transparent)]
     Text(#[from] text::TextError),
 
+    /// A `--data` value that is not a directory or a synthetic source.
     #[error("`{given}` is not a data source: {why}")]
-    BadSource { given: String, why: String },
+    BadSource {
+        /// The text given.
+        given: String,
+        /// What is wrong with it.
+        why: String,
+    },
 
+    /// A synthetic set with an empty split.
     #[error("a synthetic set needs at least 1 training and 1 test image, not {train} and {test}")]
-    SyntheticSize { train: usize, test: usize },
+    SyntheticSize {
+        /// Training images asked for.
+        train: usize,
+        /// Test images asked for.
+        test: usize,
+    },
 
+    /// An images file and a labels file of different counts.
     #[error(
         "{} holds {images} images but {} holds {labels} labels — the two files belong to \
          different sets or one is damaged; re-download both",
@@ -268,46 +416,77 @@ pub enum DataError {
         labels_path.display()
     )]
     CountMismatch {
+        /// The images file.
         images_path: PathBuf,
+        /// Images in it.
         images: usize,
+        /// The labels file.
         labels_path: PathBuf,
+        /// Labels in it.
         labels: usize,
     },
 
+    /// A file that holds no images.
     #[error(
         "{} holds no images — a set must not be empty; re-download the file",
         path.display()
     )]
-    EmptySet { path: PathBuf },
+    EmptySet {
+        /// The file.
+        path: PathBuf,
+    },
 
+    /// Images of another size than the set's format has.
     #[error(
         "{} holds {rows}×{cols} images but the model expects {expected_rows}×{expected_cols}",
         path.display()
     )]
     ImageSize {
+        /// The file.
         path: PathBuf,
+        /// Its images' rows.
         rows: usize,
+        /// Its images' columns.
         cols: usize,
+        /// The rows expected.
         expected_rows: usize,
+        /// The columns expected.
         expected_cols: usize,
     },
 
+    /// A label past the set's classes.
     #[error(
         "{} has label {label} at index {index}, but there are only {classes} classes — the file \
          is corrupt or of another data set; re-download it",
         path.display()
     )]
     LabelOutOfRange {
+        /// The labels file.
         path: PathBuf,
+        /// The label's index in it.
         index: usize,
+        /// The label.
         label: u8,
+        /// The set's classes.
         classes: usize,
     },
 
+    /// `--train-limit` past the training images.
     #[error("a limit of {requested} training images is out of range: the training set has {available}")]
-    TrainLimit { requested: usize, available: usize },
+    TrainLimit {
+        /// The limit.
+        requested: usize,
+        /// The training images.
+        available: usize,
+    },
+    /// `--test-limit` past the test images.
     #[error("a limit of {requested} test images is out of range: the test set has {available}")]
-    TestLimit { requested: usize, available: usize },
+    TestLimit {
+        /// The limit.
+        requested: usize,
+        /// The test images.
+        available: usize,
+    },
 }
 
 /// Fixtures shared by the tests of `idx` and `mnist`: IDX buffers built in

@@ -10,15 +10,20 @@ use crate::Result;
 /// One split (training or test) in the persistent region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResidentSplit {
+    /// The images, one byte a pixel value, gathered and normalised on the
+    /// device each step.
     pub images: ByteImages,
+    /// One label per image.
     pub labels: Buf<u8>,
 }
 
 impl ResidentSplit {
+    /// Images in the split.
     pub fn len(&self) -> usize {
         self.images.count
     }
 
+    /// Whether the split holds no image.
     pub fn is_empty(&self) -> bool {
         self.images.count == 0
     }
@@ -50,8 +55,11 @@ impl ResidentSplit {
 /// A data set in the persistent region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResidentSet {
+    /// The training split.
     pub train: ResidentSplit,
+    /// The test split.
     pub test: ResidentSplit,
+    /// How many classes the labels name.
     pub classes: usize,
 }
 

@@ -47,6 +47,7 @@ impl DataSet {
         Self::open(&DataSource::Dir(path.to_path_buf()))
     }
 
+    /// Which kind of data set it is.
     pub fn kind(&self) -> DataKind {
         match self {
             Self::Images(_) => DataKind::Images,
@@ -98,6 +99,7 @@ impl DataSet {
         }
     }
 
+    /// The images, if it is an image set.
     pub fn images(&self) -> Option<&ImageSet> {
         match self {
             Self::Images(set) => Some(set),
@@ -105,6 +107,7 @@ impl DataSet {
         }
     }
 
+    /// The images, to change before a run is built (their normalisation).
     pub fn images_mut(&mut self) -> Option<&mut ImageSet> {
         match self {
             Self::Images(set) => Some(set),
@@ -112,6 +115,7 @@ impl DataSet {
         }
     }
 
+    /// The corpus, if it is a text corpus.
     pub fn corpus(&self) -> Option<&CharCorpus> {
         match self {
             Self::Corpus(c) => Some(c),
@@ -119,6 +123,7 @@ impl DataSet {
         }
     }
 
+    /// The treebank, if it is one.
     pub fn treebank(&self) -> Option<&Treebank> {
         match self {
             Self::Treebank(bank) => Some(bank),

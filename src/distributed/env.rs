@@ -34,6 +34,7 @@ use std::time::Duration;
 /// SLURM_PORT_BASE + SLURM_PORT_SPAN)`: below Linux's ephemeral range
 /// (32768 on), so no outgoing connection holds one by chance.
 pub const SLURM_PORT_BASE: u16 = 20000;
+/// How many ports job ids map onto, from [`SLURM_PORT_BASE`] up.
 pub const SLURM_PORT_SPAN: u16 = 10000;
 
 /// Who told this process its place in the group.
@@ -43,7 +44,9 @@ pub enum Launcher {
     Program,
     /// BUMPGRAD_ variables (bumpgrad's launcher) or torchrun's.
     Variables,
+    /// Open MPI's `mpirun` (its `OMPI_COMM_WORLD_*` variables).
     OpenMpi,
+    /// Slurm's `srun`, inside a job step (its `SLURM_*` variables).
     Slurm,
 }
 
@@ -61,6 +64,7 @@ impl fmt::Display for Launcher {
 /// Where a configuration came from: the launcher, and each variable read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Source {
+    /// Who set the place.
     pub launcher: Launcher,
     /// What each part of the configuration was read from, e.g.
     /// `"rank SLURM_PROCID"`, `"address SLURM_JOB_NODELIST (first host)"`.
@@ -68,6 +72,7 @@ pub struct Source {
 }
 
 impl Source {
+    /// A configuration the program made itself, reading nothing.
     pub const PROGRAM: Self = Self {
         launcher: Launcher::Program,
         vars: Vec::new(),

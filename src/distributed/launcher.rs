@@ -347,7 +347,7 @@ fn describe(status: ExitStatus) -> String {
 /// never complete: an ordinary exit runs the CUDA and NCCL libraries'
 /// teardown, which waits for that collective and hangs (seen on the GPU
 /// machine: `std::process::exit` never returned).
-pub fn exit_now(code: i32) -> ! {
+pub(crate) fn exit_now(code: i32) -> ! {
     use std::io::Write;
     let _ = std::io::stderr().flush();
     let _ = std::io::stdout().flush();

@@ -6,16 +6,16 @@
 //!   others connect, prove they know the job's [`token`], and receive
 //!   NCCL's id) and then watch each other, so a rank that dies ends the
 //!   others within a bounded time; strangers on the port are dropped;
-//! - [`env`]: a rank's place in the group from its environment (bumpgrad's
-//!   launcher, torchrun, Open MPI, Slurm);
+//! - [`env`](mod@env): a rank's place in the group from its environment
+//!   (bumpgrad's launcher, torchrun, Open MPI, Slurm);
 //! - [`launcher`]: `bumpgrad train --gpus N`, one child process per GPU;
 //! - [`rank`]: one rank's run: the rendezvous, a watch that ends the
 //!   process when the group fails, and its exit status;
-//! - [`buckets`]: the gradients in the persistent region, summed bucket by
+//! - `buckets`: the gradients in the persistent region, summed bucket by
 //!   bucket while backward runs;
 //! - [`local`]: an in-process group of threads with the same arithmetic.
 
-pub mod buckets;
+pub(crate) mod buckets;
 pub mod env;
 pub mod error;
 pub mod launcher;
@@ -40,11 +40,14 @@ pub const DEFAULT_BUCKET_BYTES: usize = 4 << 10;
 /// A rank's place in a data-parallel run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct World {
+    /// This rank, from 0.
     pub rank: usize,
+    /// The ranks in the run.
     pub size: usize,
 }
 
 impl World {
+    /// A run of one rank: not data-parallel.
     pub const ALONE: Self = Self { rank: 0, size: 1 };
 
     /// This rank's rows of a step of `len` examples, where a full step is
@@ -69,13 +72,16 @@ impl World {
 /// How a rank's device joins its data-parallel group before its arena is
 /// made: the group, and which GPU of the host the rank uses.
 pub struct Join {
+    /// The group the device joins.
     pub group: crate::backend::Group,
+    /// The GPU of the host the rank uses.
     pub ordinal: usize,
 }
 
 /// How a rank trains with the others.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct DataParallel {
+    /// This rank's place.
     pub world: World,
     /// Gradient bucket size in bytes.
     pub bucket_bytes: usize,

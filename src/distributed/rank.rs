@@ -25,7 +25,12 @@ pub enum RankEnd {
     /// A stop all ranks agreed on, after `step` of `epoch`: rank 0 wrote
     /// the checkpoint and reports the stop as its error; every other rank
     /// ends here.
-    StoppedWithOthers { epoch: usize, step: usize },
+    StoppedWithOthers {
+        /// The epoch stopped in, from 1.
+        epoch: usize,
+        /// Steps of it done.
+        step: usize,
+    },
 }
 
 impl RankEnd {
@@ -42,7 +47,9 @@ impl RankEnd {
 /// Why a rank failed: it could not join the others, or its training did.
 #[derive(Debug)]
 pub enum RankFailure {
+    /// The rendezvous failed: the group never formed.
     Joining(DistError),
+    /// Training failed once the group had formed.
     Training(crate::Error),
 }
 

@@ -20,9 +20,9 @@ use std::io::Read;
 use std::path::Path;
 
 /// Bytes of a proof (one SHA-256 output).
-pub const PROOF_LEN: usize = 32;
+pub(crate) const PROOF_LEN: usize = 32;
 /// Bytes of the nonce rank 0 sends each connection.
-pub const NONCE_LEN: usize = 32;
+pub(crate) const NONCE_LEN: usize = 32;
 /// The environment variable that carries the token.
 pub const TOKEN_VAR: &str = "BUMPGRAD_RENDEZVOUS_TOKEN";
 

@@ -37,7 +37,9 @@ static NEXT_ARENA: AtomicU64 = AtomicU64::new(1);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Region {
+    /// Below the mark: what lives as long as the run.
     Persistent,
+    /// Above the mark: one step's buffers, gone at its reset.
     Step,
 }
 
@@ -53,9 +55,11 @@ impl fmt::Display for Region {
 /// Memory statistics, public API: the CLI prints them and `--json` emits them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct ArenaStats {
+    /// The arena's bytes: its one allocation.
     pub capacity_bytes: usize,
     /// Bytes below the mark, padding included.
     pub persistent_bytes: usize,
+    /// Allocations below the mark.
     pub persistent_allocations: usize,
     /// The most bytes any step has used above the mark.
     pub step_high_water_bytes: usize,
@@ -82,6 +86,9 @@ pub(super) struct Counters {
     resets: u64,
 }
 
+/// The bookkeeping of one device allocation: the persistent region, the
+/// mark, the step region and its plans (see the module's doc). Offsets
+/// only; the runtime beside it owns the bytes.
 pub struct Arena {
     id: u64,
     pub(super) capacity: usize,
@@ -109,11 +116,15 @@ pub struct Arena {
 /// A persistent allocation, for the memory report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct PersistentBuf {
+    /// What it holds ("fc1.weight", "sgd momentum", "train images").
     pub what: &'static str,
     /// Its element type's name ([`Element::NAME`]).
     pub element: &'static str,
+    /// Bytes from the arena's start.
     pub offset: usize,
+    /// Bytes asked for.
     pub bytes: usize,
+    /// Bytes held: `bytes` rounded up to the alignment.
     pub size: usize,
 }
 
@@ -189,13 +200,14 @@ impl Arena {
         }
     }
 
+    /// The arena's bytes.
     pub fn capacity(&self) -> usize {
         self.capacity
     }
 
     /// The bytes nothing is allocated in (before the first allocation, the
     /// whole arena): where a GPU may time its convolutions.
-    pub fn free(&self) -> std::ops::Range<usize> {
+    pub(crate) fn free(&self) -> std::ops::Range<usize> {
         self.top..self.capacity
     }
 
@@ -206,10 +218,12 @@ impl Arena {
         self.poison = on;
     }
 
+    /// Whether every reset fills the step region with NaNs.
     pub fn poisons_steps(&self) -> bool {
         self.poison
     }
 
+    /// What the arena holds and has held, as the reports print it.
     pub fn stats(&self) -> ArenaStats {
         let c = &self.counters;
         ArenaStats {
@@ -226,7 +240,7 @@ impl Arena {
 
     /// Where the next persistent allocation starts, in bytes from the
     /// arena's start (a multiple of 256).
-    pub fn top(&self) -> usize {
+    pub(crate) fn top(&self) -> usize {
         self.top
     }
 
@@ -349,7 +363,7 @@ impl Arena {
     }
 
     /// Every persistent allocation so far.
-    pub fn persistent_log(&self) -> &[PersistentBuf] {
+    pub(crate) fn persistent_log(&self) -> &[PersistentBuf] {
         &self.persistent_log
     }
 

@@ -4,6 +4,7 @@
 use super::Region;
 use crate::base::{ByteSize, Shape};
 
+/// What the arena refuses, with the sizes that would have worked.
 #[derive(Debug, thiserror::Error)]
 pub enum ArenaError {
     /// The arena cannot hold an allocation. `would_fit` is the capacity that
@@ -14,12 +15,19 @@ pub enum ArenaError {
         ByteSize(*.requested), ByteSize(*.in_use), ByteSize(*.capacity), largest(live), ByteSize(*.would_fit)
     )]
     Exhausted {
+        /// The region asked of.
         region: Region,
+        /// What the allocation is for.
         what: &'static str,
+        /// Its shape.
         shape: Shape,
+        /// Its bytes, aligned.
         requested: usize,
+        /// Bytes in use when it was asked.
         in_use: usize,
+        /// The arena's bytes.
         capacity: usize,
+        /// An arena that would have held it.
         would_fit: usize,
         /// The largest step buffers alive at that point, largest first.
         live: Vec<(&'static str, usize)>,
@@ -30,9 +38,13 @@ pub enum ArenaError {
         ByteSize(*.step_bytes), ByteSize(*.persistent_bytes), ByteSize(*.capacity), largest(live), ByteSize(*.would_fit)
     )]
     StepTooLarge {
+        /// The step's planned peak.
         step_bytes: usize,
+        /// The persistent region below it.
         persistent_bytes: usize,
+        /// The arena's bytes.
         capacity: usize,
+        /// An arena that would have held it.
         would_fit: usize,
         /// The largest buffers alive at the step's peak.
         live: Vec<(&'static str, usize)>,

@@ -17,13 +17,14 @@
 mod arena;
 mod error;
 mod placement;
-pub mod plan;
+pub(crate) mod plan;
 mod report;
 
 pub use crate::base::{
     align_up, bf16, Buf, ByteSize, DType, Element, FloatBuf, Shape, SizeParseError, Typed, ALIGN, MAX_RANK,
 };
-pub use arena::{Arena, ArenaStats, PersistentBuf, Region, StepFootprint, Touch, POISON};
+pub use arena::{Arena, ArenaStats, PersistentBuf, Region, POISON};
+pub(crate) use arena::{StepFootprint, Touch};
 pub use error::{suggest, ArenaError};
-pub use plan::{PlannedBuf, StepPlan};
+pub use plan::{Lifetime, PlannedBuf, StepPlan};
 pub use report::{chain_mode, MemoryReport, Recomputed, RecomputedKind, RecomputedOutput, SearchReport, TypeBytes};

@@ -127,7 +127,7 @@ impl Arena {
     }
 
     /// Keys of step kinds re-planned since the last call.
-    pub fn take_replanned(&mut self) -> Vec<u32> {
+    pub(crate) fn take_replanned(&mut self) -> Vec<u32> {
         std::mem::take(&mut self.replanned)
     }
 

@@ -25,6 +25,7 @@ pub struct Lifetime {
 }
 
 impl Lifetime {
+    /// Whether the two are alive at one tick: then they may not share a byte.
     pub fn overlaps(&self, other: &Lifetime) -> bool {
         self.born <= other.last && other.born <= self.last
     }
@@ -33,15 +34,18 @@ impl Lifetime {
 /// A step buffer with its lifetime and its offset above the mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct PlannedBuf {
+    /// What it holds, as its op names it ("conv2d output").
     pub what: &'static str,
     /// Its element type's name ([`super::Element::NAME`]).
     pub element: &'static str,
+    /// Its shape.
     #[serde(serialize_with = "shape_dims")]
     pub shape: Shape,
     /// Bytes asked for.
     pub bytes: usize,
     /// Bytes held: `bytes` rounded up to the arena's alignment.
     pub size: usize,
+    /// The ticks it is alive.
     pub life: Lifetime,
     /// The longest stretch it sits untouched while alive (the first of
     /// equally long ones): from a touch (`born`) to the next one (`last`),
@@ -57,6 +61,7 @@ fn shape_dims<S: serde::Serializer>(shape: &Shape, s: S) -> Result<S::Ok, S::Err
 }
 
 impl PlannedBuf {
+    /// Bytes above the mark where it ends.
     pub fn end(&self) -> usize {
         self.offset + self.size
     }
@@ -82,6 +87,8 @@ impl PlannedBuf {
 /// step, a shorter last batch...), keyed by the caller.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct StepPlan {
+    /// Which step it plans, as its caller numbers its kinds of step (a
+    /// training session: see [`crate::train::StepKind`]).
     pub key: u32,
     /// In allocation order.
     pub bufs: Vec<PlannedBuf>,
@@ -94,18 +101,18 @@ pub struct StepPlan {
     /// Bytes lost to alignment, summed over the buffers.
     pub alignment_waste: usize,
     /// The ticks of ops that recomputed a value backward read, rather than
-    /// ran the step's own ops, in order (see [`Trace::recompute_ticks`]).
+    /// ran the step's own ops, in order (see `Trace::recompute_ticks`).
     #[serde(skip)]
     pub recompute_ticks: Vec<u32>,
     /// Seconds the step's convolutions take beyond the fastest algorithms
     /// timed on the device, where workspaces were held below theirs (see
-    /// [`Trace::slower_seconds`]).
+    /// `Trace::slower_seconds`).
     #[serde(skip)]
     pub slower_seconds: f64,
     /// Buffers the op that allocated them numbered, as `(index in bufs,
     /// tag)` in allocation order: what the number means is the op's (a
     /// convolution's workspace: which shape and pass; see
-    /// [`Trace::tag_last`]).
+    /// `Trace::tag_last`).
     #[serde(skip)]
     pub tags: Vec<(usize, u32)>,
 }
@@ -134,6 +141,7 @@ impl StepPlan {
         live
     }
 
+    /// The peak against the lower bound: 1 is a placement no plan can beat.
     pub fn ratio(&self) -> f64 {
         if self.lower_bound == 0 {
             1.0

@@ -13,15 +13,21 @@ use std::fmt::Write;
 pub struct MemoryReport {
     /// The one allocation: persistent bytes plus the largest plan's peak.
     pub arena_bytes: usize,
+    /// The persistent region: parameters, optimizer state, the data set.
     pub persistent_bytes: usize,
     /// The training step's planned peak, its lower bound, and what bump
     /// allocation would hold.
     pub plan_peak_bytes: usize,
+    /// The most bytes alive at one op of the training step: no placement
+    /// needs less.
     pub lower_bound_bytes: usize,
+    /// What the training step would hold bump-allocated, every buffer
+    /// until the reset.
     pub bump_bytes: usize,
     /// Bytes lost to 256-byte alignment: persistent region plus the
     /// training step's buffers.
     pub alignment_waste_bytes: usize,
+    /// Every persistent allocation, in order.
     pub persistent: Vec<PersistentBuf>,
     /// Every step kind's plan; the training step's first.
     pub plans: Vec<StepPlan>,
@@ -50,6 +56,7 @@ pub struct MemoryReport {
 pub struct TypeBytes {
     /// The element type's name: "f32", "bf16", "u32", "u8".
     pub element: &'static str,
+    /// Its bytes.
     pub bytes: usize,
 }
 
@@ -383,6 +390,7 @@ pub struct Recomputed {
     /// ...and the multiply-adds recomputing them costs, against the
     /// step's convolutions' (forward and both gradients).
     pub extra_multiply_adds: u64,
+    /// The step's convolutions' multiply-adds, forward and both gradients.
     pub step_multiply_adds: u64,
     /// Seconds a step takes longer, by the device's cost model...
     pub predicted_extra_seconds: f64,
@@ -436,11 +444,15 @@ pub struct RecomputedOutput {
 /// fitted and were weighed by predicted time, and the dry runs it took.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct SearchReport {
+    /// Seconds it took.
     pub seconds: f64,
+    /// Seconds it may take ([`crate::train::SEARCH_SECONDS`]).
     pub bound_seconds: f64,
     /// It reached its bound, and took the cheapest plan found by then.
     pub stopped_at_bound: bool,
+    /// Plans that fitted the budget, weighed by predicted time.
     pub plans_weighed: usize,
+    /// Dry runs of the step it took.
     pub dry_runs: usize,
 }
 
@@ -469,7 +481,9 @@ impl SearchReport {
 pub struct RecomputedKind {
     /// The tensor, as the plan names it ("conv2d output").
     pub what: &'static str,
+    /// How many of them are recomputed...
     pub dropped: usize,
+    /// ...of this many in the step.
     pub of: usize,
     /// Bytes the dropped ones would have kept.
     pub bytes: usize,

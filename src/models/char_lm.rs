@@ -31,6 +31,7 @@ pub struct CharLmConfig {
     pub embed: usize,
     /// Units of each recurrent layer.
     pub hidden: usize,
+    /// Recurrent layers, stacked.
     pub layers: usize,
 }
 
@@ -73,6 +74,7 @@ impl CharLstm {
     /// What `--model` calls it.
     pub const NAME: &'static str = "char-lstm";
 
+    /// The model as a run's choice, at `config`'s sizes.
     pub fn choice(config: CharLmConfig) -> ModelChoice {
         ModelChoice::new::<Self>(Self::NAME, config)
     }
@@ -82,6 +84,7 @@ impl CharRnn {
     /// What `--model` calls it.
     pub const NAME: &'static str = "char-rnn";
 
+    /// The model as a run's choice, at `config`'s sizes.
     pub fn choice(config: CharLmConfig) -> ModelChoice {
         ModelChoice::new::<Self>(Self::NAME, config)
     }

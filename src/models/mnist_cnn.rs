@@ -10,6 +10,10 @@ use crate::tensor::{Param, Shape, Tensor};
 use crate::Step;
 use crate::{Error, Result};
 
+/// Lantern's MNIST CNN: two 5×5 convolutions of 10 and 20 filters (no
+/// bias), each max-pooled and rectified, then linear 320→50, relu,
+/// dropout, linear 50→classes; its parameters are named `conv1.weight` …
+/// `fc2.bias`, as PyTorch's MNIST example names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MnistCnn {
     conv1: Param,
@@ -29,10 +33,12 @@ impl MnistCnn {
     pub const NAME: &'static str = "mnist-cnn";
     /// The one example shape it takes: `[channels, rows, cols]`.
     pub const INPUT: Shape = Shape::new(&[1, 28, 28]);
+    /// The probability dropout zeroes a hidden feature with.
     pub const DROPOUT: f32 = 0.5;
     /// Features of the hidden layer (fc1's outputs, where dropout applies).
     pub const HIDDEN: usize = 50;
 
+    /// The model as a run's choice.
     pub fn choice() -> ModelChoice {
         ModelChoice::new::<Self>(Self::NAME, MnistCnnConfig)
     }

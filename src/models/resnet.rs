@@ -26,8 +26,10 @@ pub enum Depth {
     R50,
 }
 
+/// A ResNet's depth and width.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ResNetConfig {
+    /// ResNet-18 or ResNet-50.
     pub depth: Depth,
     /// Scales every channel count (at least 1 each): 0.125 gives a ResNet
     /// small enough to train in tests on a CPU.
@@ -131,6 +133,7 @@ impl Block {
     }
 }
 
+/// torchvision's ResNet-18 or -50 with the CIFAR stem (see [`crate::models`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResNet {
     stem: ConvBn,
@@ -139,9 +142,13 @@ pub struct ResNet {
 }
 
 impl ResNet {
+    /// What `--model` calls ResNet-18.
     pub const NAME_18: &'static str = "resnet18";
+    /// What `--model` calls ResNet-50.
     pub const NAME_50: &'static str = "resnet50";
 
+    /// The model as a run's choice, at `depth`, each channel count scaled by
+    /// `width_mult`.
     pub fn choice(depth: Depth, width_mult: f32) -> ModelChoice {
         let name = match depth {
             Depth::R18 => Self::NAME_18,

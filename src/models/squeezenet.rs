@@ -16,6 +16,7 @@ use crate::tensor::Tensor;
 use crate::Step;
 use crate::{Error, Result};
 
+/// SqueezeNet's width.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SqueezeNetConfig {
     /// Scales every channel count (at least 1 each).
@@ -64,6 +65,8 @@ enum Feature {
     Fire(Box<Fire>),
 }
 
+/// torchvision's SqueezeNet 1.1, with a 3×3 stride-1 first convolution for
+/// small images.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SqueezeNet {
     stem: Conv2d,
@@ -72,7 +75,9 @@ pub struct SqueezeNet {
 }
 
 impl SqueezeNet {
+    /// What `--model` calls it.
     pub const NAME: &'static str = "squeezenet";
+    /// The probability dropout zeroes a feature with, before the classifier.
     pub const DROPOUT: f32 = 0.5;
     const POOL: Pool2dArgs = Pool2dArgs {
         kernel: 3,
@@ -81,6 +86,7 @@ impl SqueezeNet {
         ceil_mode: true,
     };
 
+    /// The model as a run's choice, each channel count scaled by `width_mult`.
     pub fn choice(width_mult: f32) -> ModelChoice {
         ModelChoice::new::<Self>(Self::NAME, SqueezeNetConfig { width_mult })
     }

@@ -29,6 +29,7 @@ pub struct SstLstmConfig {
     pub embed: usize,
     /// Units of each LSTM layer.
     pub hidden: usize,
+    /// LSTM layers, stacked.
     pub layers: usize,
 }
 
@@ -55,6 +56,7 @@ impl SstLstm {
     /// What `--model` calls it.
     pub const NAME: &'static str = "sst-lstm";
 
+    /// The model as a run's choice, at `config`'s sizes.
     pub fn choice(config: SstLstmConfig) -> ModelChoice {
         ModelChoice::new::<Self>(Self::NAME, config)
     }

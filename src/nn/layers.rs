@@ -25,10 +25,15 @@ pub struct Conv2d {
 /// both axes, as every network here uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConvSpec {
+    /// Input channels.
     pub c_in: usize,
+    /// Output channels: the filters.
     pub c_out: usize,
+    /// The kernel's side.
     pub kernel: usize,
+    /// The step between output positions.
     pub stride: usize,
+    /// Zeros added on every side.
     pub padding: usize,
 }
 
@@ -73,6 +78,7 @@ impl Conv2d {
         })
     }
 
+    /// The convolution of `x`, `[N, c_in, H, W]`, plus the bias if it has one.
     pub fn forward<'s>(&self, s: &mut Step<'s>, x: Tensor<'s>) -> Result<Tensor<'s>> {
         let w = s.param(&self.weight);
         let b = self.bias.map(|b| s.param(&b));
@@ -149,6 +155,8 @@ pub struct Linear {
 }
 
 impl Linear {
+    /// Declares `weight` `[outputs, inputs]` and `bias` `[outputs]` on `pb`,
+    /// both uniform in ±1/√inputs as PyTorch's `nn.Linear` draws them.
     pub fn new(pb: &ParamBuilder<'_>, inputs: usize, outputs: usize) -> Result<Self> {
         Ok(Self {
             weight: pb.param("weight", Shape::new(&[outputs, inputs]), Init::UniformFanIn(inputs))?,
@@ -156,6 +164,7 @@ impl Linear {
         })
     }
 
+    /// `x · weightᵀ + bias`, for `x` of `[N, inputs]`.
     pub fn forward<'s>(&self, s: &mut Step<'s>, x: Tensor<'s>) -> Result<Tensor<'s>> {
         let (w, b) = (s.param(&self.weight), s.param(&self.bias));
         x.linear(s, w, Some(b))

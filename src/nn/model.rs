@@ -14,13 +14,16 @@ use std::sync::Arc;
 /// batch-norm, uses the running statistics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// `first_row`: where this batch starts in the step's whole batch (a
-    /// data-parallel shard), so its rows draw the masks they would draw on
-    /// one device.
+    /// A training step: dropout drops, batch-norm normalises by the batch.
     Train {
+        /// Where the step's dropout masks are drawn from.
         dropout: DropoutSeed,
+        /// Where this batch starts in the step's whole batch (a
+        /// data-parallel shard), so its rows draw the masks they would draw
+        /// on one device.
         first_row: usize,
     },
+    /// Evaluation: nothing dropped, batch-norm's running statistics used.
     Eval,
 }
 
@@ -65,8 +68,11 @@ impl Reads {
 /// window.
 #[derive(Debug, Clone, Copy)]
 pub struct Tokens<'s> {
+    /// The ids, `[T, B]` time-major.
     pub ids: Labels<'s>,
+    /// `T`: tokens each stream reads this window.
     pub steps: usize,
+    /// `B`: the streams.
     pub streams: usize,
     /// [`Model::carried`] floats per stream, stream-minor within each of the
     /// model's pieces of state (the model lays them out), in the
@@ -83,9 +89,13 @@ pub struct Tokens<'s> {
 /// padding after it changes nothing.
 #[derive(Debug, Clone, Copy)]
 pub struct SentenceInput<'s> {
+    /// The word ids, `[T, B]` time-major, right-padded.
     pub ids: Labels<'s>,
+    /// Each sentence's row at its last word, `(length − 1)·B + b`.
     pub last: Labels<'s>,
+    /// `T`: the longest sentence's words (the bucket's length).
     pub steps: usize,
+    /// `B`: the sentences.
     pub batch: usize,
 }
 
@@ -93,8 +103,11 @@ pub struct SentenceInput<'s> {
 /// sentences.
 #[derive(Debug, Clone, Copy)]
 pub enum Batch<'s> {
+    /// Images, `[N, channels, rows, cols]`, for [`Reads::Pixels`].
     Images(Tensor<'s>),
+    /// A window of token ids, for [`Reads::Tokens`].
     Tokens(Tokens<'s>),
+    /// Padded sentences, for [`Reads::SentenceIds`].
     Sentences(SentenceInput<'s>),
 }
 
@@ -120,6 +133,8 @@ impl<'s> From<SentenceInput<'s>> for Batch<'s> {
 /// [`ParamBuilder`] (so every tensor gets its PyTorch `state_dict` name),
 /// and its forward pass. Logits come out; the loss is the task's.
 pub trait Model: Send + Sync + Sized + 'static {
+    /// Its settings (widths, depths), given to [`Model::new`]; their
+    /// `Debug` form is what a checkpoint records of them.
     type Config: fmt::Debug + Clone + Send + Sync + 'static;
 
     /// What its forward pass reads.
@@ -198,6 +213,7 @@ impl ModelChoice {
         }
     }
 
+    /// As `--model` spells it.
     pub fn name(&self) -> &'static str {
         self.name
     }

@@ -56,6 +56,7 @@ pub struct OptimizerChoice {
 }
 
 impl OptimizerChoice {
+    /// Optimizer `C` under `name` (as `--optimizer` spells it) with `config`.
     pub fn new<C: OptimizerConfig>(name: &'static str, config: C) -> Self {
         let settings = format!("{config:?}");
         let check = config.clone();
@@ -67,6 +68,7 @@ impl OptimizerChoice {
         }
     }
 
+    /// As `--optimizer` spells it.
     pub fn name(&self) -> &'static str {
         self.name
     }
@@ -81,10 +83,13 @@ impl OptimizerChoice {
         format!("{} {}", self.name, self.settings)
     }
 
+    /// Refuses settings that cannot train (see [`OptimizerConfig::validate`]).
     pub fn validate(&self) -> Result<()> {
         (self.validate)()
     }
 
+    /// Builds the optimizer over `store`'s parameters, its state in the
+    /// persistent region (see [`OptimizerConfig::build`]).
     pub fn build(&self, store: &ParamStore, p: &mut Persistent<'_>, lr: LrAt) -> Result<Box<dyn Optimizer>> {
         (self.build)(store, p, lr)
     }

@@ -71,26 +71,34 @@ pub enum Init {
 /// Whether an entry is trained or only kept (and checkpointed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// Trained: it has a gradient, and the optimizer updates it.
     Param,
+    /// Kept, not trained (batch-norm's running statistics).
     Buffer,
 }
 
 /// One declared tensor and where it lies in its slab.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
+    /// Its name, as PyTorch's `state_dict` gives it (`layer1.0.conv1.weight`).
     pub name: String,
+    /// Its shape.
     pub shape: Shape,
+    /// Trained or only kept.
     pub kind: Kind,
+    /// How its values start.
     pub init: Init,
     /// Elements from the start of its slab (a multiple of 64: 256 bytes).
     pub start: usize,
 }
 
 impl Entry {
+    /// Its elements.
     pub fn len(&self) -> usize {
         self.shape.numel()
     }
 
+    /// Whether it has no element.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -97,7 +97,12 @@ pub enum Sequence<'s> {
     Features(Tensor<'s>),
     /// `T·B` ids, time-major (step `t`'s `B` ids from `t·B`), each below
     /// the input size `I`.
-    OneHot { ids: Labels<'s>, steps: usize },
+    OneHot {
+        /// The ids.
+        ids: Labels<'s>,
+        /// `T`, so that `B` is the ids over it.
+        steps: usize,
+    },
 }
 
 impl Sequence<'_> {
@@ -162,7 +167,9 @@ fn project<'s>(s: &mut Step<'s>, x: Sequence<'s>, w: &LayerTensors<'s>) -> Resul
 /// each.
 #[derive(Debug, Clone, Copy)]
 pub struct LstmState<'s> {
+    /// The hidden state.
     pub h: Tensor<'s>,
+    /// The cell.
     pub c: Tensor<'s>,
 }
 
@@ -175,6 +182,9 @@ pub struct Lstm {
 }
 
 impl Lstm {
+    /// Declares `layers` layers (`weight_ih_l{k}`, `weight_hh_l{k}`,
+    /// `bias_ih_l{k}`, `bias_hh_l{k}`; gates i, f, g, o) as PyTorch names
+    /// and initialises them; refuses a size of 0.
     pub fn new(pb: &ParamBuilder<'_>, input: usize, hidden: usize, layers: usize) -> Result<Self> {
         Ok(Self {
             input,
@@ -183,6 +193,7 @@ impl Lstm {
         })
     }
 
+    /// Units of each layer: `H`.
     pub fn hidden(&self) -> usize {
         self.hidden
     }
@@ -240,6 +251,8 @@ pub struct Rnn {
 }
 
 impl Rnn {
+    /// Declares `layers` tanh layers, named and initialised as PyTorch's;
+    /// refuses a size of 0.
     pub fn new(pb: &ParamBuilder<'_>, input: usize, hidden: usize, layers: usize) -> Result<Self> {
         Ok(Self {
             input,
@@ -248,6 +261,7 @@ impl Rnn {
         })
     }
 
+    /// Units of each layer: `H`.
     pub fn hidden(&self) -> usize {
         self.hidden
     }
@@ -304,6 +318,7 @@ pub struct Embedding {
 }
 
 impl Embedding {
+    /// Declares `weight` on `pb`.
     pub fn new(pb: &ParamBuilder<'_>, vocab: usize, dim: usize) -> Result<Self> {
         Ok(Self {
             weight: pb.param("weight", Shape::new(&[vocab, dim]), Init::Normal(1.0))?,

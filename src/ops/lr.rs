@@ -18,11 +18,14 @@ use crate::{Error, Result};
 /// advances the cursor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LrAt {
+    /// Every step's rate, in the persistent region.
     pub table: Buf<f32>,
+    /// Where the global step is read.
     pub cursor: StepCursor,
 }
 
 impl LrAt {
+    /// The rate of `table` at `cursor`'s step.
     pub fn new(table: Buf<f32>, cursor: StepCursor) -> Self {
         Self { table, cursor }
     }

@@ -19,12 +19,18 @@ use crate::Step;
 use crate::{Error, Result, Setting};
 
 /// Adagrad's settings (the rate is the run's); the default is PyTorch's:
-/// no rate or weight decay, an accumulator starting at 0, eps 1e-10.
+/// no rate or weight decay, an accumulator starting at 0, eps 1e-10. Set
+/// by name: `AdagradConfig::default().lr_decay(0.01)`.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct AdagradConfig {
+    /// The rate at update `t` is `lr / (1 + (t − 1)·lr_decay)`.
     pub lr_decay: f64,
+    /// L2 penalty added to the gradient (`d = g + wd·p`).
     pub weight_decay: f64,
+    /// What the sum of squared gradients starts at.
     pub initial_accumulator_value: f64,
+    /// Added to `√sum` so the step stays finite where the sum is 0.
     pub eps: f64,
 }
 
@@ -41,6 +47,32 @@ impl Default for AdagradConfig {
 }
 
 impl AdagradConfig {
+    /// Sets [`lr_decay`](Self::lr_decay).
+    pub fn lr_decay(mut self, lr_decay: f64) -> Self {
+        self.lr_decay = lr_decay;
+        self
+    }
+
+    /// Sets [`weight_decay`](Self::weight_decay).
+    pub fn weight_decay(mut self, weight_decay: f64) -> Self {
+        self.weight_decay = weight_decay;
+        self
+    }
+
+    /// Sets [`initial_accumulator_value`](Self::initial_accumulator_value).
+    pub fn initial_accumulator_value(mut self, value: f64) -> Self {
+        self.initial_accumulator_value = value;
+        self
+    }
+
+    /// Sets [`eps`](Self::eps).
+    pub fn eps(mut self, eps: f64) -> Self {
+        self.eps = eps;
+        self
+    }
+
+    /// These settings as a run's optimizer
+    /// ([`crate::train::RunConfig::optimizer`]).
     pub fn choice(self) -> OptimizerChoice {
         OptimizerChoice::new(Adagrad::NAME, self)
     }
@@ -54,6 +86,8 @@ impl AdagradConfig {
     }
 }
 
+/// Adagrad built: its settings, the rate, and the sum of squared gradients, a
+/// slab laid out like the parameters.
 pub struct Adagrad {
     hyper: AdagradHyper,
     lr: LrAt,

@@ -16,12 +16,18 @@ use crate::Step;
 use crate::{Error, Result, Setting};
 
 /// AdamW's settings (the rate is the run's); the default is PyTorch's:
-/// betas (0.9, 0.999), eps 1e-8, weight decay 0.01.
+/// betas (0.9, 0.999), eps 1e-8, weight decay 0.01. Set by name:
+/// `AdamWConfig::default().betas(0.9, 0.95)`.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct AdamWConfig {
+    /// Decay of the gradient's running mean `m` (PyTorch's `betas[0]`).
     pub beta1: f64,
+    /// Decay of the squared gradient's running mean `v` (`betas[1]`).
     pub beta2: f64,
+    /// Added to `√v` so the step stays finite where `v` is 0.
     pub eps: f64,
+    /// Decoupled weight decay: `p *= 1 − lr·wd` before the step.
     pub weight_decay: f64,
 }
 
@@ -38,6 +44,27 @@ impl Default for AdamWConfig {
 }
 
 impl AdamWConfig {
+    /// Sets [`beta1`](Self::beta1) and [`beta2`](Self::beta2), as PyTorch's
+    /// `betas`.
+    pub fn betas(mut self, beta1: f64, beta2: f64) -> Self {
+        (self.beta1, self.beta2) = (beta1, beta2);
+        self
+    }
+
+    /// Sets [`eps`](Self::eps).
+    pub fn eps(mut self, eps: f64) -> Self {
+        self.eps = eps;
+        self
+    }
+
+    /// Sets [`weight_decay`](Self::weight_decay).
+    pub fn weight_decay(mut self, weight_decay: f64) -> Self {
+        self.weight_decay = weight_decay;
+        self
+    }
+
+    /// These settings as a run's optimizer
+    /// ([`crate::train::RunConfig::optimizer`]).
     pub fn choice(self) -> OptimizerChoice {
         OptimizerChoice::new(AdamW::NAME, self)
     }
@@ -52,6 +79,8 @@ impl AdamWConfig {
     }
 }
 
+/// AdamW built: its settings, the rate, and both moments, slabs laid out like
+/// the parameters.
 pub struct AdamW {
     hyper: AdamwHyper,
     lr: LrAt,

@@ -24,11 +24,14 @@ use std::fmt;
 /// update.
 #[derive(Clone)]
 pub struct ClipGradNorm {
+    /// The optimizer whose updates are clipped.
     pub inner: OptimizerChoice,
+    /// The largest 2-norm of all the gradients together.
     pub max_norm: f32,
 }
 
 impl ClipGradNorm {
+    /// `inner`, clipped to `max_norm`, under `inner`'s name.
     pub fn around(inner: OptimizerChoice, max_norm: f32) -> OptimizerChoice {
         let name = inner.name();
         OptimizerChoice::new(name, Self { inner, max_norm })

@@ -26,10 +26,13 @@ use std::str::FromStr;
 /// How the rate falls after the warm-up.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Decay {
+    /// The base rate throughout.
     Constant,
     /// Multiplied by `gamma` every `every` epochs.
     Step {
+        /// Epochs between decays.
         every: usize,
+        /// The factor of each decay.
         gamma: f64,
     },
     /// Half a cosine, from the base rate to 0 at the end of the run.
@@ -39,6 +42,7 @@ pub enum Decay {
 /// A schedule: its decay and the warm-up before it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Schedule {
+    /// How the rate falls after the warm-up.
     pub decay: Decay,
     /// Epochs of linear warm-up (fractions allowed); 0 for none.
     pub warmup_epochs: f64,
@@ -53,12 +57,21 @@ impl Default for Schedule {
     }
 }
 
+/// A `--schedule` or warm-up that does not parse.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ScheduleError {
+    /// A schedule of no known name.
     #[error("unknown schedule '{0}'; expected constant, step:EPOCHS,GAMMA or cosine")]
     Unknown(String),
+    /// A `step:` schedule whose numbers do not parse.
     #[error("schedule '{text}': {problem}; expected step:EPOCHS,GAMMA, e.g. step:30,0.1")]
-    Step { text: String, problem: &'static str },
+    Step {
+        /// The text given.
+        text: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+    /// A warm-up that is not a number of epochs.
     #[error("a warm-up of '{0}' epochs: expected a number of epochs, 0 or more")]
     Warmup(String),
 }

@@ -14,15 +14,42 @@ use crate::tensor::Persistent;
 use crate::Step;
 use crate::{Error, Result, Setting};
 
-/// SGD's settings (the rate is the run's, read from its schedule).
+/// SGD's settings (the rate is the run's, read from its schedule); the
+/// default is PyTorch's: no momentum, no weight decay. Set by name, as
+/// `torch.optim.SGD`'s arguments: `SgdConfig::default().momentum(0.9)`.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[non_exhaustive]
 pub struct SgdConfig {
+    /// The velocity's decay `μ`, in [0, 1); 0: plain SGD, no velocity kept.
     pub momentum: f32,
+    /// Nesterov's momentum: step along `d + μ·v` rather than `v`.
     pub nesterov: bool,
+    /// L2 penalty added to the gradient (`d = g + wd·p`), PyTorch's
+    /// `weight_decay`.
     pub weight_decay: f32,
 }
 
 impl SgdConfig {
+    /// Sets [`momentum`](Self::momentum).
+    pub fn momentum(mut self, momentum: f32) -> Self {
+        self.momentum = momentum;
+        self
+    }
+
+    /// Sets [`nesterov`](Self::nesterov).
+    pub fn nesterov(mut self, on: bool) -> Self {
+        self.nesterov = on;
+        self
+    }
+
+    /// Sets [`weight_decay`](Self::weight_decay).
+    pub fn weight_decay(mut self, weight_decay: f32) -> Self {
+        self.weight_decay = weight_decay;
+        self
+    }
+
+    /// These settings as a run's optimizer
+    /// ([`crate::train::RunConfig::optimizer`]).
     pub fn choice(self) -> OptimizerChoice {
         OptimizerChoice::new(Sgd::NAME, self)
     }
@@ -36,6 +63,8 @@ impl SgdConfig {
     }
 }
 
+/// SGD built: its settings, the rate, and the velocity, a slab laid out like
+/// the parameters.
 pub struct Sgd {
     hyper: SgdHyper,
     lr: LrAt,

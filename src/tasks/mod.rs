@@ -3,8 +3,8 @@
 //! into a loss, and what evaluation reads back into a metric. The training
 //! loop holds one as a `Box<dyn Task>` and names none (`tests/layering.rs`).
 //!
-//! Image classification ([`classification`]) takes images and scores
-//! accuracy; language modelling ([`language_model`]) takes a character
+//! Image classification ([`Classification`]) takes images and scores
+//! accuracy; language modelling ([`LanguageModel`]) takes a character
 //! corpus, gathers a window of token ids `[T, B]` at the cursor (the next
 //! `[T, B]` ids as targets), takes the mean next-token cross-entropy as its
 //! loss and perplexity as its metric, and carries each stream's recurrent
@@ -39,9 +39,9 @@ use std::sync::Arc;
 pub trait Task: Send + Sync {
     /// What the model is built for.
     fn input(&self) -> Input;
-    /// Examples in the training and test splits: what the epoch's order
-    /// shuffles and evaluation walks.
+    /// Examples in the training split, which the epoch's order shuffles.
     fn train_len(&self) -> usize;
+    /// Examples in the test split, which evaluation walks.
     fn test_len(&self) -> usize;
     /// The training examples `at` points to, as the model's input and the
     /// loss's targets (read from device memory at the cursor, so a
@@ -123,8 +123,11 @@ pub trait Task: Send + Sync {
 /// test batch, where the length has them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LengthSample {
+    /// The step length sampled, in tokens.
     pub length: usize,
+    /// A training step of that length, if the epoch's first order has one.
     pub train_step: Option<usize>,
+    /// The first example of a test batch of that length, if there is one.
     pub test_first: Option<usize>,
 }
 
@@ -138,6 +141,7 @@ pub enum Metric {
 }
 
 impl Metric {
+    /// The accuracy, for a metric that is one.
     pub fn accuracy(self) -> Option<f64> {
         match self {
             Metric::Accuracy(a) => Some(a),
@@ -267,6 +271,8 @@ pub struct TaskChoice {
 }
 
 impl TaskChoice {
+    /// Task `C` under `name` with `config`, whose `Debug` form a checkpoint
+    /// records.
     pub fn new<C: TaskConfig>(name: &'static str, config: C) -> Self {
         Self {
             name,
@@ -277,6 +283,7 @@ impl TaskChoice {
         }
     }
 
+    /// Its name in words ("classification", "language model").
     pub fn name(&self) -> &'static str {
         self.name
     }
@@ -296,6 +303,8 @@ impl TaskChoice {
         &self.fingerprint
     }
 
+    /// Refuses settings that cannot train, whatever the data (see
+    /// [`TaskConfig::validate`]).
     pub fn validate(&self) -> Result<()> {
         self.config.validate()
     }
@@ -305,10 +314,14 @@ impl TaskChoice {
         self.config.reads()
     }
 
+    /// What a model trained on `set` is built for (see
+    /// [`TaskConfig::input_of`]).
     pub fn input_of(&self, set: &DataSet) -> Result<Input> {
         self.config.input_of(set)
     }
 
+    /// Refuses settings `set` cannot train with at `batch` (see
+    /// [`TaskConfig::check`]).
     pub fn check(&self, set: &DataSet, batch: usize) -> Result<()> {
         self.config.check(set, batch)
     }
@@ -318,6 +331,7 @@ impl TaskChoice {
         self.config.train_len(set, batch)
     }
 
+    /// Uploads `set` and builds the task (see [`TaskConfig::build`]).
     pub fn build(&self, set: &DataSet, p: &mut Persistent<'_>, args: BuildArgs) -> Result<Box<dyn Task>> {
         self.config.build(set, p, args)
     }

@@ -51,6 +51,7 @@ impl<'s> Tensor<'s> {
         }
     }
 
+    /// Its shape.
     pub fn shape(&self) -> Shape {
         self.inner.shape
     }
@@ -89,10 +90,12 @@ pub struct Labels<'s> {
 }
 
 impl Labels<'_> {
+    /// How many labels.
     pub fn len(&self) -> usize {
         self.buf.len()
     }
 
+    /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.buf.is_empty()
     }
@@ -113,6 +116,7 @@ pub struct Param {
 }
 
 impl Param {
+    /// Its shape.
     pub fn shape(&self) -> Shape {
         self.shape
     }
@@ -132,7 +136,10 @@ impl Param {
 /// `[channels, rows, cols]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ByteImages {
+    /// The pixel values, image after image.
     pub pixels: Buf<u8>,
+    /// How many images.
     pub count: usize,
+    /// One image's shape: `[channels, rows, cols]`.
     pub image: Shape,
 }

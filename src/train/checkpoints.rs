@@ -16,7 +16,9 @@ use std::str::FromStr;
 /// How often periodic checkpoints are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum Every {
+    /// Every this many training steps.
     Steps(u64),
+    /// At the end of every this many epochs.
     Epochs(u64),
 }
 
@@ -46,6 +48,7 @@ impl FromStr for Every {
 /// Where checkpoints go and how many stay.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct CheckpointPolicy {
+    /// The directory, made when the first checkpoint is written.
     pub dir: PathBuf,
     /// `None`: only when the run is stopped by a signal.
     pub every: Option<Every>,
@@ -56,6 +59,7 @@ pub struct CheckpointPolicy {
 /// A point in a run, between two steps.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Position {
+    /// Epochs completed.
     pub epochs_done: usize,
     /// Steps of epoch `epochs_done + 1` already done.
     pub step_in_epoch: usize,
@@ -64,6 +68,7 @@ pub struct Position {
 }
 
 impl Position {
+    /// The start of epoch `epochs_done + 1`.
     pub fn epoch_start(epochs_done: usize) -> Self {
         Self {
             epochs_done,

@@ -2,6 +2,11 @@
 //! what its memory may be ([`MemoryConfig`]) and which device computes how
 //! ([`DeviceConfig`]), composed into the [`TrainConfig`] the CLI fills.
 //! The pipeline reads them; the session it builds sees none of them.
+//!
+//! All four are `#[non_exhaustive]`, so a setting can be added without
+//! breaking a caller: outside the crate a configuration is made by
+//! [`TrainConfig::builder`] (or from [`TrainConfig::default`]) and its
+//! fields read or changed in place, never written as a struct literal.
 
 use crate::backend::{DeviceRequest, Precision};
 use crate::data::ImageOptions;
@@ -16,19 +21,48 @@ use super::CheckpointPolicy;
 
 /// Everything `bumpgrad train` can be told. Written out (in checkpoints)
 /// as one flat object, as before the parts were split.
+///
+/// Made with [`TrainConfig::builder`], which starts from the defaults
+/// (the MNIST CNN on `data/mnist`, 4 epochs of batch 100, SGD at 0.05, on
+/// the GPU when one is usable):
+///
+/// ```
+/// use bumpgrad::optim::SgdConfig;
+/// use bumpgrad::train::TrainConfig;
+/// use bumpgrad::DeviceRequest;
+///
+/// let cfg = TrainConfig::builder()
+///     .epochs(2)
+///     .batch(64)
+///     .optimizer(SgdConfig::default().momentum(0.9).choice())
+///     .lr(0.01)
+///     .train_limit(1000)
+///     .device(DeviceRequest::Cpu)
+///     .build();
+/// assert_eq!((cfg.run.epochs, cfg.run.batch, cfg.run.train_limit), (2, 64, Some(1000)));
+/// assert_eq!(cfg.run.optimizer.name(), "sgd");
+/// cfg.validate()?; // as `train` does before anything is loaded
+/// # Ok::<(), bumpgrad::Error>(())
+/// ```
 #[derive(Debug, Clone, Default, serde::Serialize)]
+#[non_exhaustive]
 pub struct TrainConfig {
+    /// What the run trains, on what, and for how long.
     #[serde(flatten)]
     pub run: RunConfig,
+    /// How the arena is sized and used.
     #[serde(flatten)]
     pub memory: MemoryConfig,
+    /// The device and how it computes.
     #[serde(flatten)]
     pub device: DeviceConfig,
 }
 
 /// What the run trains, on what, and for how long.
 #[derive(Debug, Clone, serde::Serialize)]
+#[non_exhaustive]
 pub struct RunConfig {
+    /// Passes over the training set.
     pub epochs: usize,
     /// Examples per step (on each rank of a data-parallel run).
     pub batch: usize,
@@ -51,6 +85,8 @@ pub struct RunConfig {
     /// rate is computed before the first and read by the update on the device.
     #[serde(serialize_with = "as_text")]
     pub schedule: Schedule,
+    /// Seeds initialisation, the epochs' order, dropout and augmentation:
+    /// a run repeats bit for bit on the CPU.
     pub seed: u64,
     /// The data set: a directory of MNIST or CIFAR-10 files, or a synthetic
     /// source such as `synthetic:cifar10:1000` (see [`crate::data::DataSource::parse`]).
@@ -58,7 +94,9 @@ pub struct RunConfig {
     /// How an image folder is read: its image size and validation split
     /// (the defaults for any other data).
     pub image_options: ImageOptions,
+    /// Train on the first this many training examples only; `None`: all.
     pub train_limit: Option<usize>,
+    /// Evaluate on the first this many test examples only; `None`: all.
     pub test_limit: Option<usize>,
     /// Where and how often to write checkpoints; `None`: never.
     pub checkpoints: Option<CheckpointPolicy>,
@@ -75,6 +113,7 @@ pub struct RunConfig {
 
 /// How the arena is sized and used.
 #[derive(Debug, Clone, serde::Serialize)]
+#[non_exhaustive]
 pub struct MemoryConfig {
     /// `None`: measured from a dry run of every step.
     pub arena_size: Option<usize>,
@@ -96,7 +135,10 @@ pub struct MemoryConfig {
 
 /// The device and how it computes.
 #[derive(Debug, Clone, serde::Serialize)]
+#[non_exhaustive]
 pub struct DeviceConfig {
+    /// Which device (`--device`): the GPU, the CPU, or the GPU when one is
+    /// usable.
     #[serde(rename = "device")]
     pub request: DeviceRequest,
     /// CPU worker threads; 0: one per core.
@@ -192,6 +234,11 @@ impl DeviceConfig {
 }
 
 impl TrainConfig {
+    /// A builder starting from the defaults.
+    pub fn builder() -> TrainConfigBuilder {
+        TrainConfigBuilder::default()
+    }
+
     /// Rejects settings that cannot train, naming the setting and a value
     /// that works.
     pub fn validate(&self) -> Result<()> {
@@ -257,6 +304,119 @@ impl TrainConfig {
             }
         }
         Ok(())
+    }
+}
+
+/// Makes a [`TrainConfig`] a setting at a time, from the defaults; each
+/// setter names the field it sets. [`build`](Self::build) checks nothing:
+/// [`train`](super::train) and [`Pipeline::open`](super::Pipeline::open)
+/// validate (see [`TrainConfig::validate`]).
+#[derive(Debug, Clone, Default)]
+#[must_use = "a builder makes nothing until `build` is called"]
+pub struct TrainConfigBuilder {
+    cfg: TrainConfig,
+}
+
+/// One setter per field: `name(arg: Type) => part.field = value;`.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident($arg:ident: $ty:ty) => $part:ident.$field:ident = $value:expr;)*) => {
+        impl TrainConfigBuilder {
+            $(
+                $(#[$doc])*
+                pub fn $name(mut self, $arg: $ty) -> Self {
+                    self.cfg.$part.$field = $value;
+                    self
+                }
+            )*
+        }
+    };
+}
+
+setters! {
+    /// Passes over the training set ([`RunConfig::epochs`]).
+    epochs(epochs: usize) => run.epochs = epochs;
+    /// Examples per step ([`RunConfig::batch`]).
+    batch(batch: usize) => run.batch = batch;
+    /// More batch sizes the session may step at ([`RunConfig::other_batches`]).
+    other_batches(batches: Vec<usize>) => run.other_batches = batches;
+    /// The network: one of the crate's (`MnistCnn::choice()`) or one's own,
+    /// through [`ModelChoice::new`] ([`RunConfig::model`]).
+    model(model: ModelChoice) => run.model = model;
+    /// The optimizer, such as `SgdConfig::default().momentum(0.9).choice()`
+    /// ([`RunConfig::optimizer`]).
+    optimizer(optimizer: OptimizerChoice) => run.optimizer = optimizer;
+    /// What a batch means: the loss and the metric ([`RunConfig::task`]).
+    task(task: TaskChoice) => run.task = task;
+    /// The base learning rate ([`RunConfig::lr`]).
+    lr(lr: f32) => run.lr = lr;
+    /// How the rate changes over the run ([`RunConfig::schedule`]).
+    schedule(schedule: Schedule) => run.schedule = schedule;
+    /// The seed of everything drawn at random ([`RunConfig::seed`]).
+    seed(seed: u64) => run.seed = seed;
+    /// The data set: a directory, a text file or a synthetic source
+    /// ([`RunConfig::data_dir`]).
+    data_dir(dir: impl Into<PathBuf>) => run.data_dir = dir.into();
+    /// How an image folder is read ([`RunConfig::image_options`]).
+    image_options(options: ImageOptions) => run.image_options = options;
+    /// Train on the first `examples` only ([`RunConfig::train_limit`]).
+    train_limit(examples: usize) => run.train_limit = Some(examples);
+    /// Evaluate on the first `examples` only ([`RunConfig::test_limit`]).
+    test_limit(examples: usize) => run.test_limit = Some(examples);
+    /// Where and how often checkpoints are written
+    /// ([`RunConfig::checkpoints`]).
+    checkpoints(policy: CheckpointPolicy) => run.checkpoints = Some(policy);
+    /// Continue from the newest valid checkpoint in `dir`
+    /// ([`RunConfig::resume`]).
+    resume(dir: impl Into<PathBuf>) => run.resume = Some(dir.into());
+    /// This process as one rank of a data-parallel run
+    /// ([`RunConfig::data_parallel`]).
+    data_parallel(rank: DataParallel) => run.data_parallel = Some(rank);
+    /// The words that set the run up, kept in its checkpoints
+    /// ([`RunConfig::command_line`]).
+    command_line(words: Vec<String>) => run.command_line = words;
+    /// The arena's size in bytes, rather than measured
+    /// ([`MemoryConfig::arena_size`]).
+    arena_size(bytes: usize) => memory.arena_size = Some(bytes);
+    /// Liveness-planned step memory, or bump allocation
+    /// ([`MemoryConfig::memory_plan`]).
+    memory_plan(on: bool) => memory.memory_plan = on;
+    /// The bytes a training step may use, recomputing above them
+    /// ([`MemoryConfig::memory_budget`]).
+    memory_budget(bytes: usize) => memory.memory_budget = Some(bytes);
+    /// How far timed convolutions may grow the step
+    /// ([`MemoryConfig::workspace_growth`]).
+    workspace_growth(fraction: f64) => memory.workspace_growth = fraction;
+    /// Whether every reset fills the step region with NaNs
+    /// ([`MemoryConfig::poison_step`]).
+    poison_step(on: bool) => memory.poison_step = Some(on);
+    /// Which device ([`DeviceConfig::request`]).
+    device(request: DeviceRequest) => device.request = request;
+    /// CPU worker threads, 0 for one per core ([`DeviceConfig::threads`]).
+    threads(threads: usize) => device.threads = threads;
+    /// The arithmetic of convolutions and matrix products
+    /// ([`DeviceConfig::precision`]).
+    precision(precision: Precision) => device.precision = precision;
+    /// Deterministic convolutions only ([`DeviceConfig::deterministic`]).
+    deterministic(on: bool) => device.deterministic = on;
+    /// How a GPU chooses its convolution algorithms
+    /// ([`DeviceConfig::conv_algos`]).
+    conv_algos(algos: ConvAlgos) => device.conv_algos = algos;
+    /// Whole-step CUDA graphs on or off ([`DeviceConfig::graph`]).
+    graph(on: bool) => device.graph = Some(on);
+    /// Time every op of one step on the GPU ([`DeviceConfig::profile`]).
+    profile(on: bool) => device.profile = on;
+}
+
+impl TrainConfigBuilder {
+    /// The whole device part at once, such as [`DeviceConfig::cpu`].
+    pub fn device_config(mut self, device: DeviceConfig) -> Self {
+        self.cfg.device = device;
+        self
+    }
+
+    /// The configuration as set.
+    pub fn build(self) -> TrainConfig {
+        self.cfg
     }
 }
 

@@ -31,6 +31,7 @@
 use super::pipeline::{ArenaNeeds, Pipeline};
 use super::{budget, RunConfig, TrainConfig};
 use crate::backend::Precision;
+use crate::data::DataSet;
 use crate::memory::{suggest, ByteSize};
 use crate::{Error, Result, Setting};
 
@@ -42,15 +43,22 @@ pub struct MaxBatch {
     /// The arena that batch needs (`persistent_bytes + step_bytes`), at
     /// most `capacity_bytes`.
     pub arena_bytes: usize,
+    /// Its persistent region.
     pub persistent_bytes: usize,
     /// The largest step's bytes: the planned peak (or the bump high-water
     /// without the memory plan) of the training or evaluation step.
     pub step_bytes: usize,
     /// The arena size searched within.
     pub capacity_bytes: usize,
-    /// The training set's size, when it stopped the search (a larger batch
-    /// might fit the arena, but no batch may exceed the training set).
+    /// The most examples a batch of the data may hold, when that stopped
+    /// the search (a larger batch might fit the arena, but the data has no
+    /// more): the training images, the treebank's training sentences, or
+    /// the streams a corpus's splits each hold a window for.
     pub capped_by_training_set: Option<usize>,
+    /// What the data's batch holds, in the plural: "images", "streams" or
+    /// "sentences" ([`crate::data::DataKind::batch_holds`]).
+    pub batch_holds: &'static str,
+    /// The arithmetic the dry runs planned for.
     pub precision: Precision,
     /// The network, as `--model` names it.
     pub model: &'static str,
@@ -68,13 +76,16 @@ pub struct MaxBatch {
 /// One dry run of the search, for progress lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Probe {
+    /// The batch tried.
     pub batch: usize,
     /// The arena this batch needs.
     pub arena_bytes: usize,
+    /// The arena size searched within.
     pub capacity_bytes: usize,
 }
 
 impl Probe {
+    /// Whether the batch fits the arena.
     pub fn fits(&self) -> bool {
         self.arena_bytes <= self.capacity_bytes
     }
@@ -101,7 +112,7 @@ pub fn max_batch(cfg: &TrainConfig, progress: &mut dyn FnMut(&Probe)) -> Result<
     // Batch 1 is always a valid setting: checks that name the batch see it.
     let first = at(1);
     let pipeline = Pipeline::open(&first, None)?;
-    let limit = pipeline.data().sizes().0;
+    let limit = most_examples(cfg, pipeline.data())?;
     let speed = pipeline.speed();
     // A step that does not fit may fit recomputing convolution and block outputs,
     // when a budget asks for that: the step's budget is then the arena's
@@ -142,6 +153,7 @@ pub fn max_batch(cfg: &TrainConfig, progress: &mut dyn FnMut(&Probe)) -> Result<
         step_bytes: best.step_bytes,
         capacity_bytes: capacity,
         capped_by_training_set: (lo == limit).then_some(limit),
+        batch_holds: pipeline.data().kind().batch_holds(),
         precision: cfg.device.precision,
         model: cfg.run.model.name(),
         device: pipeline.device_name(),
@@ -169,6 +181,30 @@ enum Next {
 pub(crate) struct Measured {
     needs: ArenaNeeds,
     least: usize,
+}
+
+/// The most examples a batch of `set` may hold for `cfg`'s task: the
+/// largest batch, at most the training examples, that the task takes
+/// (a corpus holds a window for only so many streams).
+fn most_examples(cfg: &TrainConfig, set: &DataSet) -> Result<usize> {
+    let task = &cfg.run.task;
+    let takes = |batch: usize| task.check(set, batch).is_ok();
+    // Batch 1 is refused only for reasons that no batch escapes: say them.
+    task.check(set, 1)?;
+    let (mut lo, mut hi) = (1, set.sizes().0.max(1));
+    if takes(hi) {
+        return Ok(hi);
+    }
+    // `lo` is taken, `hi` is not: a task that takes a batch takes every
+    // smaller one.
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        match takes(mid) {
+            true => lo = mid,
+            false => hi = mid,
+        }
+    }
+    Ok(lo)
 }
 
 /// The largest batch up to `limit` whose arena, as `measure` finds it,

@@ -9,7 +9,7 @@
 //!   batch that fits ([`max_batch`]);
 //! - [`Session`]: the parts built (network, parameter store, optimizer,
 //!   task, arena) and the epoch loop over them, at one or more batch sizes
-//!   ([`shapes`]), each with its own plans and graph in the one arena;
+//!   (`shapes.rs`), each with its own plans and graph in the one arena;
 //! - [`train`]: the one entry point that trains, heard through [`Hooks`];
 //! - checkpoints and resume, and the reports a run makes.
 //!
@@ -26,22 +26,22 @@ mod predictor;
 mod report;
 mod run;
 mod session;
-pub mod shapes;
+pub(crate) mod shapes;
 
-pub use budget::{extra_seconds, least_extra_seconds, Speed, SEARCH_SECONDS};
+pub use budget::SEARCH_SECONDS;
 pub use checkpoints::{CheckpointPolicy, Every, Position};
-pub use config::{ConvAlgos, DeviceConfig, MemoryConfig, RunConfig, TrainConfig, TUNING_GROWTH};
+pub use config::{ConvAlgos, DeviceConfig, MemoryConfig, RunConfig, TrainConfig, TrainConfigBuilder, TUNING_GROWTH};
 pub use evaluate::{evaluate, Evaluation};
 pub use max_batch::{max_batch, MaxBatch, Probe};
-pub use pipeline::{memory_report, tuning_bytes, tuning_headroom, ArenaNeeds, DryRuns, Pipeline, StepChoice};
+pub use pipeline::{memory_report, ArenaNeeds, DryRuns, Pipeline, StepChoice};
 pub use predictor::{open_checkpoint, ImageInput, Predictor, IMAGE_INPUT_KEY};
 pub use report::{
     resident_bytes, ConvTuning, EpochLine, EpochReport, Observer, Quiet, RecomputePlan, Reports, RunInfo, StepProfile,
     WorkspaceHold,
 };
 pub use run::{train, Hooks};
-pub use session::{Control, Loop, Parts, Session, READBACK};
-pub use shapes::{StepKind, StepShape};
+pub use session::{Control, Session, READBACK};
+pub use shapes::StepKind;
 
 #[cfg(test)]
 pub(crate) use test_support::{measure_chains, measure_dropping, open_for_planning};

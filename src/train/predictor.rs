@@ -23,6 +23,7 @@ pub const IMAGE_INPUT_KEY: &str = "image_input";
 pub struct ImageInput {
     /// One image: `[channels, rows, cols]`.
     pub example: Vec<usize>,
+    /// The model's classes.
     pub classes: usize,
     /// Mean and standard deviation per channel.
     pub normalize: Vec<(f32, f32)>,

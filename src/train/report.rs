@@ -8,11 +8,13 @@ use crate::memory::ArenaStats;
 /// Facts fixed when the run starts.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RunInfo {
+    /// The kind of device the arena is on.
     pub device: DeviceKind,
     /// "cpu (2 threads)", "NVIDIA H200 (sm_90)".
     pub device_name: String,
     /// The arithmetic of convolutions and matrix products.
     pub precision: Precision,
+    /// The CPU's worker threads (1 on a GPU).
     pub threads: usize,
     /// Why `--device auto` did not pick the GPU, if it did not.
     pub device_note: Option<String>,
@@ -25,13 +27,17 @@ pub struct RunInfo {
     pub data_notes: Vec<String>,
     /// How training images are augmented (`none`, `crop4,flip`, ...).
     pub augment: String,
+    /// Training examples, counted in `example_unit`s.
     pub train_examples: usize,
+    /// Test (or validation) examples, counted in `example_unit`s.
     pub test_examples: usize,
     /// What the examples are: "images", or a corpus's "tokens".
     pub example_unit: &'static str,
+    /// Training steps an epoch takes on this rank.
     pub steps_per_epoch: usize,
     /// Whether the arena size was measured (`auto`) or given.
     pub arena_size_measured: bool,
+    /// The arena as made, before the first step.
     pub arena: ArenaStats,
     /// Where the arena's bytes go, with the step plans (when planning).
     #[serde(skip)]
@@ -46,16 +52,17 @@ pub struct RunInfo {
     pub parameters: usize,
     /// The optimizer with its settings, and the learning-rate schedule.
     pub optimizer: String,
+    /// The learning-rate schedule, as `--schedule` writes it.
     pub schedule: String,
     /// Data-parallel gradient buckets: each one's parameters and bytes.
     pub buckets: Vec<(Vec<String>, usize)>,
     /// Device memory NCCL took for its communicator, outside the arena.
     pub nccl_bytes: Option<usize>,
-    /// On a GPU, unless convolutions must be deterministic: the timing of
-    /// the convolution algorithms before the first step.
     /// How much the timed choices' workspaces could grow the step
     /// (`--workspace-growth`).
     pub workspace_growth: f64,
+    /// On a GPU, unless convolutions must be deterministic: the timing of
+    /// the convolution algorithms before the first step.
     pub conv_tuning: Option<ConvTuning>,
     /// bf16 convolutions cuDNN's graph API refused, which therefore run on
     /// its slower legacy API: each shape and what the graph API said.
@@ -99,15 +106,18 @@ pub struct RecomputePlan {
 /// predicted and the measured time read off one line.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct EpochLine<'a> {
+    /// The epoch's report, its fields at the line's top level.
     #[serde(flatten)]
     pub epoch: &'a EpochReport,
     /// The epoch's training seconds per step.
     pub step_seconds: f64,
+    /// What the step recomputes under a memory budget, if anything.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recomputed: Option<&'a RecomputePlan>,
 }
 
 impl<'a> EpochLine<'a> {
+    /// The line of `epoch`, with the run's recomputation plan if it has one.
     pub fn new(epoch: &'a EpochReport, recomputed: Option<&'a RecomputePlan>) -> Self {
         Self {
             epoch,
@@ -120,10 +130,13 @@ impl<'a> EpochLine<'a> {
 /// One epoch, as `--json` prints it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct EpochReport {
+    /// The epoch, from 1.
     pub epoch: usize,
     /// The data-parallel rank that reports (0 alone) and the ranks.
     pub rank: usize,
+    /// The ranks (1 alone).
     pub world_size: usize,
+    /// The mean of the epoch's training losses, as the task defines a step's.
     pub train_loss: f64,
     /// Fraction of the test set classified correctly, in [0, 1]; NaN
     /// (`null` in JSON) for a task without one (a language model).
@@ -132,19 +145,24 @@ pub struct EpochReport {
     /// the loss in bits.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub valid_loss: Option<f64>,
+    /// `exp` of the validation loss.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub perplexity: Option<f64>,
+    /// The validation loss in bits per character.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bits_per_char: Option<f64>,
     /// Training time of the epoch, evaluation excluded.
     pub seconds: f64,
+    /// Evaluation's seconds.
     pub eval_seconds: f64,
+    /// Training steps taken on this rank.
     pub steps: usize,
     /// The arithmetic of convolutions and matrix products ("fp32", "tf32",
     /// "bf16").
     pub precision: Precision,
     /// The device the epoch ran on.
     pub device: DeviceKind,
+    /// The arena after the epoch: its high-water marks and resets.
     pub arena: ArenaStats,
     /// The process's resident memory after the epoch, where the OS tells it.
     pub resident_bytes: Option<u64>,
@@ -211,7 +229,7 @@ pub struct StepProfile {
 }
 
 impl StepProfile {
-    pub fn new(times: &[OpTime], ops_queued: Option<usize>, span_seconds: Option<f64>, replayed: bool) -> Self {
+    pub(crate) fn new(times: &[OpTime], ops_queued: Option<usize>, span_seconds: Option<f64>, replayed: bool) -> Self {
         let mut ops: Vec<(&'static str, usize, f64)> = Vec::new();
         for t in times {
             match ops.iter_mut().find(|(op, _, _)| *op == t.op) {
@@ -235,9 +253,15 @@ impl StepProfile {
 
 /// Receives progress; every method has a do-nothing default.
 pub trait Observer {
+    /// The run is built and about to take its first step.
     fn started(&mut self, _info: &RunInfo) {}
+    /// Epoch `epoch` (from 1) begins, of `steps` training steps.
     fn epoch_started(&mut self, _epoch: usize, _steps: usize) {}
+    /// Step `step` (from 0) of `epoch` ended with `loss`; losses are read
+    /// back every [`READBACK`](crate::train::READBACK) steps, so they come in
+    /// bursts.
     fn step(&mut self, _epoch: usize, _step: usize, _loss: f32) {}
+    /// `epoch`'s evaluation begins.
     fn evaluating(&mut self, _epoch: usize) {}
     /// An epoch continues from `step` (a resumed run); 0 for a fresh epoch.
     fn resumed_at(&mut self, _epoch: usize, _step: usize) {}
@@ -247,6 +271,7 @@ pub trait Observer {
     fn note(&mut self, _line: &str) {}
     /// A step was timed op by op; `wall_per_step` is the epoch's seconds per step.
     fn profiled(&mut self, _profile: &StepProfile, _wall_per_step: f64) {}
+    /// `epoch`'s report, evaluation included.
     fn epoch(&mut self, _report: &EpochReport) {}
 }
 
@@ -307,5 +332,10 @@ pub enum WorkspaceHold {
     /// peaks, take smaller workspaces than their fastest, each to what is
     /// left beside everything alive with it; and, with a `cap`, every
     /// workspace at most that many bytes.
-    Held { at_peak: usize, cap: Option<usize> },
+    Held {
+        /// Passes held below their fastest where the step peaks.
+        at_peak: usize,
+        /// The largest workspace any pass may take, if one was set.
+        cap: Option<usize>,
+    },
 }

@@ -16,10 +16,13 @@
 /// each allocates its own sequence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StepKind {
+    /// A full training step.
     Train = 1,
     /// The last training batch of an epoch, when it is shorter.
     TrainLast = 2,
+    /// A full evaluation step.
     Eval = 3,
+    /// The last evaluation batch, when it is shorter.
     EvalLast = 4,
 }
 

@@ -43,11 +43,7 @@ fn narrow_mnist(precision: Precision) -> TrainConfig {
     cfg.run.epochs = 2;
     cfg.run.batch = 128;
     cfg.run.lr = 0.02;
-    cfg.run.optimizer = SgdConfig {
-        momentum: 0.9,
-        ..SgdConfig::default()
-    }
-    .choice();
+    cfg.run.optimizer = SgdConfig::default().momentum(0.9).choice();
     cfg.device.conv_algos = ConvAlgos::Heuristic;
     cfg.device.precision = precision;
     cfg
@@ -358,11 +354,7 @@ fn bf16_trains_under_a_memory_budget() {
         // well within two epochs.
         cfg.run.train_limit = Some(3200);
         cfg.run.test_limit = Some(1000);
-        cfg.run.optimizer = SgdConfig {
-            momentum: 0.9,
-            ..SgdConfig::default()
-        }
-        .choice();
+        cfg.run.optimizer = SgdConfig::default().momentum(0.9).choice();
         cfg
     };
     let (free, _) = memory_report(&cfg(None)).expect("the bf16 plan");

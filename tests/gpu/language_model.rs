@@ -28,9 +28,10 @@ fn char_lstm_trains_on_one_captured_graph_and_follows_the_cpu() {
         ))
     };
     let cpu = run(&DeviceConfig::cpu(2));
-    let cuda = run(&DeviceConfig {
-        graph: Some(true),
-        ..DeviceConfig::cuda()
+    let cuda = run(&{
+        let mut graphs = DeviceConfig::cuda();
+        graphs.graph = Some(true);
+        graphs
     });
     assert_eq!(cuda.graphs, 1, "one window shape, one captured graph");
     assert_eq!(cuda.losses.len(), cpu.losses.len());

@@ -39,9 +39,10 @@ fn sst_lstm_captures_a_graph_per_bucket_and_follows_the_cpu() {
     let bank = sst_case::synthetic_treebank("gpu", 320, 64);
     let run = |device: &DeviceConfig| train(&sst_case::config(bank.clone(), 3, device, 1));
     let (cpu, _, _) = run(&DeviceConfig::cpu(2));
-    let (cuda, graphs, lengths) = run(&DeviceConfig {
-        graph: Some(true),
-        ..DeviceConfig::cuda()
+    let (cuda, graphs, lengths) = run(&{
+        let mut graphs = DeviceConfig::cuda();
+        graphs.graph = Some(true);
+        graphs
     });
     assert_eq!(lengths, 3, "three buckets");
     assert_eq!(graphs, lengths, "one captured graph per bucket the training steps use");

@@ -15,12 +15,8 @@ fn two_batch_sizes_in_one_session_each_replay_their_own_graph_and_train_as_two_r
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(probe) = gpu("two_batch_sizes") else { return };
     drop(probe);
-    let device = DeviceConfig {
-        deterministic: true,
-        conv_algos: ConvAlgos::Heuristic,
-        graph: Some(true),
-        ..DeviceConfig::cuda()
-    };
+    let mut device = DeviceConfig::cuda();
+    (device.deterministic, device.conv_algos, device.graph) = (true, ConvAlgos::Heuristic, Some(true));
     let seen = shapes_case::two_batch_sizes(&device);
     let _ = writeln!(
         std::io::stderr(),

@@ -9,7 +9,7 @@ use bumpgrad::models::{CharLmConfig, CharLstm};
 use bumpgrad::nn::ModelChoice;
 use bumpgrad::optim::AdamWConfig;
 use bumpgrad::tasks::{LanguageModel, LanguageModelConfig};
-use bumpgrad::train::{DeviceConfig, EpochReport, Observer, Pipeline, RunConfig, TrainConfig};
+use bumpgrad::train::{DeviceConfig, EpochReport, Observer, Pipeline, TrainConfig};
 use std::path::PathBuf;
 
 /// The first `bytes` of tiny-shakespeare, written where the test can read
@@ -36,21 +36,16 @@ pub fn small_lstm() -> ModelChoice {
 /// `model` on `corpus`, `streams` streams of `seq_len` tokens, AdamW at
 /// 1e-2, for `epochs`.
 pub fn config(corpus: PathBuf, model: ModelChoice, device: &DeviceConfig, epochs: usize) -> TrainConfig {
-    TrainConfig {
-        run: RunConfig {
-            epochs,
-            batch: 16,
-            model,
-            task: LanguageModel::choice(LanguageModelConfig { seq_len: 16 }),
-            optimizer: AdamWConfig::default().choice(),
-            lr: 1e-2,
-            data_dir: corpus,
-            checkpoints: None,
-            ..RunConfig::default()
-        },
-        device: device.clone(),
-        ..TrainConfig::default()
-    }
+    TrainConfig::builder()
+        .epochs(epochs)
+        .batch(16)
+        .model(model)
+        .task(LanguageModel::choice(LanguageModelConfig { seq_len: 16 }))
+        .optimizer(AdamWConfig::default().choice())
+        .lr(1e-2)
+        .data_dir(corpus)
+        .device_config(device.clone())
+        .build()
 }
 
 /// Every step's loss and every epoch's report.

@@ -58,11 +58,7 @@ fn small(on: &TrainConfig) -> TrainConfig {
     cfg.run.train_limit = Some(300);
     cfg.run.test_limit = Some(100);
     cfg.memory.poison_step = Some(true);
-    cfg.run.optimizer = SgdConfig {
-        momentum: 0.9,
-        ..SgdConfig::default()
-    }
-    .choice();
+    cfg.run.optimizer = SgdConfig::default().momentum(0.9).choice();
     cfg.run.checkpoints = None;
     cfg.run.resume = None;
     cfg
@@ -119,12 +115,11 @@ pub fn adagrad_clipped(on: &TrainConfig) -> Case {
         name: "adagrad clipped",
         cfg: {
             let mut cfg = small(on);
-            let adagrad = AdagradConfig {
-                lr_decay: 0.05,
-                weight_decay: 1e-4,
-                initial_accumulator_value: 0.1,
-                eps: 1e-10,
-            };
+            let adagrad = AdagradConfig::default()
+                .lr_decay(0.05)
+                .weight_decay(1e-4)
+                .initial_accumulator_value(0.1)
+                .eps(1e-10);
             cfg.run.optimizer = ClipGradNorm::around(adagrad.choice(), ADAGRAD_CLIP);
             cfg.run.lr = 0.01;
             cfg

@@ -15,23 +15,19 @@
 #![allow(dead_code)]
 
 use bumpgrad::memory::StepPlan;
-use bumpgrad::train::{DeviceConfig, EpochReport, Observer, Pipeline, RunConfig, Session, TrainConfig};
+use bumpgrad::train::{DeviceConfig, EpochReport, Observer, Pipeline, Session, TrainConfig};
 
 /// 1,050 training images: batch 100 ends each epoch with a step of 50,
 /// batch 50 divides them; 250 test images: evaluation at 100 ends with 50.
 fn config(batch: usize, other_batches: &[usize], device: &DeviceConfig) -> TrainConfig {
-    TrainConfig {
-        run: RunConfig {
-            batch,
-            other_batches: other_batches.to_vec(),
-            data_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist").into(),
-            train_limit: Some(1050),
-            test_limit: Some(250),
-            ..RunConfig::default()
-        },
-        device: device.clone(),
-        ..TrainConfig::default()
-    }
+    TrainConfig::builder()
+        .batch(batch)
+        .other_batches(other_batches.to_vec())
+        .data_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/data/mnist"))
+        .train_limit(1050)
+        .test_limit(250)
+        .device_config(device.clone())
+        .build()
 }
 
 /// Every step's loss, as the bits read back.

@@ -10,7 +10,7 @@ use bumpgrad::models::{SstLstm, SstLstmConfig};
 use bumpgrad::nn::ModelChoice;
 use bumpgrad::optim::AdamWConfig;
 use bumpgrad::tasks::{SentenceClassification, SentenceClassificationConfig};
-use bumpgrad::train::{DeviceConfig, EpochReport, Observer, RunConfig, TrainConfig};
+use bumpgrad::train::{DeviceConfig, EpochReport, Observer, TrainConfig};
 use std::path::PathBuf;
 
 /// Words that make a sentence positive, negative, or neither.
@@ -81,21 +81,19 @@ pub fn small_sst_lstm() -> ModelChoice {
 /// `model` on `treebank` in two classes and `buckets` buckets, batches of
 /// 8, AdamW at 1e-2, for `epochs`.
 pub fn config(treebank: PathBuf, buckets: usize, device: &DeviceConfig, epochs: usize) -> TrainConfig {
-    TrainConfig {
-        run: RunConfig {
-            epochs,
-            batch: 8,
-            model: small_sst_lstm(),
-            task: SentenceClassification::choice(SentenceClassificationConfig { classes: 2, buckets }),
-            optimizer: AdamWConfig::default().choice(),
-            lr: 1e-2,
-            data_dir: treebank,
-            checkpoints: None,
-            ..RunConfig::default()
-        },
-        device: device.clone(),
-        ..TrainConfig::default()
-    }
+    TrainConfig::builder()
+        .epochs(epochs)
+        .batch(8)
+        .model(small_sst_lstm())
+        .task(SentenceClassification::choice(SentenceClassificationConfig {
+            classes: 2,
+            buckets,
+        }))
+        .optimizer(AdamWConfig::default().choice())
+        .lr(1e-2)
+        .data_dir(treebank)
+        .device_config(device.clone())
+        .build()
 }
 
 /// Every step's loss and every epoch's report.

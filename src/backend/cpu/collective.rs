@@ -57,10 +57,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl LocalPeer {
+    /// This peer's rank.
     pub fn rank(&self) -> usize {
         self.rank
     }
 
+    /// The ranks in the group.
     pub fn world(&self) -> usize {
         self.shared.world
     }

@@ -1,17 +1,17 @@
 //! The CPU backend: one host allocation and a rayon pool of `--threads`
-//! workers. Kernels receive slices from [`memory::Views`] and stay safe code.
+//! workers. Kernels receive slices from `memory::Views` and stay safe code.
 
 // The product panics on shapes that disagree (a kernel's bug, never the
 // user's input), so it stays inside the crate, behind the ops that check.
 pub mod collective;
 pub(crate) mod matmul;
-pub mod memory;
+pub(crate) mod memory;
 pub mod sgemm;
-pub mod simd;
+pub(crate) mod simd;
 pub(crate) mod vmath;
 
 pub(crate) use matmul::{matmul, Mat};
-pub use memory::{CpuMemory, Views};
+pub(crate) use memory::{CpuMemory, Views};
 
 use super::BackendError;
 use crate::base::Buf;
@@ -69,13 +69,13 @@ impl CpuDevice {
         })
     }
 
-    pub fn threads(&self) -> usize {
+    pub(crate) fn threads(&self) -> usize {
         self.pool.current_num_threads()
     }
 }
 
 /// The CPU device holding its arena memory.
-pub struct CpuBackend {
+pub(crate) struct CpuBackend {
     memory: CpuMemory,
     pool: Arc<rayon::ThreadPool>,
     /// The `(start, end)` byte ranges the current op declared

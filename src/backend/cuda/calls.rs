@@ -78,22 +78,35 @@ impl CallCounter {
     }
 }
 
-/// The CUDA calls made on a GPU so far, by kind (see [`Call`]'s variants
-/// for what each counts); subtract two readings for the calls in between.
+/// The CUDA calls made on a GPU so far, by kind; subtract two readings for
+/// the calls in between.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CudaCalls {
+    /// Launches of our kernels.
     pub kernels: u64,
+    /// Replays of captured steps.
     pub graph_launches: u64,
+    /// Copies between the host and the GPU.
     pub copies: u64,
+    /// Memsets.
     pub fills: u64,
+    /// Convolution passes handed to cuDNN.
     pub cudnn: u64,
+    /// cuBLAS calls: matrix products and their workspace.
     pub cublas: u64,
+    /// Event records and reads around timed ops.
     pub events: u64,
+    /// Waits of the host for the GPU.
     pub synchronizations: u64,
+    /// Checks (and switches) of the thread's current context.
     pub context: u64,
+    /// Calls that capture and instantiate step graphs.
     pub capture: u64,
+    /// Sums across GPUs, with the events that order them.
     pub nccl: u64,
+    /// Reads of free and total device memory.
     pub memory_info: u64,
+    /// Device allocations: the arena's, and no other.
     pub allocations: u64,
 }
 

@@ -5,26 +5,61 @@ use cudarc::driver::DriverError;
 /// Failures of the CUDA backend. Every variant says what to do next.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CudaError {
+    /// A library the bindings load at run time is not installed.
     #[error("{library} was not found: {hint}")]
-    MissingLibrary { library: &'static str, hint: &'static str },
+    MissingLibrary {
+        /// The library ("libcudnn.so.9").
+        library: &'static str,
+        /// What to install, or where.
+        hint: &'static str,
+    },
+    /// The driver found no GPU to use.
     #[error("no CUDA GPU is usable ({detail}); check `nvidia-smi` and CUDA_VISIBLE_DEVICES")]
-    NoDevice { detail: String },
+    NoDevice {
+        /// What the driver said.
+        detail: String,
+    },
+    /// A CUDA call failed; the backend refuses all further work
+    /// ([`CudaError::Poisoned`]).
     #[error("CUDA error in {op}: {detail}; the GPU's state is no longer trusted, so the run stops (rerun with BUMPGRAD_CUDA_SYNC=1 to pin the failing op down)")]
-    Failed { op: &'static str, detail: String },
+    Failed {
+        /// What was being done.
+        op: &'static str,
+        /// What the library said.
+        detail: String,
+    },
+    /// NVRTC refused the kernel sources: a defect of ours, never the GPU's.
     #[error("internal error: the CUDA kernels did not compile: {log}")]
-    Compile { log: String },
+    Compile {
+        /// NVRTC's log.
+        log: String,
+    },
+    /// A launch of a kernel no op registered when the device opened.
     #[error("internal error: no CUDA kernel named `{name}` was handed to the device when it was opened")]
-    UnknownKernel { name: &'static str },
+    UnknownKernel {
+        /// The kernel's entry.
+        name: &'static str,
+    },
+    /// Two owners registered a kernel of one name.
     #[error("internal error: the CUDA kernel `{name}` is registered twice, by {first} and by {second}")]
     DuplicateKernel {
+        /// The kernel's entry.
         name: &'static str,
+        /// The owner registered first.
         first: &'static str,
+        /// The owner registered second.
         second: &'static str,
     },
+    /// Work asked of the GPU after an earlier failure left its state untrusted.
     #[error(
         "the GPU backend refused {op}: an earlier CUDA error in {first} left its state untrusted; start a new run"
     )]
-    Poisoned { op: &'static str, first: &'static str },
+    Poisoned {
+        /// The work refused.
+        op: &'static str,
+        /// What failed first.
+        first: &'static str,
+    },
 }
 
 impl CudaError {

@@ -110,7 +110,7 @@ impl Gpu {
     /// Opens GPU `ordinal`: checks the libraries, creates the context, the
     /// stream and the library handles, and compiles the backend's kernels
     /// and `kernels` for its architecture.
-    pub fn open(ordinal: usize, kernels: &[KernelSource]) -> Result<Arc<Self>, CudaError> {
+    pub(crate) fn open(ordinal: usize, kernels: &[KernelSource]) -> Result<Arc<Self>, CudaError> {
         check_libraries()?;
         let count = driver::init()
             .and_then(|()| driver::device::get_count())
@@ -151,12 +151,12 @@ impl Gpu {
     }
 
     /// The CUDA calls made on this GPU so far (see [`CudaCalls`]).
-    pub fn calls(&self) -> CudaCalls {
+    pub(crate) fn calls(&self) -> CudaCalls {
         self.calls.read()
     }
 
     /// "NVIDIA H200 (sm_90)".
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!("{} (sm_{}{})", self.name, self.capability.0, self.capability.1)
     }
 
@@ -169,7 +169,7 @@ impl Gpu {
     }
 
     /// Free and total device memory, as `cuMemGetInfo` reports them.
-    pub fn memory_info(&self) -> Result<(usize, usize), CudaError> {
+    pub(crate) fn memory_info(&self) -> Result<(usize, usize), CudaError> {
         self.enter()?;
         driver::mem_get_info().map_err(|e| CudaError::failed("cuMemGetInfo", e))
     }

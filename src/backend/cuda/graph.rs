@@ -26,7 +26,7 @@ pub struct CapturedGraph {
 unsafe impl Send for CapturedGraph {}
 
 impl CapturedGraph {
-    pub fn nodes(&self) -> usize {
+    pub(crate) fn nodes(&self) -> usize {
         self.nodes
     }
 }
@@ -51,7 +51,7 @@ impl CudaBackend {
     /// during capture) from this thread, which would be our mistake; other
     /// threads are left alone, as they must be when several ranks of a
     /// data-parallel run share a process or NCCL's own threads work.
-    pub fn begin_capture(&mut self) -> Result<(), BackendError> {
+    pub(crate) fn begin_capture(&mut self) -> Result<(), BackendError> {
         self.enter("cuStreamBeginCapture")?;
         self.gpu.calls.count(Call::Capture);
         // SAFETY: the stream is ours and not being captured (`capturing`).
@@ -68,7 +68,7 @@ impl CudaBackend {
 
     /// Ends the recording and instantiates the graph. Called also when the
     /// captured step failed, so that the stream leaves capture mode.
-    pub fn end_capture(&mut self) -> Result<CapturedGraph, BackendError> {
+    pub(crate) fn end_capture(&mut self) -> Result<CapturedGraph, BackendError> {
         self.capturing = false;
         let stream = self.gpu.stream.cu_stream();
         self.gpu.calls.count(Call::Capture);
@@ -107,7 +107,7 @@ impl CudaBackend {
     }
 
     /// Queues one replay of `graph`.
-    pub fn replay(&mut self, graph: &CapturedGraph) -> Result<(), BackendError> {
+    pub(crate) fn replay(&mut self, graph: &CapturedGraph) -> Result<(), BackendError> {
         self.enter("cuGraphLaunch")?;
         if !Arc::ptr_eq(&graph.gpu, &self.gpu) {
             return Err(BackendError::Internal(

@@ -27,8 +27,8 @@ pub struct KernelSource {
 /// how a source writes one).
 #[derive(Debug, Clone, Copy)]
 pub struct FloatKernel {
-    pub f32: &'static str,
-    pub bf16: &'static str,
+    pub(crate) f32: &'static str,
+    pub(crate) bf16: &'static str,
 }
 
 /// The [`FloatKernel`] of a source's kernel `name`: its fp32 entry is
@@ -45,7 +45,7 @@ pub(crate) use float_kernel;
 
 impl FloatKernel {
     /// The entry for tensors of `dtype`.
-    pub const fn of(&self, dtype: DType) -> &'static str {
+    pub(crate) const fn of(&self, dtype: DType) -> &'static str {
         match dtype {
             DType::F32 => self.f32,
             DType::Bf16 => self.bf16,

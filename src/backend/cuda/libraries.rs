@@ -13,22 +13,22 @@ use std::ffi::c_void;
 /// A column-major `c = op(a) · op(b) + beta · c`, cuBLAS's convention.
 #[derive(Debug, Clone, Copy)]
 pub struct Gemm {
-    pub transa: bool,
-    pub transb: bool,
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
-    pub a: FloatBuf,
-    pub lda: usize,
-    pub b: FloatBuf,
-    pub ldb: usize,
-    pub beta: f32,
-    pub c: FloatBuf,
-    pub ldc: usize,
-    pub workspace: Buf<f32>,
+    pub(crate) transa: bool,
+    pub(crate) transb: bool,
+    pub(crate) m: usize,
+    pub(crate) n: usize,
+    pub(crate) k: usize,
+    pub(crate) a: FloatBuf,
+    pub(crate) lda: usize,
+    pub(crate) b: FloatBuf,
+    pub(crate) ldb: usize,
+    pub(crate) beta: f32,
+    pub(crate) c: FloatBuf,
+    pub(crate) ldc: usize,
+    pub(crate) workspace: Buf<f32>,
     /// Whether an fp32 product may run TF32 tensor-op math (the step's
     /// policy, [`crate::backend::Policy::tf32`]).
-    pub tf32: bool,
+    pub(crate) tf32: bool,
 }
 
 /// Elements a column-major `rows × cols` matrix with leading dimension `ld`
@@ -45,7 +45,7 @@ impl CudaBackend {
     /// A matrix product through cuBLAS, with its workspace from the arena:
     /// `cublasSgemm` for fp32 matrices, `cublasGemmEx` with fp32
     /// accumulation (on the tensor cores) for bf16 ones.
-    pub fn gemm(&mut self, g: Gemm) -> Result<(), BackendError> {
+    pub(crate) fn gemm(&mut self, g: Gemm) -> Result<(), BackendError> {
         let dtype = g.c.dtype();
         let name = match dtype {
             DType::F32 => "cublasSgemm",
@@ -156,7 +156,7 @@ impl CudaBackend {
     /// overwritten, or with `accumulate` added to (a gradient's second
     /// contribution, without a pass of its own).
     #[allow(clippy::too_many_arguments)]
-    pub fn conv(
+    pub(crate) fn conv(
         &mut self,
         dims: ConvDims,
         policy: Policy,

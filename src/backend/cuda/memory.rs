@@ -41,10 +41,6 @@ impl DeviceMemory {
         Ok(memory)
     }
 
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
     /// The device address of `bytes` bytes at `offset`, checked to lie inside
     /// the allocation.
     pub fn address(&self, offset: usize, bytes: usize) -> Result<u64, BackendError> {

@@ -25,16 +25,19 @@ mod timing;
 
 pub(crate) use calls::Call;
 pub use calls::CudaCalls;
-pub use cudnn::{ConvApi, ConvDims, ConvPass, ConvPlan, WORKSPACE_LIMIT};
+pub use cudnn::{ConvApi, ConvDims};
+pub(crate) use cudnn::{ConvPass, ConvPlan};
 pub use error::CudaError;
 use error::Sentence;
-pub use gpu::Gpu;
-pub use graph::CapturedGraph;
+pub(crate) use gpu::Gpu;
+pub(crate) use graph::CapturedGraph;
 pub(crate) use kernels::float_kernel;
-pub use kernels::{FloatKernel, KernelSource};
-pub use libraries::Gemm;
-pub use nccl::{unique_id, Nccl};
-pub use timing::OpTime;
+pub(crate) use kernels::FloatKernel;
+pub use kernels::KernelSource;
+pub(crate) use libraries::Gemm;
+pub use nccl::unique_id;
+pub(crate) use nccl::Nccl;
+pub(crate) use timing::OpTime;
 
 use super::BackendError;
 use crate::base::{Buf, Element, FloatBuf};
@@ -46,7 +49,7 @@ use std::sync::Arc;
 /// Bytes of cuBLAS workspace each matrix product gets in the step region.
 /// Without one cuBLAS would allocate its own on first use; the small
 /// products of our models need little.
-pub const BLAS_WORKSPACE: usize = 256 << 10;
+pub(crate) const BLAS_WORKSPACE: usize = 256 << 10;
 
 pub use gpu::device_count;
 
@@ -70,29 +73,29 @@ pub struct CudaDevice {
 }
 
 impl CudaDevice {
-    pub fn gpu(&self) -> &Arc<Gpu> {
+    pub(crate) fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
     }
 
     /// Joins NCCL communicator `id` as `rank` of `world`; blocks until every
     /// rank has joined. Done before the arena is allocated, since NCCL takes
     /// device memory of its own.
-    pub fn join(&mut self, id: [u8; 128], rank: usize, world: usize) -> Result<(), CudaError> {
+    pub(crate) fn join(&mut self, id: [u8; 128], rank: usize, world: usize) -> Result<(), CudaError> {
         self.nccl = Some(Nccl::connect(&self.gpu, id, rank, world)?);
         Ok(())
     }
 
     /// Device memory the communicator took, outside the arena.
-    pub fn nccl_bytes(&self) -> Option<usize> {
+    pub(crate) fn nccl_bytes(&self) -> Option<usize> {
         self.nccl.as_ref().map(Nccl::bytes)
     }
 }
 
 /// A kernel argument: an arena buffer (passed as its device address), a
-/// number, or a small by-value array (a `struct { T x[N]; }` parameter) of
-/// buffer addresses or numbers, for kernels that take a table of tensors.
+/// number, or a small by-value array of 32-bit words (a `struct { T x[N];
+/// }` parameter), for kernels that take a table (sizes, normalisation).
 #[derive(Debug, Clone, Copy)]
-pub enum Arg<'a> {
+pub(crate) enum Arg<'a> {
     Buf {
         offset: usize,
         bytes: usize,
@@ -102,7 +105,6 @@ pub enum Arg<'a> {
     U64(u64),
     /// No buffer: a null pointer, for optional kernel inputs.
     Null,
-    Addresses(&'a [Buf<f32>]),
     U32s(&'a [u32]),
 }
 
@@ -126,18 +128,18 @@ impl From<FloatBuf> for Arg<'_> {
 
 /// A launch shape: `blocks` (x, y) blocks of `threads` (x, y) threads.
 #[derive(Debug, Clone, Copy)]
-pub struct Grid {
+pub(crate) struct Grid {
     pub blocks: (u32, u32),
     pub threads: (u32, u32),
 }
 
 impl Grid {
     /// One thread per element of `n`, in blocks of 256.
-    pub fn over(n: usize) -> Self {
+    pub(crate) fn over(n: usize) -> Self {
         Self::blocks(n.div_ceil(256), 256)
     }
 
-    pub fn blocks(blocks: usize, threads: u32) -> Self {
+    pub(crate) fn blocks(blocks: usize, threads: u32) -> Self {
         Self {
             blocks: (blocks as u32, 1),
             threads: (threads, 1),
@@ -146,7 +148,7 @@ impl Grid {
 
     /// One thread per element of a `rows × cols` matrix, in `tile × tile`
     /// blocks (x along columns).
-    pub fn tiles(rows: usize, cols: usize, tile: u32) -> Self {
+    pub(crate) fn tiles(rows: usize, cols: usize, tile: u32) -> Self {
         let t = tile as usize;
         Self {
             blocks: (cols.div_ceil(t) as u32, rows.div_ceil(t) as u32),
@@ -194,12 +196,8 @@ impl CudaBackend {
         Ok(backend)
     }
 
-    pub fn gpu(&self) -> &Arc<Gpu> {
+    pub(crate) fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
-    }
-
-    pub fn capacity(&self) -> usize {
-        self.memory.capacity()
     }
 
     /// Refuses work after an earlier failure, and makes the context current.
@@ -233,7 +231,7 @@ impl CudaBackend {
     /// shape's input, filters and output at its start, the rest as
     /// workspace. The bytes used are zeroed again after. Returns how many
     /// shapes changed an algorithm.
-    pub fn tune_convolutions(&mut self, offset: usize, bytes: usize) -> Result<usize, BackendError> {
+    pub(crate) fn tune_convolutions(&mut self, offset: usize, bytes: usize) -> Result<usize, BackendError> {
         const OP: &str = "timing the convolution algorithms";
         self.enter(OP)?;
         let base = self.memory.address(offset, bytes)?;
@@ -271,28 +269,28 @@ impl CudaBackend {
 
     /// Chooses among the timed algorithms again, each workspace at most
     /// `limit` bytes (see [`ConvPlan::select`]); returns the largest chosen.
-    pub fn select_convolutions(&self, limit: usize) -> usize {
+    pub(crate) fn select_convolutions(&self, limit: usize) -> usize {
         self.hold_convolutions(&|_| limit)
     }
 
     /// Chooses among the timed algorithms again, each pass's workspace at
     /// most `limit(tag)` bytes, where `tag` is its
     /// [`ConvPlan::workspace_tag`]; returns the largest chosen.
-    pub fn hold_convolutions(&self, limit: &dyn Fn(u32) -> usize) -> usize {
+    pub(crate) fn hold_convolutions(&self, limit: &dyn Fn(u32) -> usize) -> usize {
         let plans = self.gpu.conv_plans();
         let each = |p: &ConvPlan| p.select(ConvPass::ALL.map(|pass| limit(p.workspace_tag(pass))));
         plans.iter().map(|p| each(p)).max().unwrap_or(0)
     }
 
     /// Puts every convolution back on cuDNN's heuristic choice.
-    pub fn untune_convolutions(&self) {
+    pub(crate) fn untune_convolutions(&self) {
         for plan in self.gpu.conv_plans() {
             plan.untune();
         }
     }
 
     /// Waits for every queued kernel; reports an asynchronous error as `op`'s.
-    pub fn synchronize(&mut self, op: &'static str) -> Result<(), BackendError> {
+    pub(crate) fn synchronize(&mut self, op: &'static str) -> Result<(), BackendError> {
         self.gpu.calls.count(Call::Synchronize);
         // SAFETY: the stream is alive as long as `gpu`.
         let r = unsafe { driver::stream::synchronize(self.gpu.stream.cu_stream()) };
@@ -309,18 +307,18 @@ impl CudaBackend {
 
     /// Work items queued so far: kernels of ours, library calls, copies
     /// and fills (a library call may run several kernels).
-    pub fn ops_queued(&self) -> u64 {
+    pub(crate) fn ops_queued(&self) -> u64 {
         self.ops_queued
     }
 
     /// The CUDA calls made on this GPU so far (see [`CudaCalls`]).
-    pub fn calls(&self) -> CudaCalls {
+    pub(crate) fn calls(&self) -> CudaCalls {
         self.gpu.calls()
     }
 
     /// Launches the kernel registered as `op` when the device was
     /// opened (an unregistered name is [`CudaError::UnknownKernel`]).
-    pub fn launch(&mut self, op: &'static str, grid: Grid, args: &[Arg<'_>]) -> Result<(), BackendError> {
+    pub(crate) fn launch(&mut self, op: &'static str, grid: Grid, args: &[Arg<'_>]) -> Result<(), BackendError> {
         self.enter(op)?;
         let f = self.gpu.kernels.function(op)?;
         if args.len() > MAX_ARGS {
@@ -351,11 +349,6 @@ impl CudaBackend {
                 Arg::F32(v) => put(u64::from_ne_bytes(widen(v.to_ne_bytes())))?,
                 Arg::U64(v) => put(v)?,
                 Arg::Null => put(0)?,
-                Arg::Addresses(bufs) => {
-                    for b in bufs {
-                        put(self.memory.address(b.offset(), b.bytes())?)?;
-                    }
-                }
                 Arg::U32s(values) => {
                     for pair in values.chunks(2) {
                         let lo = pair[0].to_ne_bytes();
@@ -402,7 +395,7 @@ impl CudaBackend {
     }
 
     /// Copies host data into the arena.
-    pub fn upload<T: Element>(&mut self, dst: Buf<T>, src: &[T]) -> Result<(), BackendError> {
+    pub(crate) fn upload<T: Element>(&mut self, dst: Buf<T>, src: &[T]) -> Result<(), BackendError> {
         self.enter("copy to the GPU")?;
         let ptr = self.address(dst)?;
         // SAFETY: `dst` lies in the arena and holds `src.len()` elements (the
@@ -416,7 +409,7 @@ impl CudaBackend {
     }
 
     /// Copies arena data to the host, waiting for it.
-    pub fn download<T: Element>(&mut self, src: Buf<T>, dst: &mut [T]) -> Result<(), BackendError> {
+    pub(crate) fn download<T: Element>(&mut self, src: Buf<T>, dst: &mut [T]) -> Result<(), BackendError> {
         self.enter("copy from the GPU")?;
         if self.capturing {
             return Err(BackendError::Internal(
@@ -433,7 +426,7 @@ impl CudaBackend {
     }
 
     /// Sets every element of `dst` to `value`.
-    pub fn fill<T: Element>(&mut self, dst: Buf<T>, value: T) -> Result<(), BackendError> {
+    pub(crate) fn fill<T: Element>(&mut self, dst: Buf<T>, value: T) -> Result<(), BackendError> {
         self.enter("fill")?;
         let ptr = self.address(dst)?;
         let stream = self.gpu.stream.cu_stream();
@@ -464,14 +457,14 @@ impl CudaBackend {
     }
 
     /// This GPU's rank and the number of GPUs it trains with.
-    pub fn world(&self) -> (usize, usize) {
+    pub(crate) fn world(&self) -> (usize, usize) {
         self.nccl.as_ref().map_or((0, 1), |n| (n.rank(), n.world()))
     }
 
     /// Sums `buf` across the ranks in place, on the communication stream,
     /// after everything queued so far; later kernels that read it must come
     /// after [`CudaBackend::join_collectives`]. Alone, nothing to do.
-    pub fn all_reduce_sum(&mut self, buf: Buf<f32>) -> Result<(), BackendError> {
+    pub(crate) fn all_reduce_sum(&mut self, buf: Buf<f32>) -> Result<(), BackendError> {
         if self.nccl.is_none() {
             return Ok(());
         }
@@ -495,7 +488,7 @@ impl CudaBackend {
     }
 
     /// Makes the compute stream wait for every sum queued so far.
-    pub fn join_collectives(&mut self) -> Result<(), BackendError> {
+    pub(crate) fn join_collectives(&mut self) -> Result<(), BackendError> {
         let compute = self.gpu.stream.cu_stream();
         let r = match self.nccl.as_mut() {
             Some(nccl) => {
@@ -509,7 +502,7 @@ impl CudaBackend {
 
     /// Creates the events that time up to `ops` ops of a step. Call at
     /// start-up: events may take device memory.
-    pub fn enable_timing(&mut self, ops: usize) -> Result<(), BackendError> {
+    pub(crate) fn enable_timing(&mut self, ops: usize) -> Result<(), BackendError> {
         self.enter("cuEventCreate")?;
         let gpu = self.gpu.clone();
         self.timer
@@ -519,19 +512,19 @@ impl CudaBackend {
 
     /// Brackets every op with events until [`CudaBackend::finish_timing`];
     /// false when timing was not enabled.
-    pub fn start_timing(&mut self) -> bool {
+    pub(crate) fn start_timing(&mut self) -> bool {
         self.timer.start()
     }
 
     /// Stops bracketing ops (those bracketed keep their events: in a
     /// captured graph, each replay records them again).
-    pub fn pause_timing(&mut self) {
+    pub(crate) fn pause_timing(&mut self) {
         self.timer.pause();
     }
 
     /// Waits for the timed ops and returns how long each took, and the GPU
     /// time from the first op's start to the last one's end.
-    pub fn finish_timing(&mut self, out: &mut Vec<OpTime>) -> Result<Option<f64>, BackendError> {
+    pub(crate) fn finish_timing(&mut self, out: &mut Vec<OpTime>) -> Result<Option<f64>, BackendError> {
         self.synchronize("timing a step")?;
         self.timer
             .collect(&self.gpu, out)
@@ -540,7 +533,7 @@ impl CudaBackend {
     }
 
     /// Total and free device memory, as `cuMemGetInfo` reports them.
-    pub fn memory_info(&mut self) -> Result<(usize, usize), BackendError> {
+    pub(crate) fn memory_info(&mut self) -> Result<(usize, usize), BackendError> {
         self.enter("cuMemGetInfo")?;
         self.synchronize("cuMemGetInfo")?;
         self.gpu.calls.count(Call::MemoryInfo);

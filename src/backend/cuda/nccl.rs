@@ -83,7 +83,7 @@ fn check(op: &'static str, r: nccl_sys::ncclResult_t) -> Result<(), CudaError> {
 }
 
 /// Whether NCCL can be loaded, or the error saying how to get it.
-pub fn check_library() -> Result<(), CudaError> {
+pub(crate) fn check_library() -> Result<(), CudaError> {
     // SAFETY: only tries to dlopen the library and closes it.
     if unsafe { nccl_sys::is_culib_present() } {
         Ok(())
@@ -107,7 +107,7 @@ pub fn unique_id() -> Result<[u8; 128], CudaError> {
 impl Nccl {
     /// Joins communicator `id` as `rank` of `world` on `gpu`. Blocks until
     /// every rank has joined.
-    pub fn connect(gpu: &Gpu, id: [u8; 128], rank: usize, world: usize) -> Result<Self, CudaError> {
+    pub(crate) fn connect(gpu: &Gpu, id: [u8; 128], rank: usize, world: usize) -> Result<Self, CudaError> {
         check_library()?;
         gpu.enter()?;
         let failed = |op| move |e: driver::DriverError| CudaError::failed(op, e);
@@ -145,16 +145,16 @@ impl Nccl {
         })
     }
 
-    pub fn rank(&self) -> usize {
+    pub(crate) fn rank(&self) -> usize {
         self.rank
     }
 
-    pub fn world(&self) -> usize {
+    pub(crate) fn world(&self) -> usize {
         self.world
     }
 
     /// Device memory NCCL took for the communicator (outside the arena).
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 

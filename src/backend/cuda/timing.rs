@@ -16,7 +16,9 @@ use cudarc::driver::{result as driver, sys};
 /// How long one op of a timed step took on the GPU.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OpTime {
+    /// The op, as it names its launches.
     pub op: &'static str,
+    /// Its GPU time, between events recorded around it.
     pub seconds: f64,
 }
 

@@ -10,7 +10,7 @@ use bumpgrad::tasks::{
     Classification, ClassificationConfig, LanguageModel, LanguageModelConfig, SentenceClassification,
     SentenceClassificationConfig, TaskChoice,
 };
-use bumpgrad::train::{CheckpointPolicy, ConvAlgos, DeviceConfig, Every, MemoryConfig, RunConfig, TrainConfig};
+use bumpgrad::train::{CheckpointPolicy, ConvAlgos, Every, TrainConfig};
 use clap::ValueEnum;
 use std::path::PathBuf;
 
@@ -30,6 +30,11 @@ pub(crate) struct ModelsArgs {
     /// `synthetic:cifar10[:N]`, as `train --data`).
     #[arg(long, default_value = "data/mnist", value_parser = parse_data)]
     pub(crate) data: DataSource,
+    /// An image folder's images resized to HEIGHTxWIDTH pixels, as
+    /// `train --image-size` reads
+    /// them [default: their own size].
+    #[arg(long, value_name = "HxW", value_parser = parse_image_size)]
+    pub(crate) image_size: Option<ImageSize>,
 }
 
 /// `--image-size`: parsed by the library.
@@ -486,27 +491,24 @@ impl TrainArgs {
     }
 
     pub(crate) fn config(&self) -> TrainConfig {
-        let run = RunConfig {
-            epochs: self.epochs,
-            batch: self.batch,
-            other_batches: Vec::new(),
+        let mut cfg = TrainConfig::builder()
+            .epochs(self.epochs)
+            .batch(self.batch)
             // Checked in `check`, which every command runs first.
-            model: choices::model(self.model, &self.model_flags()).unwrap_or_default(),
+            .model(choices::model(self.model, &self.model_flags()).unwrap_or_default())
             // Checked in `check`, which every command runs first.
-            optimizer: self.optimizer_choice().unwrap_or_default(),
-            task: self.task(),
-            lr: self.lr,
-            schedule: self.schedule.with_warmup(self.warmup_epochs).unwrap_or(self.schedule),
-            seed: self.seed,
-            data_dir: PathBuf::from(self.data.to_string()),
-            image_options: ImageOptions {
+            .optimizer(self.optimizer_choice().unwrap_or_default())
+            .task(self.task())
+            .lr(self.lr)
+            .schedule(self.schedule.with_warmup(self.warmup_epochs).unwrap_or(self.schedule))
+            .seed(self.seed)
+            .data_dir(self.data.to_string())
+            .image_options(ImageOptions {
                 size: self.image_size,
                 val_split: self.val_split,
                 channels: None,
-            },
-            train_limit: self.train_limit,
-            test_limit: self.test_limit,
-            checkpoints: Some(CheckpointPolicy {
+            })
+            .checkpoints(CheckpointPolicy {
                 dir: self
                     .checkpoint_dir
                     .clone()
@@ -514,32 +516,28 @@ impl TrainArgs {
                     .unwrap_or_else(|| PathBuf::from("checkpoints")),
                 every: self.checkpoint_every.0,
                 keep: self.keep_checkpoints,
-            }),
-            resume: self.resume.clone(),
-            data_parallel: None,
-            command_line: self.command_line.clone(),
+            })
+            .command_line(self.command_line.clone())
+            .memory_plan(self.memory_plan == Switch::On)
+            .workspace_growth(self.workspace_growth)
+            .device(self.device.into())
+            .threads(self.threads)
+            .precision(self.precision.into())
+            .deterministic(self.deterministic)
+            .conv_algos(self.conv_algos.into())
+            .profile(self.profile)
+            .build();
+        // The settings whose flags may be absent, as the flags left them.
+        (cfg.run.train_limit, cfg.run.test_limit, cfg.run.resume) =
+            (self.train_limit, self.test_limit, self.resume.clone());
+        (cfg.memory.arena_size, cfg.memory.memory_budget) = (self.arena_size.0, self.memory_budget);
+        cfg.memory.poison_step = self.poison_step.then_some(true);
+        cfg.device.graph = match self.graph {
+            GraphArg::Auto => None,
+            GraphArg::On => Some(true),
+            GraphArg::Off => Some(false),
         };
-        let memory = MemoryConfig {
-            arena_size: self.arena_size.0,
-            memory_plan: self.memory_plan == Switch::On,
-            memory_budget: self.memory_budget,
-            workspace_growth: self.workspace_growth,
-            poison_step: self.poison_step.then_some(true),
-        };
-        let device = DeviceConfig {
-            request: self.device.into(),
-            threads: self.threads,
-            precision: self.precision.into(),
-            deterministic: self.deterministic,
-            conv_algos: self.conv_algos.into(),
-            graph: match self.graph {
-                GraphArg::Auto => None,
-                GraphArg::On => Some(true),
-                GraphArg::Off => Some(false),
-            },
-            profile: self.profile,
-        };
-        TrainConfig { run, memory, device }
+        cfg
     }
 }
 

@@ -151,12 +151,11 @@ pub fn optimizer(arg: OptimizerArg, f: &OptimizerFlags) -> Result<OptimizerChoic
                         .into(),
                 );
             }
-            Ok(SgdConfig {
-                momentum: f.momentum.unwrap_or(0.0),
-                nesterov: f.nesterov,
-                weight_decay: f.weight_decay.unwrap_or(0.0) as f32,
-            }
-            .choice())
+            Ok(SgdConfig::default()
+                .momentum(f.momentum.unwrap_or(0.0))
+                .nesterov(f.nesterov)
+                .weight_decay(f.weight_decay.unwrap_or(0.0) as f32)
+                .choice())
         }
         OptimizerArg::Adamw => {
             if f.momentum.is_some() || f.nesterov {
@@ -164,13 +163,10 @@ pub fn optimizer(arg: OptimizerArg, f: &OptimizerFlags) -> Result<OptimizerChoic
             }
             let d = AdamWConfig::default();
             let (beta1, beta2) = f.betas.unwrap_or((d.beta1, d.beta2));
-            Ok(AdamWConfig {
-                beta1,
-                beta2,
-                eps: f.eps.unwrap_or(d.eps),
-                weight_decay: f.weight_decay.unwrap_or(d.weight_decay),
-            }
-            .choice())
+            Ok(d.betas(beta1, beta2)
+                .eps(f.eps.unwrap_or(d.eps))
+                .weight_decay(f.weight_decay.unwrap_or(d.weight_decay))
+                .choice())
         }
         OptimizerArg::Adagrad => {
             if f.momentum.is_some() || f.nesterov || f.betas.is_some() {
@@ -179,13 +175,11 @@ pub fn optimizer(arg: OptimizerArg, f: &OptimizerFlags) -> Result<OptimizerChoic
                 );
             }
             let d = AdagradConfig::default();
-            Ok(AdagradConfig {
-                lr_decay: f.lr_decay.unwrap_or(d.lr_decay),
-                weight_decay: f.weight_decay.unwrap_or(d.weight_decay),
-                initial_accumulator_value: f.initial_accumulator.unwrap_or(d.initial_accumulator_value),
-                eps: f.eps.unwrap_or(d.eps),
-            }
-            .choice())
+            Ok(d.lr_decay(f.lr_decay.unwrap_or(d.lr_decay))
+                .weight_decay(f.weight_decay.unwrap_or(d.weight_decay))
+                .initial_accumulator_value(f.initial_accumulator.unwrap_or(d.initial_accumulator_value))
+                .eps(f.eps.unwrap_or(d.eps))
+                .choice())
         }
     }
 }

@@ -343,10 +343,23 @@ fn run_max_batch(args: &TrainArgs) -> anyhow::Result<()> {
         )
     })
     .with_context(|| format!("finding the largest batch for {}", cfg.run.data_dir.display()))?;
-    if let Some(images) = found.capped_by_training_set {
-        eprintln!(
-            "bumpgrad: the search stopped at the training set's {images} images: no batch may exceed them (--train-limit, --data)"
-        );
+    // What stopped the search, if the data did, and the flags that change
+    // how many a batch of it may hold.
+    let (stopped, flags, whole) = match found.batch_holds {
+        "streams" => (
+            "streams, as many as the text's splits hold a window for",
+            "--seq-len, --data",
+            "every stream the text holds",
+        ),
+        "sentences" => ("sentences of the training split", "--data", "the whole training split"),
+        _ => (
+            "images of the training set",
+            "--train-limit, --data",
+            "the whole training set",
+        ),
+    };
+    if let Some(most) = found.capped_by_training_set {
+        eprintln!("bumpgrad: the search stopped at the {most} {stopped}: no batch may exceed them ({flags})");
     }
     if args.json {
         progress::stdout_line(&serde_json::to_string(&found).context("encoding the result")?);
@@ -362,10 +375,9 @@ fn run_max_batch(args: &TrainArgs) -> anyhow::Result<()> {
             ByteSize(found.arena_bytes),
             ByteSize(found.persistent_bytes),
             ByteSize(found.step_bytes),
-            if found.capped_by_training_set.is_some() {
-                ", the whole training set"
-            } else {
-                ""
+            match found.capped_by_training_set {
+                Some(_) => format!(", {whole}"),
+                None => String::new(),
             }
         ));
         if let (Some(without), Some(outputs)) = (found.without_recomputation, found.recomputed_outputs) {
@@ -378,8 +390,14 @@ fn run_max_batch(args: &TrainArgs) -> anyhow::Result<()> {
 }
 
 fn run_models(args: &ModelsArgs) -> anyhow::Result<()> {
-    let set =
-        bumpgrad::data::ImageSet::open(&args.data).with_context(|| format!("reading the data set in {}", args.data))?;
+    // Read as `train` reads it, so the counts are those of the network
+    // training would build.
+    let options = bumpgrad::data::ImageOptions {
+        size: args.image_size,
+        ..Default::default()
+    };
+    let set = bumpgrad::data::ImageSet::open_with(&args.data, &options)
+        .with_context(|| format!("reading the data set in {}", args.data))?;
     let input = bumpgrad::nn::Input {
         example: set.example(),
         classes: set.classes,

@@ -134,6 +134,7 @@ impl LengthBuckets {
 /// Which sentences batch `k` holds, and its bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchRows<'a> {
+    /// Its bucket: an index into [`LengthBuckets`]'s lengths.
     pub bucket: usize,
     /// The bucket's length: the batch is `[B, seq_len]`.
     pub seq_len: usize,
@@ -199,6 +200,7 @@ impl SentenceBatches {
         self.all.len()
     }
 
+    /// Whether an epoch has no batch.
     pub fn is_empty(&self) -> bool {
         self.all.is_empty()
     }

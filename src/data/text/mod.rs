@@ -44,92 +44,160 @@ pub use windows::Windows;
 /// cut. Each message gives the sizes involved; the CLI adds the flags.
 #[derive(Debug, thiserror::Error)]
 pub enum TextError {
+    /// A line of a treebank that is not one bracketed binary tree.
     #[error(
         "{}:{line}:{column}: {why} — each line must hold one tree such as `(3 (2 It) (4 (2 's) \
          (2 fine)))`: a label 0–4 and either a word or two subtrees, in brackets",
         path.display()
     )]
     TreeSyntax {
+        /// The file.
         path: PathBuf,
         /// 1-based.
         line: usize,
         /// 1-based, in characters.
         column: usize,
+        /// What the parser found there.
         why: String,
     },
 
+    /// A treebank split with no tree.
     #[error("{} holds no trees — re-download it", path.display())]
-    NoTrees { path: PathBuf },
+    NoTrees {
+        /// The split's file.
+        path: PathBuf,
+    },
 
+    /// A corpus with a NUL byte: not text.
     #[error(
         "{} is not text: it has a NUL byte at offset {offset} (an image or compressed file?) — a \
          character corpus is a plain text file",
         path.display()
     )]
-    NotText { path: PathBuf, offset: usize },
+    NotText {
+        /// The file.
+        path: PathBuf,
+        /// The NUL byte's offset.
+        offset: usize,
+    },
 
+    /// A corpus with no text.
     #[error("{} is empty — a character corpus needs some text", path.display())]
-    EmptyCorpus { path: PathBuf },
+    EmptyCorpus {
+        /// The file.
+        path: PathBuf,
+    },
 
+    /// Windows of no streams or no tokens.
     #[error("cannot cut text into windows of {seq_len} tokens in {streams} streams: both must be at least 1")]
-    ZeroWindow { streams: usize, seq_len: usize },
+    ZeroWindow {
+        /// Streams asked for (the batch).
+        streams: usize,
+        /// Tokens a window asked for.
+        seq_len: usize,
+    },
 
+    /// A corpus split too short for one window of every stream.
     #[error(
         "the {split} split has {tokens} tokens, too few for {streams} streams of one window of \
          {seq_len} tokens: that needs at least {needed} (each window's targets are the next \
          tokens); use fewer streams or shorter windows"
     )]
     SplitTooShort {
+        /// "training" or "validation".
         split: &'static str,
+        /// The split's tokens.
         tokens: usize,
+        /// Streams asked for (the batch).
         streams: usize,
+        /// Tokens a window reads.
         seq_len: usize,
+        /// The fewest tokens that would do.
         needed: usize,
     },
 
+    /// A window past the epoch's last.
     #[error("window {index} does not exist: an epoch has {count} windows")]
-    NoSuchWindow { index: usize, count: usize },
+    NoSuchWindow {
+        /// The window asked for.
+        index: usize,
+        /// Windows an epoch has.
+        count: usize,
+    },
 
+    /// Buffers of the wrong length for a window.
     #[error("a window is [{streams}, {seq_len}] tokens, but the buffers hold {inputs} and {targets}")]
     WindowBuffers {
+        /// Streams in the window.
         streams: usize,
+        /// Tokens each stream reads.
         seq_len: usize,
+        /// Tokens the input buffer holds.
         inputs: usize,
+        /// Tokens the target buffer holds.
         targets: usize,
     },
 
+    /// A class count sentiment does not have.
     #[error("sentiment has 5 classes or 2 (neutral sentences dropped), not {given}")]
-    Classes { given: usize },
+    Classes {
+        /// The classes asked for.
+        given: usize,
+    },
 
+    /// Sentence batches of no buckets or no sentences.
     #[error("cannot group sentences into {buckets} buckets of batches of {batch}: both must be at least 1")]
-    ZeroBatches { buckets: usize, batch: usize },
+    ZeroBatches {
+        /// Length buckets asked for.
+        buckets: usize,
+        /// Sentences a batch asked for.
+        batch: usize,
+    },
 
+    /// Buckets asked of a split with no sentence.
     #[error("there are no sentence lengths to choose buckets from")]
     NoLengths,
 
+    /// A sentence longer than every bucket.
     #[error(
         "sentence {index} has {length} tokens, longer than the longest bucket ({longest}) — \
          choose the buckets from lengths that include it"
     )]
     SentenceTooLong {
+        /// The sentence, in its split.
         index: usize,
+        /// Its tokens.
         length: usize,
+        /// The longest bucket's length.
         longest: usize,
     },
 
+    /// A batch past the epoch's last.
     #[error("batch {index} does not exist: an epoch has {count} batches")]
-    NoSuchBatch { index: usize, count: usize },
+    NoSuchBatch {
+        /// The batch asked for.
+        index: usize,
+        /// Batches an epoch has.
+        count: usize,
+    },
 
+    /// Buffers of the wrong length for a batch of sentences.
     #[error(
         "a batch of {batch} sentences of up to {seq_len} tokens needs buffers of {tokens_needed} \
          tokens and {batch} lengths and labels, but they hold {tokens}, {lengths} and {labels}"
     )]
     BatchBuffers {
+        /// Sentences in the batch.
         batch: usize,
+        /// The bucket's length, in tokens.
         seq_len: usize,
+        /// Tokens the batch needs.
         tokens_needed: usize,
+        /// Tokens the token buffer holds.
         tokens: usize,
+        /// Entries the lengths buffer holds.
         lengths: usize,
+        /// Entries the labels buffer holds.
         labels: usize,
     },
 }

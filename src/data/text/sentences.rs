@@ -33,6 +33,7 @@ impl Classes {
         }
     }
 
+    /// How many classes: 5 or 2.
     pub fn count(self) -> usize {
         match self {
             Classes::Five => 5,
@@ -92,6 +93,7 @@ impl Sentences {
         self.labels.len()
     }
 
+    /// Whether there are no sentences.
     pub fn is_empty(&self) -> bool {
         self.labels.is_empty()
     }
@@ -141,10 +143,15 @@ impl Sentences {
 /// three splits' sentences.
 #[derive(Debug, Clone)]
 pub struct SentimentSet {
+    /// Five classes, or two with the neutral sentences dropped.
     pub classes: Classes,
+    /// The training split's words, to ids.
     pub vocab: Vocab,
+    /// The training sentences.
     pub train: Sentences,
+    /// The development sentences, what a run validates on.
     pub dev: Sentences,
+    /// The test sentences.
     pub test: Sentences,
 }
 

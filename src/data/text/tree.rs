@@ -23,9 +23,21 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Node {
     /// `word` indexes [`Tree::words`].
-    Leaf { label: u8, word: u32 },
+    Leaf {
+        /// Its sentiment, 0–4.
+        label: u8,
+        /// Its word, in [`Tree::words`].
+        word: u32,
+    },
     /// `left` and `right` index [`Tree::nodes`], both before this node.
-    Inner { label: u8, left: u32, right: u32 },
+    Inner {
+        /// Its sentiment, 0–4.
+        label: u8,
+        /// The left subtree's root, in [`Tree::nodes`].
+        left: u32,
+        /// The right subtree's root, in [`Tree::nodes`].
+        right: u32,
+    },
 }
 
 impl Node {
@@ -49,7 +61,9 @@ pub struct Tree {
 /// [`super::TextError::TreeSyntax`] naming the file, line and column.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyntaxError {
+    /// Where in the line it went wrong, in bytes.
     pub offset: usize,
+    /// What was wrong.
     pub why: String,
 }
 

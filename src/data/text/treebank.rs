@@ -19,8 +19,11 @@ pub const FILES: [&str; 3] = ["train.txt", "dev.txt", "test.txt"];
 /// SST's three splits of trees.
 #[derive(Debug, Clone)]
 pub struct Treebank {
+    /// The training trees.
     pub train: Vec<Tree>,
+    /// The development trees.
     pub dev: Vec<Tree>,
+    /// The test trees.
     pub test: Vec<Tree>,
 }
 

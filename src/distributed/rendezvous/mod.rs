@@ -14,12 +14,12 @@
 //! Anything that reaches the port: port scanners, health checks, a rank of
 //! another job. Such a stranger is dropped, never fatal: a connection that
 //! sends the wrong magic, a malformed hello, a proof that does not check
-//! out, or no whole hello within [`HELLO_WAIT`] is closed and reported once
+//! out, or no whole hello within `HELLO_WAIT` (3 s) is closed and reported once
 //! through the caller's log, and rank 0 goes on waiting for the real ranks
 //! until its own timeout. What strangers can cost is bounded: at most
-//! [`MAX_WAITING`] connections (or the world size, if larger) wait for their
+//! `MAX_WAITING` (64) connections (or the world size, if larger) wait for their
 //! hello at once, a new one beyond that evicting the oldest; each waits at
-//! most [`HELLO_WAIT`]; its bytes go to a fixed buffer of one hello, so no
+//! most `HELLO_WAIT`; its bytes go to a fixed buffer of one hello, so no
 //! length a stranger sends sizes any allocation. A hello with a good proof
 //! (or, without a token, any well-formed hello) is a rank of this job: a
 //! world size or a rank that does not fit is this job's misconfiguration
@@ -30,7 +30,7 @@
 //!
 //! # Invariants
 //!
-//! - Nothing here blocks past the configured timeout (plus [`REPLY_SLACK`]):
+//! - Nothing here blocks past the configured timeout (plus `REPLY_SLACK`, 1 s):
 //!   every read and write has a deadline, every retry loop a bound; rank 0
 //!   never blocks on a connection that has not joined.
 //! - `make_payload` runs at most once, on rank 0, and only once the whole
@@ -69,16 +69,16 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 /// The bytes rank 0 hands every rank: a NCCL unique id.
-pub const PAYLOAD_LEN: usize = 128;
+pub(crate) const PAYLOAD_LEN: usize = 128;
 /// How long [`RendezvousConfig::from_env`] waits for the group when
 /// `BUMPGRAD_RENDEZVOUS_TIMEOUT` is not set.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// A connection that has not sent a whole hello this long after it was
 /// accepted is dropped (and told to retry, should it be a slow rank).
-pub const HELLO_WAIT: Duration = Duration::from_secs(3);
+pub(crate) const HELLO_WAIT: Duration = Duration::from_secs(3);
 /// Connections that may wait for their hello at once (or the world size,
 /// if larger); one more evicts the oldest.
-pub const MAX_WAITING: usize = 64;
+pub(crate) const MAX_WAITING: usize = 64;
 /// How long past its own deadline a joiner waits for rank 0's answer, so
 /// that rank 0, timing out at about the same moment, can say how many
 /// ranks had joined.
@@ -89,11 +89,14 @@ const MAX_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Where this process stands in a data-parallel group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RendezvousConfig {
+    /// This process's rank, from 0.
     pub rank: usize,
+    /// The ranks in the group.
     pub world_size: usize,
     /// host:port of rank 0's listener; unused (may be empty) when
     /// `world_size` is 1.
     pub addr: String,
+    /// How long the rendezvous waits for every rank before it gives up.
     pub timeout: Duration,
     /// Whether this process was started by `launcher::launch` (then it
     /// watches its stdin: EOF = the launcher died).
@@ -145,10 +148,12 @@ pub struct Links {
 }
 
 impl Links {
+    /// This process's rank.
     pub fn rank(&self) -> usize {
         self.rank
     }
 
+    /// The ranks in the group.
     pub fn world_size(&self) -> usize {
         self.world_size
     }

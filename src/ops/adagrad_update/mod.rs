@@ -45,8 +45,11 @@ const ADAGRAD_UPDATE: &str = "adagrad_update";
 /// value (which is the state's, set when it is made). f64, as PyTorch's are.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdagradHyper {
+    /// The rate at update `t` is `lr / (1 + (t − 1)·lr_decay)`.
     pub lr_decay: f64,
+    /// L2 penalty added to the gradient.
     pub weight_decay: f64,
+    /// Added to `√sum` so the step stays finite.
     pub eps: f64,
 }
 

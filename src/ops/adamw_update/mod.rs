@@ -43,9 +43,13 @@ const ADAMW_UPDATE: &str = "adamw_update";
 /// formed from an f32 `β₂ = 0.999` is 1.3e-5 away from PyTorch's.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdamwHyper {
+    /// Decay of the gradient's running mean.
     pub beta1: f64,
+    /// Decay of the squared gradient's running mean.
     pub beta2: f64,
+    /// Added to `√v` so the step stays finite.
     pub eps: f64,
+    /// Decoupled weight decay: `p *= 1 − lr·wd` before the step.
     pub weight_decay: f64,
 }
 

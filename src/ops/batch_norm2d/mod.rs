@@ -22,7 +22,7 @@
 //! `relu(bn(x) + residual)` in one pass over memory forward and one
 //! backward, bit for bit what the separate ops give. `relu(bn(x))` is not
 //! kept for backward: its mask is recomputed from `x`, and the convolution
-//! that reads it registers it as recomputable (see [`Step::saved`]), so the
+//! that reads it registers it as recomputable (see `Step::saved`), so the
 //! step keeps one tensor per convolution where separate ops keep two.
 //!
 //! The CPU sums in f64, each channel's in order (two passes in forward:
@@ -117,8 +117,11 @@ const BN_BACKWARD_INPUT_NHWC: FloatKernel = float_kernel!("bn_backward_input_nhw
 /// every buffer, exact up to 2²⁴ (16.7 million) training steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunningStats {
+    /// `running_mean`, `[C]`.
     pub mean: Param,
+    /// `running_var`, `[C]` (unbiased, as PyTorch keeps it).
     pub var: Param,
+    /// `num_batches_tracked`, `[]`.
     pub batches: Param,
 }
 
@@ -127,6 +130,8 @@ pub struct RunningStats {
 /// evaluation.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BatchNormArgs {
+    /// Normalise by the batch's statistics and update the running ones (else by
+    /// the running ones).
     pub training: bool,
     /// Weight of the batch's statistics in the running ones' update.
     pub momentum: f32,

@@ -34,6 +34,7 @@ pub fn step_seed(base: u64, step: u64) -> u64 {
 }
 
 impl StepCursor {
+    /// A cursor at step 0, in the persistent region.
     pub fn new(p: &mut Persistent<'_>) -> Result<Self> {
         Ok(Self {
             buf: p.zeros::<u32>("step cursor", Shape::new(&[4]))?,

@@ -37,6 +37,7 @@ const TILE: u32 = 16;
 /// What follows the product.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Epilogue {
+    /// Rectify the product (and its gradient) in the same kernel.
     pub relu: bool,
     /// Probability in `[0, 1)` and where the mask's seed comes from.
     pub dropout: Option<(f32, DropoutSeed)>,

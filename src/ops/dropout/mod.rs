@@ -50,7 +50,14 @@ pub enum DropoutSeed {
     /// `i` takes draw `first + i`. A data-parallel rank whose rows start at
     /// row `r` of the global batch passes `r × features`, so the ranks
     /// together drop exactly what one device with the whole batch drops.
-    PerStep { base: u64, cursor: StepCursor, first: u32 },
+    PerStep {
+        /// The run's dropout seed.
+        base: u64,
+        /// Where the global step is read.
+        cursor: StepCursor,
+        /// The draw element 0 takes.
+        first: u32,
+    },
 }
 
 impl DropoutSeed {

@@ -59,7 +59,10 @@ pub struct Normalize {
 /// `crop4`, `flip` or `crop4,flip`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Augment {
+    /// Zero pixels padded on every side before a random crop of the image's
+    /// size; 0: no crop.
     pub crop: usize,
+    /// Mirror left-right with probability 1/2.
     pub flip: bool,
 }
 
@@ -69,7 +72,9 @@ pub struct Augment {
 /// graph gathers the next batch without the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchAt {
+    /// The epoch's shuffled order of example indices.
     pub order: Buf<u32>,
+    /// Where the step is read.
     pub cursor: StepCursor,
     /// Examples per step (the configured batch size).
     pub stride: usize,
@@ -384,6 +389,7 @@ pub(crate) struct Draws {
 }
 
 impl Augment {
+    /// No augmentation.
     pub const NONE: Self = Self { crop: 0, flip: false };
 
     /// Changes nothing.

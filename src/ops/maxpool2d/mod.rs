@@ -56,9 +56,13 @@ const MAXPOOL_WINDOW_BACKWARD: FloatKernel = float_kernel!("maxpool_window_backw
 /// must still start inside the input or its left padding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pool2dArgs {
+    /// The window's side.
     pub kernel: usize,
+    /// The step between windows.
     pub stride: usize,
+    /// Padding on every side; a max never picks it (it acts as −∞).
     pub padding: usize,
+    /// Round the output size up rather than down.
     pub ceil_mode: bool,
 }
 

@@ -30,6 +30,7 @@ pub(crate) struct Saved {
 }
 
 impl<'s> Tensor<'s> {
+    /// `max(x, 0)`, elementwise.
     pub fn relu(self, s: &mut Step<'s>) -> Result<Tensor<'s>> {
         let y = s.output("relu output", self.shape(), &[&self])?;
         let (x, out) = (self.buf(), y.buf());

@@ -17,6 +17,7 @@ pub(crate) struct Saved {
 }
 
 impl<'s> Tensor<'s> {
+    /// The same values in `shape` (of as many elements): a view, no copy.
     pub fn reshape(self, s: &mut Step<'s>, shape: Shape) -> Result<Tensor<'s>> {
         if shape.numel() != self.shape().numel() {
             return Err(Error::shape(

@@ -49,8 +49,11 @@ const GATHER_SENTENCES: &str = "gather_sentences";
 /// padding row) and its class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SentenceRows {
+    /// The rows' word ids, `[rows, T]`, right-padded.
     pub tokens: Buf<u32>,
+    /// Each row's length in words, 0 for a padding row.
     pub lengths: Buf<u32>,
+    /// Each row's class.
     pub labels: Buf<u32>,
     /// The bucket's length `T`.
     pub steps: usize,

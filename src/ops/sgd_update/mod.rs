@@ -50,8 +50,11 @@ pub(crate) fn flat_grid(n: usize) -> Grid {
 /// SGD's settings besides the rate (dampening is always 0).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SgdHyper {
+    /// The velocity's decay; 0: no velocity.
     pub momentum: f32,
+    /// Nesterov's momentum.
     pub nesterov: bool,
+    /// L2 penalty added to the gradient.
     pub weight_decay: f32,
 }
 

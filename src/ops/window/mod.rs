@@ -45,8 +45,11 @@ const GATHER_WINDOW: &str = "gather_window";
 /// of `count` windows of `steps` tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenWindows {
+    /// The split's token ids.
     pub tokens: Buf<u32>,
+    /// Streams `B`: the batch.
     pub streams: usize,
+    /// Tokens each stream reads a window: `T`.
     pub steps: usize,
     /// Windows per epoch.
     pub count: usize,

@@ -71,6 +71,8 @@ pub(crate) type Measure<'a> = dyn Fn(&StepChoice) -> Result<ArenaNeeds> + 'a;
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct ArenaNeeds {
+    /// The persistent region: model, optimizer state, the data set, the
+    /// per-step tables.
     pub persistent_bytes: usize,
     /// The largest step: the largest plan's peak with the memory plan, the
     /// bump high-water without.
@@ -78,14 +80,16 @@ pub struct ArenaNeeds {
     /// Candidates for recomputation (convolution and block outputs) in a
     /// full training step, and
     /// those a memory budget has the step recompute rather than keep.
-    pub candidates: Vec<Candidate>,
+    pub(crate) candidates: Vec<Candidate>,
+    /// The candidates the choice recomputes, by number.
     pub dropped: Vec<u32>,
     /// Whether chains of dropped candidates are remade for each reader
     /// rather than held (see [`crate::Step`]'s `saved`).
     pub transient_chains: bool,
     /// The persistent allocations, for the memory report.
     pub persistent: Vec<PersistentBuf>,
-    /// The step plans, by key (see [`crate::train::shapes`]).
+    /// The step plans, by key: a [`StepKind`] plus four times the place
+    /// of the step's shape (its batch size and length) among the run's.
     pub plans: Vec<StepPlan>,
     /// Each plan's name for people, in the order of `plans`: its kind, and
     /// its length where the task's steps have lengths.
@@ -93,14 +97,21 @@ pub struct ArenaNeeds {
 }
 
 impl ArenaNeeds {
+    /// The arena's bytes: the persistent region and the largest step. Its
+    /// steps fit only as measured, following the plans and recomputing what
+    /// was dropped: make the arena with [`ArenaNeeds::engine`], not
+    /// `Engine::new(device, needs.total())`, whose first step runs out of
+    /// room.
     pub fn total(&self) -> usize {
         self.persistent_bytes + self.step_bytes
     }
 
-    /// An engine on `device` whose arena holds what was measured, with the
-    /// step plans adopted (on a memory-planned run its steps fit only so).
+    /// An engine on `device` whose arena holds what was measured: the step
+    /// plans adopted and the dropped candidates recomputed, as the dry runs
+    /// did (its steps fit only so).
     pub fn engine(&self, device: crate::backend::Device) -> Result<Engine> {
         let mut engine = super::arenas::real(device, self.total())?;
+        engine.set_recomputed(&self.dropped, self.transient_chains);
         engine.arena_mut().adopt_plans(&self.plans);
         Ok(engine)
     }

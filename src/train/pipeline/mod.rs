@@ -32,7 +32,7 @@ pub(crate) use measure::measure_on;
 pub(crate) use measure::Measure;
 pub use measure::{ArenaNeeds, DryRuns, StepChoice};
 pub use report::memory_report;
-pub use tuning::{tuning_bytes, tuning_headroom};
+pub(crate) use tuning::tuning_bytes;
 
 use super::budget::{meet_budget, Budgeted, Speed};
 use super::config::gpu_precision_on_cpu;

@@ -65,3 +65,40 @@ fn a_budget_out_of_reach_or_an_arena_too_small_for_it_is_refused_before_the_aren
     assert!(err.is_none(), "{err:?}");
     assert_eq!(arenas, 1);
 }
+
+/// What `measure` returns is ready to use: the engine
+/// [`ArenaNeeds::engine`](super::ArenaNeeds::engine) makes runs the
+/// measured steps, here with half the candidates recomputed, in exactly
+/// the bytes measured. An arena of the same size made bare holds neither
+/// the plans nor the recomputation, and its first step runs out of room.
+#[test]
+fn measured_needs_make_an_engine_that_runs_the_steps_measured() {
+    use super::assemble::{assemble, Live};
+    use super::StepChoice;
+    use crate::backend::Device;
+    use crate::{ArenaError, Engine};
+
+    let cfg = small(None, None);
+    let pipeline = Pipeline::open(&cfg, None).unwrap();
+    let runs = pipeline.dry_runs();
+    let plain = runs.plain().unwrap();
+    let dropped: Vec<u32> = (0..plain.candidates.len() as u32).step_by(2).collect();
+    let needs = runs.measure(&StepChoice::held(&dropped)).unwrap();
+    assert!(
+        needs.step_bytes < plain.step_bytes,
+        "{} vs {}",
+        needs.step_bytes,
+        plain.step_bytes
+    );
+    let steps = |engine: Engine| assemble(&cfg, pipeline.data(), engine, Live::DRY)?.probe().map(drop);
+
+    let engine = needs.engine(Device::cpu(2).unwrap()).unwrap();
+    assert_eq!(engine.arena().capacity(), needs.total());
+    steps(engine).expect("the steps measured fit the engine made for them");
+
+    let bare = Engine::new(Device::cpu(2).unwrap(), needs.total()).unwrap();
+    match steps(bare) {
+        Err(Error::Arena(ArenaError::Exhausted { .. })) => {}
+        other => panic!("a bare arena of the measured size held the steps: {other:?}"),
+    }
+}

@@ -45,7 +45,8 @@ impl Session {
     }
 
     /// The task's metric over the test set. A data-parallel rank evaluates
-    /// its share of the test set (see [`World::share`]) and the ranks sum
+    /// its share of the test set (see
+    /// [`World::share`](crate::distributed::World::share)) and the ranks sum
     /// their scores, so each gets the whole set's figure; alone, the share
     /// is the whole set.
     pub fn evaluation(&mut self) -> Result<Metric> {

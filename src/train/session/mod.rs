@@ -62,7 +62,10 @@ const PROFILED_STEP: u64 = 40;
 /// What the epoch loop checks between steps: a stop request (a signal) and
 /// the checkpoint policy.
 pub struct Control<'a> {
+    /// Set by a signal handler: the run stops after the step in progress, with
+    /// a checkpoint.
     pub stop: &'a AtomicBool,
+    /// Where and how often checkpoints are written; `None`: never.
     pub checkpoints: Option<&'a CheckpointPolicy>,
     /// The run's configuration as JSON, recorded in each checkpoint.
     pub config_json: &'a str,
@@ -111,6 +114,8 @@ pub struct Loop {
     pub fingerprint: Vec<(&'static str, String)>,
 }
 
+/// A run built: its engine, network, parameters, optimizer and task in one
+/// arena, and the epoch loop over them (see the module's doc).
 pub struct Session {
     // Field order is drop order: the captured graphs go before the engine,
     // whose runtime holds the NCCL communicator. NCCL keeps a resource of
@@ -168,7 +173,7 @@ impl Session {
     /// Adds the loop's own buffers to `parts`' persistent region: the
     /// data-parallel votes, the epoch order and one loss slot per step of
     /// the longest epoch.
-    pub fn new(parts: Parts, settings: Loop) -> Result<Self> {
+    pub(crate) fn new(parts: Parts, settings: Loop) -> Result<Self> {
         let Parts {
             mut engine,
             model,
@@ -243,6 +248,7 @@ impl Session {
         })
     }
 
+    /// The engine: its arena and device.
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
@@ -252,6 +258,7 @@ impl Session {
         &self.store
     }
 
+    /// The optimizer, with its state.
     pub fn optimizer(&self) -> &dyn Optimizer {
         self.optimizer.as_ref()
     }
@@ -325,7 +332,7 @@ impl Session {
 
     /// The gradient buckets of a data-parallel run: each one's parameters
     /// and bytes.
-    pub fn bucket_layout(&self) -> Vec<(Vec<String>, usize)> {
+    pub(crate) fn bucket_layout(&self) -> Vec<(Vec<String>, usize)> {
         self.buckets.as_ref().map(|b| b.layout(&self.store)).unwrap_or_default()
     }
 

@@ -29,7 +29,7 @@ impl Session {
 
     /// What the plan of arena key `key` is, for people: its kind, and its
     /// length where the task's steps have lengths.
-    pub fn plan_name(&self, key: u32) -> String {
+    pub(crate) fn plan_name(&self, key: u32) -> String {
         match self.shapes.length_of_key(key) {
             Some(length) if length > 0 => format!("{} of length {length}", StepKind::name(key)),
             _ => StepKind::name(key).to_string(),

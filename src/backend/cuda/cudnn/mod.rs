@@ -28,23 +28,26 @@ pub const WORKSPACE_LIMIT: usize = 8 << 20;
 /// Which of the three passes a workspace is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConvPass {
+    /// The forward convolution.
     Forward,
+    /// The gradient of the input.
     InputGrad,
+    /// The gradient of the filters.
     WeightGrad,
 }
 
 impl ConvPass {
-    pub const ALL: [ConvPass; 3] = [ConvPass::Forward, ConvPass::InputGrad, ConvPass::WeightGrad];
+    pub(crate) const ALL: [ConvPass; 3] = [ConvPass::Forward, ConvPass::InputGrad, ConvPass::WeightGrad];
 
     /// Its place in [`ConvPass::ALL`] (and in a plan's per-pass limits).
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self as usize
     }
 }
 
 /// What runs one convolution shape's passes.
 pub struct ConvPlan {
-    pub dims: ConvDims,
+    pub(crate) dims: ConvDims,
     /// Its place among the device's plans, made in order and never
     /// removed: with a pass, what names a workspace in a step's plan (see
     /// [`ConvPlan::workspace_tag`]).
@@ -64,7 +67,11 @@ pub enum ConvApi {
     Graph,
     /// The legacy API's numbered algorithms: fp32 always; bf16 only where
     /// the graph API refused the convolution, with what it said.
-    Legacy { graph_refused: Option<String> },
+    Legacy {
+        /// Why the graph API refused a bf16 convolution; `None` for fp32, which
+        /// the legacy API runs by choice.
+        graph_refused: Option<String>,
+    },
 }
 
 enum Engine {
@@ -111,7 +118,7 @@ impl ConvPlan {
     }
 
     /// Which API runs this convolution.
-    pub fn api(&self) -> ConvApi {
+    pub(crate) fn api(&self) -> ConvApi {
         match &self.engine {
             Engine::Graph(_) => ConvApi::Graph,
             Engine::Legacy(_) => ConvApi::Legacy {
@@ -121,7 +128,7 @@ impl ConvPlan {
     }
 
     /// Workspace bytes the pass needs (either way of writing its output).
-    pub fn workspace_bytes(&self, pass: ConvPass) -> usize {
+    pub(crate) fn workspace_bytes(&self, pass: ConvPass) -> usize {
         match &self.engine {
             Engine::Legacy(l) => l.workspace_bytes(pass),
             Engine::Graph(g) => g.workspace_bytes(pass),
@@ -131,7 +138,7 @@ impl ConvPlan {
     /// Seconds the pass's choice takes beyond the fastest timed one (0
     /// before [`ConvPlan::tune`]): what holding workspaces below the
     /// fastest's costs.
-    pub fn seconds_lost(&self, pass: ConvPass) -> f64 {
+    pub(crate) fn seconds_lost(&self, pass: ConvPass) -> f64 {
         match &self.engine {
             Engine::Legacy(l) => l.seconds_lost(pass),
             Engine::Graph(g) => g.seconds_lost(pass),
@@ -162,7 +169,7 @@ impl ConvPlan {
     /// among the device's plans and passes, so a memory budget can hold
     /// down the workspaces of just the passes that run where the step's
     /// memory peaks (see [`super::CudaBackend::hold_convolutions`]).
-    pub fn workspace_tag(&self, pass: ConvPass) -> u32 {
+    pub(crate) fn workspace_tag(&self, pass: ConvPass) -> u32 {
         self.index * 3 + pass.index() as u32
     }
 
