@@ -873,6 +873,48 @@ fn adagrad_with_a_clip_trains_and_reports_the_gradients_norm() {
     );
 }
 
+/// `models --width-mult F` counts the image models as `train --width-mult
+/// F` builds them: a ResNet-18 at half width has about a quarter of the
+/// parameters (its convolutions' weights scale with both widths); the
+/// MNIST CNN, which has fixed widths, is counted as it is and says so.
+#[test]
+fn models_counts_the_widths_width_mult_gives() {
+    let count = |out: &Output, model: &str| -> (u64, String) {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let line = stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(model))
+            .unwrap_or_else(|| panic!("no {model} line: {stdout}"))
+            .to_string();
+        let n = line.split_whitespace().nth(1).and_then(|n| n.parse().ok());
+        (n.unwrap_or_else(|| panic!("no count: {line}")), line)
+    };
+    let data = ["models", "--data", "synthetic:cifar10:100"];
+    let full = bumpgrad(&data);
+    let half = bumpgrad(&[&data[..], &["--width-mult", "0.5"]].concat());
+    assert!(
+        String::from_utf8_lossy(&half.stdout).contains("widths scaled by 0.5"),
+        "{}",
+        String::from_utf8_lossy(&half.stdout)
+    );
+    let (r18, _) = count(&full, "resnet18");
+    let (r18_half, _) = count(&half, "resnet18");
+    let ratio = r18_half as f64 / r18 as f64;
+    assert!((0.2..0.3).contains(&ratio), "resnet18: {r18_half} of {r18}");
+    let (r50, _) = count(&full, "resnet50");
+    assert!(count(&half, "resnet50").0 < r50 / 3);
+    let mnist = bumpgrad(&["models", "--width-mult", "0.5"]);
+    let (cnn, line) = count(&mnist, "mnist-cnn");
+    assert_eq!(cnn, count(&bumpgrad(&["models"]), "mnist-cnn").0);
+    assert!(line.contains("fixed widths: --width-mult does not scale it"), "{line}");
+    refused(
+        &["models", "--width-mult", "-0.5"],
+        2,
+        "the width multiplier must be above 0, got -0.5",
+    );
+}
+
 #[test]
 fn synthetic_cifar_data_is_made_and_the_model_must_take_its_images() {
     let out = bumpgrad(&["models", "--data", "synthetic:cifar10:100"]);

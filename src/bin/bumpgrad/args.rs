@@ -35,6 +35,10 @@ pub(crate) struct ModelsArgs {
     /// them [default: their own size].
     #[arg(long, value_name = "HxW", value_parser = parse_image_size)]
     pub(crate) image_size: Option<ImageSize>,
+    /// The image models' widths scaled by F, as `train --width-mult` scales them (the MNIST CNN
+    /// has fixed widths) [default: 1].
+    #[arg(long, value_name = "F", value_parser = choices::width_mult, allow_negative_numbers = true)]
+    pub(crate) width_mult: Option<f32>,
 }
 
 /// `--image-size`: parsed by the library.

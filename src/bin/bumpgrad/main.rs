@@ -403,14 +403,34 @@ fn run_models(args: &ModelsArgs) -> anyhow::Result<()> {
         classes: set.classes,
     };
     progress::stdout_line(&format!(
-        "parameters for {}'s {} images and {} classes ({}):",
-        set.name, input.example, input.classes, args.data
+        "parameters for {}'s {} images and {} classes ({}){}:",
+        set.name,
+        input.example,
+        input.classes,
+        args.data,
+        match args.width_mult {
+            Some(f) => format!(", widths scaled by {f}"),
+            None => String::new(),
+        }
     ));
     if set.synthetic {
         progress::stdout_line("synthetic CIFAR-10-shaped data: accuracy means nothing");
     }
+    let flags = choices::ModelFlags {
+        width_mult: args.width_mult,
+        ..Default::default()
+    };
     for (name, make) in choices::MODELS {
-        let model = make(&Default::default()).map_err(anyhow::Error::msg)?;
+        // A model the flag does not size (the MNIST CNN, the text models)
+        // is counted at its own widths, and says so.
+        let (model, unscaled) = match make(&flags) {
+            Ok(model) => (model, false),
+            Err(_) => (make(&Default::default()).map_err(anyhow::Error::msg)?, true),
+        };
+        let note = match unscaled {
+            true => "  (fixed widths: --width-mult does not scale it)",
+            false => "",
+        };
         if model.reads() != bumpgrad::nn::Reads::Pixels {
             progress::stdout_line(&format!(
                 "  {name:<12} {:>12}  (reads text: count it with `train --data` a text file)",
@@ -419,7 +439,7 @@ fn run_models(args: &ModelsArgs) -> anyhow::Result<()> {
             continue;
         }
         match bumpgrad::nn::count_params(|pb| model.build(input, pb)) {
-            Ok(n) => progress::stdout_line(&format!("  {name:<12} {n:>12}")),
+            Ok(n) => progress::stdout_line(&format!("  {name:<12} {n:>12}{note}")),
             Err(why) => progress::stdout_line(&format!("  {name:<12} {:>12}  ({why})", "-")),
         }
     }
