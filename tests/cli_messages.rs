@@ -65,6 +65,45 @@ fn gpu_is_taken_as_cuda() {
     assert_eq!(err, String::from_utf8_lossy(&cuda.stderr));
 }
 
+/// Built without the `cuda` feature (`--no-default-features --features
+/// cli`): asking for the GPU says why there is none and what to do, and
+/// `auto` trains on the CPU, saying why.
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn without_the_cuda_feature_the_gpu_is_refused_with_what_to_do() {
+    let cuda = bumpgrad(&["memory", "--device", "cuda"]);
+    let err = String::from_utf8_lossy(&cuda.stderr);
+    assert_eq!(cuda.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("built without the `cuda` feature, so it has no GPU backend; rebuild it with default features"),
+        "{err}"
+    );
+    assert!(err.contains("or pass --device cpu"), "{err}");
+    let gpus = bumpgrad(&["train", "--gpus", "2"]);
+    let err = String::from_utf8_lossy(&gpus.stderr);
+    assert!(
+        err.contains("none is usable (built without the `cuda` feature); drop --gpus"),
+        "{err}"
+    );
+    let auto = bumpgrad(&[
+        "train",
+        "--epochs",
+        "1",
+        "--train-limit",
+        "300",
+        "--test-limit",
+        "100",
+        "--checkpoint-every",
+        "off",
+    ]);
+    let err = String::from_utf8_lossy(&auto.stderr);
+    assert!(auto.status.success(), "{err}");
+    assert!(
+        err.contains("no usable GPU (built without the `cuda` feature); training on the CPU"),
+        "{err}"
+    );
+}
+
 #[test]
 fn threads_above_the_cores_are_warned_about() {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -635,6 +635,10 @@ fn free_port() -> u16 {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "cli"),
+    ignore = "starts `bumpgrad train`, which needs the `cli` feature"
+)]
 fn ranks_started_by_srun_or_mpirun_find_each_other() {
     // Slurm: a port derived from the job id (20000 + id % 10000), picked
     // so that it is free (from a point that moves with each attempt); the

@@ -89,9 +89,13 @@ fn step_tensors_cannot_outlive_their_step() {
     // once with cargo (offline, with this crate's lock file, as trybuild does).
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("lifetimes");
     std::fs::create_dir_all(&root).unwrap();
+    // The library with the features these tests were built with (the
+    // program's are not needed).
+    let features = if cfg!(feature = "cuda") { "\"cuda\"" } else { "" };
     let mut manifest = format!(
         "[package]\nname = \"bumpgrad-lifetimes\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n\
-         [dependencies]\nbumpgrad = {{ path = {:?} }}\n\n[workspace]\n\n[profile.dev]\ndebug = false\n",
+         [dependencies]\nbumpgrad = {{ path = {:?}, default-features = false, features = [{features}] }}\n\n\
+         [workspace]\n\n[profile.dev]\ndebug = false\n",
         env!("CARGO_MANIFEST_DIR")
     );
     for case in &all {

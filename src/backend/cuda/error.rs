@@ -1,5 +1,6 @@
 //! Why the GPU cannot be used, or stopped being usable.
 
+#[cfg(feature = "cuda")]
 use cudarc::driver::DriverError;
 
 /// Failures of the CUDA backend. Every variant says what to do next.
@@ -60,6 +61,10 @@ pub enum CudaError {
         /// What failed first.
         first: &'static str,
     },
+    /// This build has no GPU backend: it was built without the `cuda`
+    /// feature. Counts as an absent GPU.
+    #[error("this bumpgrad was built without the `cuda` feature, so it has no GPU backend; rebuild it with default features to train on a GPU")]
+    NotBuilt,
 }
 
 impl CudaError {
@@ -68,7 +73,10 @@ impl CudaError {
     /// CPU, and only these let a GPU test skip; a kernel that does not
     /// compile or a handle that cannot be made is a defect to report.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, Self::MissingLibrary { .. } | Self::NoDevice { .. })
+        matches!(
+            self,
+            Self::MissingLibrary { .. } | Self::NoDevice { .. } | Self::NotBuilt
+        )
     }
 
     /// The cause alone, without the hint (for `--device auto`'s one line).
@@ -81,9 +89,11 @@ impl CudaError {
             Self::Poisoned { first, .. } => format!("an earlier CUDA error in {first}"),
             Self::UnknownKernel { name } => format!("no CUDA kernel named `{name}`"),
             Self::DuplicateKernel { name, .. } => format!("the CUDA kernel `{name}` is registered twice"),
+            Self::NotBuilt => "built without the `cuda` feature".into(),
         }
     }
 
+    #[cfg(feature = "cuda")]
     pub(crate) fn failed(op: &'static str, detail: impl Sentence) -> Self {
         Self::Failed {
             op,
@@ -92,6 +102,7 @@ impl CudaError {
     }
 
     /// The driver could not open a GPU.
+    #[cfg(feature = "cuda")]
     pub(crate) fn no_device(e: DriverError) -> Self {
         Self::NoDevice { detail: e.sentence() }
     }
@@ -100,10 +111,12 @@ impl CudaError {
 /// A library's error as people read it: "no CUDA-capable device is detected
 /// (CUDA_ERROR_NO_DEVICE)", not cudarc's `Debug` form
 /// (`DriverError(CUDA_ERROR_NO_DEVICE, ...)`).
+#[cfg(feature = "cuda")]
 pub(crate) trait Sentence {
     fn sentence(&self) -> String;
 }
 
+#[cfg(feature = "cuda")]
 impl Sentence for DriverError {
     fn sentence(&self) -> String {
         // The variant's name needs no call into the driver; the text does,
@@ -120,31 +133,35 @@ impl Sentence for DriverError {
     }
 }
 
+#[cfg(feature = "cuda")]
 impl Sentence for cudarc::cudnn::result::CudnnError {
     fn sentence(&self) -> String {
         format!("cuDNN returned {:?}", self.0)
     }
 }
 
+#[cfg(feature = "cuda")]
 impl Sentence for cudarc::cublas::result::CublasError {
     fn sentence(&self) -> String {
         format!("cuBLAS returned {:?}", self.0)
     }
 }
 
+#[cfg(feature = "cuda")]
 impl Sentence for &str {
     fn sentence(&self) -> String {
         (*self).to_owned()
     }
 }
 
+#[cfg(feature = "cuda")]
 impl Sentence for String {
     fn sentence(&self) -> String {
         self.clone()
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "cuda"))]
 mod tests {
     use super::{CudaError, DriverError};
 

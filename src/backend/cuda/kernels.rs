@@ -4,9 +4,12 @@
 //! NVRTC, for the GPU's architecture, and their kernels looked up by name.
 //! The backend knows no op: its own source is `common.cu` alone.
 
+#[cfg(any(feature = "cuda", test))]
 use super::CudaError;
 use crate::base::DType;
+#[cfg(feature = "cuda")]
 use cudarc::driver::{result as driver, sys};
+#[cfg(feature = "cuda")]
 use std::ffi::CString;
 
 /// One owner's CUDA kernels: a source file and the `extern "C" __global__`
@@ -54,7 +57,9 @@ impl FloatKernel {
 }
 
 /// The backend's own kernels: gradients of a tensor used twice meet here.
+#[cfg(any(feature = "cuda", test))]
 pub(crate) const ADD_ASSIGN: FloatKernel = float_kernel!("add_assign");
+#[cfg(any(feature = "cuda", test))]
 pub(crate) const BACKEND_KERNELS: KernelSource = KernelSource {
     owner: "backend",
     source: include_str!("common.cu"),
@@ -65,10 +70,12 @@ pub(crate) const BACKEND_KERNELS: KernelSource = KernelSource {
 /// what `resolve` made of it; sorted so that a launch finds its kernel by
 /// binary search, touching no heap.
 #[derive(Debug)]
+#[cfg(any(feature = "cuda", test))]
 pub(crate) struct KernelTable<F> {
     by_name: Vec<(&'static str, F)>,
 }
 
+#[cfg(any(feature = "cuda", test))]
 impl<F: Copy> KernelTable<F> {
     pub fn new(
         sources: &[KernelSource],
@@ -104,6 +111,7 @@ impl<F: Copy> KernelTable<F> {
 }
 
 /// The loaded module and a function handle per registered kernel.
+#[cfg(feature = "cuda")]
 pub(crate) struct Kernels {
     module: sys::CUmodule,
     functions: KernelTable<sys::CUfunction>,
@@ -111,9 +119,12 @@ pub(crate) struct Kernels {
 
 // SAFETY: a loaded module and its function handles are immutable and may be
 // used to launch from any thread; the module is unloaded once, on drop.
+#[cfg(feature = "cuda")]
 unsafe impl Send for Kernels {}
+#[cfg(feature = "cuda")]
 unsafe impl Sync for Kernels {}
 
+#[cfg(feature = "cuda")]
 impl Kernels {
     /// Compiles the backend's kernels and `sources` for compute capability
     /// `major.minor`, in one translation unit, and loads them into the
@@ -169,6 +180,7 @@ impl Kernels {
     }
 }
 
+#[cfg(feature = "cuda")]
 impl Drop for Kernels {
     fn drop(&mut self) {
         // SAFETY: loaded once in `compile`, unloaded once here; the function

@@ -3,15 +3,24 @@
 //! against the arena and the sizes it implies before the raw call, with its
 //! workspace from the step region.
 
+#[cfg(feature = "cuda")]
 use super::cudnn::{ConvDims, ConvPass};
+#[cfg(feature = "cuda")]
 use super::{Call, CudaBackend};
+#[cfg(feature = "cuda")]
 use crate::backend::{BackendError, Policy};
-use crate::base::{Buf, DType, FloatBuf};
+#[cfg(feature = "cuda")]
+use crate::base::DType;
+use crate::base::{Buf, FloatBuf};
+#[cfg(feature = "cuda")]
 use cudarc::cublas::sys as blas_sys;
+#[cfg(feature = "cuda")]
 use std::ffi::c_void;
 
 /// A column-major `c = op(a) · op(b) + beta · c`, cuBLAS's convention.
 #[derive(Debug, Clone, Copy)]
+// Read only by the GPU backend, which a build without `cuda` has not.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub struct Gemm {
     pub(crate) transa: bool,
     pub(crate) transb: bool,
@@ -33,6 +42,7 @@ pub struct Gemm {
 
 /// Elements a column-major `rows × cols` matrix with leading dimension `ld`
 /// spans.
+#[cfg(feature = "cuda")]
 fn span(rows: usize, cols: usize, ld: usize) -> usize {
     if rows == 0 || cols == 0 {
         0
@@ -41,6 +51,7 @@ fn span(rows: usize, cols: usize, ld: usize) -> usize {
     }
 }
 
+#[cfg(feature = "cuda")]
 impl CudaBackend {
     /// A matrix product through cuBLAS, with its workspace from the arena:
     /// `cublasSgemm` for fp32 matrices, `cublasGemmEx` with fp32

@@ -11,39 +11,70 @@
 //! Here: the backend, its memory's addresses, kernel launches, copies and
 //! fills; the cuBLAS and cuDNN calls in `libraries.rs`; the GPU itself
 //! (context, stream, handles, convolution plans) in `gpu.rs`.
+//!
+//! Without the `cuda` feature only what the ops describe their kernels with
+//! is built (sources, arguments, grids, matrix products, convolution
+//! passes, errors); everything that calls cudarc is left out, and
+//! `absent.rs` stands in for the GPU's types: none can be made, so the
+//! code that uses them compiles unchanged and never runs.
 
+#[cfg(not(feature = "cuda"))]
+mod absent;
+// Counted only by the calls the GPU's code makes.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod calls;
 mod cudnn;
 mod error;
+#[cfg(feature = "cuda")]
 mod gpu;
+#[cfg(feature = "cuda")]
 mod graph;
 pub(crate) mod kernels;
 mod libraries;
+#[cfg(feature = "cuda")]
 mod memory;
+#[cfg(feature = "cuda")]
 mod nccl;
 mod timing;
 
+#[cfg(not(feature = "cuda"))]
+pub use absent::{device_count, open, unique_id, CudaBackend, CudaDevice};
+#[cfg(not(feature = "cuda"))]
+pub(crate) use absent::{CapturedGraph, Gpu};
+#[cfg(feature = "cuda")]
 pub(crate) use calls::Call;
 pub use calls::CudaCalls;
+pub(crate) use cudnn::ConvPass;
+#[cfg(feature = "cuda")]
+pub(crate) use cudnn::ConvPlan;
 pub use cudnn::{ConvApi, ConvDims};
-pub(crate) use cudnn::{ConvPass, ConvPlan};
 pub use error::CudaError;
+#[cfg(feature = "cuda")]
 use error::Sentence;
+#[cfg(feature = "cuda")]
 pub(crate) use gpu::Gpu;
+#[cfg(feature = "cuda")]
 pub(crate) use graph::CapturedGraph;
 pub(crate) use kernels::float_kernel;
 pub(crate) use kernels::FloatKernel;
 pub use kernels::KernelSource;
 pub(crate) use libraries::Gemm;
+#[cfg(feature = "cuda")]
 pub use nccl::unique_id;
+#[cfg(feature = "cuda")]
 pub(crate) use nccl::Nccl;
 pub(crate) use timing::OpTime;
 
+#[cfg(feature = "cuda")]
 use super::BackendError;
 use crate::base::{Buf, Element, FloatBuf};
+#[cfg(feature = "cuda")]
 use cudarc::driver::{result as driver, sys};
+#[cfg(feature = "cuda")]
 use memory::DeviceMemory;
+#[cfg(feature = "cuda")]
 use std::ffi::c_void;
+#[cfg(feature = "cuda")]
 use std::sync::Arc;
 
 /// Bytes of cuBLAS workspace each matrix product gets in the step region.
@@ -51,10 +82,12 @@ use std::sync::Arc;
 /// products of our models need little.
 pub(crate) const BLAS_WORKSPACE: usize = 256 << 10;
 
+#[cfg(feature = "cuda")]
 pub use gpu::device_count;
 
 /// Opens GPU `ordinal` and compiles `kernels` (the ops' sources, see
 /// `ops::KERNELS`) for it, or says why it cannot be used.
+#[cfg(feature = "cuda")]
 pub fn open(ordinal: usize, kernels: &[KernelSource]) -> Result<CudaDevice, CudaError> {
     Ok(CudaDevice {
         gpu: Gpu::open(ordinal, kernels)?,
@@ -64,6 +97,7 @@ pub fn open(ordinal: usize, kernels: &[KernelSource]) -> Result<CudaDevice, Cuda
 }
 
 /// A GPU that has not yet received its arena.
+#[cfg(feature = "cuda")]
 pub struct CudaDevice {
     gpu: Arc<Gpu>,
     /// Its communicator, when it trains data-parallel with other GPUs.
@@ -72,6 +106,7 @@ pub struct CudaDevice {
     pub(crate) policy: super::Policy,
 }
 
+#[cfg(feature = "cuda")]
 impl CudaDevice {
     pub(crate) fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
@@ -95,6 +130,8 @@ impl CudaDevice {
 /// number, or a small by-value array of 32-bit words (a `struct { T x[N];
 /// }` parameter), for kernels that take a table (sizes, normalisation).
 #[derive(Debug, Clone, Copy)]
+// Read only by the GPU backend, which a build without `cuda` has not.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) enum Arg<'a> {
     Buf {
         offset: usize,
@@ -128,6 +165,8 @@ impl From<FloatBuf> for Arg<'_> {
 
 /// A launch shape: `blocks` (x, y) blocks of `threads` (x, y) threads.
 #[derive(Debug, Clone, Copy)]
+// Read only by the GPU backend, which a build without `cuda` has not.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) struct Grid {
     pub blocks: (u32, u32),
     pub threads: (u32, u32),
@@ -157,11 +196,14 @@ impl Grid {
     }
 }
 
+#[cfg(feature = "cuda")]
 const MAX_ARGS: usize = 16;
 /// 8-byte words of argument storage for one launch (tables included).
+#[cfg(feature = "cuda")]
 const ARG_WORDS: usize = 128;
 
 /// The GPU holding its arena memory.
+#[cfg(feature = "cuda")]
 pub struct CudaBackend {
     // Drop order: the communicator (which waits for its queued sums), the
     // events and the memory go before the GPU whose context they live in.
@@ -178,6 +220,7 @@ pub struct CudaBackend {
     capturing: bool,
 }
 
+#[cfg(feature = "cuda")]
 impl CudaBackend {
     pub(crate) fn new(device: CudaDevice, capacity: usize) -> Result<Self, BackendError> {
         let (gpu, nccl) = (device.gpu, device.nccl);
@@ -545,10 +588,12 @@ impl CudaBackend {
 }
 
 /// Four bytes in the low half of an 8-byte slot (as the kernel reads them).
+#[cfg(feature = "cuda")]
 fn widen(b: [u8; 4]) -> [u8; 8] {
     [b[0], b[1], b[2], b[3], 0, 0, 0, 0]
 }
 
+#[cfg(feature = "cuda")]
 impl Drop for CudaBackend {
     fn drop(&mut self) {
         // No kernel may still be using the memory when it is freed.

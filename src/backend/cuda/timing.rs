@@ -10,7 +10,9 @@
 //! at start-up: an event may take device memory of its own, and nothing may
 //! take device memory once training runs.
 
+#[cfg(feature = "cuda")]
 use super::{Call, CudaError, Gpu};
+#[cfg(feature = "cuda")]
 use cudarc::driver::{result as driver, sys};
 
 /// How long one op of a timed step took on the GPU.
@@ -25,6 +27,7 @@ pub struct OpTime {
 /// Event pairs around each op while a step is timed. Idle (and free) unless
 /// [`OpTimer::arm`] was called.
 #[derive(Default)]
+#[cfg(feature = "cuda")]
 pub(crate) struct OpTimer {
     events: Vec<(sys::CUevent, sys::CUevent)>,
     ops: Vec<&'static str>,
@@ -38,8 +41,10 @@ pub(crate) struct OpTimer {
 
 // SAFETY: events are plain handles owned by this timer alone and used only
 // through `&mut` access to the backend that holds it.
+#[cfg(feature = "cuda")]
 unsafe impl Send for OpTimer {}
 
+#[cfg(feature = "cuda")]
 impl OpTimer {
     /// Creates `capacity` event pairs (at start-up).
     pub fn create(&mut self, gpu: &Gpu, capacity: usize) -> Result<(), CudaError> {
@@ -129,6 +134,7 @@ impl OpTimer {
 /// Records `event` on the GPU's stream. While the stream is captured, as an
 /// "external" record: it then becomes a node of the graph (a plain record
 /// would only mark a dependency) and every replay records it again.
+#[cfg(feature = "cuda")]
 fn record(event: sys::CUevent, gpu: &Gpu, capturing: bool) -> Result<(), sys::CUresult> {
     let flags = if capturing {
         sys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL
@@ -144,6 +150,7 @@ fn record(event: sys::CUevent, gpu: &Gpu, capturing: bool) -> Result<(), sys::CU
     }
 }
 
+#[cfg(feature = "cuda")]
 impl Drop for OpTimer {
     fn drop(&mut self) {
         for &(a, b) in &self.events {

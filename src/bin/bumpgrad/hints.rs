@@ -190,7 +190,9 @@ fn backend(err: &BackendError) -> Option<String> {
 fn cuda(err: &CudaError) -> Option<String> {
     match err {
         // Only an absent GPU: a broken one is a defect, not a choice of device.
-        CudaError::MissingLibrary { .. } | CudaError::NoDevice { .. } => Some(", or pass --device cpu".into()),
+        CudaError::MissingLibrary { .. } | CudaError::NoDevice { .. } | CudaError::NotBuilt => {
+            Some(", or pass --device cpu".into())
+        }
         _ => None,
     }
 }
@@ -325,6 +327,11 @@ mod tests {
             detail: "the driver sees no GPU".into(),
         }));
         assert!(none.ends_with("CUDA_VISIBLE_DEVICES, or pass --device cpu"), "{none}");
+        let not_built = printed(BackendError::Cuda(CudaError::NotBuilt));
+        assert!(
+            not_built.ends_with("to train on a GPU, or pass --device cpu"),
+            "{not_built}"
+        );
         let broken = printed(BackendError::Cuda(CudaError::Compile { log: "error".into() }));
         assert!(!broken.contains("--device"), "{broken}");
     }

@@ -9,20 +9,29 @@
 //! `train::Pipeline::build`). The workspace itself is allocated in the step region
 //! by the op, like any temporary.
 
+#[cfg(feature = "cuda")]
 mod engines;
+#[cfg(feature = "cuda")]
 mod legacy;
 
+#[cfg(feature = "cuda")]
 use super::CudaError;
 pub use crate::backend::ConvDims;
+#[cfg(feature = "cuda")]
 use crate::base::DType;
+#[cfg(feature = "cuda")]
 use cudarc::cudnn::result as dnn;
+#[cfg(feature = "cuda")]
 use cudarc::cudnn::sys;
+#[cfg(feature = "cuda")]
 use engines::GraphConv;
+#[cfg(feature = "cuda")]
 use legacy::LegacyConv;
 
 /// The largest workspace the heuristic's choice may ask for. The tiny
 /// convolutions of the MNIST CNN need none; a limit keeps a heuristic's FFT
 /// choice from tripling the step region.
+#[cfg(feature = "cuda")]
 pub const WORKSPACE_LIMIT: usize = 8 << 20;
 
 /// Which of the three passes a workspace is for.
@@ -36,6 +45,7 @@ pub enum ConvPass {
     WeightGrad,
 }
 
+#[cfg(feature = "cuda")]
 impl ConvPass {
     pub(crate) const ALL: [ConvPass; 3] = [ConvPass::Forward, ConvPass::InputGrad, ConvPass::WeightGrad];
 
@@ -46,6 +56,7 @@ impl ConvPass {
 }
 
 /// What runs one convolution shape's passes.
+#[cfg(feature = "cuda")]
 pub struct ConvPlan {
     pub(crate) dims: ConvDims,
     /// Its place among the device's plans, made in order and never
@@ -74,11 +85,13 @@ pub enum ConvApi {
     },
 }
 
+#[cfg(feature = "cuda")]
 enum Engine {
     Legacy(LegacyConv),
     Graph(GraphConv),
 }
 
+#[cfg(feature = "cuda")]
 impl ConvPlan {
     /// `deterministic`: only algorithms that sum in a fixed order (no
     /// atomics), so a run is reproducible bit for bit, at a cost in speed.
@@ -225,6 +238,7 @@ impl ConvPlan {
 /// Seconds the algorithm `chosen` of a pass takes beyond the fastest of
 /// `timed` (that pass's timed list, fastest first); 0 where `chosen` was
 /// not timed (the heuristic's, kept where nothing timed fits).
+#[cfg(feature = "cuda")]
 pub(super) fn seconds_lost<A: PartialEq>(timed: &[(A, usize, f64)], chosen: A) -> f64 {
     let fastest = timed.first().map_or(0.0, |t| t.2);
     timed
@@ -233,16 +247,18 @@ pub(super) fn seconds_lost<A: PartialEq>(timed: &[(A, usize, f64)], chosen: A) -
         .map_or(0.0, |t| (t.2 - fastest).max(0.0))
 }
 
+#[cfg(feature = "cuda")]
 pub(super) fn dnn_err(op: &'static str) -> impl Fn(dnn::CudnnError) -> CudaError {
     move |e| CudaError::failed(op, e)
 }
 
+#[cfg(feature = "cuda")]
 pub(super) fn int(v: usize) -> Result<i32, CudaError> {
     i32::try_from(v)
         .map_err(|_| CudaError::failed("describing a convolution", format!("size {v} exceeds cuDNN's range")))
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "cuda"))]
 mod tests {
     #[test]
     fn an_algorithm_loses_its_time_beyond_the_fastest_timed() {
