@@ -499,35 +499,71 @@ fn nn_driver<K: Kernels, const MR: usize, const NR: usize>(isa: K, mut args: NnA
 ///
 /// A ragged last strip is shifted left to end at column n, overlapping its
 /// neighbour, and stores only its new columns: full-width code everywhere,
-/// at the cost of recomputing fewer than NR columns. Only when n < NR are
-/// narrower tiles (4 columns, then 1) needed.
+/// at the cost of recomputing columns. When at most half a strip is left
+/// (an LSTM's 50 or 65 columns: 2 or 1 past the last 16) the tail is a
+/// half-width strip, so it recomputes 6 or 7 columns rather than 14 or 15.
+/// Only when n < NR are narrower tiles alone (4 columns, then 1) needed.
 fn nn_columns<K: Kernels, const L: u8, const MR: usize, const NR: usize>(isa: K, args: &mut NnArgs<'_>) {
     let n = args.n;
-    if n >= NR {
-        nn_strips::<K, L, MR, NR>(isa, args);
-    } else if n >= 4 {
-        nn_strips::<K, L, MR, 4>(isa, args);
-    } else {
-        nn_strips::<K, L, MR, 1>(isa, args);
+    if n < NR {
+        if n >= 4 {
+            nn_strips::<K, L, MR, 4>(isa, args, 0, n);
+        } else {
+            nn_strips::<K, L, MR, 1>(isa, args, 0, n);
+        }
+        return;
+    }
+    let full = n / NR * NR;
+    let tail = n - full;
+    match (NR, tail) {
+        (_, 0) => nn_strips::<K, L, MR, NR>(isa, args, 0, n),
+        (16, 1..=8) => {
+            nn_strips::<K, L, MR, NR>(isa, args, 0, full);
+            nn_strips::<K, L, MR, 8>(isa, args, full, n);
+        }
+        (8, 1..=4) => {
+            nn_strips::<K, L, MR, NR>(isa, args, 0, full);
+            nn_strips::<K, L, MR, 4>(isa, args, full, n);
+        }
+        _ => nn_strips::<K, L, MR, NR>(isa, args, 0, n),
     }
 }
 
-fn nn_strips<K: Kernels, const L: u8, const MR: usize, const C: usize>(isa: K, args: &mut NnArgs<'_>) {
-    let (m, n) = (args.m, args.n);
-    debug_assert!(n >= C);
-    let mut j = 0;
-    while j < n {
-        // Strip j..j + C, shifted left to stay inside C; its first
-        // `j - j0` columns belong to the previous strip.
-        let j0 = j.min(n - C);
+/// The strips of columns `from..to` (`to >= C`), each over every row tile.
+///
+/// Rows go in `⌈m / MR⌉` tiles of near-equal height rather than full tiles
+/// and a remainder: an LSTM's 20 rows as 5 + 5 + 5 + 5, not 6 + 6 + 6 + 2,
+/// whose last tile holds too few accumulators to hide the multiply-add
+/// latency and ran at about half speed.
+fn nn_strips<K: Kernels, const L: u8, const MR: usize, const C: usize>(
+    isa: K,
+    args: &mut NnArgs<'_>,
+    from: usize,
+    to: usize,
+) {
+    let m = args.m;
+    debug_assert!(to >= C && to <= args.n);
+    let tiles = m.div_ceil(MR);
+    let (low, high_tiles) = (m / tiles, m % tiles);
+    let mut j = from;
+    while j < to {
+        // Strip j..j + C, shifted left to end by `to`; its first `j - j0`
+        // columns belong to the previous strip.
+        let j0 = j.min(to - C);
         let cols = Cols { from: j - j0, to: C };
+        // `high_tiles` tiles of `low + 1` rows (at most MR), then `low`.
         let mut i0 = 0;
-        while i0 + MR <= m {
-            isa.nn_tile::<L, MR, C>(args, i0, j0, cols);
-            i0 += MR;
+        if high_tiles > 0 {
+            with_rows!(low + 1, |R| for _ in 0..high_tiles {
+                isa.nn_tile::<L, R, C>(args, i0, j0, cols);
+                i0 += R;
+            });
         }
-        if i0 < m {
-            with_rows!(m - i0, |R| isa.nn_tile::<L, R, C>(args, i0, j0, cols));
+        if low > 0 {
+            with_rows!(low, |R| while i0 < m {
+                isa.nn_tile::<L, R, C>(args, i0, j0, cols);
+                i0 += R;
+            });
         }
         j += C;
     }
@@ -1119,8 +1155,11 @@ mod tests {
     }
 
     /// The products our models make (see the module docs of the ops).
-    const NN_SHAPES: [(usize, usize, usize); 5] = [
+    const NN_SHAPES: [(usize, usize, usize); 8] = [
         (10, 576, 25),
+        (20, 200, 50),
+        (20, 50, 200),
+        (400, 65, 50),
         (20, 64, 250),
         (250, 64, 20),
         (100, 320, 50),
