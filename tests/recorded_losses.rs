@@ -1,6 +1,9 @@
 //! The MNIST CNN's training losses on the CPU, recorded bit for bit before
 //! the engine was made generic over models and optimizers: refactoring the
-//! engine must not move a single bit of them.
+//! engine must not move a single bit of them. A change of arithmetic
+//! re-records them and says so in its commit: the cross-entropy's vector
+//! `exp` (issue 32) moved 1 ulp in 1 of the plain run's 22 losses and 5 of
+//! the momentum run's.
 //!
 //! Recorded on an x86-64 CPU with AVX2 and FMA (the CPU kernels' vector
 //! path), `--threads 2`, seed 42, 1,050 training images (so every epoch
@@ -73,7 +76,7 @@ fn plain_sgd_losses_are_bit_identical_to_the_recording() {
         0.0,
         &[
             0x40123317, 0x40137e63, 0x4011b8e3, 0x40112948, 0x4011b334, 0x401003e6, 0x400f9783, 0x400f26df, 0x4010eb60,
-            0x400eb72c, 0x400da3fc, 0x400d1f8a, 0x400b4546, 0x400995fb, 0x4007d959, 0x40076f62, 0x4005cfce, 0x40048065,
+            0x400eb72c, 0x400da3fc, 0x400d1f8a, 0x400b4546, 0x400995fb, 0x4007d959, 0x40076f62, 0x4005cfce, 0x40048064,
             0x40063727, 0x4002984a, 0x400546a9, 0x3ff5c145,
         ],
     );
@@ -86,8 +89,8 @@ fn momentum_sgd_losses_are_bit_identical_to_the_recording() {
         0.9,
         &[
             0x40123317, 0x40137e63, 0x4011dfb8, 0x4010529f, 0x40100afd, 0x400e0578, 0x400b298b, 0x40070ab5, 0x40081d92,
-            0x3fff88b4, 0x3fe91367, 0x3fdb066c, 0x3fce1cd7, 0x3fb56744, 0x3fb8343e, 0x3f9b9fc4, 0x3f93189d, 0x3f925011,
-            0x3f9b9bef, 0x3f99d97d, 0x3f977042, 0x3f3e7b2c,
+            0x3fff88b3, 0x3fe91366, 0x3fdb066c, 0x3fce1cd7, 0x3fb56744, 0x3fb8343e, 0x3f9b9fc5, 0x3f93189d, 0x3f925012,
+            0x3f9b9bef, 0x3f99d97d, 0x3f977042, 0x3f3e7b2d,
         ],
     );
 }

@@ -114,6 +114,25 @@ fn loss_and_gradient_match_the_definition_for_ten_classes() {
     }
 }
 
+/// The CPU kernel takes a row in vectors of 8: shorter rows in one partial
+/// vector, others in whole ones with the last shifted to end with the row
+/// (its repeated lanes left out of the sum). Every kind of length, with the
+/// row's largest value in the first, a middle and the last place.
+#[test]
+fn loss_and_gradient_match_the_definition_for_every_kind_of_row_length() {
+    for c in [1, 2, 5, 7, 8, 9, 15, 16, 17, 65] {
+        let n = 6;
+        let labels: Vec<u32> = (0..n).map(|i| (i * 5 % c) as u32).collect();
+        let mut x = values(n * c, c as u64, -3.0, 3.0);
+        for (row, at) in [(0, 0), (1, c / 2), (2, c - 1)] {
+            x[row * c + at] = 9.0;
+        }
+        for e in [0.0, 0.1] {
+            assert_matches_reference(&x, c, &labels, e);
+        }
+    }
+}
+
 #[test]
 fn loss_and_gradient_match_the_definition_for_a_thousand_classes_and_large_logits() {
     // Spread over ±1000: exp of any of them overflows unless shifted; enough
