@@ -107,8 +107,9 @@ fn row_forward<const FMA: bool>(rows: Rows, row: &[f32], label: usize) -> (f32, 
 /// The log-sum-exp of a row of at least [`LANES`] values, in whole vectors:
 /// a length that is not a multiple of 8 ends with a vector shifted left to
 /// end with the row, its lanes that repeat the one before left out of the
-/// sum. (A partial vector assembled element by element, or a select per
-/// lane in the loop, made LLVM split the whole loop into scalar code.)
+/// sum. The loops hold no per-lane test: with the pointwise kernels'
+/// partial [`Lanes`] and a mask or select per lane inside them, the
+/// forward over 400 × 65 logits took 80 µs rather than 27.
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // each lane loop is one vector instruction
 fn long_lse<const FMA: bool>(row: &[f32]) -> f32 {
