@@ -119,8 +119,15 @@ pub fn tanh<const FMA: bool>(x: &V8) -> V8 {
     }
     let mut out = [0.0; LANES];
     for k in 0..LANES {
-        let r = c[k] * p[k] / q[k];
-        out[k] = if x[k].abs() < LINEAR { x[k] } else { r };
+        out[k] = c[k] * p[k] / q[k];
+    }
+    // The near-zero lanes chosen by a bit mask (one blend), not by `if`:
+    // LLVM sank the division into the `if`'s branch, a branch per lane, and
+    // the whole function ran lane by lane (the LSTM cell's forward over
+    // [20, 4·50] took 8.1 µs; 4.0 with the mask).
+    for k in 0..LANES {
+        let mask = ((x[k].abs() < LINEAR) as u32).wrapping_neg();
+        out[k] = f32::from_bits((x[k].to_bits() & mask) | (out[k].to_bits() & !mask));
     }
     out
 }
