@@ -22,6 +22,7 @@ mod cpu;
 mod tests;
 
 use crate::backend::cuda::{float_kernel, Arg, FloatKernel, Grid, KernelSource};
+use crate::backend::{BackendError, Sizing};
 use crate::memory::Buf;
 use crate::ops::Step;
 use crate::tensor::{Labels, Shape, Tensor, TensorRef};
@@ -116,9 +117,17 @@ impl Saved {
         if self.w.requires_grad && vocab > 0 {
             // Written whole, zeros included: never added into.
             let gw = s.grad_buffer(&self.w, "onehot_linear weight grad")?;
+            // The CPU sums each band of the gradient transposed first.
+            let sums = match s.sizing() {
+                Sizing::Cpu { .. } => Some(s.alloc::<f32>("onehot_linear weight grad sums", self.w.shape)?),
+                Sizing::Cuda(_) => None,
+            };
             s.launch(
-                &[ids.into(), gy.into(), gw.into()],
-                |v| cpu::weight_grad(rows, v.read(ids)?, v.read(gy)?, v.write(gw)?),
+                &[ids.into(), gy.into(), gw.into(), sums.unwrap_or_default().into()],
+                |v| {
+                    let sums = sums.ok_or(BackendError::Internal("onehot_linear's sums not made for the CPU"))?;
+                    cpu::weight_grad(rows, v.read(ids)?, v.read(gy)?, v.write(gw)?, v.write(sums)?)
+                },
                 |gpu| {
                     gpu.launch(
                         ONEHOT_WEIGHT_GRAD.of(gw.dtype()),
