@@ -54,6 +54,7 @@ registry! {
     embedding: backward, kernels;
     lstm_cell: backward, kernels;
     lstm_layer: backward, kernels;
+    tree_lstm_cell: backward, kernels;
     sentences: kernels;
     onehot_linear: backward, kernels;
 }

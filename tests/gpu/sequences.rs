@@ -6,7 +6,8 @@
 //! a whole two-layer LSTM language-model step (embedding, `nn::Lstm`,
 //! linear, cross-entropy) with every parameter's gradient; and that step
 //! from PyTorch's weights against PyTorch's float64 answer
-//! (`bench/lstm_step.py`), as the CPU test does.
+//! (`bench/lstm_step.py`), as the CPU test does; and tree_lstm_cell over
+//! leaves and inner nodes.
 
 use super::*;
 use bumpgrad::nn::{Embedding, Linear, Lstm, Rnn};
@@ -253,4 +254,45 @@ fn a_two_layer_lstm_language_model_step_on_the_gpu_matches_pytorch() {
     for (name, (_, cpu)) in &on_cpu {
         assert_close(&format!("lstm language model: {name}"), cpu, &on_gpu[name].1);
     }
+}
+
+/// Four leaves, then two inner nodes over them (children gathered by
+/// `embedding`, their gates from two `linear`s), the Tree-LSTM's level by
+/// level step: outputs and every gradient as on the CPU.
+#[test]
+fn tree_lstm_cell_matches_the_cpu_for_leaves_and_inner_nodes() {
+    same_on_both("tree_lstm_cell", &|s| {
+        let (h, e) = (37, 23);
+        let x = s.variable("x", Shape::new(&[4, e]), &values(4 * e, 91))?;
+        let w = s.variable("w", Shape::new(&[3 * h, e]), &values(3 * h * e, 92))?;
+        let ul = s.variable("u_l", Shape::new(&[5 * h, h]), &values(5 * h * h, 93))?;
+        let ur = s.variable("u_r", Shape::new(&[5 * h, h]), &values(5 * h * h, 94))?;
+        let b = s.variable("b", Shape::new(&[5 * h]), &values(5 * h, 95))?;
+        let leaf_gates = x.linear(s, w, None)?;
+        let (hl, cl) = leaf_gates.tree_lstm_cell(s, None)?;
+        let (left, right) = (s.labels(&[0, 2])?, s.labels(&[1, 3])?);
+        let (h_left, h_right) = (hl.embedding(s, left)?, hl.embedding(s, right)?);
+        let (c_left, c_right) = (cl.embedding(s, left)?, cl.embedding(s, right)?);
+        let from_left = h_left.linear(s, ul, Some(b))?;
+        let from_right = h_right.linear(s, ur, None)?;
+        let gates = from_left.add(s, from_right)?;
+        let (hs, cs) = gates.tree_lstm_cell(s, Some((c_left, c_right)))?;
+        let ct = cs.tanh(s)?;
+        let y = hs.add(s, ct)?;
+        let mut out = with_grads(
+            s,
+            y,
+            &[
+                ("x grad", x),
+                ("w grad", w),
+                ("u_l grad", ul),
+                ("u_r grad", ur),
+                ("b grad", b),
+            ],
+        )?;
+        out.push(("h", hs));
+        out.push(("c", cs));
+        out.push(("leaf h", hl));
+        Ok(out)
+    });
 }
