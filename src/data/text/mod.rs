@@ -10,6 +10,8 @@
 //! - [`tree`]: one PTB-style tree, parsed from one line;
 //! - [`treebank`]: SST's three files of trees;
 //! - [`vocab`]: words to ids, with an unknown word;
+//! - [`vectors`]: pretrained word vectors (GloVe's text format) for a
+//!   vocabulary;
 //! - [`sentences`]: a split's sentences as ids with their root labels, in
 //!   five classes or two;
 //! - [`batches`]: lengths grouped into a few buckets and an epoch's
@@ -27,6 +29,7 @@ pub mod corpus;
 pub mod sentences;
 pub mod tree;
 pub mod treebank;
+pub mod vectors;
 pub mod vocab;
 pub mod windows;
 
@@ -37,6 +40,7 @@ pub use corpus::CharCorpus;
 pub use sentences::{Classes, Sentences, SentimentSet};
 pub use tree::{Node, Tree};
 pub use treebank::Treebank;
+pub use vectors::WordVectors;
 pub use vocab::{Vocab, UNKNOWN, UNKNOWN_WORD};
 pub use windows::Windows;
 
@@ -179,6 +183,42 @@ pub enum TextError {
         index: usize,
         /// Batches an epoch has.
         count: usize,
+    },
+
+    /// A word-vectors file with a line that is not a word and its numbers.
+    #[error(
+        "{}:{line}: {why} — a word-vectors file holds a word a line, then its numbers separated \
+         by spaces (GloVe's text format)",
+        path.display()
+    )]
+    VectorsSyntax {
+        /// The file.
+        path: PathBuf,
+        /// 1-based.
+        line: usize,
+        /// What was wrong.
+        why: String,
+    },
+
+    /// A word-vectors file with no vector.
+    #[error("{} holds no word vectors — is it the right file?", path.display())]
+    NoVectors {
+        /// The file.
+        path: PathBuf,
+    },
+
+    /// Word vectors of another length than the embedding's.
+    #[error(
+        "{} gives vectors of {dim} numbers, but the embedding has {embed}: pass --embed {dim}",
+        path.display()
+    )]
+    VectorsDim {
+        /// The file.
+        path: PathBuf,
+        /// Numbers per word in the file.
+        dim: usize,
+        /// The embedding's width.
+        embed: usize,
     },
 
     /// Buffers of the wrong length for a batch of sentences.
