@@ -11,6 +11,7 @@ use std::path::Path;
 
 use bumpgrad::checkpoint::{self, Checkpoint};
 use bumpgrad::data::cifar::{self, parse_records};
+use bumpgrad::data::text::{treebank, Node, TextError, Tree};
 use bumpgrad::data::{parse_images, parse_labels};
 
 /// The path errors name for fuzzed bytes.
@@ -71,6 +72,73 @@ pub fn cifar_one(data: &[u8]) -> String {
             "ok".to_string()
         }
         Err(e) => label(&format!("{e:?}"), &e.to_string()),
+    }
+}
+
+/// `treebank::parse_file` on the bytes, as a Stanford Sentiment Treebank
+/// split.
+///
+/// Promises checked: a returned file has one tree per line that is not
+/// blank, and each tree keeps the invariants `Tree` documents (nodes in
+/// post-order with the root last, every inner node's two children before
+/// it, labels 0–4, `2·leaves − 1` nodes, its leaves in order its words,
+/// none empty or holding a bracket); an error names the path, and a syntax
+/// error a line of the input and a column at least 1.
+pub fn sst_one(data: &[u8]) -> String {
+    let path = Path::new(FUZZ_PATH);
+    let lines: Vec<&[u8]> = data.split(|&b| b == b'\n').collect();
+    match treebank::parse_file(path, data) {
+        Ok(trees) => {
+            let filled = lines
+                .iter()
+                .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+                .filter(|l| !l.iter().all(|&b| b == b' ' || b == b'\t'))
+                .count();
+            assert_eq!(trees.len(), filled, "trees for the lines that are not blank");
+            assert!(!trees.is_empty(), "no trees accepted");
+            for tree in &trees {
+                check_tree(tree);
+            }
+            "ok".to_string()
+        }
+        Err(e) => {
+            let message = e.to_string();
+            assert!(message.contains(FUZZ_PATH), "the error names no path: {message}");
+            if let TextError::TreeSyntax { line, column, .. } = e {
+                assert!((1..=lines.len()).contains(&line), "line {line} of {}", lines.len());
+                assert!(column >= 1, "column {column}");
+            }
+            label(&format!("{e:?}"), &message)
+        }
+    }
+}
+
+/// `Tree`'s documented invariants.
+fn check_tree(tree: &Tree) {
+    let nodes = tree.nodes();
+    let mut leaves = Vec::new();
+    for (at, node) in nodes.iter().enumerate() {
+        assert!(node.label() <= 4, "label {}", node.label());
+        match *node {
+            Node::Leaf { word, .. } => leaves.push(word as usize),
+            Node::Inner { left, right, .. } => {
+                assert!(
+                    (left as usize) < at && (right as usize) < at,
+                    "children after node {at}"
+                );
+                assert!(left != right, "node {at} has one child twice");
+            }
+        }
+    }
+    assert_eq!(nodes.len(), 2 * leaves.len() - 1, "nodes for {} leaves", leaves.len());
+    assert_eq!(
+        leaves,
+        (0..tree.words().len()).collect::<Vec<_>>(),
+        "leaves out of order"
+    );
+    assert_eq!(tree.label(), nodes[nodes.len() - 1].label(), "the root is not last");
+    for word in tree.words() {
+        assert!(!word.is_empty() && !word.contains(['(', ')']), "word {word:?}");
     }
 }
 

@@ -35,23 +35,25 @@ use std::time::{Duration, Instant};
 use bumpgrad::checkpoint::{self, momentum_buffer_name, Checkpoint, CheckpointError, NamedTensor, RESERVED_KEYS};
 use bumpgrad::data::cifar;
 use bumpgrad::rng::SplitMix64;
-use bumpgrad_fuzz::{checkpoint_one, cifar_one, idx_one, round_trip};
+use bumpgrad_fuzz::{checkpoint_one, cifar_one, idx_one, round_trip, sst_one};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Target {
     Idx,
     Cifar,
     Checkpoint,
+    Sst,
 }
 
 impl Target {
-    const ALL: [Target; 3] = [Target::Idx, Target::Cifar, Target::Checkpoint];
+    const ALL: [Target; 4] = [Target::Idx, Target::Cifar, Target::Checkpoint, Target::Sst];
 
     fn name(self) -> &'static str {
         match self {
             Target::Idx => "idx",
             Target::Cifar => "cifar",
             Target::Checkpoint => "checkpoint",
+            Target::Sst => "sst",
         }
     }
 
@@ -60,6 +62,7 @@ impl Target {
             Target::Idx => idx_one,
             Target::Cifar => cifar_one,
             Target::Checkpoint => checkpoint_one,
+            Target::Sst => sst_one,
         }
     }
 }
@@ -94,6 +97,7 @@ fn parse_args() -> Result<Args, String> {
                     "idx" => vec![Target::Idx],
                     "cifar" => vec![Target::Cifar],
                     "checkpoint" => vec![Target::Checkpoint],
+                    "sst" => vec![Target::Sst],
                     "all" => Target::ALL.to_vec(),
                     other => return Err(format!("--target {other}: expected idx, cifar, checkpoint or all")),
                 }
@@ -101,12 +105,10 @@ fn parse_args() -> Result<Args, String> {
             "--data" => args.data = value()?.into(),
             "--regressions" => args.regressions = value()?.into(),
             "--write-corpus" => args.write_corpus = Some(value()?.into()),
-            other => {
-                return Err(format!(
-                    "unknown flag {other}; flags: --seconds S --seed N --target idx|cifar|checkpoint|all --data DIR \
+            other => return Err(format!(
+                "unknown flag {other}; flags: --seconds S --seed N --target idx|cifar|checkpoint|sst|all --data DIR \
                      --regressions DIR --write-corpus DIR"
-                ))
-            }
+            )),
         }
     }
     Ok(args)
@@ -154,6 +156,38 @@ fn idx_seeds(dir: &Path) -> Result<Vec<Seed>, String> {
             weight,
         });
     }
+    Ok(seeds)
+}
+
+/// Treebank files from the repository's `data/sst/dev.txt`: its first 1,
+/// 3 and 40 lines, a line with CRLF endings and blank lines around it, and
+/// the whole split (rarely: 1,101 trees).
+fn sst_seeds() -> Result<Vec<Seed>, String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/sst/dev.txt");
+    let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
+    let first = |n: usize| lines[..n.min(lines.len())].join(&b'\n');
+    let mut crlf = b"\r\n \t\r\n".to_vec();
+    crlf.extend_from_slice(lines[0]);
+    crlf.extend_from_slice(b"\r\n\n");
+    let mut seeds: Vec<Seed> = [1, 3, 40]
+        .into_iter()
+        .map(|n| Seed {
+            name: format!("sst-dev-{n}"),
+            bytes: first(n),
+            weight: 20,
+        })
+        .collect();
+    seeds.push(Seed {
+        name: "sst-crlf".into(),
+        bytes: crlf,
+        weight: 10,
+    });
+    seeds.push(Seed {
+        name: "sst-dev".into(),
+        bytes,
+        weight: 1,
+    });
     Ok(seeds)
 }
 
@@ -347,7 +381,47 @@ fn mutate(rng: &mut SplitMix64, bytes: &mut Vec<u8>, target: Target, seeds: &[Se
                 Target::Idx => edit_idx_field(rng, bytes),
                 Target::Cifar => edit_cifar_label(rng, bytes),
                 Target::Checkpoint => edit_checkpoint_header(rng, bytes),
+                Target::Sst => edit_tree(rng, bytes),
             },
+        }
+    }
+}
+
+/// A treebank edit: a bracket, label, space or escape put in, taken out or
+/// swapped where the parser makes its choices.
+fn edit_tree(rng: &mut SplitMix64, bytes: &mut Vec<u8>) {
+    const PIECES: [&[u8]; 10] = [
+        b"(",
+        b")",
+        b" ",
+        b"\t",
+        b"(5 ",
+        b"(2 ",
+        b")(",
+        b"\\/",
+        b"\n",
+        b"(2 (3 a) ",
+    ];
+    let at = position(rng, bytes.len());
+    match rng.below(3) {
+        0 => {
+            let piece = PIECES[rng.below(PIECES.len() as u64) as usize];
+            bytes.splice(at..at, piece.iter().copied());
+        }
+        1 => {
+            // Take out the next bracket.
+            if let Some(k) = bytes[at..].iter().position(|&b| b == b'(' || b == b')') {
+                bytes.remove(at + k);
+            }
+        }
+        _ => {
+            // A label to another digit or character.
+            if let Some(k) = bytes[at..]
+                .windows(2)
+                .position(|w| w[0] == b'(' && w[1].is_ascii_digit())
+            {
+                bytes[at + k + 1] = b"0123456789x("[rng.below(12) as usize];
+            }
         }
     }
 }
@@ -658,8 +732,8 @@ fn peak_rss_kib() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn write_corpus(dir: &Path, idx: &[Seed], cifar: &[Seed], ckpt: &[Seed]) -> std::io::Result<()> {
-    for (target, seeds) in [("idx", idx), ("cifar", cifar), ("checkpoint", ckpt)] {
+fn write_corpus(dir: &Path, idx: &[Seed], cifar: &[Seed], ckpt: &[Seed], sst: &[Seed]) -> std::io::Result<()> {
+    for (target, seeds) in [("idx", idx), ("cifar", cifar), ("checkpoint", ckpt), ("sst", sst)] {
         let sub = dir.join(target);
         std::fs::create_dir_all(&sub)?;
         // libFuzzer is fastest on small inputs; the whole MNIST files are
@@ -688,13 +762,21 @@ fn main() {
     };
     let ckpt = checkpoint_seeds(&mut SplitMix64::new(args.seed));
     let cifar = cifar_seeds(&idx);
+    let sst = match sst_seeds() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: reading the treebank seeds: {e}");
+            std::process::exit(2);
+        }
+    };
     if let Some(dir) = &args.write_corpus {
-        if let Err(e) = write_corpus(dir, &idx, &cifar, &ckpt) {
+        if let Err(e) = write_corpus(dir, &idx, &cifar, &ckpt, &sst) {
             eprintln!("error: writing the corpus to {}: {e}", dir.display());
             std::process::exit(2);
         }
         println!(
-            "wrote seeds to {}/idx, {}/cifar and {}/checkpoint",
+            "wrote seeds to {}/idx, {}/cifar, {}/checkpoint and {}/sst",
+            dir.display(),
             dir.display(),
             dir.display(),
             dir.display()
@@ -719,6 +801,7 @@ fn main() {
             Target::Idx => &idx,
             Target::Cifar => &cifar,
             Target::Checkpoint => &ckpt,
+            Target::Sst => &sst,
         };
         let report = run(*target, seeds, args.seconds, args.seed, &args.regressions);
         println!(
