@@ -9,6 +9,7 @@ mod model;
 mod optimizer;
 mod params;
 mod recurrent;
+mod tree_lstm;
 
 pub use init::{kaiming_uniform_fan_in, normal, uniform_fan_in};
 pub use layers::{scaled, BatchNorm2d, Conv2d, ConvSpec, Linear};
@@ -16,3 +17,4 @@ pub use model::{Batch, Input, Mode, Model, ModelChoice, Network, Reads, Sentence
 pub use optimizer::{runs_with_grads, Optimizer, OptimizerChoice, OptimizerConfig};
 pub use params::{count_params, Entry, Init, Kind, ParamBuilder, ParamStore};
 pub use recurrent::{Embedding, Lstm, LstmState, Rnn, Sequence};
+pub use tree_lstm::TreeLstm;

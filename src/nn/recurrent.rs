@@ -334,4 +334,4 @@ impl Embedding {
 
 #[cfg(test)]
 #[path = "recurrent_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -228,7 +228,7 @@ fn a_two_layer_rnn_matches_pytorchs_equations() {
 
 /// `sum(f(x) · gy)`'s gradient with respect to every parameter of `store`
 /// and to `x`, analytic against central differences.
-fn check_every_gradient(
+pub(crate) fn check_every_gradient(
     engine: &mut Engine,
     store: &ParamStore,
     x_shape: Shape,

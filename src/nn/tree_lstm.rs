@@ -1,0 +1,217 @@
+//! `TreeLstm`: the binary constituency Tree-LSTM of Tai et al. (2015), as
+//! Lantern's sentiment model defines it, over trees whose leaves are given
+//! as word vectors. A leaf reads its word: gates `W·x + b_leaf` (i, o, u);
+//! an inner node reads its children's states: gates `U_l·h_l + U_r·h_r +
+//! b` (i, f_l, f_r, o, u), a forget gate for each child's cell (the
+//! `tree_lstm_cell` op holds the equations).
+//!
+//! Two ways to run a batch of trees, giving the same numbers:
+//! - [`TreeLstm::forward_tree`], one tree's nodes one at a time in
+//!   post-order, as Lantern and the PyTorch of the paper ran it;
+//! - [`TreeLstm::forward_levels`], every node of one height across the
+//!   trees at once (the dynamic batching of TensorFlow Fold and DyNet):
+//!   one product and one cell per level, the children's states gathered
+//!   from the levels below.
+//!
+//! Both give every node's `h`, `[Σ nodes, H]`, tree by tree, each tree's
+//! nodes in its post-order (root last), so a classifier over every node
+//! reads the same rows either way.
+
+use super::{Linear, ParamBuilder};
+use crate::data::text::{Node, Tree};
+use crate::nn::Init;
+use crate::tensor::{Param, Shape, Tensor};
+use crate::{Error, Result, Step};
+
+/// A binary Tree-LSTM layer; see the module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeLstm {
+    /// Word vector to a leaf's gates, `[3H, E]` and `[3H]`.
+    leaf: Linear,
+    /// The left child's `h` to an inner node's gates, `[5H, H]`.
+    left: Param,
+    /// The right child's, `[5H, H]`.
+    right: Param,
+    /// An inner node's gates' bias, `[5H]`.
+    bias: Param,
+    embed: usize,
+    hidden: usize,
+}
+
+impl TreeLstm {
+    /// Declares `leaf.weight`, `leaf.bias`, `left`, `right` and `bias` on
+    /// `pb`, each uniform in ±1/√fan-in as `nn.Linear` draws them (an inner
+    /// node's fan-in is both children's, `2H`).
+    pub fn new(pb: &ParamBuilder<'_>, embed: usize, hidden: usize) -> Result<Self> {
+        if embed == 0 || hidden == 0 {
+            return Err(Error::shape(
+                "tree_lstm",
+                format!("at least one embedding feature and one hidden unit, got {embed} and {hidden}"),
+            ));
+        }
+        let inner = Init::UniformFanIn(2 * hidden);
+        Ok(Self {
+            leaf: Linear::new(&pb.pp("leaf"), embed, 3 * hidden)?,
+            left: pb.param("left", Shape::new(&[5 * hidden, hidden]), inner)?,
+            right: pb.param("right", Shape::new(&[5 * hidden, hidden]), inner)?,
+            bias: pb.param("bias", Shape::new(&[5 * hidden]), inner)?,
+            embed,
+            hidden,
+        })
+    }
+
+    /// An inner node's gates from its children's `h`, `[B, 5H]`.
+    fn inner_gates<'s>(&self, s: &mut Step<'s>, h_left: Tensor<'s>, h_right: Tensor<'s>) -> Result<Tensor<'s>> {
+        let (left, right, bias) = (s.param(&self.left), s.param(&self.right), s.param(&self.bias));
+        let from_left = h_left.linear(s, left, Some(bias))?;
+        let from_right = h_right.linear(s, right, None)?;
+        from_left.add(s, from_right)
+    }
+
+    /// `words` `[leaves, E]`: the trees' leaves' vectors, tree by tree, each
+    /// tree's in sentence order.
+    fn check(&self, words: &Tensor<'_>, trees: &[&Tree]) -> Result<()> {
+        let leaves: usize = trees.iter().map(|t| t.words().len()).sum();
+        if words.shape() != Shape::new(&[leaves, self.embed]) || trees.is_empty() {
+            return Err(Error::shape(
+                "tree_lstm",
+                format!(
+                    "at least one tree and a vector of {} for each of their {leaves} leaves, got {} trees and {}",
+                    self.embed,
+                    trees.len(),
+                    words.shape()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// One tree's nodes one at a time, in post-order: `h` of every node,
+    /// `[nodes, H]`, in the tree's node order. `words` `[leaves, E]` in
+    /// sentence order.
+    pub fn forward_tree<'s>(&self, s: &mut Step<'s>, words: Tensor<'s>, tree: &Tree) -> Result<Tensor<'s>> {
+        self.check(&words, &[tree])?;
+        let (e, h) = (self.embed, self.hidden);
+        let mut states: Vec<(Tensor<'s>, Tensor<'s>)> = Vec::with_capacity(tree.nodes().len());
+        for node in tree.nodes() {
+            let state = match *node {
+                Node::Leaf { word, .. } => {
+                    let x = words.select(s, word as usize)?.reshape(s, Shape::new(&[1, e]))?;
+                    self.leaf.forward(s, x)?.tree_lstm_cell(s, None)?
+                }
+                Node::Inner { left, right, .. } => {
+                    let (l, r) = (states[left as usize], states[right as usize]);
+                    let gates = self.inner_gates(s, l.0, r.0)?;
+                    gates.tree_lstm_cell(s, Some((l.1, r.1)))?
+                }
+            };
+            states.push(state);
+        }
+        let n = states.len();
+        Tensor::stack(s, n, |_, k| Ok(states[k].0))?.reshape(s, Shape::new(&[n, h]))
+    }
+
+    /// Every node of equal height across `trees` at once: `h` of every
+    /// node, `[Σ nodes, H]`, tree by tree, each in its post-order. `words`
+    /// `[Σ leaves, E]`, tree by tree, each in sentence order.
+    pub fn forward_levels<'s>(&self, s: &mut Step<'s>, words: Tensor<'s>, trees: &[&Tree]) -> Result<Tensor<'s>> {
+        self.check(&words, trees)?;
+        let h = self.hidden;
+        let plan = Levels::of(trees);
+        // Level 0, the leaves: tree by tree in sentence order, as `words`.
+        let (mut all_h, mut all_c) = self.leaf.forward(s, words)?.tree_lstm_cell(s, None)?;
+        for level in plan.inner.iter() {
+            let gather = |s: &mut Step<'s>, from: Tensor<'s>, rows: &[u32]| {
+                let ids = s.labels(rows)?;
+                from.embedding(s, ids)
+            };
+            let (h_l, h_r) = (gather(s, all_h, &level.left)?, gather(s, all_h, &level.right)?);
+            let (c_l, c_r) = (gather(s, all_c, &level.left)?, gather(s, all_c, &level.right)?);
+            let gates = self.inner_gates(s, h_l, h_r)?;
+            let (h_k, c_k) = gates.tree_lstm_cell(s, Some((c_l, c_r)))?;
+            all_h = rows_after(s, all_h, h_k)?;
+            all_c = rows_after(s, all_c, c_k)?;
+        }
+        let order = s.labels(&plan.post_order)?;
+        let out = all_h.embedding(s, order)?;
+        debug_assert_eq!(out.shape(), Shape::new(&[plan.post_order.len(), h]));
+        Ok(out)
+    }
+}
+
+/// `a` `[n, H]` then `b` `[m, H]`: `[n + m, H]`, as the channels of one
+/// image each (row-major, a row of rows is one long channel run).
+fn rows_after<'s>(s: &mut Step<'s>, a: Tensor<'s>, b: Tensor<'s>) -> Result<Tensor<'s>> {
+    let (n, m, h) = (a.shape().dim(0), b.shape().dim(0), a.shape().dim(1));
+    let a4 = a.reshape(s, Shape::new(&[1, n * h, 1, 1]))?;
+    let b4 = b.reshape(s, Shape::new(&[1, m * h, 1, 1]))?;
+    Tensor::concat_channels(s, &[a4, b4])?.reshape(s, Shape::new(&[n + m, h]))
+}
+
+/// How [`TreeLstm::forward_levels`] walks a batch of trees. Nodes are
+/// numbered in level order: the leaves first (tree by tree, sentence
+/// order), then height 1's nodes (tree by tree, post-order), and so on.
+struct Levels {
+    /// For each height from 1: its nodes' children, by level-order number.
+    inner: Vec<Level>,
+    /// For each node tree by tree in post-order, its level-order number.
+    post_order: Vec<u32>,
+}
+
+#[derive(Default)]
+struct Level {
+    left: Vec<u32>,
+    right: Vec<u32>,
+}
+
+impl Levels {
+    fn of(trees: &[&Tree]) -> Self {
+        // Each node's height, tree by tree in post-order.
+        let mut heights: Vec<usize> = Vec::new();
+        for tree in trees {
+            let first = heights.len();
+            for node in tree.nodes() {
+                let height = match *node {
+                    Node::Leaf { .. } => 0,
+                    Node::Inner { left, right, .. } => {
+                        1 + heights[first + left as usize].max(heights[first + right as usize])
+                    }
+                };
+                heights.push(height);
+            }
+        }
+        let top = heights.iter().copied().max().unwrap_or(0);
+        // Level-order numbers: by height, then tree by tree in post-order
+        // (a tree's leaves in post-order are in sentence order).
+        let mut number = vec![0u32; heights.len()];
+        let mut next = 0u32;
+        for height in 0..=top {
+            for (k, &h) in heights.iter().enumerate() {
+                if h == height {
+                    number[k] = next;
+                    next += 1;
+                }
+            }
+        }
+        let mut inner: Vec<Level> = (0..top).map(|_| Level::default()).collect();
+        let mut first = 0;
+        for tree in trees {
+            for (k, node) in tree.nodes().iter().enumerate() {
+                if let Node::Inner { left, right, .. } = *node {
+                    let level = &mut inner[heights[first + k] - 1];
+                    level.left.push(number[first + left as usize]);
+                    level.right.push(number[first + right as usize]);
+                }
+            }
+            first += tree.nodes().len();
+        }
+        Levels {
+            inner,
+            post_order: number,
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "tree_lstm_tests.rs"]
+mod tests;

@@ -1,0 +1,140 @@
+//! The Tree-LSTM's two ways of running trees against each other, and its
+//! gradients against finite differences.
+
+use super::TreeLstm;
+use crate::data::text::Tree;
+use crate::nn::recurrent::tests::check_every_gradient;
+use crate::nn::ParamStore;
+use crate::ops::gradcheck::values;
+use crate::tensor::{Param, Shape, Tensor};
+use crate::{Device, Engine};
+
+fn engine() -> Engine {
+    Engine::new(Device::cpu(2).expect("cpu"), 16 << 20).expect("arena")
+}
+
+fn trees() -> Vec<Tree> {
+    [
+        "(3 (2 It) (4 (2 's) (2 fine)))",
+        "(1 bad)",
+        "(2 (2 (1 a) (3 b)) (2 (0 c) (4 (2 d) (1 e))))",
+        "(4 (4 (3 x) (2 y)) (1 z))",
+    ]
+    .map(|line| Tree::parse(line).expect("parses"))
+    .to_vec()
+}
+
+/// Every node's `h` (tree by tree, post-order) and every parameter's and
+/// the word vectors' gradient of `sum(h · gy)`.
+fn run(levels: bool) -> Vec<Vec<f32>> {
+    let (e, h) = (7, 5);
+    let trees = trees();
+    let refs: Vec<&Tree> = trees.iter().collect();
+    let leaves: usize = trees.iter().map(|t| t.words().len()).sum();
+    let nodes: usize = trees.iter().map(|t| t.nodes().len()).sum();
+    let mut engine = engine();
+    let (store, tree_lstm) =
+        ParamStore::build(&mut engine.persistent(), 5, |pb| TreeLstm::new(pb, e, h)).expect("builds");
+    let params: Vec<Param> = store.params().collect();
+    engine
+        .step(|s| {
+            let x = s.variable("words", Shape::new(&[leaves, e]), &values(leaves * e, 71, -1.0, 1.0))?;
+            let y = match levels {
+                true => tree_lstm.forward_levels(s, x, &refs)?,
+                false => {
+                    let mut first = 0;
+                    let mut parts = Vec::new();
+                    for tree in &refs {
+                        let n = tree.words().len();
+                        let mine = x.select_rows(s, first, n)?;
+                        parts.push(tree_lstm.forward_tree(s, mine, tree)?);
+                        first += n;
+                    }
+                    let n = parts.len();
+                    let rows: Vec<usize> = parts.iter().map(|p| p.shape().dim(0)).collect();
+                    let mut all = parts[0];
+                    for p in &parts[1..] {
+                        all = super::rows_after(s, all, *p)?;
+                    }
+                    assert_eq!(rows.iter().sum::<usize>(), nodes, "{n} trees");
+                    all
+                }
+            };
+            assert_eq!(y.shape(), Shape::new(&[nodes, h]));
+            let gy = s.input("gy", y.shape(), &values(nodes * h, 72, -1.0, 1.0))?;
+            let grads = s.backward_from(y, gy)?;
+            let mut out = vec![vec![0.0; nodes * h]];
+            s.read(y, &mut out[0])?;
+            let g = s.grad(&grads, x).expect("word vectors' gradient");
+            let mut gx = vec![0.0; leaves * e];
+            s.read(g, &mut gx)?;
+            out.push(gx);
+            for p in &params {
+                let g = s.param_grad(&grads, p).expect("every parameter gets a gradient");
+                let mut v = vec![0.0; p.shape().numel()];
+                s.read(g, &mut v)?;
+                out.push(v);
+            }
+            Ok(out)
+        })
+        .expect("runs")
+}
+
+#[test]
+fn levels_and_post_order_give_the_same_states_and_gradients() {
+    let (one_by_one, by_level) = (run(false), run(true));
+    let names = ["h", "words grad", "leaf.weight", "leaf.bias", "left", "right", "bias"];
+    for (name, (a, b)) in names.iter().zip(one_by_one.iter().zip(&by_level)) {
+        let scale = a.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        assert!(scale > 0.01, "{name}: all near zero");
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-5 * scale.max(1.0),
+                "{name}[{i}]: {x} post-order, {y} by level"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_tree_lstms_gradients_match_finite_differences() {
+    let mut engine = engine();
+    let (store, tree_lstm) =
+        ParamStore::build(&mut engine.persistent(), 6, |pb| TreeLstm::new(pb, 3, 2)).expect("builds");
+    // Five leaves: inner nodes at heights 1, 2 and 3, a child of each side
+    // a leaf somewhere.
+    let tree = Tree::parse("(2 (2 (1 a) (3 b)) (2 (0 c) (4 (2 d) (1 e))))").expect("parses");
+    check_every_gradient(&mut engine, &store, Shape::new(&[5, 3]), &|s, x| {
+        let h = tree_lstm.forward_tree(s, x, &tree)?;
+        // Levels too, so both ways' backward are checked.
+        let again = tree_lstm.forward_levels(s, x, &[&tree])?;
+        h.add(s, again)
+    });
+}
+
+#[test]
+fn words_not_matching_the_trees_leaves_are_a_shape_error() {
+    let mut engine = engine();
+    let (_, tree_lstm) = ParamStore::build(&mut engine.persistent(), 7, |pb| TreeLstm::new(pb, 3, 2)).expect("builds");
+    let tree = Tree::parse("(2 (2 a) (2 b))").expect("parses");
+    let e = engine
+        .step(|s| {
+            let x = s.input("words", Shape::new(&[3, 3]), &[0.0; 9])?;
+            tree_lstm.forward_levels(s, x, &[&tree]).map(|_| ())
+        })
+        .expect_err("3 vectors for 2 leaves");
+    assert!(
+        e.to_string()
+            .contains("a vector of 3 for each of their 2 leaves, got 1 trees and [3, 3]"),
+        "{e}"
+    );
+}
+
+impl<'s> Tensor<'s> {
+    /// Rows `first..first + n` of a `[N, E]` tensor, by gathering.
+    fn select_rows(self, s: &mut crate::Step<'s>, first: usize, n: usize) -> crate::Result<Tensor<'s>> {
+        let ids: Vec<u32> = (first as u32..(first + n) as u32).collect();
+        let ids = s.labels(&ids)?;
+        self.embedding(s, ids)
+    }
+}
