@@ -12,6 +12,11 @@ checkpoint interchange: one definition, used by every script here.
 - `SstLstm(vocab, classes, embed, hidden, layers)`: `sst-lstm`, a sentence
   classifier reading each sentence's hidden state at its last word.
 
+- `TreeLstm(vocab, classes, embed, hidden)`: the binary constituency
+  Tree-LSTM (Lantern's definition, `nn::TreeLstm` in bumpgrad) with an
+  embedding and a classifier over every node; `read_tree(line)` parses an
+  SST line into the post-order node list both sides walk.
+
 - `CharLM(vocab, embed, hidden, layers, cell)`: bumpgrad's `char-lstm`
   (`cell="lstm"`) and `char-rnn` (`cell="rnn"`, tanh): `encoder`
   (`nn.Embedding`), `rnn` (`nn.LSTM` / `nn.RNN`, time-major), `decoder`
@@ -232,3 +237,87 @@ def build(name, classes=10, in_channels=3, width_mult=1.0):
     if name == "squeezenet":
         return squeezenet(classes, in_channels, width_mult)
     raise ValueError(f"unknown model {name!r}: resnet18, resnet50 or squeezenet")
+
+
+def read_tree(line):
+    """An SST tree line as `(words, nodes)`: `nodes` in post-order (children
+    before their parent, the root last), each `(label, word_index, None,
+    None)` for a leaf or `(label, None, left, right)` for an inner node,
+    children by their index in `nodes` (bumpgrad's `Tree`)."""
+    words, nodes, pos = [], [], 0
+
+    def node():
+        nonlocal pos
+        assert line[pos] == "("
+        label = int(line[pos + 1])
+        pos += 3  # "(", the label, one space
+        if line[pos] == "(":
+            left = node()
+            pos += 1  # the space between the subtrees
+            right = node()
+            nodes.append((label, None, left, right))
+        else:
+            end = line.index(")", pos)
+            words.append(line[pos:end].rstrip())
+            nodes.append((label, len(words) - 1, None, None))
+            pos = end
+        assert line[pos] == ")"
+        pos += 1
+        return len(nodes) - 1
+
+    node()
+    return words, nodes
+
+
+class TreeCell(nn.Module):
+    """bumpgrad's `nn::TreeLstm`: `leaf` (`nn.Linear(embed, 3H)`, gates
+    i, o, u), `left`, `right` (`[5H, H]`) and `bias` (`[5H]`) for an inner
+    node's gates i, f_l, f_r, o, u."""
+
+    def __init__(self, embed, hidden):
+        super().__init__()
+        self.hidden = hidden
+        self.leaf = nn.Linear(embed, 3 * hidden)
+        bound = (2 * hidden) ** -0.5
+        self.left = nn.Parameter(torch.empty(5 * hidden, hidden).uniform_(-bound, bound))
+        self.right = nn.Parameter(torch.empty(5 * hidden, hidden).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(5 * hidden).uniform_(-bound, bound))
+
+    def leaf_state(self, x):
+        i, o, u = self.leaf(x).chunk(3, dim=-1)
+        c = torch.sigmoid(i) * torch.tanh(u)
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+    def inner_state(self, left, right):
+        (h_l, c_l), (h_r, c_r) = left, right
+        gates = h_l @ self.left.T + self.bias + h_r @ self.right.T
+        i, f_l, f_r, o, u = gates.chunk(5, dim=-1)
+        c = torch.sigmoid(i) * torch.tanh(u) + torch.sigmoid(f_l) * c_l + torch.sigmoid(f_r) * c_r
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+
+class TreeLstm(nn.Module):
+    """`embedding` -> `tree` (`TreeCell`) over each tree's nodes in
+    post-order -> `fc` on every node's h. `forward(trees)` takes
+    `[(word_ids, nodes)]` (`nodes` as `read_tree` gives them, `word_ids` a
+    LongTensor of the leaves' ids) and returns the logits of every node,
+    tree by tree in post-order, `[sum(nodes), classes]`."""
+
+    def __init__(self, vocab, classes=5, embed=300, hidden=150):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, embed)
+        self.tree = TreeCell(embed, hidden)
+        self.fc = nn.Linear(hidden, classes)
+
+    def forward(self, trees):
+        hs = []
+        for word_ids, nodes in trees:
+            x = self.embedding(word_ids)
+            states = []
+            for _, word, left, right in nodes:
+                if word is not None:
+                    states.append(self.tree.leaf_state(x[word]))
+                else:
+                    states.append(self.tree.inner_state(states[left], states[right]))
+            hs.extend(h for h, _ in states)
+        return self.fc(torch.stack(hs))

@@ -14,6 +14,8 @@ use bumpgrad::nn::{Embedding, Linear, Lstm, Rnn};
 
 #[path = "../support/lstm_step.rs"]
 pub(crate) mod lstm_step;
+#[path = "../support/tree_step.rs"]
+mod tree_step;
 
 #[test]
 fn embedding_matches_the_cpu() {
@@ -295,4 +297,20 @@ fn tree_lstm_cell_matches_the_cpu_for_leaves_and_inner_nodes() {
         out.push(("leaf h", hl));
         Ok(out)
     });
+}
+
+/// The Tree-LSTM step from PyTorch's weights against its float64 answer
+/// (`bench/tree_step.py`), both ways of running the trees, as on the CPU.
+#[test]
+fn a_tree_lstm_step_on_the_gpu_matches_pytorch_both_ways() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    for (levels, what) in [(false, "gpu, post-order"), (true, "gpu, by level")] {
+        let Some(device) = gpu("tree-lstm fixture step") else {
+            return;
+        };
+        let Some(ours) = tree_step::bumpgrad_step(device, levels) else {
+            return;
+        };
+        tree_step::assert_matches_pytorch(what, &ours);
+    }
 }

@@ -1,0 +1,175 @@
+//! One step of a small Tree-LSTM over three trees against PyTorch's float64
+//! answer (`bench/tree_step.py`, run where PyTorch is, wrote
+//! `tests/fixtures/tree_lstm/`): bumpgrad loads the fixture's float32
+//! weights by name into an embedding, `nn::TreeLstm` and a classifier,
+//! runs the trees one node at a time or level by level, and the backward of
+//! the cross-entropy summed over every node; the loss, every node's logits
+//! and every gradient must land within 1e-4 of their scale. Shared by the
+//! CPU test (`tests/trees.rs`) and the GPU test (`tests/gpu/sequences.rs`).
+
+// Each test binary that includes this file uses part of it.
+#![allow(dead_code)]
+
+// The includer provides `lstm_step` (support/lstm_step.rs) beside this
+// module: its fixture loader.
+use super::lstm_step;
+
+use bumpgrad::data::text::Tree;
+use bumpgrad::nn::{Embedding, Linear, ParamStore, TreeLstm};
+use bumpgrad::ops::cross_entropy::CrossEntropyArgs;
+use bumpgrad::{Device, Engine, Shape, Step, Tensor};
+pub use lstm_step::Tensors;
+use std::path::{Path, PathBuf};
+
+/// Each tensor must land within this fraction of its scale (the largest
+/// magnitude of PyTorch's answer): the bound.
+pub const TOLERANCE: f32 = 1e-4;
+
+/// `bench/tree_step.py`'s `TREES`.
+pub const TREES: [&str; 3] = [
+    "(3 (2 It) (4 (2 's) (2 fine)))",
+    "(1 bad)",
+    "(2 (2 (1 a) (3 b)) (2 (0 c) (4 (2 d) (1 e))))",
+];
+
+fn dir() -> PathBuf {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tree_lstm")).to_path_buf()
+}
+
+fn read<'s>(s: &mut Step<'s>, t: Tensor<'s>) -> bumpgrad::Result<Vec<f32>> {
+    let mut host = vec![0.0; t.shape().numel()];
+    s.read(t, &mut host)?;
+    Ok(host)
+}
+
+/// The step on `device` from the fixture's weights, the trees' nodes run
+/// level by level (`levels`) or one at a time: the loss, the logits and
+/// `grad.<name>` of every parameter; `None` (saying so) while the fixture
+/// is absent.
+pub fn bumpgrad_step(device: Device, levels: bool) -> Option<Tensors> {
+    if !dir().join("step.safetensors").is_file() {
+        eprintln!(
+            "SKIPPED the tree-lstm fixture step: {} is absent (python3 bench/tree_step.py writes it)",
+            dir().display()
+        );
+        return None;
+    }
+    let weights = lstm_step::load_file(&dir().join("weights.safetensors"));
+    let step = lstm_step::load_file(&dir().join("step.safetensors"));
+    let trees: Vec<Tree> = TREES.iter().map(|l| Tree::parse(l).expect("a tree")).collect();
+    let refs: Vec<&Tree> = trees.iter().collect();
+    let words: Vec<u32> = step["words"].1.iter().map(|&w| w as u32).collect();
+    let labels: Vec<u32> = step["labels"].1.iter().map(|&l| l as u32).collect();
+    let (vocab, embed) = (weights["embedding.weight"].0[0], weights["embedding.weight"].0[1]);
+    let (hidden, classes) = (weights["tree.left"].0[1], weights["fc.bias"].0[0]);
+    // Unplanned, one tree node at a time: on the GPU every product takes
+    // its own cuBLAS workspace (256 KiB) in the step region.
+    let mut engine = Engine::new(device, 64 << 20).expect("arena");
+    engine.arena_mut().set_poison_step(true);
+    let (store, (embedding, tree_lstm, fc)) = ParamStore::build(&mut engine.persistent(), 1, |pb| {
+        Ok((
+            Embedding::new(&pb.pp("embedding"), vocab, embed)?,
+            TreeLstm::new(&pb.pp("tree"), embed, hidden)?,
+            Linear::new(&pb.pp("fc"), hidden, classes)?,
+        ))
+    })
+    .expect("the model");
+    let params: Vec<_> = store.params().collect();
+    let mut names: Vec<&str> = params.iter().map(|p| store.name(p)).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        weights.keys().map(String::as_str).collect::<Vec<_>>(),
+        "PyTorch's names"
+    );
+    for p in &params {
+        let (dims, values) = &weights[store.name(p)];
+        assert_eq!(p.shape().dims(), dims.as_slice(), "{}", store.name(p));
+        engine.write_persistent(p.buf(), values).unwrap();
+    }
+    // Summed over the nodes: each row's loss weighs N in a mean over N.
+    let nodes = labels.len();
+    let w = vec![nodes as f32; nodes];
+    let w = engine.persistent().upload("weights", Shape::new(&[nodes]), &w).unwrap();
+    let ours = engine
+        .step(|s| {
+            let ids = s.labels(&words)?;
+            let x = embedding.forward(s, ids)?;
+            let h = match levels {
+                true => tree_lstm.forward_levels(s, x, &refs)?,
+                false => {
+                    // Each tree alone, its leaves' rows gathered from x.
+                    let mut first = 0;
+                    let mut all: Option<Tensor<'_>> = None;
+                    let mut parts = Vec::new();
+                    for tree in &refs {
+                        let n = tree.words().len();
+                        let rows: Vec<u32> = (first as u32..(first + n) as u32).collect();
+                        let rows = s.labels(&rows)?;
+                        let mine = x.embedding(s, rows)?;
+                        parts.push(tree_lstm.forward_tree(s, mine, tree)?);
+                        first += n;
+                    }
+                    for part in parts {
+                        all = Some(match all {
+                            None => part,
+                            Some(a) => {
+                                let (n, m) = (a.shape().dim(0), part.shape().dim(0));
+                                let a4 = a.reshape(s, Shape::new(&[1, n * hidden, 1, 1]))?;
+                                let b4 = part.reshape(s, Shape::new(&[1, m * hidden, 1, 1]))?;
+                                Tensor::concat_channels(s, &[a4, b4])?.reshape(s, Shape::new(&[n + m, hidden]))?
+                            }
+                        });
+                    }
+                    all.expect("three trees")
+                }
+            };
+            let y = fc.forward(s, h)?;
+            let targets = s.labels(&labels)?;
+            let args = CrossEntropyArgs {
+                weights: Some(w),
+                ..CrossEntropyArgs::default()
+            };
+            let loss = y.cross_entropy(s, targets, args)?;
+            let grads = s.backward(loss)?;
+            let mut out = Tensors::new();
+            out.insert("loss".into(), (vec![1], read(s, loss)?));
+            out.insert("logits".into(), (vec![nodes, classes], read(s, y)?));
+            for p in &params {
+                let g = s.param_grad(&grads, p).expect("a gradient");
+                out.insert(
+                    format!("grad.{}", store.name(p)),
+                    (p.shape().dims().to_vec(), read(s, g)?),
+                );
+            }
+            Ok(out)
+        })
+        .expect("the step");
+    Some(ours)
+}
+
+/// Every tensor of the fixture's answer within [`TOLERANCE`] of its scale
+/// in `ours`, each one's error printed.
+pub fn assert_matches_pytorch(what: &str, ours: &Tensors) {
+    let step = lstm_step::load_file(&dir().join("step.safetensors"));
+    let mut compared = 0;
+    for (name, (dims, want)) in step.iter().filter(|(n, _)| !["words", "labels"].contains(&n.as_str())) {
+        let (our_dims, got) = ours
+            .get(name)
+            .unwrap_or_else(|| panic!("{what}: bumpgrad gave no {name}"));
+        assert_eq!(our_dims, dims, "{what}: {name}");
+        let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        assert!(scale > 0.0, "{what}: {name} is all zeros, which proves nothing");
+        let error = want.iter().zip(got).map(|(w, g)| (w - g).abs()).fold(0.0f32, f32::max);
+        println!(
+            "{what}: {name:<24} off by {:.1e} of its scale {scale:.3e}",
+            error / scale
+        );
+        assert!(
+            got.iter().all(|v| v.is_finite()) && error <= TOLERANCE * scale,
+            "{what}: {name}: off by {error} of {scale}"
+        );
+        compared += 1;
+    }
+    assert_eq!(compared, 2 + 8, "{what}: the loss, the logits and eight gradients");
+}
