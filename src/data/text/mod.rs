@@ -209,7 +209,8 @@ pub enum TextError {
 
     /// Word vectors of another length than the embedding's.
     #[error(
-        "{} gives vectors of {dim} numbers, but the embedding has {embed}: pass --embed {dim}",
+        "{} gives vectors of {dim} numbers, but the embedding has {embed}: the embedding must be \
+         {dim} wide to take them",
         path.display()
     )]
     VectorsDim {

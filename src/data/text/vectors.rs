@@ -232,7 +232,7 @@ mod tests {
     }
 
     #[test]
-    fn a_length_other_than_the_embeddings_says_which_flag_to_pass() {
+    fn a_length_other_than_the_embeddings_says_the_width_needed() {
         let v = parse("a 1 2 3\n", "a").unwrap();
         assert!(v.check_dim(Path::new("v.txt"), 3).is_ok());
         let e = v.check_dim(Path::new("v.txt"), 300).unwrap_err().to_string();
@@ -240,7 +240,7 @@ mod tests {
             e.contains("v.txt gives vectors of 3 numbers, but the embedding has 300"),
             "{e}"
         );
-        assert!(e.contains("--embed 3"), "{e}");
+        assert!(e.contains("the embedding must be 3 wide"), "{e}");
     }
 
     #[test]
