@@ -16,9 +16,35 @@
 //! Both give every node's `h`, `[Σ nodes, H]`, tree by tree, each tree's
 //! nodes in its post-order (root last), so a classifier over every node
 //! reads the same rows either way.
+//!
+//! A tree is its shape alone, [`TreeNode`]s in post-order: the layer reads
+//! no file format (a treebank's trees are turned into these above it).
+
+/// One node of a binary tree as [`TreeLstm`] reads it. A tree is a slice
+/// of them in post-order: children before their parent, the root last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TreeNode {
+    /// A leaf reading row `word` of its tree's word vectors (its place in
+    /// the sentence).
+    Leaf {
+        /// The leaf's word, by its place in the sentence.
+        word: u32,
+    },
+    /// An inner node over two earlier nodes of the same tree.
+    Inner {
+        /// The left child, by its index in the tree's nodes.
+        left: u32,
+        /// The right child, by its index in the tree's nodes.
+        right: u32,
+    },
+}
+
+/// Leaves of a tree.
+fn leaves(tree: &[TreeNode]) -> usize {
+    tree.iter().filter(|n| matches!(n, TreeNode::Leaf { .. })).count()
+}
 
 use super::{Linear, ParamBuilder};
-use crate::data::text::{Node, Tree};
 use crate::nn::Init;
 use crate::tensor::{Param, Shape, Tensor};
 use crate::{Error, Result, Step};
@@ -70,8 +96,35 @@ impl TreeLstm {
 
     /// `words` `[leaves, E]`: the trees' leaves' vectors, tree by tree, each
     /// tree's in sentence order.
-    fn check(&self, words: &Tensor<'_>, trees: &[&Tree]) -> Result<()> {
-        let leaves: usize = trees.iter().map(|t| t.words().len()).sum();
+    fn check(&self, words: &Tensor<'_>, trees: &[&[TreeNode]]) -> Result<()> {
+        for (t, tree) in trees.iter().enumerate() {
+            let mut next_word = 0;
+            for (k, node) in tree.iter().enumerate() {
+                let fault = match *node {
+                    TreeNode::Leaf { word } if word != next_word => {
+                        Some(format!("leaf {k} reads word {word} where word {next_word} comes next"))
+                    }
+                    TreeNode::Leaf { .. } => {
+                        next_word += 1;
+                        None
+                    }
+                    TreeNode::Inner { left, right } if left as usize >= k || right as usize >= k || left == right => {
+                        Some(format!("inner node {k} has children {left} and {right}"))
+                    }
+                    TreeNode::Inner { .. } => None,
+                };
+                if let Some(fault) = fault {
+                    return Err(Error::shape(
+                        "tree_lstm",
+                        format!(
+                            "trees in post-order, two earlier nodes under each inner node and the leaves \
+                             reading words 0, 1, 2, … in order; in tree {t}, {fault}"
+                        ),
+                    ));
+                }
+            }
+        }
+        let leaves: usize = trees.iter().map(|t| leaves(t)).sum();
         if words.shape() != Shape::new(&[leaves, self.embed]) || trees.is_empty() {
             return Err(Error::shape(
                 "tree_lstm",
@@ -89,17 +142,17 @@ impl TreeLstm {
     /// One tree's nodes one at a time, in post-order: `h` of every node,
     /// `[nodes, H]`, in the tree's node order. `words` `[leaves, E]` in
     /// sentence order.
-    pub fn forward_tree<'s>(&self, s: &mut Step<'s>, words: Tensor<'s>, tree: &Tree) -> Result<Tensor<'s>> {
+    pub fn forward_tree<'s>(&self, s: &mut Step<'s>, words: Tensor<'s>, tree: &[TreeNode]) -> Result<Tensor<'s>> {
         self.check(&words, &[tree])?;
         let (e, h) = (self.embed, self.hidden);
-        let mut states: Vec<(Tensor<'s>, Tensor<'s>)> = Vec::with_capacity(tree.nodes().len());
-        for node in tree.nodes() {
+        let mut states: Vec<(Tensor<'s>, Tensor<'s>)> = Vec::with_capacity(tree.len());
+        for node in tree {
             let state = match *node {
-                Node::Leaf { word, .. } => {
+                TreeNode::Leaf { word } => {
                     let x = words.select(s, word as usize)?.reshape(s, Shape::new(&[1, e]))?;
                     self.leaf.forward(s, x)?.tree_lstm_cell(s, None)?
                 }
-                Node::Inner { left, right, .. } => {
+                TreeNode::Inner { left, right } => {
                     let (l, r) = (states[left as usize], states[right as usize]);
                     let gates = self.inner_gates(s, l.0, r.0)?;
                     gates.tree_lstm_cell(s, Some((l.1, r.1)))?
@@ -114,7 +167,7 @@ impl TreeLstm {
     /// Every node of equal height across `trees` at once: `h` of every
     /// node, `[Σ nodes, H]`, tree by tree, each in its post-order. `words`
     /// `[Σ leaves, E]`, tree by tree, each in sentence order.
-    pub fn forward_levels<'s>(&self, s: &mut Step<'s>, words: Tensor<'s>, trees: &[&Tree]) -> Result<Tensor<'s>> {
+    pub fn forward_levels<'s>(&self, s: &mut Step<'s>, words: Tensor<'s>, trees: &[&[TreeNode]]) -> Result<Tensor<'s>> {
         self.check(&words, trees)?;
         let h = self.hidden;
         let plan = Levels::of(trees);
@@ -165,15 +218,15 @@ struct Level {
 }
 
 impl Levels {
-    fn of(trees: &[&Tree]) -> Self {
+    fn of(trees: &[&[TreeNode]]) -> Self {
         // Each node's height, tree by tree in post-order.
         let mut heights: Vec<usize> = Vec::new();
         for tree in trees {
             let first = heights.len();
-            for node in tree.nodes() {
+            for node in tree.iter() {
                 let height = match *node {
-                    Node::Leaf { .. } => 0,
-                    Node::Inner { left, right, .. } => {
+                    TreeNode::Leaf { .. } => 0,
+                    TreeNode::Inner { left, right } => {
                         1 + heights[first + left as usize].max(heights[first + right as usize])
                     }
                 };
@@ -196,14 +249,14 @@ impl Levels {
         let mut inner: Vec<Level> = (0..top).map(|_| Level::default()).collect();
         let mut first = 0;
         for tree in trees {
-            for (k, node) in tree.nodes().iter().enumerate() {
-                if let Node::Inner { left, right, .. } = *node {
+            for (k, node) in tree.iter().enumerate() {
+                if let TreeNode::Inner { left, right } = *node {
                     let level = &mut inner[heights[first + k] - 1];
                     level.left.push(number[first + left as usize]);
                     level.right.push(number[first + right as usize]);
                 }
             }
-            first += tree.nodes().len();
+            first += tree.len();
         }
         Levels {
             inner,

@@ -1,8 +1,7 @@
 //! The Tree-LSTM's two ways of running trees against each other, and its
 //! gradients against finite differences.
 
-use super::TreeLstm;
-use crate::data::text::Tree;
+use super::{TreeLstm, TreeNode};
 use crate::nn::recurrent::tests::check_every_gradient;
 use crate::nn::ParamStore;
 use crate::ops::gradcheck::values;
@@ -13,15 +12,36 @@ fn engine() -> Engine {
     Engine::new(Device::cpu(2).expect("cpu"), 16 << 20).expect("arena")
 }
 
-fn trees() -> Vec<Tree> {
-    [
-        "(3 (2 It) (4 (2 's) (2 fine)))",
-        "(1 bad)",
-        "(2 (2 (1 a) (3 b)) (2 (0 c) (4 (2 d) (1 e))))",
-        "(4 (4 (3 x) (2 y)) (1 z))",
-    ]
-    .map(|line| Tree::parse(line).expect("parses"))
-    .to_vec()
+/// The nodes of a bracketed tree, `(a (b c))`, in post-order.
+fn tree(line: &str) -> Vec<TreeNode> {
+    fn node(tokens: &mut std::iter::Peekable<std::str::Chars<'_>>, out: &mut Vec<TreeNode>, words: &mut u32) -> u32 {
+        while tokens.peek() == Some(&' ') {
+            tokens.next();
+        }
+        if tokens.peek() == Some(&'(') {
+            tokens.next();
+            let left = node(tokens, out, words);
+            let right = node(tokens, out, words);
+            assert_eq!(tokens.next(), Some(')'), "a binary tree");
+            out.push(TreeNode::Inner { left, right });
+        } else {
+            while tokens.peek().is_some_and(|c| c.is_alphanumeric()) {
+                tokens.next();
+            }
+            out.push(TreeNode::Leaf { word: *words });
+            *words += 1;
+        }
+        out.len() as u32 - 1
+    }
+    let mut out = Vec::new();
+    node(&mut line.chars().peekable(), &mut out, &mut 0);
+    out
+}
+
+fn trees() -> Vec<Vec<TreeNode>> {
+    ["((it s) fine)", "bad", "((a b) (c (d e)))", "((x y) z)"]
+        .map(tree)
+        .to_vec()
 }
 
 /// Every node's `h` (tree by tree, post-order) and every parameter's and
@@ -29,9 +49,9 @@ fn trees() -> Vec<Tree> {
 fn run(levels: bool) -> Vec<Vec<f32>> {
     let (e, h) = (7, 5);
     let trees = trees();
-    let refs: Vec<&Tree> = trees.iter().collect();
-    let leaves: usize = trees.iter().map(|t| t.words().len()).sum();
-    let nodes: usize = trees.iter().map(|t| t.nodes().len()).sum();
+    let refs: Vec<&[TreeNode]> = trees.iter().map(Vec::as_slice).collect();
+    let leaves: usize = trees.iter().map(|t| super::leaves(t)).sum();
+    let nodes: usize = trees.iter().map(Vec::len).sum();
     let mut engine = engine();
     let (store, tree_lstm) =
         ParamStore::build(&mut engine.persistent(), 5, |pb| TreeLstm::new(pb, e, h)).expect("builds");
@@ -45,7 +65,7 @@ fn run(levels: bool) -> Vec<Vec<f32>> {
                     let mut first = 0;
                     let mut parts = Vec::new();
                     for tree in &refs {
-                        let n = tree.words().len();
+                        let n = super::leaves(tree);
                         let mine = x.select_rows(s, first, n)?;
                         parts.push(tree_lstm.forward_tree(s, mine, tree)?);
                         first += n;
@@ -103,11 +123,11 @@ fn a_tree_lstms_gradients_match_finite_differences() {
         ParamStore::build(&mut engine.persistent(), 6, |pb| TreeLstm::new(pb, 3, 2)).expect("builds");
     // Five leaves: inner nodes at heights 1, 2 and 3, a child of each side
     // a leaf somewhere.
-    let tree = Tree::parse("(2 (2 (1 a) (3 b)) (2 (0 c) (4 (2 d) (1 e))))").expect("parses");
+    let tree = tree("((a b) (c (d e)))");
     check_every_gradient(&mut engine, &store, Shape::new(&[5, 3]), &|s, x| {
         let h = tree_lstm.forward_tree(s, x, &tree)?;
         // Levels too, so both ways' backward are checked.
-        let again = tree_lstm.forward_levels(s, x, &[&tree])?;
+        let again = tree_lstm.forward_levels(s, x, &[tree.as_slice()])?;
         h.add(s, again)
     });
 }
@@ -116,11 +136,11 @@ fn a_tree_lstms_gradients_match_finite_differences() {
 fn words_not_matching_the_trees_leaves_are_a_shape_error() {
     let mut engine = engine();
     let (_, tree_lstm) = ParamStore::build(&mut engine.persistent(), 7, |pb| TreeLstm::new(pb, 3, 2)).expect("builds");
-    let tree = Tree::parse("(2 (2 a) (2 b))").expect("parses");
+    let tree = tree("(a b)");
     let e = engine
         .step(|s| {
             let x = s.input("words", Shape::new(&[3, 3]), &[0.0; 9])?;
-            tree_lstm.forward_levels(s, x, &[&tree]).map(|_| ())
+            tree_lstm.forward_levels(s, x, &[tree.as_slice()]).map(|_| ())
         })
         .expect_err("3 vectors for 2 leaves");
     assert!(
@@ -136,5 +156,36 @@ impl<'s> Tensor<'s> {
         let ids: Vec<u32> = (first as u32..(first + n) as u32).collect();
         let ids = s.labels(&ids)?;
         self.embedding(s, ids)
+    }
+}
+
+#[test]
+fn trees_not_in_post_order_are_a_shape_error_naming_the_node() {
+    let mut engine = engine();
+    let (_, tree_lstm) = ParamStore::build(&mut engine.persistent(), 8, |pb| TreeLstm::new(pb, 3, 2)).expect("builds");
+    let (leaf, inner) = (
+        |word| TreeNode::Leaf { word },
+        |left, right| TreeNode::Inner { left, right },
+    );
+    for (tree, want) in [
+        (vec![leaf(0), inner(0, 2), leaf(1)], "inner node 1 has children 0 and 2"),
+        (vec![leaf(0), inner(0, 0)], "inner node 1 has children 0 and 0"),
+        (
+            vec![leaf(1), leaf(0), inner(0, 1)],
+            "leaf 0 reads word 1 where word 0 comes next",
+        ),
+    ] {
+        for levels in [false, true] {
+            let e = engine
+                .step(|s| {
+                    let x = s.input("words", Shape::new(&[2, 3]), &[0.0; 6])?;
+                    match levels {
+                        true => tree_lstm.forward_levels(s, x, &[tree.as_slice()]).map(|_| ()),
+                        false => tree_lstm.forward_tree(s, x, &tree).map(|_| ()),
+                    }
+                })
+                .expect_err("a malformed tree");
+            assert!(e.to_string().contains(want), "{e}");
+        }
     }
 }

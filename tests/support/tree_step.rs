@@ -14,8 +14,8 @@
 // module: its fixture loader.
 use super::lstm_step;
 
-use bumpgrad::data::text::Tree;
-use bumpgrad::nn::{Embedding, Linear, ParamStore, TreeLstm};
+use bumpgrad::data::text::{Node, Tree};
+use bumpgrad::nn::{Embedding, Linear, ParamStore, TreeLstm, TreeNode};
 use bumpgrad::ops::cross_entropy::CrossEntropyArgs;
 use bumpgrad::{Device, Engine, Shape, Step, Tensor};
 pub use lstm_step::Tensors;
@@ -31,6 +31,17 @@ pub const TREES: [&str; 3] = [
     "(1 bad)",
     "(2 (2 (1 a) (3 b)) (2 (0 c) (4 (2 d) (1 e))))",
 ];
+
+/// A treebank tree's shape, as the layer reads it.
+fn shape(tree: &Tree) -> Vec<TreeNode> {
+    tree.nodes()
+        .iter()
+        .map(|n| match *n {
+            Node::Leaf { word, .. } => TreeNode::Leaf { word },
+            Node::Inner { left, right, .. } => TreeNode::Inner { left, right },
+        })
+        .collect()
+}
 
 fn dir() -> PathBuf {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tree_lstm")).to_path_buf()
@@ -56,8 +67,8 @@ pub fn bumpgrad_step(device: Device, levels: bool) -> Option<Tensors> {
     }
     let weights = lstm_step::load_file(&dir().join("weights.safetensors"));
     let step = lstm_step::load_file(&dir().join("step.safetensors"));
-    let trees: Vec<Tree> = TREES.iter().map(|l| Tree::parse(l).expect("a tree")).collect();
-    let refs: Vec<&Tree> = trees.iter().collect();
+    let trees: Vec<Vec<TreeNode>> = TREES.iter().map(|l| shape(&Tree::parse(l).expect("a tree"))).collect();
+    let refs: Vec<&[TreeNode]> = trees.iter().map(Vec::as_slice).collect();
     let words: Vec<u32> = step["words"].1.iter().map(|&w| w as u32).collect();
     let labels: Vec<u32> = step["labels"].1.iter().map(|&l| l as u32).collect();
     let (vocab, embed) = (weights["embedding.weight"].0[0], weights["embedding.weight"].0[1]);
@@ -103,7 +114,7 @@ pub fn bumpgrad_step(device: Device, levels: bool) -> Option<Tensors> {
                     let mut all: Option<Tensor<'_>> = None;
                     let mut parts = Vec::new();
                     for tree in &refs {
-                        let n = tree.words().len();
+                        let n = tree.iter().filter(|n| matches!(n, TreeNode::Leaf { .. })).count();
                         let rows: Vec<u32> = (first as u32..(first + n) as u32).collect();
                         let rows = s.labels(&rows)?;
                         let mine = x.embedding(s, rows)?;
