@@ -141,10 +141,22 @@ fn read<'s>(s: &mut Step<'s>, t: Tensor<'s>) -> bumpgrad::Result<Vec<f32>> {
 /// in its shape, every value finite, each within [`TOLERANCE`] of its scale
 /// of PyTorch's float64 answer; prints each tensor's error.
 pub fn assert_matches_pytorch(what: &str, ours: &Tensors) {
-    let expected = load("step.safetensors");
+    let compared = assert_within(what, &load("step.safetensors"), &["tokens"], ours, TOLERANCE);
+    // loss, logits, h_n, c_n and the 11 parameters' gradients.
+    assert_eq!(compared, 4 + 11, "{what}: every tensor compared");
+    assert_eq!(ours.len(), compared, "{what}: bumpgrad gave tensors the fixture lacks");
+}
+
+/// Asserts `ours` holds every tensor of `expected` but the step's
+/// `inputs`, in its shape, every value finite, each within `tolerance` of
+/// its scale (its largest magnitude) of `expected`; prints each tensor's
+/// error. Returns how many tensors were compared. Every fixture step
+/// against PyTorch (this file's, `sst_step.rs`'s, `tree_step.rs`'s) ends
+/// here.
+pub fn assert_within(what: &str, expected: &Tensors, inputs: &[&str], ours: &Tensors, tolerance: f32) -> usize {
     // A NaN compares neither greater nor smaller: checked first, it cannot
     // slip through a comparison below.
-    for (source, tensors) in [("the fixture", &expected), ("bumpgrad", ours)] {
+    for (source, tensors) in [("the fixture", expected), ("bumpgrad", ours)] {
         for (name, (_, values)) in tensors {
             if let Some(i) = values.iter().position(|v| !v.is_finite()) {
                 panic!("{what}: {source}'s {name}[{i}] is {}", values[i]);
@@ -153,7 +165,7 @@ pub fn assert_matches_pytorch(what: &str, ours: &Tensors) {
     }
     let mut wrong = Vec::new();
     let mut compared = 0;
-    for (name, (dims, want)) in expected.iter().filter(|(n, _)| *n != "tokens") {
+    for (name, (dims, want)) in expected.iter().filter(|(n, _)| !inputs.contains(&n.as_str())) {
         let (our_dims, got) = ours
             .get(name)
             .unwrap_or_else(|| panic!("{what}: bumpgrad gave no {name}"));
@@ -171,7 +183,7 @@ pub fn assert_matches_pytorch(what: &str, ours: &Tensors) {
             "{what}: {name:<24} off by {:.1e} of its scale {scale:.3e}",
             error / scale
         );
-        if error > TOLERANCE * scale {
+        if error > tolerance * scale {
             wrong.push(format!(
                 "{name}[{i}]: PyTorch {}, bumpgrad {} (off by {:.1e} of scale {scale})",
                 want[i],
@@ -183,11 +195,9 @@ pub fn assert_matches_pytorch(what: &str, ours: &Tensors) {
     }
     assert!(
         wrong.is_empty(),
-        "{what}: {} of {compared} tensors differ from PyTorch's float64 answer by more than {TOLERANCE} of their scale:\n{}",
+        "{what}: {} of {compared} tensors differ from PyTorch's float64 answer by more than {tolerance} of their scale:\n{}",
         wrong.len(),
         wrong.join("\n")
     );
-    // loss, logits, h_n, c_n and the 11 parameters' gradients.
-    assert_eq!(compared, 4 + 11, "{what}: every tensor compared");
-    assert_eq!(ours.len(), compared, "{what}: bumpgrad gave tensors the fixture lacks");
+    compared
 }

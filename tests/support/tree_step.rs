@@ -163,24 +163,6 @@ pub fn bumpgrad_step(device: Device, levels: bool) -> Option<Tensors> {
 /// in `ours`, each one's error printed.
 pub fn assert_matches_pytorch(what: &str, ours: &Tensors) {
     let step = lstm_step::load_file(&dir().join("step.safetensors"));
-    let mut compared = 0;
-    for (name, (dims, want)) in step.iter().filter(|(n, _)| !["words", "labels"].contains(&n.as_str())) {
-        let (our_dims, got) = ours
-            .get(name)
-            .unwrap_or_else(|| panic!("{what}: bumpgrad gave no {name}"));
-        assert_eq!(our_dims, dims, "{what}: {name}");
-        let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        assert!(scale > 0.0, "{what}: {name} is all zeros, which proves nothing");
-        let error = want.iter().zip(got).map(|(w, g)| (w - g).abs()).fold(0.0f32, f32::max);
-        println!(
-            "{what}: {name:<24} off by {:.1e} of its scale {scale:.3e}",
-            error / scale
-        );
-        assert!(
-            got.iter().all(|v| v.is_finite()) && error <= TOLERANCE * scale,
-            "{what}: {name}: off by {error} of {scale}"
-        );
-        compared += 1;
-    }
+    let compared = lstm_step::assert_within(what, &step, &["words", "labels"], ours, TOLERANCE);
     assert_eq!(compared, 2 + 8, "{what}: the loss, the logits and eight gradients");
 }
