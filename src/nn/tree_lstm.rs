@@ -98,6 +98,12 @@ impl TreeLstm {
     /// tree's in sentence order.
     fn check(&self, words: &Tensor<'_>, trees: &[&[TreeNode]]) -> Result<()> {
         for (t, tree) in trees.iter().enumerate() {
+            if tree.is_empty() {
+                return Err(Error::shape(
+                    "tree_lstm",
+                    format!("trees of at least one node; tree {t} has none"),
+                ));
+            }
             let mut next_word = 0;
             for (k, node) in tree.iter().enumerate() {
                 let fault = match *node {
@@ -192,8 +198,9 @@ impl TreeLstm {
     }
 }
 
-/// `a` `[n, H]` then `b` `[m, H]`: `[n + m, H]`, as the channels of one
-/// image each (row-major, a row of rows is one long channel run).
+/// `a` `[n, H]` then `b` `[m, H]`: `[n + m, H]`. Joined as the channels
+/// of two one-pixel images, `n·H` then `m·H`: rows are contiguous in
+/// row-major order, so joining the channels joins the rows.
 fn rows_after<'s>(s: &mut Step<'s>, a: Tensor<'s>, b: Tensor<'s>) -> Result<Tensor<'s>> {
     let (n, m, h) = (a.shape().dim(0), b.shape().dim(0), a.shape().dim(1));
     let a4 = a.reshape(s, Shape::new(&[1, n * h, 1, 1]))?;

@@ -174,6 +174,7 @@ fn trees_not_in_post_order_are_a_shape_error_naming_the_node() {
             vec![leaf(1), leaf(0), inner(0, 1)],
             "leaf 0 reads word 1 where word 0 comes next",
         ),
+        (vec![], "tree 0 has none"),
     ] {
         for levels in [false, true] {
             let e = engine
