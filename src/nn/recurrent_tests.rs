@@ -4,6 +4,7 @@
 //! parameter's and the input's gradient against finite differences.
 
 use super::{Embedding, Lstm, LstmState, Rnn, Sequence};
+use crate::autograd::Grads;
 use crate::nn::{ParamBuilder, ParamStore};
 use crate::ops::gradcheck::values;
 use crate::tensor::{Param, Shape, Tensor};
@@ -226,6 +227,19 @@ fn a_two_layer_rnn_matches_pytorchs_equations() {
     assert_close("output", &out, &layer_in.concat());
 }
 
+/// Every parameter's gradient in `grads`, read to the host in order.
+pub(crate) fn param_grads<'s>(s: &mut Step<'s>, grads: &Grads<'s>, params: &[Param]) -> Result<Vec<Vec<f32>>> {
+    params
+        .iter()
+        .map(|p| {
+            let g = s.param_grad(grads, p).expect("every parameter gets a gradient");
+            let mut v = vec![0.0; p.shape().numel()];
+            s.read(g, &mut v)?;
+            Ok(v)
+        })
+        .collect()
+}
+
 /// `sum(f(x) · gy)`'s gradient with respect to every parameter of `store`
 /// and to `x`, analytic against central differences.
 pub(crate) fn check_every_gradient(
@@ -366,12 +380,7 @@ fn one_hot_both_ways(
                 let grads = s.backward_from(y, gy)?;
                 let mut out = vec![vec![0.0; y.shape().numel()]];
                 s.read(y, &mut out[0])?;
-                for p in &params {
-                    let g = s.param_grad(&grads, p).expect("every parameter gets a gradient");
-                    let mut v = vec![0.0; p.shape().numel()];
-                    s.read(g, &mut v)?;
-                    out.push(v);
-                }
+                out.extend(param_grads(s, &grads, &params)?);
                 Ok(out)
             })
             .expect("a step")

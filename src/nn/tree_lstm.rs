@@ -6,8 +6,8 @@
 //! `tree_lstm_cell` op holds the equations).
 //!
 //! Two ways to run a batch of trees, giving the same numbers:
-//! - [`TreeLstm::forward_tree`], one tree's nodes one at a time in
-//!   post-order, as Lantern and the PyTorch of the paper ran it;
+//! - [`TreeLstm::forward_post_order`], every node one at a time, each
+//!   tree in post-order, as Lantern and the PyTorch of the paper ran it;
 //! - [`TreeLstm::forward_levels`], every node of one height across the
 //!   trees at once (the dynamic batching of TensorFlow Fold and DyNet):
 //!   one product and one cell per level, the children's states gathered
@@ -145,29 +145,42 @@ impl TreeLstm {
         Ok(())
     }
 
-    /// One tree's nodes one at a time, in post-order: `h` of every node,
-    /// `[nodes, H]`, in the tree's node order. `words` `[leaves, E]` in
-    /// sentence order.
-    pub fn forward_tree<'s>(&self, s: &mut Step<'s>, words: Tensor<'s>, tree: &[TreeNode]) -> Result<Tensor<'s>> {
-        self.check(&words, &[tree])?;
+    /// Every node one at a time, tree after tree, each tree in post-order:
+    /// `h` of every node, `[Σ nodes, H]`, tree by tree. `words`
+    /// `[Σ leaves, E]`, tree by tree, each in sentence order. With one tree
+    /// this is Lantern's batch of 1.
+    pub fn forward_post_order<'s>(
+        &self,
+        s: &mut Step<'s>,
+        words: Tensor<'s>,
+        trees: &[&[TreeNode]],
+    ) -> Result<Tensor<'s>> {
+        self.check(&words, trees)?;
         let (e, h) = (self.embed, self.hidden);
-        let mut states: Vec<(Tensor<'s>, Tensor<'s>)> = Vec::with_capacity(tree.len());
-        for node in tree {
-            let state = match *node {
-                TreeNode::Leaf { word } => {
-                    let x = words.select(s, word as usize)?.reshape(s, Shape::new(&[1, e]))?;
-                    self.leaf.forward(s, x)?.tree_lstm_cell(s, None)?
-                }
-                TreeNode::Inner { left, right } => {
-                    let (l, r) = (states[left as usize], states[right as usize]);
-                    let gates = self.inner_gates(s, l.0, r.0)?;
-                    gates.tree_lstm_cell(s, Some((l.1, r.1)))?
-                }
-            };
-            states.push(state);
+        let nodes: usize = trees.iter().map(|t| t.len()).sum();
+        let mut states: Vec<(Tensor<'s>, Tensor<'s>)> = Vec::with_capacity(nodes);
+        let mut first_word = 0;
+        for tree in trees {
+            let first_node = states.len();
+            for node in tree.iter() {
+                let state = match *node {
+                    TreeNode::Leaf { word } => {
+                        let x = words.select(s, first_word + word as usize)?;
+                        let x = x.reshape(s, Shape::new(&[1, e]))?;
+                        self.leaf.forward(s, x)?.tree_lstm_cell(s, None)?
+                    }
+                    TreeNode::Inner { left, right } => {
+                        let l = states[first_node + left as usize];
+                        let r = states[first_node + right as usize];
+                        let gates = self.inner_gates(s, l.0, r.0)?;
+                        gates.tree_lstm_cell(s, Some((l.1, r.1)))?
+                    }
+                };
+                states.push(state);
+            }
+            first_word += leaves(tree);
         }
-        let n = states.len();
-        Tensor::stack(s, n, |_, k| Ok(states[k].0))?.reshape(s, Shape::new(&[n, h]))
+        Tensor::stack(s, nodes, |_, k| Ok(states[k].0))?.reshape(s, Shape::new(&[nodes, h]))
     }
 
     /// Every node of equal height across `trees` at once: `h` of every

@@ -2,10 +2,10 @@
 //! gradients against finite differences.
 
 use super::{TreeLstm, TreeNode};
-use crate::nn::recurrent::tests::check_every_gradient;
+use crate::nn::recurrent::tests::{check_every_gradient, param_grads};
 use crate::nn::ParamStore;
 use crate::ops::gradcheck::values;
-use crate::tensor::{Param, Shape, Tensor};
+use crate::tensor::{Param, Shape};
 use crate::{Device, Engine};
 
 fn engine() -> Engine {
@@ -61,24 +61,7 @@ fn run(levels: bool) -> Vec<Vec<f32>> {
             let x = s.variable("words", Shape::new(&[leaves, e]), &values(leaves * e, 71, -1.0, 1.0))?;
             let y = match levels {
                 true => tree_lstm.forward_levels(s, x, &refs)?,
-                false => {
-                    let mut first = 0;
-                    let mut parts = Vec::new();
-                    for tree in &refs {
-                        let n = super::leaves(tree);
-                        let mine = x.select_rows(s, first, n)?;
-                        parts.push(tree_lstm.forward_tree(s, mine, tree)?);
-                        first += n;
-                    }
-                    let n = parts.len();
-                    let rows: Vec<usize> = parts.iter().map(|p| p.shape().dim(0)).collect();
-                    let mut all = parts[0];
-                    for p in &parts[1..] {
-                        all = super::rows_after(s, all, *p)?;
-                    }
-                    assert_eq!(rows.iter().sum::<usize>(), nodes, "{n} trees");
-                    all
-                }
+                false => tree_lstm.forward_post_order(s, x, &refs)?,
             };
             assert_eq!(y.shape(), Shape::new(&[nodes, h]));
             let gy = s.input("gy", y.shape(), &values(nodes * h, 72, -1.0, 1.0))?;
@@ -89,12 +72,7 @@ fn run(levels: bool) -> Vec<Vec<f32>> {
             let mut gx = vec![0.0; leaves * e];
             s.read(g, &mut gx)?;
             out.push(gx);
-            for p in &params {
-                let g = s.param_grad(&grads, p).expect("every parameter gets a gradient");
-                let mut v = vec![0.0; p.shape().numel()];
-                s.read(g, &mut v)?;
-                out.push(v);
-            }
+            out.extend(param_grads(s, &grads, &params)?);
             Ok(out)
         })
         .expect("runs")
@@ -125,7 +103,7 @@ fn a_tree_lstms_gradients_match_finite_differences() {
     // a leaf somewhere.
     let tree = tree("((a b) (c (d e)))");
     check_every_gradient(&mut engine, &store, Shape::new(&[5, 3]), &|s, x| {
-        let h = tree_lstm.forward_tree(s, x, &tree)?;
+        let h = tree_lstm.forward_post_order(s, x, &[tree.as_slice()])?;
         // Levels too, so both ways' backward are checked.
         let again = tree_lstm.forward_levels(s, x, &[tree.as_slice()])?;
         h.add(s, again)
@@ -148,45 +126,4 @@ fn words_not_matching_the_trees_leaves_are_a_shape_error() {
             .contains("a vector of 3 for each of their 2 leaves, got 1 trees and [3, 3]"),
         "{e}"
     );
-}
-
-impl<'s> Tensor<'s> {
-    /// Rows `first..first + n` of a `[N, E]` tensor, by gathering.
-    fn select_rows(self, s: &mut crate::Step<'s>, first: usize, n: usize) -> crate::Result<Tensor<'s>> {
-        let ids: Vec<u32> = (first as u32..(first + n) as u32).collect();
-        let ids = s.labels(&ids)?;
-        self.embedding(s, ids)
-    }
-}
-
-#[test]
-fn trees_not_in_post_order_are_a_shape_error_naming_the_node() {
-    let mut engine = engine();
-    let (_, tree_lstm) = ParamStore::build(&mut engine.persistent(), 8, |pb| TreeLstm::new(pb, 3, 2)).expect("builds");
-    let (leaf, inner) = (
-        |word| TreeNode::Leaf { word },
-        |left, right| TreeNode::Inner { left, right },
-    );
-    for (tree, want) in [
-        (vec![leaf(0), inner(0, 2), leaf(1)], "inner node 1 has children 0 and 2"),
-        (vec![leaf(0), inner(0, 0)], "inner node 1 has children 0 and 0"),
-        (
-            vec![leaf(1), leaf(0), inner(0, 1)],
-            "leaf 0 reads word 1 where word 0 comes next",
-        ),
-        (vec![], "tree 0 has none"),
-    ] {
-        for levels in [false, true] {
-            let e = engine
-                .step(|s| {
-                    let x = s.input("words", Shape::new(&[2, 3]), &[0.0; 6])?;
-                    match levels {
-                        true => tree_lstm.forward_levels(s, x, &[tree.as_slice()]).map(|_| ()),
-                        false => tree_lstm.forward_tree(s, x, &tree).map(|_| ()),
-                    }
-                })
-                .expect_err("a malformed tree");
-            assert!(e.to_string().contains(want), "{e}");
-        }
-    }
 }

@@ -108,32 +108,7 @@ pub fn bumpgrad_step(device: Device, levels: bool) -> Option<Tensors> {
             let x = embedding.forward(s, ids)?;
             let h = match levels {
                 true => tree_lstm.forward_levels(s, x, &refs)?,
-                false => {
-                    // Each tree alone, its leaves' rows gathered from x.
-                    let mut first = 0;
-                    let mut all: Option<Tensor<'_>> = None;
-                    let mut parts = Vec::new();
-                    for tree in &refs {
-                        let n = tree.iter().filter(|n| matches!(n, TreeNode::Leaf { .. })).count();
-                        let rows: Vec<u32> = (first as u32..(first + n) as u32).collect();
-                        let rows = s.labels(&rows)?;
-                        let mine = x.embedding(s, rows)?;
-                        parts.push(tree_lstm.forward_tree(s, mine, tree)?);
-                        first += n;
-                    }
-                    for part in parts {
-                        all = Some(match all {
-                            None => part,
-                            Some(a) => {
-                                let (n, m) = (a.shape().dim(0), part.shape().dim(0));
-                                let a4 = a.reshape(s, Shape::new(&[1, n * hidden, 1, 1]))?;
-                                let b4 = part.reshape(s, Shape::new(&[1, m * hidden, 1, 1]))?;
-                                Tensor::concat_channels(s, &[a4, b4])?.reshape(s, Shape::new(&[n + m, hidden]))?
-                            }
-                        });
-                    }
-                    all.expect("three trees")
-                }
+                false => tree_lstm.forward_post_order(s, x, &refs)?,
             };
             let y = fc.forward(s, h)?;
             let targets = s.labels(&labels)?;
