@@ -17,4 +17,4 @@ pub use model::{Batch, Input, Mode, Model, ModelChoice, Network, Reads, Sentence
 pub use optimizer::{runs_with_grads, Optimizer, OptimizerChoice, OptimizerConfig};
 pub use params::{count_params, Entry, Init, Kind, ParamBuilder, ParamStore};
 pub use recurrent::{Embedding, Lstm, LstmState, Rnn, Sequence};
-pub use tree_lstm::{TreeLstm, TreeNode};
+pub use tree_lstm::{Forest, TreeLstm, TreeNode};

@@ -94,9 +94,105 @@ impl TreeLstm {
         from_left.add(s, from_right)
     }
 
-    /// `words` `[leaves, E]`: the trees' leaves' vectors, tree by tree, each
-    /// tree's in sentence order.
-    fn check(&self, words: &Tensor<'_>, trees: &[&[TreeNode]]) -> Result<()> {
+    /// `words` must be `[Σ leaves, E]`.
+    fn check(&self, words: &Tensor<'_>, forest: &Forest) -> Result<()> {
+        if words.shape() != Shape::new(&[forest.leaves, self.embed]) {
+            return Err(Error::shape(
+                "tree_lstm",
+                format!(
+                    "a vector of {} for each of the {} trees' {} leaves, got {}",
+                    self.embed,
+                    forest.len(),
+                    forest.leaves,
+                    words.shape()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Every node one at a time, tree after tree, each tree in post-order:
+    /// `h` of every node, `[Σ nodes, H]`, tree by tree. `words`
+    /// `[Σ leaves, E]`, tree by tree, each in sentence order. With one tree
+    /// this is Lantern's batch of 1.
+    pub fn forward_post_order<'s>(&self, s: &mut Step<'s>, words: Tensor<'s>, forest: &Forest) -> Result<Tensor<'s>> {
+        self.check(&words, forest)?;
+        let (e, h) = (self.embed, self.hidden);
+        let nodes = forest.nodes();
+        let mut states: Vec<(Tensor<'s>, Tensor<'s>)> = Vec::with_capacity(nodes);
+        let mut first_word = 0;
+        for tree in forest.trees() {
+            let first_node = states.len();
+            for node in tree.iter() {
+                let state = match *node {
+                    TreeNode::Leaf { word } => {
+                        let x = words.select(s, first_word + word as usize)?;
+                        let x = x.reshape(s, Shape::new(&[1, e]))?;
+                        self.leaf.forward(s, x)?.tree_lstm_cell(s, None)?
+                    }
+                    TreeNode::Inner { left, right } => {
+                        let l = states[first_node + left as usize];
+                        let r = states[first_node + right as usize];
+                        let gates = self.inner_gates(s, l.0, r.0)?;
+                        gates.tree_lstm_cell(s, Some((l.1, r.1)))?
+                    }
+                };
+                states.push(state);
+            }
+            first_word += leaves(tree);
+        }
+        Tensor::stack(s, nodes, |_, k| Ok(states[k].0))?.reshape(s, Shape::new(&[nodes, h]))
+    }
+
+    /// Every node of equal height across the forest's trees at once: `h`
+    /// of every node, `[Σ nodes, H]`, tree by tree, each in its
+    /// post-order. `words` `[Σ leaves, E]`, tree by tree, each in sentence
+    /// order. The states are two tables in level order (`Tensor::fill_rows`,
+    /// each allocated once), a level's children gathered from the rows of
+    /// the levels below it.
+    pub fn forward_levels<'s>(&self, s: &mut Step<'s>, words: Tensor<'s>, forest: &Forest) -> Result<Tensor<'s>> {
+        self.check(&words, forest)?;
+        let plan = &forest.levels;
+        let nodes = forest.nodes();
+        // Level 0, the leaves: tree by tree in sentence order, as `words`.
+        let (h_0, c_0) = self.leaf.forward(s, words)?.tree_lstm_cell(s, None)?;
+        let levels = plan.inner.len() + 1;
+        let [all_h, _] = Tensor::fill_rows(s, nodes, [h_0, c_0], levels, |s, k, [all_h, all_c]| {
+            let level = &plan.inner[k - 1];
+            let (left, right) = (s.labels(&level.left)?, s.labels(&level.right)?);
+            let (h_l, h_r) = (all_h.embedding(s, left)?, all_h.embedding(s, right)?);
+            let (c_l, c_r) = (all_c.embedding(s, left)?, all_c.embedding(s, right)?);
+            let gates = self.inner_gates(s, h_l, h_r)?;
+            let (h_k, c_k) = gates.tree_lstm_cell(s, Some((c_l, c_r)))?;
+            Ok([h_k, c_k])
+        })?;
+        let order = s.labels(&plan.post_order)?;
+        all_h.embedding(s, order)
+    }
+}
+
+/// A batch of trees as [`TreeLstm`] runs it: their shapes, checked, and
+/// the plan of their levels, made once (a task makes its batches' forests
+/// before the steps that read them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forest {
+    /// Every tree's nodes, tree after tree, each in post-order.
+    nodes: Vec<TreeNode>,
+    /// Where each tree's nodes start, and one past the last.
+    starts: Vec<usize>,
+    leaves: usize,
+    levels: Levels,
+}
+
+impl Forest {
+    /// `trees`, each a slice of nodes in post-order: at least one tree,
+    /// each of at least one node, each inner node over two distinct earlier
+    /// nodes of its tree, and each tree's leaves reading words 0, 1, 2, …
+    /// in order; anything else is a shape error naming the tree and node.
+    pub fn new(trees: &[&[TreeNode]]) -> Result<Self> {
+        if trees.is_empty() {
+            return Err(Error::shape("tree_lstm", "at least one tree, got none".into()));
+        }
         for (t, tree) in trees.iter().enumerate() {
             if tree.is_empty() {
                 return Err(Error::shape(
@@ -130,100 +226,56 @@ impl TreeLstm {
                 }
             }
         }
-        let leaves: usize = trees.iter().map(|t| leaves(t)).sum();
-        if words.shape() != Shape::new(&[leaves, self.embed]) || trees.is_empty() {
-            return Err(Error::shape(
-                "tree_lstm",
-                format!(
-                    "at least one tree and a vector of {} for each of their {leaves} leaves, got {} trees and {}",
-                    self.embed,
-                    trees.len(),
-                    words.shape()
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Every node one at a time, tree after tree, each tree in post-order:
-    /// `h` of every node, `[Σ nodes, H]`, tree by tree. `words`
-    /// `[Σ leaves, E]`, tree by tree, each in sentence order. With one tree
-    /// this is Lantern's batch of 1.
-    pub fn forward_post_order<'s>(
-        &self,
-        s: &mut Step<'s>,
-        words: Tensor<'s>,
-        trees: &[&[TreeNode]],
-    ) -> Result<Tensor<'s>> {
-        self.check(&words, trees)?;
-        let (e, h) = (self.embed, self.hidden);
-        let nodes: usize = trees.iter().map(|t| t.len()).sum();
-        let mut states: Vec<(Tensor<'s>, Tensor<'s>)> = Vec::with_capacity(nodes);
-        let mut first_word = 0;
+        let mut starts = Vec::with_capacity(trees.len() + 1);
+        let mut nodes = Vec::with_capacity(trees.iter().map(|t| t.len()).sum());
         for tree in trees {
-            let first_node = states.len();
-            for node in tree.iter() {
-                let state = match *node {
-                    TreeNode::Leaf { word } => {
-                        let x = words.select(s, first_word + word as usize)?;
-                        let x = x.reshape(s, Shape::new(&[1, e]))?;
-                        self.leaf.forward(s, x)?.tree_lstm_cell(s, None)?
-                    }
-                    TreeNode::Inner { left, right } => {
-                        let l = states[first_node + left as usize];
-                        let r = states[first_node + right as usize];
-                        let gates = self.inner_gates(s, l.0, r.0)?;
-                        gates.tree_lstm_cell(s, Some((l.1, r.1)))?
-                    }
-                };
-                states.push(state);
-            }
-            first_word += leaves(tree);
+            starts.push(nodes.len());
+            nodes.extend_from_slice(tree);
         }
-        Tensor::stack(s, nodes, |_, k| Ok(states[k].0))?.reshape(s, Shape::new(&[nodes, h]))
+        starts.push(nodes.len());
+        Ok(Self {
+            leaves: trees.iter().map(|t| leaves(t)).sum(),
+            levels: Levels::of(trees),
+            nodes,
+            starts,
+        })
     }
 
-    /// Every node of equal height across `trees` at once: `h` of every
-    /// node, `[Σ nodes, H]`, tree by tree, each in its post-order. `words`
-    /// `[Σ leaves, E]`, tree by tree, each in sentence order.
-    pub fn forward_levels<'s>(&self, s: &mut Step<'s>, words: Tensor<'s>, trees: &[&[TreeNode]]) -> Result<Tensor<'s>> {
-        self.check(&words, trees)?;
-        let h = self.hidden;
-        let plan = Levels::of(trees);
-        // Level 0, the leaves: tree by tree in sentence order, as `words`.
-        let (mut all_h, mut all_c) = self.leaf.forward(s, words)?.tree_lstm_cell(s, None)?;
-        for level in plan.inner.iter() {
-            let gather = |s: &mut Step<'s>, from: Tensor<'s>, rows: &[u32]| {
-                let ids = s.labels(rows)?;
-                from.embedding(s, ids)
-            };
-            let (h_l, h_r) = (gather(s, all_h, &level.left)?, gather(s, all_h, &level.right)?);
-            let (c_l, c_r) = (gather(s, all_c, &level.left)?, gather(s, all_c, &level.right)?);
-            let gates = self.inner_gates(s, h_l, h_r)?;
-            let (h_k, c_k) = gates.tree_lstm_cell(s, Some((c_l, c_r)))?;
-            all_h = rows_after(s, all_h, h_k)?;
-            all_c = rows_after(s, all_c, c_k)?;
-        }
-        let order = s.labels(&plan.post_order)?;
-        let out = all_h.embedding(s, order)?;
-        debug_assert_eq!(out.shape(), Shape::new(&[plan.post_order.len(), h]));
-        Ok(out)
+    /// Its trees, each its nodes in post-order.
+    pub fn trees(&self) -> impl Iterator<Item = &[TreeNode]> + '_ {
+        self.starts.windows(2).map(|w| &self.nodes[w[0]..w[1]])
     }
-}
 
-/// `a` `[n, H]` then `b` `[m, H]`: `[n + m, H]`. Joined as the channels
-/// of two one-pixel images, `n·H` then `m·H`: rows are contiguous in
-/// row-major order, so joining the channels joins the rows.
-fn rows_after<'s>(s: &mut Step<'s>, a: Tensor<'s>, b: Tensor<'s>) -> Result<Tensor<'s>> {
-    let (n, m, h) = (a.shape().dim(0), b.shape().dim(0), a.shape().dim(1));
-    let a4 = a.reshape(s, Shape::new(&[1, n * h, 1, 1]))?;
-    let b4 = b.reshape(s, Shape::new(&[1, m * h, 1, 1]))?;
-    Tensor::concat_channels(s, &[a4, b4])?.reshape(s, Shape::new(&[n + m, h]))
+    /// How many trees.
+    pub fn len(&self) -> usize {
+        self.starts.len() - 1
+    }
+
+    /// Never: a forest has at least one tree.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Nodes of every tree.
+    pub fn nodes(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Leaves of every tree: the rows of words the layer reads.
+    pub fn leaves(&self) -> usize {
+        self.leaves
+    }
+
+    /// The tallest tree's height: a leaf's is 0 (levels of inner nodes).
+    pub fn height(&self) -> usize {
+        self.levels.inner.len()
+    }
 }
 
 /// How [`TreeLstm::forward_levels`] walks a batch of trees. Nodes are
 /// numbered in level order: the leaves first (tree by tree, sentence
 /// order), then height 1's nodes (tree by tree, post-order), and so on.
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Levels {
     /// For each height from 1: its nodes' children, by level-order number.
     inner: Vec<Level>,
@@ -231,7 +283,7 @@ struct Levels {
     post_order: Vec<u32>,
 }
 
-#[derive(Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Level {
     left: Vec<u32>,
     right: Vec<u32>,

@@ -1,7 +1,7 @@
 //! The Tree-LSTM's two ways of running trees against each other, and its
 //! gradients against finite differences.
 
-use super::{TreeLstm, TreeNode};
+use super::{Forest, TreeLstm, TreeNode};
 use crate::nn::recurrent::tests::{check_every_gradient, param_grads};
 use crate::nn::ParamStore;
 use crate::ops::gradcheck::values;
@@ -50,6 +50,7 @@ fn run(levels: bool) -> Vec<Vec<f32>> {
     let (e, h) = (7, 5);
     let trees = trees();
     let refs: Vec<&[TreeNode]> = trees.iter().map(Vec::as_slice).collect();
+    let forest = Forest::new(&refs).expect("trees");
     let leaves: usize = trees.iter().map(|t| super::leaves(t)).sum();
     let nodes: usize = trees.iter().map(Vec::len).sum();
     let mut engine = engine();
@@ -60,8 +61,8 @@ fn run(levels: bool) -> Vec<Vec<f32>> {
         .step(|s| {
             let x = s.variable("words", Shape::new(&[leaves, e]), &values(leaves * e, 71, -1.0, 1.0))?;
             let y = match levels {
-                true => tree_lstm.forward_levels(s, x, &refs)?,
-                false => tree_lstm.forward_post_order(s, x, &refs)?,
+                true => tree_lstm.forward_levels(s, x, &forest)?,
+                false => tree_lstm.forward_post_order(s, x, &forest)?,
             };
             assert_eq!(y.shape(), Shape::new(&[nodes, h]));
             let gy = s.input("gy", y.shape(), &values(nodes * h, 72, -1.0, 1.0))?;
@@ -102,10 +103,11 @@ fn a_tree_lstms_gradients_match_finite_differences() {
     // Five leaves: inner nodes at heights 1, 2 and 3, a child of each side
     // a leaf somewhere.
     let tree = tree("((a b) (c (d e)))");
+    let forest = Forest::new(&[tree.as_slice()]).expect("a tree");
     check_every_gradient(&mut engine, &store, Shape::new(&[5, 3]), &|s, x| {
-        let h = tree_lstm.forward_post_order(s, x, &[tree.as_slice()])?;
+        let h = tree_lstm.forward_post_order(s, x, &forest)?;
         // Levels too, so both ways' backward are checked.
-        let again = tree_lstm.forward_levels(s, x, &[tree.as_slice()])?;
+        let again = tree_lstm.forward_levels(s, x, &forest)?;
         h.add(s, again)
     });
 }
@@ -114,16 +116,38 @@ fn a_tree_lstms_gradients_match_finite_differences() {
 fn words_not_matching_the_trees_leaves_are_a_shape_error() {
     let mut engine = engine();
     let (_, tree_lstm) = ParamStore::build(&mut engine.persistent(), 7, |pb| TreeLstm::new(pb, 3, 2)).expect("builds");
-    let tree = tree("(a b)");
+    let forest = Forest::new(&[tree("(a b)").as_slice()]).expect("a tree");
     let e = engine
         .step(|s| {
             let x = s.input("words", Shape::new(&[3, 3]), &[0.0; 9])?;
-            tree_lstm.forward_levels(s, x, &[tree.as_slice()]).map(|_| ())
+            tree_lstm.forward_levels(s, x, &forest).map(|_| ())
         })
         .expect_err("3 vectors for 2 leaves");
     assert!(
         e.to_string()
-            .contains("a vector of 3 for each of their 2 leaves, got 1 trees and [3, 3]"),
+            .contains("a vector of 3 for each of the 1 trees' 2 leaves, got [3, 3]"),
         "{e}"
+    );
+}
+
+#[test]
+fn malformed_forests_are_shape_errors_naming_the_tree_and_node() {
+    let (a, b) = (TreeNode::Leaf { word: 0 }, TreeNode::Leaf { word: 1 });
+    let inner = |left, right| TreeNode::Inner { left, right };
+    let cases: [(&[&[TreeNode]], &str); 5] = [
+        (&[], "at least one tree, got none"),
+        (&[&[a], &[]], "tree 1 has none"),
+        (&[&[a, b, inner(0, 0)]], "in tree 0, inner node 2 has children 0 and 0"),
+        (&[&[a, inner(0, 2), b]], "inner node 1 has children 0 and 2"),
+        (&[&[b, a, inner(0, 1)]], "leaf 0 reads word 1 where word 0 comes next"),
+    ];
+    for (trees, says) in cases {
+        let e = Forest::new(trees).expect_err(says);
+        assert!(e.to_string().contains(says), "{e}");
+    }
+    let forest = Forest::new(&[&[a], &[a, b, inner(0, 1)]]).expect("two trees");
+    assert_eq!(
+        (forest.len(), forest.nodes(), forest.leaves(), forest.height()),
+        (2, 4, 3, 1)
     );
 }

@@ -15,7 +15,7 @@
 use super::lstm_step;
 
 use bumpgrad::data::text::{Node, Tree};
-use bumpgrad::nn::{Embedding, Linear, ParamStore, TreeLstm, TreeNode};
+use bumpgrad::nn::{Embedding, Forest, Linear, ParamStore, TreeLstm, TreeNode};
 use bumpgrad::ops::cross_entropy::CrossEntropyArgs;
 use bumpgrad::{Device, Engine, Shape, Step, Tensor};
 pub use lstm_step::Tensors;
@@ -69,6 +69,7 @@ pub fn bumpgrad_step(device: Device, levels: bool) -> Option<Tensors> {
     let step = lstm_step::load_file(&dir().join("step.safetensors"));
     let trees: Vec<Vec<TreeNode>> = TREES.iter().map(|l| shape(&Tree::parse(l).expect("a tree"))).collect();
     let refs: Vec<&[TreeNode]> = trees.iter().map(Vec::as_slice).collect();
+    let forest = Forest::new(&refs).expect("the fixture's trees");
     let words: Vec<u32> = step["words"].1.iter().map(|&w| w as u32).collect();
     let labels: Vec<u32> = step["labels"].1.iter().map(|&l| l as u32).collect();
     let (vocab, embed) = (weights["embedding.weight"].0[0], weights["embedding.weight"].0[1]);
@@ -107,8 +108,8 @@ pub fn bumpgrad_step(device: Device, levels: bool) -> Option<Tensors> {
             let ids = s.labels(&words)?;
             let x = embedding.forward(s, ids)?;
             let h = match levels {
-                true => tree_lstm.forward_levels(s, x, &refs)?,
-                false => tree_lstm.forward_post_order(s, x, &refs)?,
+                true => tree_lstm.forward_levels(s, x, &forest)?,
+                false => tree_lstm.forward_post_order(s, x, &forest)?,
             };
             let y = fc.forward(s, h)?;
             let targets = s.labels(&labels)?;

@@ -84,3 +84,76 @@ fn parts_of_other_shapes_or_none_are_shape_errors() {
         assert!(matches!(err, Error::Shape { op: "stack", .. }), "{err}");
     }
 }
+
+#[test]
+fn fill_rows_gradient_matches_finite_differences_when_blocks_read_the_rows_before() {
+    // Three blocks of 2, 1 and 2 rows in two tables; each block after the
+    // first gathers rows already written (some twice, from both tables),
+    // so a row's gradient sums what every later block read of it.
+    let (x, w) = (Shape::new(&[2, 3]), Shape::new(&[3, 3]));
+    check(
+        &[x, w],
+        &[values(6, 31, -1.0, 1.0), values(9, 32, -1.0, 1.0)],
+        &[0, 1],
+        &|s, xs| {
+            let (x, w) = (xs[0], xs[1]);
+            let first = [x.tanh(s)?, x.sigmoid(s)?];
+            let reads: [&[u32]; 3] = [&[], &[1], &[2, 0]];
+            let [a, b] = Tensor::fill_rows(s, 5, first, 3, |s, k, [a, b]| {
+                let ids = s.labels(reads[k])?;
+                let from_a = a.embedding(s, ids)?.linear(s, w, None)?;
+                let from_b = b.embedding(s, ids)?;
+                Ok([from_a.add(s, from_b)?.tanh(s)?, from_a.sigmoid(s)?])
+            })?;
+            let both = a.add(s, b)?;
+            both.tanh(s)
+        },
+    );
+}
+
+#[test]
+fn fill_rows_appends_each_block_below_the_rows_before() {
+    let mut engine = crate::Engine::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
+    let (seen, out) = engine
+        .step(|s| {
+            let first = [s.input("block 0", Shape::new(&[1, 2]), &[1.0, 2.0])?];
+            let mut seen = [0.0; 6];
+            let [t] = Tensor::fill_rows(s, 3, first, 2, |s, _, [t]| {
+                // The table as block 1 finds it: row 0 written, the rest zero.
+                s.read(t, &mut seen)?;
+                Ok([s.input("block 1", Shape::new(&[2, 2]), &[3.0, 4.0, 5.0, 6.0])?])
+            })?;
+            let mut out = [0.0; 6];
+            s.read(t, &mut out)?;
+            Ok((seen, out))
+        })
+        .unwrap();
+    assert_eq!(seen, [1.0, 2.0, 0.0, 0.0, 0.0, 0.0]);
+    assert_eq!(out, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+}
+
+#[test]
+fn fill_rows_refuses_blocks_that_overflow_or_leave_rows_empty() {
+    let mut engine = crate::Engine::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
+    for (rows, block_rows, says) in [
+        (3, 1, "fill 2"),
+        (3, 3, "block 1 is [3, 2] below 1 rows"),
+        (3, 0, "[n, 2]"),
+    ] {
+        let err = engine
+            .step(|s| {
+                let first = [s.input("block 0", Shape::new(&[1, 2]), &[1.0, 2.0])?];
+                let shape = match block_rows {
+                    0 => Shape::new(&[2]),
+                    n => Shape::new(&[n, 2]),
+                };
+                Tensor::fill_rows(s, rows, first, 2, |s, _, _| {
+                    Ok([s.input("block 1", shape, &vec![0.5; shape.numel()])?])
+                })
+                .map(drop)
+            })
+            .unwrap_err();
+        assert!(matches!(err, Error::Shape { .. }), "{err}");
+        assert!(err.to_string().contains(says), "{err}");
+    }
+}
