@@ -347,6 +347,7 @@ fn cursor_steps(device: Device) -> Vec<(&'static str, Vec<f32>)> {
         stride: 12,
         len: 12,
         offset: 0,
+        step: 0,
     };
     let mut read = Vec::new();
     for step in 0..3 {

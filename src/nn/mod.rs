@@ -13,7 +13,7 @@ mod tree_lstm;
 
 pub use init::{kaiming_uniform_fan_in, normal, uniform_fan_in};
 pub use layers::{scaled, BatchNorm2d, Conv2d, ConvSpec, Linear};
-pub use model::{Batch, Input, Mode, Model, ModelChoice, Network, Reads, SentenceInput, Tokens};
+pub use model::{Batch, Input, Mode, Model, ModelChoice, Network, Reads, SentenceInput, Tokens, TreeInput};
 pub use optimizer::{runs_with_grads, Optimizer, OptimizerChoice, OptimizerConfig};
 pub use params::{count_params, Entry, Init, Kind, ParamBuilder, ParamStore};
 pub use recurrent::{Embedding, Lstm, LstmState, Rnn, Sequence};

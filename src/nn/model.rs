@@ -2,6 +2,7 @@
 //! [`ParamBuilder`], and a forward pass on a [`Step`] in a [`Mode`].
 
 use super::params::ParamBuilder;
+use super::tree_lstm::Forest;
 use crate::memory::Buf;
 use crate::ops::dropout::DropoutSeed;
 use crate::tensor::{Labels, Shape, Tensor};
@@ -49,6 +50,9 @@ pub enum Reads {
     /// Sentences of token ids, `[T, B]` time-major and right-padded, each
     /// read at its own length (a sentence classifier's).
     SentenceIds,
+    /// Parse trees: their shapes on the host and their words' ids, every
+    /// node classified (a Tree-LSTM's).
+    Trees,
 }
 
 impl Reads {
@@ -58,6 +62,7 @@ impl Reads {
             Reads::Pixels => "images",
             Reads::Tokens => "token ids",
             Reads::SentenceIds => "sentences of token ids",
+            Reads::Trees => "parse trees",
         }
     }
 }
@@ -99,9 +104,26 @@ pub struct SentenceInput<'s> {
     pub batch: usize,
 }
 
-/// What a model's forward pass reads: a float tensor, token windows or
-/// sentences.
-#[derive(Debug, Clone, Copy)]
+/// A batch of parse trees: their shapes (and level plan) on the host, and
+/// the ids of their leaves' words on the device, tree by tree, each tree's
+/// in sentence order. A model gives every node's logits, tree by tree,
+/// each tree's nodes in post-order.
+#[derive(Debug, Clone)]
+pub struct TreeInput<'s> {
+    /// The leaves' word ids, `[Σ leaves]`.
+    pub words: Labels<'s>,
+    /// The trees, built before the step (a task's epoch makes them), so a
+    /// step only reads them.
+    pub forest: Arc<Forest>,
+    /// Every node of one height across the trees at once
+    /// ([`crate::nn::TreeLstm::forward_levels`]) rather than one node at
+    /// a time in post-order.
+    pub levels: bool,
+}
+
+/// What a model's forward pass reads: a float tensor, token windows,
+/// sentences or trees.
+#[derive(Debug, Clone)]
 pub enum Batch<'s> {
     /// Images, `[N, channels, rows, cols]`, for [`Reads::Pixels`].
     Images(Tensor<'s>),
@@ -109,6 +131,8 @@ pub enum Batch<'s> {
     Tokens(Tokens<'s>),
     /// Padded sentences, for [`Reads::SentenceIds`].
     Sentences(SentenceInput<'s>),
+    /// Parse trees, for [`Reads::Trees`].
+    Trees(TreeInput<'s>),
 }
 
 impl<'s> From<Tensor<'s>> for Batch<'s> {
@@ -120,6 +144,12 @@ impl<'s> From<Tensor<'s>> for Batch<'s> {
 impl<'s> From<Tokens<'s>> for Batch<'s> {
     fn from(x: Tokens<'s>) -> Self {
         Batch::Tokens(x)
+    }
+}
+
+impl<'s> From<TreeInput<'s>> for Batch<'s> {
+    fn from(x: TreeInput<'s>) -> Self {
+        Batch::Trees(x)
     }
 }
 
@@ -160,6 +190,13 @@ pub trait Model: Send + Sync + Sized + 'static {
         Err(Error::shape("forward", "a model that reads no sentences".into()))
     }
 
+    /// Logits `[Σ nodes, classes]` for a batch of trees, tree by tree,
+    /// each tree's nodes in post-order: a model of [`Reads::Trees`]
+    /// overrides it; others refuse.
+    fn forward_trees<'s>(&self, _s: &mut Step<'s>, _x: TreeInput<'s>, _mode: Mode) -> Result<Tensor<'s>> {
+        Err(Error::shape("forward", "a model that reads no trees".into()))
+    }
+
     /// Floats each stream carries from one window to the next (a recurrent
     /// model's state): 0 for a model that carries nothing.
     fn carried(&self) -> usize {
@@ -181,6 +218,7 @@ impl<M: Model> Network for M {
             Batch::Images(x) => Model::forward(self, s, x, mode),
             Batch::Tokens(x) => Model::forward_tokens(self, s, x, mode),
             Batch::Sentences(x) => Model::forward_sentences(self, s, x, mode),
+            Batch::Trees(x) => Model::forward_trees(self, s, x, mode),
         }
     }
 

@@ -1,7 +1,7 @@
 //! Image classification: normalised pixels in, cross-entropy (with any
 //! label smoothing) as the loss, accuracy as the metric.
 
-use super::{BuildArgs, Metric, Task, TaskChoice, TaskConfig};
+use super::{BuildArgs, Metric, Scores, Task, TaskChoice, TaskConfig};
 use crate::data::{DataSet, ImageSet, ResidentSet};
 use crate::nn::{Batch, Input, Reads};
 use crate::ops::cross_entropy::CrossEntropyArgs;
@@ -216,17 +216,18 @@ impl Task for Classification {
     }
 
     /// How many of the examples are classified correctly.
-    fn score(&self, outputs: &[f32], first: usize) -> f64 {
+    fn score(&self, outputs: &[f32], first: usize) -> Scores {
         let classes = self.data.classes;
         let predictions = outputs.chunks_exact(classes).map(argmax);
-        predictions
+        let correct = predictions
             .zip(&self.test_labels[first..])
             .filter(|(p, &label)| *p == label as usize)
-            .count() as f64
+            .count();
+        [correct as f64, 0.0, 0.0]
     }
 
-    fn metric(&self, sum: f64, examples: usize) -> Metric {
-        Metric::Accuracy(sum / examples as f64)
+    fn metric(&self, sums: Scores, examples: usize) -> Metric {
+        Metric::Accuracy(sums[0] / examples as f64)
     }
 }
 

@@ -17,7 +17,7 @@
 //! Streams are the batch: `--batch B` reads `B` streams at once, and an
 //! epoch has as many steps as each stream has windows.
 
-use super::{BuildArgs, Metric, Task, TaskChoice, TaskConfig};
+use super::{BuildArgs, Metric, Scores, Task, TaskChoice, TaskConfig};
 use crate::data::text::{CharCorpus, Windows};
 use crate::data::{DataError, DataSet};
 use crate::memory::Buf;
@@ -231,15 +231,15 @@ impl Task for LanguageModel {
         1
     }
 
-    fn score(&self, outputs: &[f32], _first: usize) -> f64 {
-        outputs.first().map_or(f64::NAN, |&l| l as f64)
+    fn score(&self, outputs: &[f32], _first: usize) -> Scores {
+        [outputs.first().map_or(f64::NAN, |&l| l as f64), 0.0, 0.0]
     }
 
     /// Every window has `T·B` tokens, so the mean of the windows' means is
     /// the mean per token.
-    fn metric(&self, sum: f64, examples: usize) -> Metric {
+    fn metric(&self, sums: Scores, examples: usize) -> Metric {
         let windows = examples / self.valid.streams.max(1);
-        Metric::TokenLoss(sum / windows.max(1) as f64)
+        Metric::TokenLoss(sums[0] / windows.max(1) as f64)
     }
 
     fn reset(&self, engine: &mut Engine) -> Result<()> {

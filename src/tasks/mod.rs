@@ -19,10 +19,12 @@
 mod classification;
 mod language_model;
 mod sentences;
+mod trees;
 
 pub use classification::{Classification, ClassificationConfig};
 pub use language_model::{LanguageModel, LanguageModelConfig};
 pub use sentences::{SentenceClassification, SentenceClassificationConfig, MAX_BUCKETS};
+pub use trees::{TreeBatching, TreeSentiment, TreeSentimentConfig};
 
 use crate::data::DataSet;
 use crate::nn::{Batch, Input, Reads};
@@ -66,14 +68,21 @@ pub trait Task: Send + Sync {
     /// larger step).
     fn loss<'s>(&self, s: &mut Step<'s>, output: Tensor<'s>, targets: Labels<'s>, over: usize) -> Result<Tensor<'s>>;
     /// Floats evaluation reads back for a test batch of `examples` (rows
-    /// of logits, or one loss).
+    /// of logits, or one loss); for a task whose batches differ, the most
+    /// any batch of `examples` reads back (what the host keeps room for).
     fn readback_len(&self, examples: usize) -> usize;
-    /// The share of the metric's sum of the test examples from `first` on,
-    /// whose readback is `outputs`: how many are correct, or their loss.
-    fn score(&self, outputs: &[f32], first: usize) -> f64;
-    /// The metric from the sum of every test batch's [`Task::score`] over
+    /// Floats evaluation reads back for the test batch of `examples` from
+    /// `first`: [`Task::readback_len`] unless batches differ (trees).
+    fn readback_at(&self, _first: usize, examples: usize) -> usize {
+        self.readback_len(examples)
+    }
+    /// The shares of the metric's sums of the test examples from `first`
+    /// on, whose readback is `outputs`: how many are correct, or their
+    /// loss, first; a task of several figures (trees) uses the others.
+    fn score(&self, outputs: &[f32], first: usize) -> Scores;
+    /// The metric from the sums of every test batch's [`Task::score`] over
     /// the `examples` of the test set.
-    fn metric(&self, sum: f64, examples: usize) -> Metric;
+    fn metric(&self, sums: Scores, examples: usize) -> Metric;
     /// Called before an epoch's first training step and before evaluation:
     /// a task that carries state between steps resets it here.
     fn reset(&self, _engine: &mut Engine) -> Result<()> {
@@ -109,6 +118,14 @@ pub trait Task: Send + Sync {
         Vec::new()
     }
 
+    /// Whether every step is a shape of its own, built on the host (a
+    /// batch of trees): then steps bump-allocate, no plan is kept and no
+    /// graph captured, and until the first epoch begins every training
+    /// step is the task's largest, which the dry run sizes the arena by.
+    fn dynamic(&self) -> bool {
+        false
+    }
+
     /// Puts epoch `epoch` of a run seeded `seed` in the task's own order,
     /// where its steps read it, for a task that does not follow the
     /// session's shuffled order of examples. Called before the epoch's
@@ -131,6 +148,13 @@ pub struct LengthSample {
     pub test_first: Option<usize>,
 }
 
+/// Figures a test batch adds to evaluation's sums ([`Task::score`]): the
+/// first is the metric's own (correct examples, or a loss).
+pub type Scores = [f64; SCORES];
+
+/// How many figures [`Scores`] holds.
+pub const SCORES: usize = 3;
+
 /// What evaluation measured.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub enum Metric {
@@ -138,14 +162,42 @@ pub enum Metric {
     Accuracy(f64),
     /// The mean cross-entropy per token of the validation split, in nats.
     TokenLoss(f64),
+    /// A treebank's trees, every node classified: the roots classified
+    /// correctly (the sentences, five classes), the non-neutral roots whose
+    /// sign (classes 0–1 against 3–4) is right, and every node correct,
+    /// each a fraction in [0, 1].
+    Trees {
+        /// Root accuracy over five classes.
+        root: f64,
+        /// Root accuracy as positive or negative, neutral roots dropped.
+        binary: f64,
+        /// Accuracy over every node (phrase) of every tree.
+        nodes: f64,
+    },
 }
 
 impl Metric {
     /// The accuracy, for a metric that is one.
     pub fn accuracy(self) -> Option<f64> {
         match self {
-            Metric::Accuracy(a) => Some(a),
+            Metric::Accuracy(a) | Metric::Trees { root: a, .. } => Some(a),
             Metric::TokenLoss(_) => None,
+        }
+    }
+
+    /// For trees, the non-neutral roots' accuracy by sign.
+    pub fn binary_accuracy(self) -> Option<f64> {
+        match self {
+            Metric::Trees { binary, .. } => Some(binary),
+            _ => None,
+        }
+    }
+
+    /// For trees, every node's accuracy.
+    pub fn node_accuracy(self) -> Option<f64> {
+        match self {
+            Metric::Trees { nodes, .. } => Some(nodes),
+            _ => None,
         }
     }
 
@@ -153,7 +205,7 @@ impl Metric {
     pub fn loss(self) -> Option<f64> {
         match self {
             Metric::TokenLoss(l) => Some(l),
-            Metric::Accuracy(_) => None,
+            Metric::Accuracy(_) | Metric::Trees { .. } => None,
         }
     }
 
@@ -172,7 +224,7 @@ impl Metric {
     /// goes: the accuracy, or the loss.
     pub fn headline(self) -> f64 {
         match self {
-            Metric::Accuracy(v) | Metric::TokenLoss(v) => v,
+            Metric::Accuracy(v) | Metric::TokenLoss(v) | Metric::Trees { root: v, .. } => v,
         }
     }
 }

@@ -29,7 +29,7 @@
 //! sentence's logits and gradient are the same padded or alone.
 
 use super::classification::argmax;
-use super::{BuildArgs, LengthSample, Metric, Task, TaskChoice, TaskConfig};
+use super::{BuildArgs, LengthSample, Metric, Scores, Task, TaskChoice, TaskConfig};
 use crate::data::text::{Classes, LengthBuckets, SentenceBatches, Sentences, SentimentSet, PADDING_ROW};
 use crate::data::{DataError, DataSet};
 use crate::memory::Buf;
@@ -469,16 +469,18 @@ impl Task for SentenceClassification {
     }
 
     /// The batch's sentences whose largest logit is their class's.
-    fn score(&self, outputs: &[f32], first: usize) -> f64 {
+    fn score(&self, outputs: &[f32], first: usize) -> Scores {
         let classes = self.dev.classes.get(first..).unwrap_or_default();
         let rows = outputs.chunks_exact(self.classes).zip(classes);
-        rows.filter(|&(_, &class)| class != PADDING_ROW)
+        let correct = rows
+            .filter(|&(_, &class)| class != PADDING_ROW)
             .filter(|(row, &class)| argmax(row) == class as usize)
-            .count() as f64
+            .count();
+        [correct as f64, 0.0, 0.0]
     }
 
-    fn metric(&self, sum: f64, _examples: usize) -> Metric {
-        Metric::Accuracy(sum / self.dev_real.max(1) as f64)
+    fn metric(&self, sums: Scores, _examples: usize) -> Metric {
+        Metric::Accuracy(sums[0] / self.dev_real.max(1) as f64)
     }
 
     fn lengths(&self) -> &[usize] {

@@ -98,16 +98,16 @@ fn scores_count_the_real_rows_alone() {
     outputs.chunks_exact_mut(5).for_each(|row| row[0] = 1.0);
     let rows = &task.dev.classes[..25];
     let zeros = rows.iter().filter(|&&c| c == 0).count() as f64;
-    assert_eq!(task.score(&outputs, 0), zeros);
+    assert_eq!(task.score(&outputs, 0)[0], zeros);
     // The last batch holds padding rows, whose class is never counted.
     let last = task.test_len() - 25;
     let padding = task.dev.classes[last..].iter().filter(|&&c| c == PADDING_ROW).count();
     let real = 25 - padding;
     assert!(padding > 0 || real == 25);
     let zeros_last = task.dev.classes[last..].iter().filter(|&&c| c == 0).count() as f64;
-    assert_eq!(task.score(&outputs, last), zeros_last);
+    assert_eq!(task.score(&outputs, last)[0], zeros_last);
     assert_eq!(
-        task.metric(set.dev.len() as f64, task.test_len()),
+        task.metric([set.dev.len() as f64, 0.0, 0.0], task.test_len()),
         Metric::Accuracy(1.0)
     );
 }

@@ -141,6 +141,13 @@ pub struct EpochReport {
     /// Fraction of the test set classified correctly, in [0, 1]; NaN
     /// (`null` in JSON) for a task without one (a language model).
     pub test_accuracy: f64,
+    /// For trees: the non-neutral roots' accuracy by sign
+    /// (`test_accuracy` is the roots' over five classes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub binary_accuracy: Option<f64>,
+    /// For trees: every node's accuracy over five classes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_accuracy: Option<f64>,
     /// A language model's validation loss per token (nats), its `exp`, and
     /// the loss in bits.
     #[serde(skip_serializing_if = "Option::is_none")]

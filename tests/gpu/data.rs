@@ -54,6 +54,7 @@ fn augmented_batches(device: Device) -> Vec<(&'static str, Vec<f32>)> {
             stride: 12,
             len: 12,
             offset: 0,
+            step: 0,
         };
         let batch = engine
             .step(|s| {
@@ -71,6 +72,7 @@ fn augmented_batches(device: Device) -> Vec<(&'static str, Vec<f32>)> {
         stride: 12,
         len: 5,
         offset: 7,
+        step: 0,
     };
     let batch = engine
         .step(|s| {

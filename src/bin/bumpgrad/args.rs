@@ -5,14 +5,24 @@ use super::choices;
 use bumpgrad::backend::{DeviceRequest, Precision};
 use bumpgrad::data::{DataKind, DataSource, ImageOptions, ImageSize};
 use bumpgrad::memory::ByteSize;
+use bumpgrad::models::TreeLstmSentiment;
 use bumpgrad::ops::gather::Augment;
 use bumpgrad::tasks::{
     Classification, ClassificationConfig, LanguageModel, LanguageModelConfig, SentenceClassification,
-    SentenceClassificationConfig, TaskChoice,
+    SentenceClassificationConfig, TaskChoice, TreeBatching, TreeSentiment, TreeSentimentConfig,
 };
 use bumpgrad::train::{CheckpointPolicy, ConvAlgos, Every, TrainConfig};
 use clap::ValueEnum;
 use std::path::PathBuf;
+
+/// The ways `--tree-batching` runs a batch of trees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum TreeBatchingArg {
+    /// Each tree's nodes one at a time, in post-order.
+    None,
+    /// Every node of one height across the batch's trees at once.
+    Levels,
+}
 
 #[derive(clap::Args)]
 pub(crate) struct MemoryArgs {
@@ -162,6 +172,11 @@ pub(crate) struct TrainArgs {
     /// Length buckets of a treebank's sentences, at most (each a step plan and a CUDA graph).
     #[arg(help_heading = "Model", long, default_value_t = 8, value_parser = count::<usize>, allow_negative_numbers = true)]
     pub(crate) buckets: usize,
+    /// How tree-lstm runs a batch of trees: `none`, each tree's nodes one at a time in
+    /// post-order (Lantern's way); `levels`, every node of one height across the batch's
+    /// trees at once. Default: levels when --batch is above 1.
+    #[arg(help_heading = "Model", long, value_enum)]
+    pub(crate) tree_batching: Option<TreeBatchingArg>,
     /// Features of char-lstm's and char-rnn's token embedding (default: --hidden; 0: no
     /// embedding, the first recurrent layer reads one-hot tokens, as Lantern's models) and of
     /// sst-lstm's word embedding (default 300).
@@ -399,6 +414,13 @@ impl TrainArgs {
             );
         }
         choices::model(self.model, &self.model_flags()).map_err(anyhow::Error::msg)?;
+        if self.tree_batching.is_some() && self.model != TreeLstmSentiment::NAME {
+            anyhow::bail!(
+                "--tree-batching says how {} runs a batch of trees; {} reads no trees, so drop it",
+                TreeLstmSentiment::NAME,
+                self.model
+            );
+        }
         if let Some(m) = self.momentum.filter(|m| !(0.0..1.0).contains(m)) {
             anyhow::bail!("--momentum must be in [0, 1), got {m}");
         }
@@ -483,6 +505,13 @@ impl TrainArgs {
     fn task(&self) -> TaskChoice {
         match DataKind::of(&self.data) {
             DataKind::Corpus => LanguageModel::choice(LanguageModelConfig { seq_len: self.seq_len }),
+            DataKind::Treebank if self.model == TreeLstmSentiment::NAME => TreeSentiment::choice(TreeSentimentConfig {
+                batching: match self.tree_batching {
+                    None => TreeBatching::Auto,
+                    Some(TreeBatchingArg::None) => TreeBatching::PostOrder,
+                    Some(TreeBatchingArg::Levels) => TreeBatching::Levels,
+                },
+            }),
             DataKind::Treebank => SentenceClassification::choice(SentenceClassificationConfig {
                 classes: self.classes,
                 buckets: self.buckets,

@@ -2,7 +2,10 @@
 //! one place that names them. Adding a model or an optimizer to the
 //! command is one line here.
 
-use bumpgrad::models::{CharLmConfig, CharLstm, CharRnn, Depth, MnistCnn, ResNet, SqueezeNet, SstLstm, SstLstmConfig};
+use bumpgrad::models::{
+    CharLmConfig, CharLstm, CharRnn, Depth, MnistCnn, ResNet, SqueezeNet, SstLstm, SstLstmConfig, TreeLstmConfig,
+    TreeLstmSentiment,
+};
 use bumpgrad::nn::{ModelChoice, OptimizerChoice};
 use bumpgrad::optim::{AdagradConfig, AdamWConfig, SgdConfig};
 
@@ -43,12 +46,15 @@ pub const MODELS: &[Named] = &[
     (CharLstm::NAME, |f| Ok(CharLstm::choice(char_lm(f)?))),
     (CharRnn::NAME, |f| Ok(CharRnn::choice(char_lm(f)?))),
     (SstLstm::NAME, |f| Ok(SstLstm::choice(sst_lstm(f)?))),
+    (TreeLstmSentiment::NAME, |f| {
+        Ok(TreeLstmSentiment::choice(tree_lstm(f)?))
+    }),
 ];
 
 /// The models that read text, for hints.
 pub const TEXT_MODELS: &str = "char-lstm or char-rnn";
 /// The models that read sentences of a treebank, for hints.
-pub const SENTENCE_MODELS: &str = "sst-lstm";
+pub const SENTENCE_MODELS: &str = "sst-lstm or tree-lstm";
 /// The models that read images, for hints.
 pub const IMAGE_MODELS: &str = "mnist-cnn, resnet18, resnet50 or squeezenet";
 
@@ -111,6 +117,24 @@ fn sst_lstm(f: &ModelFlags) -> Result<SstLstmConfig, String> {
         ));
     }
     Ok(SstLstmConfig { embed, hidden, layers })
+}
+
+/// `tree-lstm`'s sizes: `--embed` (default 300), `--hidden` (default 150).
+fn tree_lstm(f: &ModelFlags) -> Result<TreeLstmConfig, String> {
+    if f.width_mult.is_some() || f.layers.is_some() {
+        return Err(format!(
+            "--width-mult and --layers size other models; {} is one Tree-LSTM, sized by --embed and --hidden",
+            TreeLstmSentiment::NAME
+        ));
+    }
+    let d = TreeLstmConfig::default();
+    let (embed, hidden) = (f.embed.unwrap_or(d.embed), f.hidden.unwrap_or(d.hidden));
+    if hidden == 0 || embed == 0 {
+        return Err(format!(
+            "--hidden and --embed must be at least 1, got {hidden} and {embed}"
+        ));
+    }
+    Ok(TreeLstmConfig { embed, hidden })
 }
 
 /// The optimizers `--optimizer` takes.

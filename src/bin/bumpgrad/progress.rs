@@ -314,7 +314,15 @@ impl Observer for Printer {
                 format!("valid loss {loss:.4}  perplexity {ppl:.3}  {bits:.3} bits/char")
             }
             _ if self.untested => "no validation set".to_string(),
-            _ => format!("test accuracy {:.2}%", 100.0 * r.test_accuracy),
+            _ => match (r.binary_accuracy, r.node_accuracy) {
+                (Some(binary), Some(nodes)) => format!(
+                    "root accuracy {:.2}% (binary {:.2}%, all nodes {:.2}%)",
+                    100.0 * r.test_accuracy,
+                    100.0 * binary,
+                    100.0 * nodes
+                ),
+                _ => format!("test accuracy {:.2}%", 100.0 * r.test_accuracy),
+            },
         };
         self.say(&format!(
             "epoch {:>3}  train loss {:.4}  {metric}  {:.2} s (+{:.2} s eval)  step high-water {}{gpu}",

@@ -83,6 +83,10 @@ pub struct BatchAt {
     /// Examples of the step skipped before this batch: a data-parallel
     /// rank's shard starts past the shards of the ranks before it.
     pub offset: usize,
+    /// The step's place in its epoch, as the host counts: what a task
+    /// whose batches are built on the host (trees) reads instead of the
+    /// cursor. Never read by a kernel, so a captured graph does not see it.
+    pub step: usize,
 }
 
 impl<'s> Step<'s> {

@@ -60,6 +60,7 @@ fn gather_batch_reads_the_cursors_slice_of_the_order() {
         stride: 2,
         len,
         offset: 0,
+        step: 0,
     };
     // Step 1 of a batch-2 epoch is examples order[2..4] = [0, 3]; the same
     // images gather_images returns for those indices.
@@ -81,6 +82,7 @@ fn gather_batch_reads_the_cursors_slice_of_the_order() {
     let shard = BatchAt {
         len: 1,
         offset: 1,
+        step: 0,
         ..at(1)
     };
     let label = engine
@@ -95,6 +97,7 @@ fn gather_batch_reads_the_cursors_slice_of_the_order() {
     let past = BatchAt {
         len: 2,
         offset: 1,
+        step: 0,
         ..at(1)
     };
     let err = engine
@@ -164,6 +167,7 @@ fn gather(
         stride: len,
         len,
         offset: 0,
+        step: 0,
     };
     engine
         .step(|s| {
@@ -348,6 +352,7 @@ fn a_data_parallel_shard_draws_as_the_whole_batch_does() {
         stride: 6,
         len: 3,
         offset: 3,
+        step: 0,
     };
     let second = engine
         .step(|s| {
@@ -393,6 +398,7 @@ fn augmentation_parses_prints_and_refuses() {
         stride: 2,
         len: 2,
         offset: 0,
+        step: 0,
     };
     let wide = Augment { crop: 4, flip: false };
     let err = engine

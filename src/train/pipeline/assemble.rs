@@ -124,6 +124,7 @@ fn check_fit(cfg: &TrainConfig, host: &DataSet, world: World) -> Result<()> {
             Reads::Pixels => "a model of images",
             Reads::Tokens => "a model of token ids (a language model)",
             Reads::SentenceIds => "a model of sentences (a sentence classifier)",
+            Reads::Trees => "a model of parse trees (tree-lstm)",
         };
         return Err(Error::setting(
             Setting::Model,
@@ -157,11 +158,11 @@ fn check_fit(cfg: &TrainConfig, host: &DataSet, world: World) -> Result<()> {
             None,
         ));
     }
-    if model == Reads::SentenceIds && (world.size > 1 || !run.other_batches.is_empty()) {
+    if matches!(model, Reads::SentenceIds | Reads::Trees) && (world.size > 1 || !run.other_batches.is_empty()) {
         return Err(Error::setting(
             Setting::Batch,
             format!(
-                "the model {} trains on one device at one batch size: its sentences are uploaded in batches of that size, not split between ranks (got {} ranks and {} other batch sizes)",
+                "the model {} trains on one device at one batch size: its sentences are batched at that size, not split between ranks (got {} ranks and {} other batch sizes)",
                 run.model.name(),
                 world.size,
                 run.other_batches.len()

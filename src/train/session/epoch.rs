@@ -5,7 +5,7 @@
 use super::{Control, Session, READBACK};
 use crate::memory::Buf;
 use crate::nn::Mode;
-use crate::tasks::Metric;
+use crate::tasks::{Metric, Scores, SCORES};
 use crate::train::checkpoints::{Every, Position};
 use crate::train::report::{resident_bytes, EpochReport, Observer};
 use crate::train::shapes::StepKind;
@@ -53,20 +53,22 @@ impl Session {
         let n = self.test_order.len();
         self.task.reset(&mut self.engine)?;
         let shard = self.eval_shard();
-        let mut sum = 0.0;
+        let mut sums: Scores = [0.0; SCORES];
         for start in shard.clone().step_by(self.batch()) {
-            sum += self.evaluate_batch(start, shard.end)?;
+            let scores = self.evaluate_batch(start, shard.end)?;
+            sums.iter_mut().zip(scores).for_each(|(sum, score)| *sum += score);
         }
         if self.data_parallel() {
             // A count is exact: f32 holds every whole number up to 2^24,
             // past any test set's size.
-            self.engine.write_persistent(self.eval_correct, &[sum as f32])?;
+            self.engine
+                .write_persistent(self.eval_correct, &sums.map(|v| v as f32))?;
             self.engine.all_reduce_persistent(self.eval_correct)?;
-            let mut total = [0.0];
+            let mut total = [0.0; SCORES];
             self.engine.read_persistent(self.eval_correct, &mut total)?;
-            sum = total[0] as f64;
+            sums = total.map(f64::from);
         }
-        Ok(self.task.metric(sum, n))
+        Ok(self.task.metric(sums, n))
     }
 
     /// The test examples this rank evaluates.
@@ -77,9 +79,9 @@ impl Session {
 
     /// The task's score of the test examples from `start` on, one batch,
     /// not past `limit` (how many are correct, or their loss).
-    pub(super) fn evaluate_batch(&mut self, start: usize, limit: usize) -> Result<f64> {
+    pub(super) fn evaluate_batch(&mut self, start: usize, limit: usize) -> Result<Scores> {
         let end = self.run_eval_batch(start, limit)?;
-        let outputs = &self.outputs[..self.task.readback_len(end - start)];
+        let outputs = &self.outputs[..self.task.readback_at(start, end - start)];
         Ok(self.task.score(outputs, start))
     }
 
@@ -92,7 +94,7 @@ impl Session {
         let shard = self.eval_shard();
         for start in shard.clone().step_by(self.batch()) {
             let end = self.run_eval_batch(start, shard.end)?;
-            each(start, &self.outputs[..self.task.readback_len(end - start)]);
+            each(start, &self.outputs[..self.task.readback_at(start, end - start)]);
         }
         Ok(())
     }
@@ -109,7 +111,7 @@ impl Session {
         };
         let key = self.key(kind, self.task.test_length(start))?;
         let indices = &self.test_order[start..end];
-        let outputs = &mut self.outputs[..self.task.readback_len(indices.len())];
+        let outputs = &mut self.outputs[..self.task.readback_at(start, indices.len())];
         let (model, task) = (&self.model, &self.task);
         let body = |s: &mut crate::Step<'_>| {
             s.set_grad_enabled(false);
@@ -224,6 +226,8 @@ impl Session {
             train_loss: total / steps as f64,
             // NaN (JSON null) where the task has no accuracy.
             test_accuracy: metric.accuracy().unwrap_or(f64::NAN),
+            binary_accuracy: metric.binary_accuracy(),
+            node_accuracy: metric.node_accuracy(),
             valid_loss: metric.loss(),
             perplexity: metric.perplexity(),
             bits_per_char: metric.bits_per_token(),

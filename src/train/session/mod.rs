@@ -195,6 +195,7 @@ impl Session {
             fingerprint,
         } = settings;
         let shapes = shapes.with_lengths(task.lengths());
+        let task_dynamic = task.dynamic();
         let train_len = task.train_len();
         let smallest = shapes.batches().iter().min().copied().unwrap_or(1);
         let steps = train_len.div_ceil(smallest.saturating_mul(world.size).max(1));
@@ -203,7 +204,7 @@ impl Session {
         let (stop_vote, eval_correct) = match buckets {
             Some(_) => (
                 p.zeros::<f32>("stop vote", Shape::new(&[1]))?,
-                p.zeros::<f32>("evaluation count", Shape::new(&[1]))?,
+                p.zeros::<f32>("evaluation scores", Shape::new(&[crate::tasks::SCORES]))?,
             ),
             None => (Buf::default(), Buf::default()),
         };
@@ -236,8 +237,10 @@ impl Session {
             cursor,
             losses,
             host_losses: vec![0.0; steps],
-            use_graph: graph,
-            memory_plan,
+            // A task whose every step differs has no shape to plan or
+            // capture: its steps bump-allocate.
+            use_graph: graph && !task_dynamic,
+            memory_plan: memory_plan && !task_dynamic,
             profile,
             op_times: Vec::with_capacity(TIMED_OPS),
             profiled: None,

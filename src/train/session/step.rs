@@ -67,6 +67,7 @@ impl Session {
             stride: global,
             len,
             offset: first_row,
+            step,
         };
         let dropout = DropoutSeed::PerStep {
             base: self.seed,
