@@ -19,12 +19,12 @@
 mod classification;
 mod language_model;
 mod sentences;
-mod trees;
+mod tree_sentiment;
 
 pub use classification::{Classification, ClassificationConfig};
 pub use language_model::{LanguageModel, LanguageModelConfig};
 pub use sentences::{SentenceClassification, SentenceClassificationConfig, MAX_BUCKETS};
-pub use trees::{TreeBatching, TreeSentiment, TreeSentimentConfig};
+pub use tree_sentiment::{TreeBatching, TreeSentiment, TreeSentimentConfig};
 
 use crate::data::DataSet;
 use crate::nn::{Batch, Input, Reads};
@@ -166,7 +166,7 @@ pub enum Metric {
     /// correctly (the sentences, five classes), the non-neutral roots whose
     /// sign (classes 0–1 against 3–4) is right, and every node correct,
     /// each a fraction in [0, 1].
-    Trees {
+    TreeAccuracy {
         /// Root accuracy over five classes.
         root: f64,
         /// Root accuracy as positive or negative, neutral roots dropped.
@@ -180,7 +180,7 @@ impl Metric {
     /// The accuracy, for a metric that is one.
     pub fn accuracy(self) -> Option<f64> {
         match self {
-            Metric::Accuracy(a) | Metric::Trees { root: a, .. } => Some(a),
+            Metric::Accuracy(a) | Metric::TreeAccuracy { root: a, .. } => Some(a),
             Metric::TokenLoss(_) => None,
         }
     }
@@ -188,7 +188,7 @@ impl Metric {
     /// For trees, the non-neutral roots' accuracy by sign.
     pub fn binary_accuracy(self) -> Option<f64> {
         match self {
-            Metric::Trees { binary, .. } => Some(binary),
+            Metric::TreeAccuracy { binary, .. } => Some(binary),
             _ => None,
         }
     }
@@ -196,7 +196,7 @@ impl Metric {
     /// For trees, every node's accuracy.
     pub fn node_accuracy(self) -> Option<f64> {
         match self {
-            Metric::Trees { nodes, .. } => Some(nodes),
+            Metric::TreeAccuracy { nodes, .. } => Some(nodes),
             _ => None,
         }
     }
@@ -205,7 +205,7 @@ impl Metric {
     pub fn loss(self) -> Option<f64> {
         match self {
             Metric::TokenLoss(l) => Some(l),
-            Metric::Accuracy(_) | Metric::Trees { .. } => None,
+            Metric::Accuracy(_) | Metric::TreeAccuracy { .. } => None,
         }
     }
 
@@ -224,7 +224,7 @@ impl Metric {
     /// goes: the accuracy, or the loss.
     pub fn headline(self) -> f64 {
         match self {
-            Metric::Accuracy(v) | Metric::TokenLoss(v) | Metric::Trees { root: v, .. } => v,
+            Metric::Accuracy(v) | Metric::TokenLoss(v) | Metric::TreeAccuracy { root: v, .. } => v,
         }
     }
 }

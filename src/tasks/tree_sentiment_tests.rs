@@ -91,7 +91,7 @@ fn scores_count_roots_by_class_and_by_sign_and_every_node() {
     let [trees, signed, nodes] = task.dev_counts.map(|n| n as f64);
     assert_eq!(
         task.metric([trees / 2.0, signed, nodes / 4.0], task.test_len()),
-        Metric::Trees {
+        Metric::TreeAccuracy {
             root: 0.5,
             binary: 1.0,
             nodes: 0.25

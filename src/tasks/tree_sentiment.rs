@@ -386,7 +386,7 @@ impl Task for TreeSentiment {
 
     fn metric(&self, sums: Scores, _examples: usize) -> Metric {
         let [trees, non_neutral, nodes] = self.dev_counts.map(|n| n.max(1) as f64);
-        Metric::Trees {
+        Metric::TreeAccuracy {
             root: sums[0] / trees,
             binary: sums[1] / non_neutral,
             nodes: sums[2] / nodes,
@@ -442,5 +442,5 @@ fn softmax(row: &[f32]) -> [f64; CLASSES] {
 }
 
 #[cfg(test)]
-#[path = "trees_tests.rs"]
+#[path = "tree_sentiment_tests.rs"]
 mod tests;
