@@ -4,74 +4,13 @@
 //! step of every epoch on the real treebank; and a model or setting that
 //! does not fit trees is refused.
 
-use bumpgrad::models::{TreeLstmConfig, TreeLstmSentiment};
-use bumpgrad::optim::AdagradConfig;
-use bumpgrad::tasks::{TreeBatching, TreeSentiment, TreeSentimentConfig};
+use bumpgrad::tasks::TreeBatching;
 use bumpgrad::train::{DeviceConfig, EpochReport, Hooks, Pipeline, Reports, TrainConfig};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// A random binary tree over `words`, every node labelled by the words
-/// under it: 3 where good words outnumber bad ones, 1 where bad ones do,
-/// 2 where neither; `next` draws.
-fn tree(words: &[&str], next: &mut impl FnMut(usize) -> usize) -> (String, i32) {
-    if let [w] = words {
-        let score = match *w {
-            "good" | "great" => 1,
-            "bad" | "dull" => -1,
-            _ => 0,
-        };
-        return (format!("({} {w})", 2 + score), score);
-    }
-    let split = 1 + next(words.len() - 1);
-    let (left, a) = tree(&words[..split], next);
-    let (right, b) = tree(&words[split..], next);
-    let score = a + b;
-    (format!("({} {left} {right})", 2 + score.signum()), score)
-}
-
-/// A treebank whose every phrase's sentiment is the sign of its good
-/// words less its bad ones, and every sentence's is not neutral:
-/// learnable only by reading the words up the tree.
-fn phrase_treebank(name: &str) -> PathBuf {
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move |n: usize| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state % n as u64) as usize
-    };
-    let words = ["good", "great", "bad", "dull", "the", "film", "a", "plot"];
-    let dir = std::env::temp_dir().join(format!("bumpgrad-trees-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
-    for (file, count) in [("train.txt", 300), ("dev.txt", 60), ("test.txt", 60)] {
-        let mut text = String::new();
-        while text.lines().count() < count {
-            let sentence: Vec<&str> = (0..2 + next(9)).map(|_| words[next(words.len())]).collect();
-            let (line, score) = tree(&sentence, &mut next);
-            if score != 0 {
-                text += &line;
-                text.push('\n');
-            }
-        }
-        std::fs::write(dir.join(file), text).expect("a tree file written");
-    }
-    dir
-}
-
-fn config(data: &Path, batch: usize, batching: TreeBatching, epochs: usize) -> TrainConfig {
-    let mut cfg = TrainConfig::builder()
-        .epochs(epochs)
-        .batch(batch)
-        .data_dir(data.to_string_lossy().to_string())
-        .model(TreeLstmSentiment::choice(TreeLstmConfig { embed: 12, hidden: 10 }))
-        .task(TreeSentiment::choice(TreeSentimentConfig { batching }))
-        .device_config(DeviceConfig::cpu(2))
-        .poison_step(true)
-        .lr(0.1)
-        .build();
-    cfg.run.optimizer = AdagradConfig::default().choice();
-    cfg
-}
+#[path = "support/tree_case.rs"]
+mod tree_case;
+use tree_case::{config, phrase_treebank};
 
 fn train(cfg: &TrainConfig) -> Vec<EpochReport> {
     let mut reports = Reports::default();
@@ -83,7 +22,7 @@ fn train(cfg: &TrainConfig) -> Vec<EpochReport> {
 fn a_tree_lstm_learns_a_synthetic_treebank_one_node_at_a_time_and_by_level() {
     let data = phrase_treebank("learns");
     for (batch, batching) in [(1, TreeBatching::PostOrder), (8, TreeBatching::Levels)] {
-        let reports = train(&config(&data, batch, batching, 4));
+        let reports = train(&config(&data, batch, batching, 4, DeviceConfig::cpu(2)));
         let losses: Vec<f64> = reports.iter().map(|r| r.train_loss).collect();
         assert!(losses[3] < 0.3 * losses[0], "{batching:?}: the loss falls: {losses:?}");
         let last = reports.last().expect("four epochs");
@@ -107,7 +46,7 @@ fn a_tree_lstm_learns_a_synthetic_treebank_one_node_at_a_time_and_by_level() {
 fn the_arena_sized_by_the_largest_step_holds_every_step_of_every_epoch() {
     let sst = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/data/sst"));
     for (batch, batching) in [(10, TreeBatching::Levels), (1, TreeBatching::PostOrder)] {
-        let mut cfg = config(sst, batch, batching, 2);
+        let mut cfg = config(sst, batch, batching, 2, DeviceConfig::cpu(2));
         // An epoch over the development split's 1,101 trees, as training.
         let dir = std::env::temp_dir().join(format!("bumpgrad-tree-arena-{}-{batch}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -7,15 +7,20 @@
 //! linear, cross-entropy) with every parameter's gradient; and that step
 //! from PyTorch's weights against PyTorch's float64 answer
 //! (`bench/lstm_step.py`), as the CPU test does; and tree_lstm_cell over
-//! leaves and inner nodes.
+//! leaves and inner nodes; and tree-lstm trained one node at a time and
+//! by level as on the CPU.
 
 use super::*;
 use bumpgrad::nn::{Embedding, Linear, Lstm, Rnn};
 
 #[path = "../support/lstm_step.rs"]
 pub(crate) mod lstm_step;
+#[path = "../support/tree_case.rs"]
+mod tree_case;
 #[path = "../support/tree_step.rs"]
 mod tree_step;
+use bumpgrad::tasks::TreeBatching;
+use bumpgrad::train::{DeviceConfig, Hooks, Reports};
 
 #[test]
 fn embedding_matches_the_cpu() {
@@ -312,5 +317,50 @@ fn a_tree_lstm_step_on_the_gpu_matches_pytorch_both_ways() {
             return;
         };
         tree_step::assert_matches_pytorch(what, &ours);
+    }
+}
+
+/// tree-lstm trained through the session on the GPU and on the CPU, the
+/// same trees in the same order, one node at a time and by level: the
+/// same losses and accuracies (to float rounding), and the GPU run's one
+/// device allocation, the arena.
+#[test]
+fn tree_lstm_training_on_the_gpu_matches_the_cpu_both_ways() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_) = gpu("tree-lstm training") else {
+        return;
+    };
+    let data = tree_case::phrase_treebank("gpu");
+    for (batch, batching) in [(1, TreeBatching::PostOrder), (8, TreeBatching::Levels)] {
+        let run = |device| {
+            let cfg = tree_case::config(&data, batch, batching, 2, device);
+            let mut reports = Reports::default();
+            bumpgrad::train::train(&cfg, Hooks::new(&mut reports)).expect("training");
+            reports.0
+        };
+        let (cpu, gpu) = (run(DeviceConfig::cpu(2)), run(DeviceConfig::cuda()));
+        for (c, g) in cpu.iter().zip(&gpu) {
+            let apart = (c.train_loss - g.train_loss).abs() / c.train_loss;
+            assert!(
+                apart < 1e-3,
+                "{batching:?} epoch {}: loss {} on the CPU, {} on the GPU",
+                c.epoch,
+                c.train_loss,
+                g.train_loss
+            );
+            // 60 development trees: a prediction a rounding flips moves
+            // the root accuracy by 1/60.
+            assert!(
+                (c.test_accuracy - g.test_accuracy).abs() <= 1.0 / 60.0 + 1e-9,
+                "{batching:?}: {} against {}",
+                c.test_accuracy,
+                g.test_accuracy
+            );
+            assert_eq!(
+                g.device_allocations,
+                Some(1),
+                "{batching:?}: the arena is the one allocation"
+            );
+        }
     }
 }
