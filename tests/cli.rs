@@ -141,6 +141,12 @@ fn bad_settings_are_refused_with_what_to_pass() {
     // cannot parse, 1 ours for a setting that cannot train.
     let table: &[(&[&str], i32, &str)] = &[
         (&["--batch", "0"], 1, "the batch must be at least 1; pass --batch 1"),
+        (
+            &["--tree-batching", "levels"],
+            1,
+            "--tree-batching says how tree-lstm runs a batch of trees; mnist-cnn reads no trees, so drop it",
+        ),
+        (&["--model", "tree-lstm", "--layers", "2"], 1, "tree-lstm is one Tree-LSTM, sized by --embed and --hidden"),
         (&["--batch", "-5"], 2, "'--batch <BATCH>': expected a whole number"),
         // Once aborted the process sizing a 4 TB host buffer.
         (
@@ -278,7 +284,7 @@ fn bad_settings_are_refused_with_what_to_pass() {
         (
             &["--data", "data/sst"],
             1,
-            "the model mnist-cnn reads images, but the data is a treebank of sentences and its task, sentence classification, feeds sentences of token ids: it needs a model of sentences (a sentence classifier); pass --model char-lstm or char-rnn for a text corpus, sst-lstm for a treebank, or mnist-cnn",
+            "the model mnist-cnn reads images, but the data is a treebank of sentences and its task, sentence classification, feeds sentences of token ids: it needs a model of sentences (a sentence classifier); pass --model char-lstm or char-rnn for a text corpus, sst-lstm or tree-lstm for a treebank, or mnist-cnn",
         ),
         (
             &["--model", "sst-lstm"],

@@ -460,6 +460,20 @@ impl<'s, N: Recorded> Step<'s, N> {
         self.alloc_like(what, t)
     }
 
+    /// Where an op adds its share of `t`'s gradient, and whether to add:
+    /// the gradient backward holds for `t` so far, when it has one (so a
+    /// product accumulates into it in place, `beta = 1`, rather than into
+    /// a buffer of its own that [`Step::accumulate`] then adds: the same
+    /// sum, without a buffer of `t`'s size per use and without reading
+    /// it twice); else a buffer as [`Step::grad_buffer`] gives, to be
+    /// handed to [`Step::accumulate`].
+    pub(crate) fn grad_into(&mut self, t: &TensorRef, what: &'static str) -> Result<(FloatBuf, bool)> {
+        match self.tape.grads.get(t.id as usize).copied().flatten() {
+            Some(existing) => Ok((existing, true)),
+            None => Ok((self.grad_buffer(t, what)?, false)),
+        }
+    }
+
     /// Whether backward has produced a gradient for `param` so far in this
     /// step (then it is in `param`'s gradient slot).
     pub fn has_param_grad(&mut self, param: &Param) -> bool {

@@ -27,4 +27,6 @@ pub use arena::{Arena, ArenaStats, PersistentBuf, Region, POISON};
 pub(crate) use arena::{StepFootprint, Touch};
 pub use error::{suggest, ArenaError};
 pub use plan::{Lifetime, PlannedBuf, StepPlan};
-pub use report::{chain_mode, MemoryReport, Recomputed, RecomputedKind, RecomputedOutput, SearchReport, TypeBytes};
+pub use report::{
+    chain_mode, DynamicSteps, MemoryReport, Recomputed, RecomputedKind, RecomputedOutput, SearchReport, TypeBytes,
+};

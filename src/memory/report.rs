@@ -8,6 +8,24 @@ use super::PersistentBuf;
 use crate::base::ByteSize;
 use std::fmt::Write;
 
+/// The steps of a task whose every step differs (a batch of parse trees),
+/// each bump-allocated above the mark: the largest any epoch can take,
+/// which sizes the arena, and what the first epoch's steps hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct DynamicSteps {
+    /// The largest step's bytes, bump-allocated: the step region.
+    pub largest_bytes: usize,
+    /// The most of them alive at one op: no placement of that step needs
+    /// less.
+    pub largest_lower_bound_bytes: usize,
+    /// The first epoch's steps.
+    pub steps: usize,
+    /// What they hold on average...
+    pub mean_bytes: usize,
+    /// ...and at most.
+    pub most_bytes: usize,
+}
+
 /// Everything `bumpgrad memory` prints.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct MemoryReport {
@@ -49,6 +67,10 @@ pub struct MemoryReport {
     /// (padding included, so they sum to the bytes live there), largest
     /// first: what a mixed-precision step keeps in bf16 against fp32.
     pub step_peak_by_type: Vec<TypeBytes>,
+    /// For a task whose every step is a shape of its own (trees): the
+    /// bump-allocated steps, in place of plans.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dynamic: Option<DynamicSteps>,
 }
 
 /// Bytes of one element type.
@@ -98,6 +120,7 @@ impl MemoryReport {
                 let (tick, _) = plan.peak_tick();
                 by_type(plan.live_at(tick).map(|b| (b.element, b.size)))
             }),
+            dynamic: None,
         }
     }
 
@@ -167,6 +190,17 @@ impl MemoryReport {
             types(&self.persistent_by_type),
             types(&self.step_peak_by_type)
         );
+        if let Some(d) = &self.dynamic {
+            let _ = writeln!(
+                out,
+                "  step region {}: every step its own shape, bump-allocated (no plan, no graph), sized by the largest any epoch can take; at most {} of it alive at once (a lower bound no placement of that step beats); the first epoch's {} steps hold {} on average, {} at most",
+                b(d.largest_bytes),
+                b(d.largest_lower_bound_bytes),
+                d.steps,
+                b(d.mean_bytes),
+                b(d.most_bytes),
+            );
+        }
         let _ = writeln!(out, "\npersistent region: {}", b(self.persistent_bytes));
         let _ = writeln!(out, "  {:>10}  {:>10}  what", "offset", "bytes");
         for p in &self.persistent {

@@ -45,7 +45,7 @@ pub(super) fn masked(gy: &[f32], y: &[f32], e: Epi, g: &mut [f32]) {
 }
 
 pub(super) fn weight_grad(dims: Dims, g: &[f32], x: &[f32], gw: &mut [f32], gb: Option<&mut [f32]>) {
-    linear::weight_grad(dims, g, x, gw);
+    linear::weight_grad(dims, g, x, gw, false);
     if let Some(gb) = gb {
         linear::bias_grad(dims, g, gb);
     }

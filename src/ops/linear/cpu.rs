@@ -14,8 +14,9 @@ pub(crate) fn input_grad((n, inp, out): Dims, gy: &[f32], w: &[f32], gx: &mut [f
     matmul(gx, Mat::rows(gy, n, out), Mat::rows(w, out, inp), false);
 }
 
-pub(crate) fn weight_grad((n, inp, out): Dims, gy: &[f32], x: &[f32], gw: &mut [f32]) {
-    matmul(gw, Mat::rows(gy, n, out).t(), Mat::rows(x, n, inp), false);
+/// `gw (+)= gyᵀ · x`: added to what `gw` holds with `add`.
+pub(crate) fn weight_grad((n, inp, out): Dims, gy: &[f32], x: &[f32], gw: &mut [f32], add: bool) {
+    matmul(gw, Mat::rows(gy, n, out).t(), Mat::rows(x, n, inp), add);
 }
 
 pub(crate) fn bias_grad((_, _, out): Dims, gy: &[f32], gb: &mut [f32]) {

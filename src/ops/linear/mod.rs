@@ -178,7 +178,9 @@ impl Saved {
             s.accumulate(&self.x, gx)?;
         }
         if self.w.requires_grad {
-            let gw = s.grad_buffer(&self.w, "linear weight grad")?;
+            // A weight used again (a recurrence, a tree's nodes) adds each
+            // use's product into its gradient in place.
+            let (gw, add) = s.grad_into(&self.w, "linear weight grad")?;
             s.launch(
                 &[
                     gy.into(),
@@ -187,7 +189,7 @@ impl Saved {
                     workspace.unwrap_or_default().into(),
                 ],
                 |v| {
-                    cpu::weight_grad(dims, v.read(gy)?, v.read(self.x.buf)?, v.write(gw)?);
+                    cpu::weight_grad(dims, v.read(gy)?, v.read(self.x.buf)?, v.write(gw)?, add);
                     Ok(())
                 },
                 // Column-major: gWᵀ (in × out) = xᵀ (in × n) · gy (n × out).
@@ -202,7 +204,7 @@ impl Saved {
                         lda: inp,
                         b: gy,
                         ldb: out,
-                        beta: 0.0,
+                        beta: if add { 1.0 } else { 0.0 },
                         c: gw,
                         ldc: inp,
                         workspace: workspace.ok_or(NO_WORKSPACE)?,
@@ -210,7 +212,9 @@ impl Saved {
                     })
                 },
             )?;
-            s.accumulate(&self.w, gw)?;
+            if !add {
+                s.accumulate(&self.w, gw)?;
+            }
         }
         if let Some(b) = self.bias.filter(|b| b.requires_grad) {
             let gb = s.grad_buffer(&b, "linear bias grad")?;

@@ -149,6 +149,12 @@ impl<'a> DryRuns<'a> {
         self.measure(&StepChoice::default())
     }
 
+    /// For a task whose every step differs: its largest step and what the
+    /// first epoch's steps hold (see `Session::dynamic_steps`).
+    pub(crate) fn dynamic_steps(&self) -> Result<Option<crate::memory::DynamicSteps>> {
+        assemble(self.cfg, self.host, self.algorithms.dry(None), Live::DRY)?.dynamic_steps()
+    }
+
     /// Runs the steps on a planning engine whose arena has `capacity` bytes, on the device's
     /// own algorithms: the error names the first allocation that does not
     /// fit.

@@ -25,6 +25,11 @@ impl Pipeline<'_> {
         let needs = budgeted.needs;
         self.capacity(&planned, &needs)?;
         let mut report = MemoryReport::new(&needs.persistent, &needs.plans).named(needs.plan_names.clone());
+        report.dynamic = self.dry_runs().dynamic_steps()?;
+        if report.dynamic.is_some() {
+            // Bump-allocated: the step region is the largest step's, no plan's.
+            report.arena_bytes = needs.total();
+        }
         if let Some(budget) = self.cfg.memory.memory_budget {
             let search = budgeted.search.unwrap_or_default();
             report.recomputed = Some(recomputed(&needs, &unbudgeted, budget, &self.speed(), search));

@@ -20,8 +20,11 @@
 //! - `step.rs`: one training step (planned, captured, replayed), and the
 //!   probe a dry session runs to be measured;
 //! - `epoch.rs`: the epoch loop, evaluation, losses, checkpoints;
-//! - `state.rs`: the state a checkpoint holds, saved and resumed.
+//! - `state.rs`: the state a checkpoint holds, saved and resumed;
+//! - `dynamic.rs`: what a task whose every step differs holds, for the
+//!   memory report.
 
+mod dynamic;
 mod epoch;
 mod state;
 mod step;
