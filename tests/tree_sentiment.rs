@@ -75,3 +75,24 @@ fn the_arena_sized_by_the_largest_step_holds_every_step_of_every_epoch() {
         std::fs::remove_dir_all(&dir).ok();
     }
 }
+
+#[test]
+fn memory_reports_the_largest_step_its_lower_bound_and_the_first_epochs_steps() {
+    let data = phrase_treebank("memory");
+    let cfg = config(&data, 8, TreeBatching::Levels, 1, DeviceConfig::cpu(2));
+    let (report, _) = bumpgrad::train::memory_report(&cfg).expect("a report");
+    let d = report.dynamic.expect("a task whose every step differs");
+    assert!(report.plans.is_empty(), "no step is planned");
+    assert_eq!(report.arena_bytes, report.persistent_bytes + d.largest_bytes);
+    assert_eq!(d.steps, 300usize.div_ceil(8));
+    assert!(
+        0 < d.mean_bytes && d.mean_bytes <= d.most_bytes && d.most_bytes <= d.largest_bytes,
+        "{d:?}"
+    );
+    assert!(d.largest_lower_bound_bytes < d.largest_bytes, "{d:?}");
+    // The arena `train` makes holds the same step region.
+    let (_, info) = Pipeline::open(&cfg, None).and_then(Pipeline::build).expect("a session");
+    assert_eq!(info.arena.capacity_bytes - info.arena.persistent_bytes, d.largest_bytes);
+    let text = report.table(|_| "step");
+    assert!(text.contains("every step its own shape, bump-allocated"), "{text}");
+}
