@@ -4,8 +4,8 @@
 //! step of every epoch on the real treebank; and a model or setting that
 //! does not fit trees is refused.
 
-use bumpgrad::tasks::TreeBatching;
-use bumpgrad::train::{DeviceConfig, EpochReport, Hooks, Pipeline, Reports, TrainConfig};
+use bumpgrad::tasks::{Metric, TreeBatching};
+use bumpgrad::train::{DeviceConfig, EpochReport, Hooks, Observer, Pipeline, Reports, TrainConfig};
 use std::path::Path;
 
 #[path = "support/tree_case.rs"]
@@ -13,16 +13,31 @@ mod tree_case;
 use tree_case::{config, phrase_treebank};
 
 fn train(cfg: &TrainConfig) -> Vec<EpochReport> {
-    let mut reports = Reports::default();
-    bumpgrad::train::train(cfg, Hooks::new(&mut reports)).expect("training");
-    reports.0
+    train_and_test(cfg).0
+}
+
+/// Every epoch's report, and the test split's figures after the last.
+fn train_and_test(cfg: &TrainConfig) -> (Vec<EpochReport>, Option<Metric>) {
+    #[derive(Default)]
+    struct Seen(Reports, Option<Metric>);
+    impl Observer for Seen {
+        fn epoch(&mut self, report: &EpochReport) {
+            self.0.epoch(report);
+        }
+        fn tested(&mut self, metric: &Metric) {
+            self.1 = Some(*metric);
+        }
+    }
+    let mut seen = Seen::default();
+    bumpgrad::train::train(cfg, Hooks::new(&mut seen)).expect("training");
+    (seen.0 .0, seen.1)
 }
 
 #[test]
 fn a_tree_lstm_learns_a_synthetic_treebank_one_node_at_a_time_and_by_level() {
     let data = phrase_treebank("learns");
     for (batch, batching) in [(1, TreeBatching::PostOrder), (8, TreeBatching::Levels)] {
-        let reports = train(&config(&data, batch, batching, 4, DeviceConfig::cpu(2)));
+        let (reports, tested) = train_and_test(&config(&data, batch, batching, 4, DeviceConfig::cpu(2)));
         let losses: Vec<f64> = reports.iter().map(|r| r.train_loss).collect();
         assert!(losses[3] < 0.3 * losses[0], "{batching:?}: the loss falls: {losses:?}");
         let last = reports.last().expect("four epochs");
@@ -39,6 +54,18 @@ fn a_tree_lstm_learns_a_synthetic_treebank_one_node_at_a_time_and_by_level() {
             "{batching:?}: binary {binary}, nodes {nodes}"
         );
         assert!(!last.graph, "a step of its own shape each time is never captured");
+        // The test split, after the last epoch: other trees, as well read.
+        let Some(Metric::TreeAccuracy { root, binary, nodes }) = tested else {
+            panic!("{batching:?}: no test figures: {tested:?}");
+        };
+        assert!(
+            root > 0.85 && binary > 0.9 && nodes > 0.95,
+            "{batching:?}: test {root}, {binary}, {nodes}"
+        );
+        assert_ne!(
+            root, last.test_accuracy,
+            "{batching:?}: the test split is not the development split"
+        );
     }
 }
 

@@ -118,6 +118,13 @@ pub trait Task: Send + Sync {
         Vec::new()
     }
 
+    /// Turns evaluation to the held-out test split, for the figure a run
+    /// reports once after its last epoch; returns the split's examples,
+    /// or `None` for a task without one (then nothing changes).
+    fn use_test_split(&mut self) -> Result<Option<usize>> {
+        Ok(None)
+    }
+
     /// Whether every step is a shape of its own, built on the host (a
     /// batch of trees): then steps bump-allocate, no plan is kept and no
     /// graph captured, and until the first epoch begins every training

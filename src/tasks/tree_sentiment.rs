@@ -224,10 +224,14 @@ pub struct TreeSentiment {
     /// The largest step any epoch can take, which every step is until the
     /// first epoch begins (the dry run's).
     bound: TreeBatch,
-    /// The development split in batches, in order.
+    /// The split evaluation reads in batches, in order: the development
+    /// split, and the test split after the last epoch.
     dev: Vec<TreeBatch>,
-    /// Development trees, their non-neutral roots, and their nodes.
+    /// Its trees, their non-neutral roots, and their nodes.
     dev_counts: [usize; 3],
+    /// The test split, in batches, with its counts.
+    test: Vec<TreeBatch>,
+    test_counts: [usize; 3],
     batch: usize,
     levels: bool,
 }
@@ -265,20 +269,26 @@ impl TreeSentiment {
             })
             .collect();
         let bound = TreeBatch::of(&bound_trees, 0..bound_trees.len())?;
-        let dev_batches = (0..dev.len())
-            .step_by(batch)
-            .map(|first| TreeBatch::of(&dev, first..(first + batch).min(dev.len())))
-            .collect::<Result<Vec<_>>>()?;
-        let non_neutral = dev.iter().filter(|t| t.labels.last() != Some(&2)).count();
-        let nodes = dev.iter().map(|t| t.labels.len()).sum();
+        let batches = |trees: &[HostTree]| {
+            (0..trees.len())
+                .step_by(batch)
+                .map(|first| TreeBatch::of(trees, first..(first + batch).min(trees.len())))
+                .collect::<Result<Vec<_>>>()
+        };
+        let counts = |trees: &[HostTree]| {
+            let non_neutral = trees.iter().filter(|t| t.labels.last() != Some(&2)).count();
+            [trees.len(), non_neutral, trees.iter().map(|t| t.labels.len()).sum()]
+        };
         Ok(TreeSentiment {
             vocab: vocab.len(),
             unknown: [unknown(&bank.dev), unknown(&bank.test)],
-            dev_counts: [dev.len(), non_neutral, nodes],
+            dev_counts: counts(&dev),
+            test_counts: counts(&test),
+            dev: batches(&dev)?,
+            test: batches(&test)?,
             train,
             epoch: Vec::new(),
             bound,
-            dev: dev_batches,
             batch,
             levels: config.batching.levels(batch),
         })
@@ -352,9 +362,15 @@ impl Task for TreeSentiment {
         output.cross_entropy_over(s, targets, nodes, args)
     }
 
-    /// The logits of the largest development batch's nodes.
+    /// The logits of the largest development or test batch's nodes.
     fn readback_len(&self, _examples: usize) -> usize {
-        let most = self.dev.iter().map(|b| b.labels.len()).max().unwrap_or(0);
+        let most = self
+            .dev
+            .iter()
+            .chain(&self.test)
+            .map(|b| b.labels.len())
+            .max()
+            .unwrap_or(0);
         most * CLASSES
     }
 
@@ -395,6 +411,15 @@ impl Task for TreeSentiment {
 
     fn dynamic(&self) -> bool {
         true
+    }
+
+    /// The test split's trees, scored as the development split's.
+    fn use_test_split(&mut self) -> Result<Option<usize>> {
+        if !self.test.is_empty() {
+            self.dev = std::mem::take(&mut self.test);
+            self.dev_counts = self.test_counts;
+        }
+        Ok(Some(self.dev_counts[0]))
     }
 
     fn describe(&self) -> Vec<String> {

@@ -280,6 +280,9 @@ pub trait Observer {
     fn profiled(&mut self, _profile: &StepProfile, _wall_per_step: f64) {}
     /// `epoch`'s report, evaluation included.
     fn epoch(&mut self, _report: &EpochReport) {}
+    /// The held-out test split's figures, after the last epoch, for a task
+    /// that keeps one apart from the split it validates on (trees).
+    fn tested(&mut self, _metric: &crate::tasks::Metric) {}
 }
 
 /// An observer that ignores everything.

@@ -134,6 +134,9 @@ pub fn train(cfg: &TrainConfig, hooks: Hooks<'_>) -> Result<()> {
             };
             session.epoch_from(epoch, from, observer, &control)?;
         }
+        if let Some(metric) = session.final_test()? {
+            observer.tested(&metric);
+        }
         Ok(())
     })
 }

@@ -2,6 +2,7 @@
 //! line per epoch, or one JSON object per epoch with `--json`.
 
 use bumpgrad::memory::ByteSize;
+use bumpgrad::tasks::Metric;
 use bumpgrad::train::{EpochLine, EpochReport, Observer, RecomputePlan, RunInfo, StepProfile, WorkspaceHold};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
@@ -337,6 +338,24 @@ impl Observer for Printer {
                 Ok(line) => stdout_line(&line),
                 Err(e) => eprintln!("bumpgrad: could not encode the epoch report: {e}"),
             }
+        }
+    }
+
+    fn tested(&mut self, m: &Metric) {
+        let (root, binary, nodes) = (m.headline(), m.binary_accuracy(), m.node_accuracy());
+        let more = match (binary, nodes) {
+            (Some(binary), Some(nodes)) => format!(" (binary {:.2}%, all nodes {:.2}%)", 100.0 * binary, 100.0 * nodes),
+            _ => String::new(),
+        };
+        self.say(&format!(
+            "test split, after the last epoch: root accuracy {:.2}%{more}",
+            100.0 * root
+        ));
+        if self.json {
+            let line = serde_json::json!({
+                "final_test": {"root_accuracy": root, "binary_accuracy": binary, "node_accuracy": nodes}
+            });
+            stdout_line(&line.to_string());
         }
     }
 }

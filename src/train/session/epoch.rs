@@ -71,6 +71,18 @@ impl Session {
         Ok(self.task.metric(sums, n))
     }
 
+    /// The metric over the task's held-out test split, where it keeps one
+    /// apart from the split it validates on (see
+    /// [`crate::tasks::Task::use_test_split`]); evaluation reads that
+    /// split from then on.
+    pub fn final_test(&mut self) -> Result<Option<Metric>> {
+        let Some(examples) = self.task.use_test_split()? else {
+            return Ok(None);
+        };
+        self.test_order = (0..examples as u32).collect();
+        self.evaluation().map(Some)
+    }
+
     /// The test examples this rank evaluates.
     pub(super) fn eval_shard(&self) -> std::ops::Range<usize> {
         let (first, count) = self.world.share(self.test_order.len());
