@@ -126,12 +126,33 @@ def pytorch_worker(spec):
         if cuda:
             torch.cuda.synchronize()
 
-    dev_batches = []
-    for i in range(0, len(dev), DEV_EVAL_BATCH):
-        items = dev[i:i + DEV_EVAL_BATCH]
-        roots = torch.tensor([len(nodes) for _, nodes, _ in items]).cumsum(0) - 1
-        dev_batches.append((plan_levels([(ids, nodes) for ids, nodes, _ in items], device),
-                            torch.cat([labels for _, _, labels in items]).to(device), roots.to(device)))
+    def eval_batches(trees):
+        out = []
+        for i in range(0, len(trees), DEV_EVAL_BATCH):
+            items = trees[i:i + DEV_EVAL_BATCH]
+            roots = torch.tensor([len(nodes) for _, nodes, _ in items]).cumsum(0) - 1
+            out.append((plan_levels([(ids, nodes) for ids, nodes, _ in items], device),
+                        torch.cat([labels for _, _, labels in items]).to(device), roots.to(device)))
+        return out
+
+    def evaluate(batches, trees):
+        roots_right = signs_right = non_neutral = nodes_right = 0
+        with torch.no_grad():
+            for plan, labels, roots in batches:
+                logits = model.forward_levels(plan)
+                nodes_right += int((logits.argmax(1) == labels).sum())
+                root_logits, root_labels = logits[roots], labels[roots]
+                roots_right += int((root_logits.argmax(1) == root_labels).sum())
+                p = root_logits.softmax(1)
+                positive = p[:, 3] + p[:, 4] > p[:, 0] + p[:, 1]
+                keep = root_labels != 2
+                signs_right += int(((positive == (root_labels > 2)) & keep).sum())
+                non_neutral += int(keep.sum())
+        nodes = sum(len(labels) for _, labels, _ in batches)
+        return roots_right / trees, signs_right / max(non_neutral, 1), nodes_right / nodes
+
+    dev_batches = eval_batches(dev)
+    test = encode(read(spec["test"])) if spec.get("test") else []
 
     gen = torch.Generator().manual_seed(spec["seed"])
     size = spec["batch"]
@@ -158,25 +179,16 @@ def pytorch_worker(spec):
 
         model.eval()
         start = time.perf_counter()
-        roots_right = signs_right = non_neutral = nodes_right = 0
-        with torch.no_grad():
-            for plan, labels, roots in dev_batches:
-                logits = model.forward_levels(plan)
-                nodes_right += int((logits.argmax(1) == labels).sum())
-                root_logits, root_labels = logits[roots], labels[roots]
-                roots_right += int((root_logits.argmax(1) == root_labels).sum())
-                p = root_logits.softmax(1)
-                positive = p[:, 3] + p[:, 4] > p[:, 0] + p[:, 1]
-                keep = root_labels != 2
-                signs_right += int(((positive == (root_labels > 2)) & keep).sum())
-                non_neutral += int(keep.sum())
+        root, binary, nodes = evaluate(dev_batches, len(dev))
         sync()
-        nodes = sum(len(labels) for _, labels, _ in dev_batches)
         epochs.append({"seconds": seconds, "eval_seconds": time.perf_counter() - start,
-                       "train_loss": float(total) / len(batches), "dev_accuracy": roots_right / len(dev),
-                       "binary_accuracy": signs_right / max(non_neutral, 1),
-                       "node_accuracy": nodes_right / nodes, "steps": len(batches),
+                       "train_loss": float(total) / len(batches), "dev_accuracy": root,
+                       "binary_accuracy": binary, "node_accuracy": nodes, "steps": len(batches),
                        "max_memory_allocated_bytes": peak})
+    if test:
+        # The held-out split once, after the last epoch, as bumpgrad's final_test.
+        root, binary, nodes = evaluate(eval_batches(test), len(test))
+        epochs[-1].update({"test_root_accuracy": root, "test_binary_accuracy": binary, "test_node_accuracy": nodes})
     print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(),
                       "device": torch.cuda.get_device_name(device) if cuda else "cpu",
                       "vocab": len(vocab) + 1, "parameters": sum(p.numel() for p in model.parameters()),
@@ -256,13 +268,22 @@ def run_bumpgrad(args, data, batch, batching, epochs, seed):
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"bumpgrad {' '.join(cmd)} failed:\n{p.stderr[-3000:]}")
-    lines = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
-    return {"command": " ".join(cmd),
+    objects = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    lines = [o for o in objects if "epoch" in o]
+    tests = [o["final_test"] for o in objects if "final_test" in o]
+    final = {f"test_{k}": v for k, v in tests[-1].items()} if tests else {}
+    return {"command": " ".join(cmd), "final_test": final,
             "epochs": [{"seconds": e["seconds"], "eval_seconds": e["eval_seconds"], "train_loss": e["train_loss"],
                         "dev_accuracy": e["test_accuracy"], "binary_accuracy": e["binary_accuracy"],
                         "node_accuracy": e["node_accuracy"], "steps": e["steps"],
                         "step_high_water_bytes": e["arena"]["step_high_water_bytes"]} for e in lines],
             "notes": [l.strip() for l in p.stderr.splitlines() if l.startswith(("bumpgrad:", "arena:"))]}
+
+
+def with_test(run):
+    """`run`'s last epoch, with the test split's figures of bumpgrad's
+    final_test line where it has them."""
+    return {**run["epochs"][-1], **run.get("final_test", {})}
 
 
 def check_parameters(bumpgrad, pytorch):
@@ -326,7 +347,8 @@ def accuracy(args):
         line = f"accuracy, seed {seed}: bumpgrad {describe(b['epochs'][-1])}"
         if not args.skip_pytorch:
             t = run_pytorch(args, {"device": args.device, "train": str(SST / "train.txt"),
-                                   "dev": str(SST / "dev.txt"), "batch": CONFIG["accuracy_batch"],
+                                   "dev": str(SST / "dev.txt"), "test": str(SST / "test.txt"),
+                                   "batch": CONFIG["accuracy_batch"],
                                    "forward": "forward_levels", "epochs": args.epochs, "seed": seed,
                                    "threads": threads(args)})
             row["pytorch"] = t
@@ -337,7 +359,7 @@ def accuracy(args):
     sides = ["bumpgrad"] + ([] if args.skip_pytorch else ["pytorch"])
     summary = {}
     for side in sides:
-        last = [r[side]["epochs"][-1] for r in rows]
+        last = [with_test(r[side]) for r in rows]
         summary[side] = {f"{k}_mean": statistics.mean(e[k] for e in last) for k in ACCURACIES}
         summary[side].update({k: [e[k] for e in last] for k in ACCURACIES})
         summary[side]["epoch_seconds_median"] = statistics.median(epoch_seconds(r[side]) for r in rows)
@@ -345,12 +367,13 @@ def accuracy(args):
         summary["points_apart"] = {k: 100 * (summary["bumpgrad"][f"{k}_mean"] - summary["pytorch"][f"{k}_mean"])
                                    for k in ACCURACIES}
         summary["met"] = all(abs(summary["points_apart"][k]) <= TARGETS["accuracy_within_points"]
-                             for k in ("dev_accuracy", "binary_accuracy"))
+                             for k in ("test_root_accuracy", "test_binary_accuracy"))
     return {"epochs": args.epochs, "seeds": args.seeds, "batch": CONFIG["accuracy_batch"],
             "tree_batching": "levels", "runs": rows, "summary": summary}
 
 
-ACCURACIES = ("dev_accuracy", "binary_accuracy", "node_accuracy")
+ACCURACIES = ("dev_accuracy", "binary_accuracy", "node_accuracy",
+              "test_root_accuracy", "test_binary_accuracy", "test_node_accuracy")
 
 
 def describe(epoch):
@@ -378,22 +401,29 @@ def table(results, device):
     if "accuracy" in results:
         a = results["accuracy"]
         lines += [""] if lines else []
-        lines += [f"accuracy (dev, last of {a['epochs']} epochs, seeds 1..{a['seeds']})", "",
-                  "| side | root by seed | root mean | binary mean | all nodes mean | s/epoch |",
-                  "| --- | --- | --- | --- | --- | --- |"]
         s = a["summary"]
-        for side in ("bumpgrad", "pytorch"):
-            if side not in s:
+        for split, prefix in (("dev", ""), ("test", "test_")):
+            root_key = "dev_accuracy" if split == "dev" else "test_root_accuracy"
+            if any(root_key not in s[side] for side in ("bumpgrad", "pytorch") if side in s):
                 continue
-            roots = " / ".join(f"{100 * x:.2f}" for x in s[side]["dev_accuracy"])
-            lines.append(f"| {side} | {roots} | {100 * s[side]['dev_accuracy_mean']:.2f} "
-                         f"| {100 * s[side]['binary_accuracy_mean']:.2f} | {100 * s[side]['node_accuracy_mean']:.2f} "
-                         f"| {s[side]['epoch_seconds_median']:.3f} |")
-        if "points_apart" in s:
-            d = s["points_apart"]
-            lines.append(f"| bumpgrad − PyTorch | | {d['dev_accuracy']:+.2f} | {d['binary_accuracy']:+.2f} "
-                         f"| {d['node_accuracy']:+.2f} | target: root and binary within "
-                         f"±{TARGETS['accuracy_within_points']} ({'met' if s['met'] else 'missed'}) |")
+            lines += [f"accuracy on {split} (after the last of {a['epochs']} epochs, seeds 1..{a['seeds']})", "",
+                      "| side | root by seed | root mean | binary mean | all nodes mean | s/epoch |",
+                      "| --- | --- | --- | --- | --- | --- |"]
+            for side in ("bumpgrad", "pytorch"):
+                if side not in s:
+                    continue
+                roots = " / ".join(f"{100 * x:.2f}" for x in s[side][root_key])
+                lines.append(f"| {side} | {roots} | {100 * s[side][root_key + '_mean']:.2f} "
+                             f"| {100 * s[side][prefix + 'binary_accuracy_mean']:.2f} "
+                             f"| {100 * s[side][prefix + 'node_accuracy_mean']:.2f} "
+                             f"| {s[side]['epoch_seconds_median']:.3f} |")
+            if "points_apart" in s:
+                d = s["points_apart"]
+                target = (f"target: root and binary within ±{TARGETS['accuracy_within_points']} "
+                          f"({'met' if s['met'] else 'missed'})") if split == "test" else "(the issue's target is on test)"
+                lines.append(f"| bumpgrad − PyTorch | | {d[root_key]:+.2f} | {d[prefix + 'binary_accuracy']:+.2f} "
+                             f"| {d[prefix + 'node_accuracy']:+.2f} | {target} |")
+            lines.append("")
     return "\n".join(lines)
 
 
