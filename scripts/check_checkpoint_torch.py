@@ -5,7 +5,7 @@
         [--model resnet18|resnet50|squeezenet --width-mult W]
     python3 scripts/check_checkpoint_torch.py CHECKPOINT --model char-lstm|char-rnn
         [--eval-data data/tinyshakespeare/input.txt --seq-len T]
-    python3 scripts/check_checkpoint_torch.py CHECKPOINT --model sst-lstm [--eval-data data/sst]
+    python3 scripts/check_checkpoint_torch.py CHECKPOINT --model sst-lstm|tree-lstm [--eval-data data/sst]
 
 CHECKPOINT is a ckpt-*.safetensors file, or a directory (its newest one is
 taken). The script
@@ -23,15 +23,17 @@ taken). The script
 5. runs a forward pass, and with --eval-data the MNIST test accuracy, which
    for a trained checkpoint should match what bumpgrad reported.
 
-The text models (`--model char-lstm`, `char-rnn`, `sst-lstm`) load into
-bench/models.py's `CharLM` and `SstLstm`, their sizes read from the tensors'
-shapes, their optimizer state (AdamW's or Adagrad's) counted, not loaded.
-With --eval-data a language model's validation loss (the corpus's last 10%
-in the checkpoint's `batch` streams, `--seq-len` at a time, the state
-carried from zeros: bumpgrad's evaluation) or sst-lstm's development
-accuracy (`dev.txt`, the classes the checkpoint's fc layer has) is printed
-beside the figure the run reported; `--expect X` makes a difference above
-`--tolerance` a failure.
+The text models (`--model char-lstm`, `char-rnn`, `sst-lstm`, `tree-lstm`)
+load into bench/models.py's `CharLM`, `SstLstm` and `TreeLstm`, their sizes
+read from the tensors' shapes, their optimizer state (AdamW's or Adagrad's)
+counted, not loaded. With --eval-data a language model's validation loss
+(the corpus's last 10% in the checkpoint's `batch` streams, `--seq-len` at a
+time, the state carried from zeros: bumpgrad's evaluation), sst-lstm's
+development accuracy (`dev.txt`, the classes the checkpoint's fc layer has)
+or tree-lstm's development root accuracy (the directory's `dev.txt`, the
+vocabulary the words of its `train.txt`, which must be the embedding's rows
+less the unknown word's) is printed beside the figure the run reported;
+`--expect X` makes a difference above `--tolerance` a failure.
 
 It prints OK and exits 0, or says what failed and exits 1.
 
@@ -123,7 +125,10 @@ def canonical_checksum(raw: bytes) -> str:
     return "sha256:" + h.hexdigest()
 
 
-TEXT_MODELS = ("char-lstm", "char-rnn", "sst-lstm")
+TEXT_MODELS = ("char-lstm", "char-rnn", "sst-lstm", "tree-lstm")
+# Trees per forward_levels call in tree-lstm's evaluation: the benchmark's
+# (bench/tree_vs_pytorch.py); in float64 the figure does not depend on it.
+TREE_EVAL_BATCH = 250
 
 
 def check_text(args):
@@ -131,7 +136,7 @@ def check_text(args):
     then its validation figure (see the module's docstring)."""
     import re
 
-    from models import CharLM, SstLstm
+    from models import CharLM, SstLstm, TreeLstm
 
     path = newest_checkpoint(args.checkpoint)
     print(f"checkpoint: {path}")
@@ -145,8 +150,11 @@ def check_text(args):
     params = {k: v for k, v in tensors.items() if not k.startswith(OPTIMIZER_PREFIX)}
     state = [k for k in tensors if k.startswith(OPTIMIZER_PREFIX)]
     layers = len([k for k in params if k.startswith("rnn.weight_hh_l")])
-    hidden = params["rnn.weight_hh_l0"].shape[1]
-    if args.model == "sst-lstm":
+    hidden = params["tree.left" if args.model == "tree-lstm" else "rnn.weight_hh_l0"].shape[1]
+    if args.model == "tree-lstm":
+        vocab, embed = params["embedding.weight"].shape
+        model = TreeLstm(vocab, params["fc.weight"].shape[0], embed, hidden)
+    elif args.model == "sst-lstm":
         vocab, embed = params["embedding.weight"].shape
         model = SstLstm(vocab, params["fc.weight"].shape[0], embed, hidden, layers)
     else:
@@ -160,7 +168,8 @@ def check_text(args):
     for name, value in model.state_dict().items():
         if not torch.equal(value, params[name]):
             fail(f"{name} did not load as stored")
-    print(f"model: {args.model} (vocabulary {vocab}, embed {embed}, hidden {hidden}, layers {layers}), "
+    sizes = f"vocabulary {vocab}, embed {embed}, hidden {hidden}" + (f", layers {layers}" if layers else "")
+    print(f"model: {args.model} ({sizes}), "
           f"{len(params)} tensors loaded with strict=True; {len(state)} optimizer tensors beside them")
     if not args.eval_data:
         print("OK")
@@ -168,6 +177,8 @@ def check_text(args):
     model = model.double().eval()
     if args.model == "sst-lstm":
         figure, what = sst_dev_accuracy(model, args.eval_data, params["fc.weight"].shape[0]), "development accuracy"
+    elif args.model == "tree-lstm":
+        figure, what = tree_dev_accuracy(model, args.eval_data, vocab), "development root accuracy"
     else:
         seq_len = args.seq_len
         if seq_len is None:
@@ -221,6 +232,38 @@ def sst_dev_accuracy(model, sst, classes):
         for tokens, label in encode(dev, vocab):
             logits = model(torch.tensor(tokens).view(-1, 1), torch.tensor([len(tokens)]))
             right += int(logits.argmax(1).item() == label)
+    return right / len(dev)
+
+
+def tree_dev_accuracy(model, treebank, rows):
+    """Root accuracy on `dev.txt`, the vocabulary the distinct words of every
+    tree of `train.txt` (id 0 the unknown word), as bumpgrad's tree task and
+    bench/tree_vs_pytorch.py build it."""
+    from models import read_tree
+
+    def read(split):
+        path = Path(treebank) / f"{split}.txt"
+        if not path.is_file():
+            fail(f"tree-lstm is checked on a treebank directory with {split}.txt: {path} is missing")
+        return [read_tree(line.strip()) for line in path.read_text().splitlines() if line.strip()]
+
+    train, dev = read("train"), read("dev")
+    vocab = {w: i + 1 for i, w in enumerate(sorted({w for words, _ in train for w in words}))}
+    # Another treebank's words would load and score without complaint, each
+    # id naming a different word's embedding.
+    if rows != len(vocab) + 1:
+        fail(f"the checkpoint's embedding has {rows} rows, but {treebank}/train.txt's {len(vocab)} words and "
+             f"the unknown word make {len(vocab) + 1}: not the treebank the run trained on")
+    right = 0
+    with torch.no_grad():
+        for i in range(0, len(dev), TREE_EVAL_BATCH):
+            trees = dev[i:i + TREE_EVAL_BATCH]
+            logits = model.forward_levels([(torch.tensor([vocab.get(w, 0) for w in words], dtype=torch.long), nodes)
+                                           for words, nodes in trees])
+            # Post-order puts each tree's root last among its nodes.
+            roots = torch.tensor([len(nodes) for _, nodes in trees]).cumsum(0) - 1
+            labels = torch.tensor([nodes[-1][0] for _, nodes in trees])
+            right += int((logits[roots].argmax(1) == labels).sum())
     return right / len(dev)
 
 
