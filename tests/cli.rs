@@ -147,6 +147,11 @@ fn bad_settings_are_refused_with_what_to_pass() {
             "--tree-batching says how tree-lstm runs a batch of trees; mnist-cnn reads no trees, so drop it",
         ),
         (&["--model", "tree-lstm", "--layers", "2"], 1, "tree-lstm is one Tree-LSTM, sized by --embed and --hidden"),
+        (
+            &["--model", "tree-lstm", "--freeze-embeddings"],
+            1,
+            "--freeze-embeddings keeps pretrained word vectors fixed; pass them with --embeddings FILE",
+        ),
         (&["--batch", "-5"], 2, "'--batch <BATCH>': expected a whole number"),
         // Once aborted the process sizing a 4 TB host buffer.
         (

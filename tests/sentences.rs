@@ -96,6 +96,7 @@ fn small() -> (SstLstmConfig, Input) {
         embed: 5,
         hidden: 7,
         layers: 1,
+        fixed_embedding: false,
     };
     (
         config,

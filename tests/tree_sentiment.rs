@@ -123,3 +123,83 @@ fn memory_reports_the_largest_step_its_lower_bound_and_the_first_epochs_steps() 
     let text = report.table(|_| "step");
     assert!(text.contains("every step its own shape, bump-allocated"), "{text}");
 }
+
+#[test]
+fn pretrained_word_vectors_start_the_embedding_and_a_frozen_one_never_moves() {
+    let data = phrase_treebank("vectors");
+    // Vectors for the four sentiment words, 12 numbers each, as the model
+    // is sized; the fillers are left to their random draw.
+    let words = ["good", "great", "bad", "dull"];
+    let line = |k: usize, w: &str| {
+        let numbers: Vec<String> = (0..12)
+            .map(|j| format!("{:.3}", (k * 12 + j) as f32 * 0.01 - 0.2))
+            .collect();
+        format!("{w} {}\n", numbers.join(" "))
+    };
+    let file = data.join("vectors.txt");
+    std::fs::write(
+        &file,
+        words.iter().enumerate().map(|(k, w)| line(k, w)).collect::<String>(),
+    )
+    .unwrap();
+    for freeze in [true, false] {
+        let mut cfg = config(&data, 8, TreeBatching::Levels, 2, DeviceConfig::cpu(2));
+        cfg.run.embeddings = Some(file.clone());
+        cfg.run.model = bumpgrad::models::TreeLstmSentiment::choice(bumpgrad::models::TreeLstmConfig {
+            embed: 12,
+            hidden: 10,
+            fixed_embedding: freeze,
+        });
+        let (mut session, info) = Pipeline::open(&cfg, None).and_then(Pipeline::build).expect("a session");
+        let note = info.data_notes.iter().find(|n| n.contains("word embedding from"));
+        assert!(
+            note.is_some_and(|n| n.contains("4 of the vocabulary's")),
+            "{:?}",
+            info.data_notes
+        );
+        let read = |session: &mut bumpgrad::train::Session| {
+            let tensors = session.state_tensors().expect("the state");
+            let table = tensors.into_iter().find(|t| t.name == "embedding.weight");
+            table.expect("the embedding").values
+        };
+        let before = read(&mut session);
+        // The vocabulary is sorted, id 0 the unknown word: "bad" is id 2.
+        let vocab = ["<unk>", "a", "bad", "dull", "film", "good", "great", "plot", "the"];
+        for (k, w) in words.iter().enumerate() {
+            let id = vocab.iter().position(|v| v == w).unwrap();
+            let written: f32 = format!("{:.3}", (k * 12) as f32 * 0.01 - 0.2).parse().unwrap();
+            assert_eq!(before[id * 12], written, "{w}: its first number");
+        }
+        session
+            .on_workers(|s| {
+                for epoch in 1..=2 {
+                    s.epoch(epoch, &mut bumpgrad::train::Quiet)?;
+                }
+                Ok::<(), bumpgrad::Error>(())
+            })
+            .expect("training");
+        let after = read(&mut session);
+        assert_eq!(
+            before == after,
+            freeze,
+            "frozen {freeze}: the table moved {}",
+            before != after
+        );
+    }
+    let mut cfg = config(&data, 8, TreeBatching::Levels, 1, DeviceConfig::cpu(2));
+    cfg.run.embeddings = Some(file.clone());
+    cfg.run.model = bumpgrad::models::TreeLstmSentiment::choice(bumpgrad::models::TreeLstmConfig {
+        embed: 20,
+        hidden: 10,
+        fixed_embedding: false,
+    });
+    let err = Pipeline::open(&cfg, None)
+        .and_then(Pipeline::build)
+        .map(drop)
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("gives vectors of 12 numbers, but the embedding has 20"),
+        "{err}"
+    );
+}

@@ -306,6 +306,13 @@ impl<'s, N: Recorded> Step<'s, N> {
         Ok(buf)
     }
 
+    /// A parameter held fixed in this step: read, never given a gradient,
+    /// so backward leaves its gradient unmade and the optimizer, which
+    /// updates what has one, leaves it as it is (frozen word vectors).
+    pub fn param_fixed(&mut self, param: &Param) -> Tensor<'s> {
+        self.alias(param.buf, param.shape, false)
+    }
+
     /// A parameter seen from this step: same memory, gradient tracked. Asked
     /// for twice, it is the same tensor, so the gradients of both uses meet.
     /// Asked for after backward, it is still that tensor, so its gradient

@@ -19,7 +19,7 @@ use super::char_lm::MAX_LAYERS;
 use crate::nn::{
     Embedding, Input, Linear, Lstm, LstmState, Mode, Model, ModelChoice, ParamBuilder, Reads, SentenceInput,
 };
-use crate::tensor::{Shape, Tensor};
+use crate::tensor::{Param, Shape, Tensor};
 use crate::{Error, Result, Step};
 
 /// The sizes of `sst-lstm`.
@@ -31,6 +31,8 @@ pub struct SstLstmConfig {
     pub hidden: usize,
     /// LSTM layers, stacked.
     pub layers: usize,
+    /// Hold the word embedding fixed (pretrained vectors, not trained).
+    pub fixed_embedding: bool,
 }
 
 impl Default for SstLstmConfig {
@@ -39,6 +41,7 @@ impl Default for SstLstmConfig {
             embed: 300,
             hidden: 150,
             layers: 1,
+            fixed_embedding: false,
         }
     }
 }
@@ -69,7 +72,12 @@ impl Model for SstLstm {
     /// `input.example` is `[V]`, the vocabulary; `input.classes` the
     /// classes out.
     fn new(config: &SstLstmConfig, input: Input, pb: &ParamBuilder<'_>) -> Result<Self> {
-        let SstLstmConfig { embed, hidden, layers } = *config;
+        let SstLstmConfig {
+            embed,
+            hidden,
+            layers,
+            fixed_embedding,
+        } = *config;
         let vocab = match input.example.dims() {
             &[vocab] => vocab,
             _ => 0,
@@ -84,7 +92,10 @@ impl Model for SstLstm {
             ));
         }
         Ok(Self {
-            embedding: Embedding::new(&pb.pp("embedding"), vocab, embed)?,
+            embedding: match fixed_embedding {
+                true => Embedding::new(&pb.pp("embedding"), vocab, embed)?.fixed(),
+                false => Embedding::new(&pb.pp("embedding"), vocab, embed)?,
+            },
             rnn: Lstm::new(&pb.pp("rnn"), embed, hidden, layers)?,
             fc: Linear::new(&pb.pp("fc"), hidden, input.classes)?,
             config: *config,
@@ -98,8 +109,14 @@ impl Model for SstLstm {
         ))
     }
 
+    fn word_embedding(&self) -> Option<Param> {
+        Some(self.embedding.weight())
+    }
+
     fn forward_sentences<'s>(&self, s: &mut Step<'s>, x: SentenceInput<'s>, _mode: Mode) -> Result<Tensor<'s>> {
-        let SstLstmConfig { embed, hidden, layers } = self.config;
+        let SstLstmConfig {
+            embed, hidden, layers, ..
+        } = self.config;
         let (steps, batch) = (x.steps, x.batch);
         if x.ids.len() != steps * batch || x.last.len() != batch || steps == 0 {
             return Err(Error::shape(

@@ -13,7 +13,7 @@
 //! post-order.
 
 use crate::nn::{Embedding, Input, Linear, Mode, Model, ModelChoice, ParamBuilder, Reads, TreeInput, TreeLstm};
-use crate::tensor::Tensor;
+use crate::tensor::{Param, Tensor};
 use crate::{Error, Result, Step};
 
 /// The sizes of `tree-lstm`.
@@ -23,6 +23,8 @@ pub struct TreeLstmConfig {
     pub embed: usize,
     /// Units of the Tree-LSTM.
     pub hidden: usize,
+    /// Hold the word embedding fixed (pretrained vectors, not trained).
+    pub fixed_embedding: bool,
 }
 
 impl Default for TreeLstmConfig {
@@ -30,6 +32,7 @@ impl Default for TreeLstmConfig {
         Self {
             embed: 300,
             hidden: 150,
+            fixed_embedding: false,
         }
     }
 }
@@ -59,7 +62,11 @@ impl Model for TreeLstmSentiment {
     /// `input.example` is `[V]`, the vocabulary; `input.classes` the
     /// classes out.
     fn new(config: &TreeLstmConfig, input: Input, pb: &ParamBuilder<'_>) -> Result<Self> {
-        let TreeLstmConfig { embed, hidden } = *config;
+        let TreeLstmConfig {
+            embed,
+            hidden,
+            fixed_embedding,
+        } = *config;
         let vocab = match input.example.dims() {
             &[vocab] => vocab,
             _ => 0,
@@ -73,8 +80,12 @@ impl Model for TreeLstmSentiment {
                 ),
             ));
         }
+        let embedding = Embedding::new(&pb.pp("embedding"), vocab, embed)?;
         Ok(Self {
-            embedding: Embedding::new(&pb.pp("embedding"), vocab, embed)?,
+            embedding: match fixed_embedding {
+                true => embedding.fixed(),
+                false => embedding,
+            },
             tree: TreeLstm::new(&pb.pp("tree"), embed, hidden)?,
             fc: Linear::new(&pb.pp("fc"), hidden, input.classes)?,
         })
@@ -82,6 +93,10 @@ impl Model for TreeLstmSentiment {
 
     fn forward<'s>(&self, _s: &mut Step<'s>, _x: Tensor<'s>, _mode: Mode) -> Result<Tensor<'s>> {
         Err(Error::shape(Self::NAME, "parse trees; it reads no images".into()))
+    }
+
+    fn word_embedding(&self) -> Option<Param> {
+        Some(self.embedding.weight())
     }
 
     fn forward_trees<'s>(&self, s: &mut Step<'s>, x: TreeInput<'s>, _mode: Mode) -> Result<Tensor<'s>> {

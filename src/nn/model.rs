@@ -5,7 +5,7 @@ use super::params::ParamBuilder;
 use super::tree_lstm::Forest;
 use crate::memory::Buf;
 use crate::ops::dropout::DropoutSeed;
-use crate::tensor::{Labels, Shape, Tensor};
+use crate::tensor::{Labels, Param, Shape, Tensor};
 use crate::Result;
 use crate::{Error, Step};
 use std::fmt;
@@ -202,6 +202,12 @@ pub trait Model: Send + Sync + Sized + 'static {
     fn carried(&self) -> usize {
         0
     }
+
+    /// Its table of word vectors, `[vocab, dim]`, which pretrained vectors
+    /// may start from: `None` for a model without one.
+    fn word_embedding(&self) -> Option<Param> {
+        None
+    }
 }
 
 /// A built model behind a pointer: what the training loop holds.
@@ -210,6 +216,8 @@ pub trait Network: Send + Sync {
     fn forward<'s>(&self, s: &mut Step<'s>, x: Batch<'s>, mode: Mode) -> Result<Tensor<'s>>;
     /// See [`Model::carried`].
     fn carried(&self) -> usize;
+    /// See [`Model::word_embedding`].
+    fn word_embedding(&self) -> Option<Param>;
 }
 
 impl<M: Model> Network for M {
@@ -224,6 +232,10 @@ impl<M: Model> Network for M {
 
     fn carried(&self) -> usize {
         Model::carried(self)
+    }
+
+    fn word_embedding(&self) -> Option<Param> {
+        Model::word_embedding(self)
     }
 }
 

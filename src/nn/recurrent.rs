@@ -315,6 +315,8 @@ fn output(x: Sequence<'_>) -> Result<Tensor<'_>> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Embedding {
     weight: Param,
+    /// Read as a constant: no gradient, never updated.
+    fixed: bool,
 }
 
 impl Embedding {
@@ -322,13 +324,28 @@ impl Embedding {
     pub fn new(pb: &ParamBuilder<'_>, vocab: usize, dim: usize) -> Result<Self> {
         Ok(Self {
             weight: pb.param("weight", Shape::new(&[vocab, dim]), Init::Normal(1.0))?,
+            fixed: false,
         })
     }
 
     /// Row `tokens[n]` of the table as row `n` of `[N, dim]`.
     pub fn forward<'s>(&self, s: &mut Step<'s>, tokens: crate::tensor::Labels<'s>) -> Result<Tensor<'s>> {
-        let table = s.param(&self.weight);
+        let table = match self.fixed {
+            true => s.param_fixed(&self.weight),
+            false => s.param(&self.weight),
+        };
         table.embedding(s, tokens)
+    }
+
+    /// The same table, held fixed: read, never trained (see
+    /// [`Step::param_fixed`]).
+    pub fn fixed(self) -> Self {
+        Self { fixed: true, ..self }
+    }
+
+    /// The table, `[vocab, dim]`.
+    pub fn weight(&self) -> Param {
+        self.weight
     }
 }
 

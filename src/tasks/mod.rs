@@ -26,7 +26,8 @@ pub use language_model::{LanguageModel, LanguageModelConfig};
 pub use sentences::{SentenceClassification, SentenceClassificationConfig, MAX_BUCKETS};
 pub use tree_sentiment::{TreeBatching, TreeSentiment, TreeSentimentConfig};
 
-use crate::data::DataSet;
+use crate::data::text::{Vocab, WordVectors};
+use crate::data::{DataError, DataSet};
 use crate::nn::{Batch, Input, Reads};
 use crate::ops::gather::BatchAt;
 use crate::tensor::Persistent;
@@ -35,6 +36,7 @@ use crate::Engine;
 use crate::Result;
 use crate::Step;
 use std::fmt;
+use std::path::Path;
 use std::sync::Arc;
 
 /// A task over a data set resident in the persistent region.
@@ -279,6 +281,30 @@ pub trait TaskConfig: fmt::Debug + Clone + Send + Sync + 'static {
     fn train_len(&self, set: &DataSet, batch: usize) -> Result<usize>;
     /// Uploads `set` into the persistent region and returns the task.
     fn build(&self, set: &DataSet, p: &mut Persistent<'_>, args: BuildArgs) -> Result<Box<dyn Task>>;
+    /// The vectors `path` gives the task's words, `embed` numbers each,
+    /// as a table by word id: `None` for a task that reads no words.
+    fn pretrained(&self, _set: &DataSet, _path: &Path, _embed: usize) -> Result<Option<Pretrained>> {
+        Ok(None)
+    }
+}
+
+/// Pretrained word vectors matched to a task's vocabulary.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pretrained {
+    /// `[V, embed]`, row `id` word `id`'s vector (zeros where not found).
+    pub table: Vec<f32>,
+    /// Whether the file gave word `id` a vector.
+    pub found: Vec<bool>,
+}
+
+/// `path`'s vectors for `vocab`, `embed` numbers each.
+fn read_pretrained(path: &Path, vocab: &Vocab, embed: usize) -> Result<Pretrained> {
+    let vectors = WordVectors::read(path, vocab)?;
+    vectors.check_dim(path, embed).map_err(DataError::from)?;
+    Ok(Pretrained {
+        table: vectors.table().to_vec(),
+        found: (0..vocab.len() as u32).map(|id| vectors.found(id)).collect(),
+    })
 }
 
 /// A [`TaskConfig`] behind a pointer (`Clone` keeps the trait itself from
@@ -290,9 +316,14 @@ trait AnyTaskConfig: Send + Sync {
     fn check(&self, set: &DataSet, batch: usize) -> Result<()>;
     fn train_len(&self, set: &DataSet, batch: usize) -> Result<usize>;
     fn build(&self, set: &DataSet, p: &mut Persistent<'_>, args: BuildArgs) -> Result<Box<dyn Task>>;
+    fn pretrained(&self, set: &DataSet, path: &Path, embed: usize) -> Result<Option<Pretrained>>;
 }
 
 impl<C: TaskConfig> AnyTaskConfig for C {
+    fn pretrained(&self, set: &DataSet, path: &Path, embed: usize) -> Result<Option<Pretrained>> {
+        TaskConfig::pretrained(self, set, path, embed)
+    }
+
     fn validate(&self) -> Result<()> {
         TaskConfig::validate(self)
     }
@@ -388,6 +419,11 @@ impl TaskChoice {
     /// See [`TaskConfig::train_len`].
     pub fn train_len(&self, set: &DataSet, batch: usize) -> Result<usize> {
         self.config.train_len(set, batch)
+    }
+
+    /// See [`TaskConfig::pretrained`].
+    pub fn pretrained(&self, set: &DataSet, path: &Path, embed: usize) -> Result<Option<Pretrained>> {
+        self.config.pretrained(set, path, embed)
     }
 
     /// Uploads `set` and builds the task (see [`TaskConfig::build`]).

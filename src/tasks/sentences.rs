@@ -29,7 +29,7 @@
 //! sentence's logits and gradient are the same padded or alone.
 
 use super::classification::argmax;
-use super::{BuildArgs, LengthSample, Metric, Scores, Task, TaskChoice, TaskConfig};
+use super::{BuildArgs, LengthSample, Metric, Pretrained, Scores, Task, TaskChoice, TaskConfig};
 use crate::data::text::{Classes, LengthBuckets, SentenceBatches, Sentences, SentimentSet, PADDING_ROW};
 use crate::data::{DataError, DataSet};
 use crate::memory::Buf;
@@ -174,6 +174,10 @@ impl TaskConfig for SentenceClassificationConfig {
 
     fn build(&self, set: &DataSet, p: &mut Persistent<'_>, args: BuildArgs) -> Result<Box<dyn Task>> {
         Ok(Box::new(SentenceClassification::new(self, set, p, args.batch)?))
+    }
+
+    fn pretrained(&self, set: &DataSet, path: &std::path::Path, embed: usize) -> Result<Option<Pretrained>> {
+        super::read_pretrained(path, &self.sentences(set)?.0.vocab, embed).map(Some)
     }
 }
 

@@ -24,7 +24,7 @@
 //! batch (forward alone), needs more than that step.
 
 use super::classification::argmax;
-use super::{BuildArgs, Metric, Scores, Task, TaskChoice, TaskConfig};
+use super::{BuildArgs, Metric, Pretrained, Scores, Task, TaskChoice, TaskConfig};
 use crate::data::text::{Node, Tree, Vocab};
 use crate::data::{shuffle_into, DataSet};
 use crate::memory::FloatBuf;
@@ -136,6 +136,10 @@ impl TaskConfig for TreeSentimentConfig {
 
     fn build(&self, set: &DataSet, _p: &mut Persistent<'_>, args: BuildArgs) -> Result<Box<dyn Task>> {
         Ok(Box::new(TreeSentiment::new(self, set, args.batch)?))
+    }
+
+    fn pretrained(&self, set: &DataSet, path: &std::path::Path, embed: usize) -> Result<Option<Pretrained>> {
+        super::read_pretrained(path, &vocabulary(self.bank(set)?), embed).map(Some)
     }
 }
 

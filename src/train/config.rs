@@ -109,6 +109,10 @@ pub struct RunConfig {
     /// flags), kept in every checkpoint so that a resumed run can start
     /// from them. The library only stores them.
     pub command_line: Vec<String>,
+    /// Word vectors (GloVe's text format, or word2vec's) to start the
+    /// model's word embedding from: each word of the task's vocabulary the
+    /// file has takes its vector; the others keep their random draw.
+    pub embeddings: Option<PathBuf>,
 }
 
 /// How the arena is sized and used.
@@ -171,6 +175,7 @@ impl Default for RunConfig {
             batch: 100,
             other_batches: Vec::new(),
             command_line: Vec::new(),
+            embeddings: None,
             model: ModelChoice::default(),
             optimizer: OptimizerChoice::default(),
             task: TaskChoice::default(),

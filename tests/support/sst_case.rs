@@ -75,6 +75,7 @@ pub fn small_sst_lstm() -> ModelChoice {
         embed: 16,
         hidden: 32,
         layers: 1,
+        fixed_embedding: false,
     })
 }
 

@@ -58,6 +58,7 @@ pub fn bumpgrad_step(device: Device) -> Option<Tensors> {
         embed: weights["embedding.weight"].0[1],
         hidden: weights["rnn.weight_hh_l0"].0[1],
         layers: 1,
+        fixed_embedding: false,
     };
     let input = Input {
         example: Shape::new(&[weights["embedding.weight"].0[0]]),

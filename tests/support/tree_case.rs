@@ -65,7 +65,11 @@ pub fn config(data: &Path, batch: usize, batching: TreeBatching, epochs: usize, 
         .epochs(epochs)
         .batch(batch)
         .data_dir(data.to_string_lossy().to_string())
-        .model(TreeLstmSentiment::choice(TreeLstmConfig { embed: 12, hidden: 10 }))
+        .model(TreeLstmSentiment::choice(TreeLstmConfig {
+            embed: 12,
+            hidden: 10,
+            fixed_embedding: false,
+        }))
         .task(TreeSentiment::choice(TreeSentimentConfig { batching }))
         .device_config(device)
         .poison_step(true)

@@ -177,6 +177,15 @@ pub(crate) struct TrainArgs {
     /// trees at once. Default: levels when --batch is above 1.
     #[arg(help_heading = "Model", long, value_enum)]
     pub(crate) tree_batching: Option<TreeBatchingArg>,
+    /// Word vectors to start sst-lstm's or tree-lstm's word embedding from, in GloVe's text
+    /// format (a word, then its numbers, a line each; word2vec's text format too): each word of
+    /// the training sentences the file has takes its vector, the others are drawn at random.
+    /// Their length must be --embed (e.g. --embed 300 for glove.840B.300d.txt).
+    #[arg(help_heading = "Model", long)]
+    pub(crate) embeddings: Option<PathBuf>,
+    /// Keep the word embedding fixed at the vectors of --embeddings: never trained.
+    #[arg(help_heading = "Model", long)]
+    pub(crate) freeze_embeddings: bool,
     /// Features of char-lstm's and char-rnn's token embedding (default: --hidden; 0: no
     /// embedding, the first recurrent layer reads one-hot tokens, as Lantern's models) and of
     /// sst-lstm's word embedding (default 300).
@@ -414,6 +423,11 @@ impl TrainArgs {
             );
         }
         choices::model(self.model, &self.model_flags()).map_err(anyhow::Error::msg)?;
+        if self.freeze_embeddings && self.embeddings.is_none() {
+            anyhow::bail!(
+                "--freeze-embeddings keeps pretrained word vectors fixed; pass them with --embeddings FILE, or drop it to train the embedding from random"
+            );
+        }
         if self.tree_batching.is_some() && self.model != TreeLstmSentiment::NAME {
             anyhow::bail!(
                 "--tree-batching says how {} runs a batch of trees; {} reads no trees, so drop it",
@@ -497,6 +511,7 @@ impl TrainArgs {
             embed: self.embed,
             hidden: self.hidden,
             layers: self.layers,
+            freeze_embeddings: self.freeze_embeddings,
         }
     }
 
@@ -563,6 +578,7 @@ impl TrainArgs {
         // The settings whose flags may be absent, as the flags left them.
         (cfg.run.train_limit, cfg.run.test_limit, cfg.run.resume) =
             (self.train_limit, self.test_limit, self.resume.clone());
+        cfg.run.embeddings = self.embeddings.clone();
         (cfg.memory.arena_size, cfg.memory.memory_budget) = (self.arena_size.0, self.memory_budget);
         cfg.memory.poison_step = self.poison_step.then_some(true);
         cfg.device.graph = match self.graph {

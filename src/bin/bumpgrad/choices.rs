@@ -16,6 +16,7 @@ pub struct ModelFlags {
     pub embed: Option<usize>,
     pub hidden: Option<usize>,
     pub layers: Option<usize>,
+    pub freeze_embeddings: bool,
 }
 
 /// A model's name as `--model` takes it, and how to make its choice from
@@ -116,7 +117,12 @@ fn sst_lstm(f: &ModelFlags) -> Result<SstLstmConfig, String> {
             bumpgrad::models::MAX_LAYERS
         ));
     }
-    Ok(SstLstmConfig { embed, hidden, layers })
+    Ok(SstLstmConfig {
+        embed,
+        hidden,
+        layers,
+        fixed_embedding: f.freeze_embeddings,
+    })
 }
 
 /// `tree-lstm`'s sizes: `--embed` (default 300), `--hidden` (default 150).
@@ -134,7 +140,11 @@ fn tree_lstm(f: &ModelFlags) -> Result<TreeLstmConfig, String> {
             "--hidden and --embed must be at least 1, got {hidden} and {embed}"
         ));
     }
-    Ok(TreeLstmConfig { embed, hidden })
+    Ok(TreeLstmConfig {
+        embed,
+        hidden,
+        fixed_embedding: f.freeze_embeddings,
+    })
 }
 
 /// The optimizers `--optimizer` takes.

@@ -210,6 +210,9 @@ fn data(err: &DataError) -> Option<String> {
             Some(" (pass a smaller --batch or --seq-len, or a longer text to --data)".into())
         }
         DataError::ImageSize { .. } => Some(" — point --data at MNIST (not another IDX data set)".into()),
+        DataError::Text(bumpgrad::data::text::TextError::VectorsDim { dim, .. }) => {
+            Some(format!(" (pass --embed {dim}, or vectors of the width --embed gives)"))
+        }
         DataError::TrainLimit { available, .. } => {
             Some(format!(" — pass --train-limit from 1 to {available}, or omit the flag"))
         }

@@ -53,6 +53,8 @@ pub(crate) fn assemble(cfg: &TrainConfig, host: &DataSet, mut engine: Engine, li
     let mut p = engine.persistent();
     let input = run.task.input_of(host)?;
     let (store, model) = ParamStore::build(&mut p, run.seed, |pb| run.model.build(input, pb))?;
+    let embedding_note = super::embeddings::start_embedding(run, host, &mut engine, model.as_ref())?;
+    let mut p = engine.persistent();
     let steps = run.task.train_len(host, run.batch)?.div_ceil(global);
     let cursor = StepCursor::new(&mut p)?;
     let rates = run.schedule.table(run.lr, steps, run.epochs);
@@ -85,7 +87,7 @@ pub(crate) fn assemble(cfg: &TrainConfig, host: &DataSet, mut engine: Engine, li
         cursor,
         buckets,
     };
-    Session::new(
+    let mut session = Session::new(
         parts,
         Loop {
             shapes,
@@ -109,7 +111,9 @@ pub(crate) fn assemble(cfg: &TrainConfig, host: &DataSet, mut engine: Engine, li
             .chain(run.task.fingerprint().iter().cloned())
             .collect(),
         },
-    )
+    )?;
+    session.add_notes(embedding_note);
+    Ok(session)
 }
 
 /// Refuses a model, task and data set that do not fit together, before

@@ -23,6 +23,7 @@
 
 mod arenas;
 mod assemble;
+mod embeddings;
 mod measure;
 mod report;
 mod tuning;

@@ -170,6 +170,8 @@ pub struct Session {
     ops_per_step: Option<usize>,
     /// Free device memory after the first training step (GPU only).
     first_step_free: Option<usize>,
+    /// Lines for the run's report beyond the task's own.
+    notes: Vec<String>,
 }
 
 impl Session {
@@ -251,6 +253,7 @@ impl Session {
             kernels_per_step: None,
             ops_per_step: None,
             first_step_free: None,
+            notes: Vec::new(),
         })
     }
 
@@ -299,7 +302,17 @@ impl Session {
 
     /// What the task made of the data, for the run's report.
     pub fn task_notes(&self) -> Vec<String> {
-        self.task.describe()
+        self.task
+            .describe()
+            .into_iter()
+            .chain(self.notes.iter().cloned())
+            .collect()
+    }
+
+    /// Adds lines to what the run's report says of its setup (where the
+    /// word embedding started).
+    pub(crate) fn add_notes(&mut self, notes: impl IntoIterator<Item = String>) {
+        self.notes.extend(notes);
     }
 
     /// The lengths its task steps at (empty when steps have none).
