@@ -341,7 +341,7 @@ def speed(args):
 
 def accuracy(args):
     rows = []
-    for seed in range(1, args.seeds + 1):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         b = run_bumpgrad(args, SST, CONFIG["accuracy_batch"], "levels", args.epochs, seed)
         row = {"seed": seed, "bumpgrad": b}
         line = f"accuracy, seed {seed}: bumpgrad {describe(b['epochs'][-1])}"
@@ -368,7 +368,7 @@ def accuracy(args):
                                    for k in ACCURACIES}
         summary["met"] = all(abs(summary["points_apart"][k]) <= TARGETS["accuracy_within_points"]
                              for k in ("test_root_accuracy", "test_binary_accuracy"))
-    return {"epochs": args.epochs, "seeds": args.seeds, "batch": CONFIG["accuracy_batch"],
+    return {"epochs": args.epochs, "seeds": args.seeds, "first_seed": args.first_seed, "batch": CONFIG["accuracy_batch"],
             "tree_batching": "levels", "runs": rows, "summary": summary}
 
 
@@ -406,7 +406,7 @@ def table(results, device):
             root_key = "dev_accuracy" if split == "dev" else "test_root_accuracy"
             if any(root_key not in s[side] for side in ("bumpgrad", "pytorch") if side in s):
                 continue
-            lines += [f"accuracy on {split} (after the last of {a['epochs']} epochs, seeds 1..{a['seeds']})", "",
+            lines += [f"accuracy on {split} (after the last of {a['epochs']} epochs, seeds {a.get('first_seed', 1)}..{a.get('first_seed', 1) + a['seeds'] - 1})", "",
                       "| side | root by seed | root mean | binary mean | all nodes mean | s/epoch |",
                       "| --- | --- | --- | --- | --- | --- |"]
             for side in ("bumpgrad", "pytorch"):
@@ -480,6 +480,8 @@ def main():
     p.add_argument("--epochs-speed", type=int, default=3, help="epochs of each speed case")
     p.add_argument("--epochs", type=int, default=6, help="epochs of each accuracy run")
     p.add_argument("--seeds", type=int, default=3, help="accuracy: seeds 1..N on each side")
+    p.add_argument("--first-seed", type=int, default=1,
+                   help="accuracy: start at this seed (more seeds in a second run: --first-seed 4)")
     p.add_argument("--skip-pytorch", action="store_true", help="run bumpgrad's side only")
     p.add_argument("--python", default=sys.executable, help="the interpreter that has torch (PyTorch's side)")
     p.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results")
