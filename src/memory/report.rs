@@ -184,12 +184,17 @@ impl MemoryReport {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let _ = writeln!(
-            out,
-            "  by type: persistent {}; the training step at its peak {}",
-            types(&self.persistent_by_type),
-            types(&self.step_peak_by_type)
-        );
+        match self.step_peak_by_type.is_empty() {
+            // Bump-allocated steps have no plan to read a peak from.
+            true => writeln!(out, "  by type: persistent {}", types(&self.persistent_by_type)),
+            false => writeln!(
+                out,
+                "  by type: persistent {}; the training step at its peak {}",
+                types(&self.persistent_by_type),
+                types(&self.step_peak_by_type)
+            ),
+        }
+        .ok();
         if let Some(d) = &self.dynamic {
             let _ = writeln!(
                 out,
