@@ -148,6 +148,16 @@ fn bad_settings_are_refused_with_what_to_pass() {
         ),
         (&["--model", "tree-lstm", "--layers", "2"], 1, "tree-lstm is one Tree-LSTM, sized by --embed and --hidden"),
         (
+            &["--embeddings", "Cargo.toml"],
+            1,
+            "--embeddings starts a model's word embedding, and mnist-cnn has none (sst-lstm and tree-lstm do); drop it",
+        ),
+        (
+            &["--model", "tree-lstm", "--embeddings", "no-such-vectors.txt"],
+            1,
+            "--embeddings no-such-vectors.txt: no such file; pass a file of word vectors",
+        ),
+        (
             &["--model", "tree-lstm", "--freeze-embeddings"],
             1,
             "--freeze-embeddings keeps pretrained word vectors fixed; pass them with --embeddings FILE",

@@ -5,7 +5,7 @@ use super::choices;
 use bumpgrad::backend::{DeviceRequest, Precision};
 use bumpgrad::data::{DataKind, DataSource, ImageOptions, ImageSize};
 use bumpgrad::memory::ByteSize;
-use bumpgrad::models::TreeLstmSentiment;
+use bumpgrad::models::{SstLstm, TreeLstmSentiment};
 use bumpgrad::ops::gather::Augment;
 use bumpgrad::tasks::{
     Classification, ClassificationConfig, LanguageModel, LanguageModelConfig, SentenceClassification,
@@ -423,6 +423,23 @@ impl TrainArgs {
             );
         }
         choices::model(self.model, &self.model_flags()).map_err(anyhow::Error::msg)?;
+        if let Some(path) = &self.embeddings {
+            let readers = [SstLstm::NAME, TreeLstmSentiment::NAME];
+            if !readers.contains(&self.model) {
+                anyhow::bail!(
+                    "--embeddings starts a model's word embedding, and {} has none ({} and {} do); drop it",
+                    self.model,
+                    readers[0],
+                    readers[1]
+                );
+            }
+            if !path.is_file() {
+                anyhow::bail!(
+                    "--embeddings {}: no such file; pass a file of word vectors in GloVe's text format (a word, then its numbers, a line each)",
+                    path.display()
+                );
+            }
+        }
         if self.freeze_embeddings && self.embeddings.is_none() {
             anyhow::bail!(
                 "--freeze-embeddings keeps pretrained word vectors fixed; pass them with --embeddings FILE, or drop it to train the embedding from random"
