@@ -1,14 +1,11 @@
-//! The CPU's tree_lstm_cell: a node at a time, units in order; rows split
-//! among workers in tasks of at least [`CHUNK`] units.
+//! The CPU's tree_lstm_cell: forward eight units at a time with
+//! `backend::cpu::vmath`'s transcendentals, backward a unit at a time;
+//! rows split among workers in tasks of at least [`CHUNK`] units.
 
-use crate::ops::math::tanh;
+use crate::backend::cpu::simd::{madd, over_row, vectorized_rows, Lanes, RowUnits, Rows, Vectorized, LANES, V8};
+use crate::backend::cpu::vmath::{sigmoid, tanh};
+use crate::ops::math::tanh as tanh_scalar;
 use crate::ops::CHUNK;
-use rayon::prelude::*;
-
-/// `1 / (1 + e^−x)`, as the GPU kernel computes it.
-fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
-}
 
 /// Rows per task, for rows of `hidden` units.
 fn rows_per_task(hidden: usize) -> usize {
@@ -20,7 +17,9 @@ pub(super) type Children<'a> = Option<(&'a [f32], &'a [f32])>;
 
 /// Every node of the batch: `gates` `[B, G]` to their activations in
 /// `acts` (same layout), `h` and `c` `[B, H]`. `G` is `5H` with children
-/// (i, f_l, f_r, o, u), `3H` without (i, o, u).
+/// (i, f_l, f_r, o, u), `3H` without (i, o, u). Eight units at a time,
+/// the transcendentals `backend::cpu::vmath`'s: a level of a tree batch
+/// spent a fifth of its time in the C library's `expf`, a call per gate.
 pub(super) fn forward(
     hidden: usize,
     gates: &[f32],
@@ -29,45 +28,147 @@ pub(super) fn forward(
     h: &mut [f32],
     c: &mut [f32],
 ) {
-    let width = if children.is_some() { 5 * hidden } else { 3 * hidden };
-    let per = rows_per_task(hidden);
-    acts.par_chunks_mut(per * width)
-        .zip(h.par_chunks_mut(per * hidden).zip(c.par_chunks_mut(per * hidden)))
-        .enumerate()
-        .for_each(|(task, (acts, (h, c)))| {
-            let first = task * per;
-            for (r, (a, (h, c))) in acts
-                .chunks_exact_mut(width)
-                .zip(h.chunks_exact_mut(hidden).zip(c.chunks_exact_mut(hidden)))
-                .enumerate()
-            {
-                let b = first + r;
-                let pre = &gates[b * width..][..width];
-                for j in 0..hidden {
-                    let (o, cell) = match children {
-                        Some((cl, cr)) => {
-                            let [i, fl, fr, o] = [0, 1, 2, 3].map(|q| sigmoid(pre[q * hidden + j]));
-                            let u = tanh(pre[4 * hidden + j]);
-                            for (q, v) in [i, fl, fr, o, u].into_iter().enumerate() {
-                                a[q * hidden + j] = v;
-                            }
-                            let at = b * hidden + j;
-                            (o, i * u + fl * cl[at] + fr * cr[at])
-                        }
-                        None => {
-                            let (i, o) = (sigmoid(pre[j]), sigmoid(pre[hidden + j]));
-                            let u = tanh(pre[2 * hidden + j]);
-                            for (q, v) in [i, o, u].into_iter().enumerate() {
-                                a[q * hidden + j] = v;
-                            }
-                            (o, i * u)
-                        }
-                    };
-                    c[j] = cell;
-                    h[j] = o * tanh(cell);
-                }
+    let rows = Forward {
+        hidden,
+        gates,
+        children,
+        acts,
+        h,
+        c,
+    };
+    vectorized_rows(rows, rows_per_task(hidden));
+}
+
+/// Forward's rows: `gates` and `acts` of `G`, the others of `hidden`.
+struct Forward<'a> {
+    hidden: usize,
+    gates: &'a [f32],
+    children: Children<'a>,
+    acts: &'a mut [f32],
+    h: &'a mut [f32],
+    c: &'a mut [f32],
+}
+
+impl Forward<'_> {
+    fn width(&self) -> usize {
+        match self.children {
+            Some(_) => 5 * self.hidden,
+            None => 3 * self.hidden,
+        }
+    }
+}
+
+impl Vectorized for Forward<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run<const FMA: bool>(self) {
+        let (hd, width) = (self.hidden, self.width());
+        let rows = self.acts.chunks_exact_mut(width).zip(self.h.chunks_exact_mut(hd));
+        for (b, ((acts, h), c)) in rows.zip(self.c.chunks_exact_mut(hd)).enumerate() {
+            let mut row = ForwardRow {
+                hidden: hd,
+                gates: &self.gates[b * width..][..width],
+                children: self.children.map(|(l, r)| (&l[b * hd..][..hd], &r[b * hd..][..hd])),
+                acts,
+                h,
+                c,
+            };
+            over_row::<FMA, _>(&mut row, hd);
+        }
+    }
+}
+
+impl Rows for Forward<'_> {
+    fn rows(&self) -> usize {
+        self.h.len() / self.hidden.max(1)
+    }
+
+    fn split(self, at: usize) -> (Self, Self) {
+        let (hd, width) = (self.hidden, self.width());
+        let (g0, g1) = self.gates.split_at(at * width);
+        let (ch0, ch1) = match self.children {
+            Some((l, r)) => {
+                let ((l0, l1), (r0, r1)) = (l.split_at(at * hd), r.split_at(at * hd));
+                (Some((l0, r0)), Some((l1, r1)))
             }
-        });
+            None => (None, None),
+        };
+        let (a0, a1) = self.acts.split_at_mut(at * width);
+        let (h0, h1) = self.h.split_at_mut(at * hd);
+        let (c0, c1) = self.c.split_at_mut(at * hd);
+        let half = |gates, children, acts, h, c| Forward {
+            hidden: hd,
+            gates,
+            children,
+            acts,
+            h,
+            c,
+        };
+        (half(g0, ch0, a0, h0, c0), half(g1, ch1, a1, h1, c1))
+    }
+}
+
+/// One row of [`Forward`].
+struct ForwardRow<'r> {
+    hidden: usize,
+    gates: &'r [f32],
+    children: Option<(&'r [f32], &'r [f32])>,
+    acts: &'r mut [f32],
+    h: &'r mut [f32],
+    c: &'r mut [f32],
+}
+
+impl RowUnits for ForwardRow<'_> {
+    /// The activations (the first 3 or 5), the cell and `h`.
+    type Out = ([V8; 5], V8, V8);
+
+    #[inline(always)]
+    #[allow(clippy::needless_range_loop)]
+    fn compute<const FMA: bool>(&self, l: Lanes) -> Self::Out {
+        let hd = self.hidden;
+        let pre = |q: usize| l.load(&self.gates[q * hd..]);
+        let mut acts = [[0.0; LANES]; 5];
+        let mut c = [0.0; LANES];
+        let o = match self.children {
+            Some((left, right)) => {
+                for q in 0..4 {
+                    acts[q] = sigmoid::<FMA>(&pre(q));
+                }
+                acts[4] = tanh::<FMA>(&pre(4));
+                let (cl, cr) = (l.load(left), l.load(right));
+                let [i, fl, fr, _, u] = &acts;
+                for k in 0..LANES {
+                    c[k] = madd::<FMA>(fr[k], cr[k], madd::<FMA>(fl[k], cl[k], i[k] * u[k]));
+                }
+                acts[3]
+            }
+            None => {
+                acts[0] = sigmoid::<FMA>(&pre(0));
+                acts[1] = sigmoid::<FMA>(&pre(1));
+                acts[2] = tanh::<FMA>(&pre(2));
+                for k in 0..LANES {
+                    c[k] = acts[0][k] * acts[2][k];
+                }
+                acts[1]
+            }
+        };
+        let mut h = tanh::<FMA>(&c);
+        for k in 0..LANES {
+            h[k] *= o[k];
+        }
+        (acts, c, h)
+    }
+
+    #[inline(always)]
+    fn store(&mut self, l: Lanes, (acts, c, h): &Self::Out) {
+        let gates = if self.children.is_some() { 5 } else { 3 };
+        for (q, v) in acts.iter().take(gates).enumerate() {
+            l.store(&mut self.acts[q * self.hidden..], v);
+        }
+        l.store(self.c, c);
+        l.store(self.h, h);
+    }
 }
 
 /// What backward reads: the forward's activations and cells, the
@@ -104,7 +205,7 @@ pub(super) fn backward(hidden: usize, up: Upstream<'_>, out: Grads<'_>) {
         let a = &up.acts[b * width..][..width];
         for j in 0..hidden {
             let at = b * hidden + j;
-            let tc = tanh(up.c[at]);
+            let tc = tanh_scalar(up.c[at]);
             let dh = zero(up.dh, at);
             let (i, o, u) = if inner {
                 (a[j], a[3 * hidden + j], a[4 * hidden + j])
