@@ -203,3 +203,53 @@ fn pretrained_word_vectors_start_the_embedding_and_a_frozen_one_never_moves() {
         "{err}"
     );
 }
+
+#[test]
+fn weight_decay_reaches_every_weight_of_the_tree_lstm_but_the_word_vectors() {
+    let data = phrase_treebank("decay");
+    let row_of_unknown = |model: bumpgrad::nn::ModelChoice, task: Option<bumpgrad::tasks::TaskChoice>| {
+        let mut cfg = config(&data, 8, TreeBatching::Levels, 1, DeviceConfig::cpu(2));
+        cfg.run.model = model;
+        if let Some(task) = task {
+            cfg.run.task = task;
+        }
+        cfg.run.optimizer = bumpgrad::optim::SgdConfig::default().weight_decay(0.5).choice();
+        let (mut session, _) = Pipeline::open(&cfg, None).and_then(Pipeline::build).expect("a session");
+        let read = |session: &mut bumpgrad::train::Session, name: &str| {
+            let tensors = session.state_tensors().expect("the state");
+            tensors.into_iter().find(|t| t.name == name).expect(name).values
+        };
+        let (table, fc) = (read(&mut session, "embedding.weight"), read(&mut session, "fc.bias"));
+        session
+            .on_workers(|s| s.epoch(1, &mut bumpgrad::train::Quiet).map(drop))
+            .expect("training");
+        let (table_after, fc_after) = (read(&mut session, "embedding.weight"), read(&mut session, "fc.bias"));
+        // Row 0 is the unknown word, which no training sentence holds: its
+        // gradient is zero every step, so only decay could move it.
+        let dim = 12;
+        (table[..dim].to_vec(), table_after[..dim].to_vec(), fc != fc_after)
+    };
+    let tree = bumpgrad::models::TreeLstmSentiment::choice(bumpgrad::models::TreeLstmConfig {
+        embed: 12,
+        hidden: 10,
+        fixed_embedding: false,
+    });
+    let (before, after, fc_moved) = row_of_unknown(tree, None);
+    assert!(fc_moved);
+    assert_eq!(before, after, "the Tree-LSTM's word vectors are never decayed");
+    // sst-lstm decays every parameter, as PyTorch's default group: the
+    // unknown word's row shrinks by 1 - lr·wd = 0.95 a step.
+    let sst = bumpgrad::models::SstLstm::choice(bumpgrad::models::SstLstmConfig {
+        embed: 12,
+        hidden: 10,
+        layers: 1,
+        fixed_embedding: false,
+    });
+    let sentences = bumpgrad::tasks::SentenceClassification::choice(bumpgrad::tasks::SentenceClassificationConfig {
+        classes: 5,
+        buckets: 2,
+    });
+    let (before, after, _) = row_of_unknown(sst, Some(sentences));
+    let ratio = after[0] / before[0];
+    assert!(ratio < 0.99 && ratio > 0.0, "decayed: {before:?} -> {after:?}");
+}

@@ -5,7 +5,8 @@
 //! `bench/models.py` names its parts (`embedding.weight`,
 //! `tree.leaf.weight`, `tree.leaf.bias`, `tree.left`, `tree.right`,
 //! `tree.bias`, `fc.weight`, `fc.bias`), so a checkpoint loads there with
-//! `strict=True`.
+//! `strict=True`. An optimizer's weight decay skips the word embedding
+//! (Tai et al.'s setting; in PyTorch, a parameter group of its own).
 //!
 //! A batch is its trees' shapes and their leaves' word ids
 //! (`nn::TreeInput`); it runs one node at a time or level by level as the
@@ -80,7 +81,9 @@ impl Model for TreeLstmSentiment {
                 ),
             ));
         }
-        let embedding = Embedding::new(&pb.pp("embedding"), vocab, embed)?;
+        // Weight decay reaches every weight but the word vectors, as in
+        // Tai et al. (and Lantern): an optimizer's decay skips the table.
+        let embedding = Embedding::without_decay(&pb.pp("embedding"), vocab, embed)?;
         Ok(Self {
             embedding: match fixed_embedding {
                 true => embedding.fixed(),

@@ -113,21 +113,27 @@ impl serde::Serialize for OptimizerChoice {
 pub fn runs_with_grads<'s>(
     s: &mut Step<'s>,
     store: &ParamStore,
-    f: &mut dyn FnMut(&mut Step<'s>, crate::tensor::Param, crate::tensor::Param) -> Result<()>,
+    f: &mut dyn FnMut(&mut Step<'s>, crate::tensor::Param, crate::tensor::Param, bool) -> Result<()>,
 ) -> Result<()> {
-    let mut run: Option<(crate::tensor::Param, crate::tensor::Param)> = None;
+    let mut run: Option<(crate::tensor::Param, crate::tensor::Param, bool)> = None;
     for param in store.params() {
+        let decays = store.decays(&param);
         if s.has_param_grad(&param) {
             run = Some(match run {
-                Some((first, _)) => (first, param),
-                None => (param, param),
+                Some((first, _, d)) if d == decays => (first, param, d),
+                Some((first, last, d)) => {
+                    // Weight decay changes here: a run of its own.
+                    f(s, first, last, d)?;
+                    (param, param, decays)
+                }
+                None => (param, param, decays),
             });
-        } else if let Some((first, last)) = run.take() {
-            f(s, first, last)?;
+        } else if let Some((first, last, d)) = run.take() {
+            f(s, first, last, d)?;
         }
     }
-    if let Some((first, last)) = run {
-        f(s, first, last)?;
+    if let Some((first, last, d)) = run {
+        f(s, first, last, d)?;
     }
     Ok(())
 }
@@ -162,7 +168,7 @@ mod tests {
                 s.backward_from(h, one)?;
                 let mut found = Vec::new();
                 let index = |p: Param| params.iter().position(|q| *q == p).unwrap();
-                runs_with_grads(s, &store, &mut |_, first, last| {
+                runs_with_grads(s, &store, &mut |_, first, last, _| {
                     found.push((index(first), index(last)));
                     Ok(())
                 })?;

@@ -90,6 +90,9 @@ pub struct Entry {
     pub init: Init,
     /// Elements from the start of its slab (a multiple of 64: 256 bytes).
     pub start: usize,
+    /// Whether an optimizer's weight decay applies to it (all but a
+    /// parameter declared without, as Tai et al.'s word embedding).
+    pub decays: bool,
 }
 
 impl Entry {
@@ -160,15 +163,21 @@ impl<'a> ParamBuilder<'a> {
 
     /// A trainable parameter `name` of `shape`, initialised by `init`.
     pub fn param(&self, name: &str, shape: Shape, init: Init) -> Result<Param> {
-        self.declare(name, shape, init, Kind::Param)
+        self.declare(name, shape, init, Kind::Param, true)
+    }
+
+    /// A trainable parameter that no optimizer's weight decay reaches (a
+    /// PyTorch parameter group of `weight_decay=0`).
+    pub fn param_without_decay(&self, name: &str, shape: Shape, init: Init) -> Result<Param> {
+        self.declare(name, shape, init, Kind::Param, false)
     }
 
     /// A non-trainable buffer (saved in checkpoints, never given a gradient).
     pub fn buffer(&self, name: &str, shape: Shape, init: Init) -> Result<Param> {
-        self.declare(name, shape, init, Kind::Buffer)
+        self.declare(name, shape, init, Kind::Buffer, false)
     }
 
-    fn declare(&self, name: &str, shape: Shape, init: Init, kind: Kind) -> Result<Param> {
+    fn declare(&self, name: &str, shape: Shape, init: Init, kind: Kind, decays: bool) -> Result<Param> {
         let full = self.name(name);
         let mut shared = self.shared.borrow_mut();
         let index = match shared.slabs {
@@ -189,13 +198,14 @@ impl<'a> ParamBuilder<'a> {
                     kind,
                     init,
                     start,
+                    decays,
                 });
                 layout.entries.len() - 1
             }
             Some(_) => {
                 let index = shared.next;
                 match shared.layout.entries.get(index) {
-                    Some(e) if e.name == full && e.shape == shape && e.kind == kind => {}
+                    Some(e) if e.name == full && e.shape == shape && e.kind == kind && e.decays == decays => {}
                     _ => {
                         return Err(Error::Config(format!(
                             "the model declared {full} {shape} where its first build had another tensor: a model must declare the same parameters every time it is built"
@@ -326,6 +336,12 @@ impl ParamStore {
     /// Every declared tensor, in declaration order.
     pub fn entries(&self) -> &[Entry] {
         &self.entries
+    }
+
+    /// Whether weight decay applies to `param` (see
+    /// [`ParamBuilder::param_without_decay`]).
+    pub fn decays(&self, param: &Param) -> bool {
+        self.entries.get(param.index as usize).is_some_and(|e| e.decays)
     }
 
     /// The trainable parameters, in declaration order (a PyTorch

@@ -328,6 +328,15 @@ impl Embedding {
         })
     }
 
+    /// Declares `weight` on `pb` out of weight decay's reach (Tai et al.
+    /// decay every weight of the Tree-LSTM but the word vectors).
+    pub fn without_decay(pb: &ParamBuilder<'_>, vocab: usize, dim: usize) -> Result<Self> {
+        Ok(Self {
+            weight: pb.param_without_decay("weight", Shape::new(&[vocab, dim]), Init::Normal(1.0))?,
+            fixed: false,
+        })
+    }
+
     /// Row `tokens[n]` of the table as row `n` of `[N, dim]`.
     pub fn forward<'s>(&self, s: &mut Step<'s>, tokens: crate::tensor::Labels<'s>) -> Result<Tensor<'s>> {
         let table = match self.fixed {

@@ -131,9 +131,16 @@ impl OptimizerConfig for AdagradConfig {
 impl Optimizer for Adagrad {
     fn update<'s>(&self, s: &mut Step<'s>, store: &ParamStore, _grads: &Grads<'s>) -> Result<()> {
         let (values, grads) = (store.values(), store.grads());
-        runs_with_grads(s, store, &mut |s, first, last| {
+        runs_with_grads(s, store, &mut |s, first, last, decays| {
             let span = |slab| store.span(slab, &first, &last);
-            s.adagrad_update(span(values)?, span(grads)?, span(self.sum)?, self.lr, self.hyper)
+            let hyper = match decays {
+                true => self.hyper,
+                false => AdagradHyper {
+                    weight_decay: 0.0,
+                    ..self.hyper
+                },
+            };
+            s.adagrad_update(span(values)?, span(grads)?, span(self.sum)?, self.lr, hyper)
         })
     }
 

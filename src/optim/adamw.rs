@@ -114,15 +114,22 @@ impl OptimizerConfig for AdamWConfig {
 impl Optimizer for AdamW {
     fn update<'s>(&self, s: &mut Step<'s>, store: &ParamStore, _grads: &Grads<'s>) -> Result<()> {
         let (values, grads) = (store.values(), store.grads());
-        runs_with_grads(s, store, &mut |s, first, last| {
+        runs_with_grads(s, store, &mut |s, first, last, decays| {
             let span = |slab| store.span(slab, &first, &last);
+            let hyper = match decays {
+                true => self.hyper,
+                false => AdamwHyper {
+                    weight_decay: 0.0,
+                    ..self.hyper
+                },
+            };
             s.adamw_update(
                 span(values)?,
                 span(grads)?,
                 span(self.exp_avg)?,
                 span(self.exp_avg_sq)?,
                 self.lr,
-                self.hyper,
+                hyper,
             )
         })
     }

@@ -79,7 +79,7 @@ impl Optimizer for Clipped {
     fn update<'s>(&self, s: &mut Step<'s>, store: &ParamStore, grads: &Grads<'s>) -> Result<()> {
         let slab = store.grads();
         let mut first = true;
-        runs_with_grads(s, store, &mut |s, a, b| {
+        runs_with_grads(s, store, &mut |s, a, b, _| {
             s.clip_sum_squares(store.span(slab, &a, &b)?, self.bufs, first)?;
             first = false;
             Ok(())
@@ -87,7 +87,7 @@ impl Optimizer for Clipped {
         // No gradient at all: nothing to clip (PyTorch's norm is 0).
         if !first {
             s.clip_coefficient(self.bufs, self.max_norm)?;
-            runs_with_grads(s, store, &mut |s, a, b| {
+            runs_with_grads(s, store, &mut |s, a, b, _| {
                 s.clip_scale(store.span(slab, &a, &b)?, self.bufs)
             })?;
         }

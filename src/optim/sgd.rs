@@ -108,10 +108,17 @@ impl OptimizerConfig for SgdConfig {
 impl Optimizer for Sgd {
     fn update<'s>(&self, s: &mut Step<'s>, store: &ParamStore, _grads: &Grads<'s>) -> Result<()> {
         let (values, grads) = (store.values(), store.grads());
-        runs_with_grads(s, store, &mut |s, first, last| {
+        runs_with_grads(s, store, &mut |s, first, last, decays| {
             let span = |slab| store.span(slab, &first, &last);
             let velocity = self.velocity.map(span).transpose()?;
-            s.sgd_update(span(values)?, span(grads)?, velocity, self.lr, self.hyper)
+            let hyper = match decays {
+                true => self.hyper,
+                false => SgdHyper {
+                    weight_decay: 0.0,
+                    ..self.hyper
+                },
+            };
+            s.sgd_update(span(values)?, span(grads)?, velocity, self.lr, hyper)
         })
     }
 
