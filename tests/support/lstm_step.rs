@@ -14,8 +14,10 @@
 // Each test binary that includes this file uses part of it.
 #![allow(dead_code)]
 
+use bumpgrad::autograd::Grads;
 use bumpgrad::nn::{Embedding, Linear, Lstm, LstmState, ParamStore};
 use bumpgrad::ops::cross_entropy::CrossEntropyArgs;
+use bumpgrad::tensor::Param;
 use bumpgrad::{Device, Engine, Shape, Step, Tensor};
 use std::collections::BTreeMap;
 
@@ -85,16 +87,7 @@ pub fn bumpgrad_step(device: Device) -> Tensors {
         ))
     })
     .expect("the network builds");
-    let params: Vec<_> = store.params().collect();
-    let mut ours: Vec<&str> = params.iter().map(|p| store.name(p)).collect();
-    ours.sort_unstable();
-    let theirs: Vec<&str> = weights.keys().map(String::as_str).collect();
-    assert_eq!(ours, theirs, "the parameter names are PyTorch's state_dict keys");
-    for p in &params {
-        let (dims, values) = &weights[store.name(p)];
-        assert_eq!(p.shape().dims(), dims.as_slice(), "{}: shape", store.name(p));
-        engine.write_persistent(p.buf(), values).expect("weights load");
-    }
+    let params = load_weights(&mut engine, &store, &weights);
     engine
         .step(|s| {
             let inputs = s.labels(&tokens[..steps * batch])?;
@@ -119,22 +112,55 @@ pub fn bumpgrad_step(device: Device) -> Tensors {
             }
             out.insert("h_n".into(), (vec![LAYERS, batch, HIDDEN], h_n));
             out.insert("c_n".into(), (vec![LAYERS, batch, HIDDEN], c_n));
-            for p in &params {
-                let g = s
-                    .param_grad(&grads, p)
-                    .unwrap_or_else(|| panic!("{} got no gradient", store.name(p)));
-                let name = format!("grad.{}", store.name(p));
-                out.insert(name, (p.shape().dims().to_vec(), read(s, g)?));
-            }
+            insert_grads(s, &grads, &store, &params, &mut out)?;
             Ok(out)
         })
         .expect("the step runs")
 }
 
-fn read<'s>(s: &mut Step<'s>, t: Tensor<'s>) -> bumpgrad::Result<Vec<f32>> {
+/// `t`'s values on the host.
+pub fn read<'s>(s: &mut Step<'s>, t: Tensor<'s>) -> bumpgrad::Result<Vec<f32>> {
     let mut host = vec![0.0; t.shape().numel()];
     s.read(t, &mut host)?;
     Ok(host)
+}
+
+/// Writes the fixture's `weights` into `store`'s parameters, whose names
+/// must be exactly PyTorch's `state_dict` keys and whose shapes theirs;
+/// returns the parameters.
+pub fn load_weights(engine: &mut Engine, store: &ParamStore, weights: &Tensors) -> Vec<Param> {
+    let params: Vec<Param> = store.params().collect();
+    let mut ours: Vec<&str> = params.iter().map(|p| store.name(p)).collect();
+    ours.sort_unstable();
+    let theirs: Vec<&str> = weights.keys().map(String::as_str).collect();
+    assert_eq!(ours, theirs, "the parameter names are PyTorch's state_dict keys");
+    for p in &params {
+        let (dims, values) = &weights[store.name(p)];
+        assert_eq!(p.shape().dims(), dims.as_slice(), "{}: shape", store.name(p));
+        engine.write_persistent(p.buf(), values).expect("weights load");
+    }
+    params
+}
+
+/// `grad.<name>` of each of `params` into `out`; a parameter without a
+/// gradient fails the test.
+pub fn insert_grads<'s>(
+    s: &mut Step<'s>,
+    grads: &Grads<'s>,
+    store: &ParamStore,
+    params: &[Param],
+    out: &mut Tensors,
+) -> bumpgrad::Result<()> {
+    for p in params {
+        let g = s
+            .param_grad(grads, p)
+            .unwrap_or_else(|| panic!("{} got no gradient", store.name(p)));
+        out.insert(
+            format!("grad.{}", store.name(p)),
+            (p.shape().dims().to_vec(), read(s, g)?),
+        );
+    }
+    Ok(())
 }
 
 /// Asserts `ours` holds every tensor of the fixture's step but its tokens,

@@ -18,7 +18,7 @@ use super::lstm_step;
 use bumpgrad::models::{SstLstm, SstLstmConfig};
 use bumpgrad::nn::{Input, Mode, Model, ParamStore, SentenceInput};
 use bumpgrad::ops::cross_entropy::CrossEntropyArgs;
-use bumpgrad::{Device, Engine, Shape, Step, Tensor};
+use bumpgrad::{Device, Engine, Shape};
 pub use lstm_step::Tensors;
 use std::path::{Path, PathBuf};
 
@@ -28,12 +28,6 @@ pub const TOLERANCE: f32 = 1e-4;
 
 fn dir() -> PathBuf {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/sst_lstm")).to_path_buf()
-}
-
-fn read<'s>(s: &mut Step<'s>, t: Tensor<'s>) -> bumpgrad::Result<Vec<f32>> {
-    let mut host = vec![0.0; t.shape().numel()];
-    s.read(t, &mut host)?;
-    Ok(host)
 }
 
 /// The step on `device` from the fixture's weights and batch: the loss,
@@ -68,19 +62,7 @@ pub fn bumpgrad_step(device: Device) -> Option<Tensors> {
     engine.arena_mut().set_poison_step(true);
     let (store, model) =
         ParamStore::build(&mut engine.persistent(), 1, |pb| SstLstm::new(&config, input, pb)).expect("sst-lstm");
-    let params: Vec<_> = store.params().collect();
-    let mut names: Vec<&str> = params.iter().map(|p| store.name(p)).collect();
-    names.sort_unstable();
-    assert_eq!(
-        names,
-        weights.keys().map(String::as_str).collect::<Vec<_>>(),
-        "PyTorch's names"
-    );
-    for p in &params {
-        let (dims, values) = &weights[store.name(p)];
-        assert_eq!(p.shape().dims(), dims.as_slice(), "{}", store.name(p));
-        engine.write_persistent(p.buf(), values).unwrap();
-    }
+    let params = lstm_step::load_weights(&mut engine, &store, &weights);
     // The mean over the real rows: each weighs B / real, the padding row 0.
     let w: Vec<f32> = lengths
         .iter()
@@ -110,21 +92,15 @@ pub fn bumpgrad_step(device: Device) -> Option<Tensors> {
             let loss = y.cross_entropy(s, targets, args)?;
             let grads = s.backward(loss)?;
             let mut out = Tensors::new();
-            out.insert("loss".into(), (vec![1], read(s, loss)?));
-            let logits = read(s, y)?;
+            out.insert("loss".into(), (vec![1], lstm_step::read(s, loss)?));
+            let logits = lstm_step::read(s, y)?;
             let classes = input.classes;
             let rows: Vec<f32> = (0..batch)
                 .filter(|&b| lengths[b] > 0)
                 .flat_map(|b| logits[b * classes..][..classes].to_vec())
                 .collect();
             out.insert("logits".into(), (vec![real, classes], rows));
-            for p in &params {
-                let g = s.param_grad(&grads, p).expect("a gradient");
-                out.insert(
-                    format!("grad.{}", store.name(p)),
-                    (p.shape().dims().to_vec(), read(s, g)?),
-                );
-            }
+            lstm_step::insert_grads(s, &grads, &store, &params, &mut out)?;
             Ok(out)
         })
         .expect("the step");

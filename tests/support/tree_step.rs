@@ -17,7 +17,7 @@ use super::lstm_step;
 use bumpgrad::data::text::{Node, Tree};
 use bumpgrad::nn::{Embedding, Forest, Linear, ParamStore, TreeLstm, TreeNode};
 use bumpgrad::ops::cross_entropy::CrossEntropyArgs;
-use bumpgrad::{Device, Engine, Shape, Step, Tensor};
+use bumpgrad::{Device, Engine, Shape};
 pub use lstm_step::Tensors;
 use std::path::{Path, PathBuf};
 
@@ -45,12 +45,6 @@ fn shape(tree: &Tree) -> Vec<TreeNode> {
 
 fn dir() -> PathBuf {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tree_lstm")).to_path_buf()
-}
-
-fn read<'s>(s: &mut Step<'s>, t: Tensor<'s>) -> bumpgrad::Result<Vec<f32>> {
-    let mut host = vec![0.0; t.shape().numel()];
-    s.read(t, &mut host)?;
-    Ok(host)
 }
 
 /// The step on `device` from the fixture's weights, the trees' nodes run
@@ -86,19 +80,7 @@ pub fn bumpgrad_step(device: Device, levels: bool) -> Option<Tensors> {
         ))
     })
     .expect("the model");
-    let params: Vec<_> = store.params().collect();
-    let mut names: Vec<&str> = params.iter().map(|p| store.name(p)).collect();
-    names.sort_unstable();
-    assert_eq!(
-        names,
-        weights.keys().map(String::as_str).collect::<Vec<_>>(),
-        "PyTorch's names"
-    );
-    for p in &params {
-        let (dims, values) = &weights[store.name(p)];
-        assert_eq!(p.shape().dims(), dims.as_slice(), "{}", store.name(p));
-        engine.write_persistent(p.buf(), values).unwrap();
-    }
+    let params = lstm_step::load_weights(&mut engine, &store, &weights);
     // Summed over the nodes: each row's loss weighs N in a mean over N.
     let nodes = labels.len();
     let w = vec![nodes as f32; nodes];
@@ -120,15 +102,9 @@ pub fn bumpgrad_step(device: Device, levels: bool) -> Option<Tensors> {
             let loss = y.cross_entropy(s, targets, args)?;
             let grads = s.backward(loss)?;
             let mut out = Tensors::new();
-            out.insert("loss".into(), (vec![1], read(s, loss)?));
-            out.insert("logits".into(), (vec![nodes, classes], read(s, y)?));
-            for p in &params {
-                let g = s.param_grad(&grads, p).expect("a gradient");
-                out.insert(
-                    format!("grad.{}", store.name(p)),
-                    (p.shape().dims().to_vec(), read(s, g)?),
-                );
-            }
+            out.insert("loss".into(), (vec![1], lstm_step::read(s, loss)?));
+            out.insert("logits".into(), (vec![nodes, classes], lstm_step::read(s, y)?));
+            lstm_step::insert_grads(s, &grads, &store, &params, &mut out)?;
             Ok(out)
         })
         .expect("the step");
