@@ -24,12 +24,15 @@ Writes two safetensors files (float32):
 """
 
 import argparse
+import sys
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from safetensors.torch import save_file
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from models import save_step  # noqa: E402
 
 VOCAB, EMBED, HIDDEN, LAYERS, STEPS, BATCH = 11, 6, 8, 2, 4, 3
 
@@ -69,12 +72,7 @@ def main():
         "h_n": h.detach().float(),
         "c_n": c.detach().float(),
     }
-    for name, p in exact.named_parameters():
-        step[f"grad.{name}"] = p.grad.float().contiguous()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    save_file(weights, str(out / "weights.safetensors"))
-    save_file(step, str(out / "step.safetensors"))
+    out = save_step(args.out, weights, step, exact)
     print(f"{out}: loss {loss.item():.6f}")
 
 

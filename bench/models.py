@@ -395,3 +395,21 @@ def plan_levels(trees, device):
     # of height 0's rows.
     return LevelPlan(torch.tensor(leaf_words, dtype=torch.long, device=device), levels,
                      torch.tensor(row, dtype=torch.long, device=device))
+
+
+def save_step(out, weights, step, model):
+    """A PyTorch step fixture for the Rust tests: `weights` as
+    `weights.safetensors`, and `step` (inputs, loss, outputs) with
+    `grad.<name>` of every parameter of `model` (after its float64
+    `backward`), in float32, as `step.safetensors`, both under `out`."""
+    from pathlib import Path
+
+    from safetensors.torch import save_file
+
+    for name, p in model.named_parameters():
+        step[f"grad.{name}"] = p.grad.float().contiguous()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(weights, str(out / "weights.safetensors"))
+    save_file(step, str(out / "step.safetensors"))
+    return out

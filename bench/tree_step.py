@@ -30,10 +30,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from models import TreeLstm, read_tree  # noqa: E402
+from models import TreeLstm, read_tree, save_step  # noqa: E402
 
 VOCAB, CLASSES, EMBED, HIDDEN = 11, 5, 6, 4
 TREES = [
@@ -69,12 +68,7 @@ def main():
         "logits": logits.detach().float(),
         "loss": loss.detach().float().reshape(1),
     }
-    for name, p in exact.named_parameters():
-        step[f"grad.{name}"] = p.grad.float().contiguous()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    save_file(weights, str(out / "weights.safetensors"))
-    save_file(step, str(out / "step.safetensors"))
+    out = save_step(args.out, weights, step, exact)
     print(f"{out}: loss {loss.item():.6f}, {len(labels)} nodes")
 
 
