@@ -189,12 +189,12 @@ struct TreeBatch {
 }
 
 impl TreeBatch {
-    fn of(trees: &[HostTree], picks: impl Iterator<Item = usize> + Clone) -> Result<Self> {
-        let shapes: Vec<&[TreeNode]> = picks.clone().map(|i| trees[i].shape.as_slice()).collect();
+    fn of<'t>(trees: impl Iterator<Item = &'t HostTree> + Clone) -> Result<Self> {
+        let shapes: Vec<&[TreeNode]> = trees.clone().map(|t| t.shape.as_slice()).collect();
         let (mut words, mut labels, mut roots) = (Vec::new(), Vec::new(), Vec::new());
-        for i in picks {
-            words.extend_from_slice(&trees[i].words);
-            labels.extend_from_slice(&trees[i].labels);
+        for tree in trees {
+            words.extend_from_slice(&tree.words);
+            labels.extend_from_slice(&tree.labels);
             roots.push(labels.len() - 1);
         }
         Ok(TreeBatch {
@@ -262,21 +262,12 @@ impl TreeSentiment {
         let mut by_size: Vec<usize> = (0..all.len()).collect();
         by_size.sort_by_key(|&i| std::cmp::Reverse(all[i].shape.len()));
         let tallest = (0..all.len()).max_by_key(|&i| all[i].height).unwrap_or(0);
-        let picks: Vec<usize> = by_size.iter().take(batch).copied().chain([tallest]).collect();
-        let bound_trees: Vec<HostTree> = picks
-            .iter()
-            .map(|&i| HostTree {
-                shape: all[i].shape.clone(),
-                words: all[i].words.clone(),
-                labels: all[i].labels.clone(),
-                height: all[i].height,
-            })
-            .collect();
-        let bound = TreeBatch::of(&bound_trees, 0..bound_trees.len())?;
+        let picks = by_size.iter().take(batch).chain([&tallest]);
+        let bound = TreeBatch::of(picks.map(|&i| all[i]))?;
         let batches = |trees: &[HostTree]| {
-            (0..trees.len())
-                .step_by(batch)
-                .map(|first| TreeBatch::of(trees, first..(first + batch).min(trees.len())))
+            trees
+                .chunks(batch)
+                .map(|c| TreeBatch::of(c.iter()))
                 .collect::<Result<Vec<_>>>()
         };
         let counts = |trees: &[HostTree]| {
@@ -397,10 +388,7 @@ impl Task for TreeSentiment {
             .roots
             .iter()
             .filter(|&&k| k < rows.len() && batch.labels[k] != 2)
-            .filter(|&&k| {
-                let p = softmax(rows[k]);
-                (p[3] + p[4] > p[0] + p[1]) == (batch.labels[k] > 2)
-            });
+            .filter(|&&k| positive(rows[k]) == (batch.labels[k] > 2));
         [roots as f64, signs.count() as f64, nodes as f64]
     }
 
@@ -453,21 +441,18 @@ impl Task for TreeSentiment {
         shuffle_into(&mut order, seed, epoch as u64);
         self.epoch = order
             .chunks(self.batch)
-            .map(|chunk| TreeBatch::of(&self.train, chunk.iter().map(|&i| i as usize)))
+            .map(|chunk| TreeBatch::of(chunk.iter().map(|&i| &self.train[i as usize])))
             .collect::<Result<Vec<_>>>()?;
         Ok(())
     }
 }
 
-/// `row`'s softmax.
-fn softmax(row: &[f32]) -> [f64; CLASSES] {
+/// Whether classes 3 and 4 are together likelier than 0 and 1 under
+/// `row`'s softmax: its sums of `exp`, the normaliser cancelling.
+fn positive(row: &[f32]) -> bool {
     let top = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-    let mut p = [0.0; CLASSES];
-    for (p, &v) in p.iter_mut().zip(row) {
-        *p = f64::from(v - top).exp();
-    }
-    let sum: f64 = p.iter().sum();
-    p.map(|v| v / sum)
+    let p = |c: usize| f64::from(row[c] - top).exp();
+    p(3) + p(4) > p(0) + p(1)
 }
 
 #[cfg(test)]
