@@ -31,7 +31,7 @@ struct Case {
     accumulate: bool,
 }
 
-const CASES: [Case; 9] = [
+const CASES: [Case; 13] = [
     Case {
         name: "conv1 fwd        nn",
         m: 10,
@@ -102,6 +102,38 @@ const CASES: [Case; 9] = [
         n: 10,
         k: 50,
         kind: Kind::Nt,
+        accumulate: true,
+    },
+    Case {
+        name: "tree leaf fwd    nt",
+        m: 475,
+        n: 450,
+        k: 300,
+        kind: Kind::Nt,
+        accumulate: false,
+    },
+    Case {
+        name: "tree inner fwd   nt",
+        m: 100,
+        n: 750,
+        k: 150,
+        kind: Kind::Nt,
+        accumulate: false,
+    },
+    Case {
+        name: "tree inner dx    nn",
+        m: 100,
+        n: 150,
+        k: 750,
+        kind: Kind::Nn { a_rs: 750, a_cs: 1 },
+        accumulate: false,
+    },
+    Case {
+        name: "tree inner dW    nn",
+        m: 750,
+        n: 150,
+        k: 100,
+        kind: Kind::Nn { a_rs: 1, a_cs: 750 },
         accumulate: true,
     },
 ];
