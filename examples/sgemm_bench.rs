@@ -31,7 +31,7 @@ struct Case {
     accumulate: bool,
 }
 
-const CASES: [Case; 13] = [
+const CASES: [Case; 17] = [
     Case {
         name: "conv1 fwd        nn",
         m: 10,
@@ -134,6 +134,38 @@ const CASES: [Case; 13] = [
         n: 150,
         k: 100,
         kind: Kind::Nn { a_rs: 1, a_cs: 750 },
+        accumulate: true,
+    },
+    Case {
+        name: "r18/8 conv dW s1  nt",
+        m: 8,
+        n: 72,
+        k: 784,
+        kind: Kind::Nt,
+        accumulate: true,
+    },
+    Case {
+        name: "r18/8 conv dW s2  nt",
+        m: 16,
+        n: 144,
+        k: 196,
+        kind: Kind::Nt,
+        accumulate: true,
+    },
+    Case {
+        name: "r18/8 conv dW s3  nt",
+        m: 32,
+        n: 288,
+        k: 49,
+        kind: Kind::Nt,
+        accumulate: true,
+    },
+    Case {
+        name: "r18/8 conv dW s4  nt",
+        m: 64,
+        n: 576,
+        k: 16,
+        kind: Kind::Nt,
         accumulate: true,
     },
 ];

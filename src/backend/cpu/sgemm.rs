@@ -407,12 +407,14 @@ fn nt_dispatch(args: NtArgs<'_>) {
 /// [`nt_packed`]) rather than as dot products.
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 fn avx_nt_packs(args: &NtArgs<'_>) -> bool {
-    // Measured on our shapes: packing wins for 100×10×50 (k = 50, m = 100),
-    // breaks even for 20×250×64, loses for 100×50×320 (a ragged last panel
-    // of 2 columns in 16) and wins for the Tree-LSTM's wide weights
-    // (100×750×150: 57 → 80 GFLOP/s; 475×450×300: 73 → 95), where the
-    // dot products re-read every row of B from L2 for each row tile of A.
-    args.m >= 16 && (args.k <= 64 || args.n >= 128)
+    // Measured on our shapes (examples/sgemm_bench): packing wins for
+    // 100×10×50 (k = 50, m = 100) and 20×250×64, loses for 100×50×320 (a
+    // ragged last panel of 2 columns in 16) and for ResNet's weight
+    // gradients with a long k and few rows to reuse the panel (16×144×196:
+    // 69 against 56 GFLOP/s), and wins for the Tree-LSTM's wide weights
+    // (100×750×150: 57 → 92 GFLOP/s; 475×450×300: 73 → 90), where the dot
+    // products re-read every row of B from L2 for each row tile of A.
+    args.m >= 16 && (args.k <= 64 || (args.n >= 128 && args.m >= 64))
 }
 
 /// The portable copy, whatever the CPU (the tests run it next to the
@@ -775,12 +777,7 @@ fn nt_packed<K: Kernels, const MR: usize, const NR: usize>(isa: K, args: NtArgs<
         let nb = NR.min(n - j0);
         for p0 in (0..k).step_by(kc_max) {
             let kc = kc_max.min(k - p0);
-            for jj in 0..nb {
-                let row = &b[(j0 + jj) * ldb + p0..][..kc];
-                for (dst, &x) in panel.iter_mut().skip(jj).step_by(NR).zip(row) {
-                    *dst = x;
-                }
-            }
+            pack_panel::<NR>(&mut panel[..kc * NR], b, ldb, (j0, nb), p0);
             // C shifted to column j0, B the panel: the nn tiles see an
             // ordinary product with a row-major A.
             let mut view = NnArgs {
@@ -804,6 +801,33 @@ fn nt_packed<K: Kernels, const MR: usize, const NR: usize>(isa: K, args: NtArgs<
             if i0 < m {
                 with_rows!(m - i0, |R| isa
                     .nn_tile::<A_ROWS_CONTIGUOUS, R, NR>(&mut view, i0, 0, cols));
+            }
+        }
+    }
+}
+
+/// Copies columns `p0..p0 + kc` of B's rows `j0..j0 + nb` (`nb <= NR`)
+/// into `panel` (`kc × NR`, row-major): `panel[p·NR + jj] = B[j0 + jj][p0 + p]`.
+/// Step by step along k, so the panel is written in order and each row of
+/// B read as a stream; columns `nb..NR` are left as they were.
+#[inline(always)]
+fn pack_panel<const NR: usize>(panel: &mut [f32], b: &[f32], ldb: usize, (j0, nb): (usize, usize), p0: usize) {
+    let kc = panel.len() / NR;
+    let mut rows: [&[f32]; NR] = [&[]; NR];
+    for (jj, row) in rows.iter_mut().enumerate().take(nb) {
+        *row = &b[(j0 + jj) * ldb + p0..][..kc];
+    }
+    if nb == NR {
+        for (p, dst) in panel.chunks_exact_mut(NR).enumerate() {
+            let dst = first_mut::<NR>(dst);
+            for jj in 0..NR {
+                dst[jj] = rows[jj][p];
+            }
+        }
+    } else {
+        for (p, dst) in panel.chunks_exact_mut(NR).enumerate() {
+            for (d, row) in dst.iter_mut().zip(&rows[..nb]) {
+                *d = row[p];
             }
         }
     }
