@@ -1,6 +1,11 @@
 //! The CPU kernels. Per-channel statistics run in parallel over channels,
 //! each channel summed in f64 in one order (deterministic whatever the
 //! threads); elementwise passes run in parallel over runs of planes.
+//!
+//! The loops are written for the vectoriser: a mask's kind is decided once
+//! per block of a plane, not per value, and each f64 sum keeps [`LANES`]
+//! partial sums (element `i` of a plane into partial `i % LANES`, added
+//! together at the end), so no loop waits on one chain of f64 additions.
 
 use super::BatchNormArgs;
 use rayon::prelude::*;
@@ -8,6 +13,28 @@ use rayon::prelude::*;
 /// Planes per rayon task in elementwise passes: a plane of a late
 /// convolution may be a few pixels, too little work for a task of its own.
 const PLANES_PER_TASK: usize = 64;
+
+/// Partial sums of an f64 reduction: two AVX2 vectors of f64.
+const LANES: usize = 8;
+
+/// Values of a plane whose passed gradient is made at once, on the stack.
+const BLOCK: usize = 256;
+
+/// `Σ f(i)` over `0..len` in [`LANES`] partial sums, then those in order.
+#[inline(always)]
+fn lane_sum(len: usize, f: impl Fn(usize) -> f64) -> f64 {
+    let mut acc = [0.0f64; LANES];
+    let body = len - len % LANES;
+    for i in (0..body).step_by(LANES) {
+        for (l, a) in acc.iter_mut().enumerate() {
+            *a += f(i + l);
+        }
+    }
+    for (l, i) in (body..len).enumerate() {
+        acc[l] += f(i);
+    }
+    acc.iter().sum()
+}
 
 /// The planes of channel `ch`, one per image, in image order.
 fn planes(c: usize, hw: usize, x: &[f32], ch: usize) -> impl Iterator<Item = &[f32]> {
@@ -40,11 +67,10 @@ pub(super) fn batch_stats(c: usize, hw: usize, x: &[f32], args: BatchNormArgs, o
         .zip(out.running_mean.par_iter_mut().zip(out.running_var.par_iter_mut()))
         .enumerate()
         .for_each(|(ch, ((mean, invstd), (rm, rv)))| {
-            let sum: f64 = planes(c, hw, x, ch).flatten().map(|&v| v as f64).sum();
+            let sum: f64 = planes(c, hw, x, ch).map(|p| lane_sum(hw, |i| p[i] as f64)).sum();
             let mu = sum / count as f64;
             let squares: f64 = planes(c, hw, x, ch)
-                .flatten()
-                .map(|&v| (v as f64 - mu) * (v as f64 - mu))
+                .map(|p| lane_sum(hw, |i| (p[i] as f64 - mu) * (p[i] as f64 - mu)))
                 .sum();
             let var = (squares / count as f64) as f32;
             *mean = mu as f32;
@@ -91,22 +117,74 @@ pub(super) enum Mask<'a> {
 }
 
 impl Mask<'_> {
-    /// The gradient `g` of value `i` (of channel `ch`, input `x`) passed on.
+    /// `out[j]`: the gradient `g[j]` of value `at + j` (of channel `ch`,
+    /// input `x[j]`) passed on, or 0. One kind of mask per call, so each
+    /// arm is a loop LLVM vectorises.
     #[inline]
-    fn pass(&self, g: f32, i: usize, ch: usize, x: f32, mu: f32, is: f32) -> f32 {
-        let open = match self {
-            Mask::All => true,
-            Mask::PreActivation { weight, bias } => (x - mu) * is * weight[ch] + bias[ch] > 0.0,
-            Mask::Output(y) => y[i] > 0.0,
-            Mask::PlusResidual { weight, bias, residual } => {
-                let pre = (x - mu) * is * weight[ch] + bias[ch];
-                pre + residual[i] > 0.0
+    #[allow(clippy::too_many_arguments)]
+    fn pass(&self, g: &[f32], x: &[f32], at: usize, ch: usize, mu: f32, is: f32, out: &mut [f32]) {
+        let len = out.len();
+        let (g, x) = (&g[..len], &x[..len]);
+        let keep = |open: bool, g: f32| if open { g } else { 0.0 };
+        match self {
+            Mask::All => out.copy_from_slice(g),
+            Mask::PreActivation { weight, bias } => {
+                let (w, b) = (weight[ch], bias[ch]);
+                for ((o, &g), &x) in out.iter_mut().zip(g).zip(x) {
+                    *o = keep((x - mu) * is * w + b > 0.0, g);
+                }
             }
-        };
-        if open {
-            g
-        } else {
-            0.0
+            Mask::Output(y) => {
+                for ((o, &g), &y) in out.iter_mut().zip(g).zip(&y[at..at + len]) {
+                    *o = keep(y > 0.0, g);
+                }
+            }
+            Mask::PlusResidual { weight, bias, residual } => {
+                let (w, b) = (weight[ch], bias[ch]);
+                for (((o, &g), &x), &r) in out.iter_mut().zip(g).zip(x).zip(&residual[at..at + len]) {
+                    let pre = (x - mu) * is * w + b;
+                    *o = keep(pre + r > 0.0, g);
+                }
+            }
+        }
+    }
+
+    /// [`Mask::blocks`] over a plane's `g` that `f` may write: `f(from,
+    /// passed, g_block)`, `passed` made from the block of `g` before `f`
+    /// is handed it.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn blocks_in_place(
+        &self,
+        g: &mut [f32],
+        x: &[f32],
+        at: usize,
+        ch: usize,
+        mu: f32,
+        is: f32,
+        mut f: impl FnMut(usize, &[f32], &mut [f32]),
+    ) {
+        let mut buf = [0.0f32; BLOCK];
+        for from in (0..g.len()).step_by(BLOCK) {
+            let to = (from + BLOCK).min(g.len());
+            let passed = &mut buf[..to - from];
+            self.pass(&g[from..to], &x[from..to], at + from, ch, mu, is, passed);
+            f(from, passed, &mut g[from..to]);
+        }
+    }
+
+    /// Calls `f(from, passed)` for every block of the plane of `len` values
+    /// starting at value `at` of channel `ch`, `passed` the gradient this
+    /// mask passes on for values `at + from..`; `g` and `x` are the plane's.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn blocks(&self, g: &[f32], x: &[f32], at: usize, ch: usize, mu: f32, is: f32, mut f: impl FnMut(usize, &[f32])) {
+        let mut buf = [0.0f32; BLOCK];
+        for from in (0..g.len()).step_by(BLOCK) {
+            let to = (from + BLOCK).min(g.len());
+            let passed = &mut buf[..to - from];
+            self.pass(&g[from..to], &x[from..to], at + from, ch, mu, is, passed);
+            f(from, passed);
         }
     }
 }
@@ -175,11 +253,12 @@ pub(super) fn backward_sums(
             let (mut centred, mut total) = (0.0f64, 0.0f64);
             for img in 0..images {
                 let base = (img * c + ch) * hw;
-                for i in base..base + hw {
-                    let g = mask.pass(gy[i], i, ch, x[i], mu32, is);
-                    centred += g as f64 * (x[i] as f64 - mu);
-                    total += g as f64;
-                }
+                let (gy, x) = (&gy[base..base + hw], &x[base..base + hw]);
+                mask.blocks(gy, x, base, ch, mu32, is, |from, g| {
+                    let x = &x[from..from + g.len()];
+                    centred += lane_sum(g.len(), |i| g[i] as f64 * (x[i] as f64 - mu));
+                    total += lane_sum(g.len(), |i| g[i] as f64);
+                });
             }
             // invstd is one factor of every term: applied once, after the sum.
             *dw = (centred * is as f64) as f32;
@@ -207,12 +286,12 @@ pub(super) fn input_grad(
     gx.par_chunks_mut(span).enumerate().for_each(|(t, gx)| {
         for (p, gx) in gx.chunks_exact_mut(hw).enumerate() {
             let plane = t * PLANES_PER_TASK + p;
-            let ch = plane % c;
+            let (ch, at) = (plane % c, plane * hw);
             let d = dx.channel(ch);
-            for (j, gx) in gx.iter_mut().enumerate() {
-                let i = plane * hw + j;
-                *gx = d.at(x[i], mask.pass(gy[i], i, ch, x[i], d.mu, d.is));
-            }
+            let x = &x[at..at + hw];
+            mask.blocks(&gy[at..at + hw], x, at, ch, d.mu, d.is, |from, passed| {
+                d.apply(&x[from..], passed, &mut gx[from..from + passed.len()]);
+            });
         }
     });
 }
@@ -261,15 +340,20 @@ struct ChannelGrad {
 }
 
 impl ChannelGrad {
-    /// The input's gradient at a value `x`, `passed` the gradient the mask
-    /// passed there.
+    /// `out[j]`, the input's gradient at value `x[j]`, `passed[j]` the
+    /// gradient the mask passed there.
     #[inline]
-    fn at(&self, x: f32, passed: f32) -> f32 {
+    fn apply(&self, x: &[f32], passed: &[f32], out: &mut [f32]) {
+        let x = &x[..out.len()];
         if self.training {
-            let xhat = (x - self.mu) * self.is;
-            self.scale * (passed - self.mean_dy - xhat * self.mean_dy_xhat)
+            for ((o, &x), &g) in out.iter_mut().zip(x).zip(passed) {
+                let xhat = (x - self.mu) * self.is;
+                *o = self.scale * (g - self.mean_dy - xhat * self.mean_dy_xhat);
+            }
         } else {
-            self.scale * passed
+            for (o, &g) in out.iter_mut().zip(passed) {
+                *o = self.scale * g;
+            }
         }
     }
 }
@@ -299,43 +383,39 @@ pub(super) fn grads_in_place(
 ) {
     let dx = InputGrad::new(c, training, k, sums, x);
     let span = PLANES_PER_TASK * hw;
+    let plane_by_plane = |g: &mut [f32], mut gx: Option<&mut [f32]>, t: usize, input: bool| {
+        for (p, g) in g.chunks_exact_mut(hw).enumerate() {
+            let plane = t * PLANES_PER_TASK + p;
+            let (ch, at) = (plane % c, plane * hw);
+            let d = dx.channel(ch);
+            let x = &x[at..at + hw];
+            let mut gx = gx.as_deref_mut().map(|gx| &mut gx[p * hw..(p + 1) * hw]);
+            mask.blocks_in_place(g, x, at, ch, d.mu, d.is, |from, passed, g| {
+                if let Some(gx) = gx.as_deref_mut() {
+                    d.apply(&x[from..], passed, &mut gx[from..from + passed.len()]);
+                }
+                if input {
+                    d.apply(&x[from..], passed, g);
+                } else {
+                    g.copy_from_slice(passed);
+                }
+            });
+        }
+    };
     match into {
-        InPlace::Input => g.par_chunks_mut(span).enumerate().for_each(|(t, g)| {
-            for (p, g) in g.chunks_exact_mut(hw).enumerate() {
-                let plane = t * PLANES_PER_TASK + p;
-                let (ch, d) = (plane % c, dx.channel(plane % c));
-                for (j, g) in g.iter_mut().enumerate() {
-                    let i = plane * hw + j;
-                    *g = d.at(x[i], mask.pass(*g, i, ch, x[i], d.mu, d.is));
-                }
-            }
-        }),
-        InPlace::Residual { gx: None } => g.par_chunks_mut(span).enumerate().for_each(|(t, g)| {
-            for (p, g) in g.chunks_exact_mut(hw).enumerate() {
-                let plane = t * PLANES_PER_TASK + p;
-                let (ch, d) = (plane % c, dx.channel(plane % c));
-                for (j, g) in g.iter_mut().enumerate() {
-                    let i = plane * hw + j;
-                    *g = mask.pass(*g, i, ch, x[i], d.mu, d.is);
-                }
-            }
-        }),
+        InPlace::Input => g
+            .par_chunks_mut(span)
+            .enumerate()
+            .for_each(|(t, g)| plane_by_plane(g, None, t, true)),
+        InPlace::Residual { gx: None } => g
+            .par_chunks_mut(span)
+            .enumerate()
+            .for_each(|(t, g)| plane_by_plane(g, None, t, false)),
         InPlace::Residual { gx: Some(gx) } => g
             .par_chunks_mut(span)
             .zip(gx.par_chunks_mut(span))
             .enumerate()
-            .for_each(|(t, (g, gx))| {
-                for (p, (g, gx)) in g.chunks_exact_mut(hw).zip(gx.chunks_exact_mut(hw)).enumerate() {
-                    let plane = t * PLANES_PER_TASK + p;
-                    let (ch, d) = (plane % c, dx.channel(plane % c));
-                    for (j, (g, gx)) in g.iter_mut().zip(gx).enumerate() {
-                        let i = plane * hw + j;
-                        let passed = mask.pass(*g, i, ch, x[i], d.mu, d.is);
-                        *gx = d.at(x[i], passed);
-                        *g = passed;
-                    }
-                }
-            }),
+            .for_each(|(t, (g, gx))| plane_by_plane(g, Some(gx), t, false)),
     }
 }
 
@@ -353,11 +433,9 @@ pub(super) fn passed_grad(
     gr.par_chunks_mut(span).enumerate().for_each(|(t, gr)| {
         for (p, gr) in gr.chunks_exact_mut(hw).enumerate() {
             let plane = t * PLANES_PER_TASK + p;
-            let ch = plane % c;
-            for (j, gr) in gr.iter_mut().enumerate() {
-                let i = plane * hw + j;
-                *gr = mask.pass(gy[i], i, ch, x[i], k.mean[ch], k.invstd[ch]);
-            }
+            let (ch, at) = (plane % c, plane * hw);
+            let (x, gy) = (&x[at..at + hw], &gy[at..at + hw]);
+            mask.pass(gy, x, at, ch, k.mean[ch], k.invstd[ch], gr);
         }
     });
 }
