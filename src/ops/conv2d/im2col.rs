@@ -27,6 +27,7 @@ fn inside(g: &ConvDims, j: usize, len: usize, out: usize) -> (usize, usize) {
 }
 
 /// The patch-matrix row of filter weight `kk`: channel, kernel row, kernel column.
+#[cfg(test)]
 fn tap(g: &ConvDims, kk: usize) -> (usize, usize, usize) {
     (kk / (g.kh * g.kw), kk / g.kw % g.kh, kk % g.kw)
 }
@@ -35,50 +36,132 @@ fn tap(g: &ConvDims, kk: usize) -> (usize, usize, usize) {
 /// where that lies in the padding. `x` is one image.
 fn im2col(g: &ConvDims, x: &[f32], col: &mut [f32]) {
     let (plane, s) = (g.h * g.w, g.stride);
-    for (kk, row) in col.chunks_exact_mut(g.p()).enumerate() {
-        let (c, i, j) = tap(g, kk);
-        let (rows, cols) = (inside(g, i, g.h, g.oh()), inside(g, j, g.w, g.ow()));
-        for (oy, out) in row.chunks_exact_mut(g.ow()).enumerate() {
-            // (With a large padding a kernel column can miss the input in every patch.)
-            if !(rows.0..rows.1).contains(&oy) || cols.0 == cols.1 {
-                out.fill(0.0);
-                continue;
+    for_taps(g, col, |c, (i, j), (rows, cols), row| {
+        let x = &x[c * plane..(c + 1) * plane];
+        if rows.0 == rows.1 || cols.0 == cols.1 {
+            // (With a large padding a kernel tap can miss the input in every patch.)
+            row.fill(0.0);
+        } else if s == 1 && g.ow() == g.w {
+            shifted_plane(g, i, j, rows, cols, x, row);
+        } else {
+            for (oy, out) in row.chunks_exact_mut(g.ow()).enumerate() {
+                if !(rows.0..rows.1).contains(&oy) {
+                    out.fill(0.0);
+                    continue;
+                }
+                let src = &x[(oy * s + i - g.padding) * g.w..][..g.w];
+                let (before, rest) = out.split_at_mut(cols.0);
+                let (within, after) = rest.split_at_mut(cols.1 - cols.0);
+                before.fill(0.0);
+                after.fill(0.0);
+                // The first input column read, then every `s`-th.
+                let first = cols.0 * s + j - g.padding;
+                match s {
+                    1 => within.copy_from_slice(&src[first..first + within.len()]),
+                    2 => every::<2>(&src[first..], within),
+                    _ => within
+                        .iter_mut()
+                        .zip(src[first..].iter().step_by(s))
+                        .for_each(|(o, v)| *o = *v),
+                }
             }
-            let src = &x[c * plane + (oy * s + i - g.padding) * g.w..][..g.w];
-            let (before, rest) = out.split_at_mut(cols.0);
-            let (within, after) = rest.split_at_mut(cols.1 - cols.0);
-            before.fill(0.0);
-            after.fill(0.0);
-            // The first input column read, then every `s`-th.
-            let first = cols.0 * s + j - g.padding;
-            for (o, v) in within.iter_mut().zip(src[first..].iter().step_by(s)) {
-                *o = *v;
+        }
+    });
+}
+
+/// Calls `f(c, (i, j), (rows, cols), row)` for every row of the patch
+/// matrix `col`: channel `c`, kernel tap `(i, j)`, the output rows and
+/// columns whose patches read that tap inside the input ([`inside`]),
+/// and the row. Those ranges are worked out once per tap, not per row:
+/// their divisions cost more than a late layer's short rows.
+fn for_taps(g: &ConvDims, col: &mut [f32], mut f: impl FnMut(usize, (usize, usize), Ranges, &mut [f32])) {
+    let (p, taps) = (g.p(), g.kh * g.kw);
+    for i in 0..g.kh {
+        let rows = inside(g, i, g.h, g.oh());
+        for j in 0..g.kw {
+            let cols = inside(g, j, g.w, g.ow());
+            for c in 0..g.c {
+                let kk = c * taps + i * g.kw + j;
+                f(c, (i, j), (rows, cols), &mut col[kk * p..(kk + 1) * p]);
             }
         }
     }
 }
 
+/// The output rows and columns a tap reads inside the input, `lo..hi` each.
+type Ranges = ((usize, usize), (usize, usize));
+
+/// `out[q] = src[q·S]`: a constant stride LLVM vectorises, where
+/// `step_by` with a stride known only at run time stays scalar.
+#[inline(always)]
+fn every<const S: usize>(src: &[f32], out: &mut [f32]) {
+    for (o, v) in out.iter_mut().zip(src.chunks(S)) {
+        *o = v[0];
+    }
+}
+
+/// [`im2col`]'s row for tap `(i, j)` when output rows are input rows'
+/// width at stride 1 (ResNet's 3×3 pad-1 and 1×1 layers): the patches'
+/// pixels are the plane shifted by one offset, so the valid rows are one
+/// copy, after which the columns a row's shift wrapped into the next row
+/// (at most `pad` at each end) are zeroed.
+fn shifted_plane(
+    g: &ConvDims,
+    i: usize,
+    j: usize,
+    rows: (usize, usize),
+    cols: (usize, usize),
+    x: &[f32],
+    row: &mut [f32],
+) {
+    let w = g.w;
+    // Output index q reads input index q + shift (i and j minus the padding).
+    let (from, to) = (rows.0 * w + cols.0, (rows.1 - 1) * w + cols.1);
+    let src_from = from + i * w + j - g.padding * (w + 1);
+    row[from..to].copy_from_slice(&x[src_from..src_from + (to - from)]);
+    row[..from].fill(0.0);
+    row[to..].fill(0.0);
+    for oy in rows.0..rows.1 {
+        let out = &mut row[oy * w..(oy + 1) * w];
+        out[..cols.0].fill(0.0);
+        out[cols.1..].fill(0.0);
+    }
+}
+
 /// The adjoint of [`im2col`]: `gx` (one image) is overwritten with the sum,
 /// over every patch-matrix entry, of that entry at the input pixel it was
-/// read from; entries in the padding are dropped.
-fn col2im(g: &ConvDims, col: &[f32], gx: &mut [f32]) {
+/// read from; entries in the padding are dropped. `col` is scratch: the
+/// shifted-plane form zeroes its entries in the padding before adding.
+fn col2im(g: &ConvDims, col: &mut [f32], gx: &mut [f32]) {
     let (plane, s) = (g.h * g.w, g.stride);
     gx.fill(0.0);
-    for (kk, row) in col.chunks_exact(g.p()).enumerate() {
-        let (c, i, j) = tap(g, kk);
-        let (rows, cols) = (inside(g, i, g.h, g.oh()), inside(g, j, g.w, g.ow()));
-        if cols.0 == cols.1 {
-            continue;
+    for_taps(g, col, |c, (i, j), (rows, cols), row| {
+        if rows.0 == rows.1 || cols.0 == cols.1 {
+            return;
+        }
+        let gx = &mut gx[c * plane..(c + 1) * plane];
+        if s == 1 && g.ow() == g.w {
+            let w = g.w;
+            for oy in rows.0..rows.1 {
+                let out = &mut row[oy * w..(oy + 1) * w];
+                out[..cols.0].fill(0.0);
+                out[cols.1..].fill(0.0);
+            }
+            let (from, to) = (rows.0 * w + cols.0, (rows.1 - 1) * w + cols.1);
+            let dst_from = from + i * w + j - g.padding * (w + 1);
+            let dst = &mut gx[dst_from..dst_from + (to - from)];
+            dst.iter_mut().zip(&row[from..to]).for_each(|(d, v)| *d += v);
+            return;
         }
         for oy in rows.0..rows.1 {
-            let dst = &mut gx[c * plane + (oy * s + i - g.padding) * g.w..][..g.w];
+            let dst = &mut gx[(oy * s + i - g.padding) * g.w..][..g.w];
             let first = cols.0 * s + j - g.padding;
             let within = &row[oy * g.ow() + cols.0..oy * g.ow() + cols.1];
             for (d, v) in dst[first..].iter_mut().step_by(s).zip(within) {
                 *d += v;
             }
         }
-    }
+    });
 }
 
 /// Elements of one patch matrix.
@@ -212,6 +295,10 @@ mod tests {
             (2, 2, 11, 13, 3, 7, 7, 2, 3),
             (3, 2, 5, 6, 2, 2, 3, 3, 2),
             (1, 2, 4, 4, 9, 3, 3, 2, 0),
+            // Stride 1, output rows as wide as the input's: the shifted-plane
+            // form, with one and two columns wrapped at each end.
+            (2, 3, 6, 7, 4, 1, 1, 1, 0),
+            (2, 2, 7, 9, 3, 5, 5, 1, 2),
             // Padding wider than the kernel: some patches are all zeros.
             (2, 1, 1, 2, 2, 1, 1, 4, 5),
         ];
