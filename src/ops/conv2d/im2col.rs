@@ -164,9 +164,20 @@ fn col2im(g: &ConvDims, col: &mut [f32], gx: &mut [f32]) {
     });
 }
 
-/// Elements of one patch matrix.
+/// A 1×1 convolution at stride 1 without padding: its patch matrix is
+/// the image itself, read in place (SqueezeNet's and ResNet-50's).
+fn pointwise(g: &ConvDims) -> bool {
+    (g.kh, g.kw, g.stride, g.padding) == (1, 1, 1, 0)
+}
+
+/// Elements of one patch matrix; one element, never read, where the
+/// image is its own (so that every worker still gets a chunk).
 fn matrix_len(g: &ConvDims) -> usize {
-    g.k() * g.p()
+    if pointwise(g) {
+        1
+    } else {
+        g.k() * g.p()
+    }
 }
 
 /// Scratch of [`forward`] for `groups` workers: a patch matrix each.
@@ -182,6 +193,17 @@ pub(super) fn input_grad_scratch_len(g: &ConvDims, groups: usize) -> usize {
 /// Scratch of [`weight_grad`]: a partial `[F, K]` sum and a patch matrix each.
 pub(super) fn weight_grad_scratch_len(g: &ConvDims, groups: usize) -> usize {
     groups * (g.f * g.k() + matrix_len(g))
+}
+
+/// Image `x`'s patch matrix: written into `col`, or `x` itself where
+/// the convolution is [`pointwise`].
+fn patch_matrix<'a>(g: &ConvDims, x: &'a [f32], col: &'a mut [f32]) -> &'a [f32] {
+    if pointwise(g) {
+        x
+    } else {
+        im2col(g, x, col);
+        col
+    }
 }
 
 /// `y = W · col (+ bias)`, image by image; `per_group` images per worker.
@@ -208,8 +230,8 @@ pub(super) fn forward(
         )
         .for_each(|(col, (y, x))| {
             for (y, x) in y.chunks_exact_mut(image_y).zip(x.chunks_exact(image_x)) {
-                im2col(g, x, col);
-                matmul(y, Mat::rows(w, g.f, k), Mat::rows(col, k, p), false);
+                let patches = patch_matrix(g, x, col);
+                matmul(y, Mat::rows(w, g.f, k), Mat::rows(patches, k, p), false);
                 if let Some(bias) = bias {
                     for (row, b) in y.chunks_exact_mut(p).zip(bias) {
                         row.iter_mut().for_each(|v| *v += b);
@@ -240,8 +262,8 @@ pub(super) fn weight_grad(g: &ConvDims, per_group: usize, gy: &[f32], x: &[f32],
         )
         .for_each(|((partial, col), (gy, x))| {
             for (i, (gy, x)) in gy.chunks_exact(image_y).zip(x.chunks_exact(image_x)).enumerate() {
-                im2col(g, x, col);
-                matmul(partial, Mat::rows(gy, g.f, p), Mat::rows(col, k, p).t(), i > 0);
+                let patches = patch_matrix(g, x, col);
+                matmul(partial, Mat::rows(gy, g.f, p), Mat::rows(patches, k, p).t(), i > 0);
             }
         });
     gw.copy_from_slice(&partials[..g.f * k]);
@@ -266,8 +288,12 @@ pub(super) fn input_grad(g: &ConvDims, per_group: usize, gy: &[f32], w: &[f32], 
         )
         .for_each(|(col, (gx, gy))| {
             for (gx, gy) in gx.chunks_exact_mut(image_x).zip(gy.chunks_exact(image_y)) {
-                matmul(col, Mat::rows(w, g.f, k).t(), Mat::rows(gy, g.f, p), false);
-                col2im(g, col, gx);
+                if pointwise(g) {
+                    matmul(gx, Mat::rows(w, g.f, k).t(), Mat::rows(gy, g.f, p), false);
+                } else {
+                    matmul(col, Mat::rows(w, g.f, k).t(), Mat::rows(gy, g.f, p), false);
+                    col2im(g, col, gx);
+                }
             }
         });
 }
