@@ -39,7 +39,14 @@ def main():
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--data", default=str(REPO_ROOT / "data" / "mnist"))
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--train-limit", type=int, default=None, metavar="N",
+                   help="train on the first N training images (bumpgrad's --train-limit)")
+    p.add_argument("--test-limit", type=int, default=None, metavar="N",
+                   help="evaluate on the first N test images")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: PyTorch's)")
     args = p.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     dev = torch.device(args.device)
 
@@ -49,6 +56,8 @@ def main():
 
     train_x, train_y = split(TRAIN_IMAGES, TRAIN_LABELS)
     test_x, test_y = split(TEST_IMAGES, TEST_LABELS)
+    train_x, train_y = train_x[: args.train_limit], train_y[: args.train_limit]
+    test_x, test_y = test_x[: args.test_limit], test_y[: args.test_limit]
     model = build(args.model, 10, 1, args.width_mult).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
     for epoch in range(1, args.epochs + 1):
