@@ -13,16 +13,25 @@ pub(super) fn forward(table: &[f32], tokens: &[u32], dim: usize, out: &mut [f32]
 }
 
 /// `grad[v] = Σ gy[n]` over the tokens `n` equal to `v`, in the order of
-/// `n` (the GPU's order: the same sums). Each worker owns a band of rows
-/// and walks every token, so no two workers write one row.
-pub(super) fn backward(tokens: &[u32], gy: &[f32], dim: usize, grad: &mut [f32]) -> Result<(), BackendError> {
+/// `n` (the GPU's order: the same sums), added to what `grad` holds when
+/// `add`. Each worker owns a band of rows and walks every token, so no two
+/// workers write one row.
+pub(super) fn backward(
+    tokens: &[u32],
+    gy: &[f32],
+    dim: usize,
+    grad: &mut [f32],
+    add: bool,
+) -> Result<(), BackendError> {
     let vocab = grad.len() / dim.max(1);
     check(tokens, vocab)?;
     let band = vocab.div_ceil(rayon::current_num_threads()).max(1);
     grad.par_chunks_mut(band * dim.max(1))
         .enumerate()
         .for_each(|(b, rows)| {
-            rows.fill(0.0);
+            if !add {
+                rows.fill(0.0);
+            }
             let first = b * band;
             for (n, &t) in tokens.iter().enumerate() {
                 let Some(v) = (t as usize).checked_sub(first).filter(|&v| v < band) else {

@@ -133,8 +133,15 @@ impl Saved {
         if vocab * dim == 0 {
             return Ok(());
         }
-        // Written whole, zeros included: never added into.
-        let gt = s.grad_buffer(&self.table, "embedding table grad")?;
+        // On the CPU a table read again in this step (a Tree-LSTM's state
+        // tables, gathered twice a level) adds this read's rows into the
+        // gradient it already has, in place: no table of zeros, no second
+        // pass adding it. Elsewhere the gradient is written whole, zeros
+        // included.
+        let (gt, add) = match s.sizing() {
+            Sizing::Cpu { .. } => s.grad_into(&self.table, "embedding table grad")?,
+            Sizing::Cuda(_) => (s.grad_buffer(&self.table, "embedding table grad")?, false),
+        };
         let split = match s.sizing() {
             Sizing::Cuda(_) => parts(vocab, dim, n),
             Sizing::Cpu { .. } => 1,
@@ -146,7 +153,7 @@ impl Saved {
         let u = |v: usize| Arg::U32(v as u32);
         s.launch(
             &[tokens.into(), gy.into(), gt.into(), scratch.unwrap_or_default().into()],
-            |v| cpu::backward(v.read(tokens)?, v.read(gy)?, dim, v.write(gt)?),
+            |v| cpu::backward(v.read(tokens)?, v.read(gy)?, dim, v.write(gt)?, add),
             |gpu| match scratch {
                 None => gpu.launch(
                     EMBEDDING_BACKWARD.of(gt.dtype()),
@@ -180,6 +187,9 @@ impl Saved {
                 }
             },
         )?;
+        if add {
+            return Ok(());
+        }
         s.accumulate(&self.table, gt)
     }
 }

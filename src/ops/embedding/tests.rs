@@ -16,6 +16,22 @@ fn embedding_gradient_matches_finite_differences() {
 }
 
 #[test]
+fn a_table_read_twice_in_a_step_gets_both_reads_gradients() {
+    // The second read's backward adds into the gradient the first left
+    // (in place on the CPU); a table that is also an op's output (a
+    // Tree-LSTM's state table) and is read a third time after a product.
+    let table = Shape::new(&[4, 3]);
+    check(&[table], &[values(12, 32, -2.0, 2.0)], &[0], &|s, xs| {
+        let t = xs[0].tanh(s)?;
+        let (a, b, c) = (s.labels(&[3, 0, 3])?, s.labels(&[1, 3, 3])?, s.labels(&[2, 2, 1])?);
+        let first = t.embedding(s, a)?;
+        let second = t.embedding(s, b)?.tanh(s)?;
+        let third = t.embedding(s, c)?;
+        first.add(s, second)?.add(s, third)?.tanh(s)
+    });
+}
+
+#[test]
 fn embedding_picks_rows_by_token() {
     let mut engine = crate::Engine::new(crate::Device::cpu(1).unwrap(), 1 << 16).unwrap();
     let (shape, out) = engine
