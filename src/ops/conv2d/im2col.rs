@@ -114,15 +114,26 @@ fn shifted_plane(
     x: &[f32],
     row: &mut [f32],
 ) {
-    let w = g.w;
-    // Output index q reads input index q + shift (i and j minus the padding).
-    let (from, to) = (rows.0 * w + cols.0, (rows.1 - 1) * w + cols.1);
-    let src_from = from + i * w + j - g.padding * (w + 1);
-    row[from..to].copy_from_slice(&x[src_from..src_from + (to - from)]);
+    let (from, to, shifted) = shifted_span(g, i, j, rows, cols);
+    row[from..to].copy_from_slice(&x[shifted..shifted + (to - from)]);
     row[..from].fill(0.0);
     row[to..].fill(0.0);
-    for oy in rows.0..rows.1 {
-        let out = &mut row[oy * w..(oy + 1) * w];
+    zero_wrapped(g.w, rows, cols, row);
+}
+
+/// The shifted-plane form's run of a tap's row: output indices
+/// `from..to`, from the first valid patch to the last, reading input
+/// indices from `shifted` on (`q + i·W + j − pad·(W + 1)`).
+fn shifted_span(g: &ConvDims, i: usize, j: usize, rows: (usize, usize), cols: (usize, usize)) -> (usize, usize, usize) {
+    let w = g.w;
+    let (from, to) = (rows.0 * w + cols.0, (rows.1 - 1) * w + cols.1);
+    (from, to, from + i * w + j - g.padding * (w + 1))
+}
+
+/// Zeroes the columns of each valid output row (rows `w` wide) that lie
+/// outside `cols`: where the shift wrapped into the neighbouring row.
+fn zero_wrapped(w: usize, rows: (usize, usize), cols: (usize, usize), row: &mut [f32]) {
+    for out in row[rows.0 * w..rows.1 * w].chunks_exact_mut(w) {
         out[..cols.0].fill(0.0);
         out[cols.1..].fill(0.0);
     }
@@ -141,15 +152,9 @@ fn col2im(g: &ConvDims, col: &mut [f32], gx: &mut [f32]) {
         }
         let gx = &mut gx[c * plane..(c + 1) * plane];
         if s == 1 && g.ow() == g.w {
-            let w = g.w;
-            for oy in rows.0..rows.1 {
-                let out = &mut row[oy * w..(oy + 1) * w];
-                out[..cols.0].fill(0.0);
-                out[cols.1..].fill(0.0);
-            }
-            let (from, to) = (rows.0 * w + cols.0, (rows.1 - 1) * w + cols.1);
-            let dst_from = from + i * w + j - g.padding * (w + 1);
-            let dst = &mut gx[dst_from..dst_from + (to - from)];
+            zero_wrapped(g.w, rows, cols, row);
+            let (from, to, shifted) = shifted_span(g, i, j, rows, cols);
+            let dst = &mut gx[shifted..shifted + (to - from)];
             dst.iter_mut().zip(&row[from..to]).for_each(|(d, v)| *d += v);
             return;
         }
