@@ -82,7 +82,7 @@ impl<'s, N: Recorded> Step<'s, N> {
     }
 
     /// The layout convolutions take their 4-D inputs in: channels last in
-    /// a bf16 step (see [`Layout`]), else NCHW.
+    /// a TF32 or bf16 step (see [`Layout`]), else NCHW.
     pub fn compute_layout(&self) -> Layout {
         self.policy.layout()
     }

@@ -32,7 +32,7 @@ pub struct ConvDims {
     /// The type of input, filters and output (the sums are fp32 in both).
     pub dtype: DType,
     /// Input, filters and output channels last (NHWC, filters KRSC), as a
-    /// bf16 step keeps them; else NCHW (filters KCRS).
+    /// TF32 or bf16 step keeps them; else NCHW (filters KCRS).
     pub nhwc: bool,
     /// Output rows and columns, made by `new` from the sizes above (kept,
     /// as the CPU kernels read them in their inner loops).

@@ -32,13 +32,10 @@ impl Policy {
         self.precision.activations()
     }
 
-    /// The layout convolutions take their 4-D inputs in: channels last in a
-    /// bf16 step (see [`Layout`]), else NCHW.
+    /// The layout convolutions take their 4-D inputs in: channels last
+    /// under TF32 and bf16, NCHW under fp32 (see [`Precision::layout`]).
     pub fn layout(self) -> Layout {
-        match self.activations() {
-            DType::Bf16 => Layout::Nhwc,
-            DType::F32 => Layout::Nchw,
-        }
+        self.precision.layout()
     }
 
     /// Whether fp32 convolutions and matrix products may run TF32

@@ -1,10 +1,10 @@
 //! How a 4-D tensor's elements lie in memory.
 
 /// How a 4-D tensor's elements lie in memory; its shape is `[N, C, H, W]`
-/// in both. NCHW is PyTorch's default and every fp32 tensor's; NHWC
-/// (channels last) is a mixed-precision step's activations', the layout
-/// cuDNN's bf16 convolutions run fastest on (on NCHW ones they transpose
-/// inside, given workspace, or fall back to slow kernels). A tensor of
+/// in both. NCHW is PyTorch's default and an fp32 step's; NHWC (channels
+/// last) is a TF32 or mixed-precision step's activations', the layout
+/// cuDNN's tensor-core convolutions run fastest on (on NCHW ones they
+/// transpose inside, given workspace, or fall back to slow kernels). A tensor of
 /// another rank is always `Nchw` (row-major).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -64,9 +64,9 @@ pub struct RunInfo {
     /// On a GPU, unless convolutions must be deterministic: the timing of
     /// the convolution algorithms before the first step.
     pub conv_tuning: Option<ConvTuning>,
-    /// bf16 convolutions cuDNN's graph API refused, which therefore run on
-    /// its slower legacy API: each shape and what the graph API said.
-    pub legacy_bf16_convolutions: Vec<(crate::backend::cuda::ConvDims, String)>,
+    /// bf16 or TF32 convolutions cuDNN's graph API refused, which therefore
+    /// run on its slower legacy API: each shape and what the graph API said.
+    pub legacy_convolutions: Vec<(crate::backend::cuda::ConvDims, String)>,
     /// Under a memory budget (or a given arena too small for the step):
     /// what the step recomputes in backward rather than keep.
     pub recomputed: Option<RecomputePlan>,

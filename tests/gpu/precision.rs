@@ -3,6 +3,7 @@
 //! bits) while staying within TF32's rounding of them.
 
 use super::*;
+use bumpgrad::backend::cuda::{ConvApi, ConvDims};
 use bumpgrad::backend::{Policy, Precision};
 
 /// A ResNet-ish slice: a 3×3 convolution 64→64 on 8×64×16×16 (large enough
@@ -49,7 +50,14 @@ fn tf32_is_on_the_tensor_cores_and_within_its_rounding_of_fp32() {
     let on_cpu = run(Device::cpu(1).expect("cpu"), &conv_and_linear);
     let on_fp32 = run(fp32, &conv_and_linear);
     let tf32 = gpu_in(test, Precision::Tf32).expect("the GPU opened once");
-    let on_tf32 = run(tf32, &conv_and_linear);
+    let (on_tf32, apis) = run_seeing_convolutions(tf32, &conv_and_linear);
+    // TF32 convolutions run channels last on the graph API's tensor-core
+    // engines (the legacy API's NCHW TF32 kernels were 1.5× slower).
+    assert!(!apis.is_empty(), "{test}: no convolution was planned");
+    for (dims, api) in &apis {
+        assert!(dims.nhwc, "{test}: a TF32 convolution in NCHW: {dims:?}");
+        assert_eq!(*api, ConvApi::Graph, "{test}: TF32 convolution {dims:?}");
+    }
     assert_same_names(test, &on_cpu, &on_fp32);
     assert_same_names(test, &on_fp32, &on_tf32);
     for ((name, cpu), ((_, fp32), (_, tf32))) in on_cpu.iter().zip(on_fp32.iter().zip(&on_tf32)) {
@@ -116,10 +124,25 @@ fn fp32_after_tf32_on_one_gpu_is_fp32_again() {
     engine.runtime_mut().set_policy(back).expect("back to fp32");
     assert_eq!(engine.runtime().policy().precision, Precision::Fp32);
     let fp32 = conv(&mut engine);
-    // The convolution's tf32 plan is kept, and fp32's made beside it.
+    // The convolution's tf32 plan is kept, and fp32's made beside it: TF32
+    // channels last through the graph API, fp32 in NCHW through the legacy
+    // one.
     let plans = engine.runtime().convolution_apis();
     assert_eq!(plans.len(), 2, "{test}: {plans:?}");
-    assert_eq!(plans[0].0, plans[1].0, "{test}: one shape, planned under each policy");
+    let (tf32_plan, fp32_plan) = (&plans[0], &plans[1]);
+    let shape = |d: &ConvDims| (d.n, d.c, d.h, d.w, d.f, d.kh, d.kw, d.stride, d.padding, d.dtype);
+    assert_eq!(
+        shape(&tf32_plan.0),
+        shape(&fp32_plan.0),
+        "{test}: one shape, planned under each policy"
+    );
+    assert!(tf32_plan.0.nhwc && !fp32_plan.0.nhwc, "{test}: {plans:?}");
+    assert_eq!(tf32_plan.1, ConvApi::Graph, "{test}: TF32 runs the graph API's engines");
+    assert_eq!(
+        fp32_plan.1,
+        ConvApi::Legacy { graph_refused: None },
+        "{test}: fp32 runs the legacy API's FMA algorithms"
+    );
     let on_cpu = run(Device::cpu(1).expect("cpu"), &|s| {
         Ok(conv_and_linear(s)?.into_iter().take(1).collect())
     });

@@ -4,6 +4,7 @@
 use bumpgrad::memory::ByteSize;
 use bumpgrad::tasks::Metric;
 use bumpgrad::train::{EpochLine, EpochReport, Observer, RecomputePlan, RunInfo, StepProfile, WorkspaceHold};
+use bumpgrad::Layout;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 
@@ -104,9 +105,13 @@ impl Observer for Printer {
             info.schedule
         ));
         self.say(&format!(
-            "bumpgrad: {}, precision {}, {}: {} training / {} test {}, {} steps per epoch, augment {}",
+            "bumpgrad: {}, precision {}{}, {}: {} training / {} test {}, {} steps per epoch, augment {}",
             info.device_name,
             info.precision,
+            match info.precision.layout() {
+                Layout::Nhwc => " (convolutions channels last)",
+                Layout::Nchw => "",
+            },
             info.data,
             info.train_examples,
             info.test_examples,
@@ -184,10 +189,11 @@ impl Observer for Printer {
                 t.changed,
             ));
         }
-        if let Some((dims, why)) = info.legacy_bf16_convolutions.first() {
+        if let Some((dims, why)) = info.legacy_convolutions.first() {
             self.say(&format!(
-                "cuDNN: {} bf16 convolution shapes run on the legacy API, slower, as the graph API refused them (the first, {dims:?}: {why})",
-                info.legacy_bf16_convolutions.len(),
+                "cuDNN: {} {} convolution shapes run on the legacy API, slower, as the graph API refused them (the first, {dims:?}: {why})",
+                info.legacy_convolutions.len(),
+                info.precision,
             ));
         }
         if !info.buckets.is_empty() {

@@ -349,7 +349,7 @@ impl<'c> Pipeline<'c> {
         if let Some(on) = cfg.memory.poison_step {
             engine.arena_mut().set_poison_step(on);
         }
-        let legacy_bf16_convolutions = engine
+        let legacy_convolutions = engine
             .runtime()
             .convolution_apis()
             .into_iter()
@@ -394,7 +394,7 @@ impl<'c> Pipeline<'c> {
             nccl_bytes,
             workspace_growth: cfg.memory.workspace_growth,
             conv_tuning,
-            legacy_bf16_convolutions,
+            legacy_convolutions,
             recomputed: (!needs.dropped.is_empty()).then(|| {
                 let recomputing = super::budget::extra_seconds(&needs.candidates, &needs.dropped, &speed);
                 let workspaces = conv_tuning.map_or(0.0, |t| t.seconds_lost);

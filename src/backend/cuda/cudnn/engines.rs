@@ -186,9 +186,12 @@ fn strides(dims: [usize; 4], nhwc: bool) -> [i64; 4] {
 }
 
 /// Whether an engine may run: fp32 sums (no reduced-precision reduction,
-/// no down-converted inputs), deterministic when asked, and no run-time
-/// compilation (which would compile kernels at start-up for seconds).
-fn usable(cfg: &Desc, deterministic: bool) -> Result<bool, CudaError> {
+/// no down-converted inputs), deterministic when asked, tensor-core math
+/// only where `tensor_cores` (for fp32 data that is TF32, which rounds
+/// products to about three decimal digits: PyTorch filters the same note
+/// when TF32 is off), and no run-time compilation (which would compile
+/// kernels at start-up for seconds).
+fn usable(cfg: &Desc, deterministic: bool, tensor_cores: bool) -> Result<bool, CudaError> {
     let engine = Desc::new(Kind::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
     let mut n = 0i64;
     let mut raw = engine.0;
@@ -213,6 +216,7 @@ fn usable(cfg: &Desc, deterministic: bool) -> Result<bool, CudaError> {
     let refused = has(&numerical, N::CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS as u32)
         || has(&numerical, N::CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION as u32)
         || (deterministic && has(&numerical, N::CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC as u32))
+        || (!tensor_cores && has(&numerical, N::CUDNN_NUMERICAL_NOTE_TENSOR_CORE as u32))
         || has(&behavior, B::CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION as u32);
     Ok(!refused)
 }
@@ -265,10 +269,11 @@ impl PassGraph {
         d: &ConvDims,
         (pass, accumulate): (ConvPass, bool),
         deterministic: bool,
+        tf32: bool,
     ) -> Result<Self, CudaError> {
-        let data = match d.dtype {
-            DType::F32 => sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
-            DType::Bf16 => sys::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
+        let (data, tensor_cores) = match d.dtype {
+            DType::F32 => (sys::cudnnDataType_t::CUDNN_DATA_FLOAT, tf32),
+            DType::Bf16 => (sys::cudnnDataType_t::CUDNN_DATA_BFLOAT16, true),
         };
         let (oh, ow) = d.output_hw();
         let x = tensor(X, [d.n, d.c, d.h, d.w], d.nhwc, data)?;
@@ -358,7 +363,7 @@ impl PassGraph {
                 if plans.len() >= CANDIDATES {
                     break;
                 }
-                if !usable(&cfg, deterministic).unwrap_or(false) {
+                if !usable(&cfg, deterministic, tensor_cores).unwrap_or(false) {
                     continue;
                 }
                 let Ok(plan) = Desc::new(Kind::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR) else {
@@ -495,7 +500,14 @@ impl PassGraph {
 }
 
 impl GraphConv {
-    pub(super) fn new(handle: sys::cudnnHandle_t, d: ConvDims, deterministic: bool) -> Result<Self, CudaError> {
+    /// `tf32`: fp32 data may run TF32 tensor-core engines (bf16 data
+    /// always runs tensor cores).
+    pub(super) fn new(
+        handle: sys::cudnnHandle_t,
+        d: ConvDims,
+        deterministic: bool,
+        tf32: bool,
+    ) -> Result<Self, CudaError> {
         let (oh, ow) = d.output_hw();
         if oh == 0 || ow == 0 {
             return Err(CudaError::failed(
@@ -505,7 +517,7 @@ impl GraphConv {
         }
         let passes = SLOTS
             .iter()
-            .map(|&s| PassGraph::new(handle, &d, s, deterministic))
+            .map(|&s| PassGraph::new(handle, &d, s, deterministic, tf32))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             passes: Mutex::new(passes),
