@@ -18,9 +18,12 @@ after the other on the same GPU, each in a fresh process:
   `tf32`: TF32 on in both; PyTorch runs channels_last there, its fastest TF32
   layout on this GPU. `bf16`: mixed precision, bumpgrad's `--precision bf16`
   against PyTorch's bf16 autocast, channels_last (its fastest bf16 layout).
-- **PyTorch at its best in eager mode:** `cudnn.benchmark` on, data on the
-  device, no host sync per step (`../shared/GPU.md`: neither torch.compile nor
-  its CUDA graphs were faster on this model).
+- **PyTorch eager, and its CUDA-graph mode:** `cudnn.benchmark` on, data on
+  the device, no host sync per step. With `--graphs` each case also runs
+  `torch.compile(model, mode="reduce-overhead")` (the model's forward and
+  backward replayed as CUDA graphs: PyTorch's own whole-step replay, the bar
+  where eager is bound by its Python launches, as in bf16), and the table
+  gives bumpgrad's ratio to each.
 - **ms/step.** PyTorch: every step timed by CUDA events, median of `--steps`
   steps after `--warmup`. bumpgrad: its whole step is one CUDA graph whose
   replays run back to back; an epoch of `--steps-per-epoch` steps is timed
@@ -111,6 +114,7 @@ def pytorch_worker(spec):
         checkpoint_blocks(model)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    forward = torch.compile(model, mode="reduce-overhead") if spec.get("graphs") else model
     batch = spec["batch"]
 
     def step(i):
@@ -120,7 +124,7 @@ def pytorch_worker(spec):
         y = labels.index_select(0, idx)
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
-            loss = F.cross_entropy(model(x), y)
+            loss = F.cross_entropy(forward(x), y)
         loss.backward()
         opt.step()
 
@@ -189,7 +193,7 @@ def checkpoint_blocks(model):
         layer.forward = types.MethodType(forward, layer)
 
 
-def run_pytorch(case, args, memory_cap=None, profile=False, steps=None, checkpoint=False):
+def run_pytorch(case, args, memory_cap=None, profile=False, steps=None, checkpoint=False, graphs=False):
     spec = {
         "model": case[0],
         "batch": case[1],
@@ -201,6 +205,7 @@ def run_pytorch(case, args, memory_cap=None, profile=False, steps=None, checkpoi
         "memory_cap": memory_cap,
         "profile": profile,
         "checkpoint": checkpoint,
+        "graphs": graphs,
     }
     env = dict(os.environ)
     # PyTorch refuses to start with another cuDNN on the library path.
@@ -416,14 +421,16 @@ def pytorch_max_batch(model, args, checkpoint=False):
 # --------------------------------------------------------------------------
 
 def table(rows, max_batches):
-    out = ["| model | batch | precision | bumpgrad ms/step | PyTorch ms/step | ratio (target) "
-           "| bumpgrad step MiB | PyTorch step MiB | ratio (target 0.5) |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    out = ["| model | batch | precision | bumpgrad ms/step | PyTorch eager ms/step | ratio (target) "
+           "| PyTorch graphs ms/step | ratio "
+           "| bumpgrad step MiB | PyTorch eager step MiB | ratio (target 0.5) |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
-        b, t = r["bumpgrad"], r["pytorch"]
+        b, t, g = r["bumpgrad"], r["pytorch"], r.get("pytorch_graphs")
+        graphs = f"{g['ms_per_step']:.2f} | {r['graphs_time_ratio']:.2f}" if g else "– | –"
         out.append(
             f"| {r['model']} | {r['batch']} | {r['precision']} | {b['ms_per_step']:.2f} | {t['ms_per_step']:.2f} "
-            f"| {r['time_ratio']:.2f} (≤ {r['time_target']}) | {b['step_memory_bytes'] / MIB:,.0f} "
+            f"| {r['time_ratio']:.2f} (≤ {r['time_target']}) | {graphs} | {b['step_memory_bytes'] / MIB:,.0f} "
             f"| {t['step_memory_bytes'] / MIB:,.0f} | {r['memory_ratio']:.2f} |"
         )
     if max_batches:
@@ -484,6 +491,8 @@ def main():
     p.add_argument("--workspace-growth", type=float, metavar="F",
                    help="bumpgrad's --workspace-growth (default: bumpgrad's own)")
     p.add_argument("--only", choices=["bumpgrad", "pytorch"], help="run one side only (no ratios)")
+    p.add_argument("--graphs", action="store_true",
+                   help='PyTorch also under torch.compile(mode="reduce-overhead"), its CUDA-graph replay')
     p.add_argument("--skip-pytorch-max-batch", action="store_true",
                    help="with --budget --max-batch: bumpgrad's largest batches only")
     p.add_argument("--budget", type=float, metavar="F",
@@ -528,7 +537,13 @@ def main():
                 row[side] = run(case, args)
                 print(f"{side:8} {case}: {row[side]['ms_per_step']:.2f} ms/step, "
                       f"{row[side]['step_memory_bytes'] / MIB:,.0f} MiB", file=sys.stderr, flush=True)
+        if args.graphs and args.only in (None, "pytorch"):
+            row["pytorch_graphs"] = run_pytorch(case, args, graphs=True)
+            print(f"pytorch graphs {case}: {row['pytorch_graphs']['ms_per_step']:.2f} ms/step, "
+                  f"{row['pytorch_graphs']['step_memory_bytes'] / MIB:,.0f} MiB", file=sys.stderr, flush=True)
         if args.only is None:
+            if args.graphs:
+                row["graphs_time_ratio"] = row["bumpgrad"]["ms_per_step"] / row["pytorch_graphs"]["ms_per_step"]
             row["time_ratio"] = row["bumpgrad"]["ms_per_step"] / row["pytorch"]["ms_per_step"]
             row["time_target"] = TIME_TARGET[case[0]]
             row["memory_ratio"] = row["bumpgrad"]["step_memory_bytes"] / row["pytorch"]["step_memory_bytes"]
