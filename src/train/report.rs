@@ -67,6 +67,9 @@ pub struct RunInfo {
     /// bf16 or TF32 convolutions cuDNN's graph API refused, which therefore
     /// run on its slower legacy API: each shape and what the graph API said.
     pub legacy_convolutions: Vec<(crate::backend::cuda::ConvDims, String)>,
+    /// fp32 convolutions with FMA math, timed on both of cuDNN's APIs:
+    /// how many of their passes run the graph API's engines, of how many.
+    pub fp32_passes_on_graph: Option<(usize, usize)>,
     /// Under a memory budget (or a given arena too small for the step):
     /// what the step recomputes in backward rather than keep.
     pub recomputed: Option<RecomputePlan>,

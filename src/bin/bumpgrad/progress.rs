@@ -189,6 +189,11 @@ impl Observer for Printer {
                 t.changed,
             ));
         }
+        if let Some((graph, of)) = info.fp32_passes_on_graph.filter(|p| p.0 > 0) {
+            self.say(&format!(
+                "cuDNN: {graph} of {of} fp32 convolution passes run the graph API's engines, timed faster than the legacy API's algorithms"
+            ));
+        }
         if let Some((dims, why)) = info.legacy_convolutions.first() {
             self.say(&format!(
                 "cuDNN: {} {} convolution shapes run on the legacy API, slower, as the graph API refused them (the first, {dims:?}: {why})",

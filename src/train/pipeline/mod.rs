@@ -349,6 +349,15 @@ impl<'c> Pipeline<'c> {
         if let Some(on) = cfg.memory.poison_step {
             engine.arena_mut().set_poison_step(on);
         }
+        let fp32_passes_on_graph = engine
+            .runtime()
+            .convolution_apis()
+            .into_iter()
+            .filter_map(|(_, api)| match api {
+                crate::backend::cuda::ConvApi::Either { graph_passes } => Some((graph_passes, 3)),
+                _ => None,
+            })
+            .reduce(|a, b| (a.0 + b.0, a.1 + b.1));
         let legacy_convolutions = engine
             .runtime()
             .convolution_apis()
@@ -395,6 +404,7 @@ impl<'c> Pipeline<'c> {
             workspace_growth: cfg.memory.workspace_growth,
             conv_tuning,
             legacy_convolutions,
+            fp32_passes_on_graph,
             recomputed: (!needs.dropped.is_empty()).then(|| {
                 let recomputing = super::budget::extra_seconds(&needs.candidates, &needs.dropped, &speed);
                 let workspaces = conv_tuning.map_or(0.0, |t| t.seconds_lost);

@@ -9,7 +9,7 @@
 //! contribution) is a different graph to cuDNN, so the two backward passes
 //! have a graph of each kind.
 
-use super::{int, seconds_lost, ConvDims, ConvPass, WORKSPACE_LIMIT};
+use super::{int, seconds_lost, seconds_of, ConvDims, ConvPass, Seconds, WORKSPACE_LIMIT};
 use crate::backend::cuda::CudaError;
 use crate::base::DType;
 use cudarc::cudnn::sys;
@@ -548,6 +548,14 @@ impl GraphConv {
         let p = self.passes();
         let g = &p[slot(pass, false)];
         seconds_lost(&g.timed, g.chosen)
+    }
+
+    /// The pass's timings, by its written graph as in
+    /// [`GraphConv::seconds_lost`].
+    pub(super) fn seconds(&self, pass: ConvPass) -> Seconds {
+        let p = self.passes();
+        let g = &p[slot(pass, false)];
+        seconds_of(&g.timed, g.chosen)
     }
 
     pub(super) fn untune(&self) {

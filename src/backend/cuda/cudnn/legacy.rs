@@ -5,7 +5,7 @@
 //! training run then times every algorithm on the device and chooses again
 //! (see [`LegacyConv::tune`] and `train::Pipeline::build`).
 
-use super::{dnn_err, int, seconds_lost, ConvDims, ConvPass, WORKSPACE_LIMIT};
+use super::{dnn_err, int, seconds_lost, seconds_of, ConvDims, ConvPass, Seconds, WORKSPACE_LIMIT};
 use crate::backend::cuda::CudaError;
 use crate::base::DType;
 use cudarc::cudnn::result as dnn;
@@ -292,6 +292,23 @@ impl LegacyConv {
             ConvPass::Forward => seconds_lost(&t.fwd, c.fwd.0),
             ConvPass::InputGrad => seconds_lost(&t.data, c.data.0),
             ConvPass::WeightGrad => seconds_lost(&t.filter, c.filter.0),
+        }
+    }
+
+    /// The pass's timings (none before [`LegacyConv::tune`]).
+    pub(super) fn seconds(&self, pass: ConvPass) -> Seconds {
+        let c = self.choices();
+        let timed = self.timed.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(t) = timed.as_ref() else {
+            return Seconds {
+                chosen: None,
+                fastest: None,
+            };
+        };
+        match pass {
+            ConvPass::Forward => seconds_of(&t.fwd, c.fwd.0),
+            ConvPass::InputGrad => seconds_of(&t.data, c.data.0),
+            ConvPass::WeightGrad => seconds_of(&t.filter, c.filter.0),
         }
     }
 

@@ -12,6 +12,8 @@
 //! by the op, like any temporary.
 
 #[cfg(feature = "cuda")]
+mod either;
+#[cfg(feature = "cuda")]
 mod engines;
 #[cfg(feature = "cuda")]
 mod legacy;
@@ -25,6 +27,8 @@ use crate::base::DType;
 use cudarc::cudnn::result as dnn;
 #[cfg(feature = "cuda")]
 use cudarc::cudnn::sys;
+#[cfg(feature = "cuda")]
+use either::EitherConv;
 #[cfg(feature = "cuda")]
 use engines::GraphConv;
 #[cfg(feature = "cuda")]
@@ -78,9 +82,16 @@ pub struct ConvPlan {
 pub enum ConvApi {
     /// The graph API's execution plans.
     Graph,
-    /// The legacy API's numbered algorithms: fp32 with FMA math always;
-    /// bf16 and TF32 only where the graph API refused the convolution,
-    /// with what it said.
+    /// fp32 with FMA math: each pass runs whichever API's candidate timed
+    /// faster within its workspace limit (the legacy API's heuristic
+    /// choice until timed).
+    Either {
+        /// How many of the three passes run on the graph API.
+        graph_passes: usize,
+    },
+    /// The legacy API's numbered algorithms: fp32 with FMA math where the
+    /// graph API refused it; bf16 and TF32 where the graph API refused the
+    /// convolution, with what it said.
     Legacy {
         /// Why the graph API refused a bf16 or TF32 convolution; `None` for
         /// fp32, which the legacy API runs by choice.
@@ -92,6 +103,7 @@ pub enum ConvApi {
 enum Engine {
     Legacy(LegacyConv),
     Graph(GraphConv),
+    Either(EitherConv),
 }
 
 #[cfg(feature = "cuda")]
@@ -108,11 +120,8 @@ impl ConvPlan {
         deterministic: bool,
         tf32: bool,
     ) -> Result<Self, CudaError> {
-        // fp32 with FMA math stays on the legacy API: on the H200 its
-        // algorithms ran ResNet-18's step at batch 512 in 35.4 ms, the
-        // graph API's FMA engines in 49.1 (ResNet-50 at 128: 43.8 and 41.8).
-        let graph = d.dtype == DType::Bf16 || tf32;
-        let (engine, refused) = match graph {
+        let tensor_cores = d.dtype == DType::Bf16 || tf32;
+        let (engine, refused) = match tensor_cores {
             true => match GraphConv::new(handle, d, deterministic, tf32) {
                 Ok(g) => (Engine::Graph(g), None),
                 Err(e) => (
@@ -120,7 +129,14 @@ impl ConvPlan {
                     Some(e.to_string()),
                 ),
             },
-            false => (Engine::Legacy(LegacyConv::new(handle, d, deterministic, tf32)?), None),
+            // FMA math: both APIs, each pass timed on each (see `either`).
+            false => {
+                let legacy = LegacyConv::new(handle, d, deterministic, tf32)?;
+                match GraphConv::new(handle, d, deterministic, tf32) {
+                    Ok(g) => (Engine::Either(EitherConv::new(legacy, g)), None),
+                    Err(_) => (Engine::Legacy(legacy), None),
+                }
+            }
         };
         Ok(Self {
             dims: d,
@@ -141,6 +157,9 @@ impl ConvPlan {
     pub(crate) fn api(&self) -> ConvApi {
         match &self.engine {
             Engine::Graph(_) => ConvApi::Graph,
+            Engine::Either(e) => ConvApi::Either {
+                graph_passes: e.graph_passes(),
+            },
             Engine::Legacy(_) => ConvApi::Legacy {
                 graph_refused: self.refused.clone(),
             },
@@ -152,6 +171,7 @@ impl ConvPlan {
         match &self.engine {
             Engine::Legacy(l) => l.workspace_bytes(pass),
             Engine::Graph(g) => g.workspace_bytes(pass),
+            Engine::Either(e) => e.workspace_bytes(pass),
         }
     }
 
@@ -162,6 +182,7 @@ impl ConvPlan {
         match &self.engine {
             Engine::Legacy(l) => l.seconds_lost(pass),
             Engine::Graph(g) => g.seconds_lost(pass),
+            Engine::Either(e) => e.seconds_lost(pass),
         }
     }
 
@@ -171,6 +192,7 @@ impl ConvPlan {
         match &self.engine {
             Engine::Legacy(l) => l.untune(),
             Engine::Graph(g) => g.untune(),
+            Engine::Either(e) => e.untune(),
         }
     }
 
@@ -182,6 +204,7 @@ impl ConvPlan {
         match &self.engine {
             Engine::Legacy(l) => l.select(limits),
             Engine::Graph(g) => g.select(limits),
+            Engine::Either(e) => e.select(limits),
         }
     }
 
@@ -212,6 +235,7 @@ impl ConvPlan {
         match &self.engine {
             Engine::Legacy(l) => l.tune(handle, xwy, workspace, workspace_bytes),
             Engine::Graph(g) => g.tune(handle, xwy, workspace, workspace_bytes),
+            Engine::Either(e) => e.tune(handle, xwy, workspace, workspace_bytes),
         }
     }
 
@@ -238,6 +262,7 @@ impl ConvPlan {
         match &self.engine {
             Engine::Legacy(l) => l.run(handle, pass, a, b, workspace, out, accumulate),
             Engine::Graph(g) => g.run(handle, pass, a, b, workspace, out, accumulate),
+            Engine::Either(e) => e.run(handle, pass, a, b, workspace, out, accumulate),
         }
     }
 }
@@ -252,6 +277,25 @@ pub(super) fn seconds_lost<A: PartialEq>(timed: &[(A, usize, f64)], chosen: A) -
         .iter()
         .find(|t| t.0 == chosen)
         .map_or(0.0, |t| (t.2 - fastest).max(0.0))
+}
+
+/// A pass's timings: its chosen candidate's seconds (`None` where that was
+/// not timed: the heuristic's, before tuning or where nothing timed fits)
+/// and the fastest timed candidate's.
+#[cfg(feature = "cuda")]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Seconds {
+    pub(super) chosen: Option<f64>,
+    pub(super) fastest: Option<f64>,
+}
+
+/// [`Seconds`] of `chosen` in a pass's timed list, fastest first.
+#[cfg(feature = "cuda")]
+pub(super) fn seconds_of<A: PartialEq>(timed: &[(A, usize, f64)], chosen: A) -> Seconds {
+    Seconds {
+        chosen: timed.iter().find(|t| t.0 == chosen).map(|t| t.2),
+        fastest: timed.first().map(|t| t.2),
+    }
 }
 
 #[cfg(feature = "cuda")]

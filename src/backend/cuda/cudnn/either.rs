@@ -1,0 +1,194 @@
+//! fp32 convolutions with FMA math through whichever of cuDNN's two APIs
+//! runs each pass faster. Neither wins everywhere on the H200: the legacy
+//! API's algorithms ran ResNet-18's step at batch 512 in 35.3 ms and the
+//! graph API's FMA engines in 49.0, but ResNet-50's at batch 128 in 43.8
+//! against 41.8; and with the step's workspaces held down by a memory
+//! budget (ResNet-18 at half its step) the graph API's 62.5 ms beat the
+//! legacy API's 77.5. So both are planned, both are timed, and each pass
+//! runs the faster candidate that fits its workspace limit. Until timed,
+//! the legacy API's heuristic choice runs, as it did before.
+
+use super::engines::GraphConv;
+use super::legacy::LegacyConv;
+use super::{ConvPass, Seconds};
+use crate::backend::cuda::CudaError;
+use cudarc::cudnn::sys;
+use std::sync::Mutex;
+
+/// Whether the graph API's choice for a pass beats the legacy API's, each
+/// `(workspace bytes, timings)`, under a workspace limit of `limit`: the
+/// one that fits, else the faster by the timings, else the smaller. Where
+/// the legacy API timed nothing (before tuning) it keeps the pass.
+fn graph_runs(limit: usize, (legacy_ws, legacy): (usize, Seconds), (graph_ws, graph): (usize, Seconds)) -> bool {
+    let rank = |ws: usize, s: Seconds| (ws > limit, s.chosen.unwrap_or(f64::INFINITY), ws);
+    legacy.fastest.is_some() && rank(graph_ws, graph) < rank(legacy_ws, legacy)
+}
+
+/// Both APIs' plans of one fp32 convolution shape, and which runs each
+/// pass.
+pub(super) struct EitherConv {
+    legacy: LegacyConv,
+    graph: GraphConv,
+    /// By [`ConvPass::index`]: whether the graph API runs the pass.
+    on_graph: Mutex<[bool; 3]>,
+}
+
+impl EitherConv {
+    pub(super) fn new(legacy: LegacyConv, graph: GraphConv) -> Self {
+        Self {
+            legacy,
+            graph,
+            on_graph: Mutex::new([false; 3]),
+        }
+    }
+
+    fn on_graph(&self) -> [bool; 3] {
+        *self.on_graph.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many passes run on the graph API.
+    pub(super) fn graph_passes(&self) -> usize {
+        self.on_graph().iter().filter(|&&g| g).count()
+    }
+
+    pub(super) fn workspace_bytes(&self, pass: ConvPass) -> usize {
+        match self.on_graph()[pass.index()] {
+            true => self.graph.workspace_bytes(pass),
+            false => self.legacy.workspace_bytes(pass),
+        }
+    }
+
+    /// The chosen candidate's seconds beyond the fastest either API timed.
+    pub(super) fn seconds_lost(&self, pass: ConvPass) -> f64 {
+        let (legacy, graph) = (self.legacy.seconds(pass), self.graph.seconds(pass));
+        let chosen = match self.on_graph()[pass.index()] {
+            true => graph.chosen,
+            false => legacy.chosen,
+        };
+        let fastest = [legacy.fastest, graph.fastest].into_iter().flatten().reduce(f64::min);
+        match (chosen, fastest) {
+            (Some(c), Some(f)) => (c - f).max(0.0),
+            _ => 0.0,
+        }
+    }
+
+    pub(super) fn untune(&self) {
+        self.legacy.untune();
+        self.graph.untune();
+        *self.on_graph.lock().unwrap_or_else(|e| e.into_inner()) = [false; 3];
+    }
+
+    /// Each API chooses its fastest candidate within the pass's limit; the
+    /// pass runs the one that fits (where one API's does and the other's
+    /// does not), else the faster by the timings, else the smaller. A pass
+    /// the legacy API has no timings for stays on it.
+    pub(super) fn select(&self, limits: [usize; 3]) -> usize {
+        self.legacy.select(limits);
+        self.graph.select(limits);
+        let mut on = [false; 3];
+        let mut largest = 0;
+        for pass in ConvPass::ALL {
+            let i = pass.index();
+            let legacy = (self.legacy.workspace_bytes(pass), self.legacy.seconds(pass));
+            let graph = (self.graph.workspace_bytes(pass), self.graph.seconds(pass));
+            on[i] = graph_runs(limits[i], legacy, graph);
+            largest = largest.max(if on[i] { graph.0 } else { legacy.0 });
+        }
+        *self.on_graph.lock().unwrap_or_else(|e| e.into_inner()) = on;
+        largest
+    }
+
+    /// # Safety
+    /// As [`super::ConvPlan::tune`].
+    pub(super) unsafe fn tune(
+        &self,
+        handle: sys::cudnnHandle_t,
+        xwy: [u64; 3],
+        workspace: u64,
+        workspace_bytes: usize,
+    ) -> Result<bool, CudaError> {
+        let changed = self.legacy.tune(handle, xwy, workspace, workspace_bytes)?;
+        self.graph.tune(handle, xwy, workspace, workspace_bytes)?;
+        self.select([usize::MAX; 3]);
+        Ok(changed || self.graph_passes() > 0)
+    }
+
+    /// # Safety
+    /// As [`super::ConvPlan::run`].
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn run(
+        &self,
+        handle: sys::cudnnHandle_t,
+        pass: ConvPass,
+        a: u64,
+        b: u64,
+        workspace: u64,
+        out: u64,
+        accumulate: bool,
+    ) -> Result<(), CudaError> {
+        match self.on_graph()[pass.index()] {
+            true => self.graph.run(handle, pass, a, b, workspace, out, accumulate),
+            false => self.legacy.run(handle, pass, a, b, workspace, out, accumulate),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{graph_runs, Seconds};
+
+    fn timed(chosen: f64, fastest: f64) -> Seconds {
+        Seconds {
+            chosen: Some(chosen),
+            fastest: Some(fastest),
+        }
+    }
+
+    #[test]
+    fn a_pass_runs_the_faster_api_within_its_limit() {
+        const MIB: usize = 1 << 20;
+        // Both fit: the faster.
+        assert!(graph_runs(
+            64 * MIB,
+            (8 * MIB, timed(2e-3, 1e-3)),
+            (16 * MIB, timed(1.5e-3, 1.5e-3))
+        ));
+        assert!(!graph_runs(
+            64 * MIB,
+            (8 * MIB, timed(1e-3, 1e-3)),
+            (0, timed(1.5e-3, 1.5e-3))
+        ));
+        // Only one fits: that one, however slow.
+        assert!(graph_runs(
+            4 * MIB,
+            (8 * MIB, timed(1e-3, 1e-3)),
+            (0, timed(9e-3, 1e-3))
+        ));
+        assert!(!graph_runs(
+            4 * MIB,
+            (0, timed(9e-3, 1e-3)),
+            (8 * MIB, timed(1e-3, 1e-3))
+        ));
+        // Neither fits (each kept its least workspace): the faster.
+        assert!(graph_runs(
+            0,
+            (8 * MIB, timed(2e-3, 1e-3)),
+            (4 * MIB, timed(1e-3, 1e-3))
+        ));
+        // An untimed choice (the heuristic's, where nothing timed fits)
+        // loses to a timed one that fits, and ties go to the smaller.
+        let untimed = Seconds {
+            chosen: None,
+            fastest: Some(1e-3),
+        };
+        assert!(graph_runs(4 * MIB, (0, untimed), (0, timed(5e-3, 1e-3))));
+        assert!(graph_runs(0, (8 * MIB, untimed), (4 * MIB, untimed)));
+        assert!(!graph_runs(0, (4 * MIB, untimed), (4 * MIB, untimed)));
+        // Before tuning the legacy API's heuristic choice runs.
+        let none = Seconds {
+            chosen: None,
+            fastest: None,
+        };
+        assert!(!graph_runs(usize::MAX, (8 * MIB, none), (0, timed(1e-6, 1e-6))));
+    }
+}
