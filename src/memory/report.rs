@@ -487,7 +487,8 @@ pub struct SearchReport {
     pub seconds: f64,
     /// Seconds it may take ([`crate::train::SEARCH_SECONDS`]).
     pub bound_seconds: f64,
-    /// It reached its bound, and took the cheapest plan found by then.
+    /// It, or a part of it with a bound of its own, reached its bound, and
+    /// took the cheapest plan found by then.
     pub stopped_at_bound: bool,
     /// Plans that fitted the budget, weighed by predicted time.
     pub plans_weighed: usize,
@@ -504,12 +505,19 @@ impl SearchReport {
             self.seconds,
             self.dry_runs,
             self.plans_weighed,
-            match self.stopped_at_bound {
-                true => format!(
+            // A search made of parts (the heuristic's, then the timed
+            // algorithms' ladder) bounds each part: one may stop at its own
+            // bound well before the whole's.
+            match (self.stopped_at_bound, self.seconds < self.bound_seconds) {
+                (true, false) => format!(
                     "; the search reached its bound of {:.0} s and took the cheapest plan found by then",
                     self.bound_seconds
                 ),
-                false => format!(", within its bound of {:.0} s", self.bound_seconds),
+                (true, true) => format!(
+                    "; a part of the search reached its own bound (the whole may take {:.0} s) and took the cheapest plan found by then",
+                    self.bound_seconds
+                ),
+                (false, _) => format!(", within its bound of {:.0} s", self.bound_seconds),
             }
         )
     }
@@ -526,4 +534,35 @@ pub struct RecomputedKind {
     pub of: usize,
     /// Bytes the dropped ones would have kept.
     pub bytes: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SearchReport;
+
+    #[test]
+    fn a_search_says_which_bound_it_reached() {
+        let report = |seconds, stopped_at_bound| SearchReport {
+            seconds,
+            bound_seconds: 120.0,
+            stopped_at_bound,
+            plans_weighed: 6,
+            dry_runs: 4225,
+        };
+        let whole = report(120.4, true).describe();
+        assert!(
+            whole.ends_with("the search reached its bound of 120 s and took the cheapest plan found by then"),
+            "{whole}"
+        );
+        // A part stopped at its own bound (the heuristic's 60 s of a
+        // 120 s whole): the whole's bound was not reached.
+        let part = report(64.8, true).describe();
+        assert!(
+            part.contains("a part of the search reached its own bound (the whole may take 120 s)"),
+            "{part}"
+        );
+        assert!(!part.contains("reached its bound of 120 s"), "{part}");
+        let within = report(9.4, false).describe();
+        assert!(within.ends_with(", within its bound of 120 s"), "{within}");
+    }
 }
