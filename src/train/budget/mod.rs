@@ -76,15 +76,19 @@ pub struct Speed {
 }
 
 impl Speed {
-    /// The rates a step's recomputations see on `device`. The H200's fp32
-    /// rate is what cuDNN's forward convolutions of a ResNet-50 reached
-    /// (CIFAR-shaped, batch 128: 166 G multiply-adds in 10.9 ms, by
-    /// `--profile`), and its bandwidth what the batch-norm kernels move.
-    /// Checked against runs: a ResNet-50 at batch 256 under a third of its
-    /// step memory took 9.6 and 9.9 ms more a step than without, 8.7 and
-    /// 9.3 predicted (README). TF32
-    /// is taken as twice fp32 and bf16 as four times, not measured. The CPU's are this crate's
-    /// kernels on one core of the development machine, times the threads.
+    /// The rates a step's recomputations see on `device`. The H200's are
+    /// what cuDNN's convolutions reached by `--profile` (CIFAR-shaped
+    /// ResNets): fp32 the forward passes of a ResNet-50 at batch 128 (166 G
+    /// multiply-adds in 7.65 ms, each pass on the faster of cuDNN's two
+    /// APIs; 10.9 ms on the legacy API alone, when this rate was 15 T/s),
+    /// TF32 the forward passes of a ResNet-18 at batch 512 (287 G in 1.97
+    /// ms, channels last), bf16 the same network's three passes together
+    /// (860 G in 3.62 ms); the bandwidth is what the batch-norm kernels
+    /// move. Checked against runs (docs/memory-budget.md): a ResNet-50 at
+    /// batch 256 under a third of its step memory took 6.48 ms more a step
+    /// than without, which 15 T/s put at 8.70 (+34%) and this rate at
+    /// 6.79. The CPU's are this crate's kernels on one core of the
+    /// development machine, times the threads.
     pub fn of(device: DeviceKind, precision: Precision, threads: usize) -> Self {
         match device {
             DeviceKind::Cpu => Self {
@@ -93,9 +97,9 @@ impl Speed {
             },
             DeviceKind::Cuda | DeviceKind::Dry => Self {
                 multiply_adds_per_s: match precision {
-                    Precision::Fp32 => 15e12,
-                    Precision::Tf32 => 30e12,
-                    Precision::Bf16 => 60e12,
+                    Precision::Fp32 => 22e12,
+                    Precision::Tf32 => 145e12,
+                    Precision::Bf16 => 237e12,
                 },
                 bytes_per_s: 3e12,
             },

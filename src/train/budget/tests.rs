@@ -266,8 +266,8 @@ fn chains_remade_for_each_reader_cost_more_remakings_and_fewer_bytes() {
 }
 
 /// The cost model as documented: the CPU's rates scale with its
-/// threads; on the GPU TF32 doubles the multiply-add rate and bf16
-/// doubles it again, the bandwidth stays, and a dry arena prices as
+/// threads; on the GPU TF32's multiply-add rate is above fp32's and
+/// bf16's above TF32's, the bandwidth stays, and a dry arena prices as
 /// the GPU. A recomputation costs its multiply-adds at the one rate and
 /// its bytes at the other, once per time a step makes it again (once
 /// at least).
@@ -281,8 +281,10 @@ fn a_recomputation_costs_its_work_at_the_devices_rates() {
     );
     let gpu = |precision| Speed::of(DeviceKind::Cuda, precision, 1);
     let fp32 = gpu(Precision::Fp32);
-    assert_eq!(gpu(Precision::Tf32).multiply_adds_per_s, 2.0 * fp32.multiply_adds_per_s);
-    assert_eq!(gpu(Precision::Bf16).multiply_adds_per_s, 4.0 * fp32.multiply_adds_per_s);
+    // The tensor cores are faster: TF32 than fp32's FMA, bf16 than TF32.
+    let (tf32, bf16) = (gpu(Precision::Tf32), gpu(Precision::Bf16));
+    assert!(fp32.multiply_adds_per_s < tf32.multiply_adds_per_s, "{fp32:?} {tf32:?}");
+    assert!(tf32.multiply_adds_per_s < bf16.multiply_adds_per_s, "{tf32:?} {bf16:?}");
     assert!(Precision::ALL.iter().all(|&p| gpu(p).bytes_per_s == fp32.bytes_per_s));
     assert_eq!(Speed::of(DeviceKind::Dry, Precision::Bf16, 8), gpu(Precision::Bf16));
 
