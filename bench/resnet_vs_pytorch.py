@@ -19,11 +19,11 @@ after the other on the same GPU, each in a fresh process:
   layout on this GPU. `bf16`: mixed precision, bumpgrad's `--precision bf16`
   against PyTorch's bf16 autocast, channels_last (its fastest bf16 layout).
 - **PyTorch eager, and its CUDA-graph mode:** `cudnn.benchmark` on, data on
-  the device, no host sync per step. With `--graphs` each case also runs
+  the device, no host sync per step. Each case also runs
   `torch.compile(model, mode="reduce-overhead")` (the model's forward and
   backward replayed as CUDA graphs: PyTorch's own whole-step replay, the bar
-  where eager is bound by its Python launches, as in bf16), and the table
-  gives bumpgrad's ratio to each.
+  where eager is bound by its Python launches, as in bf16; `--no-graphs`
+  skips it), and the table gives bumpgrad's ratio to each.
 - **ms/step.** PyTorch: every step timed by CUDA events, median of `--steps`
   steps after `--warmup`. bumpgrad: its whole step is one CUDA graph whose
   replays run back to back; an epoch of `--steps-per-epoch` steps is timed
@@ -491,8 +491,9 @@ def main():
     p.add_argument("--workspace-growth", type=float, metavar="F",
                    help="bumpgrad's --workspace-growth (default: bumpgrad's own)")
     p.add_argument("--only", choices=["bumpgrad", "pytorch"], help="run one side only (no ratios)")
-    p.add_argument("--graphs", action="store_true",
-                   help='PyTorch also under torch.compile(mode="reduce-overhead"), its CUDA-graph replay')
+    p.add_argument("--no-graphs", dest="graphs", action="store_false",
+                   help='skip PyTorch under torch.compile(mode="reduce-overhead"), its CUDA-graph replay, '
+                        "which every case otherwise also runs (compiling takes about a minute a case)")
     p.add_argument("--skip-pytorch-max-batch", action="store_true",
                    help="with --budget --max-batch: bumpgrad's largest batches only")
     p.add_argument("--budget", type=float, metavar="F",
