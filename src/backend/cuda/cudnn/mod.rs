@@ -1,7 +1,9 @@
 //! Convolutions through cuDNN: per convolution shape, what runs each of
 //! its three passes and the workspace each needs. fp32 convolutions with
-//! FMA math go through cuDNN's legacy API ([`legacy`]); bf16 and TF32 ones
-//! through its graph API ([`engines`]), which alone reaches the tensor-core
+//! FMA math are planned on both of cuDNN's APIs, its legacy API's numbered
+//! algorithms ([`legacy`]) and its graph API's FMA engines, and each pass
+//! runs the one timed faster ([`either`]); bf16 and TF32 ones go through
+//! the graph API ([`engines`]) alone, which alone reaches the tensor-core
 //! kernels cuDNN has for this GPU (on the H200 its bf16 input gradients ran
 //! 6× faster than the legacy algorithms' best, and ResNet-18's TF32 step at
 //! batch 512, channels last, 12.5 ms against the legacy API's 18.8 in
