@@ -102,4 +102,20 @@ mod tests {
         assert_eq!(Precision::Bf16.activations(), crate::base::DType::Bf16);
         assert_eq!(Precision::Tf32.activations(), crate::base::DType::F32);
     }
+
+    /// Tensor-core precisions run their convolutions channels last; fp32
+    /// stays NCHW, where its FMA algorithms are fastest and match the CPU.
+    #[test]
+    fn tensor_core_precisions_run_channels_last() {
+        use crate::base::Layout;
+        let layouts = Precision::ALL.map(|p| (p, p.layout()));
+        assert_eq!(
+            layouts,
+            [
+                (Precision::Fp32, Layout::Nchw),
+                (Precision::Tf32, Layout::Nhwc),
+                (Precision::Bf16, Layout::Nhwc)
+            ]
+        );
+    }
 }
