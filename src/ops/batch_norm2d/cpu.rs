@@ -164,13 +164,10 @@ impl Mask<'_> {
         is: f32,
         mut f: impl FnMut(usize, &[f32], &mut [f32]),
     ) {
-        let mut buf = [0.0f32; BLOCK];
-        for from in (0..g.len()).step_by(BLOCK) {
-            let to = (from + BLOCK).min(g.len());
-            let passed = &mut buf[..to - from];
+        in_blocks(g.len(), |from, to, passed| {
             self.pass(&g[from..to], &x[from..to], at + from, ch, mu, is, passed);
             f(from, passed, &mut g[from..to]);
-        }
+        });
     }
 
     /// Calls `f(from, passed)` for every block of the plane of `len` values
@@ -179,13 +176,21 @@ impl Mask<'_> {
     #[inline]
     #[allow(clippy::too_many_arguments)]
     fn blocks(&self, g: &[f32], x: &[f32], at: usize, ch: usize, mu: f32, is: f32, mut f: impl FnMut(usize, &[f32])) {
-        let mut buf = [0.0f32; BLOCK];
-        for from in (0..g.len()).step_by(BLOCK) {
-            let to = (from + BLOCK).min(g.len());
-            let passed = &mut buf[..to - from];
+        in_blocks(g.len(), |from, to, passed| {
             self.pass(&g[from..to], &x[from..to], at + from, ch, mu, is, passed);
             f(from, passed);
-        }
+        });
+    }
+}
+
+/// Calls `f(from, to, passed)` for each block `from..to` of `len` values,
+/// `passed` a block of scratch on the stack, `to - from` long.
+#[inline(always)]
+fn in_blocks(len: usize, mut f: impl FnMut(usize, usize, &mut [f32])) {
+    let mut buf = [0.0f32; BLOCK];
+    for from in (0..len).step_by(BLOCK) {
+        let to = (from + BLOCK).min(len);
+        f(from, to, &mut buf[..to - from]);
     }
 }
 

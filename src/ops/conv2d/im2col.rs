@@ -26,12 +26,6 @@ fn inside(g: &ConvDims, j: usize, len: usize, out: usize) -> (usize, usize) {
     (lo, hi)
 }
 
-/// The patch-matrix row of filter weight `kk`: channel, kernel row, kernel column.
-#[cfg(test)]
-fn tap(g: &ConvDims, kk: usize) -> (usize, usize, usize) {
-    (kk / (g.kh * g.kw), kk / g.kw % g.kh, kk % g.kw)
-}
-
 /// `col[c, i, j][oy·OW + ox] = x[c][oy·s + i − pad][ox·s + j − pad]`, zero
 /// where that lies in the padding. `x` is one image.
 fn im2col(g: &ConvDims, x: &[f32], col: &mut [f32]) {
@@ -310,6 +304,12 @@ mod tests {
     //! columns unread, and groups hold unequal image counts.
     use super::*;
     use crate::ops::gradcheck::assert_near as close;
+
+    /// The patch-matrix row of filter weight `kk`: channel, kernel row,
+    /// kernel column (the definition `for_taps` walks in order).
+    fn tap(g: &ConvDims, kk: usize) -> (usize, usize, usize) {
+        (kk / (g.kh * g.kw), kk / g.kw % g.kh, kk % g.kw)
+    }
 
     fn values(n: usize, seed: u64) -> Vec<f32> {
         crate::ops::gradcheck::values(n, seed, -0.5, 0.5)

@@ -136,15 +136,14 @@ impl Saved {
         // On the CPU a table read again in this step (a Tree-LSTM's state
         // tables, gathered twice a level) adds this read's rows into the
         // gradient it already has, in place: no table of zeros, no second
-        // pass adding it. Elsewhere the gradient is written whole, zeros
-        // included.
-        let (gt, add) = match s.sizing() {
-            Sizing::Cpu { .. } => s.grad_into(&self.table, "embedding table grad")?,
-            Sizing::Cuda(_) => (s.grad_buffer(&self.table, "embedding table grad")?, false),
-        };
-        let split = match s.sizing() {
-            Sizing::Cuda(_) => parts(vocab, dim, n),
-            Sizing::Cpu { .. } => 1,
+        // pass adding it. On the GPU the gradient is written whole, zeros
+        // included, its tokens split over `split` parts.
+        let ((gt, add), split) = match s.sizing() {
+            Sizing::Cpu { .. } => (s.grad_into(&self.table, "embedding table grad")?, 1),
+            Sizing::Cuda(_) => (
+                (s.grad_buffer(&self.table, "embedding table grad")?, false),
+                parts(vocab, dim, n),
+            ),
         };
         let scratch = match split {
             1 => None,

@@ -349,18 +349,15 @@ impl<'c> Pipeline<'c> {
         if let Some(on) = cfg.memory.poison_step {
             engine.arena_mut().set_poison_step(on);
         }
-        let fp32_passes_on_graph = engine
-            .runtime()
-            .convolution_apis()
-            .into_iter()
+        let apis = engine.runtime().convolution_apis();
+        let fp32_passes_on_graph = apis
+            .iter()
             .filter_map(|(_, api)| match api {
-                crate::backend::cuda::ConvApi::Either { graph_passes } => Some((graph_passes, 3)),
+                crate::backend::cuda::ConvApi::Either { graph_passes } => Some((*graph_passes, 3)),
                 _ => None,
             })
             .reduce(|a, b| (a.0 + b.0, a.1 + b.1));
-        let legacy_convolutions = engine
-            .runtime()
-            .convolution_apis()
+        let legacy_convolutions = apis
             .into_iter()
             .filter_map(|(dims, api)| match api {
                 crate::backend::cuda::ConvApi::Legacy {
