@@ -1218,7 +1218,8 @@ fn small_resnet_plan(budget: Option<usize>) -> serde_json::Value {
 /// every epoch line of `train`, beside the step's measured time, name the
 /// same outputs recomputed (numbers and kinds), the same chain mode and
 /// predicted time, and how the search went; the run's first lines say
-/// the predicted time. Without a budget an epoch line carries no plan.
+/// the predicted time. Without a budget an epoch line carries the
+/// default's cheap drops, and with `--recompute none` no plan.
 #[test]
 fn a_budgets_plan_is_in_the_json_of_memory_and_of_every_epoch() {
     let peak = small_resnet_plan(None)["plan_peak_bytes"].as_u64().unwrap() as usize;
@@ -1282,7 +1283,7 @@ fn a_budgets_plan_is_in_the_json_of_memory_and_of_every_epoch() {
     assert!(out.status.success(), "{stderr}");
     assert!(
         stderr.contains(&format!(
-            "memory: the step recomputes {} of its 28 convolution and block outputs in backward rather than keep them",
+            "memory: the step recomputes {} of its 28 convolution and block outputs (",
             which.len()
         )) && stderr.contains(&format!("(predicted {:.2} ms more a step)", predicted * 1e3)),
         "{stderr}"
@@ -1300,6 +1301,7 @@ fn a_budgets_plan_is_in_the_json_of_memory_and_of_every_epoch() {
             "{epoch}"
         );
         let run = &epoch["recomputed"];
+        assert_eq!(run["reason"], "memory-budget", "{run}");
         assert_eq!(
             run["dropped"].as_array(),
             plan["which"].as_array(),
@@ -1314,8 +1316,35 @@ fn a_budgets_plan_is_in_the_json_of_memory_and_of_every_epoch() {
         assert_eq!(run["predicted_step_extra_seconds"].as_f64(), Some(predicted));
         assert!(run["search"]["dry_runs"].as_u64().unwrap() >= 1, "{run}");
     }
+    // Without a budget, the default's cheap drops: `memory`'s, said so,
+    // and found with no search...
     let unbudgeted = small_resnet("train", &["--epochs", "1", "--json", "--checkpoint-every", "off"]);
+    let stderr = String::from_utf8_lossy(&unbudgeted.stderr);
+    assert!(
+        stderr.contains("in backward rather than keep them, by default"),
+        "{stderr}"
+    );
     let epoch: serde_json::Value = serde_json::from_slice(&unbudgeted.stdout).expect("one epoch line");
+    let cheap = &epoch["recomputed"];
+    assert_eq!(cheap["reason"], "cheap", "{epoch}");
+    assert!(cheap["search"].is_null(), "{epoch}");
+    let default_plan = small_resnet_plan(None);
+    assert_eq!(cheap["dropped"], default_plan["recomputed"]["which"], "{epoch}");
+    assert_eq!(default_plan["recomputed"]["reason"], "cheap");
+    // ...and with --recompute none, no plan.
+    let kept = small_resnet(
+        "train",
+        &[
+            "--epochs",
+            "1",
+            "--json",
+            "--checkpoint-every",
+            "off",
+            "--recompute",
+            "none",
+        ],
+    );
+    let epoch: serde_json::Value = serde_json::from_slice(&kept.stdout).expect("one epoch line");
     assert!(
         epoch["step_seconds"].as_f64().unwrap() > 0.0 && epoch.get("recomputed").is_none(),
         "{epoch}"

@@ -3,8 +3,9 @@
 //! rather than kept, as few as bring the step within the budget, and the
 //! run is the run without a budget, bit for bit on the CPU.
 
+use bumpgrad::memory::RecomputeReason;
 use bumpgrad::models::{Depth, ResNet};
-use bumpgrad::train::{self, DeviceConfig, EpochReport, Hooks, Reports, TrainConfig};
+use bumpgrad::train::{self, DeviceConfig, EpochReport, Hooks, Recompute, Reports, TrainConfig};
 use bumpgrad::{ArenaError, ByteSize, Error, Setting};
 
 fn config(budget: Option<usize>) -> TrainConfig {
@@ -18,6 +19,9 @@ fn config(budget: Option<usize>) -> TrainConfig {
         .device_config(DeviceConfig::cpu(2))
         .build();
     cfg.memory.memory_budget = budget;
+    // "Without a budget" here is the step that keeps every output: the
+    // default's own cheap recomputation is tested on its own below.
+    cfg.memory.recompute = Recompute::Nothing;
     cfg
 }
 
@@ -69,6 +73,53 @@ fn trains_as_without_under(percent: usize) -> Vec<(&'static str, usize)> {
         "step high-water {budget_peak} above the budget {budget}"
     );
     recomputed.kinds.iter().map(|k| (k.what, k.dropped)).collect()
+}
+
+/// With no budget, the step recomputes by default the outputs that cost no
+/// multiply-add (block outputs) where that lowers its peak: the report
+/// says which and why, the step is smaller than with `--recompute none`,
+/// and the run trains bit for bit as that one, within the smaller step.
+#[test]
+fn by_default_block_outputs_are_recomputed_where_that_lowers_the_peak_bit_for_bit() {
+    let kept = config(None);
+    let mut cheap = kept.clone();
+    cheap.memory.recompute = Recompute::default();
+    let (all, _) = train::memory_report(&kept).expect("plan keeping every output");
+    let (fewer, _) = train::memory_report(&cheap).expect("plan by default");
+    assert_eq!(all.recomputed, None, "--recompute none keeps every output");
+    let r = fewer
+        .recomputed
+        .clone()
+        .expect("the report says what is recomputed by default");
+    assert_eq!(r.reason, RecomputeReason::Cheap);
+    assert!(r.dropped > 0, "{r:?}");
+    assert_eq!(
+        r.extra_multiply_adds, 0,
+        "only outputs made again without a multiply-add"
+    );
+    assert!(!r.transient_chains, "chains held");
+    assert!(
+        r.kinds
+            .iter()
+            .all(|k| k.dropped == 0 || k.what == "batch-norm + residual relu output"),
+        "{r:?}"
+    );
+    assert_eq!(r.unbudgeted_step_bytes, all.plan_peak_bytes);
+    assert!(
+        fewer.plan_peak_bytes < all.plan_peak_bytes,
+        "{} against {}",
+        fewer.plan_peak_bytes,
+        all.plan_peak_bytes
+    );
+    let train = |cfg: &TrainConfig| {
+        let reports = trained(cfg).expect("train");
+        let losses: Vec<u64> = reports.iter().map(|r| r.train_loss.to_bits()).collect();
+        (losses, reports.last().unwrap().arena.step_high_water_bytes)
+    };
+    let (kept_losses, kept_peak) = train(&kept);
+    let (cheap_losses, cheap_peak) = train(&cheap);
+    assert_eq!(kept_losses, cheap_losses, "recomputation changes no bit on the CPU");
+    assert_eq!((kept_peak, cheap_peak), (all.plan_peak_bytes, fewer.plan_peak_bytes));
 }
 
 #[test]

@@ -145,7 +145,11 @@ impl MemoryReport {
                 .collect();
             let _ = writeln!(
                 out,
-                "memory budget: the training step recomputes {} in backward rather than keep them{} (step {} without)",
+                "{}: the training step recomputes {} in backward rather than keep them{} (step {} without)",
+                match r.reason {
+                    RecomputeReason::Cheap => "recomputed by default, made again without a multiply-add",
+                    RecomputeReason::MemoryBudget | RecomputeReason::ArenaSize => "memory budget",
+                },
                 kinds.join(", "),
                 match r.transient_chains {
                     true => ", chains of them made again for each reader rather than held",
@@ -155,9 +159,13 @@ impl MemoryReport {
             );
             let _ = writeln!(
                 out,
-                "  predicted extra time: {:.2} ms a step ({:.1}% more convolution multiply-adds); by the model of the step's live bytes, no choice within the budget adds less than {:.2} ms",
+                "  predicted extra time: {:.2} ms a step ({:.1}% more convolution multiply-adds); by the model of the step's live bytes, no choice {} adds less than {:.2} ms",
                 r.predicted_extra_seconds * 1e3,
                 100.0 * r.extra_multiply_adds as f64 / r.step_multiply_adds.max(1) as f64,
+                match r.reason {
+                    RecomputeReason::Cheap => "of as small a step",
+                    RecomputeReason::MemoryBudget | RecomputeReason::ArenaSize => "within the budget",
+                },
                 r.least_extra_seconds * 1e3,
             );
             if let Some(w) = r.workspace_extra_seconds {
@@ -168,7 +176,10 @@ impl MemoryReport {
                     (w + r.predicted_extra_seconds) * 1e3,
                 );
             }
-            let _ = writeln!(out, "  {}", r.search.describe());
+            // The default's drops are read off a few dry runs: no search.
+            if r.reason != RecomputeReason::Cheap {
+                let _ = writeln!(out, "  {}", r.search.describe());
+            }
         }
         if let Some(t) = self.tuning_bytes {
             let _ = writeln!(
@@ -412,9 +423,27 @@ fn timeline(plan: &StepPlan, title: &str) -> String {
     s
 }
 
-/// What a memory budget has a step recompute.
+/// Why a training step recomputes outputs in backward rather than keep
+/// them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecomputeReason {
+    /// `--memory-budget`: the least extra time the search finds within it.
+    MemoryBudget,
+    /// A given `--arena-size` below the step's need: the same search, the
+    /// arena's room above its persistent region the budget.
+    ArenaSize,
+    /// No budget (`--recompute cheap`, the default): the outputs made again
+    /// without a multiply-add that lower the step's peak.
+    Cheap,
+}
+
+/// What a memory budget, or the default recomputation, has a step
+/// recompute.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Recomputed {
+    /// Why it recomputes them.
+    pub reason: RecomputeReason,
     /// Candidates (convolution and block outputs) recomputed in backward...
     pub dropped: usize,
     /// ...which ones, by their index in the order the training step makes

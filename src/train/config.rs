@@ -128,6 +128,8 @@ pub struct MemoryConfig {
     /// and block outputs are recomputed in backward rather than kept (see
     /// `budget.rs`). `None`: no budget.
     pub memory_budget: Option<usize>,
+    /// What a step recomputes with no budget given ([`Recompute`]).
+    pub recompute: Recompute,
     /// How much the timed convolution algorithms' workspaces may grow the
     /// step over the heuristic's, as a fraction of it ([`TUNING_GROWTH`]
     /// by default).
@@ -199,6 +201,7 @@ impl Default for MemoryConfig {
             arena_size: None,
             memory_plan: true,
             memory_budget: None,
+            recompute: Recompute::default(),
             workspace_growth: TUNING_GROWTH,
             poison_step: None,
         }
@@ -388,6 +391,8 @@ setters! {
     /// The bytes a training step may use, recomputing above them
     /// ([`MemoryConfig::memory_budget`]).
     memory_budget(bytes: usize) => memory.memory_budget = Some(bytes);
+    /// What a step recomputes without a budget ([`MemoryConfig::recompute`]).
+    recompute(what: Recompute) => memory.recompute = what;
     /// How far timed convolutions may grow the step
     /// ([`MemoryConfig::workspace_growth`]).
     workspace_growth(fraction: f64) => memory.workspace_growth = fraction;
@@ -456,6 +461,21 @@ pub enum ConvAlgos {
     /// cuDNN's heuristic choice for the shape, with at most 8 MiB of
     /// workspace: the same algorithms every run.
     Heuristic,
+}
+
+/// What a training step recomputes in backward when no memory budget is
+/// given (a budget chooses among every convolution and block output).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Recompute {
+    /// The outputs backward makes again without a multiply-add (a residual
+    /// block's batch norm + add + relu, read from tensors backward keeps
+    /// anyway), where that lowers the step's peak: an elementwise pass
+    /// each, for up to a fifth of a ResNet's step memory.
+    #[default]
+    Cheap,
+    /// Nothing: every output backward reads is kept.
+    Nothing,
 }
 
 /// How much a timed choice may grow the step over the heuristic's by

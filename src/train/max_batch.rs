@@ -29,7 +29,7 @@
 //! twice and reports both batches, with recomputation and without.
 
 use super::pipeline::{ArenaNeeds, Pipeline};
-use super::{budget, RunConfig, TrainConfig};
+use super::{budget, Recompute, RunConfig, TrainConfig};
 use crate::backend::Precision;
 use crate::data::DataSet;
 use crate::memory::{suggest, ByteSize};
@@ -64,8 +64,8 @@ pub struct MaxBatch {
     pub model: &'static str,
     /// The device the dry runs were shaped like ("cpu (2 threads)").
     pub device: String,
-    /// With a memory budget: the convolution and block outputs the largest batch's
-    /// step recomputes in backward to fit...
+    /// With a memory budget, or by default: the convolution and block outputs the largest
+    /// batch's step recomputes in backward (to fit, or the default's cheap ones)...
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recomputed_outputs: Option<usize>,
     /// ...and the largest batch that fits without recomputing any.
@@ -117,7 +117,7 @@ pub fn max_batch(cfg: &TrainConfig, progress: &mut dyn FnMut(&Probe)) -> Result<
     // A step that does not fit may fit recomputing convolution and block outputs,
     // when a budget asks for that: the step's budget is then the arena's
     // room above the persistent region (or the budget given, if smaller).
-    let measure_at = |batch: usize, recompute: bool| -> Result<Measured> {
+    let measure_at = |batch: usize, recompute: Recomputing| -> Result<Measured> {
         let at = at(batch);
         let runs = pipeline.dry_runs_of(&at);
         let needs = runs.plain()?;
@@ -125,14 +125,18 @@ pub fn max_batch(cfg: &TrainConfig, progress: &mut dyn FnMut(&Probe)) -> Result<
             least: needs.step_bytes,
             needs,
         };
-        if !recompute || needs.total() <= capacity {
+        let measure = |choice: &super::StepChoice| runs.measure(choice);
+        if recompute == Recomputing::Cheap {
+            // As `train` with no budget: the default's drops, fitting or not.
+            return Ok(plain(budget::cheap_floor(&measure, needs)?));
+        }
+        if recompute == Recomputing::Nothing || needs.total() <= capacity {
             return Ok(plain(needs));
         }
         let Some(room) = capacity.checked_sub(needs.persistent_bytes) else {
             return Ok(plain(needs));
         };
         let budget = cfg.memory.memory_budget.unwrap_or(room).min(room);
-        let measure = |choice: &super::StepChoice| runs.measure(choice);
         match budget::search(&measure, needs.clone(), budget, &speed, budget::Mode::Probe)? {
             budget::Outcome::Fits(fit) => Ok(plain(fit)),
             // No recomputation fits it: the batch does not fit, and the
@@ -140,10 +144,14 @@ pub fn max_batch(cfg: &TrainConfig, progress: &mut dyn FnMut(&Probe)) -> Result<
             budget::Outcome::Short { least } => Ok(Measured { needs, least }),
         }
     };
-    let recompute = cfg.memory.memory_budget.is_some();
+    let recompute = match (cfg.memory.memory_budget, cfg.memory.recompute) {
+        (Some(_), _) => Recomputing::Budget,
+        (None, Recompute::Cheap) => Recomputing::Cheap,
+        (None, Recompute::Nothing) => Recomputing::Nothing,
+    };
     let without_recomputation = match recompute {
-        true => Some(largest(limit, capacity, &mut |b| measure_at(b, false), progress)?.0),
-        false => None,
+        Recomputing::Nothing => None,
+        _ => Some(largest(limit, capacity, &mut |b| measure_at(b, Recomputing::Nothing), progress)?.0),
     };
     let (lo, best) = largest(limit, capacity, &mut |b| measure_at(b, recompute), progress)?;
     Ok(MaxBatch {
@@ -157,9 +165,23 @@ pub fn max_batch(cfg: &TrainConfig, progress: &mut dyn FnMut(&Probe)) -> Result<
         precision: cfg.device.precision,
         model: cfg.run.model.name(),
         device: pipeline.device_name(),
-        recomputed_outputs: recompute.then_some(best.dropped.len()),
+        recomputed_outputs: (recompute != Recomputing::Nothing).then_some(best.dropped.len()),
         without_recomputation,
     })
+}
+
+/// What a batch's step may recompute in the search: as `train` would
+/// with the same settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recomputing {
+    /// Nothing (`--recompute none`, or the search without recomputation
+    /// beside a budget's).
+    Nothing,
+    /// The default's cheap outputs, where they lower the peak.
+    Cheap,
+    /// Whatever fits the budget (or the arena's room), where the step does
+    /// not fit without.
+    Budget,
 }
 
 /// The next probe of [`largest`]'s narrowing.
@@ -383,7 +405,7 @@ mod tests {
     #[test]
     fn recomputation_fits_a_larger_batch_and_exactly_the_largest() {
         use crate::models::{Depth, ResNet};
-        let cfg = |budget| TrainConfig {
+        let cfg = |budget, recompute| TrainConfig {
             run: RunConfig {
                 model: ResNet::choice(Depth::R18, 0.125),
                 data_dir: "synthetic:cifar10:2000".into(),
@@ -392,18 +414,27 @@ mod tests {
             memory: MemoryConfig {
                 arena_size: Some(48 << 20),
                 memory_budget: budget,
+                recompute,
                 ..MemoryConfig::default()
             },
             device: DeviceConfig::cpu(2),
         };
-        let plain = max_batch(&cfg(None), &mut |_| {}).expect("search");
-        let found = max_batch(&cfg(Some(usize::MAX)), &mut |_| {}).expect("search with recomputation");
+        let plain = max_batch(&cfg(None, Recompute::Nothing), &mut |_| {}).expect("search");
+        let cheap = max_batch(&cfg(None, Recompute::Cheap), &mut |_| {}).expect("search by default");
+        let found =
+            max_batch(&cfg(Some(usize::MAX), Recompute::Nothing), &mut |_| {}).expect("search with recomputation");
+        assert_eq!(plain.without_recomputation, None);
         assert_eq!(found.without_recomputation, Some(plain.max_batch));
-        assert!(found.max_batch > plain.max_batch, "{found:?} vs {plain:?}");
+        assert_eq!(cheap.without_recomputation, Some(plain.max_batch));
+        // The default's cheap drops fit more than keeping everything, a
+        // budget's choice among every output at least as many.
+        assert!(cheap.max_batch > plain.max_batch, "{cheap:?} vs {plain:?}");
+        assert!(cheap.recomputed_outputs.is_some_and(|n| n > 0), "{cheap:?}");
+        assert!(found.max_batch >= cheap.max_batch, "{found:?} vs {cheap:?}");
         assert!(found.recomputed_outputs.is_some_and(|n| n > 0), "{found:?}");
         assert!(found.arena_bytes <= found.capacity_bytes);
         // Exactly the largest: the next batch fits no recomputation.
-        let mut next = cfg(None);
+        let mut next = cfg(None, Recompute::Nothing);
         next.run.batch = found.max_batch + 1;
         next.memory.memory_budget = Some((48 << 20) - found.persistent_bytes);
         assert!(

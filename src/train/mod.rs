@@ -30,7 +30,9 @@ pub(crate) mod shapes;
 
 pub use budget::SEARCH_SECONDS;
 pub use checkpoints::{CheckpointPolicy, Every, Position};
-pub use config::{ConvAlgos, DeviceConfig, MemoryConfig, RunConfig, TrainConfig, TrainConfigBuilder, TUNING_GROWTH};
+pub use config::{
+    ConvAlgos, DeviceConfig, MemoryConfig, Recompute, RunConfig, TrainConfig, TrainConfigBuilder, TUNING_GROWTH,
+};
 pub use evaluate::{evaluate, Evaluation};
 pub use max_batch::{max_batch, MaxBatch, Probe};
 pub use pipeline::{memory_report, ArenaNeeds, DryRuns, Pipeline, StepChoice};

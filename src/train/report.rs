@@ -70,16 +70,20 @@ pub struct RunInfo {
     /// fp32 convolutions with FMA math, timed on both of cuDNN's APIs:
     /// how many of their passes run the graph API's engines, of how many.
     pub fp32_passes_on_graph: Option<(usize, usize)>,
-    /// Under a memory budget (or a given arena too small for the step):
-    /// what the step recomputes in backward rather than keep.
+    /// Under a memory budget (or a given arena too small for the step), or
+    /// by default where that lowers the step's peak: what the step
+    /// recomputes in backward rather than keep.
     pub recomputed: Option<RecomputePlan>,
 }
 
 /// The convolution and block outputs a training step recomputes in
-/// backward (under a memory budget): the choice `bumpgrad memory` reports
-/// for the same settings.
+/// backward (under a memory budget, or the default's cheap ones): the
+/// choice `bumpgrad memory` reports for the same settings.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct RecomputePlan {
+    /// Why: a budget (given, or a given arena's), or the default's cheap
+    /// outputs...
+    pub reason: crate::memory::RecomputeReason,
     /// The recomputed candidates, by their index in the order the step
     /// makes them...
     pub dropped: Vec<u32>,

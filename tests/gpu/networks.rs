@@ -142,7 +142,9 @@ fn timed_convolutions_are_planned_for_and_train_as_the_cpu_does() {
 }
 
 /// A narrow ResNet-18 on the GPU with heuristic algorithms (the same
-/// every run), under `budget` if any.
+/// every run), under `budget` if any; without one, every output kept (the
+/// budgets are fractions of that step; the default's own recomputation is
+/// tested below).
 pub(crate) fn narrow_under(budget: Option<usize>) -> TrainConfig {
     use bumpgrad::models::{Depth, ResNet};
     let mut cfg = TrainConfig::default();
@@ -154,7 +156,54 @@ pub(crate) fn narrow_under(budget: Option<usize>) -> TrainConfig {
     cfg.run.lr = 0.02;
     cfg.device.conv_algos = bumpgrad::train::ConvAlgos::Heuristic;
     cfg.memory.memory_budget = budget;
+    cfg.memory.recompute = bumpgrad::train::Recompute::Nothing;
     cfg
+}
+
+/// The default's recomputation of cheap outputs on the GPU, fp32 and bf16
+/// (channels last): a narrow ResNet-18 with deterministic convolutions (so
+/// that two runs compute the same bits) recomputes block outputs by
+/// default, plans a smaller step than with every output kept, stays on
+/// that plan, and trains bit for bit as the run that keeps them.
+#[test]
+fn by_default_block_outputs_are_recomputed_on_the_gpu_bit_for_bit() {
+    use bumpgrad::backend::Precision;
+    use bumpgrad::memory::RecomputeReason;
+    use bumpgrad::train::{memory_report, Recompute};
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_probe) = gpu("recompute_cheap") else {
+        return;
+    };
+    drop(_probe);
+    for precision in [Precision::Fp32, Precision::Bf16] {
+        let mut kept = narrow_under(None);
+        (kept.device.deterministic, kept.device.precision) = (true, precision);
+        let mut cheap = kept.clone();
+        cheap.memory.recompute = Recompute::Cheap;
+        let (all, _) = memory_report(&kept).expect("plan keeping every output");
+        let (fewer, _) = memory_report(&cheap).expect("plan by default");
+        let r = fewer.recomputed.expect("the default recomputes");
+        assert_eq!(r.reason, RecomputeReason::Cheap);
+        assert!(r.dropped > 0 && r.extra_multiply_adds == 0, "{precision:?}: {r:?}");
+        assert!(
+            fewer.plan_peak_bytes < all.plan_peak_bytes,
+            "{precision:?}: {} against {}",
+            fewer.plan_peak_bytes,
+            all.plan_peak_bytes
+        );
+        let (with, without) = (train_on(&cheap), train_on(&kept));
+        for (a, b) in with.iter().zip(&without) {
+            assert_eq!(
+                a.train_loss.to_bits(),
+                b.train_loss.to_bits(),
+                "{precision:?}, epoch {}",
+                a.epoch
+            );
+            assert_eq!(a.arena.step_high_water_bytes, fewer.plan_peak_bytes, "{precision:?}");
+            assert_eq!(b.arena.step_high_water_bytes, all.plan_peak_bytes, "{precision:?}");
+        }
+        assert_eq!(with.len(), 2);
+    }
 }
 
 /// A memory budget on the GPU: a narrow ResNet-18 under 60% of its own
@@ -219,6 +268,7 @@ fn held_workspaces_are_priced_and_the_run_recomputes_what_memory_reports() {
         cfg.run.batch = 256;
         cfg.run.epochs = 2;
         cfg.memory.memory_budget = budget;
+        cfg.memory.recompute = bumpgrad::train::Recompute::Nothing;
         cfg
     };
     let (free, _) = memory_report(&cfg(None)).expect("plan");

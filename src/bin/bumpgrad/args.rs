@@ -11,7 +11,7 @@ use bumpgrad::tasks::{
     Classification, ClassificationConfig, LanguageModel, LanguageModelConfig, SentenceClassification,
     SentenceClassificationConfig, TaskChoice, TreeBatching, TreeSentiment, TreeSentimentConfig,
 };
-use bumpgrad::train::{CheckpointPolicy, ConvAlgos, Every, TrainConfig};
+use bumpgrad::train::{CheckpointPolicy, ConvAlgos, Every, Recompute, TrainConfig};
 use clap::ValueEnum;
 use std::path::PathBuf;
 
@@ -86,6 +86,26 @@ pub(crate) enum PrecisionArg {
     /// batch-norm statistics, the loss and sums in fp32; fp32 weights, gradients and optimizer
     /// state (checkpoints stay fp32); GPU only.
     Bf16,
+}
+
+/// `--recompute`: what a step recomputes without a budget.
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum RecomputeArg {
+    /// The outputs made again without a multiply-add (a residual block's batch norm + add +
+    /// relu) where that lowers the step's peak: an elementwise pass each in backward, the same
+    /// losses (the default).
+    Cheap,
+    /// Nothing: every output backward reads is kept (the most step memory).
+    None,
+}
+
+impl From<RecomputeArg> for Recompute {
+    fn from(arg: RecomputeArg) -> Self {
+        match arg {
+            RecomputeArg::Cheap => Self::Cheap,
+            RecomputeArg::None => Self::Nothing,
+        }
+    }
 }
 
 /// `--conv-algos`: how a GPU chooses each convolution's algorithms.
@@ -322,6 +342,9 @@ pub(crate) struct TrainArgs {
     /// same losses, more time).
     #[arg(help_heading = "Memory", long, value_parser = parse_budget)]
     pub(crate) memory_budget: Option<usize>,
+    /// What a training step recomputes in backward when no --memory-budget is given.
+    #[arg(help_heading = "Memory", long, value_enum, default_value = "cheap")]
+    pub(crate) recompute: RecomputeArg,
     /// How the GPU chooses each convolution's algorithms (--deterministic: the heuristic's,
     /// deterministic ones).
     #[arg(help_heading = "Device and GPU", long, value_enum, default_value = "timed")]
@@ -590,6 +613,7 @@ impl TrainArgs {
             .precision(self.precision.into())
             .deterministic(self.deterministic)
             .conv_algos(self.conv_algos.into())
+            .recompute(self.recompute.into())
             .profile(self.profile)
             .build();
         // The settings whose flags may be absent, as the flags left them.

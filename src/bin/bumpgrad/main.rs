@@ -298,12 +298,19 @@ fn run_memory(memory: &MemoryArgs) -> anyhow::Result<()> {
     let text = if args.json {
         serde_json::to_string(&report).context("encoding the report")? + "\n"
     } else {
+        let mut table = report.table(train::StepKind::name);
+        // The library names no flags: the default's line gets its way out here.
+        if let Some(at) = table
+            .find("recomputed by default")
+            .and_then(|at| table[at..].find('\n').map(|n| at + n))
+        {
+            table.insert_str(at, " (--recompute none keeps them)");
+        }
         format!(
-            "bumpgrad memory: {}, batch {}, precision {}, on {device}\n{}",
+            "bumpgrad memory: {}, batch {}, precision {}, on {device}\n{table}",
             cfg.run.model.name(),
             cfg.run.batch,
             cfg.device.precision,
-            report.table(train::StepKind::name)
         )
     };
     emit(&text)
@@ -381,8 +388,12 @@ fn run_max_batch(args: &TrainArgs) -> anyhow::Result<()> {
             }
         ));
         if let (Some(without), Some(outputs)) = (found.without_recomputation, found.recomputed_outputs) {
+            let why = match cfg.memory.memory_budget {
+                Some(_) => "to fit --memory-budget",
+                None => "by default, block outputs made again without a multiply-add; --recompute none keeps them",
+            };
             progress::stdout_line(&format!(
-                "  recomputing {outputs} convolution and block outputs in backward (--memory-budget); without recomputing any: {without}"
+                "  recomputing {outputs} convolution and block outputs in backward ({why}); without recomputing any: {without}"
             ));
         }
     }

@@ -2,6 +2,7 @@
 //! line per epoch, or one JSON object per epoch with `--json`.
 
 use bumpgrad::memory::ByteSize;
+use bumpgrad::memory::RecomputeReason;
 use bumpgrad::tasks::Metric;
 use bumpgrad::train::{EpochLine, EpochReport, Observer, RecomputePlan, RunInfo, StepProfile, WorkspaceHold};
 use bumpgrad::Layout;
@@ -150,10 +151,16 @@ impl Observer for Printer {
                 ),
                 false => String::new(),
             };
+            let bytes: usize = plan.outputs.iter().map(|o| o.bytes).sum();
             self.say(&format!(
-                "memory: the step recomputes {dropped} of its {of} convolution and block outputs in backward rather than keep them{}, to fit {} (predicted {:.2} ms more a step{slower})",
+                "memory: the step recomputes {dropped} of its {of} convolution and block outputs ({}) in backward rather than keep them{}, {} (predicted {:.2} ms more a step{slower})",
+                bumpgrad::memory::ByteSize(bytes),
                 if plan.transient_chains { ", chains of them made again for each reader" } else { "" },
-                if info.arena_size_measured { "--memory-budget" } else { "--arena-size" },
+                match plan.reason {
+                    RecomputeReason::MemoryBudget => "to fit --memory-budget",
+                    RecomputeReason::ArenaSize => "to fit --arena-size",
+                    RecomputeReason::Cheap => "by default, the outputs made again without a multiply-add that lower its peak (--recompute none keeps them)",
+                },
                 plan.predicted_step_extra_seconds * 1e3,
             ));
             if let Some(search) = &plan.search {
@@ -163,9 +170,9 @@ impl Observer for Printer {
         if let Some(t) = info.conv_tuning {
             let growth = (info.workspace_growth * 100.0).round();
             // Under a budget (given or the arena's) the bound is the budget.
-            let within = match info.recomputed {
-                Some(_) => "the memory budget".to_string(),
-                None => format!("{growth}% of the heuristic's"),
+            let within = match info.recomputed.as_ref().map(|r| r.reason) {
+                Some(RecomputeReason::MemoryBudget | RecomputeReason::ArenaSize) => "the memory budget".to_string(),
+                Some(RecomputeReason::Cheap) | None => format!("{growth}% of the heuristic's"),
             };
             let cost = t.seconds_lost * 1e3;
             let how = match (t.kept, t.held) {

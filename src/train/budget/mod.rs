@@ -52,8 +52,11 @@
 //!   solver runs under the time left and cannot abort the process (see
 //!   [`ilp`]).
 
+mod cheap;
 mod ilp;
 mod liveness;
+
+pub(crate) use cheap::cheap_floor;
 
 use super::pipeline::{ArenaNeeds, Measure, StepChoice};
 use super::StepKind;

@@ -560,3 +560,51 @@ fn exchanges_and_give_backs_count_every_remaking() {
     assert_eq!(fit.dropped, vec![2]);
     assert_eq!(cost(&fit, &speed), 1.0);
 }
+
+/// The default's drops on a small `depth`: only outputs made again without
+/// a multiply-add, chains held, a lower peak than keeping them all, no
+/// lower than dropping every cheap one; no further cheap drop lowers the
+/// peak, and none of its drops can be kept again without raising it.
+fn the_cheap_floor_is_a_local_minimum(depth: crate::models::Depth) {
+    let (step, plain) = small_step(depth);
+    let floor = cheap_floor(&step, plain.clone()).unwrap();
+    let cheap: Vec<u32> = (0..plain.candidates.len() as u32)
+        .filter(|&i| plain.candidates[i as usize].multiply_adds == 0)
+        .collect();
+    assert!(!cheap.is_empty(), "{depth:?}: block outputs are cheap candidates");
+    assert!(
+        floor.step_bytes < plain.step_bytes,
+        "{depth:?}: {} against {}",
+        floor.step_bytes,
+        plain.step_bytes
+    );
+    assert!(!floor.transient_chains);
+    assert!(
+        floor.dropped.iter().all(|d| cheap.contains(d)),
+        "{depth:?}: {:?}",
+        floor.dropped
+    );
+    let every = step(&StepChoice::held(&cheap)).unwrap();
+    assert!(floor.step_bytes <= every.step_bytes, "{depth:?}");
+    for &c in &cheap {
+        let (trial, dropped) = toggled(&floor.dropped, c);
+        let bytes = step(&StepChoice::held(&trial)).unwrap().step_bytes;
+        match dropped {
+            true => assert!(
+                bytes >= floor.step_bytes,
+                "{depth:?}: dropping {c} lowers it to {bytes}"
+            ),
+            false => assert!(bytes > floor.step_bytes, "{depth:?}: {c} kept again costs nothing"),
+        }
+    }
+}
+
+#[test]
+fn the_default_recomputes_the_cheap_outputs_that_lower_a_resnet_18s_peak() {
+    the_cheap_floor_is_a_local_minimum(crate::models::Depth::R18);
+}
+
+#[test]
+fn the_default_recomputes_the_cheap_outputs_that_lower_a_resnet_50s_peak() {
+    the_cheap_floor_is_a_local_minimum(crate::models::Depth::R50);
+}

@@ -35,15 +35,15 @@ pub use measure::{ArenaNeeds, DryRuns, StepChoice};
 pub use report::memory_report;
 pub(crate) use tuning::tuning_bytes;
 
-use super::budget::{meet_budget, Budgeted, Speed};
+use super::budget::{cheap_floor, meet_budget, Budgeted, Speed};
 use super::config::gpu_precision_on_cpu;
 use super::report::{RecomputePlan, RunInfo};
 use super::session::Session;
-use super::TrainConfig;
+use super::{Recompute, TrainConfig};
 use crate::backend::{Device, DeviceKind, Precision};
 use crate::data::{DataSet, DataSource};
 use crate::distributed::Join;
-use crate::memory::{ArenaError, ByteSize, MemoryReport};
+use crate::memory::{ArenaError, ByteSize, MemoryReport, RecomputeReason};
 use crate::{Error, Result, Setting};
 use arenas::Algorithms;
 use assemble::{assemble, Live};
@@ -130,13 +130,19 @@ impl<'c> Pipeline<'c> {
         let runs = self.dry_runs_of(cfg);
         let unbudgeted = runs.plain()?;
         let measure = |choice: &StepChoice| runs.measure(choice);
-        let budgeted = meet_budget(
-            &measure,
-            cfg.memory.memory_budget,
-            &self.speed(),
-            cfg.run.model.name(),
-            unbudgeted.clone(),
-        )?;
+        let budgeted = match (cfg.memory.memory_budget, cfg.memory.recompute) {
+            (None, Recompute::Cheap) => Budgeted {
+                needs: cheap_floor(&measure, unbudgeted.clone())?,
+                search: None,
+            },
+            (budget, _) => meet_budget(
+                &measure,
+                budget,
+                &self.speed(),
+                cfg.run.model.name(),
+                unbudgeted.clone(),
+            )?,
+        };
         Ok((unbudgeted, budgeted))
     }
 
@@ -224,14 +230,15 @@ impl<'c> Pipeline<'c> {
     }
 
     /// The needs of the step recomputing convolution and block outputs to
-    /// fit the given arena's room above the persistent region (`needs`
-    /// measured without), if any recomputation does; with the memory plan
-    /// only.
-    fn arena_as_budget(&self, needs: &ArenaNeeds) -> Option<Budgeted> {
+    /// fit the given arena's room above the persistent region (`plain`:
+    /// the step measured with nothing recomputed; `needs`: what the run
+    /// chose without the arena), if any recomputation does; with the
+    /// memory plan only, and not where a budget already chose.
+    fn arena_as_budget(&self, plain: &ArenaNeeds, needs: &ArenaNeeds) -> Option<Budgeted> {
         let memory = &self.cfg.memory;
         let given = memory.arena_size?;
-        let room = given.checked_sub(needs.persistent_bytes)?;
-        if !memory.memory_plan || !needs.dropped.is_empty() {
+        let room = given.checked_sub(plain.persistent_bytes)?;
+        if !memory.memory_plan || memory.memory_budget.is_some() && !needs.dropped.is_empty() {
             return None;
         }
         let runs = self.dry_runs();
@@ -241,7 +248,7 @@ impl<'c> Pipeline<'c> {
             Some(room),
             &self.speed(),
             self.cfg.run.model.name(),
-            needs.clone(),
+            plain.clone(),
         )
         .ok()
         .filter(|fit| fit.needs.total() <= given)
@@ -262,7 +269,7 @@ impl<'c> Pipeline<'c> {
             // A given arena too small for the step is a budget too: recompute
             // convolution and block outputs if that fits it, else refuse it as
             // before.
-            Err(too_small) => match self.arena_as_budget(&needs) {
+            Err(too_small) => match self.arena_as_budget(&unbudgeted, &needs) {
                 Some(fit) => {
                     (needs, search) = (fit.needs, fit.search);
                     self.capacity(cfg, &needs)?
@@ -284,8 +291,9 @@ impl<'c> Pipeline<'c> {
         // convolutions and their batch norms are candidates for
         // recomputation, so a step with none has no convolution.
         let tuning = tuning::times_convolutions(cfg, kind) && !needs.candidates.is_empty();
+        let grown_from = grown_from(cfg, &unbudgeted, &needs, &search);
         if tuning {
-            capacity += tuning_bytes(cfg, kind, needs.step_bytes).unwrap_or(0);
+            capacity += tuning_bytes(cfg, kind, needs.step_bytes, grown_from).unwrap_or(0);
         }
         let Self {
             host,
@@ -301,7 +309,7 @@ impl<'c> Pipeline<'c> {
                 &host,
                 &mut engine,
                 &mut needs,
-                capacity,
+                tuning::Room { capacity, grown_from },
                 &speed,
                 &mut search,
             )?),
@@ -341,6 +349,11 @@ impl<'c> Pipeline<'c> {
             speed,
             ..
         } = self.prepare(cfg)?;
+        let reason = match (cfg.memory.memory_budget, &search) {
+            (Some(_), _) => RecomputeReason::MemoryBudget,
+            (None, Some(_)) => RecomputeReason::ArenaSize,
+            (None, None) => RecomputeReason::Cheap,
+        };
         // After timing: the timed algorithms may recompute others.
         engine.set_recomputed(&needs.dropped, needs.transient_chains);
         if cfg.memory.memory_plan {
@@ -406,6 +419,7 @@ impl<'c> Pipeline<'c> {
                 let recomputing = super::budget::extra_seconds(&needs.candidates, &needs.dropped, &speed);
                 let workspaces = conv_tuning.map_or(0.0, |t| t.seconds_lost);
                 RecomputePlan {
+                    reason,
                     dropped: needs.dropped.clone(),
                     candidates: needs.candidates.len(),
                     predicted_extra_seconds: recomputing,
@@ -419,6 +433,22 @@ impl<'c> Pipeline<'c> {
             }),
         };
         Ok((session, info))
+    }
+}
+
+/// The step the timed convolutions' workspaces may grow from (see
+/// [`tuning::tuning_bound`]): with the default's cheap drops (no budget
+/// searched), the step that keeps every output (`plain`); else the step
+/// as chosen (`needs`).
+fn grown_from(
+    cfg: &TrainConfig,
+    plain: &ArenaNeeds,
+    needs: &ArenaNeeds,
+    search: &Option<crate::memory::SearchReport>,
+) -> usize {
+    match cfg.memory.memory_budget.is_none() && search.is_none() {
+        true => plain.step_bytes,
+        false => needs.step_bytes,
     }
 }
 

@@ -3,7 +3,9 @@
 
 use super::{device_kind, ArenaNeeds, Pipeline};
 use crate::autograd::Candidate;
-use crate::memory::{chain_mode, MemoryReport, Recomputed, RecomputedKind, RecomputedOutput, SearchReport};
+use crate::memory::{
+    chain_mode, MemoryReport, RecomputeReason, Recomputed, RecomputedKind, RecomputedOutput, SearchReport,
+};
 use crate::train::budget::{extra_seconds, least_extra_seconds, Speed};
 use crate::train::TrainConfig;
 use crate::Result;
@@ -30,12 +32,29 @@ impl Pipeline<'_> {
             // Bump-allocated: the step region is the largest step's, no plan's.
             report.arena_bytes = needs.total();
         }
-        if let Some(budget) = self.cfg.memory.memory_budget {
-            let search = budgeted.search.unwrap_or_default();
-            report.recomputed = Some(recomputed(&needs, &unbudgeted, budget, &self.speed(), search));
-        }
+        report.recomputed = match self.cfg.memory.memory_budget {
+            Some(budget) => {
+                let search = budgeted.search.unwrap_or_default();
+                let why = RecomputeReason::MemoryBudget;
+                Some(recomputed(&needs, &unbudgeted, budget, &self.speed(), search, why))
+            }
+            // The default's drops, against any choice of as small a step.
+            None if !needs.dropped.is_empty() => {
+                let (budget, why) = (needs.step_bytes, RecomputeReason::Cheap);
+                Some(recomputed(
+                    &needs,
+                    &unbudgeted,
+                    budget,
+                    &self.speed(),
+                    SearchReport::default(),
+                    why,
+                ))
+            }
+            None => None,
+        };
         // As the run: no room to time convolutions where there are none.
-        report.tuning_bytes = super::tuning_bytes(self.cfg, device_kind(&self.device), needs.step_bytes)
+        let grown_from = super::grown_from(self.cfg, &unbudgeted, &needs, &budgeted.search);
+        report.tuning_bytes = super::tuning_bytes(self.cfg, device_kind(&self.device), needs.step_bytes, grown_from)
             .filter(|_| !needs.candidates.is_empty());
         Ok((report, self.device.describe()))
     }
@@ -70,7 +89,8 @@ impl Pipeline<'_> {
         let mut report = MemoryReport::new(&needs.persistent, &needs.plans).named(needs.plan_names.clone());
         if let Some(budget) = cfg.memory.memory_budget {
             let search = prepared.search.unwrap_or_default();
-            let mut r = recomputed(needs, &prepared.unbudgeted, budget, &prepared.speed, search);
+            let why = RecomputeReason::MemoryBudget;
+            let mut r = recomputed(needs, &prepared.unbudgeted, budget, &prepared.speed, search, why);
             r.workspace_extra_seconds = prepared.conv_tuning.map(|t| t.seconds_lost);
             report.recomputed = Some(r);
         }
@@ -96,14 +116,16 @@ pub(super) fn outputs(needs: &ArenaNeeds) -> Vec<RecomputedOutput> {
         .collect()
 }
 
-/// What `needs` recomputes under `budget`, against the step without
-/// (`unbudgeted`), for the report; `search`: how it was found.
+/// What `needs` recomputes under `budget` (for the default's drops, its
+/// own step), against the step without (`unbudgeted`), for the report;
+/// `search`: how it was found; `reason`: what for.
 fn recomputed(
     needs: &ArenaNeeds,
     unbudgeted: &ArenaNeeds,
     budget: usize,
     speed: &Speed,
     search: SearchReport,
+    reason: RecomputeReason,
 ) -> Recomputed {
     let dropped: Vec<Candidate> = needs
         .dropped
@@ -136,6 +158,7 @@ fn recomputed(
     // and weight gradients); recomputing one runs its forward again.
     let step_macs: u64 = 3 * needs.candidates.iter().map(|c| c.multiply_adds).sum::<u64>();
     Recomputed {
+        reason,
         dropped: dropped.len(),
         which: needs.dropped.clone(),
         candidates: needs.candidates.len(),
