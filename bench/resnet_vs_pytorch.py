@@ -243,11 +243,12 @@ def bumpgrad_common(args, model, batch, precision):
     ]
 
 
-def run_bumpgrad(case, args, profile=False, budget=None):
+def run_bumpgrad(case, args, profile=False, budget=None, recompute=None):
     model, batch, precision = case
     n = batch * args.steps_per_epoch
     cmd = [args.bumpgrad, "train", *bumpgrad_common(args, model, batch, precision),
            *(["--memory-budget", str(budget)] if budget else []),
+           *(["--recompute", recompute] if recompute else []),
            "--data", f"synthetic:cifar10:{n}",
            "--epochs", str(args.epochs + 1),
            "--test-limit", str(batch),
@@ -267,8 +268,9 @@ def run_bumpgrad(case, args, profile=False, budget=None):
         "state_bytes": epochs[-1]["arena"]["persistent_bytes"],
         "graph_nodes": epochs[-1].get("kernels_per_step"),
         "train_loss": [e["train_loss"] for e in epochs],
-        # Under a budget every epoch line carries the plan the run follows
-        # (outputs recomputed, chain mode, predicted extra seconds, search).
+        # Where the run recomputes (a budget, or the default's cheap outputs)
+        # every epoch line carries the plan it follows (outputs recomputed,
+        # chain mode, predicted extra seconds, search).
         "plan": epochs[-1].get("recomputed"),
         # What the run said about its memory and its convolution algorithms.
         "notes": [l.strip() for l in p.stderr.splitlines() if l.strip().startswith(("memory:", "cuDNN:"))],
@@ -423,15 +425,17 @@ def pytorch_max_batch(model, args, checkpoint=False):
 def table(rows, max_batches):
     out = ["| model | batch | precision | bumpgrad ms/step | PyTorch eager ms/step | ratio (target) "
            "| PyTorch graphs ms/step | ratio "
-           "| bumpgrad step MiB | PyTorch eager step MiB | ratio (target 0.5) |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "| bumpgrad step MiB | PyTorch eager step MiB | ratio (target 0.6) | bumpgrad --recompute none ms, MiB |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         b, t, g = r["bumpgrad"], r["pytorch"], r.get("pytorch_graphs")
+        k = r.get("bumpgrad_keep_all")
         graphs = f"{g['ms_per_step']:.2f} | {r['graphs_time_ratio']:.2f}" if g else "– | –"
+        kept = f"{k['ms_per_step']:.2f}, {k['step_memory_bytes'] / MIB:,.0f}" if k else "–"
         out.append(
             f"| {r['model']} | {r['batch']} | {r['precision']} | {b['ms_per_step']:.2f} | {t['ms_per_step']:.2f} "
             f"| {r['time_ratio']:.2f} (≤ {r['time_target']}) | {graphs} | {b['step_memory_bytes'] / MIB:,.0f} "
-            f"| {t['step_memory_bytes'] / MIB:,.0f} | {r['memory_ratio']:.2f} |"
+            f"| {t['step_memory_bytes'] / MIB:,.0f} | {r['memory_ratio']:.2f} | {kept} |"
         )
     if max_batches:
         out += ["", "| model | largest batch in 4 GiB: bumpgrad | PyTorch | ratio |", "| --- | --- | --- | --- |"]
@@ -490,6 +494,9 @@ def main():
                    help="print both sides' profiles of this case")
     p.add_argument("--workspace-growth", type=float, metavar="F",
                    help="bumpgrad's --workspace-growth (default: bumpgrad's own)")
+    p.add_argument("--keep-all-too", action="store_true",
+                   help="also bumpgrad with --recompute none (every output kept): what the default's "
+                        "recomputation of cheap outputs costs and saves, side by side")
     p.add_argument("--only", choices=["bumpgrad", "pytorch"], help="run one side only (no ratios)")
     p.add_argument("--no-graphs", dest="graphs", action="store_false",
                    help='skip PyTorch under torch.compile(mode="reduce-overhead"), its CUDA-graph replay, '
@@ -538,6 +545,11 @@ def main():
                 row[side] = run(case, args)
                 print(f"{side:8} {case}: {row[side]['ms_per_step']:.2f} ms/step, "
                       f"{row[side]['step_memory_bytes'] / MIB:,.0f} MiB", file=sys.stderr, flush=True)
+        if args.keep_all_too and args.only in (None, "bumpgrad"):
+            row["bumpgrad_keep_all"] = run_bumpgrad(case, args, recompute="none")
+            k = row["bumpgrad_keep_all"]
+            print(f"bumpgrad --recompute none {case}: {k['ms_per_step']:.2f} ms/step, "
+                  f"{k['step_memory_bytes'] / MIB:,.0f} MiB", file=sys.stderr, flush=True)
         if args.graphs and args.only in (None, "pytorch"):
             row["pytorch_graphs"] = run_pytorch(case, args, graphs=True)
             print(f"pytorch graphs {case}: {row['pytorch_graphs']['ms_per_step']:.2f} ms/step, "
