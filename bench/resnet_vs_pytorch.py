@@ -331,26 +331,30 @@ def budget_rows(args):
     checkpointed; predicted against measured extra time."""
     rows = []
     for case in args.case or [("resnet50", 256, "fp32"), ("resnet18", 512, "fp32")]:
+        # The unbudgeted run and PyTorch's two are the same for every budget:
+        # run once per case.
         free = run_bumpgrad(case, args)
-        asked = int(free["step_memory_bytes"] * args.budget)
-        plan = bumpgrad_predicted(case, args, asked)
-        budget = plan["budget_bytes"]
-        tight = run_bumpgrad(case, args, budget=budget)
-        row = {"model": case[0], "batch": case[1], "precision": case[2], "budget_bytes": budget,
-               "asked_budget_bytes": asked,
-               "bumpgrad": free, "bumpgrad_budget": tight, "plan": plan,
-               "measured_extra_ms": tight["ms_per_step"] - free["ms_per_step"],
-               # What the training run itself predicted for the drops it chose
-               # (with its timed algorithms' workspaces, which may differ from
-               # the `memory` plan's heuristic ones).
-               "run_predicted_extra_ms": run_predicted_ms(tight, free),
-               "predicted_extra_ms": plan["predicted_extra_seconds"] * 1e3,
-               "least_extra_ms": plan["least_extra_seconds"] * 1e3}
+        theirs = {}
         if args.only is None:
-            row["pytorch"] = run_pytorch(case, args)
-            row["pytorch_checkpoint"] = run_pytorch(case, args, checkpoint=True)
-        rows.append(row)
-        print(json.dumps(row), file=sys.stderr, flush=True)
+            theirs["pytorch"] = run_pytorch(case, args)
+            theirs["pytorch_checkpoint"] = run_pytorch(case, args, checkpoint=True)
+        for fraction in args.budget:
+            asked = int(free["step_memory_bytes"] * fraction)
+            plan = bumpgrad_predicted(case, args, asked)
+            budget = plan["budget_bytes"]
+            tight = run_bumpgrad(case, args, budget=budget)
+            row = {"model": case[0], "batch": case[1], "precision": case[2], "budget_bytes": budget,
+                   "fraction": fraction, "asked_budget_bytes": asked,
+                   "bumpgrad": free, "bumpgrad_budget": tight, "plan": plan,
+                   "measured_extra_ms": tight["ms_per_step"] - free["ms_per_step"],
+                   # What the training run itself predicted for the drops it chose
+                   # (with its timed algorithms' workspaces, which may differ from
+                   # the `memory` plan's heuristic ones).
+                   "run_predicted_extra_ms": run_predicted_ms(tight, free),
+                   "predicted_extra_ms": plan["predicted_extra_seconds"] * 1e3,
+                   "least_extra_ms": plan["least_extra_seconds"] * 1e3, **theirs}
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
     max_batches = {}
     if args.max_batch:
         for model in sorted({r["model"] for r in rows}):
@@ -503,9 +507,10 @@ def main():
                         "which every case otherwise also runs (compiling takes about a minute a case)")
     p.add_argument("--skip-pytorch-max-batch", action="store_true",
                    help="with --budget --max-batch: bumpgrad's largest batches only")
-    p.add_argument("--budget", type=float, metavar="F",
-                   help="memory budgets instead: each case (default resnet50:256:fp32, resnet18:512:fp32) under F "
-                        "of its own unbudgeted step memory, against PyTorch eager and checkpointed; "
+    p.add_argument("--budget", type=float, metavar="F", nargs="+",
+                   help="memory budgets instead: each case (default resnet50:256:fp32, resnet18:512:fp32) under each F "
+                        "(several make a sweep) of its own unbudgeted step memory (bumpgrad's default, which "
+                        "recomputes cheap outputs), against PyTorch eager and checkpointed, run once a case; "
                         "with --max-batch, the largest batch recomputing to fit")
     p.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results")
     p.add_argument("--pytorch-worker", help=argparse.SUPPRESS)
