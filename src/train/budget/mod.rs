@@ -230,6 +230,14 @@ impl Deadline {
         self.started.elapsed() >= self.bound
     }
 
+    /// The first quarter of this deadline's time, from when it started.
+    fn quarter(&self) -> Self {
+        Self {
+            started: self.started,
+            bound: self.bound / 4,
+        }
+    }
+
     fn left(&self) -> Duration {
         self.bound.saturating_sub(self.started.elapsed())
     }
@@ -645,14 +653,21 @@ pub(super) fn search_until(
     // repaired for the budget itself can end far costlier than one made
     // for less, which fits too (ResNet-50 b128 on the CPU: 1,117 ms
     // predicted within 1,500 MiB, 642 within 1,450). Each is a few solves
-    // of the program (seconds for a ResNet-50), so only then.
+    // of the program (seconds for a ResNet-50), so only then, and only in
+    // the first quarter of the search's time: a search that is long
+    // already (a ResNet-50 at batch 256 on the GPU, whose timed
+    // convolutions search again after it) keeps its time for the rest.
+    let quarter = deadline.quarter();
     for k in 1..PROGRAM_AIMS {
-        if mode != Mode::Plan || !missed || deadline.passed() {
+        if mode != Mode::Plan || !missed || quarter.passed() {
             break;
         }
         let aim = budget / 100 * (100 - AIM_STEP_PERCENT * k);
-        if let Some((found, _)) = cheapest(&unbudgeted, aim, speed, &measure, &deadline)? {
-            polished(found, &mut best)?;
+        if let Some((found, _)) = cheapest(&unbudgeted, aim, speed, &measure, &quarter)? {
+            if !quarter.passed() {
+                best.weigh(polish(step, found.clone(), budget, speed, &quarter)?);
+            }
+            best.weigh(found);
         }
     }
     // Where the program found nothing, dry runs alone. For a plan, the
