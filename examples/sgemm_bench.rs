@@ -31,7 +31,7 @@ struct Case {
     accumulate: bool,
 }
 
-const CASES: [Case; 17] = [
+const CASES: [Case; 19] = [
     Case {
         name: "conv1 fwd        nn",
         m: 10,
@@ -115,6 +115,22 @@ const CASES: [Case; 17] = [
     Case {
         name: "tree inner fwd   nt",
         m: 100,
+        n: 750,
+        k: 150,
+        kind: Kind::Nt,
+        accumulate: false,
+    },
+    Case {
+        name: "tree level32 fwd nt",
+        m: 32,
+        n: 750,
+        k: 150,
+        kind: Kind::Nt,
+        accumulate: false,
+    },
+    Case {
+        name: "tree level8 fwd  nt",
+        m: 8,
         n: 750,
         k: 150,
         kind: Kind::Nt,

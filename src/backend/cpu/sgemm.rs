@@ -413,8 +413,10 @@ fn avx_nt_packs(args: &NtArgs<'_>) -> bool {
     // gradients with a long k and few rows to reuse the panel (16×144×196:
     // 69 against 56 GFLOP/s), and wins for the Tree-LSTM's wide weights
     // (100×750×150: 57 → 92 GFLOP/s; 475×450×300: 73 → 90), where the dot
-    // products re-read every row of B from L2 for each row tile of A.
-    args.m >= 16 && (args.k <= 64 || (args.n >= 128 && args.m >= 64))
+    // products re-read every row of B from L2 for each row tile of A; B
+    // as wide as a Tree-LSTM level's weights pays even for few rows
+    // (32×750×150: 43 → 69 GFLOP/s; not 8×750×150).
+    args.m >= 16 && (args.k <= 64 || (args.n >= 128 && args.m >= 64) || args.n >= 512)
 }
 
 /// The portable copy, whatever the CPU (the tests run it next to the
