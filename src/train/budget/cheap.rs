@@ -21,9 +21,9 @@ use crate::Result;
 /// candidates (no multiply-adds) dropped that lower its peak, chains held,
 /// measured through `step`: greedily, the drop that lowers the peak most
 /// (the fewest bytes among equals) until none lowers it; `plain` itself
-/// where none helps. Each drop is taken for lowering the peak, so none is
-/// held for nothing (the tests check that no drop can be kept again
-/// without raising it). Greedy, it stops where only two drops together
+/// where none helps. Each drop lowered the peak when it was taken (the
+/// tests check, on small ResNets, that none can then be kept again without
+/// raising it). Greedy, it stops where only two drops together
 /// would lower the peak (two peaks of equal height); on the ResNets it
 /// ends within 1% of the bound the budget's program proves for a step as
 /// small (ResNet-50 at batch 128: 1.73 GiB from 2.54). At most a dry run
