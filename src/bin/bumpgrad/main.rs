@@ -298,19 +298,20 @@ fn run_memory(memory: &MemoryArgs) -> anyhow::Result<()> {
     let text = if args.json {
         serde_json::to_string(&report).context("encoding the report")? + "\n"
     } else {
-        let mut table = report.table(train::StepKind::name);
-        // The library names no flags: the default's line gets its way out here.
-        if let Some(at) = table
-            .find("recomputed by default")
-            .and_then(|at| table[at..].find('\n').map(|n| at + n))
-        {
-            table.insert_str(at, " (--recompute none keeps them)");
-        }
+        // The library names no flags: the way out of the default's
+        // recomputation is said here.
+        let keep = match report.recomputed.as_ref().map(|r| r.reason) {
+            Some(bumpgrad::memory::RecomputeReason::Cheap) => {
+                "(block outputs are recomputed by default, below; --recompute none keeps them)\n"
+            }
+            _ => "",
+        };
         format!(
-            "bumpgrad memory: {}, batch {}, precision {}, on {device}\n{table}",
+            "bumpgrad memory: {}, batch {}, precision {}, on {device}\n{keep}{}",
             cfg.run.model.name(),
             cfg.run.batch,
             cfg.device.precision,
+            report.table(train::StepKind::name)
         )
     };
     emit(&text)

@@ -1,8 +1,7 @@
 //! What a person sees: a progress bar per epoch on a terminal, one summary
 //! line per epoch, or one JSON object per epoch with `--json`.
 
-use bumpgrad::memory::ByteSize;
-use bumpgrad::memory::RecomputeReason;
+use bumpgrad::memory::{ByteSize, RecomputeReason};
 use bumpgrad::tasks::Metric;
 use bumpgrad::train::{EpochLine, EpochReport, Observer, RecomputePlan, RunInfo, StepProfile, WorkspaceHold};
 use bumpgrad::Layout;
@@ -154,7 +153,7 @@ impl Observer for Printer {
             let bytes: usize = plan.outputs.iter().map(|o| o.bytes).sum();
             self.say(&format!(
                 "memory: the step recomputes {dropped} of its {of} convolution and block outputs ({}) in backward rather than keep them{}, {} (predicted {:.2} ms more a step{slower})",
-                bumpgrad::memory::ByteSize(bytes),
+                ByteSize(bytes),
                 if plan.transient_chains { ", chains of them made again for each reader" } else { "" },
                 match plan.reason {
                     RecomputeReason::MemoryBudget => "to fit --memory-budget",

@@ -636,9 +636,9 @@ pub(super) fn search_until(
     // cheapest too: the model's cheap choices are its least chained, the
     // likeliest to fit when checked; with the first within 25% of the
     // cheapest, ResNet-18's largest batch in 4 GiB fell by 5%.)
-    let polished = |found: ArenaNeeds, best: &mut Best<'_>| -> Result<()> {
-        if mode != Mode::Probe && !deadline.passed() {
-            best.weigh(polish(step, found.clone(), budget, speed, &deadline)?);
+    let polished = |found: ArenaNeeds, best: &mut Best<'_>, until: &Deadline| -> Result<()> {
+        if mode != Mode::Probe && !until.passed() {
+            best.weigh(polish(step, found.clone(), budget, speed, until)?);
         }
         best.weigh(found);
         Ok(())
@@ -646,7 +646,7 @@ pub(super) fn search_until(
     let mut missed = true;
     if let Some((found, fitted_at_once)) = cheapest(&unbudgeted, budget, speed, &measure, &deadline)? {
         missed = !fitted_at_once;
-        polished(found, &mut best)?;
+        polished(found, &mut best, &deadline)?;
     }
     // Where the model missed (its choice did not fit as measured), a plan
     // also weighs the program's choices for a little less: the choice
@@ -664,10 +664,7 @@ pub(super) fn search_until(
         }
         let aim = budget / 100 * (100 - AIM_STEP_PERCENT * k);
         if let Some((found, _)) = cheapest(&unbudgeted, aim, speed, &measure, &quarter)? {
-            if !quarter.passed() {
-                best.weigh(polish(step, found.clone(), budget, speed, &quarter)?);
-            }
-            best.weigh(found);
+            polished(found, &mut best, &quarter)?;
         }
     }
     // Where the program found nothing, dry runs alone. For a plan, the
@@ -681,7 +678,7 @@ pub(super) fn search_until(
         let aim = budget / 100 * (100 - AIM_STEP_PERCENT * k);
         let found = approach(unbudgeted.clone(), aim, speed, &measure, &deadline)?;
         if fit(&found) {
-            polished(found, &mut best)?;
+            polished(found, &mut best, &deadline)?;
         }
     }
     // Then the floors, the least steps single changes reach from every
@@ -698,7 +695,7 @@ pub(super) fn search_until(
         let floor = descend(n, measure, &Deadline::after(Duration::MAX))?;
         least = least.min(floor.step_bytes);
         if fit(&floor) {
-            polished(floor, &mut best)?;
+            polished(floor, &mut best, &deadline)?;
         }
     }
     let outcome = match best.best.take() {

@@ -43,7 +43,7 @@ use super::{Recompute, TrainConfig};
 use crate::backend::{Device, DeviceKind, Precision};
 use crate::data::{DataSet, DataSource};
 use crate::distributed::Join;
-use crate::memory::{ArenaError, ByteSize, MemoryReport, RecomputeReason};
+use crate::memory::{ArenaError, ByteSize, MemoryReport, RecomputeReason, SearchReport};
 use crate::{Error, Result, Setting};
 use arenas::Algorithms;
 use assemble::{assemble, Live};
@@ -349,11 +349,7 @@ impl<'c> Pipeline<'c> {
             speed,
             ..
         } = self.prepare(cfg)?;
-        let reason = match (cfg.memory.memory_budget, &search) {
-            (Some(_), _) => RecomputeReason::MemoryBudget,
-            (None, Some(_)) => RecomputeReason::ArenaSize,
-            (None, None) => RecomputeReason::Cheap,
-        };
+        let reason = recompute_reason(cfg, &search);
         // After timing: the timed algorithms may recompute others.
         engine.set_recomputed(&needs.dropped, needs.transient_chains);
         if cfg.memory.memory_plan {
@@ -436,19 +432,24 @@ impl<'c> Pipeline<'c> {
     }
 }
 
+/// What the chosen step's drops (if any) were made for, from how they were
+/// chosen: a budget given; a given arena's room (a search ran without a
+/// budget); else the default's cheap drops, which no search chooses.
+fn recompute_reason(cfg: &TrainConfig, search: &Option<SearchReport>) -> RecomputeReason {
+    match (cfg.memory.memory_budget, search) {
+        (Some(_), _) => RecomputeReason::MemoryBudget,
+        (None, Some(_)) => RecomputeReason::ArenaSize,
+        (None, None) => RecomputeReason::Cheap,
+    }
+}
+
 /// The step the timed convolutions' workspaces may grow from (see
-/// [`tuning::tuning_bound`]): with the default's cheap drops (no budget
-/// searched), the step that keeps every output (`plain`); else the step
-/// as chosen (`needs`).
-fn grown_from(
-    cfg: &TrainConfig,
-    plain: &ArenaNeeds,
-    needs: &ArenaNeeds,
-    search: &Option<crate::memory::SearchReport>,
-) -> usize {
-    match cfg.memory.memory_budget.is_none() && search.is_none() {
-        true => plain.step_bytes,
-        false => needs.step_bytes,
+/// [`tuning::tuning_bound`]): with the default's cheap drops, the step
+/// that keeps every output (`plain`); else the step as chosen (`needs`).
+fn grown_from(cfg: &TrainConfig, plain: &ArenaNeeds, needs: &ArenaNeeds, search: &Option<SearchReport>) -> usize {
+    match recompute_reason(cfg, search) {
+        RecomputeReason::Cheap => plain.step_bytes,
+        RecomputeReason::MemoryBudget | RecomputeReason::ArenaSize => needs.step_bytes,
     }
 }
 

@@ -32,26 +32,18 @@ impl Pipeline<'_> {
             // Bump-allocated: the step region is the largest step's, no plan's.
             report.arena_bytes = needs.total();
         }
-        report.recomputed = match self.cfg.memory.memory_budget {
-            Some(budget) => {
-                let search = budgeted.search.unwrap_or_default();
-                let why = RecomputeReason::MemoryBudget;
-                Some(recomputed(&needs, &unbudgeted, budget, &self.speed(), search, why))
-            }
-            // The default's drops, against any choice of as small a step.
-            None if !needs.dropped.is_empty() => {
-                let (budget, why) = (needs.step_bytes, RecomputeReason::Cheap);
-                Some(recomputed(
-                    &needs,
-                    &unbudgeted,
-                    budget,
-                    &self.speed(),
-                    SearchReport::default(),
-                    why,
-                ))
-            }
-            None => None,
-        };
+        // The default's drops are weighed against any choice of as small a
+        // step.
+        let why = super::recompute_reason(self.cfg, &budgeted.search);
+        report.recomputed = match (self.cfg.memory.memory_budget, why) {
+            (Some(budget), _) => Some(budget),
+            (None, RecomputeReason::Cheap) if !needs.dropped.is_empty() => Some(needs.step_bytes),
+            (None, _) => None,
+        }
+        .map(|budget| {
+            let search = budgeted.search.unwrap_or_default();
+            recomputed(&needs, &unbudgeted, budget, &self.speed(), search, why)
+        });
         // As the run: no room to time convolutions where there are none.
         let grown_from = super::grown_from(self.cfg, &unbudgeted, &needs, &budgeted.search);
         report.tuning_bytes = super::tuning_bytes(self.cfg, device_kind(&self.device), needs.step_bytes, grown_from)
