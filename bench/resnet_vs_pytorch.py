@@ -366,9 +366,12 @@ def budget_rows(args):
 
 
 def run_predicted_ms(result, unbudgeted=None):
-    """What a training run predicted its budget costs: recomputation and
-    held workspaces (the cuDNN line alone where nothing is recomputed),
-    less what the unbudgeted run's own held workspaces cost."""
+    """What a training run predicted its budget costs over `unbudgeted`, the
+    run it is measured against: recomputation and held workspaces (the
+    cuDNN line alone where nothing is recomputed), less what the unbudgeted
+    run predicted for its own (bumpgrad's default recomputes cheap outputs
+    and may hold workspaces; both runs predict against a step that keeps
+    every output on the fastest algorithms)."""
     import re
 
     def find(notes, pattern):
@@ -385,7 +388,11 @@ def run_predicted_ms(result, unbudgeted=None):
         or find(notes, r"predicted ([0-9.]+) ms more a step") or find(notes, held)
     if ms is None:
         return None
-    return ms - (find(unbudgeted.get("notes", []), held) or 0.0 if unbudgeted else 0.0)
+    if not unbudgeted:
+        return ms
+    base = unbudgeted.get("plan")
+    return ms - ((base["predicted_step_extra_seconds"] * 1e3 if base else None)
+                 or find(unbudgeted.get("notes", []), held) or 0.0)
 
 
 def budget_table(rows, max_batches):
