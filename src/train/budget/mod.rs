@@ -471,14 +471,17 @@ pub(super) fn meet_budget(
 /// and how the search went; `None` with the report where none fits. For
 /// a search among several candidate steps (the timed convolutions' under
 /// each workspace cap, `pipeline::tuning`): no least step is sought.
+/// `mode`: [`Mode::Weigh`], or [`Mode::Room`] for a budget lowered to
+/// leave workspaces room.
 pub(super) fn cheapest_within(
     step: &Measure<'_>,
     unbudgeted: ArenaNeeds,
     budget: usize,
     speed: &Speed,
+    mode: Mode,
     deadline: Deadline,
 ) -> Result<(Option<ArenaNeeds>, SearchReport)> {
-    let (outcome, report) = search_until(step, unbudgeted, budget, speed, Mode::Weigh, deadline)?;
+    let (outcome, report) = search_until(step, unbudgeted, budget, speed, mode, deadline)?;
     Ok(match outcome {
         Outcome::Fits(needs) => (Some(needs), report),
         Outcome::Short { .. } => (None, report),
@@ -498,6 +501,12 @@ pub(super) enum Mode {
     /// where one is among several steps weighed (see [`cheapest_within`]):
     /// no floors, whose plans cost most, and no least step sought.
     Weigh,
+    /// As [`Mode::Weigh`], and where nothing fits, the floors too, within
+    /// the deadline: for a budget lowered below the step's to leave the
+    /// timed workspaces room where it peaks, which only chains remade for
+    /// each reader may reach (ResNet-18 at batch 512 under half its step:
+    /// the least step with chains held is about the budget itself).
+    Room,
 }
 
 /// A choice that fits `budget` (a probe's: the program's cheapest where it
@@ -689,10 +698,14 @@ pub(super) fn search_until(
     // when asked for as a budget. Past the deadline they still run, to
     // have a plan or a least.
     for measure in [&measure as &dyn Fn(&[u32]) -> Result<ArenaNeeds>, &transient] {
-        if best.found() || mode == Mode::Weigh {
+        if best.found() || mode == Mode::Weigh || (mode == Mode::Room && deadline.passed()) {
             break;
         }
-        let floor = descend(n, measure, &Deadline::after(Duration::MAX))?;
+        let until = match mode {
+            Mode::Room => deadline,
+            _ => Deadline::after(Duration::MAX),
+        };
+        let floor = descend(n, measure, &until)?;
         least = least.min(floor.step_bytes);
         if fit(&floor) {
             polished(floor, &mut best, &deadline)?;

@@ -465,6 +465,43 @@ fn a_budget_below_the_bound_is_refused_before_any_search() {
     assert!(fit.step_bytes <= least);
 }
 
+/// A budget lowered for workspace room (see [`Mode::Room`]) below what
+/// chains held can reach is met with chains remade for each reader, where
+/// a weighing search, which never descends to the floors, finds nothing.
+#[test]
+fn a_budget_only_remade_chains_reach_is_met_when_weighed_for_room() {
+    let (step, unbudgeted) = small_step(crate::models::Depth::R18);
+    let speed = h200();
+    let n = unbudgeted.candidates.len();
+    let forever = forever();
+    let held = descend(n, &|d: &[u32]| step(&StepChoice::held(d)), &forever).unwrap();
+    let remade = descend(n, &|d: &[u32]| step(&StepChoice::transient(d)), &forever).unwrap();
+    assert!(
+        remade.step_bytes < held.step_bytes,
+        "{} against {}",
+        remade.step_bytes,
+        held.step_bytes
+    );
+    let budget = remade.step_bytes + (held.step_bytes - remade.step_bytes) / 4;
+    let within = |mode| {
+        cheapest_within(
+            &step,
+            unbudgeted.clone(),
+            budget,
+            &speed,
+            mode,
+            Deadline::after(bound()),
+        )
+        .unwrap()
+    };
+    assert!(within(Mode::Weigh).0.is_none(), "chains held reach {budget}");
+    let (Some(fit), report) = within(Mode::Room) else {
+        panic!("remade chains do not reach {budget}")
+    };
+    assert!(fit.transient_chains && fit.step_bytes <= budget, "{fit:?}");
+    assert!(report.plans_weighed > 0, "{report:?}");
+}
+
 /// Past its deadline a search takes the best it has, here the floors'
 /// (nothing else is tried once it has passed), and says it stopped there.
 #[test]

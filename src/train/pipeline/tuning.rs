@@ -7,7 +7,7 @@ use super::measure::{ArenaNeeds, DryRuns, StepChoice};
 use crate::backend::DeviceKind;
 use crate::data::DataSet;
 use crate::memory::{SearchReport, StepPlan};
-use crate::train::budget::{cheapest_within, extra_seconds, Deadline, Speed, SEARCH_SECONDS};
+use crate::train::budget::{cheapest_within, extra_seconds, Deadline, Mode, Speed, SEARCH_SECONDS};
 use crate::train::report::{ConvTuning, WorkspaceHold};
 use crate::train::{ConvAlgos, TrainConfig};
 use crate::Engine;
@@ -156,7 +156,11 @@ pub(super) fn time_convolutions(
             hold(&Limits::new(), rung.cap.unwrap_or(usize::MAX));
             let plain = measure(&StepChoice::default())?;
             let aim = bound.saturating_sub(rung.reserve);
-            let (found, report) = cheapest_within(&measure, plain, aim, speed, deadline)?;
+            let mode = match rung.reserve {
+                0 => Mode::Weigh,
+                _ => Mode::Room,
+            };
+            let (found, report) = cheapest_within(&measure, plain, aim, speed, mode, deadline)?;
             let Some(found) = found.filter(|f| fits(f)) else {
                 return Ok((None, report));
             };
@@ -280,10 +284,12 @@ fn ladder(largest: usize) -> Vec<Rung> {
 }
 
 /// Then, at the cheapest cap, more recomputation for room at the peak: a
-/// sixteenth, an eighth and a quarter of `bound` reserved. (A step planned
-/// to the bound leaves no workspace room where it peaks: ResNet-18 at
-/// batch 512 under half its step lost 40 ms a step to held workspaces
-/// so, at every cap.)
+/// sixteenth, an eighth and a quarter of `bound` reserved, searched as
+/// [`Mode::Room`], so that chains remade for each reader may make the room
+/// where chains held cannot. (A step planned to the bound leaves no
+/// workspace room where it peaks: ResNet-18 at batch 512 under half its
+/// step lost 40 ms a step to held workspaces so, at every cap; with chains
+/// remade for room, 24.6 ms on the H200, 15.7 of them in held workspaces.)
 fn reserves(cap: Option<usize>, bound: usize) -> Vec<Rung> {
     [16, 8, 4]
         .map(|d| Rung {
