@@ -188,7 +188,7 @@ pub(crate) struct Trace {
     /// Whether every buffer so far lies at or above the end of every one
     /// before it, as in a bump-allocated step: then [`Trace::touch`] finds
     /// the touched buffer by its offset rather than by a scan of them all.
-    pub bumped: bool,
+    bumped: bool,
     /// The end of the highest buffer so far.
     top: usize,
 }

@@ -696,7 +696,8 @@ pub(super) fn search_until(
     // and polished before they are weighed, never taken merely because
     // they fit. None depends on the budget, so the least they find is met
     // when asked for as a budget. Past the deadline they still run, to
-    // have a plan or a least.
+    // have a plan or a least (a search for room, which may do without one,
+    // stops there).
     for measure in [&measure as &dyn Fn(&[u32]) -> Result<ArenaNeeds>, &transient] {
         if best.found() || mode == Mode::Weigh || (mode == Mode::Room && deadline.passed()) {
             break;
