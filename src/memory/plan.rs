@@ -118,10 +118,12 @@ pub struct StepPlan {
 }
 
 impl StepPlan {
-    /// The tick at which the most bytes are alive, and those bytes.
-    /// The first of equally full ticks. One sweep over the ticks: the
-    /// budget's search asks this of every dry run, and summing the live
-    /// buffers tick by tick made it a fifth of a ResNet-50's search.
+    /// The tick at which the most bytes are alive (the first of equally
+    /// full ones), and those bytes.
+    ///
+    /// One sweep over the ticks: the budget's search asks this of every dry
+    /// run, and summing the live buffers tick by tick was a fifth of a
+    /// ResNet-50's search.
     pub fn peak_tick(&self) -> (u32, usize) {
         let last = self.bufs.iter().map(|b| b.life.last).max().unwrap_or(0) as usize;
         // Bytes born at each tick, and bytes whose last tick it is.
