@@ -261,6 +261,26 @@ impl<'s, N: Recorded> Step<'s, N> {
         self.tape.recipes.iter().any(|(id, _)| *id == t.id)
     }
 
+    /// Whether a recomputation that has just read `t` through
+    /// [`Step::saved`] may write its own output over `t`'s buffer: `t` was
+    /// made again inside this chain only to make another (chains remade for
+    /// each reader, so no reader outside the chain shares that copy: each
+    /// makes its own), and no other recipe reads `t` (so nothing later in
+    /// the chain does). Then the chain holds one buffer where it held two:
+    /// ResNet-18's least budgeted step held a conv output and the relu'd
+    /// batch norm made from it side by side at its peak.
+    pub(crate) fn may_overwrite(&self, t: &TensorRef) -> bool {
+        let tape = &*self.tape;
+        let readers = tape
+            .recipes
+            .iter()
+            .filter(|(_, how)| N::reads(how).contains(&Some(t.id)))
+            .count();
+        let made_in_chain =
+            tape.recompute_depth > 0 && tape.recomputed[tape.chain_from..].iter().any(|(id, _)| *id == t.id);
+        tape.transient_chains && made_in_chain && readers == 1
+    }
+
     /// Whether reading `t` in backward costs nothing: kept, or made again
     /// already.
     pub(crate) fn at_hand(&self, t: &TensorRef) -> bool {
@@ -289,6 +309,9 @@ impl<'s, N: Recorded> Step<'s, N> {
         // shared within it and let go after: its own readers make it again.
         let nested = self.tape.recompute_depth > 0;
         let made_before = self.tape.recomputed.len();
+        if !nested {
+            self.tape.chain_from = made_before;
+        }
         self.tape.recompute_depth += 1;
         self.memory.begin_recompute();
         let buf = N::recompute(how, self);

@@ -68,6 +68,9 @@ pub(crate) struct Tape<N: Recorded> {
     pub(crate) sources: Vec<(u32, Vec<u32>)>,
     /// Recomputations under way (each may need another first).
     pub(crate) recompute_depth: u32,
+    /// Where in `recomputed` the chain under way began: the tensors after
+    /// it were made again inside that chain.
+    pub(crate) chain_from: usize,
     /// The gradient backward started from: the caller's, never written over.
     pub(crate) seed: Option<FloatBuf>,
 }
@@ -88,6 +91,7 @@ impl<N: Recorded> Default for Tape<N> {
             candidate_ids: Vec::new(),
             sources: Vec::new(),
             recompute_depth: 0,
+            chain_from: 0,
             seed: None,
         }
     }
@@ -128,6 +132,7 @@ impl<N: Recorded> Tape<N> {
         self.candidate_ids.clear();
         self.sources.clear();
         self.recompute_depth = 0;
+        self.chain_from = 0;
         self.seed = None;
     }
 }

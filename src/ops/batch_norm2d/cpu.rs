@@ -202,35 +202,50 @@ pub(super) fn normalize(
     c: usize,
     hw: usize,
     k: Channels<'_>,
-    x: &[f32],
+    x: Input<'_>,
     residual: Option<&[f32]>,
     relu: bool,
     y: &mut [f32],
 ) {
     let span = PLANES_PER_TASK * hw;
-    y.par_chunks_mut(span)
-        .zip(x.par_chunks(span))
-        .enumerate()
-        .for_each(|(t, (y, x))| {
-            let r = residual.map(|r| &r[t * span..t * span + y.len()]);
-            for (p, (y, x)) in y.chunks_exact_mut(hw).zip(x.chunks_exact(hw)).enumerate() {
-                let ch = (t * PLANES_PER_TASK + p) % c;
-                let (mu, is, w, b) = (k.mean[ch], k.invstd[ch], k.weight[ch], k.bias[ch]);
-                for (y, &x) in y.iter_mut().zip(x) {
-                    *y = (x - mu) * is * w + b;
-                }
-                if let Some(r) = r {
-                    for (y, &r) in y.iter_mut().zip(&r[p * hw..(p + 1) * hw]) {
-                        *y += r;
+    y.par_chunks_mut(span).enumerate().for_each(|(t, y)| {
+        let r = residual.map(|r| &r[t * span..t * span + y.len()]);
+        for (p, y) in y.chunks_exact_mut(hw).enumerate() {
+            let ch = (t * PLANES_PER_TASK + p) % c;
+            let (mu, is, w, b) = (k.mean[ch], k.invstd[ch], k.weight[ch], k.bias[ch]);
+            match x {
+                Input::Of(x) => {
+                    let from = t * span + p * hw;
+                    for (y, &x) in y.iter_mut().zip(&x[from..from + hw]) {
+                        *y = (x - mu) * is * w + b;
                     }
                 }
-                if relu {
+                Input::InPlace => {
                     for y in y.iter_mut() {
-                        *y = y.max(0.0);
+                        *y = (*y - mu) * is * w + b;
                     }
                 }
             }
-        });
+            if let Some(r) = r {
+                for (y, &r) in y.iter_mut().zip(&r[p * hw..(p + 1) * hw]) {
+                    *y += r;
+                }
+            }
+            if relu {
+                for y in y.iter_mut() {
+                    *y = y.max(0.0);
+                }
+            }
+        }
+    });
+}
+
+/// What [`normalize`] reads: its own buffer, or the output's, which it
+/// writes over (a recomputed input nothing else reads).
+#[derive(Clone, Copy)]
+pub(super) enum Input<'a> {
+    Of(&'a [f32]),
+    InPlace,
 }
 
 /// Per channel, `Σ g·x̂` (the weight's gradient) and `Σ g` (the bias's),

@@ -140,7 +140,8 @@ pub(super) fn eval_stats(
 impl Saved {
     /// Writes the forward's output into `y`: normalised, plus the residual,
     /// through the relu, as `fused` says. Recomputation calls it again with
-    /// the same inputs, so it gives the same bits.
+    /// the same inputs, so it gives the same bits, `y` being `x` or not
+    /// (each value is read before it is written, by the same thread).
     pub(super) fn apply(&self, s: &mut Step<'_>, x: FloatBuf, r: Option<FloatBuf>, y: FloatBuf) -> Result<()> {
         let g = self.g;
         let (w, b) = (self.weight.buf, self.bias.buf);
@@ -170,7 +171,10 @@ impl Saved {
                         weight: v.read(w)?,
                         bias: v.read(b)?,
                     },
-                    v.read(x)?,
+                    match x == y {
+                        true => cpu::Input::InPlace,
+                        false => cpu::Input::Of(v.read(x)?),
+                    },
                     residual,
                     relu,
                     v.write(y)?,

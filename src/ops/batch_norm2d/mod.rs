@@ -55,6 +55,8 @@ mod forward;
 mod geometry;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_in_place;
 
 use crate::autograd::Candidate;
 use crate::backend::cuda::{float_kernel, FloatKernel, KernelSource};
@@ -358,7 +360,12 @@ impl Saved {
             Fused::Relu => "batch-norm relu output, recomputed",
             Fused::AddRelu => "batch-norm + residual relu output, recomputed",
         };
-        let y = s.alloc_like(what, &self.y)?;
+        // Normalising is elementwise: where nothing else reads the copy of
+        // `x` this chain made, the output takes its place.
+        let y = match s.may_overwrite(&self.x) {
+            true => x,
+            false => s.alloc_like(what, &self.y)?,
+        };
         self.apply(s, x, r, y)?;
         Ok(y)
     }

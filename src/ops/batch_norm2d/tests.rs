@@ -8,7 +8,7 @@ use crate::Error;
 /// Running statistics for `c` channels in `arena`'s persistent region,
 /// made as the parameter store makes buffers (no gradient slot) without
 /// reaching up into `nn`.
-fn running_stats(engine: &mut Engine, mean: &[f32], var: &[f32]) -> RunningStats {
+pub(super) fn running_stats(engine: &mut Engine, mean: &[f32], var: &[f32]) -> RunningStats {
     let c = mean.len();
     let mut p = engine.persistent();
     let mut buffer = |what, shape: Shape, values: &[f32]| Param {
