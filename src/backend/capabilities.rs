@@ -96,6 +96,29 @@ impl Runtime {
         }
     }
 
+    /// How many convolution passes run as two halves of their batch, held
+    /// below their fastest workspace; none off the GPU.
+    pub(crate) fn halved_convolution_passes(&self) -> usize {
+        match &self.backend {
+            Backend::Cuda(gpu) => gpu.gpu().conv_plans().iter().map(|p| p.halved_passes()).sum(),
+            Backend::Cpu(_) | Backend::Dry(_) => 0,
+        }
+    }
+
+    /// Runs every convolution planned so far whose batch is even and at
+    /// least 64 images as two halves of its batch from
+    /// now on, whatever the timings (a memory budget chooses halves only
+    /// for a pass it holds below its fastest workspace): for checking that
+    /// the halves compute what the whole batch does. Returns how many
+    /// passes run so; none off the GPU.
+    #[doc(hidden)]
+    pub fn halve_convolutions(&self) -> usize {
+        match &self.backend {
+            Backend::Cuda(gpu) => gpu.halve_convolutions(),
+            Backend::Cpu(_) | Backend::Dry(_) => 0,
+        }
+    }
+
     /// Back to the heuristic's convolution algorithms: undoes
     /// [`Runtime::tune_convolutions`].
     pub(crate) fn untune_convolutions(&self) {

@@ -336,6 +336,9 @@ pub struct ConvTuning {
     /// algorithms timed, by cuDNN's timings: what holding the workspaces
     /// as `held` says costs (0 where nothing is held).
     pub seconds_lost: f64,
+    /// Convolution passes held below their fastest workspace that run as
+    /// two halves of their batch, each within about half the workspace.
+    pub halved: usize,
 }
 
 /// How a run's timed convolutions were held to fit its step (see

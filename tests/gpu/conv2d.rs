@@ -64,3 +64,45 @@ fn convolutions_differing_only_in_stride_or_padding_match_the_cpu_in_one_step() 
         Ok(out)
     });
 }
+
+/// A convolution run as two halves of its batch (what a memory budget
+/// chooses for a pass it holds below its fastest workspace) computes what
+/// the whole batch does: the output, and the gradients of the input and
+/// the filters, each also where it adds to a gradient already there (the
+/// filters read twice, the input read by a convolution and a residual).
+#[test]
+fn a_convolution_run_as_two_halves_of_its_batch_matches_the_cpu() {
+    let test = "conv2d in two halves of the batch";
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(gpu) = gpu(test) else { return };
+    let body: &Body = &|s| {
+        let (xs, ws) = (Shape::new(&[64, 4, 9, 7]), Shape::new(&[4, 4, 3, 3]));
+        let x = s.variable("x", xs, &values(xs.numel(), 80))?;
+        let w = s.variable("w", ws, &values(ws.numel(), 81))?;
+        let same = Conv2dArgs { stride: 1, padding: 1 };
+        let y = x.conv2d(s, w, None, same)?;
+        let z = y.conv2d(s, w, None, same)?.add(s, x)?;
+        with_grads(s, z, &[("x grad", x), ("w grad", w)])
+    };
+    let on_cpu = run(Device::cpu(1).expect("cpu"), body);
+    let mut engine = Engine::new(gpu, 64 << 20).expect("arena");
+    engine.arena_mut().set_poison_step(true);
+    let step = |engine: &mut Engine| {
+        engine
+            .step(|s| {
+                let outputs = body(s)?;
+                read_all(s, outputs)
+            })
+            .expect("step")
+    };
+    let whole = step(&mut engine);
+    // One shape, three passes, each now two halves.
+    assert_eq!(engine.runtime().halve_convolutions(), 3, "{test}");
+    let halves = step(&mut engine);
+    for (run, on_gpu) in [("whole", &whole), ("halves", &halves)] {
+        assert_same_names(test, &on_cpu, on_gpu);
+        for ((name, c), (_, g)) in on_cpu.iter().zip(on_gpu) {
+            assert_close(&format!("{test}, {run}: {name}"), c, g);
+        }
+    }
+}

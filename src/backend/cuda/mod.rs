@@ -325,6 +325,13 @@ impl CudaBackend {
         plans.iter().map(|p| each(p)).max().unwrap_or(0)
     }
 
+    /// Runs every convolution planned so far as two halves of its batch
+    /// where it can (see [`ConvPlan::halve`]); how many passes run so.
+    pub(crate) fn halve_convolutions(&self) -> usize {
+        let libs = self.gpu.libs.lock().unwrap_or_else(|e| e.into_inner());
+        self.gpu.conv_plans().iter().map(|p| p.halve(libs.cudnn)).sum()
+    }
+
     /// Puts every convolution back on cuDNN's heuristic choice.
     pub(crate) fn untune_convolutions(&self) {
         for plan in self.gpu.conv_plans() {

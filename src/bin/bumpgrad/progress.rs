@@ -183,8 +183,12 @@ impl Observer for Printer {
                         .then(|| format!("the workspaces of {at_peak} passes that run where the step peaks held down"));
                     let cap = cap.map(|c| format!("every workspace held to {}", ByteSize(c)));
                     let held: Vec<String> = peak.into_iter().chain(cap).collect();
+                    let halves = match t.halved {
+                        0 => String::new(),
+                        n => format!(" ({n} passes run as two halves of the batch, each in a smaller workspace)"),
+                    };
                     format!(
-                        "; {} to keep the step within {within} ({cost:.2} ms more a step by cuDNN's timings)",
+                        "; {}{halves} to keep the step within {within} ({cost:.2} ms more a step by cuDNN's timings)",
                         held.join(" and ")
                     )
                 }

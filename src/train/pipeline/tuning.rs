@@ -104,6 +104,7 @@ pub(super) fn time_convolutions(
             held: WorkspaceHold::Fastest,
             kept: true,
             seconds_lost: 0.0,
+            halved: 0,
         });
     }
     let bound = tuning_bound(cfg, needs.step_bytes, grown_from)
@@ -205,6 +206,7 @@ pub(super) fn time_convolutions(
             held: WorkspaceHold::Fastest,
             kept: false,
             seconds_lost: 0.0,
+            halved: 0,
         });
     };
     hold(&limits, cap.unwrap_or(usize::MAX));
@@ -218,6 +220,7 @@ pub(super) fn time_convolutions(
         held,
         kept: true,
         seconds_lost: needs.slower_seconds(),
+        halved: engine.runtime().halved_convolution_passes(),
     })
 }
 

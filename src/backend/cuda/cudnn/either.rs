@@ -61,17 +61,15 @@ impl EitherConv {
         }
     }
 
-    /// The chosen candidate's seconds beyond the fastest either API timed.
-    pub(super) fn seconds_lost(&self, pass: ConvPass) -> f64 {
+    /// The chosen candidate's seconds, and the fastest either API timed.
+    pub(super) fn seconds(&self, pass: ConvPass) -> Seconds {
         let (legacy, graph) = (self.legacy.seconds(pass), self.graph.seconds(pass));
-        let chosen = match self.on_graph()[pass.index()] {
-            true => graph.chosen,
-            false => legacy.chosen,
-        };
-        let fastest = [legacy.fastest, graph.fastest].into_iter().flatten().reduce(f64::min);
-        match (chosen, fastest) {
-            (Some(c), Some(f)) => (c - f).max(0.0),
-            _ => 0.0,
+        Seconds {
+            chosen: match self.on_graph()[pass.index()] {
+                true => graph.chosen,
+                false => legacy.chosen,
+            },
+            fastest: [legacy.fastest, graph.fastest].into_iter().flatten().reduce(f64::min),
         }
     }
 

@@ -9,7 +9,7 @@
 //! contribution) is a different graph to cuDNN, so the two backward passes
 //! have a graph of each kind.
 
-use super::{int, seconds_lost, seconds_of, ConvDims, ConvPass, Seconds, WORKSPACE_LIMIT};
+use super::{int, seconds_of, ConvDims, ConvPass, Seconds, WORKSPACE_LIMIT};
 use crate::backend::cuda::CudaError;
 use crate::base::DType;
 use cudarc::cudnn::sys;
@@ -542,16 +542,9 @@ impl GraphConv {
         }
     }
 
-    pub(super) fn seconds_lost(&self, pass: ConvPass) -> f64 {
-        // The written pass runs at every convolution, the added one only
-        // where a gradient joins another: the written one stands for both.
-        let p = self.passes();
-        let g = &p[slot(pass, false)];
-        seconds_lost(&g.timed, g.chosen)
-    }
-
-    /// The pass's timings, by its written graph as in
-    /// [`GraphConv::seconds_lost`].
+    /// The pass's timings, by its written graph: the written pass runs at
+    /// every convolution, the added one only where a gradient joins
+    /// another, so the written one stands for both.
     pub(super) fn seconds(&self, pass: ConvPass) -> Seconds {
         let p = self.passes();
         let g = &p[slot(pass, false)];

@@ -5,7 +5,7 @@
 //! training run then times every algorithm on the device and chooses again
 //! (see [`LegacyConv::tune`] and `train::Pipeline::build`).
 
-use super::{dnn_err, int, seconds_lost, seconds_of, ConvDims, ConvPass, Seconds, WORKSPACE_LIMIT};
+use super::{dnn_err, int, seconds_of, ConvDims, ConvPass, Seconds, WORKSPACE_LIMIT};
 use crate::backend::cuda::CudaError;
 use crate::base::DType;
 use cudarc::cudnn::result as dnn;
@@ -279,20 +279,6 @@ impl LegacyConv {
 
     fn choices(&self) -> Choices {
         *self.chosen.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Seconds the pass's chosen algorithm takes beyond the fastest timed
-    /// one, by cuDNN's timings (0 before [`LegacyConv::tune`]): what holding
-    /// workspaces below the fastest's costs.
-    pub fn seconds_lost(&self, pass: ConvPass) -> f64 {
-        let c = self.choices();
-        let timed = self.timed.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(t) = timed.as_ref() else { return 0.0 };
-        match pass {
-            ConvPass::Forward => seconds_lost(&t.fwd, c.fwd.0),
-            ConvPass::InputGrad => seconds_lost(&t.data, c.data.0),
-            ConvPass::WeightGrad => seconds_lost(&t.filter, c.filter.0),
-        }
     }
 
     /// The pass's timings (none before [`LegacyConv::tune`]).

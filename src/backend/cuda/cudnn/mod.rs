@@ -35,6 +35,8 @@ use either::EitherConv;
 use engines::GraphConv;
 #[cfg(feature = "cuda")]
 use legacy::LegacyConv;
+#[cfg(feature = "cuda")]
+use std::sync::{Mutex, OnceLock};
 
 /// The largest workspace the heuristic's choice may ask for. The tiny
 /// convolutions of the MNIST CNN need none; a limit keeps a heuristic's FFT
@@ -77,7 +79,22 @@ pub struct ConvPlan {
     /// Why the graph API could not take a bf16 or TF32 convolution that
     /// therefore runs on the legacy one.
     refused: Option<String>,
+    /// The same convolution over half the batch, made and timed with the
+    /// whole where the batch is even and at least [`HALVES_FROM`] (see
+    /// [`halves_run`]).
+    half: OnceLock<Engine>,
+    /// By [`ConvPass::index`]: whether the pass runs as two halves.
+    halved: Mutex<[bool; 3]>,
 }
+
+/// The least batch whose convolutions are also planned over half of it:
+/// cuDNN's fastest algorithms for a large batch can need workspaces of
+/// several times the activations (ResNet-18's first stage at batch 512,
+/// 576 MiB beside 128 MiB tensors), and the workspace of a half batch's is
+/// about half. Smaller batches' workspaces are small anyway, and each
+/// half is one more plan to make and time.
+#[cfg(feature = "cuda")]
+pub const HALVES_FROM: usize = 64;
 
 /// Which of cuDNN's APIs runs a convolution.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,21 +126,16 @@ enum Engine {
 }
 
 #[cfg(feature = "cuda")]
-impl ConvPlan {
-    /// `deterministic`: only algorithms that sum in a fixed order (no
-    /// atomics), so a run is reproducible bit for bit, at a cost in speed.
-    /// `tf32`: fp32 data may run TF32 tensor-op kernels (see
-    /// [`crate::backend::Precision`]). bf16 data and TF32 math go to the
-    /// graph API, and to the legacy one only where it offers no engine.
-    pub(crate) fn new(
+impl Engine {
+    /// The engine that runs convolutions of `d`, and why the graph API
+    /// refused a bf16 or TF32 one (see [`ConvPlan::new`]).
+    fn new(
         handle: sys::cudnnHandle_t,
-        index: u32,
         d: ConvDims,
         deterministic: bool,
         tf32: bool,
-    ) -> Result<Self, CudaError> {
-        let tensor_cores = d.dtype == DType::Bf16 || tf32;
-        let (engine, refused) = match tensor_cores {
+    ) -> Result<(Self, Option<String>), CudaError> {
+        Ok(match d.dtype == DType::Bf16 || tf32 {
             true => match GraphConv::new(handle, d, deterministic, tf32) {
                 Ok(g) => (Engine::Graph(g), None),
                 Err(e) => (
@@ -139,13 +151,118 @@ impl ConvPlan {
                     Err(_) => (Engine::Legacy(legacy), None),
                 }
             }
-        };
+        })
+    }
+
+    fn workspace_bytes(&self, pass: ConvPass) -> usize {
+        match self {
+            Engine::Legacy(l) => l.workspace_bytes(pass),
+            Engine::Graph(g) => g.workspace_bytes(pass),
+            Engine::Either(e) => e.workspace_bytes(pass),
+        }
+    }
+
+    fn seconds(&self, pass: ConvPass) -> Seconds {
+        match self {
+            Engine::Legacy(l) => l.seconds(pass),
+            Engine::Graph(g) => g.seconds(pass),
+            Engine::Either(e) => e.seconds(pass),
+        }
+    }
+
+    fn untune(&self) {
+        match self {
+            Engine::Legacy(l) => l.untune(),
+            Engine::Graph(g) => g.untune(),
+            Engine::Either(e) => e.untune(),
+        }
+    }
+
+    fn select(&self, limits: [usize; 3]) -> usize {
+        match self {
+            Engine::Legacy(l) => l.select(limits),
+            Engine::Graph(g) => g.select(limits),
+            Engine::Either(e) => e.select(limits),
+        }
+    }
+
+    /// # Safety
+    /// As [`ConvPlan::tune`].
+    unsafe fn tune(
+        &self,
+        handle: sys::cudnnHandle_t,
+        xwy: [u64; 3],
+        workspace: u64,
+        workspace_bytes: usize,
+    ) -> Result<bool, CudaError> {
+        match self {
+            Engine::Legacy(l) => l.tune(handle, xwy, workspace, workspace_bytes),
+            Engine::Graph(g) => g.tune(handle, xwy, workspace, workspace_bytes),
+            Engine::Either(e) => e.tune(handle, xwy, workspace, workspace_bytes),
+        }
+    }
+
+    /// # Safety
+    /// As [`ConvPlan::run`], for this engine's convolution.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run(
+        &self,
+        handle: sys::cudnnHandle_t,
+        pass: ConvPass,
+        a: u64,
+        b: u64,
+        workspace: u64,
+        out: u64,
+        accumulate: bool,
+    ) -> Result<(), CudaError> {
+        match self {
+            Engine::Legacy(l) => l.run(handle, pass, a, b, workspace, out, accumulate),
+            Engine::Graph(g) => g.run(handle, pass, a, b, workspace, out, accumulate),
+            Engine::Either(e) => e.run(handle, pass, a, b, workspace, out, accumulate),
+        }
+    }
+}
+
+/// Whether a pass runs as two halves of its batch rather than whole, each
+/// way `(workspace bytes, timings)` (the halves' seconds for both halves)
+/// under a workspace limit of `limit`. Only where the whole batch's choice
+/// is held below its fastest: a step whose fastest algorithms fit runs
+/// them as it always did. Then as a pass's API is chosen (see `either`):
+/// the one that fits, else the faster, else the smaller.
+#[cfg(feature = "cuda")]
+fn halves_run(limit: usize, (whole_ws, whole): (usize, Seconds), (half_ws, halves): (usize, Seconds)) -> bool {
+    let held = match (whole.chosen, whole.fastest) {
+        (Some(chosen), Some(fastest)) => chosen > fastest,
+        (None, Some(_)) => true,
+        (_, None) => false,
+    };
+    let rank = |ws: usize, s: Seconds| (ws > limit, s.chosen.unwrap_or(f64::INFINITY), ws);
+    held && halves.fastest.is_some() && rank(half_ws, halves) < rank(whole_ws, whole)
+}
+
+#[cfg(feature = "cuda")]
+impl ConvPlan {
+    /// `deterministic`: only algorithms that sum in a fixed order (no
+    /// atomics), so a run is reproducible bit for bit, at a cost in speed.
+    /// `tf32`: fp32 data may run TF32 tensor-op kernels (see
+    /// [`crate::backend::Precision`]). bf16 data and TF32 math go to the
+    /// graph API, and to the legacy one only where it offers no engine.
+    pub(crate) fn new(
+        handle: sys::cudnnHandle_t,
+        index: u32,
+        d: ConvDims,
+        deterministic: bool,
+        tf32: bool,
+    ) -> Result<Self, CudaError> {
+        let (engine, refused) = Engine::new(handle, d, deterministic, tf32)?;
         Ok(Self {
             dims: d,
             index,
             math: (deterministic, tf32),
             engine,
             refused,
+            half: OnceLock::new(),
+            halved: Mutex::new([false; 3]),
         })
     }
 
@@ -168,46 +285,83 @@ impl ConvPlan {
         }
     }
 
+    fn halved(&self) -> [bool; 3] {
+        *self.halved.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many of its passes run as two halves of the batch.
+    pub(crate) fn halved_passes(&self) -> usize {
+        self.halved().iter().filter(|&&h| h).count()
+    }
+
+    /// The half batch's engine, where a pass runs on it.
+    fn half_for(&self, pass: ConvPass) -> Option<&Engine> {
+        self.half.get().filter(|_| self.halved()[pass.index()])
+    }
+
     /// Workspace bytes the pass needs (either way of writing its output).
     pub(crate) fn workspace_bytes(&self, pass: ConvPass) -> usize {
-        match &self.engine {
-            Engine::Legacy(l) => l.workspace_bytes(pass),
-            Engine::Graph(g) => g.workspace_bytes(pass),
-            Engine::Either(e) => e.workspace_bytes(pass),
+        match self.half_for(pass) {
+            Some(half) => half.workspace_bytes(pass),
+            None => self.engine.workspace_bytes(pass),
         }
     }
 
-    /// Seconds the pass's choice takes beyond the fastest timed one (0
-    /// before [`ConvPlan::tune`]): what holding workspaces below the
-    /// fastest's costs.
+    /// Seconds the pass's choice takes beyond the fastest timed one for the
+    /// whole batch (0 before [`ConvPlan::tune`]): what holding workspaces
+    /// below the fastest's costs.
     pub(crate) fn seconds_lost(&self, pass: ConvPass) -> f64 {
-        match &self.engine {
-            Engine::Legacy(l) => l.seconds_lost(pass),
-            Engine::Graph(g) => g.seconds_lost(pass),
-            Engine::Either(e) => e.seconds_lost(pass),
+        let whole = self.engine.seconds(pass);
+        match self.half_for(pass) {
+            Some(half) => Seconds {
+                chosen: half.seconds(pass).chosen.map(|s| 2.0 * s),
+                ..whole
+            },
+            None => whole,
         }
+        .lost()
     }
 
     /// Goes back to cuDNN's heuristic choice (when the timed choices' step
     /// does not fit).
     pub(crate) fn untune(&self) {
-        match &self.engine {
-            Engine::Legacy(l) => l.untune(),
-            Engine::Graph(g) => g.untune(),
-            Engine::Either(e) => e.untune(),
+        self.engine.untune();
+        if let Some(half) = self.half.get() {
+            half.untune();
         }
+        *self.halved.lock().unwrap_or_else(|e| e.into_inner()) = [false; 3];
     }
 
     /// Chooses, for each pass, the fastest timed candidate whose workspace
     /// is at most that pass's limit in `limits` (by [`ConvPass::index`]);
     /// where none fits, the one needing the least workspace, the
-    /// heuristic's among them. Returns the largest workspace chosen.
+    /// heuristic's among them. A pass held below its fastest may run as two
+    /// halves of the batch instead (see [`halves_run`]). Returns the
+    /// largest workspace chosen.
     pub(crate) fn select(&self, limits: [usize; 3]) -> usize {
-        match &self.engine {
-            Engine::Legacy(l) => l.select(limits),
-            Engine::Graph(g) => g.select(limits),
-            Engine::Either(e) => e.select(limits),
+        let whole_largest = self.engine.select(limits);
+        let Some(half) = self.half.get() else {
+            return whole_largest;
+        };
+        half.select(limits);
+        let mut halved = [false; 3];
+        let mut largest = 0;
+        for pass in ConvPass::ALL {
+            let i = pass.index();
+            let whole = (self.engine.workspace_bytes(pass), self.engine.seconds(pass));
+            let h = half.seconds(pass);
+            let halves = Seconds {
+                chosen: h.chosen.map(|s| 2.0 * s),
+                fastest: h.fastest.map(|s| 2.0 * s),
+            };
+            halved[i] = halves_run(limits[i], whole, (half.workspace_bytes(pass), halves));
+            largest = largest.max(match halved[i] {
+                true => half.workspace_bytes(pass),
+                false => whole.0,
+            });
         }
+        *self.halved.lock().unwrap_or_else(|e| e.into_inner()) = halved;
+        largest
     }
 
     /// The number a step's plan knows this pass's workspace by: unique
@@ -219,8 +373,10 @@ impl ConvPlan {
     }
 
     /// Times every candidate of each pass on the device with up to
-    /// `workspace_bytes` of workspace and selects the fastest of each.
-    /// Returns whether a choice changed from the heuristic's.
+    /// `workspace_bytes` of workspace and selects the fastest of each;
+    /// where the batch is even and at least [`HALVES_FROM`], plans the
+    /// half batch's convolution and times its candidates too. Returns
+    /// whether a choice changed from the heuristic's.
     ///
     /// # Safety
     /// `x`, `w` and `y` must address live device memory of at least the
@@ -234,15 +390,55 @@ impl ConvPlan {
         workspace: u64,
         workspace_bytes: usize,
     ) -> Result<bool, CudaError> {
-        match &self.engine {
-            Engine::Legacy(l) => l.tune(handle, xwy, workspace, workspace_bytes),
-            Engine::Graph(g) => g.tune(handle, xwy, workspace, workspace_bytes),
-            Engine::Either(e) => e.tune(handle, xwy, workspace, workspace_bytes),
+        let changed = self.engine.tune(handle, xwy, workspace, workspace_bytes)?;
+        if let Some(half) = self.half(handle) {
+            // The half's tensors are the first halves of the whole's.
+            half.tune(handle, xwy, workspace, workspace_bytes)?;
         }
+        self.select([usize::MAX; 3]);
+        Ok(changed)
+    }
+
+    /// The half batch's convolution, planned the first time it is asked
+    /// for: `None` where the batch is odd or below [`HALVES_FROM`], or
+    /// cuDNN cannot plan it (then the whole batch's runs alone).
+    fn half(&self, handle: sys::cudnnHandle_t) -> Option<&Engine> {
+        let d = self.dims;
+        if d.n < HALVES_FROM || !d.n.is_multiple_of(2) {
+            return None;
+        }
+        if self.half.get().is_none() {
+            let (deterministic, tf32) = self.math;
+            let half = ConvDims::new(
+                [d.n / 2, d.c, d.h, d.w],
+                [d.f, d.kh, d.kw],
+                d.stride,
+                d.padding,
+                d.dtype,
+                d.nhwc,
+            );
+            let (engine, _) = Engine::new(handle, half, deterministic, tf32).ok()?;
+            let _ = self.half.set(engine);
+        }
+        self.half.get()
+    }
+
+    /// Runs every pass as two halves of the batch from now on, where there
+    /// is a half (see [`ConvPlan::half`]), whatever the timings: a check
+    /// that the halves compute what the whole does. Returns how many
+    /// passes run so.
+    pub(crate) fn halve(&self, handle: sys::cudnnHandle_t) -> usize {
+        let Some(_) = self.half(handle) else { return 0 };
+        *self.halved.lock().unwrap_or_else(|e| e.into_inner()) = [true; 3];
+        ConvPass::ALL.len()
     }
 
     /// Runs one pass: `a` and `b` are its two inputs; `out` is overwritten,
-    /// or with `accumulate` added to.
+    /// or with `accumulate` added to. A pass that runs as two halves runs
+    /// the half batch's convolution on each half of the images: the input
+    /// and the output (or their gradients) are split at half their
+    /// length, images being outermost in both layouts, and the filters'
+    /// gradient is the first half's, then the second's added to it.
     ///
     /// # Safety
     /// The pointers must address live device memory of at least the sizes
@@ -261,24 +457,28 @@ impl ConvPlan {
         out: u64,
         accumulate: bool,
     ) -> Result<(), CudaError> {
-        match &self.engine {
-            Engine::Legacy(l) => l.run(handle, pass, a, b, workspace, out, accumulate),
-            Engine::Graph(g) => g.run(handle, pass, a, b, workspace, out, accumulate),
-            Engine::Either(e) => e.run(handle, pass, a, b, workspace, out, accumulate),
-        }
+        let Some(half) = self.half_for(pass) else {
+            return self.engine.run(handle, pass, a, b, workspace, out, accumulate);
+        };
+        let size = self.dims.dtype.size() as u64;
+        let x = (self.dims.input_len() / 2) as u64 * size;
+        let y = (self.dims.output_len() / 2) as u64 * size;
+        let (second_a, second_b, second_out, second_accumulates) = match pass {
+            ConvPass::Forward => (a + x, b, out + y, accumulate),
+            ConvPass::InputGrad => (a, b + y, out + x, accumulate),
+            ConvPass::WeightGrad => (a + x, b + y, out, true),
+        };
+        half.run(handle, pass, a, b, workspace, out, accumulate)?;
+        half.run(
+            handle,
+            pass,
+            second_a,
+            second_b,
+            workspace,
+            second_out,
+            second_accumulates,
+        )
     }
-}
-
-/// Seconds the algorithm `chosen` of a pass takes beyond the fastest of
-/// `timed` (that pass's timed list, fastest first); 0 where `chosen` was
-/// not timed (the heuristic's, kept where nothing timed fits).
-#[cfg(feature = "cuda")]
-pub(super) fn seconds_lost<A: PartialEq>(timed: &[(A, usize, f64)], chosen: A) -> f64 {
-    let fastest = timed.first().map_or(0.0, |t| t.2);
-    timed
-        .iter()
-        .find(|t| t.0 == chosen)
-        .map_or(0.0, |t| (t.2 - fastest).max(0.0))
 }
 
 /// A pass's timings: its chosen candidate's seconds (`None` where that was
@@ -289,6 +489,19 @@ pub(super) fn seconds_lost<A: PartialEq>(timed: &[(A, usize, f64)], chosen: A) -
 pub(super) struct Seconds {
     pub(super) chosen: Option<f64>,
     pub(super) fastest: Option<f64>,
+}
+
+#[cfg(feature = "cuda")]
+impl Seconds {
+    /// The chosen candidate's seconds beyond the fastest's; 0 where the
+    /// chosen was not timed (the heuristic's, kept where nothing timed
+    /// fits).
+    pub(super) fn lost(self) -> f64 {
+        match (self.chosen, self.fastest) {
+            (Some(chosen), Some(fastest)) => (chosen - fastest).max(0.0),
+            _ => 0.0,
+        }
+    }
 }
 
 /// [`Seconds`] of `chosen` in a pass's timed list, fastest first.
@@ -313,15 +526,72 @@ pub(super) fn int(v: usize) -> Result<i32, CudaError> {
 
 #[cfg(all(test, feature = "cuda"))]
 mod tests {
+    use super::{halves_run, Seconds};
+
+    const MIB: usize = 1 << 20;
+
+    fn timed(chosen: f64, fastest: f64) -> Seconds {
+        Seconds {
+            chosen: Some(chosen),
+            fastest: Some(fastest),
+        }
+    }
+
+    #[test]
+    fn a_pass_runs_as_two_halves_only_where_held_and_then_where_that_is_faster() {
+        // The whole batch on its fastest (4 ms in 576 MiB): never halves,
+        // even faster ones.
+        assert!(!halves_run(
+            usize::MAX,
+            (576 * MIB, timed(4e-3, 4e-3)),
+            (288 * MIB, timed(3e-3, 3e-3))
+        ));
+        // Held to 400 MiB the whole batch takes 7 ms; two halves within it 4.2.
+        assert!(halves_run(
+            400 * MIB,
+            (100 * MIB, timed(7e-3, 4e-3)),
+            (288 * MIB, timed(4.2e-3, 4.2e-3))
+        ));
+        // Not where the halves are slower, or do not fit where the whole does.
+        assert!(!halves_run(
+            400 * MIB,
+            (100 * MIB, timed(7e-3, 4e-3)),
+            (288 * MIB, timed(8e-3, 4.2e-3))
+        ));
+        assert!(!halves_run(
+            200 * MIB,
+            (100 * MIB, timed(7e-3, 4e-3)),
+            (288 * MIB, timed(4.2e-3, 4.2e-3))
+        ));
+        // The whole batch's heuristic choice, kept where nothing timed fits:
+        // halves that fit are taken.
+        let untimed = Seconds {
+            chosen: None,
+            fastest: Some(4e-3),
+        };
+        assert!(halves_run(
+            64 * MIB,
+            (128 * MIB, untimed),
+            (32 * MIB, timed(9e-3, 4.2e-3))
+        ));
+        // Nothing timed (no tuning, or deterministic algorithms): whole.
+        let none = Seconds {
+            chosen: None,
+            fastest: None,
+        };
+        assert!(!halves_run(0, (128 * MIB, none), (0, timed(1e-6, 1e-6))));
+        assert!(!halves_run(0, (128 * MIB, untimed), (0, none)));
+    }
     #[test]
     fn an_algorithm_loses_its_time_beyond_the_fastest_timed() {
         // Fastest first, as cuDNN returns them: (algorithm, workspace, seconds).
         let timed = [(7, 4096, 1.0e-3), (2, 512, 2.5e-3), (5, 0, 4.0e-3)];
-        assert_eq!(super::seconds_lost(&timed, 7), 0.0);
-        assert!((super::seconds_lost(&timed, 2) - 1.5e-3).abs() < 1e-12);
-        assert!((super::seconds_lost(&timed, 5) - 3.0e-3).abs() < 1e-12);
+        let lost = |chosen| super::seconds_of(&timed, chosen).lost();
+        assert_eq!(lost(7), 0.0);
+        assert!((lost(2) - 1.5e-3).abs() < 1e-12);
+        assert!((lost(5) - 3.0e-3).abs() < 1e-12);
         // The heuristic's choice, kept where nothing timed fits: unknown.
-        assert_eq!(super::seconds_lost(&timed, 9), 0.0);
-        assert_eq!(super::seconds_lost::<i32>(&[], 9), 0.0);
+        assert_eq!(lost(9), 0.0);
+        assert_eq!(super::seconds_of::<i32>(&[], 9).lost(), 0.0);
     }
 }
