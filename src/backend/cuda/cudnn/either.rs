@@ -136,14 +136,8 @@ impl EitherConv {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::timed;
     use super::{graph_runs, Seconds};
-
-    fn timed(chosen: f64, fastest: f64) -> Seconds {
-        Seconds {
-            chosen: Some(chosen),
-            fastest: Some(fastest),
-        }
-    }
 
     #[test]
     fn a_pass_runs_the_faster_api_within_its_limit() {

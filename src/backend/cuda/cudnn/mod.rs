@@ -530,7 +530,8 @@ mod tests {
 
     const MIB: usize = 1 << 20;
 
-    fn timed(chosen: f64, fastest: f64) -> Seconds {
+    /// A pass's timings where its choice and the fastest were both timed.
+    pub(super) fn timed(chosen: f64, fastest: f64) -> Seconds {
         Seconds {
             chosen: Some(chosen),
             fastest: Some(fastest),
