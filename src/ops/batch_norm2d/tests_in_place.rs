@@ -83,9 +83,18 @@ const BLOCK_AGAIN: &str = "batch-norm + residual relu output, recomputed";
 #[test]
 fn a_batch_norm_made_again_writes_over_a_copy_no_one_else_reads() {
     let chains = [
-        Chain { shared: false, side: false },
-        Chain { shared: true, side: false },
-        Chain { shared: false, side: true },
+        Chain {
+            shared: false,
+            side: false,
+        },
+        Chain {
+            shared: true,
+            side: false,
+        },
+        Chain {
+            shared: false,
+            side: true,
+        },
     ];
     for chain in chains {
         let (kept, _) = run(chain, false);
