@@ -4,7 +4,7 @@
 //! workspace from the step region.
 
 #[cfg(feature = "cuda")]
-use super::cudnn::{ConvDims, ConvPass};
+use super::cudnn::{ConvDims, ConvPass, PassCall};
 #[cfg(feature = "cuda")]
 use super::{Call, CudaBackend};
 #[cfg(feature = "cuda")]
@@ -217,7 +217,15 @@ impl CudaBackend {
         // the plan's descriptors describe (checked above), the workspace is
         // as large as the plan's algorithm needs, and the handle is the one
         // the plan was made with, used under its mutex.
-        let r = unsafe { plan.run(libs.cudnn, pass, pa, pb, pw, po, accumulate) };
+        let call = PassCall {
+            pass,
+            a: pa,
+            b: pb,
+            workspace: pw,
+            out: po,
+            accumulate,
+        };
+        let r = unsafe { plan.run(libs.cudnn, call) };
         drop(libs);
         match r {
             Ok(()) => self.finish::<&str>(op, Ok(())),

@@ -13,7 +13,7 @@
 
 use super::engines::GraphConv;
 use super::legacy::LegacyConv;
-use super::{ConvPass, Seconds};
+use super::{ConvPass, PassCall, Seconds};
 use crate::backend::cuda::CudaError;
 use cudarc::cudnn::sys;
 use std::sync::Mutex;
@@ -116,20 +116,10 @@ impl EitherConv {
 
     /// # Safety
     /// As [`super::ConvPlan::run`].
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn run(
-        &self,
-        handle: sys::cudnnHandle_t,
-        pass: ConvPass,
-        a: u64,
-        b: u64,
-        workspace: u64,
-        out: u64,
-        accumulate: bool,
-    ) -> Result<(), CudaError> {
-        match self.on_graph()[pass.index()] {
-            true => self.graph.run(handle, pass, a, b, workspace, out, accumulate),
-            false => self.legacy.run(handle, pass, a, b, workspace, out, accumulate),
+    pub(super) unsafe fn run(&self, handle: sys::cudnnHandle_t, call: PassCall) -> Result<(), CudaError> {
+        match self.on_graph()[call.pass.index()] {
+            true => self.graph.run(handle, call),
+            false => self.legacy.run(handle, call),
         }
     }
 }

@@ -9,7 +9,7 @@
 //! contribution) is a different graph to cuDNN, so the two backward passes
 //! have a graph of each kind.
 
-use super::{int, seconds_of, ConvDims, ConvPass, Seconds, WORKSPACE_LIMIT};
+use super::{int, seconds_of, ConvDims, ConvPass, PassCall, Seconds, WORKSPACE_LIMIT};
 use crate::backend::cuda::CudaError;
 use crate::base::DType;
 use cudarc::cudnn::sys;
@@ -611,26 +611,16 @@ impl GraphConv {
 
     /// # Safety
     /// As [`super::ConvPlan::run`].
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn run(
-        &self,
-        handle: sys::cudnnHandle_t,
-        pass: ConvPass,
-        a: u64,
-        b: u64,
-        workspace: u64,
-        out: u64,
-        accumulate: bool,
-    ) -> Result<(), CudaError> {
+    pub(super) unsafe fn run(&self, handle: sys::cudnnHandle_t, call: PassCall) -> Result<(), CudaError> {
         // The variant pack names tensors, not argument positions.
-        let xwy = match pass {
-            ConvPass::Forward => [a, b, out],
-            ConvPass::InputGrad => [out, a, b],
-            ConvPass::WeightGrad => [a, out, b],
+        let xwy = match call.pass {
+            ConvPass::Forward => [call.a, call.b, call.out],
+            ConvPass::InputGrad => [call.out, call.a, call.b],
+            ConvPass::WeightGrad => [call.a, call.out, call.b],
         };
         let p = self.passes();
-        let g = &p[slot(pass, accumulate)];
-        g.execute(handle, g.chosen, xwy, workspace)
+        let g = &p[slot(call.pass, call.accumulate)];
+        g.execute(handle, g.chosen, xwy, call.workspace)
     }
 }
 

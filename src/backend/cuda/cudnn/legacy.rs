@@ -5,7 +5,7 @@
 //! training run then times every algorithm on the device and chooses again
 //! (see [`LegacyConv::tune`] and `train::Pipeline::build`).
 
-use super::{dnn_err, int, seconds_of, ConvDims, ConvPass, Seconds, WORKSPACE_LIMIT};
+use super::{dnn_err, int, seconds_of, ConvDims, ConvPass, PassCall, Seconds, WORKSPACE_LIMIT};
 use crate::backend::cuda::CudaError;
 use crate::base::DType;
 use cudarc::cudnn::result as dnn;
@@ -420,32 +420,18 @@ impl LegacyConv {
         Ok(self.choices() != self.heuristic)
     }
 
-    /// Runs one pass: `a` and `b` are its two inputs; `out` is overwritten,
-    /// or with `accumulate` added to.
+    /// Runs one pass (see [`PassCall`]).
     ///
     /// # Safety
-    /// The pointers must address live device memory of at least the sizes
-    /// of `dims` (forward: input, filters → output; input grad: filters,
-    /// output grad → input grad; weight grad: input, output grad → filter
-    /// grad), `workspace` at least `workspace_bytes(pass)` bytes, and
-    /// `handle` must be the cuDNN handle this plan was made with.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) unsafe fn run(
-        &self,
-        handle: sys::cudnnHandle_t,
-        pass: ConvPass,
-        a: u64,
-        b: u64,
-        workspace: u64,
-        out: u64,
-        accumulate: bool,
-    ) -> Result<(), CudaError> {
+    /// As [`super::ConvPlan::run`].
+    pub(crate) unsafe fn run(&self, handle: sys::cudnnHandle_t, call: PassCall) -> Result<(), CudaError> {
         let (one, zero) = (1.0f32, 0.0f32);
         let alpha = (&one as *const f32).cast::<c_void>();
-        let beta = (if accumulate { &one } else { &zero } as *const f32).cast::<c_void>();
-        let ptr = |p: u64| p as *const c_void;
-        let out = out as *mut c_void;
-        let ws = workspace as *mut c_void;
+        let beta = (if call.accumulate { &one } else { &zero } as *const f32).cast::<c_void>();
+        let (a, b) = (call.a as *const c_void, call.b as *const c_void);
+        let out = call.out as *mut c_void;
+        let ws = call.workspace as *mut c_void;
+        let pass = call.pass;
         let c = self.choices();
         let math = match pass {
             ConvPass::Forward => c.fwd.0 .1,
@@ -458,9 +444,9 @@ impl LegacyConv {
                 handle,
                 alpha,
                 self.x.0,
-                ptr(a),
+                a,
                 self.w.0,
-                ptr(b),
+                b,
                 self.conv.0,
                 c.fwd.0 .0,
                 ws,
@@ -474,9 +460,9 @@ impl LegacyConv {
                 handle,
                 alpha,
                 self.w.0,
-                ptr(a),
+                a,
                 self.y.0,
-                ptr(b),
+                b,
                 self.conv.0,
                 c.data.0 .0,
                 ws,
@@ -490,9 +476,9 @@ impl LegacyConv {
                 handle,
                 alpha,
                 self.x.0,
-                ptr(a),
+                a,
                 self.y.0,
-                ptr(b),
+                b,
                 self.conv.0,
                 c.filter.0 .0,
                 ws,

@@ -65,6 +65,21 @@ impl ConvPass {
     }
 }
 
+/// One pass to run, by device address: its two inputs `a` and `b`
+/// (forward: input, filters; input grad: filters, output grad; weight
+/// grad: input, output grad), its workspace, and its output, overwritten
+/// or, with `accumulate`, added to.
+#[cfg(feature = "cuda")]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PassCall {
+    pub(crate) pass: ConvPass,
+    pub(crate) a: u64,
+    pub(crate) b: u64,
+    pub(crate) workspace: u64,
+    pub(crate) out: u64,
+    pub(crate) accumulate: bool,
+}
+
 /// What runs one convolution shape's passes.
 #[cfg(feature = "cuda")]
 pub struct ConvPlan {
@@ -204,21 +219,11 @@ impl Engine {
 
     /// # Safety
     /// As [`ConvPlan::run`], for this engine's convolution.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn run(
-        &self,
-        handle: sys::cudnnHandle_t,
-        pass: ConvPass,
-        a: u64,
-        b: u64,
-        workspace: u64,
-        out: u64,
-        accumulate: bool,
-    ) -> Result<(), CudaError> {
+    unsafe fn run(&self, handle: sys::cudnnHandle_t, call: PassCall) -> Result<(), CudaError> {
         match self {
-            Engine::Legacy(l) => l.run(handle, pass, a, b, workspace, out, accumulate),
-            Engine::Graph(g) => g.run(handle, pass, a, b, workspace, out, accumulate),
-            Engine::Either(e) => e.run(handle, pass, a, b, workspace, out, accumulate),
+            Engine::Legacy(l) => l.run(handle, call),
+            Engine::Graph(g) => g.run(handle, call),
+            Engine::Either(e) => e.run(handle, call),
         }
     }
 }
@@ -433,8 +438,7 @@ impl ConvPlan {
         ConvPass::ALL.len()
     }
 
-    /// Runs one pass: `a` and `b` are its two inputs; `out` is overwritten,
-    /// or with `accumulate` added to. A pass that runs as two halves runs
+    /// Runs one pass (see [`PassCall`]). A pass that runs as two halves runs
     /// the half batch's convolution on each half of the images: the input
     /// and the output (or their gradients) are split at half their
     /// length, images being outermost in both layouts, and the filters'
@@ -446,38 +450,34 @@ impl ConvPlan {
     /// output grad → input grad; weight grad: input, output grad → filter
     /// grad), `workspace` at least `workspace_bytes(pass)` bytes, and
     /// `handle` must be the cuDNN handle this plan was made with.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) unsafe fn run(
-        &self,
-        handle: sys::cudnnHandle_t,
-        pass: ConvPass,
-        a: u64,
-        b: u64,
-        workspace: u64,
-        out: u64,
-        accumulate: bool,
-    ) -> Result<(), CudaError> {
-        let Some(half) = self.half_for(pass) else {
-            return self.engine.run(handle, pass, a, b, workspace, out, accumulate);
+    pub(crate) unsafe fn run(&self, handle: sys::cudnnHandle_t, call: PassCall) -> Result<(), CudaError> {
+        let Some(half) = self.half_for(call.pass) else {
+            return self.engine.run(handle, call);
         };
         let size = self.dims.dtype.size() as u64;
         let x = (self.dims.input_len() / 2) as u64 * size;
         let y = (self.dims.output_len() / 2) as u64 * size;
-        let (second_a, second_b, second_out, second_accumulates) = match pass {
-            ConvPass::Forward => (a + x, b, out + y, accumulate),
-            ConvPass::InputGrad => (a, b + y, out + x, accumulate),
-            ConvPass::WeightGrad => (a + x, b + y, out, true),
+        let PassCall { a, b, out, .. } = call;
+        let second = match call.pass {
+            ConvPass::Forward => PassCall {
+                a: a + x,
+                out: out + y,
+                ..call
+            },
+            ConvPass::InputGrad => PassCall {
+                b: b + y,
+                out: out + x,
+                ..call
+            },
+            ConvPass::WeightGrad => PassCall {
+                a: a + x,
+                b: b + y,
+                accumulate: true,
+                ..call
+            },
         };
-        half.run(handle, pass, a, b, workspace, out, accumulate)?;
-        half.run(
-            handle,
-            pass,
-            second_a,
-            second_b,
-            workspace,
-            second_out,
-            second_accumulates,
-        )
+        half.run(handle, call)?;
+        half.run(handle, second)
     }
 }
 
