@@ -476,6 +476,10 @@ impl ConvPlan {
                 ..call
             },
         };
+        // Sound as the caller's contract: each half's tensors lie inside
+        // the whole's (the second starts half their length in), and the
+        // workspace is at least the half's need, which `workspace_bytes`
+        // reports for a halved pass.
         half.run(handle, call)?;
         half.run(handle, second)
     }
