@@ -311,20 +311,7 @@ pub fn plan(key: u32, traced: &[PlannedBuf]) -> StepPlan {
         let me = bufs[i];
         busy.clear();
         placed.overlapping(me.life, &mut busy);
-        busy.sort_unstable();
-        // Best fit: the smallest gap that holds it; else above them all.
-        let mut best: Option<(usize, usize)> = None;
-        let mut cursor = 0;
-        for &(start, end) in &busy {
-            if start > cursor {
-                let gap = start - cursor;
-                if gap >= me.size && best.is_none_or(|(g, _)| gap < g) {
-                    best = Some((gap, cursor));
-                }
-            }
-            cursor = cursor.max(end);
-        }
-        bufs[i].offset = best.map_or(cursor, |(_, at)| at);
+        bufs[i].offset = best_fit(&mut busy, me.size);
         if me.size > 0 {
             placed.insert(me.life, bufs[i].offset, bufs[i].end());
         }
@@ -344,6 +331,25 @@ pub fn plan(key: u32, traced: &[PlannedBuf]) -> StepPlan {
     };
     plan.lower_bound = plan.peak_tick().1;
     plan
+}
+
+/// Where `size` bytes go among the byte ranges `busy` (sorted here): the
+/// smallest gap that holds them, the lowest of equal ones; else above
+/// them all.
+fn best_fit(busy: &mut [(usize, usize)], size: usize) -> usize {
+    busy.sort_unstable();
+    let mut best: Option<(usize, usize)> = None;
+    let mut cursor = 0;
+    for &(start, end) in busy.iter() {
+        if start > cursor {
+            let gap = start - cursor;
+            if gap >= size && best.is_none_or(|(g, _)| gap < g) {
+                best = Some((gap, cursor));
+            }
+        }
+        cursor = cursor.max(end);
+    }
+    best.map_or(cursor, |(_, at)| at)
 }
 
 /// Ticks in a block of [`ByTicks`].
@@ -460,7 +466,7 @@ mod tests {
     }
 
     /// Every buffer goes where a scan of all the placed buffers (the
-    /// planner before it filed them by ticks) puts it: lifetimes across
+    /// planner before it filed them by ticks, with the same best fit) puts it: lifetimes across
     /// many blocks of ticks, empty buffers and equal sizes included.
     #[test]
     fn filing_placed_buffers_by_ticks_places_as_a_scan_of_them_all() {
@@ -477,15 +483,7 @@ mod tests {
                     .filter(|o| o.life.overlaps(&me.life) && o.size > 0)
                     .map(|o| (o.offset, o.end()))
                     .collect();
-                busy.sort_unstable();
-                let (mut best, mut cursor): (Option<(usize, usize)>, usize) = (None, 0);
-                for &(start, end) in &busy {
-                    if start > cursor && start - cursor >= me.size && best.is_none_or(|(g, _)| start - cursor < g) {
-                        best = Some((start - cursor, cursor));
-                    }
-                    cursor = cursor.max(end);
-                }
-                bufs[i].offset = best.map_or(cursor, |(_, at)| at);
+                bufs[i].offset = best_fit(&mut busy, me.size);
                 placed.push(i);
             }
             bufs.iter().map(|b| b.offset).collect()

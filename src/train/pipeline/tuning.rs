@@ -292,7 +292,8 @@ fn ladder(largest: usize) -> Vec<Rung> {
 /// where chains held cannot. (A step planned to the bound leaves no
 /// workspace room where it peaks: ResNet-18 at batch 512 under half its
 /// step lost 40 ms a step to held workspaces so, at every cap; with chains
-/// remade for room, 24.6 ms on the H200, 15.7 of them in held workspaces.)
+/// remade for room, 24.6 ms on the H200, 15.7 of them in held workspaces;
+/// with its held passes also run as two halves of the batch, 7.3–8.6 ms.)
 fn reserves(cap: Option<usize>, bound: usize) -> Vec<Rung> {
     [16, 8, 4]
         .map(|d| Rung {

@@ -19,12 +19,11 @@ use cudarc::cudnn::sys;
 use std::sync::Mutex;
 
 /// Whether the graph API's choice for a pass beats the legacy API's, each
-/// `(workspace bytes, timings)`, under a workspace limit of `limit`: the
-/// one that fits, else the faster by the timings, else the smaller. Where
-/// the legacy API timed nothing (before tuning) it keeps the pass.
-fn graph_runs(limit: usize, (legacy_ws, legacy): (usize, Seconds), (graph_ws, graph): (usize, Seconds)) -> bool {
-    let rank = |ws: usize, s: Seconds| (ws > limit, s.chosen.unwrap_or(f64::INFINITY), ws);
-    legacy.fastest.is_some() && rank(graph_ws, graph) < rank(legacy_ws, legacy)
+/// `(workspace bytes, timings)`, under a workspace limit of `limit` (see
+/// [`super::beats`]). Where the legacy API timed nothing (before tuning)
+/// it keeps the pass.
+fn graph_runs(limit: usize, legacy: (usize, Seconds), graph: (usize, Seconds)) -> bool {
+    legacy.1.fastest.is_some() && super::beats(limit, graph, legacy)
 }
 
 /// Both APIs' plans of one fp32 convolution shape, and which runs each

@@ -228,21 +228,29 @@ impl Engine {
     }
 }
 
+/// Whether one way of running a pass beats another, each `(workspace
+/// bytes, timings)`, under a workspace limit of `limit`: the one that
+/// fits, else the faster by the timings (an untimed choice last), else the
+/// smaller.
+#[cfg(feature = "cuda")]
+fn beats(limit: usize, (ws, s): (usize, Seconds), (other_ws, other): (usize, Seconds)) -> bool {
+    let rank = |ws: usize, s: Seconds| (ws > limit, s.chosen.unwrap_or(f64::INFINITY), ws);
+    rank(ws, s) < rank(other_ws, other)
+}
+
 /// Whether a pass runs as two halves of its batch rather than whole, each
 /// way `(workspace bytes, timings)` (the halves' seconds for both halves)
 /// under a workspace limit of `limit`. Only where the whole batch's choice
 /// is held below its fastest: a step whose fastest algorithms fit runs
-/// them as it always did. Then as a pass's API is chosen (see `either`):
-/// the one that fits, else the faster, else the smaller.
+/// them as it always did. Then as a pass's API is chosen (see [`beats`]).
 #[cfg(feature = "cuda")]
-fn halves_run(limit: usize, (whole_ws, whole): (usize, Seconds), (half_ws, halves): (usize, Seconds)) -> bool {
-    let held = match (whole.chosen, whole.fastest) {
+fn halves_run(limit: usize, whole: (usize, Seconds), halves: (usize, Seconds)) -> bool {
+    let held = match (whole.1.chosen, whole.1.fastest) {
         (Some(chosen), Some(fastest)) => chosen > fastest,
         (None, Some(_)) => true,
         (_, None) => false,
     };
-    let rank = |ws: usize, s: Seconds| (ws > limit, s.chosen.unwrap_or(f64::INFINITY), ws);
-    held && halves.fastest.is_some() && rank(half_ws, halves) < rank(whole_ws, whole)
+    held && halves.1.fastest.is_some() && beats(limit, halves, whole)
 }
 
 #[cfg(feature = "cuda")]
@@ -319,7 +327,7 @@ impl ConvPlan {
         let whole = self.engine.seconds(pass);
         match self.half_for(pass) {
             Some(half) => Seconds {
-                chosen: half.seconds(pass).chosen.map(|s| 2.0 * s),
+                chosen: half.seconds(pass).twice().chosen,
                 ..whole
             },
             None => whole,
@@ -354,14 +362,10 @@ impl ConvPlan {
         for pass in ConvPass::ALL {
             let i = pass.index();
             let whole = (self.engine.workspace_bytes(pass), self.engine.seconds(pass));
-            let h = half.seconds(pass);
-            let halves = Seconds {
-                chosen: h.chosen.map(|s| 2.0 * s),
-                fastest: h.fastest.map(|s| 2.0 * s),
-            };
-            halved[i] = halves_run(limits[i], whole, (half.workspace_bytes(pass), halves));
+            let halves = (half.workspace_bytes(pass), half.seconds(pass).twice());
+            halved[i] = halves_run(limits[i], whole, halves);
             largest = largest.max(match halved[i] {
-                true => half.workspace_bytes(pass),
+                true => halves.0,
                 false => whole.0,
             });
         }
@@ -497,6 +501,15 @@ pub(super) struct Seconds {
 
 #[cfg(feature = "cuda")]
 impl Seconds {
+    /// Two runs' seconds: a pass run as two halves of its batch, each
+    /// timed as the half batch's.
+    fn twice(self) -> Seconds {
+        Seconds {
+            chosen: self.chosen.map(|s| 2.0 * s),
+            fastest: self.fastest.map(|s| 2.0 * s),
+        }
+    }
+
     /// The chosen candidate's seconds beyond the fastest's; 0 where the
     /// chosen was not timed (the heuristic's, kept where nothing timed
     /// fits).
