@@ -358,16 +358,85 @@ unsafe fn nt_rows_avx2_fma(t: &mut NtArgs<'_>, i0: usize, mr: usize) {
     nt_rows::<Fused, AVX_NT_MR, AVX_NT_NR, AVX_NT_W>(t, i0, mr)
 }
 
+/// The AVX-512 copy of the nn tiles: twice the lanes and twice the
+/// registers of AVX2, so a tile of `C` can be 8×32 (16 zmm registers) and a
+/// step along k does twice the multiply-adds per load. Where the CPU has
+/// two 512-bit FMA units (Intel's server cores) that is up to twice AVX2's
+/// rate; AMD's Zen 4 splits each into two 256-bit halves, so there it is
+/// about AVX2's. Each element of `C` is still one chain of fused
+/// multiply-adds along k in order, so the results are AVX2's bit for bit;
+/// the dot-product tiles (`gemm_nt` unpacked), whose partial sums would
+/// change with the lane count, stay AVX2's. A value of this type is proof
+/// that the CPU has AVX-512F, AVX2 and FMA.
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+#[derive(Clone, Copy)]
+struct Avx512 {
+    avx2: Avx2Fma,
+}
+
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+impl Avx512 {
+    /// Asks the CPU (once, for the whole backend).
+    fn detect() -> Option<Self> {
+        let avx2 = Avx2Fma::detect()?;
+        super::simd::has_avx512f().then_some(Self { avx2 })
+    }
+}
+
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+impl Kernels for Avx512 {
+    #[inline(always)]
+    fn nn_tile<const L: u8, const R: usize, const C: usize>(
+        self,
+        t: &mut NnArgs<'_>,
+        i0: usize,
+        j0: usize,
+        cols: Cols,
+    ) {
+        // SAFETY: `self` exists, so `detect` saw AVX-512F, AVX2 and FMA on
+        // this CPU.
+        unsafe { nn_tile_avx512::<L, R, C>(t, i0, j0, cols) }
+    }
+    const NT_MR: usize = AVX_NT_MR;
+    #[inline(always)]
+    fn nt_rows(self, t: &mut NtArgs<'_>, i0: usize, mr: usize) {
+        self.avx2.nt_rows(t, i0, mr)
+    }
+}
+
+/// [`nn_tile`] compiled for AVX-512F (and FMA: `Fused` is `vfmadd` on zmm).
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA.
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn nn_tile_avx512<const L: u8, const R: usize, const C: usize>(
+    t: &mut NnArgs<'_>,
+    i0: usize,
+    j0: usize,
+    cols: Cols,
+) {
+    nn_tile::<Fused, L, R, C>(t, i0, j0, cols)
+}
+
 /// Tile shapes per copy. AVX2 has 16 ymm registers: a 6×16 tile of `C` is 12
 /// of them, leaving two for a row of B and one for a broadcast of A. SSE2
 /// has 16 xmm registers of half the width: 4×8 is 8 of them, and 4 rows
-/// keep the row-remainder tiles (1..3 rows) few.
+/// keep the row-remainder tiles (1..3 rows) few. AVX-512 has 32 zmm
+/// registers of twice the width: 8×32 is 16 of them (more rows spilled).
 /// `gemm_nt` holds MR×NR partial dot products, each one vector of W lanes:
 /// 12 vectors, plus MR + NR loads per step along k. (The portable copy runs
 /// its nt tile only for m < 4; see `nt_portable`.)
 mod tiles {
     pub const AVX_NN_MR: usize = 6;
     pub const AVX_NN_NR: usize = 16;
+    pub const AVX512_NN_MR: usize = 8;
+    pub const AVX512_NN_NR: usize = 32;
+    pub const AVX512_NN_MR_COLS: usize = 6;
+    // A packed panel of 32 columns reads 32 rows of B at once, and at a
+    // Tree-LSTM level's few rows the packing is most of the time: 16
+    // columns ran 100×750×150 at 98 GFLOP/s against 90 (Zen 4).
+    pub const AVX512_NT_PACKED_NR: usize = 16;
     pub const SSE_NN_MR: usize = 4;
     pub const SSE_NN_NR: usize = 8;
     pub const AVX_NT_MR: usize = 4;
@@ -377,21 +446,33 @@ mod tiles {
     pub const SSE_NT_NR: usize = 3;
     pub const SSE_NT_W: usize = 4;
 
-    // `with_rows!` instantiates ragged tiles of 1..=6 rows.
-    const _: () = assert!(AVX_NN_MR <= 6 && SSE_NN_MR <= 6);
+    // `with_rows!` instantiates ragged tiles of 1..=8 rows.
+    const _: () = assert!(AVX512_NN_MR <= 8 && AVX_NN_MR <= 8 && SSE_NN_MR <= 8);
 }
 use tiles::*;
 
 /// The best copy this CPU runs.
 fn nn_dispatch(args: NnArgs<'_>) {
     #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+    if let Some(isa) = Avx512::detect() {
+        return nn_driver::<_, AVX512_NN_MR, AVX512_NN_MR_COLS, AVX512_NN_NR>(isa, args);
+    }
+    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
     if let Some(isa) = Avx2Fma::detect() {
-        return nn_driver::<_, AVX_NN_MR, AVX_NN_NR>(isa, args);
+        return nn_driver::<_, AVX_NN_MR, AVX_NN_MR, AVX_NN_NR>(isa, args);
     }
     nn_portable(args)
 }
 
 fn nt_dispatch(args: NtArgs<'_>) {
+    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+    if let Some(isa) = Avx512::detect() {
+        return if avx_nt_packs(&args) {
+            nt_packed::<_, AVX512_NN_MR, AVX512_NT_PACKED_NR>(isa, args)
+        } else {
+            nt_driver(isa, args)
+        };
+    }
     #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
     if let Some(isa) = Avx2Fma::detect() {
         return if avx_nt_packs(&args) {
@@ -422,7 +503,7 @@ fn avx_nt_packs(args: &NtArgs<'_>) -> bool {
 /// The portable copy, whatever the CPU (the tests run it next to the
 /// dispatched one).
 fn nn_portable(args: NnArgs<'_>) {
-    nn_driver::<_, SSE_NN_MR, SSE_NN_NR>(Portable, args)
+    nn_driver::<_, SSE_NN_MR, SSE_NN_MR, SSE_NN_NR>(Portable, args)
 }
 
 fn nt_portable(args: NtArgs<'_>) {
@@ -436,7 +517,7 @@ fn nt_portable(args: NtArgs<'_>) {
     }
 }
 
-/// Calls `$body` with the const `$R` equal to the run-time `$r` (1..=6), so
+/// Calls `$body` with the const `$R` equal to the run-time `$r` (1..=8), so
 /// that every ragged tile gets a kernel of its exact height.
 macro_rules! with_rows {
     ($r:expr, |$R:ident| $body:expr) => {
@@ -465,7 +546,15 @@ macro_rules! with_rows {
                 const $R: usize = 6;
                 $body
             }
-            r => unreachable!("tile height {r} > 6"),
+            7 => {
+                const $R: usize = 7;
+                $body
+            }
+            8 => {
+                const $R: usize = 8;
+                $body
+            }
+            r => unreachable!("tile height {r} > 8"),
         }
     };
 }
@@ -479,7 +568,11 @@ const A_COLS_CONTIGUOUS: u8 = 0; // a_rs == 1: the R elements of column p are ad
 const A_ROWS_CONTIGUOUS: u8 = 1; // a_cs == 1: each row is a contiguous run along k
 const A_STRIDED: u8 = 2; // anything else: one checked load per element
 
-fn nn_driver<K: Kernels, const MR: usize, const NR: usize>(isa: K, mut args: NnArgs<'_>) {
+/// `MR` rows per tile, `MR_COLS` where A's columns are contiguous (a
+/// transposed operand): above 6 rows LLVM vectorises such a tile along its
+/// rows, a column of A as one vector, and then gathers; AVX-512's 8-row
+/// tile ran 40 times slower that way.
+fn nn_driver<K: Kernels, const MR: usize, const MR_COLS: usize, const NR: usize>(isa: K, mut args: NnArgs<'_>) {
     let (m, n, k) = (args.m, args.n, args.k);
     if m == 0 || n == 0 {
         return;
@@ -492,7 +585,7 @@ fn nn_driver<K: Kernels, const MR: usize, const NR: usize>(isa: K, mut args: NnA
         return;
     }
     if args.a_rs == 1 {
-        nn_columns::<K, A_COLS_CONTIGUOUS, MR, NR>(isa, &mut args)
+        nn_columns::<K, A_COLS_CONTIGUOUS, MR_COLS, NR>(isa, &mut args)
     } else if args.a_cs == 1 {
         nn_columns::<K, A_ROWS_CONTIGUOUS, MR, NR>(isa, &mut args)
     } else {
@@ -509,11 +602,14 @@ fn nn_driver<K: Kernels, const MR: usize, const NR: usize>(isa: K, mut args: NnA
 /// at the cost of recomputing columns. When at most half a strip is left
 /// (an LSTM's 50 or 65 columns: 2 or 1 past the last 16) the tail is a
 /// half-width strip, so it recomputes 6 or 7 columns rather than 14 or 15.
-/// Only when n < NR are narrower tiles alone (4 columns, then 1) needed.
+/// Only when n < NR are narrower tiles alone (16 columns for a 32-wide copy,
+/// else 4, then 1) needed.
 fn nn_columns<K: Kernels, const L: u8, const MR: usize, const NR: usize>(isa: K, args: &mut NnArgs<'_>) {
     let n = args.n;
     if n < NR {
-        if n >= 4 {
+        if NR > 16 && n >= 16 {
+            nn_strips::<K, L, MR, 16>(isa, args, 0, n);
+        } else if n >= 4 {
             nn_strips::<K, L, MR, 4>(isa, args, 0, n);
         } else {
             nn_strips::<K, L, MR, 1>(isa, args, 0, n);
@@ -524,6 +620,10 @@ fn nn_columns<K: Kernels, const L: u8, const MR: usize, const NR: usize>(isa: K,
     let tail = n - full;
     match (NR, tail) {
         (_, 0) => nn_strips::<K, L, MR, NR>(isa, args, 0, n),
+        (32, 1..=16) => {
+            nn_strips::<K, L, MR, NR>(isa, args, 0, full);
+            nn_strips::<K, L, MR, 16>(isa, args, full, n);
+        }
         (16, 1..=8) => {
             nn_strips::<K, L, MR, NR>(isa, args, 0, full);
             nn_strips::<K, L, MR, 8>(isa, args, full, n);
@@ -740,11 +840,22 @@ fn nt_driver<K: Kernels>(isa: K, mut args: NtArgs<'_>) {
     }
 }
 
-/// Stack space for a packed panel of Bᵀ in [`nt_packed`]: 16 KiB.
-const PANEL: usize = 4096;
+/// Stack space for a packed panel of Bᵀ in [`nt_packed`]: 32 KiB, 256
+/// steps of k of 32 columns.
+const PANEL: usize = 8192;
+
+/// Steps of k per packed panel of `nr` columns: 16 KiB of panel up to 16
+/// columns (512 steps for SSE2's 8, 256 for AVX2's 16), and as many steps
+/// for AVX-512's 32 as for AVX2's 16. Each panel's sum is added to C
+/// apart, so the depth is part of the result's rounding: the same depth
+/// keeps AVX-512's products AVX2's bit for bit.
+const fn panel_depth(nr: usize) -> usize {
+    let nr = if nr < 16 { nr } else { 16 };
+    4096 / nr
+}
 
 /// `gemm_nt` through the `gemm_nn` tiles: Bᵀ is copied, NR columns (rows of
-/// B) and up to `PANEL / NR` steps of k at a time, into a row-major panel on
+/// B) and up to [`panel_depth`] steps of k at a time, into a row-major panel on
 /// the stack, and every row tile of A then runs over that panel as in
 /// `gemm_nn` with a row-major A. The copy costs one move per element of B;
 /// in exchange there is no reduction per dot product, which pays when k is
@@ -770,7 +881,8 @@ fn nt_packed<K: Kernels, const MR: usize, const NR: usize>(isa: K, args: NtArgs<
         }
         return;
     }
-    let kc_max = PANEL / NR;
+    let kc_max = panel_depth(NR);
+    const { assert!(panel_depth(NR) * NR <= PANEL) };
     // Columns of a ragged panel past n keep stale values from the previous
     // panel (or these zeros): they only feed tile columns that are never
     // stored.
@@ -980,6 +1092,10 @@ mod tests {
         Avx2Fma,
         #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
         Avx2FmaPacked,
+        #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+        Avx512,
+        #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+        Avx512Packed,
         /// What `gemm_nn` / `gemm_nt` pick on this CPU.
         Dispatched,
     }
@@ -992,6 +1108,12 @@ mod tests {
         } else {
             eprintln!("no AVX2+FMA on this CPU: only the portable copy is tested");
         }
+        #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+        if Avx512::detect().is_some() {
+            paths.extend([Path::Avx512, Path::Avx512Packed]);
+        } else {
+            eprintln!("no AVX-512F on this CPU: its copy is not tested");
+        }
         paths
     }
 
@@ -1001,7 +1123,11 @@ mod tests {
             Path::Portable | Path::PortablePacked => nn_portable(args),
             #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
             Path::Avx2Fma | Path::Avx2FmaPacked => {
-                nn_driver::<_, AVX_NN_MR, AVX_NN_NR>(Avx2Fma::detect().expect("AVX2+FMA"), args)
+                nn_driver::<_, AVX_NN_MR, AVX_NN_MR, AVX_NN_NR>(Avx2Fma::detect().expect("AVX2+FMA"), args)
+            }
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            Path::Avx512 | Path::Avx512Packed => {
+                nn_driver::<_, AVX512_NN_MR, AVX512_NN_MR_COLS, AVX512_NN_NR>(Avx512::detect().expect("AVX-512F"), args)
             }
             Path::Dispatched => nn_dispatch(args),
         }
@@ -1016,6 +1142,12 @@ mod tests {
             Path::Avx2Fma => nt_driver(Avx2Fma::detect().expect("AVX2+FMA"), args),
             #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
             Path::Avx2FmaPacked => nt_packed::<_, AVX_NN_MR, AVX_NN_NR>(Avx2Fma::detect().expect("AVX2+FMA"), args),
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            Path::Avx512 => nt_driver(Avx512::detect().expect("AVX-512F"), args),
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            Path::Avx512Packed => {
+                nt_packed::<_, AVX512_NN_MR, AVX512_NT_PACKED_NR>(Avx512::detect().expect("AVX-512F"), args)
+            }
             Path::Dispatched => nt_dispatch(args),
         }
     }
@@ -1204,6 +1336,80 @@ mod tests {
         (40, 750, 150),
         (60, 450, 300),
     ];
+
+    /// The AVX-512 copy gives AVX2's bits: every product of every layout,
+    /// ragged and model shapes, with k past one packed panel (rounded once
+    /// per panel). Runs where the CPU has AVX-512F, and says so where not.
+    #[test]
+    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+    fn avx512_products_are_avx2_products_bit_for_bit() {
+        if Avx512::detect().is_none() {
+            eprintln!("no AVX-512F on this CPU: its bits are not compared with AVX2's");
+            return;
+        }
+        let mut rng = Rng(0x1234_5678_9abc_def1);
+        let mut shapes = small_shapes(&mut rng);
+        shapes.extend(NN_SHAPES.iter().chain(&NT_SHAPES));
+        shapes.extend([(16, 750, 150), (9, 300, 600), (33, 47, 520), (100, 150, 750)]);
+        for (m, n, k) in shapes {
+            for (a_rs, a_cs, a_len) in a_layouts(m, k, &mut rng) {
+                let a = rng.fill(a_len);
+                let b = rng.fill(k * n);
+                let c0 = rng.fill(m * n);
+                let run = |path: Path, accumulate: bool| {
+                    let mut c = c0.clone();
+                    let (b, ldb) = (&b[..], n);
+                    nn_on(
+                        path,
+                        NnArgs {
+                            m,
+                            n,
+                            k,
+                            a: &a,
+                            a_rs,
+                            a_cs,
+                            b,
+                            ldb,
+                            c: &mut c,
+                            accumulate,
+                        },
+                    );
+                    c
+                };
+                for accumulate in [false, true] {
+                    let (x, y) = (run(Path::Avx2Fma, accumulate), run(Path::Avx512, accumulate));
+                    let same = x.iter().zip(&y).all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(
+                        same,
+                        "nn m={m} n={n} k={k} a=({a_rs},{a_cs}) acc={accumulate}: AVX-512 differs from AVX2"
+                    );
+                }
+            }
+            // gemm_nt, packed: A m×k and B n×k row-major.
+            let (a, b, c0) = (rng.fill(m * k), rng.fill(n * k), rng.fill(m * n));
+            let run = |path: Path| {
+                let mut c = c0.clone();
+                nt_on(
+                    path,
+                    NtArgs {
+                        m,
+                        n,
+                        k,
+                        a: &a,
+                        lda: k,
+                        b: &b,
+                        ldb: k,
+                        c: &mut c,
+                        accumulate: true,
+                    },
+                );
+                c
+            };
+            let (x, y) = (run(Path::Avx2FmaPacked), run(Path::Avx512Packed));
+            let same = x.iter().zip(&y).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "nt packed m={m} n={n} k={k}: AVX-512 differs from AVX2");
+        }
+    }
 
     #[test]
     fn nn_matches_naive_on_small_ragged_shapes() {

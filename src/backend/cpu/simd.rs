@@ -28,6 +28,13 @@ pub fn has_avx2_fma() -> bool {
     *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"))
 }
 
+/// Whether this CPU has AVX-512F (asked once).
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+pub fn has_avx512f() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx512f"))
+}
+
 /// Runs `kernel` compiled for the best instruction set this CPU has.
 #[inline]
 pub fn vectorized<K: Vectorized>(kernel: K) -> K::Output {
@@ -44,7 +51,8 @@ pub fn vectorized<K: Vectorized>(kernel: K) -> K::Output {
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA. (An `unsafe fn` rather than a safe
-/// `#[target_feature]` one, which needs Rust 1.86; the crate supports 1.80.)
+/// `#[target_feature]` one, which needs Rust 1.86: written when the crate
+/// supported 1.80.)
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn avx2_fma<K: Vectorized>(kernel: K) -> K::Output {
