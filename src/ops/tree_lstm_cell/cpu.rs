@@ -1,10 +1,12 @@
-//! The CPU's tree_lstm_cell: forward eight units at a time with
-//! `backend::cpu::vmath`'s transcendentals, backward a unit at a time;
-//! rows split among workers in tasks of at least [`CHUNK`] units.
+//! The CPU's tree_lstm_cell: forward and backward eight units at a time
+//! with `backend::cpu::vmath`'s transcendentals; rows split among workers
+//! in tasks of at least [`CHUNK`] units.
 
-use crate::backend::cpu::simd::{madd, over_row, vectorized_rows, Lanes, RowUnits, Rows, Vectorized, LANES, V8};
+use crate::backend::cpu::simd::{
+    madd, over_row, split_rows, split_rows_mut, vectorized_rows, Lanes, RowUnits, Rows, Vectorized, LANES, V8,
+};
 use crate::backend::cpu::vmath::{sigmoid, tanh};
-use crate::ops::math::tanh as tanh_scalar;
+use crate::ops::lstm_cell::cpu::row_of;
 use crate::ops::CHUNK;
 
 /// Rows per task, for rows of `hidden` units.
@@ -126,16 +128,16 @@ impl RowUnits for ForwardRow<'_> {
     #[inline(always)]
     #[allow(clippy::needless_range_loop)]
     fn compute<const FMA: bool>(&self, l: Lanes) -> Self::Out {
-        let hd = self.hidden;
-        let pre = |q: usize| l.load(&self.gates[q * hd..]);
+        // Plain loads, no closure (see backward's row).
+        let (hd, gates) = (self.hidden, self.gates);
         let mut acts = [[0.0; LANES]; 5];
         let mut c = [0.0; LANES];
         let o = match self.children {
             Some((left, right)) => {
                 for q in 0..4 {
-                    acts[q] = sigmoid::<FMA>(&pre(q));
+                    acts[q] = sigmoid::<FMA>(&l.load(&gates[q * hd..]));
                 }
-                acts[4] = tanh::<FMA>(&pre(4));
+                acts[4] = tanh::<FMA>(&l.load(&gates[4 * hd..]));
                 let (cl, cr) = (l.load(left), l.load(right));
                 let [i, fl, fr, _, u] = &acts;
                 for k in 0..LANES {
@@ -144,9 +146,9 @@ impl RowUnits for ForwardRow<'_> {
                 acts[3]
             }
             None => {
-                acts[0] = sigmoid::<FMA>(&pre(0));
-                acts[1] = sigmoid::<FMA>(&pre(1));
-                acts[2] = tanh::<FMA>(&pre(2));
+                acts[0] = sigmoid::<FMA>(&l.load(gates));
+                acts[1] = sigmoid::<FMA>(&l.load(&gates[hd..]));
+                acts[2] = tanh::<FMA>(&l.load(&gates[2 * hd..]));
                 for k in 0..LANES {
                     c[k] = acts[0][k] * acts[2][k];
                 }
@@ -190,59 +192,168 @@ pub(super) struct Grads<'a> {
 }
 
 /// `d(c) = dc + dh·o·(1 − tanh²c)`; the gates' gradients through their
-/// activations; each child's cell `d(c)·f` of its forget gate.
+/// activations; each child's cell `d(c)·f` of its forget gate. Eight units
+/// at a time, `tanh` `backend::cpu::vmath`'s (forward's), rows split among
+/// workers as forward's.
 pub(super) fn backward(hidden: usize, up: Upstream<'_>, out: Grads<'_>) {
-    let inner = up.children.is_some();
-    let width = if inner { 5 * hidden } else { 3 * hidden };
-    let rows = up.c.len() / hidden.max(1);
-    let zero = |g: Option<&[f32]>, at: usize| g.map_or(0.0, |g| g[at]);
-    let Grads {
-        mut gates,
-        mut c_left,
-        mut c_right,
-    } = out;
-    for b in 0..rows {
-        let a = &up.acts[b * width..][..width];
-        for j in 0..hidden {
-            let at = b * hidden + j;
-            let tc = tanh_scalar(up.c[at]);
-            let dh = zero(up.dh, at);
-            let (i, o, u) = if inner {
-                (a[j], a[3 * hidden + j], a[4 * hidden + j])
-            } else {
-                (a[j], a[hidden + j], a[2 * hidden + j])
+    let rows = Backward { hidden, up, out };
+    vectorized_rows(rows, rows_per_task(hidden));
+}
+
+/// Backward's rows: `acts` and the gates' gradient of `G`, the others of
+/// `hidden`.
+struct Backward<'a> {
+    hidden: usize,
+    up: Upstream<'a>,
+    out: Grads<'a>,
+}
+
+impl Backward<'_> {
+    fn width(&self) -> usize {
+        match self.up.children {
+            Some(_) => 5 * self.hidden,
+            None => 3 * self.hidden,
+        }
+    }
+}
+
+impl Vectorized for Backward<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run<const FMA: bool>(self) {
+        let (hd, width) = (self.hidden, self.width());
+        let up = &self.up;
+        let Grads {
+            mut gates,
+            mut c_left,
+            mut c_right,
+        } = self.out;
+        for b in 0..up.c.len() / hd.max(1) {
+            let mut units = BackwardRow {
+                hidden: hd,
+                acts: &up.acts[b * width..][..width],
+                c: row_of(up.c, b, hd),
+                children: up.children.map(|(l, r)| (row_of(l, b, hd), row_of(r, b, hd))),
+                dh: up.dh.map(|s| row_of(s, b, hd)),
+                dc: up.dc.map(|s| row_of(s, b, hd)),
+                gates: gates.as_deref_mut().map(|g| &mut g[b * width..][..width]),
+                c_left: c_left.as_deref_mut().map(|g| &mut g[b * hd..][..hd]),
+                c_right: c_right.as_deref_mut().map(|g| &mut g[b * hd..][..hd]),
             };
-            let dcell = zero(up.dc, at) + dh * o * (1.0 - tc * tc);
-            let d_i = dcell * u * i * (1.0 - i);
-            let d_o = dh * tc * o * (1.0 - o);
-            let d_u = dcell * i * (1.0 - u * u);
-            match up.children {
-                Some((cl, cr)) => {
-                    let (fl, fr) = (a[hidden + j], a[2 * hidden + j]);
-                    if let Some(g) = gates.as_deref_mut() {
-                        let row = &mut g[b * width..][..width];
-                        row[j] = d_i;
-                        row[hidden + j] = dcell * cl[at] * fl * (1.0 - fl);
-                        row[2 * hidden + j] = dcell * cr[at] * fr * (1.0 - fr);
-                        row[3 * hidden + j] = d_o;
-                        row[4 * hidden + j] = d_u;
-                    }
-                    if let Some(g) = c_left.as_deref_mut() {
-                        g[at] = dcell * fl;
-                    }
-                    if let Some(g) = c_right.as_deref_mut() {
-                        g[at] = dcell * fr;
-                    }
-                }
-                None => {
-                    if let Some(g) = gates.as_deref_mut() {
-                        let row = &mut g[b * width..][..width];
-                        row[j] = d_i;
-                        row[hidden + j] = d_o;
-                        row[2 * hidden + j] = d_u;
-                    }
-                }
+            over_row::<FMA, _>(&mut units, hd);
+        }
+    }
+}
+
+impl Rows for Backward<'_> {
+    fn rows(&self) -> usize {
+        self.up.c.len() / self.hidden.max(1)
+    }
+
+    fn split(self, at: usize) -> (Self, Self) {
+        let (hd, width) = (self.hidden, self.width());
+        let up = self.up;
+        let (a0, a1) = up.acts.split_at(at * width);
+        let (c0, c1) = up.c.split_at(at * hd);
+        let (ch0, ch1) = match up.children {
+            Some((l, r)) => {
+                let ((l0, l1), (r0, r1)) = (l.split_at(at * hd), r.split_at(at * hd));
+                (Some((l0, r0)), Some((l1, r1)))
             }
+            None => (None, None),
+        };
+        let (h0, h1) = split_rows(up.dh, at, hd);
+        let (d0, d1) = split_rows(up.dc, at, hd);
+        let (g0, g1) = split_rows_mut(self.out.gates, at, width);
+        let (l0, l1) = split_rows_mut(self.out.c_left, at, hd);
+        let (r0, r1) = split_rows_mut(self.out.c_right, at, hd);
+        let half = |acts, c, children, dh, dc, gates, c_left, c_right| Backward {
+            hidden: hd,
+            up: Upstream {
+                acts,
+                c,
+                children,
+                dh,
+                dc,
+            },
+            out: Grads { gates, c_left, c_right },
+        };
+        (
+            half(a0, c0, ch0, h0, d0, g0, l0, r0),
+            half(a1, c1, ch1, h1, d1, g1, l1, r1),
+        )
+    }
+}
+
+/// One row of [`Backward`].
+struct BackwardRow<'r> {
+    hidden: usize,
+    acts: &'r [f32],
+    c: &'r [f32],
+    children: Option<(&'r [f32], &'r [f32])>,
+    dh: Option<&'r [f32]>,
+    dc: Option<&'r [f32]>,
+    gates: Option<&'r mut [f32]>,
+    c_left: Option<&'r mut [f32]>,
+    c_right: Option<&'r mut [f32]>,
+}
+
+impl RowUnits for BackwardRow<'_> {
+    /// The gates' gradients (the first 3 or 5) and each child cell's.
+    type Out = ([V8; 5], V8, V8);
+
+    #[inline(always)]
+    #[allow(clippy::needless_range_loop)]
+    fn compute<const FMA: bool>(&self, l: Lanes) -> Self::Out {
+        // Plain loads, no closure: a closure here was left out of line, so
+        // outside the AVX2 copy.
+        let (hd, acts) = (self.hidden, self.acts);
+        let tc = tanh::<FMA>(&l.load(self.c));
+        let (dh, dc) = (l.load_or_zero(self.dh), l.load_or_zero(self.dc));
+        let inner = self.children.is_some();
+        let (o_at, u_at) = if inner { (3 * hd, 4 * hd) } else { (hd, 2 * hd) };
+        let (i, o, u) = (l.load(acts), l.load(&acts[o_at..]), l.load(&acts[u_at..]));
+        let mut d = [[0.0; LANES]; 5];
+        let mut dcell = [0.0; LANES];
+        for k in 0..LANES {
+            dcell[k] = dc[k] + dh[k] * o[k] * (1.0 - tc[k] * tc[k]);
+            let d_i = dcell[k] * u[k] * i[k] * (1.0 - i[k]);
+            let d_o = dh[k] * tc[k] * o[k] * (1.0 - o[k]);
+            let d_u = dcell[k] * i[k] * (1.0 - u[k] * u[k]);
+            if inner {
+                (d[0][k], d[3][k], d[4][k]) = (d_i, d_o, d_u);
+            } else {
+                (d[0][k], d[1][k], d[2][k]) = (d_i, d_o, d_u);
+            }
+        }
+        let (mut d_left, mut d_right) = ([0.0; LANES], [0.0; LANES]);
+        if let Some((left, right)) = self.children {
+            let (cl, cr) = (l.load(left), l.load(right));
+            let (fl, fr) = (l.load(&acts[hd..]), l.load(&acts[2 * hd..]));
+            for k in 0..LANES {
+                d[1][k] = dcell[k] * cl[k] * fl[k] * (1.0 - fl[k]);
+                d[2][k] = dcell[k] * cr[k] * fr[k] * (1.0 - fr[k]);
+                d_left[k] = dcell[k] * fl[k];
+                d_right[k] = dcell[k] * fr[k];
+            }
+        }
+        (d, d_left, d_right)
+    }
+
+    #[inline(always)]
+    fn store(&mut self, l: Lanes, (d, d_left, d_right): &Self::Out) {
+        let gates = if self.children.is_some() { 5 } else { 3 };
+        if let Some(g) = self.gates.as_deref_mut() {
+            for (q, v) in d.iter().take(gates).enumerate() {
+                l.store(&mut g[q * self.hidden..], v);
+            }
+        }
+        if let Some(g) = self.c_left.as_deref_mut() {
+            l.store(g, d_left);
+        }
+        if let Some(g) = self.c_right.as_deref_mut() {
+            l.store(g, d_right);
         }
     }
 }
