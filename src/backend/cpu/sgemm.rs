@@ -272,6 +272,11 @@ trait Kernels: Copy {
     /// Computes and stores rows `i0..i0 + mr` of `gemm_nt`'s C,
     /// `mr <= NT_MR`; see [`nt_rows`].
     fn nt_rows(self, t: &mut NtArgs<'_>, i0: usize, mr: usize);
+    /// [`pack_panel`], as fast as this copy can.
+    #[inline(always)]
+    fn pack_panel<const NR: usize>(self, panel: &mut [f32], b: &[f32], ldb: usize, cols: (usize, usize), p0: usize) {
+        pack_panel::<NR>(panel, b, ldb, cols, p0)
+    }
 }
 
 /// The copy for the compile-time target: SSE2 on x86-64.
@@ -330,6 +335,15 @@ impl Kernels for Avx2Fma {
     fn nt_rows(self, t: &mut NtArgs<'_>, i0: usize, mr: usize) {
         // SAFETY: `self` exists, so `detect` saw AVX2 and FMA on this CPU.
         unsafe { nt_rows_avx2_fma(t, i0, mr) }
+    }
+    #[inline(always)]
+    fn pack_panel<const NR: usize>(self, panel: &mut [f32], b: &[f32], ldb: usize, cols: (usize, usize), p0: usize) {
+        if NR % 8 == 0 && cols.1 == NR {
+            // SAFETY: `self` exists, so `detect` saw AVX2 and FMA on this CPU.
+            unsafe { pack_panel_avx2::<NR>(panel, b, ldb, cols.0, p0) }
+        } else {
+            pack_panel::<NR>(panel, b, ldb, cols, p0)
+        }
     }
 }
 
@@ -401,6 +415,10 @@ impl Kernels for Avx512 {
     #[inline(always)]
     fn nt_rows(self, t: &mut NtArgs<'_>, i0: usize, mr: usize) {
         self.avx2.nt_rows(t, i0, mr)
+    }
+    #[inline(always)]
+    fn pack_panel<const NR: usize>(self, panel: &mut [f32], b: &[f32], ldb: usize, cols: (usize, usize), p0: usize) {
+        self.avx2.pack_panel::<NR>(panel, b, ldb, cols, p0)
     }
 }
 
@@ -488,16 +506,17 @@ fn nt_dispatch(args: NtArgs<'_>) {
 /// [`nt_packed`]) rather than as dot products.
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 fn avx_nt_packs(args: &NtArgs<'_>) -> bool {
-    // Measured on our shapes (examples/sgemm_bench): packing wins for
-    // 100×10×50 (k = 50, m = 100) and 20×250×64, loses for 100×50×320 (a
-    // ragged last panel of 2 columns in 16) and for ResNet's weight
-    // gradients with a long k and few rows to reuse the panel (16×144×196:
-    // 69 against 56 GFLOP/s), and wins for the Tree-LSTM's wide weights
-    // (100×750×150: 57 → 92 GFLOP/s; 475×450×300: 73 → 90), where the dot
-    // products re-read every row of B from L2 for each row tile of A; B
-    // as wide as a Tree-LSTM level's weights pays even for few rows
-    // (32×750×150: 43 → 69 GFLOP/s; not 8×750×150).
-    args.m >= 16 && (args.k <= 64 || (args.n >= 128 && args.m >= 64) || args.n >= 512)
+    // Measured on our shapes (examples/sgemm_bench, Zen 4): packing wins
+    // for 100×10×50 (k = 50, m = 100) and 20×250×64, loses for 100×50×320
+    // (a ragged last panel of 2 columns in 16), and with the panel copied
+    // as 8×8 transposes (`pack_panel_avx2`) wins wherever B is wide and A
+    // has 16 rows to reuse the panel: ResNet's weight gradients (16×144×196:
+    // 70 → 83 GFLOP/s) and the Tree-LSTM's wide weights, whose dot products
+    // re-read every row of B from L2 for each row tile of A (32×750×150:
+    // 43 → 95; 100×750×150: 57 → 107). As wide as a Tree-LSTM level's
+    // weights it pays from 8 rows (8×750×150: 57 → 63), not for ResNet's
+    // first weight gradient's long k (8×72×784: 103 → 53).
+    (args.m >= 16 && (args.k <= 64 || args.n >= 128)) || (args.m >= 8 && args.n >= 512)
 }
 
 /// The portable copy, whatever the CPU (the tests run it next to the
@@ -891,7 +910,7 @@ fn nt_packed<K: Kernels, const MR: usize, const NR: usize>(isa: K, args: NtArgs<
         let nb = NR.min(n - j0);
         for p0 in (0..k).step_by(kc_max) {
             let kc = kc_max.min(k - p0);
-            pack_panel::<NR>(&mut panel[..kc * NR], b, ldb, (j0, nb), p0);
+            isa.pack_panel::<NR>(&mut panel[..kc * NR], b, ldb, (j0, nb), p0);
             // C shifted to column j0, B the panel: the nn tiles see an
             // ordinary product with a row-major A.
             let mut view = NnArgs {
@@ -942,6 +961,67 @@ fn pack_panel<const NR: usize>(panel: &mut [f32], b: &[f32], ldb: usize, (j0, nb
         for (p, dst) in panel.chunks_exact_mut(NR).enumerate() {
             for (d, row) in dst.iter_mut().zip(&rows[..nb]) {
                 *d = row[p];
+            }
+        }
+    }
+}
+
+/// [`pack_panel`] for a full panel of a multiple of 8 columns: blocks of
+/// 8 rows of B by 8 steps of k, each loaded as eight vectors and transposed
+/// in registers. The copy one element at a time was a seventh of a
+/// Tree-LSTM level's time on the CPU: its levels have few rows, so each
+/// packed panel of the wide weights serves few tiles.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn pack_panel_avx2<const NR: usize>(panel: &mut [f32], b: &[f32], ldb: usize, j0: usize, p0: usize) {
+    #[cfg(target_arch = "x86")]
+    use std::arch::x86::*;
+    #[cfg(target_arch = "x86_64")]
+    use std::arch::x86_64::*;
+    let kc = panel.len() / NR;
+    let whole = kc - kc % 8;
+    for g in (0..NR).step_by(8) {
+        // Rows sliced to exactly kc elements once: every load below is
+        // inside its row.
+        let mut rows: [&[f32]; 8] = [&[]; 8];
+        for (r, row) in rows.iter_mut().enumerate() {
+            *row = &b[(j0 + g + r) * ldb + p0..][..kc];
+        }
+        for p in (0..whole).step_by(8) {
+            // SAFETY: p + 8 <= whole <= kc, the length of every row.
+            let [r0, r1, r2, r3, r4, r5, r6, r7] = rows.map(|row| unsafe { _mm256_loadu_ps(row[p..p + 8].as_ptr()) });
+            // Pairs of rows interleaved, then pairs of pairs, then halves:
+            // vector q holds column q of the block.
+            let (t0, t1) = (_mm256_unpacklo_ps(r0, r1), _mm256_unpackhi_ps(r0, r1));
+            let (t2, t3) = (_mm256_unpacklo_ps(r2, r3), _mm256_unpackhi_ps(r2, r3));
+            let (t4, t5) = (_mm256_unpacklo_ps(r4, r5), _mm256_unpackhi_ps(r4, r5));
+            let (t6, t7) = (_mm256_unpacklo_ps(r6, r7), _mm256_unpackhi_ps(r6, r7));
+            let (u0, u1) = (_mm256_shuffle_ps::<0x44>(t0, t2), _mm256_shuffle_ps::<0xee>(t0, t2));
+            let (u2, u3) = (_mm256_shuffle_ps::<0x44>(t1, t3), _mm256_shuffle_ps::<0xee>(t1, t3));
+            let (u4, u5) = (_mm256_shuffle_ps::<0x44>(t4, t6), _mm256_shuffle_ps::<0xee>(t4, t6));
+            let (u6, u7) = (_mm256_shuffle_ps::<0x44>(t5, t7), _mm256_shuffle_ps::<0xee>(t5, t7));
+            let columns = [
+                _mm256_permute2f128_ps::<0x20>(u0, u4),
+                _mm256_permute2f128_ps::<0x20>(u1, u5),
+                _mm256_permute2f128_ps::<0x20>(u2, u6),
+                _mm256_permute2f128_ps::<0x20>(u3, u7),
+                _mm256_permute2f128_ps::<0x31>(u0, u4),
+                _mm256_permute2f128_ps::<0x31>(u1, u5),
+                _mm256_permute2f128_ps::<0x31>(u2, u6),
+                _mm256_permute2f128_ps::<0x31>(u3, u7),
+            ];
+            for (q, column) in columns.into_iter().enumerate() {
+                let dst = &mut panel[(p + q) * NR + g..][..8];
+                // SAFETY: `dst` holds the 8 elements stored.
+                unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), column) };
+            }
+        }
+        for p in whole..kc {
+            for (r, row) in rows.iter().enumerate() {
+                panel[p * NR + g + r] = row[p];
             }
         }
     }
