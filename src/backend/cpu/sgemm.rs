@@ -338,7 +338,7 @@ impl Kernels for Avx2Fma {
     }
     #[inline(always)]
     fn pack_panel<const NR: usize>(self, panel: &mut [f32], b: &[f32], ldb: usize, cols: (usize, usize), p0: usize) {
-        if NR % 8 == 0 && cols.1 == NR {
+        if NR.is_multiple_of(8) && cols.1 == NR {
             // SAFETY: `self` exists, so `detect` saw AVX2 and FMA on this CPU.
             unsafe { pack_panel_avx2::<NR>(panel, b, ldb, cols.0, p0) }
         } else {
