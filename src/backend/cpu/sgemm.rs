@@ -14,9 +14,11 @@
 //! - [`gemm_nt`]: `C (+)= A · Bᵀ`, A and B row-major (dot products of rows).
 //!
 //! Each kernel body is written once, generic over the tile size and over the
-//! multiply-add, and instantiated twice: a portable copy for the baseline
-//! target (SSE2 on x86-64) and, on x86, an AVX2+FMA copy chosen at run time.
-//! Bounds are asserted up front; the loops then use safe indexing whose
+//! multiply-add, and instantiated for each instruction set: a portable copy
+//! for the baseline target (SSE2 on x86-64) and, on x86, an AVX2+FMA copy
+//! and an AVX-512 copy of the nn tiles, the best the CPU has chosen at run
+//! time. Packing a panel of Bᵀ (`gemm_nt`) is the one hand-written SIMD:
+//! 8×8 transposes in AVX2 registers. Bounds are asserted up front; the loops then use safe indexing whose
 //! checks are either removed by LLVM or cheap, well-predicted branches.
 
 /// The multiply-add of a kernel copy: fused where the CPU has an FMA unit,
@@ -704,9 +706,9 @@ fn nn_strips<K: Kernels, const L: u8, const MR: usize, const C: usize>(
 
 /// Computes the R×C tile of C at (i0, j0) over all of k and stores its
 /// columns `cols` (all of them but in ragged strips). The tile lives in
-/// `acc`, R·C/8 ymm (or R·C/4 xmm) registers; each step along k loads a row
-/// of B (one bounds check), broadcasts R elements of A and does R·C
-/// multiply-adds.
+/// `acc`, R·C/16 zmm, R·C/8 ymm or R·C/4 xmm registers; each step along k
+/// loads a row of B (one bounds check), broadcasts R elements of A and does
+/// R·C multiply-adds.
 #[inline(always)]
 #[allow(clippy::needless_range_loop)]
 fn nn_tile<O: MulAdd, const L: u8, const R: usize, const C: usize>(
