@@ -380,7 +380,8 @@ unsafe fn nt_rows_avx2_fma(t: &mut NtArgs<'_>, i0: usize, mr: usize) {
 /// two 512-bit FMA units (Intel's server cores) that is up to twice AVX2's
 /// rate; AMD's Zen 4 splits each into two 256-bit halves, so there it is
 /// about AVX2's. Each element of `C` is still one chain of fused
-/// multiply-adds along k in order, so the results are AVX2's bit for bit;
+/// multiply-adds along k in order, and a packed panel has AVX2's width and
+/// depth, so the results are AVX2's bit for bit;
 /// the dot-product tiles (`gemm_nt` unpacked), whose partial sums would
 /// change with the lane count, stay AVX2's. A value of this type is proof
 /// that the CPU has AVX-512F, AVX2 and FMA.
@@ -861,22 +862,14 @@ fn nt_driver<K: Kernels>(isa: K, mut args: NtArgs<'_>) {
     }
 }
 
-/// Stack space for a packed panel of Bᵀ in [`nt_packed`]: 32 KiB, 256
-/// steps of k of 32 columns.
-const PANEL: usize = 8192;
-
-/// Steps of k per packed panel of `nr` columns: 16 KiB of panel up to 16
-/// columns (512 steps for SSE2's 8, 256 for AVX2's 16), and as many steps
-/// for AVX-512's 32 as for AVX2's 16. Each panel's sum is added to C
-/// apart, so the depth is part of the result's rounding: the same depth
-/// keeps AVX-512's products AVX2's bit for bit.
-const fn panel_depth(nr: usize) -> usize {
-    let nr = if nr < 16 { nr } else { 16 };
-    4096 / nr
-}
+/// Stack space for a packed panel of Bᵀ in [`nt_packed`]: 16 KiB. Each
+/// panel's sum is added to C apart, so its depth (`PANEL / NR` steps of k)
+/// is part of the result's rounding: the AVX-512 copy packs AVX2's 16
+/// columns, and so keeps AVX2's bits.
+const PANEL: usize = 4096;
 
 /// `gemm_nt` through the `gemm_nn` tiles: Bᵀ is copied, NR columns (rows of
-/// B) and up to [`panel_depth`] steps of k at a time, into a row-major panel on
+/// B) and up to `PANEL / NR` steps of k at a time, into a row-major panel on
 /// the stack, and every row tile of A then runs over that panel as in
 /// `gemm_nn` with a row-major A. The copy costs one move per element of B;
 /// in exchange there is no reduction per dot product, which pays when k is
@@ -902,8 +895,7 @@ fn nt_packed<K: Kernels, const MR: usize, const NR: usize>(isa: K, args: NtArgs<
         }
         return;
     }
-    let kc_max = panel_depth(NR);
-    const { assert!(panel_depth(NR) * NR <= PANEL) };
+    let kc_max = PANEL / NR;
     // Columns of a ragged panel past n keep stale values from the previous
     // panel (or these zeros): they only feed tile columns that are never
     // stored.

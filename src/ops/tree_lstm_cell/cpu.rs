@@ -51,12 +51,18 @@ struct Forward<'a> {
     c: &'a mut [f32],
 }
 
+/// Gates per unit: i, f_l, f_r, o, u with children; i, o, u without.
+fn gates(inner: bool) -> usize {
+    if inner {
+        5
+    } else {
+        3
+    }
+}
+
 impl Forward<'_> {
     fn width(&self) -> usize {
-        match self.children {
-            Some(_) => 5 * self.hidden,
-            None => 3 * self.hidden,
-        }
+        gates(self.children.is_some()) * self.hidden
     }
 }
 
@@ -164,8 +170,7 @@ impl RowUnits for ForwardRow<'_> {
 
     #[inline(always)]
     fn store(&mut self, l: Lanes, (acts, c, h): &Self::Out) {
-        let gates = if self.children.is_some() { 5 } else { 3 };
-        for (q, v) in acts.iter().take(gates).enumerate() {
+        for (q, v) in acts.iter().take(gates(self.children.is_some())).enumerate() {
             l.store(&mut self.acts[q * self.hidden..], v);
         }
         l.store(self.c, c);
@@ -210,10 +215,7 @@ struct Backward<'a> {
 
 impl Backward<'_> {
     fn width(&self) -> usize {
-        match self.up.children {
-            Some(_) => 5 * self.hidden,
-            None => 3 * self.hidden,
-        }
+        gates(self.up.children.is_some()) * self.hidden
     }
 }
 
@@ -343,9 +345,9 @@ impl RowUnits for BackwardRow<'_> {
 
     #[inline(always)]
     fn store(&mut self, l: Lanes, (d, d_left, d_right): &Self::Out) {
-        let gates = if self.children.is_some() { 5 } else { 3 };
+        let count = gates(self.children.is_some());
         if let Some(g) = self.gates.as_deref_mut() {
-            for (q, v) in d.iter().take(gates).enumerate() {
+            for (q, v) in d.iter().take(count).enumerate() {
                 l.store(&mut g[q * self.hidden..], v);
             }
         }
