@@ -54,17 +54,16 @@ fn a_tree_lstm_learns_a_synthetic_treebank_one_node_at_a_time_and_by_level() {
             "{batching:?}: binary {binary}, nodes {nodes}"
         );
         assert!(!last.graph, "a step of its own shape each time is never captured");
-        // The test split, after the last epoch: other trees, as well read.
+        // The test split, after the last epoch: other trees, read as
+        // well, but with every root's label the opposite of its phrase's
+        // sign (see `phrase_treebank`), so the roots come out wrong there
+        // and only there.
         let Some(Metric::TreeAccuracy { root, binary, nodes }) = tested else {
             panic!("{batching:?}: no test figures: {tested:?}");
         };
         assert!(
-            root > 0.85 && binary > 0.9 && nodes > 0.95,
-            "{batching:?}: test {root}, {binary}, {nodes}"
-        );
-        assert_ne!(
-            root, last.test_accuracy,
-            "{batching:?}: the test split is not the development split"
+            root < 0.15 && binary < 0.1 && nodes > 0.8,
+            "{batching:?}: test {root}, {binary}, {nodes}: the test split's flipped roots"
         );
     }
 }
