@@ -3,11 +3,11 @@ use crate::backend::cpu::{matmul, Mat};
 pub(crate) type Dims = (usize, usize, usize);
 
 pub(crate) fn forward((n, inp, out): Dims, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
-    match bias {
-        Some(b) => y.chunks_exact_mut(out).for_each(|row| row.copy_from_slice(b)),
-        None => y.fill(0.0),
+    // Without a bias the product overwrites `y`: no pass to zero it first.
+    if let Some(b) = bias {
+        y.chunks_exact_mut(out).for_each(|row| row.copy_from_slice(b));
     }
-    matmul(y, Mat::rows(x, n, inp), Mat::rows(w, out, inp).t(), true);
+    matmul(y, Mat::rows(x, n, inp), Mat::rows(w, out, inp).t(), bias.is_some());
 }
 
 pub(crate) fn input_grad((n, inp, out): Dims, gy: &[f32], w: &[f32], gx: &mut [f32]) {
