@@ -478,14 +478,8 @@ impl<'s, N: Recorded> Step<'s, N> {
     pub(crate) fn grad_buffer(&mut self, t: &TensorRef, what: &'static str) -> Result<FloatBuf> {
         let tape = &*self.tape;
         let first = tape.grads.get(t.id as usize).is_some_and(|g| g.is_none());
-        if first {
-            let slot = tape
-                .leaves
-                .iter()
-                .find(|&&(b, _, id)| FloatBuf::F32(b) == t.buf && id == t.id);
-            if let Some(&(_, grad, _)) = slot.filter(|(_, g, _)| g.len() == t.shape.numel()) {
-                return Ok(grad.into());
-            }
+        if let Some(grad) = self.param_slot(t).filter(|_| first) {
+            return Ok(grad.into());
         }
         self.alloc_like(what, t)
     }
@@ -601,14 +595,35 @@ impl<'s, N: Recorded> Step<'s, N> {
         }
     }
 
-    /// Adds `g` to the gradient of `t`; the first contribution is kept as is.
+    /// Adds `g` to the gradient of `t`; the first contribution is kept as
+    /// is, but for a parameter's: the optimizer reads a parameter's
+    /// gradient from its slot, so a first contribution made anywhere else
+    /// (through a view of the weight, as a reshape's backward hands on its
+    /// output's) is moved into the slot.
     pub(crate) fn accumulate(&mut self, t: &TensorRef, g: FloatBuf) -> Result<()> {
         let slot = self.tape.grads[t.id as usize];
         match slot {
-            None => self.tape.grads[t.id as usize] = Some(g),
+            None => match self.param_slot(t) {
+                Some(own) if FloatBuf::from(own) != g => {
+                    self.uses(&[own.into()]).fill(own, 0.0)?;
+                    self.uses(&[own.into(), g.into()]).add_assign(own.into(), g)?;
+                    self.tape.grads[t.id as usize] = Some(own.into());
+                }
+                _ => self.tape.grads[t.id as usize] = Some(g),
+            },
             Some(existing) => self.uses(&[existing.into(), g.into()]).add_assign(existing, g)?,
         }
         Ok(())
+    }
+
+    /// The gradient slot of `t` when it is a parameter of this step.
+    fn param_slot(&self, t: &TensorRef) -> Option<Buf<f32>> {
+        self.tape
+            .leaves
+            .iter()
+            .find(|&&(b, _, id)| FloatBuf::F32(b) == t.buf && id == t.id)
+            .map(|&(_, grad, _)| grad)
+            .filter(|grad| grad.len() == t.shape.numel())
     }
 
     /// The gradient of `t` computed by backward.

@@ -298,6 +298,17 @@ pub(crate) fn check_every_gradient(
         near(format!("x[{j}]"), gx[j], numeric);
     }
     for (p, g) in params.iter().zip(&gp) {
+        // The optimizer reads a parameter's gradient from its slot, not
+        // from backward's table: both must hold it (a weight used only
+        // through a view once left its slot stale, and trained wrong).
+        let mut slot = vec![0.0f32; p.shape().numel()];
+        engine.read_persistent(p.grad(), &mut slot).expect("reads the slot");
+        let same = slot.iter().zip(g).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(
+            same,
+            "parameter {}: its slot does not hold backward's gradient",
+            p.index
+        );
         let mut v = vec![0.0f32; p.shape().numel()];
         engine.read_persistent(p.buf(), &mut v).expect("reads");
         for j in 0..v.len() {
