@@ -39,6 +39,19 @@ pub enum TreeNode {
     },
 }
 
+/// `[N, A]` and `[N, B]` side by side, `[N, A + B]`: each row of `a`
+/// followed by the same row of `b` (`concat_channels` over `[N, C, 1, 1]`
+/// views).
+fn side_by_side<'s>(s: &mut Step<'s>, a: Tensor<'s>, b: Tensor<'s>) -> Result<Tensor<'s>> {
+    let planes = |t: Tensor<'s>, s: &mut Step<'s>| {
+        let [n, c] = [t.shape().dim(0), t.shape().dim(1)];
+        t.reshape(s, Shape::new(&[n, c, 1, 1]))
+    };
+    let (n, width) = (a.shape().dim(0), a.shape().dim(1) + b.shape().dim(1));
+    let (a, b) = (planes(a, s)?, planes(b, s)?);
+    Tensor::concat_channels(s, &[a, b])?.reshape(s, Shape::new(&[n, width]))
+}
+
 /// Leaves of a tree.
 fn leaves(tree: &[TreeNode]) -> usize {
     tree.iter().filter(|n| matches!(n, TreeNode::Leaf { .. })).count()
@@ -91,11 +104,8 @@ impl TreeLstm {
     /// its children's `h` side by side, not two products and a sum (half
     /// the passes over the gates, one op where there were three).
     fn joined_weights<'s>(&self, s: &mut Step<'s>) -> Result<Tensor<'s>> {
-        let (h, gates) = (self.hidden, 5 * self.hidden);
-        let planes = Shape::new(&[gates, h, 1, 1]);
-        let left = s.param(&self.left).reshape(s, planes)?;
-        let right = s.param(&self.right).reshape(s, planes)?;
-        Tensor::concat_channels(s, &[left, right])?.reshape(s, Shape::new(&[gates, 2 * h]))
+        let (left, right) = (s.param(&self.left), s.param(&self.right));
+        side_by_side(s, left, right)
     }
 
     /// Inner nodes' gates, `[B, 5H]`, from their children's `h` side by
@@ -145,9 +155,7 @@ impl TreeLstm {
                     TreeNode::Inner { left, right } => {
                         let l = states[first_node + left as usize];
                         let r = states[first_node + right as usize];
-                        let planes = Shape::new(&[1, h, 1, 1]);
-                        let (h_l, h_r) = (l.0.reshape(s, planes)?, r.0.reshape(s, planes)?);
-                        let children = Tensor::concat_channels(s, &[h_l, h_r])?.reshape(s, Shape::new(&[1, 2 * h]))?;
+                        let children = side_by_side(s, l.0, r.0)?;
                         let gates = self.inner_gates(s, joined, children)?;
                         gates.tree_lstm_cell(s, Some((l.1, r.1)))?
                     }

@@ -18,8 +18,9 @@
 //! for the baseline target (SSE2 on x86-64) and, on x86, an AVX2+FMA copy
 //! and an AVX-512 copy of the nn tiles, the best the CPU has chosen at run
 //! time. Packing a panel of Bᵀ (`gemm_nt`) is the one hand-written SIMD:
-//! 8×8 transposes in AVX2 registers. Bounds are asserted up front; the loops then use safe indexing whose
-//! checks are either removed by LLVM or cheap, well-predicted branches.
+//! 8×8 transposes in AVX2 registers. Bounds are asserted up front; the
+//! loops then use safe indexing whose checks are either removed by LLVM or
+//! cheap, well-predicted branches.
 
 /// The multiply-add of a kernel copy: fused where the CPU has an FMA unit,
 /// separate elsewhere, because `f32::mul_add` without hardware FMA is a slow
