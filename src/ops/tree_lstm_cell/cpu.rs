@@ -316,18 +316,21 @@ impl RowUnits for BackwardRow<'_> {
         let inner = self.children.is_some();
         let (o_at, u_at) = if inner { (3 * hd, 4 * hd) } else { (hd, 2 * hd) };
         let (i, o, u) = (l.load(acts), l.load(&acts[o_at..]), l.load(&acts[u_at..]));
-        let mut d = [[0.0; LANES]; 5];
-        let mut dcell = [0.0; LANES];
+        // The lanes' loop holds no branch: choosing the gates' slots inside
+        // it, lane by lane, kept LLVM from vectorising it, and the whole
+        // row (its `tanh` too) ran a lane at a time.
+        let [mut dcell, mut d_i, mut d_o, mut d_u] = [[0.0; LANES]; 4];
         for k in 0..LANES {
             dcell[k] = dc[k] + dh[k] * o[k] * (1.0 - tc[k] * tc[k]);
-            let d_i = dcell[k] * u[k] * i[k] * (1.0 - i[k]);
-            let d_o = dh[k] * tc[k] * o[k] * (1.0 - o[k]);
-            let d_u = dcell[k] * i[k] * (1.0 - u[k] * u[k]);
-            if inner {
-                (d[0][k], d[3][k], d[4][k]) = (d_i, d_o, d_u);
-            } else {
-                (d[0][k], d[1][k], d[2][k]) = (d_i, d_o, d_u);
-            }
+            d_i[k] = dcell[k] * u[k] * i[k] * (1.0 - i[k]);
+            d_o[k] = dh[k] * tc[k] * o[k] * (1.0 - o[k]);
+            d_u[k] = dcell[k] * i[k] * (1.0 - u[k] * u[k]);
+        }
+        let mut d = [[0.0; LANES]; 5];
+        if inner {
+            (d[0], d[3], d[4]) = (d_i, d_o, d_u);
+        } else {
+            (d[0], d[1], d[2]) = (d_i, d_o, d_u);
         }
         let (mut d_left, mut d_right) = ([0.0; LANES], [0.0; LANES]);
         if let Some((left, right)) = self.children {
