@@ -107,57 +107,91 @@ pub(super) fn backward(x: Shape, gy: &[f32], relu_of: Option<&[f32]>, winners: &
             }
         });
 }
+
+/// `v` (at window index `at`) takes the lead from `best` if it is larger,
+/// or NaN: [`winner`]'s rule, on bit masks rather than a branch per input.
+#[inline(always)]
+fn challenge(best: &mut f32, won: &mut u32, v: f32, at: u32) {
+    let take = 0u32.wrapping_sub(((v > *best) | v.is_nan()) as u32);
+    *best = f32::from_bits((v.to_bits() & take) | (best.to_bits() & !take));
+    *won = (at & take) | (*won & !take);
+}
+
 /// Any window: the winner starts at −∞ with the window's first input, as
-/// PyTorch's does, so padding never wins and a window of −∞ names a real input.
+/// PyTorch's does, so padding never wins and a window of −∞ names a real
+/// input.
 pub(super) fn window_forward(g: &PoolGeometry, input: &[f32], y: &mut [f32], winner_of: &mut [u8]) {
     let (plane_in, plane_out) = (g.h * g.w, g.oh * g.ow);
-    y.par_chunks_mut(plane_out)
-        .zip(winner_of.par_chunks_mut(plane_out))
-        .zip(input.par_chunks(plane_in))
+    y.par_chunks_mut(PLANES_PER_TASK * plane_out)
+        .zip(winner_of.par_chunks_mut(PLANES_PER_TASK * plane_out))
+        .zip(input.par_chunks(PLANES_PER_TASK * plane_in))
         .for_each(|((y, winners), x)| {
-            for r in 0..g.oh {
-                let (rows, top) = g.window(r, g.h);
-                for c in 0..g.ow {
-                    let (cols, left) = g.window(c, g.w);
-                    let at =
-                        |i: usize, j: usize| ((i as isize - top) as usize * g.k + (j as isize - left) as usize) as u8;
-                    let (mut best, mut arg) = (f32::NEG_INFINITY, at(rows.start, cols.start));
-                    for i in rows.clone() {
-                        for j in cols.clone() {
-                            let v = x[i * g.w + j];
-                            if v > best || v.is_nan() {
-                                (best, arg) = (v, at(i, j));
+            let planes = y.chunks_exact_mut(plane_out).zip(winners.chunks_exact_mut(plane_out));
+            for ((y, winners), x) in planes.zip(x.chunks_exact(plane_in)) {
+                for r in 0..g.oh {
+                    let (rows, top) = g.window(r, g.h);
+                    let outputs = y[r * g.ow..][..g.ow].iter_mut().zip(&mut winners[r * g.ow..][..g.ow]);
+                    for (c, (y, arg)) in outputs.enumerate() {
+                        let (cols, left) = g.window(c, g.w);
+                        // Where input (i, j) sits in the unclipped k × k window.
+                        let at = |i: usize, j: usize| ((i as isize - top) * g.k as isize + j as isize - left) as u32;
+                        let (mut best, mut won) = (f32::NEG_INFINITY, at(rows.start, cols.start));
+                        if rows.len() == 3 && cols.len() == 3 && g.k == 3 {
+                            // A whole 3×3 window inside the input (most of
+                            // them): fixed loops, unrolled.
+                            for di in 0..3 {
+                                let row = &x[(rows.start + di) * g.w + cols.start..][..3];
+                                for (dj, &v) in row.iter().enumerate() {
+                                    challenge(&mut best, &mut won, v, (di * 3 + dj) as u32);
+                                }
+                            }
+                        } else {
+                            for i in rows.clone() {
+                                let row = &x[i * g.w..][cols.clone()];
+                                for (j, &v) in cols.clone().zip(row) {
+                                    challenge(&mut best, &mut won, v, at(i, j));
+                                }
                             }
                         }
+                        (*y, *arg) = (best, won as u8);
                     }
-                    y[r * g.ow + c] = best;
-                    winners[r * g.ow + c] = arg;
                 }
             }
         });
 }
 
-/// Every input gathers the gradients of the outputs it won, in output order
-/// (as the CUDA kernel does), so no two writers meet.
+/// Each output's gradient added onto the input that won its window, the
+/// outputs in order: an input that won several windows sums their
+/// gradients in the order the CUDA kernel's gather does (rows, then
+/// columns), from 0, so the same bits. Scattering from the outputs takes
+/// no division; gathering into each input had to work out the windows
+/// covering it.
 pub(super) fn window_backward(g: &PoolGeometry, gy: &[f32], winners: &[u8], gx: &mut [f32]) {
     let (plane_in, plane_out) = (g.h * g.w, g.oh * g.ow);
-    gx.par_chunks_mut(plane_in)
-        .zip(gy.par_chunks(plane_out).zip(winners.par_chunks(plane_out)))
+    // A winner's row and column in its window, looked up rather than
+    // divided out per output.
+    let mut offsets = [(0usize, 0usize); 256];
+    for (arg, o) in offsets.iter_mut().enumerate().take(g.k * g.k) {
+        *o = (arg / g.k, arg % g.k);
+    }
+    // Where output (r, c)'s window starts, possibly in the padding.
+    let start = |o: usize| (o * g.stride) as isize - g.pad as isize;
+    gx.par_chunks_mut(PLANES_PER_TASK * plane_in)
+        .zip(
+            gy.par_chunks(PLANES_PER_TASK * plane_out)
+                .zip(winners.par_chunks(PLANES_PER_TASK * plane_out)),
+        )
         .for_each(|(gx, (gy, winners))| {
-            for i in 0..g.h {
-                let rows = g.covering(i, g.oh);
-                for j in 0..g.w {
-                    let mut sum = 0.0f32;
-                    for r in rows.clone() {
-                        let dr = i + g.pad - r * g.stride;
-                        for c in g.covering(j, g.ow) {
-                            let dc = j + g.pad - c * g.stride;
-                            if winners[r * g.ow + c] as usize == dr * g.k + dc {
-                                sum += gy[r * g.ow + c];
-                            }
-                        }
+            gx.fill(0.0);
+            let planes = gy.chunks_exact(plane_out).zip(winners.chunks_exact(plane_out));
+            for (gx, (gy, winners)) in gx.chunks_exact_mut(plane_in).zip(planes) {
+                for r in 0..g.oh {
+                    let outputs = gy[r * g.ow..][..g.ow].iter().zip(&winners[r * g.ow..][..g.ow]);
+                    for (c, (&g_out, &arg)) in outputs.enumerate() {
+                        let (di, dj) = offsets[arg as usize];
+                        let (i, j) = ((start(r) + di as isize) as usize, (start(c) + dj as isize) as usize);
+                        gx[i * g.w + j] += g_out;
                     }
-                    gx[i * g.w + j] = sum;
                 }
             }
         });
@@ -188,6 +222,100 @@ mod tests {
             }
         }
         (y, arg)
+    }
+
+    /// The window kernels' definitions, one input at a time: each output
+    /// scans its window in row-major order from −∞ (the first input named
+    /// when nothing beats it); each input sums, from 0, the gradients of
+    /// the outputs it won, rows then columns (the CUDA kernel's order).
+    fn window_direct(g: &PoolGeometry, x: &[f32], gy: &[f32]) -> (Vec<f32>, Vec<u8>, Vec<f32>) {
+        let (plane_in, plane_out) = (g.h * g.w, g.oh * g.ow);
+        let (mut y, mut arg) = (vec![0.0; g.planes * plane_out], vec![0; g.planes * plane_out]);
+        for p in 0..g.planes {
+            for r in 0..g.oh {
+                for c in 0..g.ow {
+                    let (rows, top) = g.window(r, g.h);
+                    let (cols, left) = g.window(c, g.w);
+                    let at = |i: usize, j: usize| ((i as isize - top) * g.k as isize + j as isize - left) as u8;
+                    let (mut best, mut won) = (f32::NEG_INFINITY, at(rows.start, cols.start));
+                    for i in rows.clone() {
+                        for j in cols.clone() {
+                            let v = x[p * plane_in + i * g.w + j];
+                            if v > best || v.is_nan() {
+                                (best, won) = (v, at(i, j));
+                            }
+                        }
+                    }
+                    (y[p * plane_out + r * g.ow + c], arg[p * plane_out + r * g.ow + c]) = (best, won);
+                }
+            }
+        }
+        let mut gx = vec![0.0; g.planes * plane_in];
+        for p in 0..g.planes {
+            for i in 0..g.h {
+                for j in 0..g.w {
+                    let mut sum = 0.0f32;
+                    for r in g.covering(i, g.oh) {
+                        for c in g.covering(j, g.ow) {
+                            let (top, left) = (g.window(r, g.h).1, g.window(c, g.w).1);
+                            let here = ((i as isize - top) * g.k as isize + j as isize - left) as u8;
+                            if arg[p * plane_out + r * g.ow + c] == here {
+                                sum += gy[p * plane_out + r * g.ow + c];
+                            }
+                        }
+                    }
+                    gx[p * plane_in + i * g.w + j] = sum;
+                }
+            }
+        }
+        (y, arg, gx)
+    }
+
+    #[test]
+    fn window_kernels_match_their_definition_bit_for_bit() {
+        use crate::ops::maxpool2d::Pool2dArgs;
+        let pool = |kernel, stride, padding, ceil_mode| Pool2dArgs {
+            kernel,
+            stride,
+            padding,
+            ceil_mode,
+        };
+        // SqueezeNet's 3×3/2 in ceil mode, ResNet's padded 3×3/2, overlapping
+        // stride-1 windows (an input's gradient sums several), a 2×2 window.
+        let cases = [
+            (pool(3, 2, 0, true), 35, 28, 28),
+            (pool(3, 2, 0, true), 40, 7, 7),
+            (pool(3, 2, 1, false), 9, 21, 30),
+            (pool(3, 1, 1, false), 6, 11, 19),
+            (pool(2, 1, 0, true), 5, 9, 8),
+            (pool(3, 3, 1, true), 4, 10, 17),
+        ];
+        for (args, planes, h, w) in cases {
+            let g = args
+                .geometry("test", Shape::new(&[1, planes, h, w]))
+                .expect("a pool that fits");
+            let n = planes * h * w;
+            // Few distinct values, so that ties are common; some NaNs and −∞.
+            let x: Vec<f32> = (0..n)
+                .map(|i| match (i * 104_729) % 97 {
+                    0 => f32::NAN,
+                    1 => f32::NEG_INFINITY,
+                    _ => ((i * 7919) % 13) as f32 - 6.0,
+                })
+                .collect();
+            let gy: Vec<f32> = (0..g.planes * g.oh * g.ow)
+                .map(|i| (i % 17) as f32 * 0.37 - 2.9)
+                .collect();
+            let (mut y, mut arg) = (vec![0.0; gy.len()], vec![u8::MAX; gy.len()]);
+            window_forward(&g, &x, &mut y, &mut arg);
+            let mut gx = vec![f32::NAN; n];
+            window_backward(&g, &gy, &arg, &mut gx);
+            let (want_y, want_arg, want_gx) = window_direct(&g, &x, &gy);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert!(bits(&y) == bits(&want_y), "{args:?} {h}×{w}: outputs");
+            assert!(arg == want_arg, "{args:?} {h}×{w}: winners");
+            assert!(bits(&gx) == bits(&want_gx), "{args:?} {h}×{w}: input gradients");
+        }
     }
 
     #[test]
