@@ -1,4 +1,5 @@
 use super::PoolGeometry;
+use crate::backend::cpu::simd::{vectorized, Vectorized};
 use crate::tensor::Shape;
 use rayon::prelude::*;
 
@@ -125,39 +126,135 @@ pub(super) fn window_forward(g: &PoolGeometry, input: &[f32], y: &mut [f32], win
     y.par_chunks_mut(PLANES_PER_TASK * plane_out)
         .zip(winner_of.par_chunks_mut(PLANES_PER_TASK * plane_out))
         .zip(input.par_chunks(PLANES_PER_TASK * plane_in))
-        .for_each(|((y, winners), x)| {
-            let planes = y.chunks_exact_mut(plane_out).zip(winners.chunks_exact_mut(plane_out));
-            for ((y, winners), x) in planes.zip(x.chunks_exact(plane_in)) {
-                for r in 0..g.oh {
-                    let (rows, top) = g.window(r, g.h);
-                    let outputs = y[r * g.ow..][..g.ow].iter_mut().zip(&mut winners[r * g.ow..][..g.ow]);
-                    for (c, (y, arg)) in outputs.enumerate() {
-                        let (cols, left) = g.window(c, g.w);
-                        // Where input (i, j) sits in the unclipped k × k window.
-                        let at = |i: usize, j: usize| ((i as isize - top) * g.k as isize + j as isize - left) as u32;
-                        let (mut best, mut won) = (f32::NEG_INFINITY, at(rows.start, cols.start));
-                        if rows.len() == 3 && cols.len() == 3 && g.k == 3 {
-                            // A whole 3×3 window inside the input (most of
-                            // them): fixed loops, unrolled.
-                            for di in 0..3 {
-                                let row = &x[(rows.start + di) * g.w + cols.start..][..3];
-                                for (dj, &v) in row.iter().enumerate() {
-                                    challenge(&mut best, &mut won, v, (di * 3 + dj) as u32);
-                                }
-                            }
-                        } else {
-                            for i in rows.clone() {
-                                let row = &x[i * g.w..][cols.clone()];
-                                for (j, &v) in cols.clone().zip(row) {
-                                    challenge(&mut best, &mut won, v, at(i, j));
-                                }
-                            }
+        .for_each(|((y, winners), x)| vectorized(WindowPlanes { g, x, y, winners }));
+}
+
+/// One task's planes of [`window_forward`], compiled for the CPU's widest
+/// vectors. Comparisons and selections only, so either copy gives the
+/// same bits.
+struct WindowPlanes<'a> {
+    g: &'a PoolGeometry,
+    x: &'a [f32],
+    y: &'a mut [f32],
+    winners: &'a mut [u8],
+}
+
+impl Vectorized for WindowPlanes<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run<const FMA: bool>(self) {
+        let Self { g, x, y, winners } = self;
+        let (plane_in, plane_out) = (g.h * g.w, g.oh * g.ow);
+        // The columns whose 3×3 window lies inside the input: there, where
+        // the rows do too, outputs go eight or four at a time.
+        let (lo, hi) = match (g.k, g.stride) {
+            (3, 1 | 2) if g.w + g.pad >= 3 => {
+                let hi = ((g.w + g.pad - 3) / g.stride + 1).min(g.ow);
+                (g.pad.div_ceil(g.stride).min(hi), hi)
+            }
+            _ => (0, 0),
+        };
+        let planes = y.chunks_exact_mut(plane_out).zip(winners.chunks_exact_mut(plane_out));
+        for ((y, winners), x) in planes.zip(x.chunks_exact(plane_in)) {
+            for r in 0..g.oh {
+                let (rows, top) = g.window(r, g.h);
+                let (y, winners) = (&mut y[r * g.ow..][..g.ow], &mut winners[r * g.ow..][..g.ow]);
+                let inside = if rows.len() == 3 { lo..hi } else { 0..0 };
+                for c in (0..inside.start).chain(inside.end..g.ow) {
+                    (y[c], winners[c]) = one_window(g, x, (rows.clone(), top), c);
+                }
+                // The inside windows a vector at a time, the last vector
+                // shifted back to end with them (overlapping the one
+                // before: those outputs are computed twice, the same).
+                let at = |c: usize| rows.start * g.w + c * g.stride - g.pad;
+                match (inside.len(), g.stride) {
+                    (n, 1) if n >= 8 => vectors::<1, 8>(x, g.w, inside, at, y, winners),
+                    (n, 2) if n >= 8 => vectors::<2, 8>(x, g.w, inside, at, y, winners),
+                    (n, 1) if n >= 4 => vectors::<1, 4>(x, g.w, inside, at, y, winners),
+                    (n, 2) if n >= 4 => vectors::<2, 4>(x, g.w, inside, at, y, winners),
+                    _ => {
+                        for c in inside {
+                            (y[c], winners[c]) = one_window(g, x, (rows.clone(), top), c);
                         }
-                        (*y, *arg) = (best, won as u8);
                     }
                 }
             }
-        });
+        }
+    }
+}
+
+/// The inside windows `cs` of one output row (at least `L` of them), `L`
+/// at a time, the last `L` shifted back to end at `cs.end`; `at(c)` is
+/// where window `c` starts in `x`.
+#[inline(always)]
+fn vectors<const S: usize, const L: usize>(
+    x: &[f32],
+    w: usize,
+    cs: std::ops::Range<usize>,
+    at: impl Fn(usize) -> usize,
+    y: &mut [f32],
+    winners: &mut [u8],
+) {
+    let mut c = cs.start;
+    loop {
+        let c0 = c.min(cs.end - L);
+        windows::<S, L>(&x[at(c0)..], w, &mut y[c0..c0 + L], &mut winners[c0..c0 + L]);
+        c = c0 + L;
+        if c >= cs.end {
+            break;
+        }
+    }
+}
+
+/// `L` neighbouring 3×3 windows inside the plane, at stride `S`, the first
+/// starting at `x[0]` (rows `w` apart): each lane runs [`challenge`]'s
+/// rule over its window in [`one_window`]'s order, so the same winner.
+#[inline(always)]
+fn windows<const S: usize, const L: usize>(x: &[f32], w: usize, y: &mut [f32], won: &mut [u8]) {
+    let mut best = [f32::NEG_INFINITY; L];
+    // An inside window's first input is its index 0.
+    let mut arg = [0u32; L];
+    for di in 0..3 {
+        let row = &x[di * w..][..S * (L - 1) + 3];
+        for dj in 0..3 {
+            let at = (di * 3 + dj) as u32;
+            for l in 0..L {
+                challenge(&mut best[l], &mut arg[l], row[S * l + dj], at);
+            }
+        }
+    }
+    y.copy_from_slice(&best);
+    for (w, a) in won.iter_mut().zip(arg) {
+        *w = a as u8;
+    }
+}
+
+/// Output `c` of the row whose window's rows are `rows` (the unclipped
+/// window starting at row `top`), and its winner.
+#[inline(always)]
+fn one_window(g: &PoolGeometry, x: &[f32], (rows, top): (std::ops::Range<usize>, isize), c: usize) -> (f32, u8) {
+    let (cols, left) = g.window(c, g.w);
+    // Where input (i, j) sits in the unclipped k × k window.
+    let at = |i: usize, j: usize| ((i as isize - top) * g.k as isize + j as isize - left) as u32;
+    let (mut best, mut won) = (f32::NEG_INFINITY, at(rows.start, cols.start));
+    if rows.len() == 3 && cols.len() == 3 && g.k == 3 {
+        // A whole 3×3 window: fixed loops, unrolled.
+        for di in 0..3 {
+            let row = &x[(rows.start + di) * g.w + cols.start..][..3];
+            for (dj, &v) in row.iter().enumerate() {
+                challenge(&mut best, &mut won, v, (di * 3 + dj) as u32);
+            }
+        }
+    } else {
+        for i in rows {
+            let row = &x[i * g.w..][cols.clone()];
+            for (j, &v) in cols.clone().zip(row) {
+                challenge(&mut best, &mut won, v, at(i, j));
+            }
+        }
+    }
+    (best, won as u8)
 }
 
 /// Each output's gradient added onto the input that won its window, the
@@ -280,11 +377,15 @@ mod tests {
             padding,
             ceil_mode,
         };
-        // SqueezeNet's 3×3/2 in ceil mode, ResNet's padded 3×3/2, overlapping
-        // stride-1 windows (an input's gradient sums several), a 2×2 window.
+        // SqueezeNet's 3×3/2 in ceil mode (13, 6 and 3 inside windows a row:
+        // vectors of 8 and 4, the last shifted back, and none), ResNet's
+        // padded 3×3/2, overlapping stride-1 windows (an input's gradient
+        // sums several), a 2×2 window.
         let cases = [
             (pool(3, 2, 0, true), 35, 28, 28),
+            (pool(3, 2, 0, true), 16, 14, 14),
             (pool(3, 2, 0, true), 40, 7, 7),
+            (pool(3, 1, 1, false), 3, 6, 8),
             (pool(3, 2, 1, false), 9, 21, 30),
             (pool(3, 1, 1, false), 6, 11, 19),
             (pool(2, 1, 0, true), 5, 9, 8),
@@ -295,12 +396,13 @@ mod tests {
                 .geometry("test", Shape::new(&[1, planes, h, w]))
                 .expect("a pool that fits");
             let n = planes * h * w;
-            // Few distinct values, so that ties are common; some NaNs and −∞.
+            // Four values in a scrambled order, so that ties are common in
+            // every direction; some NaNs and −∞.
             let x: Vec<f32> = (0..n)
                 .map(|i| match (i * 104_729) % 97 {
                     0 => f32::NAN,
                     1 => f32::NEG_INFINITY,
-                    _ => ((i * 7919) % 13) as f32 - 6.0,
+                    _ => ((i as u64 * 2_654_435_761) >> 13) as f32 % 4.0 - 2.0,
                 })
                 .collect();
             let gy: Vec<f32> = (0..g.planes * g.oh * g.ow)
