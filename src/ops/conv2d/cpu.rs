@@ -425,10 +425,29 @@ pub(super) fn bias_grad(g: &ConvDims, gy: &[f32], gb: &mut [f32]) {
     let p = g.p();
     gb.fill(0.0);
     for image in gy.chunks_exact(g.f * p) {
-        for (b, row) in gb.iter_mut().zip(image.chunks_exact(p)) {
-            *b += row.iter().sum::<f32>();
+        for (b, plane) in gb.iter_mut().zip(image.chunks_exact(p)) {
+            *b += plane_sum(plane);
         }
     }
+}
+
+/// `Σ plane` in [`LANES`] partial sums (element `i` into partial
+/// `i % LANES`), added pairwise at the end: a fixed order, so the same bits
+/// every run and at any thread count. One chain of additions (`sum()`)
+/// cannot be vectorised, and was a twentieth of a SqueezeNet step.
+fn plane_sum(plane: &[f32]) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let whole = plane.chunks_exact(LANES);
+    let tail = whole.remainder();
+    for v in whole {
+        for (a, x) in acc.iter_mut().zip(v) {
+            *a += x;
+        }
+    }
+    for (a, x) in acc.iter_mut().zip(tail) {
+        *a += x;
+    }
+    hsum(&acc)
 }
 
 /// `packed[ij][cb][f][r] = w[f][cb·ROWS + r][ij]` (`ij` a kernel position),
