@@ -31,7 +31,7 @@ struct Case {
     accumulate: bool,
 }
 
-const CASES: [Case; 19] = [
+const CASES: [Case; 27] = [
     Case {
         name: "conv1 fwd        nn",
         m: 10,
@@ -183,6 +183,70 @@ const CASES: [Case; 19] = [
         k: 16,
         kind: Kind::Nt,
         accumulate: true,
+    },
+    Case {
+        name: "r18/8 conv fwd s1 nn",
+        m: 8,
+        n: 784,
+        k: 72,
+        kind: Kind::Nn { a_rs: 72, a_cs: 1 },
+        accumulate: false,
+    },
+    Case {
+        name: "r18/8 conv dx s1 (Wᵀ) nn",
+        m: 72,
+        n: 784,
+        k: 8,
+        kind: Kind::Nn { a_rs: 1, a_cs: 72 },
+        accumulate: false,
+    },
+    Case {
+        name: "r18/8 conv fwd s2 nn",
+        m: 16,
+        n: 196,
+        k: 144,
+        kind: Kind::Nn { a_rs: 144, a_cs: 1 },
+        accumulate: false,
+    },
+    Case {
+        name: "r18/8 conv dx s2 (Wᵀ) nn",
+        m: 144,
+        n: 196,
+        k: 16,
+        kind: Kind::Nn { a_rs: 1, a_cs: 144 },
+        accumulate: false,
+    },
+    Case {
+        name: "r18/8 conv fwd s3 nn",
+        m: 32,
+        n: 49,
+        k: 288,
+        kind: Kind::Nn { a_rs: 288, a_cs: 1 },
+        accumulate: false,
+    },
+    Case {
+        name: "r18/8 conv dx s3 (Wᵀ) nn",
+        m: 288,
+        n: 49,
+        k: 32,
+        kind: Kind::Nn { a_rs: 1, a_cs: 288 },
+        accumulate: false,
+    },
+    Case {
+        name: "r18/8 conv fwd s4 nn",
+        m: 64,
+        n: 16,
+        k: 576,
+        kind: Kind::Nn { a_rs: 576, a_cs: 1 },
+        accumulate: false,
+    },
+    Case {
+        name: "r18/8 conv dx s4 (Wᵀ) nn",
+        m: 576,
+        n: 16,
+        k: 64,
+        kind: Kind::Nn { a_rs: 1, a_cs: 576 },
+        accumulate: false,
     },
 ];
 
