@@ -104,9 +104,14 @@ impl Model for TreeLstmSentiment {
 
     fn forward_trees<'s>(&self, s: &mut Step<'s>, x: TreeInput<'s>, _mode: Mode) -> Result<Tensor<'s>> {
         let words = self.embedding.forward(s, x.words)?;
-        let h = match x.levels {
-            true => self.tree.forward_levels(s, words, &x.forest)?,
-            false => self.tree.forward_post_order(s, words, &x.forest)?,
+        let h = match (x.levels, x.leaves) {
+            (true, Some(leaves)) => self.tree.forward_levels_shared(s, words, leaves, &x.forest)?,
+            (true, None) => self.tree.forward_levels(s, words, &x.forest)?,
+            (false, Some(leaves)) => {
+                let words = words.embedding(s, leaves)?;
+                self.tree.forward_post_order(s, words, &x.forest)?
+            }
+            (false, None) => self.tree.forward_post_order(s, words, &x.forest)?,
         };
         self.fc.forward(s, h)
     }

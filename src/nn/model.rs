@@ -110,8 +110,12 @@ pub struct SentenceInput<'s> {
 /// each tree's nodes in post-order.
 #[derive(Debug, Clone)]
 pub struct TreeInput<'s> {
-    /// The leaves' word ids, `[Σ leaves]`.
+    /// Word ids: each leaf's, `[Σ leaves]`, or with `leaves` each of the
+    /// batch's distinct words once.
     pub words: Labels<'s>,
+    /// Each leaf's row of `words`, `[Σ leaves]`, where `words` lists
+    /// distinct words ([`crate::nn::TreeLstm::forward_levels_shared`]).
+    pub leaves: Option<Labels<'s>>,
     /// The trees, built before the step (a task's epoch makes them), so a
     /// step only reads them.
     pub forest: Arc<Forest>,

@@ -59,7 +59,7 @@ fn leaves(tree: &[TreeNode]) -> usize {
 
 use super::{Linear, ParamBuilder};
 use crate::nn::Init;
-use crate::tensor::{Param, Shape, Tensor};
+use crate::tensor::{Labels, Param, Shape, Tensor};
 use crate::{Error, Result, Step};
 
 /// A binary Tree-LSTM layer; see the module.
@@ -175,10 +175,51 @@ impl TreeLstm {
     /// the levels below it.
     pub fn forward_levels<'s>(&self, s: &mut Step<'s>, words: Tensor<'s>, forest: &Forest) -> Result<Tensor<'s>> {
         self.check(&words, forest)?;
+        let gates = self.leaf.forward(s, words)?;
+        self.levels_above(s, gates, forest)
+    }
+
+    /// [`Self::forward_levels`] where leaves share word vectors: `words`
+    /// `[W, E]` holds each of the batch's distinct words once, and
+    /// `leaves` `[Σ leaves]` is each leaf's row of it, tree by tree, each
+    /// in sentence order. A leaf's gates depend on its word alone, so they
+    /// are computed once a word and gathered: about 60% of a batch of 25
+    /// SST sentences' leaves are distinct, and the leaves' three products
+    /// (gates, their weights' and their words' gradients) were 40% of a
+    /// step's multiply-adds. The gather's gradient sums a word's leaves
+    /// before the products, as the per-leaf products sum them after.
+    pub fn forward_levels_shared<'s>(
+        &self,
+        s: &mut Step<'s>,
+        words: Tensor<'s>,
+        leaves: Labels<'s>,
+        forest: &Forest,
+    ) -> Result<Tensor<'s>> {
+        let shape = words.shape();
+        if shape.rank() != 2 || shape.dim(1) != self.embed || leaves.len() != forest.leaves {
+            return Err(Error::shape(
+                "tree_lstm",
+                format!(
+                    "distinct words' vectors [W, {}] and a row of them for each of the {} trees' {} leaves, got {} and {} rows",
+                    self.embed,
+                    forest.len(),
+                    forest.leaves,
+                    shape,
+                    leaves.len()
+                ),
+            ));
+        }
+        let gates = self.leaf.forward(s, words)?.embedding(s, leaves)?;
+        self.levels_above(s, gates, forest)
+    }
+
+    /// The levels from the leaves' gates, `[Σ leaves, 3H]` (tree by tree
+    /// in sentence order) up: see [`Self::forward_levels`].
+    fn levels_above<'s>(&self, s: &mut Step<'s>, leaf_gates: Tensor<'s>, forest: &Forest) -> Result<Tensor<'s>> {
         let plan = &forest.levels;
         let nodes = forest.nodes();
-        // Level 0, the leaves: tree by tree in sentence order, as `words`.
-        let (h_0, c_0) = self.leaf.forward(s, words)?.tree_lstm_cell(s, None)?;
+        // Level 0, the leaves: tree by tree in sentence order.
+        let (h_0, c_0) = leaf_gates.tree_lstm_cell(s, None)?;
         let levels = plan.inner.len() + 1;
         let joined = self.joined_weights(s)?;
         let [all_h, _] = Tensor::fill_rows(s, nodes, [h_0, c_0], levels, |s, k, [all_h, all_c]| {

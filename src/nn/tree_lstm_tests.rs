@@ -95,6 +95,68 @@ fn levels_and_post_order_give_the_same_states_and_gradients() {
     }
 }
 
+/// Every node's `h`, the distinct words' gradient and every parameter's,
+/// with leaves reading `rows` of 4 distinct word vectors: gathered into
+/// one vector per leaf first (`shared` false), or each word's leaf gates
+/// computed once and gathered (`forward_levels_shared`).
+fn run_shared(shared: bool) -> Vec<Vec<f32>> {
+    let (e, h, distinct) = (7, 5, 4);
+    let trees = trees();
+    let refs: Vec<&[TreeNode]> = trees.iter().map(Vec::as_slice).collect();
+    let forest = Forest::new(&refs).expect("trees");
+    // 12 leaves over 4 words, each word read by 2 to 4 leaves.
+    let rows: Vec<u32> = [0, 1, 2, 3, 0, 1, 2, 3, 0, 0, 1, 3].to_vec();
+    assert_eq!(rows.len(), forest.leaves());
+    let nodes = forest.nodes();
+    let mut engine = engine();
+    let (store, tree_lstm) =
+        ParamStore::build(&mut engine.persistent(), 5, |pb| TreeLstm::new(pb, e, h)).expect("builds");
+    let params: Vec<Param> = store.params().collect();
+    engine
+        .step(|s| {
+            let words = s.variable(
+                "words",
+                Shape::new(&[distinct, e]),
+                &values(distinct * e, 73, -1.0, 1.0),
+            )?;
+            let leaves = s.labels(&rows)?;
+            let y = match shared {
+                true => tree_lstm.forward_levels_shared(s, words, leaves, &forest)?,
+                false => {
+                    let x = words.embedding(s, leaves)?;
+                    tree_lstm.forward_levels(s, x, &forest)?
+                }
+            };
+            let gy = s.input("gy", y.shape(), &values(nodes * h, 74, -1.0, 1.0))?;
+            let grads = s.backward_from(y, gy)?;
+            let mut out = vec![vec![0.0; nodes * h]];
+            s.read(y, &mut out[0])?;
+            let g = s.grad(&grads, words).expect("word vectors' gradient");
+            let mut gx = vec![0.0; distinct * e];
+            s.read(g, &mut gx)?;
+            out.push(gx);
+            out.extend(param_grads(s, &grads, &params)?);
+            Ok(out)
+        })
+        .expect("runs")
+}
+
+#[test]
+fn shared_words_give_each_leafs_own_states_and_gradients() {
+    let (each, shared) = (run_shared(false), run_shared(true));
+    let names = ["h", "words grad", "leaf.weight", "leaf.bias", "left", "right", "bias"];
+    for (name, (a, b)) in names.iter().zip(each.iter().zip(&shared)) {
+        let scale = a.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        assert!(scale > 0.01, "{name}: all near zero");
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-5 * scale.max(1.0),
+                "{name}[{i}]: {x} a vector per leaf, {y} shared"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_tree_lstms_gradients_match_finite_differences() {
     let mut engine = engine();
@@ -106,9 +168,12 @@ fn a_tree_lstms_gradients_match_finite_differences() {
     let forest = Forest::new(&[tree.as_slice()]).expect("a tree");
     check_every_gradient(&mut engine, &store, Shape::new(&[5, 3]), &|s, x| {
         let h = tree_lstm.forward_post_order(s, x, &forest)?;
-        // Levels too, so both ways' backward are checked.
+        // Levels too, so both ways' backward are checked, and levels over
+        // shared words (leaves 0 and 2 read one row, 1 and 4 another).
         let again = tree_lstm.forward_levels(s, x, &forest)?;
-        h.add(s, again)
+        let leaves = s.labels(&[0, 1, 0, 3, 1])?;
+        let shared = tree_lstm.forward_levels_shared(s, x, leaves, &forest)?;
+        h.add(s, again)?.add(s, shared)
     });
 }
 
@@ -126,6 +191,18 @@ fn words_not_matching_the_trees_leaves_are_a_shape_error() {
     assert!(
         e.to_string()
             .contains("a vector of 3 for each of the 1 trees' 2 leaves, got [3, 3]"),
+        "{e}"
+    );
+    let e = engine
+        .step(|s| {
+            let x = s.input("words", Shape::new(&[3, 3]), &[0.0; 9])?;
+            let leaves = s.labels(&[0, 1, 2])?;
+            tree_lstm.forward_levels_shared(s, x, leaves, &forest).map(|_| ())
+        })
+        .expect_err("3 rows for 2 leaves");
+    assert!(
+        e.to_string()
+            .contains("a row of them for each of the 1 trees' 2 leaves, got [3, 3] and 3 rows"),
         "{e}"
     );
 }

@@ -178,18 +178,36 @@ impl HostTree {
     }
 }
 
+/// How a batch lists its leaves' words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WordRows {
+    /// Each leaf's word, leaf after leaf (one node at a time reads them
+    /// so).
+    Each,
+    /// Each distinct word once, and each leaf's row of them: by levels, a
+    /// word's leaf gates are computed once
+    /// (`nn::TreeLstm::forward_levels_shared`).
+    Distinct,
+    /// As `Distinct`, but a row for every leaf, as if no two leaves shared
+    /// a word: the largest a `Distinct` batch of these trees can be (the
+    /// arena's bound).
+    Unshared,
+}
+
 /// A batch of trees made on the host before its step: what the step
 /// uploads and the model runs.
 struct TreeBatch {
     forest: Arc<Forest>,
     words: Vec<u32>,
+    /// Each leaf's row of `words` (not `WordRows::Each`).
+    leaves: Option<Vec<u32>>,
     labels: Vec<u32>,
     /// Each tree's root, as a row of the batch's nodes.
     roots: Vec<usize>,
 }
 
 impl TreeBatch {
-    fn of<'t>(trees: impl Iterator<Item = &'t HostTree> + Clone) -> Result<Self> {
+    fn of<'t>(trees: impl Iterator<Item = &'t HostTree> + Clone, rows: WordRows) -> Result<Self> {
         let shapes: Vec<&[TreeNode]> = trees.clone().map(|t| t.shape.as_slice()).collect();
         let (mut words, mut labels, mut roots) = (Vec::new(), Vec::new(), Vec::new());
         for tree in trees {
@@ -197,9 +215,19 @@ impl TreeBatch {
             labels.extend_from_slice(&tree.labels);
             roots.push(labels.len() - 1);
         }
+        let leaves = match rows {
+            WordRows::Each => None,
+            WordRows::Unshared => Some((0..words.len() as u32).collect()),
+            WordRows::Distinct => {
+                let (distinct, leaves) = distinct_words(&words);
+                words = distinct;
+                Some(leaves)
+            }
+        };
         Ok(TreeBatch {
             forest: Arc::new(Forest::new(&shapes)?),
             words,
+            leaves,
             labels,
             roots,
         })
@@ -207,9 +235,11 @@ impl TreeBatch {
 
     fn input<'s>(&self, s: &mut Step<'s>, levels: bool) -> Result<(Batch<'s>, Labels<'s>)> {
         let words = s.labels(&self.words)?;
+        let leaves = self.leaves.as_ref().map(|rows| s.labels(rows)).transpose()?;
         let labels = s.labels(&self.labels)?;
         let input = TreeInput {
             words,
+            leaves,
             forest: Arc::clone(&self.forest),
             levels,
         };
@@ -238,6 +268,7 @@ pub struct TreeSentiment {
     test_counts: [usize; 3],
     batch: usize,
     levels: bool,
+    rows: WordRows,
 }
 
 impl TreeSentiment {
@@ -263,11 +294,16 @@ impl TreeSentiment {
         by_size.sort_by_key(|&i| std::cmp::Reverse(all[i].shape.len()));
         let tallest = (0..all.len()).max_by_key(|&i| all[i].height).unwrap_or(0);
         let picks = by_size.iter().take(batch).chain([&tallest]);
-        let bound = TreeBatch::of(picks.map(|&i| all[i]))?;
+        let levels = config.batching.levels(batch);
+        let (rows, bound_rows) = match levels {
+            true => (WordRows::Distinct, WordRows::Unshared),
+            false => (WordRows::Each, WordRows::Each),
+        };
+        let bound = TreeBatch::of(picks.map(|&i| all[i]), bound_rows)?;
         let batches = |trees: &[HostTree]| {
             trees
                 .chunks(batch)
-                .map(|c| TreeBatch::of(c.iter()))
+                .map(|c| TreeBatch::of(c.iter(), rows))
                 .collect::<Result<Vec<_>>>()
         };
         let counts = |trees: &[HostTree]| {
@@ -285,7 +321,8 @@ impl TreeSentiment {
             epoch: Vec::new(),
             bound,
             batch,
-            levels: config.batching.levels(batch),
+            levels,
+            rows,
         })
     }
 
@@ -441,10 +478,27 @@ impl Task for TreeSentiment {
         shuffle_into(&mut order, seed, epoch as u64);
         self.epoch = order
             .chunks(self.batch)
-            .map(|chunk| TreeBatch::of(chunk.iter().map(|&i| &self.train[i as usize])))
+            .map(|chunk| TreeBatch::of(chunk.iter().map(|&i| &self.train[i as usize]), self.rows))
             .collect::<Result<Vec<_>>>()?;
         Ok(())
     }
+}
+
+/// `words`' distinct words in the order they first appear, and each
+/// word's row of them.
+fn distinct_words(words: &[u32]) -> (Vec<u32>, Vec<u32>) {
+    let mut row_of = std::collections::HashMap::with_capacity(words.len());
+    let mut distinct = Vec::new();
+    let rows = words
+        .iter()
+        .map(|&w| {
+            *row_of.entry(w).or_insert_with(|| {
+                distinct.push(w);
+                distinct.len() as u32 - 1
+            })
+        })
+        .collect();
+    (distinct, rows)
 }
 
 /// Whether classes 3 and 4 are together likelier than 0 and 1 under
