@@ -5,8 +5,9 @@ use super::{Forest, TreeLstm, TreeNode};
 use crate::nn::recurrent::tests::{check_every_gradient, param_grads};
 use crate::nn::ParamStore;
 use crate::ops::gradcheck::values;
+use crate::tensor::Tensor;
 use crate::tensor::{Param, Shape};
-use crate::{Device, Engine};
+use crate::{Device, Engine, Step};
 
 fn engine() -> Engine {
     Engine::new(Device::cpu(2).expect("cpu"), 16 << 20).expect("arena")
@@ -44,69 +45,17 @@ fn trees() -> Vec<Vec<TreeNode>> {
         .to_vec()
 }
 
-/// Every node's `h` (tree by tree, post-order) and every parameter's and
-/// the word vectors' gradient of `sum(h · gy)`.
-fn run(levels: bool) -> Vec<Vec<f32>> {
+/// How a test runs the forest: the Tree-LSTM, the step's word vectors
+/// (`rows` of them) and the forest give every node's `h`.
+type Forward = dyn for<'s> Fn(&TreeLstm, &mut Step<'s>, Tensor<'s>, &Forest) -> crate::Result<Tensor<'s>>;
+
+/// Every node's `h` (tree by tree, post-order) and the gradients of
+/// `sum(h · gy)`: the `rows` word vectors' and every parameter's.
+fn run(rows: usize, forward: &Forward) -> Vec<Vec<f32>> {
     let (e, h) = (7, 5);
     let trees = trees();
     let refs: Vec<&[TreeNode]> = trees.iter().map(Vec::as_slice).collect();
     let forest = Forest::new(&refs).expect("trees");
-    let leaves: usize = trees.iter().map(|t| super::leaves(t)).sum();
-    let nodes: usize = trees.iter().map(Vec::len).sum();
-    let mut engine = engine();
-    let (store, tree_lstm) =
-        ParamStore::build(&mut engine.persistent(), 5, |pb| TreeLstm::new(pb, e, h)).expect("builds");
-    let params: Vec<Param> = store.params().collect();
-    engine
-        .step(|s| {
-            let x = s.variable("words", Shape::new(&[leaves, e]), &values(leaves * e, 71, -1.0, 1.0))?;
-            let y = match levels {
-                true => tree_lstm.forward_levels(s, x, &forest)?,
-                false => tree_lstm.forward_post_order(s, x, &forest)?,
-            };
-            assert_eq!(y.shape(), Shape::new(&[nodes, h]));
-            let gy = s.input("gy", y.shape(), &values(nodes * h, 72, -1.0, 1.0))?;
-            let grads = s.backward_from(y, gy)?;
-            let mut out = vec![vec![0.0; nodes * h]];
-            s.read(y, &mut out[0])?;
-            let g = s.grad(&grads, x).expect("word vectors' gradient");
-            let mut gx = vec![0.0; leaves * e];
-            s.read(g, &mut gx)?;
-            out.push(gx);
-            out.extend(param_grads(s, &grads, &params)?);
-            Ok(out)
-        })
-        .expect("runs")
-}
-
-#[test]
-fn levels_and_post_order_give_the_same_states_and_gradients() {
-    let (one_by_one, by_level) = (run(false), run(true));
-    let names = ["h", "words grad", "leaf.weight", "leaf.bias", "left", "right", "bias"];
-    for (name, (a, b)) in names.iter().zip(one_by_one.iter().zip(&by_level)) {
-        let scale = a.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        assert!(scale > 0.01, "{name}: all near zero");
-        for (i, (x, y)) in a.iter().zip(b).enumerate() {
-            assert!(
-                (x - y).abs() <= 1e-5 * scale.max(1.0),
-                "{name}[{i}]: {x} post-order, {y} by level"
-            );
-        }
-    }
-}
-
-/// Every node's `h`, the distinct words' gradient and every parameter's,
-/// with leaves reading `rows` of 4 distinct word vectors: gathered into
-/// one vector per leaf first (`shared` false), or each word's leaf gates
-/// computed once and gathered (`forward_levels_shared`).
-fn run_shared(shared: bool) -> Vec<Vec<f32>> {
-    let (e, h, distinct) = (7, 5, 4);
-    let trees = trees();
-    let refs: Vec<&[TreeNode]> = trees.iter().map(Vec::as_slice).collect();
-    let forest = Forest::new(&refs).expect("trees");
-    // 12 leaves over 4 words, each word read by 2 to 4 leaves.
-    let rows: Vec<u32> = [0, 1, 2, 3, 0, 1, 2, 3, 0, 0, 1, 3].to_vec();
-    assert_eq!(rows.len(), forest.leaves());
     let nodes = forest.nodes();
     let mut engine = engine();
     let (store, tree_lstm) =
@@ -114,25 +63,15 @@ fn run_shared(shared: bool) -> Vec<Vec<f32>> {
     let params: Vec<Param> = store.params().collect();
     engine
         .step(|s| {
-            let words = s.variable(
-                "words",
-                Shape::new(&[distinct, e]),
-                &values(distinct * e, 73, -1.0, 1.0),
-            )?;
-            let leaves = s.labels(&rows)?;
-            let y = match shared {
-                true => tree_lstm.forward_levels_shared(s, words, leaves, &forest)?,
-                false => {
-                    let x = words.embedding(s, leaves)?;
-                    tree_lstm.forward_levels(s, x, &forest)?
-                }
-            };
-            let gy = s.input("gy", y.shape(), &values(nodes * h, 74, -1.0, 1.0))?;
+            let x = s.variable("words", Shape::new(&[rows, e]), &values(rows * e, 71, -1.0, 1.0))?;
+            let y = forward(&tree_lstm, s, x, &forest)?;
+            assert_eq!(y.shape(), Shape::new(&[nodes, h]));
+            let gy = s.input("gy", y.shape(), &values(nodes * h, 72, -1.0, 1.0))?;
             let grads = s.backward_from(y, gy)?;
             let mut out = vec![vec![0.0; nodes * h]];
             s.read(y, &mut out[0])?;
-            let g = s.grad(&grads, words).expect("word vectors' gradient");
-            let mut gx = vec![0.0; distinct * e];
+            let g = s.grad(&grads, x).expect("word vectors' gradient");
+            let mut gx = vec![0.0; rows * e];
             s.read(g, &mut gx)?;
             out.push(gx);
             out.extend(param_grads(s, &grads, &params)?);
@@ -141,20 +80,52 @@ fn run_shared(shared: bool) -> Vec<Vec<f32>> {
         .expect("runs")
 }
 
-#[test]
-fn shared_words_give_each_leafs_own_states_and_gradients() {
-    let (each, shared) = (run_shared(false), run_shared(true));
+/// `a` and `b` agree, element by element, within 1e-5 of each output's
+/// largest magnitude; `how` names the two ways.
+fn assert_same(a: &[Vec<f32>], b: &[Vec<f32>], how: [&str; 2]) {
     let names = ["h", "words grad", "leaf.weight", "leaf.bias", "left", "right", "bias"];
-    for (name, (a, b)) in names.iter().zip(each.iter().zip(&shared)) {
+    for (name, (a, b)) in names.iter().zip(a.iter().zip(b)) {
         let scale = a.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         assert!(scale > 0.01, "{name}: all near zero");
         for (i, (x, y)) in a.iter().zip(b).enumerate() {
             assert!(
                 (x - y).abs() <= 1e-5 * scale.max(1.0),
-                "{name}[{i}]: {x} a vector per leaf, {y} shared"
+                "{name}[{i}]: {x} {}, {y} {}",
+                how[0],
+                how[1]
             );
         }
     }
+}
+
+#[test]
+fn levels_and_post_order_give_the_same_states_and_gradients() {
+    let leaves = Forest::new(&trees().iter().map(Vec::as_slice).collect::<Vec<_>>())
+        .expect("trees")
+        .leaves();
+    let one_by_one = run(leaves, &|t, s, x, f| t.forward_post_order(s, x, f));
+    let by_level = run(leaves, &|t, s, x, f| t.forward_levels(s, x, f));
+    assert_same(&one_by_one, &by_level, ["post-order", "by level"]);
+}
+
+/// The 12 leaves of [`trees`] reading 4 distinct words, each word 2 to 4
+/// leaves.
+const SHARED: [u32; 12] = [0, 1, 2, 3, 0, 1, 2, 3, 0, 0, 1, 3];
+
+#[test]
+fn shared_words_give_each_leafs_own_states_and_gradients() {
+    // Gathered into one vector per leaf first, or each word's leaf gates
+    // computed once and gathered.
+    let each = run(4, &|t, s, x, f| {
+        let leaves = s.labels(&SHARED)?;
+        let x = x.embedding(s, leaves)?;
+        t.forward_levels(s, x, f)
+    });
+    let shared = run(4, &|t, s, x, f| {
+        let leaves = s.labels(&SHARED)?;
+        t.forward_levels_shared(s, x, leaves, f)
+    });
+    assert_same(&each, &shared, ["a vector per leaf", "shared"]);
 }
 
 #[test]

@@ -20,8 +20,11 @@
 //! its leaves and inner nodes, both largest in those `B` trees) and over
 //! its levels (the tallest tree has the most), each allocation rounded up
 //! to the arena's alignment; the extra tree adds a node to every level,
-//! more than that rounding. So no batch of any epoch, and no evaluation
-//! batch (forward alone), needs more than that step.
+//! more than that rounding. By levels a batch lists each distinct word
+//! once, and its bytes grow with those words too: the dry run gives every
+//! leaf a word of its own, the most its leaves can have. So no batch of
+//! any epoch, and no evaluation batch (forward alone), needs more than
+//! that step.
 
 use super::classification::argmax;
 use super::{BuildArgs, Metric, Pretrained, Scores, Task, TaskChoice, TaskConfig};
@@ -194,6 +197,16 @@ enum WordRows {
     Unshared,
 }
 
+impl WordRows {
+    /// How a batch run by levels (or not) lists its words.
+    fn of(levels: bool) -> Self {
+        match levels {
+            true => WordRows::Distinct,
+            false => WordRows::Each,
+        }
+    }
+}
+
 /// A batch of trees made on the host before its step: what the step
 /// uploads and the model runs.
 struct TreeBatch {
@@ -268,7 +281,6 @@ pub struct TreeSentiment {
     test_counts: [usize; 3],
     batch: usize,
     levels: bool,
-    rows: WordRows,
 }
 
 impl TreeSentiment {
@@ -295,9 +307,10 @@ impl TreeSentiment {
         let tallest = (0..all.len()).max_by_key(|&i| all[i].height).unwrap_or(0);
         let picks = by_size.iter().take(batch).chain([&tallest]);
         let levels = config.batching.levels(batch);
-        let (rows, bound_rows) = match levels {
-            true => (WordRows::Distinct, WordRows::Unshared),
-            false => (WordRows::Each, WordRows::Each),
+        let rows = WordRows::of(levels);
+        let bound_rows = match rows {
+            WordRows::Distinct => WordRows::Unshared,
+            rows => rows,
         };
         let bound = TreeBatch::of(picks.map(|&i| all[i]), bound_rows)?;
         let batches = |trees: &[HostTree]| {
@@ -322,7 +335,6 @@ impl TreeSentiment {
             bound,
             batch,
             levels,
-            rows,
         })
     }
 
@@ -478,7 +490,12 @@ impl Task for TreeSentiment {
         shuffle_into(&mut order, seed, epoch as u64);
         self.epoch = order
             .chunks(self.batch)
-            .map(|chunk| TreeBatch::of(chunk.iter().map(|&i| &self.train[i as usize]), self.rows))
+            .map(|chunk| {
+                TreeBatch::of(
+                    chunk.iter().map(|&i| &self.train[i as usize]),
+                    WordRows::of(self.levels),
+                )
+            })
             .collect::<Result<Vec<_>>>()?;
         Ok(())
     }
