@@ -265,11 +265,14 @@ fn bf16_batch_norm2d_relu_recomputed_for_a_convolution_matches_fp32() {
 fn bf16_batch_norm2d_channels_last_training_matches_fp32() {
     // 64 channels: eight per thread (16 bytes), one tile of a row; 4
     // channels: four per thread, 65536 rows in 256 runs; 96 channels: two
-    // tiles of 64, the second half idle.
+    // tiles of 64, the second half idle; 189 rows: a thread's last rows
+    // in flight (four in a sum, two in an elementwise pass) run past the
+    // block's.
     for shape in [
         Shape::new(&[8, 64, 8, 8]),
         Shape::new(&[64, 4, 32, 32]),
         Shape::new(&[16, 96, 16, 16]),
+        Shape::new(&[3, 64, 7, 9]),
     ] {
         for form in [Form::Plain, Form::Relu, Form::AddRelu] {
             bn_nhwc_in_bf16(
@@ -338,5 +341,50 @@ fn bf16_batch_norm2d_channels_last_relu_recomputed_for_a_convolution_matches_fp3
             BatchNormArgs::train(),
             Form::ReluThenConv,
         );
+    }
+}
+
+/// The fp32 channels-last kernels (a TF32 step's batch norm) against NCHW
+/// fp32's: the same step but for the order of the per-channel sums, so
+/// every tensor within 1e-5 of the scale. 16 and 64 channels take the
+/// kernels' 16-byte rows (four loaded before any is summed; two before an
+/// elementwise pass stores either), 6 channels two values a thread; 400
+/// and 189 rows leave a thread's last group short.
+#[test]
+fn fp32_batch_norm2d_channels_last_matches_nchw() {
+    let test = "fp32_batch_norm2d_channels_last_matches_nchw";
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    for (shape, form) in [
+        (Shape::new(&[4, 16, 10, 10]), Form::Plain),
+        (Shape::new(&[4, 16, 10, 10]), Form::AddRelu),
+        (Shape::new(&[3, 64, 7, 9]), Form::Relu),
+        (Shape::new(&[3, 64, 7, 9]), Form::AddRelu),
+        (Shape::new(&[8, 6, 13, 11]), Form::Relu),
+    ] {
+        let Some(fp32) = gpu_as(test, Precision::Fp32) else {
+            return;
+        };
+        let nchw = bn_steps(fp32, shape, BatchNormArgs::train(), form, false);
+        let tf32 = gpu_as(test, Precision::Tf32).expect("the GPU opened once");
+        let nhwc = bn_steps(tf32, shape, BatchNormArgs::train(), form, true);
+        assert_same_names(test, &nchw, &nhwc);
+        // The sums' order differs: were NHWC's kernels not run, every bit
+        // would be NCHW's.
+        let differs = nchw
+            .iter()
+            .zip(&nhwc)
+            .any(|((_, a), (_, b))| a.iter().zip(b).any(|(x, y)| x.to_bits() != y.to_bits()));
+        assert!(differs, "{test}: {shape} {form:?}: NHWC gave NCHW's bits everywhere");
+        for ((name, a), (_, b)) in nchw.iter().zip(&nhwc) {
+            let apart = apart(a, b);
+            let _ = writeln!(
+                std::io::stderr(),
+                "{test}: {shape} {form:?} {name}: NHWC is {apart:.2e} of the scale from NCHW"
+            );
+            assert!(
+                apart <= 1e-5,
+                "{test}: {shape} {form:?} {name}: NHWC is {apart:.2e} of the scale from NCHW (allowed 1e-5)"
+            );
+        }
     }
 }

@@ -506,6 +506,40 @@ template <int V> __device__ __forceinline__ void bn_storev(bf16* p, const float*
     }
 }
 
+// Rows a thread of an NHWC reduction loads before it sums any of them. A
+// loop of one load and then its sums keeps one load in flight per warp:
+// the reductions ran at 1.2-1.7 TB/s of an H200's 4.8. The sums still add
+// the rows in order, so the same bits.
+#define BN_ROWS_IN_FLIGHT 4
+
+// Rows a thread of an NHWC elementwise pass loads before it stores either:
+// two, as more registers would cost blocks per SM.
+#define BN_PAIR 2
+
+// An NHWC block's threads (geometry.rs: NHWC_THREADS), and the blocks per
+// SM each NHWC kernel's registers are held to (its __launch_bounds__): the
+// rows in flight above must not cost the occupancy they are for.
+#define BN_NHWC_THREADS 256
+
+// A thread's 16 bytes of one row (V values that fill them: 4 fp32 or 8
+// bf16), as raw bits: what a row in flight holds, 4 registers whatever T.
+__device__ __forceinline__ uint4 bn_load16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
+
+// Those 16 bytes widened, as bn_loadv widens them.
+__device__ __forceinline__ void bn_widen16(const float*, uint4 q, float* v) {
+    v[0] = __uint_as_float(q.x);
+    v[1] = __uint_as_float(q.y);
+    v[2] = __uint_as_float(q.z);
+    v[3] = __uint_as_float(q.w);
+}
+__device__ __forceinline__ void bn_widen16(const bf16*, uint4 q, float* v) {
+    unsigned int u[4] = {q.x, q.y, q.z, q.w};
+    for (int k = 0; k < 4; k++) {
+        v[2 * k] = __uint_as_float(u[k] << 16);
+        v[2 * k + 1] = __uint_as_float(u[k] & 0xffff0000u);
+    }
+}
+
 // The V per-channel values of a thread's channels, ch on.
 template <int V> __device__ __forceinline__ void bn_channels(const float* p, unsigned int ch, float* v) {
     for (int e = 0; e < V; e++) v[e] = p[ch + e];
@@ -564,13 +598,34 @@ __device__ void bn_stats_partial_nhwc_v(const T* x, float* partial, unsigned int
     }
     if (mine && k0 < k1) {
         bn_loadv<V>(x + (size_t)k0 * c + ch, shift);
-        for (unsigned int r = k0 + threadIdx.y; r < k1; r += blockDim.y) {
-            float v[V];
-            bn_loadv<V>(x + (size_t)r * c + ch, v);
-            for (int e = 0; e < V; e++) {
-                float d = v[e] - shift[e];
-                s[e] += d;
-                q[e] += d * d;
+        if (V * sizeof(T) == 16) {
+            unsigned int step = blockDim.y;
+            for (unsigned int r = k0 + threadIdx.y; r < k1; r += BN_ROWS_IN_FLIGHT * step) {
+                uint4 raw[BN_ROWS_IN_FLIGHT];
+#pragma unroll
+                for (int u = 0; u < BN_ROWS_IN_FLIGHT; u++)
+                    if (r + u * step < k1) raw[u] = bn_load16(x + (size_t)(r + u * step) * c + ch);
+#pragma unroll
+                for (int u = 0; u < BN_ROWS_IN_FLIGHT; u++) {
+                    if (r + u * step >= k1) break;
+                    float v[V];
+                    bn_widen16(x, raw[u], v);
+                    for (int e = 0; e < V; e++) {
+                        float d = v[e] - shift[e];
+                        s[e] += d;
+                        q[e] += d * d;
+                    }
+                }
+            }
+        } else {
+            for (unsigned int r = k0 + threadIdx.y; r < k1; r += blockDim.y) {
+                float v[V];
+                bn_loadv<V>(x + (size_t)r * c + ch, v);
+                for (int e = 0; e < V; e++) {
+                    float d = v[e] - shift[e];
+                    s[e] += d;
+                    q[e] += d * d;
+                }
             }
         }
     }
@@ -599,12 +654,14 @@ __device__ void bn_stats_partial_nhwc_t(const T* x, float* partial, unsigned int
     else
         bn_stats_partial_nhwc_v<T, 1>(x, partial, rows, c, chunk_len, red);
 }
-extern "C" __global__ void bn_stats_partial_nhwc(const float* x, float* partial, unsigned int rows, unsigned int c,
-                                                 unsigned int chunk_len, unsigned int vec) {
+extern "C" __global__ void __launch_bounds__(BN_NHWC_THREADS, 4)
+bn_stats_partial_nhwc(const float* x, float* partial, unsigned int rows, unsigned int c, unsigned int chunk_len,
+                      unsigned int vec) {
     bn_stats_partial_nhwc_t(x, partial, rows, c, chunk_len, vec);
 }
-extern "C" __global__ void bn_stats_partial_nhwc_bf16(const bf16* x, float* partial, unsigned int rows,
-                                                      unsigned int c, unsigned int chunk_len, unsigned int vec) {
+extern "C" __global__ void __launch_bounds__(BN_NHWC_THREADS, 4)
+bn_stats_partial_nhwc_bf16(const bf16* x, float* partial, unsigned int rows, unsigned int c, unsigned int chunk_len,
+                           unsigned int vec) {
     bn_stats_partial_nhwc_t(x, partial, rows, c, chunk_len, vec);
 }
 
@@ -623,19 +680,52 @@ __device__ void bn_apply_nhwc_v(const T* x, const float* mean, const float* invs
     bn_channels<V>(invstd, ch, is);
     bn_channels<V>(weight, ch, w);
     bn_channels<V>(bias, ch, b);
-    for (unsigned int r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
-        size_t at = (size_t)r * c + ch;
-        float v[V], o[V];
-        bn_loadv<V>(x + at, v);
-        for (int e = 0; e < V; e++) o[e] = (v[e] - mu[e]) * is[e] * w[e] + b[e];
-        if (residual) {
-            float rv[V];
-            bn_loadv<V>(residual + at, rv);
-            for (int e = 0; e < V; e++) o[e] += rv[e];
+    if (V * sizeof(T) == 16) {
+        // Two rows' loads before either row's store (y may be x: each row
+        // is read before it is written).
+        unsigned int step = blockDim.y;
+        for (unsigned int r = r0 + threadIdx.y; r < r1; r += BN_PAIR * step) {
+            uint4 rx[BN_PAIR], rr[BN_PAIR];
+#pragma unroll
+            for (int u = 0; u < BN_PAIR; u++) {
+                size_t at = (size_t)(r + u * step) * c + ch;
+                if (r + u * step < r1) {
+                    rx[u] = bn_load16(x + at);
+                    if (residual) rr[u] = bn_load16(residual + at);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < BN_PAIR; u++) {
+                if (r + u * step >= r1) break;
+                size_t at = (size_t)(r + u * step) * c + ch;
+                float v[V], o[V];
+                bn_widen16(x, rx[u], v);
+                for (int e = 0; e < V; e++) o[e] = (v[e] - mu[e]) * is[e] * w[e] + b[e];
+                if (residual) {
+                    float rv[V];
+                    bn_widen16(residual, rr[u], rv);
+                    for (int e = 0; e < V; e++) o[e] += rv[e];
+                }
+                if (relu)
+                    for (int e = 0; e < V; e++) o[e] = fmaxf(o[e], 0.0f);
+                bn_storev<V>(y + at, o);
+            }
         }
-        if (relu)
-            for (int e = 0; e < V; e++) o[e] = fmaxf(o[e], 0.0f);
-        bn_storev<V>(y + at, o);
+    } else {
+        for (unsigned int r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
+            size_t at = (size_t)r * c + ch;
+            float v[V], o[V];
+            bn_loadv<V>(x + at, v);
+            for (int e = 0; e < V; e++) o[e] = (v[e] - mu[e]) * is[e] * w[e] + b[e];
+            if (residual) {
+                float rv[V];
+                bn_loadv<V>(residual + at, rv);
+                for (int e = 0; e < V; e++) o[e] += rv[e];
+            }
+            if (relu)
+                for (int e = 0; e < V; e++) o[e] = fmaxf(o[e], 0.0f);
+            bn_storev<V>(y + at, o);
+        }
     }
 }
 template <typename T>
@@ -651,15 +741,16 @@ __device__ void bn_apply_nhwc_t(const T* x, const float* mean, const float* invs
     else
         bn_apply_nhwc_v<T, 1>(x, mean, invstd, weight, bias, residual, y, rows, c, relu);
 }
-extern "C" __global__ void bn_apply_nhwc(const float* x, const float* mean, const float* invstd, const float* weight,
-                                         const float* bias, const float* residual, float* y, unsigned int rows,
-                                         unsigned int c, unsigned int relu, unsigned int vec) {
+extern "C" __global__ void __launch_bounds__(BN_NHWC_THREADS, 3)
+bn_apply_nhwc(const float* x, const float* mean, const float* invstd, const float* weight, const float* bias,
+              const float* residual, float* y, unsigned int rows, unsigned int c, unsigned int relu,
+              unsigned int vec) {
     bn_apply_nhwc_t(x, mean, invstd, weight, bias, residual, y, rows, c, relu, vec);
 }
-extern "C" __global__ void bn_apply_nhwc_bf16(const bf16* x, const float* mean, const float* invstd,
-                                              const float* weight, const float* bias, const bf16* residual, bf16* y,
-                                              unsigned int rows, unsigned int c, unsigned int relu,
-                                              unsigned int vec) {
+extern "C" __global__ void __launch_bounds__(BN_NHWC_THREADS, 3)
+bn_apply_nhwc_bf16(const bf16* x, const float* mean, const float* invstd, const float* weight, const float* bias,
+                   const bf16* residual, bf16* y, unsigned int rows, unsigned int c, unsigned int relu,
+                   unsigned int vec) {
     bn_apply_nhwc_t(x, mean, invstd, weight, bias, residual, y, rows, c, relu, vec);
 }
 
@@ -702,12 +793,46 @@ __device__ void bn_backward_partial_nhwc_v(const T* x, const T* gy, const T* y, 
         bn_channels<V>(invstd, ch, is);
         bn_channels<V>(weight, ch, w);
         bn_channels<V>(bias, ch, b);
-        for (unsigned int r = k0 + threadIdx.y; r < k1; r += blockDim.y) {
-            float xv[V], g[V];
-            bn_masked_row<T, V>(x, gy, y, (size_t)r * c + ch, mu, is, w, b, mask, xv, g);
-            for (int e = 0; e < V; e++) {
-                centred[e] += g[e] * (xv[e] - mu[e]);
-                total[e] += g[e];
+        if (V * sizeof(T) == 16) {
+            // bn_masked_row's loads for BN_ROWS_IN_FLIGHT rows, then its
+            // arithmetic row by row.
+            unsigned int step = blockDim.y;
+            for (unsigned int r = k0 + threadIdx.y; r < k1; r += BN_ROWS_IN_FLIGHT * step) {
+                uint4 rx[BN_ROWS_IN_FLIGHT], rg[BN_ROWS_IN_FLIGHT], ry[BN_ROWS_IN_FLIGHT];
+#pragma unroll
+                for (int u = 0; u < BN_ROWS_IN_FLIGHT; u++) {
+                    size_t at = (size_t)(r + u * step) * c + ch;
+                    if (r + u * step < k1) {
+                        rx[u] = bn_load16(x + at);
+                        rg[u] = bn_load16(gy + at);
+                        if (mask >= 2) ry[u] = bn_load16(y + at);
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < BN_ROWS_IN_FLIGHT; u++) {
+                    if (r + u * step >= k1) break;
+                    float xv[V], g[V], yv[V];
+                    bn_widen16(x, rx[u], xv);
+                    bn_widen16(gy, rg[u], g);
+                    if (mask >= 2)
+                        bn_widen16(y, ry[u], yv);
+                    else
+                        for (int e = 0; e < V; e++) yv[e] = 0.0f;
+                    for (int e = 0; e < V; e++) g[e] = bn_masked<T>(g[e], xv[e], yv[e], mu[e], is[e], w[e], b[e], mask);
+                    for (int e = 0; e < V; e++) {
+                        centred[e] += g[e] * (xv[e] - mu[e]);
+                        total[e] += g[e];
+                    }
+                }
+            }
+        } else {
+            for (unsigned int r = k0 + threadIdx.y; r < k1; r += blockDim.y) {
+                float xv[V], g[V];
+                bn_masked_row<T, V>(x, gy, y, (size_t)r * c + ch, mu, is, w, b, mask, xv, g);
+                for (int e = 0; e < V; e++) {
+                    centred[e] += g[e] * (xv[e] - mu[e]);
+                    total[e] += g[e];
+                }
             }
         }
     }
@@ -740,18 +865,16 @@ __device__ void bn_backward_partial_nhwc_t(const T* x, const T* gy, const T* y, 
         bn_backward_partial_nhwc_v<T, 1>(x, gy, y, mean, invstd, weight, bias, partial, rows, c, chunk_len, mask,
                                          red);
 }
-extern "C" __global__ void bn_backward_partial_nhwc(const float* x, const float* gy, const float* y,
-                                                    const float* mean, const float* invstd, const float* weight,
-                                                    const float* bias, float* partial, unsigned int rows,
-                                                    unsigned int c, unsigned int chunk_len, unsigned int mask,
-                                                    unsigned int vec) {
+extern "C" __global__ void __launch_bounds__(BN_NHWC_THREADS, 2)
+bn_backward_partial_nhwc(const float* x, const float* gy, const float* y, const float* mean, const float* invstd,
+                         const float* weight, const float* bias, float* partial, unsigned int rows, unsigned int c,
+                         unsigned int chunk_len, unsigned int mask, unsigned int vec) {
     bn_backward_partial_nhwc_t(x, gy, y, mean, invstd, weight, bias, partial, rows, c, chunk_len, mask, vec);
 }
-extern "C" __global__ void bn_backward_partial_nhwc_bf16(const bf16* x, const bf16* gy, const bf16* y,
-                                                         const float* mean, const float* invstd,
-                                                         const float* weight, const float* bias, float* partial,
-                                                         unsigned int rows, unsigned int c, unsigned int chunk_len,
-                                                         unsigned int mask, unsigned int vec) {
+extern "C" __global__ void __launch_bounds__(BN_NHWC_THREADS, 2)
+bn_backward_partial_nhwc_bf16(const bf16* x, const bf16* gy, const bf16* y, const float* mean, const float* invstd,
+                              const float* weight, const float* bias, float* partial, unsigned int rows,
+                              unsigned int c, unsigned int chunk_len, unsigned int mask, unsigned int vec) {
     bn_backward_partial_nhwc_t(x, gy, y, mean, invstd, weight, bias, partial, rows, c, chunk_len, mask, vec);
 }
 
@@ -775,16 +898,52 @@ __device__ void bn_backward_input_nhwc_v(const T* x, const T* gy, const T* y, co
     bn_channels<V>(sum_dy, ch, sdy);
     bn_channels<V>(sum_dy_xhat, ch, sdx);
     float count = (float)rows;
-    for (unsigned int r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
-        size_t at = (size_t)r * c + ch;
-        float xv[V], g[V];
-        bn_masked_row<T, V>(x, gy, y, at, mu, is, w, b, mask, xv, g);
-        if (gresidual) bn_storev<V>(gresidual + at, g);
-        if (!gx) continue;
-        float o[V];
-        for (int e = 0; e < V; e++)
-            o[e] = bn_input_grad(g[e], xv[e], mu[e], is[e], w[e] * is[e], sdy[e], sdx[e], count, training);
-        bn_storev<V>(gx + at, o);
+    if (V * sizeof(T) == 16) {
+        // bn_masked_row's loads for two rows before either row's stores.
+        unsigned int step = blockDim.y;
+        for (unsigned int r = r0 + threadIdx.y; r < r1; r += BN_PAIR * step) {
+            uint4 rx[BN_PAIR], rg[BN_PAIR], ry[BN_PAIR];
+#pragma unroll
+            for (int u = 0; u < BN_PAIR; u++) {
+                size_t at = (size_t)(r + u * step) * c + ch;
+                if (r + u * step < r1) {
+                    rx[u] = bn_load16(x + at);
+                    rg[u] = bn_load16(gy + at);
+                    if (mask >= 2) ry[u] = bn_load16(y + at);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < BN_PAIR; u++) {
+                if (r + u * step >= r1) break;
+                size_t at = (size_t)(r + u * step) * c + ch;
+                float xv[V], g[V], yv[V];
+                bn_widen16(x, rx[u], xv);
+                bn_widen16(gy, rg[u], g);
+                if (mask >= 2)
+                    bn_widen16(y, ry[u], yv);
+                else
+                    for (int e = 0; e < V; e++) yv[e] = 0.0f;
+                for (int e = 0; e < V; e++) g[e] = bn_masked<T>(g[e], xv[e], yv[e], mu[e], is[e], w[e], b[e], mask);
+                if (gresidual) bn_storev<V>(gresidual + at, g);
+                if (!gx) continue;
+                float o[V];
+                for (int e = 0; e < V; e++)
+                    o[e] = bn_input_grad(g[e], xv[e], mu[e], is[e], w[e] * is[e], sdy[e], sdx[e], count, training);
+                bn_storev<V>(gx + at, o);
+            }
+        }
+    } else {
+        for (unsigned int r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
+            size_t at = (size_t)r * c + ch;
+            float xv[V], g[V];
+            bn_masked_row<T, V>(x, gy, y, at, mu, is, w, b, mask, xv, g);
+            if (gresidual) bn_storev<V>(gresidual + at, g);
+            if (!gx) continue;
+            float o[V];
+            for (int e = 0; e < V; e++)
+                o[e] = bn_input_grad(g[e], xv[e], mu[e], is[e], w[e] * is[e], sdy[e], sdx[e], count, training);
+            bn_storev<V>(gx + at, o);
+        }
     }
 }
 template <typename T>
@@ -805,20 +964,19 @@ __device__ void bn_backward_input_nhwc_t(const T* x, const T* gy, const T* y, co
         bn_backward_input_nhwc_v<T, 1>(x, gy, y, mean, invstd, weight, bias, sum_dy_xhat, sum_dy, gx, gresidual,
                                        rows, c, training, mask);
 }
-extern "C" __global__ void bn_backward_input_nhwc(const float* x, const float* gy, const float* y, const float* mean,
-                                                  const float* invstd, const float* weight, const float* bias,
-                                                  const float* sum_dy_xhat, const float* sum_dy, float* gx,
-                                                  float* gresidual, unsigned int rows, unsigned int c,
-                                                  unsigned int training, unsigned int mask, unsigned int vec) {
+extern "C" __global__ void __launch_bounds__(BN_NHWC_THREADS, 2)
+bn_backward_input_nhwc(const float* x, const float* gy, const float* y, const float* mean, const float* invstd,
+                       const float* weight, const float* bias, const float* sum_dy_xhat, const float* sum_dy,
+                       float* gx, float* gresidual, unsigned int rows, unsigned int c, unsigned int training,
+                       unsigned int mask, unsigned int vec) {
     bn_backward_input_nhwc_t(x, gy, y, mean, invstd, weight, bias, sum_dy_xhat, sum_dy, gx, gresidual, rows, c,
                              training, mask, vec);
 }
-extern "C" __global__ void bn_backward_input_nhwc_bf16(const bf16* x, const bf16* gy, const bf16* y,
-                                                       const float* mean, const float* invstd, const float* weight,
-                                                       const float* bias, const float* sum_dy_xhat,
-                                                       const float* sum_dy, bf16* gx, bf16* gresidual,
-                                                       unsigned int rows, unsigned int c, unsigned int training,
-                                                       unsigned int mask, unsigned int vec) {
+extern "C" __global__ void __launch_bounds__(BN_NHWC_THREADS, 2)
+bn_backward_input_nhwc_bf16(const bf16* x, const bf16* gy, const bf16* y, const float* mean, const float* invstd,
+                            const float* weight, const float* bias, const float* sum_dy_xhat, const float* sum_dy,
+                            bf16* gx, bf16* gresidual, unsigned int rows, unsigned int c, unsigned int training,
+                            unsigned int mask, unsigned int vec) {
     bn_backward_input_nhwc_t(x, gy, y, mean, invstd, weight, bias, sum_dy_xhat, sum_dy, gx, gresidual, rows, c,
                              training, mask, vec);
 }
