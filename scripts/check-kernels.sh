@@ -28,6 +28,7 @@ prelude=$(
 #define __forceinline__ inline
 #define __shared__ static
 #define __restrict__
+#define __launch_bounds__(...)
 #define extern_C
 struct uint3_ { unsigned int x, y, z; };
 extern uint3_ blockIdx, blockDim, threadIdx, gridDim;
@@ -55,6 +56,7 @@ struct float4 { float x, y, z, w; };
 float4 make_float4(float, float, float, float);
 struct float2 { float x, y; };
 struct uint2 { unsigned int x, y; };
+struct uint4 { unsigned int x, y, z, w; };
 CPP
 )
 {
