@@ -269,6 +269,14 @@ mod tests {
     use crate::tensor::Layout;
 
     #[test]
+    fn the_kernels_launch_bounds_are_an_nhwc_blocks_threads() {
+        // kernels.cu holds its NHWC kernels' registers to blocks of this
+        // many threads: a larger block would fail to launch.
+        let line = format!("#define BN_NHWC_THREADS {NHWC_THREADS}\n");
+        assert!(include_str!("kernels.cu").contains(&line), "kernels.cu lacks {line:?}");
+    }
+
+    #[test]
     fn nhwc_launch_sizes_cover_every_row_and_channel_once() {
         for dtype in [DType::F32, DType::Bf16] {
             for (n, c, hw) in [
