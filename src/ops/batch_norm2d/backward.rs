@@ -253,7 +253,7 @@ impl Saved {
                     } else {
                         let dtype = g.dtype_of(&[Some(x), Some(gy), y, gx, gr])?;
                         let [n, c, hw] = g.dims();
-                        let vec = g.input_grad_vec();
+                        let vec = g.apply_vec();
                         gpu.launch(
                             BN_BACKWARD_INPUT.of(dtype),
                             Grid::over(g.numel() / vec),

@@ -150,22 +150,14 @@ impl Geometry {
         (runs, len)
     }
 
-    /// Values per thread of `bn_apply`: consecutive ones of a plane, 16
-    /// bytes of them where the plane allows (kernels.cu).
+    /// Values per thread of `bn_apply` and `bn_backward_input`: consecutive
+    /// ones of a plane, 16 bytes of them where the plane allows (kernels.cu;
+    /// `bn_backward_input` decides alike from `hw`).
     pub(super) fn apply_vec(&self) -> usize {
         match self.dtype {
             DType::Bf16 if self.hw.is_multiple_of(8) => 8,
             _ if self.hw.is_multiple_of(4) => 4,
             _ => 1,
-        }
-    }
-
-    /// Values per thread of `bn_backward_input`: bf16's as `bn_apply`'s (the
-    /// kernel decides alike), fp32's one, as it always took.
-    pub(super) fn input_grad_vec(&self) -> usize {
-        match self.dtype {
-            DType::Bf16 => self.apply_vec(),
-            DType::F32 => 1,
         }
     }
 

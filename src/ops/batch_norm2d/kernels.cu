@@ -74,12 +74,63 @@ __device__ __forceinline__ void bn_store4(bf16* p, const float* v) {
     *reinterpret_cast<uint2*>(p) = q;
 }
 
+// What a thread of a reduction loads before it sums any of it. A loop of
+// one load and then its sums keeps one load in flight per warp: the NHWC
+// reductions ran at 1.2-1.7 TB/s of an H200's 4.8. The sums still add the
+// values in order, so the same bits.
+//
+// NHWC: rows of the thread's channels, 16 bytes each.
+#define BN_ROWS_IN_FLIGHT 4
+// NCHW: values of the channel's run, in steps of V. A thread's share of a
+// run is about 16 values (geometry.rs: RUN_LEN over 256 threads). With
+// bn_backward_input's four values a thread, 8 took a ResNet-50 step at
+// batch 128 (fp32) from 40.3 to 39.3 ms on an H100; 16, with more
+// registers, to 39.5-40.5.
+#define BN_VALUES_IN_FLIGHT 8
+
+// V consecutive values of a channel at p, widened: V is 4 (bn_load4) or 1.
+template <typename T, int V> __device__ __forceinline__ void bn_run_load(const T* p, float* v) {
+    if (V == 4)
+        bn_load4(p, v);
+    else
+        v[0] = load(*p);
+}
+
 // How many consecutive values a bf16 reduction reads at a time: four where
 // every run starts and ends on a multiple of 4 inside a plane (mod.rs
 // rounds a bf16 run's length up to a multiple of 4 where hw is one, to
 // make it so), else one. fp32 reads one.
 template <typename T> __device__ __forceinline__ unsigned int bn_run_vec(unsigned int hw, unsigned int chunk_len) {
     return sizeof(T) == 2 && hw % 4 == 0 && chunk_len % 4 == 0 ? 4u : 1u;
+}
+
+// A thread's part of a run's shifted sums: values k, k + stride, ... below
+// k1 of channel ch, V consecutive ones at each, BN_VALUES_IN_FLIGHT / V steps
+// loaded before they are added (in order). The walk is counted in 64 bits
+// so that a run ending near 2^32 values cannot wrap.
+template <typename T, int V>
+__device__ __forceinline__ void bn_stats_run(const T* x, unsigned int ch, unsigned int c, unsigned int hw,
+                                             unsigned int first, unsigned int k1, unsigned int stride, float shift,
+                                             float* s, float* q) {
+    constexpr int S = BN_VALUES_IN_FLIGHT / V;
+    Walk w = bn_walk(first, hw, stride);
+    for (size_t k = first; k < k1; k += (size_t)S * stride) {
+        float v[S][V];
+#pragma unroll
+        for (int u = 0; u < S; u++) {
+            if (k + (size_t)u * stride < k1) bn_run_load<T, V>(x + bn_index(w, ch, c, hw), v[u]);
+            bn_advance(w, hw);
+        }
+#pragma unroll
+        for (int u = 0; u < S; u++) {
+            if (k + (size_t)u * stride >= k1) break;
+            for (int e = 0; e < V; e++) {
+                float d = v[u][e] - shift;
+                *s += d;
+                *q += d * d;
+            }
+        }
+    }
 }
 
 // Training statistics, first half: block (j, ch) gives run j of channel ch
@@ -98,23 +149,10 @@ __device__ void bn_stats_partial_t(const T* x, float* partial, unsigned int n, u
     float shift = load(x[bn_index(w0, ch, c, hw)]);
     float s = 0.0f, q = 0.0f;
     if (k0 + threadIdx.x * vec < k1) {
-        Walk w = bn_walk(k0 + threadIdx.x * vec, hw, stride);
-        for (unsigned int k = k0 + threadIdx.x * vec; k < k1; k += stride) {
-            if (vec == 4) {
-                float v[4];
-                bn_load4(x + bn_index(w, ch, c, hw), v);
-                for (int e = 0; e < 4; e++) {
-                    float d = v[e] - shift;
-                    s += d;
-                    q += d * d;
-                }
-            } else {
-                float d = load(x[bn_index(w, ch, c, hw)]) - shift;
-                s += d;
-                q += d * d;
-            }
-            bn_advance(w, hw);
-        }
+        if (vec == 4)
+            bn_stats_run<T, 4>(x, ch, c, hw, k0 + threadIdx.x * vec, k1, stride, shift, &s, &q);
+        else
+            bn_stats_run<T, 1>(x, ch, c, hw, k0 + threadIdx.x * vec, k1, stride, shift, &s, &q);
     }
     s = block_sum(s, buf);
     q = block_sum(q, buf);
@@ -257,6 +295,41 @@ __device__ __forceinline__ float bn_masked(float g, float xv, float yv, float mu
     return g;
 }
 
+// A thread's part of a run's backward sums, walked as bn_stats_run walks
+// (its values in flight, added in order); `k` holds the channel's mean,
+// invstd, weight and bias.
+template <typename T, int V>
+__device__ __forceinline__ void bn_backward_run(const T* x, const T* gy, const T* y, unsigned int ch, unsigned int c,
+                                                unsigned int hw, unsigned int first, unsigned int k1,
+                                                unsigned int stride, const float* k, unsigned int mask,
+                                                float* centred, float* total) {
+    constexpr int S = BN_VALUES_IN_FLIGHT / V;
+    Walk wk = bn_walk(first, hw, stride);
+    for (size_t at0 = first; at0 < k1; at0 += (size_t)S * stride) {
+        float xv[S][V], g[S][V], yv[S][V];
+#pragma unroll
+        for (int u = 0; u < S; u++) {
+            for (int e = 0; e < V; e++) yv[u][e] = 0.0f;
+            if (at0 + (size_t)u * stride < k1) {
+                size_t at = bn_index(wk, ch, c, hw);
+                bn_run_load<T, V>(x + at, xv[u]);
+                bn_run_load<T, V>(gy + at, g[u]);
+                if (mask >= 2) bn_run_load<T, V>(y + at, yv[u]);
+            }
+            bn_advance(wk, hw);
+        }
+#pragma unroll
+        for (int u = 0; u < S; u++) {
+            if (at0 + (size_t)u * stride >= k1) break;
+            for (int e = 0; e < V; e++) {
+                float ge = bn_masked<T>(g[u][e], xv[u][e], yv[u][e], k[0], k[1], k[2], k[3], mask);
+                *centred += ge * (xv[u][e] - k[0]);
+                *total += ge;
+            }
+        }
+    }
+}
+
 // Backward sums, first half: block (j, ch) sums over run j of channel ch
 // the passed gradient g and g * (x - mean).
 template <typename T>
@@ -272,27 +345,13 @@ __device__ void bn_backward_partial_t(const T* x, const T* gy, const T* y, const
     float mu = mean[ch], is = invstd[ch], w = weight[ch], b = bias[ch];
     float centred = 0.0f, total = 0.0f;
     if (k0 + threadIdx.x * vec < k1) {
-        Walk wk = bn_walk(k0 + threadIdx.x * vec, hw, stride);
-        for (unsigned int k = k0 + threadIdx.x * vec; k < k1; k += stride) {
-            size_t at = bn_index(wk, ch, c, hw);
-            if (vec == 4) {
-                float xv[4], g[4], yv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                bn_load4(x + at, xv);
-                bn_load4(gy + at, g);
-                if (mask >= 2) bn_load4(y + at, yv);
-                for (int e = 0; e < 4; e++) {
-                    float ge = bn_masked<T>(g[e], xv[e], yv[e], mu, is, w, b, mask);
-                    centred += ge * (xv[e] - mu);
-                    total += ge;
-                }
-            } else {
-                float xv = load(x[at]);
-                float g = bn_masked<T>(load(gy[at]), xv, mask >= 2 ? load(y[at]) : 0.0f, mu, is, w, b, mask);
-                centred += g * (xv - mu);
-                total += g;
-            }
-            bn_advance(wk, hw);
-        }
+        float constants[4] = {mu, is, w, b};
+        if (vec == 4)
+            bn_backward_run<T, 4>(x, gy, y, ch, c, hw, k0 + threadIdx.x * vec, k1, stride, constants, mask, &centred,
+                                  &total);
+        else
+            bn_backward_run<T, 1>(x, gy, y, ch, c, hw, k0 + threadIdx.x * vec, k1, stride, constants, mask, &centred,
+                                  &total);
     }
     centred = block_sum(centred, buf);
     total = block_sum(total, buf);
@@ -372,9 +431,8 @@ __device__ __forceinline__ void bn_input_grad_vec(const T* x, const T* gy, const
     for (int h = 0; h < V; h += 4) bn_store4(gx + i + h, o + h);
 }
 
-// bn_input_grad_vec for `vec` consecutive values per thread (1, or in bf16
-// 4 or 8 as bn_apply takes them), or for one value, with the same care for
-// gy.
+// bn_input_grad_vec for `vec` consecutive values per thread (4, or in bf16
+// 8, as bn_apply takes them), or for one value, with the same care for gy.
 template <typename T>
 __device__ void bn_backward_input_t(const T* x, const T* gy, const T* y, const float* mean, const float* invstd,
                                     const float* weight, const float* bias, const float* sum_dy_xhat,
@@ -403,8 +461,11 @@ extern "C" __global__ void bn_backward_input(const float* x, const float* gy, co
                                              const float* sum_dy_xhat, const float* sum_dy, float* gx,
                                              float* gresidual, unsigned int n, unsigned int c, unsigned int hw,
                                              unsigned int training, unsigned int mask) {
+    // Four values per thread where they share a plane, as in bn_apply (one
+    // 16-byte access each); mod.rs sizes the grid by the same rule.
+    unsigned int vec = hw % 4 == 0 ? 4u : 1u;
     bn_backward_input_t(x, gy, y, mean, invstd, weight, bias, sum_dy_xhat, sum_dy, gx, gresidual, n, c, hw, training,
-                        mask, 1u);
+                        mask, vec);
 }
 extern "C" __global__ void bn_backward_input_bf16(const bf16* x, const bf16* gy, const bf16* y, const float* mean,
                                                   const float* invstd, const float* weight, const float* bias,
@@ -505,12 +566,6 @@ template <int V> __device__ __forceinline__ void bn_storev(bf16* p, const float*
         }
     }
 }
-
-// Rows a thread of an NHWC reduction loads before it sums any of them. A
-// loop of one load and then its sums keeps one load in flight per warp:
-// the reductions ran at 1.2-1.7 TB/s of an H200's 4.8. The sums still add
-// the rows in order, so the same bits.
-#define BN_ROWS_IN_FLIGHT 4
 
 // Rows a thread of an NHWC elementwise pass loads before it stores either:
 // two, as more registers would cost blocks per SM.
