@@ -2,18 +2,30 @@
 // Every source a device is handed is compiled after this one, in one
 // translation unit, so the device helpers below serve them all.
 
-// The sum of `v` over the block (blockDim.x a power of two, at most the
-// length of `partial`), added in a fixed tree in shared memory: no atomics,
-// so every run gives the same bits. Every thread gets the total, and
+// The sum of `v` over the block (blockDim.x a power of two, at least 32 and
+// at most the length of `partial`), added in a fixed tree: no atomics, so
+// every run gives the same bits. Every thread gets the total, and
 // `partial` is free again when it returns (the last barrier keeps a thread
 // from overwriting it before all have read the total).
+//
+// The halvings across warps go through shared memory, a barrier each; the
+// last five run in warp 0 by shuffles, without barriers. Thread i adds
+// thread i + stride's value at each, as through shared memory, so the sums
+// are the same additions, the same bits.
 __device__ __forceinline__ float block_sum(float v, float* partial) {
     partial[threadIdx.x] = v;
     __syncthreads();
-    for (unsigned int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    unsigned int stride = blockDim.x / 2;
+    for (; stride >= 32; stride /= 2) {
         if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
         __syncthreads();
     }
+    if (threadIdx.x < 32) {
+        float t = partial[threadIdx.x];
+        for (; stride > 0; stride /= 2) t += __shfl_down_sync(0xffffffffu, t, stride);
+        if (threadIdx.x == 0) partial[0] = t;
+    }
+    __syncthreads();
     float total = partial[0];
     __syncthreads();
     return total;
