@@ -296,12 +296,12 @@ __device__ __forceinline__ float bn_masked(float g, float xv, float yv, float mu
 }
 
 // A thread's part of a run's backward sums, walked as bn_stats_run walks
-// (its values in flight, added in order); `k` holds the channel's mean,
-// invstd, weight and bias.
+// (its values in flight, added in order); `consts` holds the channel's
+// mean, invstd, weight and bias.
 template <typename T, int V>
 __device__ __forceinline__ void bn_backward_run(const T* x, const T* gy, const T* y, unsigned int ch, unsigned int c,
                                                 unsigned int hw, unsigned int first, unsigned int k1,
-                                                unsigned int stride, const float* k, unsigned int mask,
+                                                unsigned int stride, const float* consts, unsigned int mask,
                                                 float* centred, float* total) {
     constexpr int S = BN_VALUES_IN_FLIGHT / V;
     Walk wk = bn_walk(first, hw, stride);
@@ -322,8 +322,8 @@ __device__ __forceinline__ void bn_backward_run(const T* x, const T* gy, const T
         for (int u = 0; u < S; u++) {
             if (at0 + (size_t)u * stride >= k1) break;
             for (int e = 0; e < V; e++) {
-                float ge = bn_masked<T>(g[u][e], xv[u][e], yv[u][e], k[0], k[1], k[2], k[3], mask);
-                *centred += ge * (xv[u][e] - k[0]);
+                float ge = bn_masked<T>(g[u][e], xv[u][e], yv[u][e], consts[0], consts[1], consts[2], consts[3], mask);
+                *centred += ge * (xv[u][e] - consts[0]);
                 *total += ge;
             }
         }
@@ -462,7 +462,8 @@ extern "C" __global__ void bn_backward_input(const float* x, const float* gy, co
                                              float* gresidual, unsigned int n, unsigned int c, unsigned int hw,
                                              unsigned int training, unsigned int mask) {
     // Four values per thread where they share a plane, as in bn_apply (one
-    // 16-byte access each); mod.rs sizes the grid by the same rule.
+    // 16-byte access each); geometry.rs (apply_vec) sizes the grid by the
+    // same rule.
     unsigned int vec = hw % 4 == 0 ? 4u : 1u;
     bn_backward_input_t(x, gy, y, mean, invstd, weight, bias, sum_dy_xhat, sum_dy, gx, gresidual, n, c, hw, training,
                         mask, vec);
