@@ -55,6 +55,7 @@ from pathlib import Path
 
 from gpu_chart import render_svg
 from cli_args import positive_int
+import result_names
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PYTORCH_SCRIPT = REPO_ROOT / "bench" / "pytorch_gpu.py"
@@ -632,8 +633,7 @@ def gpu_slug(name, device):
     """'NVIDIA H200' -> 'h200'; the device type when there is no GPU name."""
     if not name:
         return re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") or "unknown"
-    name = re.sub(r"^nvidia\s+", "", name.strip(), flags=re.IGNORECASE)
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "gpu"
+    return result_names.gpu_slug(name)
 
 
 # --------------------------------------------------------------------------

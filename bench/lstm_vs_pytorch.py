@@ -57,6 +57,8 @@ import sys
 import time
 from pathlib import Path
 
+from result_names import gpu_slug
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CORPUS = REPO_ROOT / "data" / "tinyshakespeare" / "input.txt"
 MIB = 1 << 20
@@ -450,7 +452,7 @@ def main():
     import torch
 
     name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    stem = args.out / f"lstm-vs-pytorch-{datetime.date.today()}-{name.split()[-1].lower()}"
+    stem = args.out / f"lstm-vs-pytorch-{datetime.date.today()}-{gpu_slug(name)}"
     args.out.mkdir(parents=True, exist_ok=True)
     summary = {"gpu": gpu, "cpu": cpu, "gpu_config": GPU_CONFIG, "cpu_config": CPU_CONFIG, "targets": TARGETS,
                "command": " ".join(sys.argv), "device": name, "host_cpu": host_cpu()}

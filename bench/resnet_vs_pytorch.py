@@ -59,6 +59,8 @@ import sys
 from pathlib import Path
 from xml.sax.saxutils import escape
 
+from result_names import gpu_slug
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 GIB = 1 << 30
 MIB = 1 << 20
@@ -538,7 +540,7 @@ def main():
         if args.only is None:
             import torch
 
-            gpu = torch.cuda.get_device_name(0).split()[-1].lower()
+            gpu = gpu_slug(torch.cuda.get_device_name(0))
         else:
             gpu = "gpu"
         stem = args.out / f"memory-budget-{datetime.date.today()}-{gpu}"
@@ -587,7 +589,7 @@ def main():
         return
     import torch
 
-    gpu = torch.cuda.get_device_name(0).split()[-1].lower()
+    gpu = gpu_slug(torch.cuda.get_device_name(0))
     stem = args.out / f"resnet-vs-pytorch-{datetime.date.today()}-{gpu}"
     args.out.mkdir(parents=True, exist_ok=True)
     summary = {"cases": rows, "max_batch": max_batches, "arena_gib": args.arena_gib,

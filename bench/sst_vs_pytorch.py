@@ -52,6 +52,8 @@ import sys
 import time
 from pathlib import Path
 
+from result_names import gpu_slug
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SST = REPO_ROOT / "data" / "sst"
 CONFIG = {"embed": 300, "hidden": 150, "batch": 25, "lr": 0.05}
@@ -274,7 +276,7 @@ def main():
     import torch
 
     name = torch.cuda.get_device_name(0)
-    stem = args.out / (f"sst-vs-pytorch-{datetime.date.today()}-{name.split()[-1].lower()}"
+    stem = args.out / (f"sst-vs-pytorch-{datetime.date.today()}-{gpu_slug(name)}"
                        + ("-buckets" if args.pytorch_batching == "buckets" else ""))
     args.out.mkdir(parents=True, exist_ok=True)
     summary = {"results": results, "config": CONFIG, "epochs": args.epochs, "targets": TARGETS,
