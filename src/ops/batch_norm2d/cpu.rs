@@ -1,13 +1,19 @@
-//! The CPU kernels. Per-channel statistics run in parallel over channels,
-//! each channel summed in f64 in one order (deterministic whatever the
-//! threads); elementwise passes run in parallel over runs of planes.
+//! The CPU kernels. Per-channel statistics run in parallel over groups of
+//! channels, each channel summed in f64 in one order (deterministic
+//! whatever the threads and the grouping), a group's planes read in memory
+//! order; elementwise passes run in parallel over runs of planes.
 //!
 //! The loops are written for the vectoriser: a mask's kind is decided once
 //! per block of a plane, not per value, and each f64 sum keeps [`LANES`]
 //! partial sums (element `i` of a plane into partial `i % LANES`, added
 //! together at the end), so no loop waits on one chain of f64 additions.
+//! Each task runs in the AVX2 copy ([`vectorized`]) where the CPU has it:
+//! Rust fuses no multiply and add, so that copy computes the same bits as
+//! the baseline one. Its bodies are structs, not closures: a closure's body
+//! is compiled outside the AVX2 copy (tried: slower than no copy at all).
 
 use super::BatchNormArgs;
+use crate::backend::cpu::simd::{vectorized, Vectorized};
 use rayon::prelude::*;
 
 /// Planes per rayon task in elementwise passes: a plane of a late
@@ -20,25 +26,24 @@ const LANES: usize = 8;
 /// Values of a plane whose passed gradient is made at once, on the stack.
 const BLOCK: usize = 256;
 
-/// `Σ f(i)` over `0..len` in [`LANES`] partial sums, then those in order.
+/// `Σ f(a[i], b[i])` over the slices (of one length) in [`LANES`] partial
+/// sums, element `i` into sum `i % LANES`, then those in order. Whole
+/// vectors of the slices, not indices, so that no bounds check stands in
+/// the way of the vectoriser.
 #[inline(always)]
-fn lane_sum(len: usize, f: impl Fn(usize) -> f64) -> f64 {
+fn lane_sum(a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f64) -> f64 {
     let mut acc = [0.0f64; LANES];
-    let body = len - len % LANES;
-    for i in (0..body).step_by(LANES) {
-        for (l, a) in acc.iter_mut().enumerate() {
-            *a += f(i + l);
+    let (va, vb) = (a.chunks_exact(LANES), b[..a.len()].chunks_exact(LANES));
+    let (ra, rb) = (va.remainder(), vb.remainder());
+    for (a, b) in va.zip(vb) {
+        for (l, acc) in acc.iter_mut().enumerate() {
+            *acc += f(a[l], b[l]);
         }
     }
-    for (l, i) in (body..len).enumerate() {
-        acc[l] += f(i);
+    for (acc, (&a, &b)) in acc.iter_mut().zip(ra.iter().zip(rb)) {
+        *acc += f(a, b);
     }
     acc.iter().sum()
-}
-
-/// The planes of channel `ch`, one per image, in image order.
-fn planes(c: usize, hw: usize, x: &[f32], ch: usize) -> impl Iterator<Item = &[f32]> {
-    x.chunks_exact(hw).skip(ch).step_by(c)
 }
 
 /// `1/√(σ² + eps)`, the same f32 arithmetic as the GPU's.
@@ -61,23 +66,77 @@ pub(super) fn batch_stats(c: usize, hw: usize, x: &[f32], args: BatchNormArgs, o
     let count = x.len() / c;
     let unbiased = count as f32 / (count - 1) as f32;
     let m = args.momentum;
+    let group = channel_group(c);
     out.mean
-        .par_iter_mut()
-        .zip(out.invstd.par_iter_mut())
-        .zip(out.running_mean.par_iter_mut().zip(out.running_var.par_iter_mut()))
+        .par_chunks_mut(group)
+        .zip(out.invstd.par_chunks_mut(group))
+        .zip(
+            out.running_mean
+                .par_chunks_mut(group)
+                .zip(out.running_var.par_chunks_mut(group)),
+        )
         .enumerate()
-        .for_each(|(ch, ((mean, invstd), (rm, rv)))| {
-            let sum: f64 = planes(c, hw, x, ch).map(|p| lane_sum(hw, |i| p[i] as f64)).sum();
-            let mu = sum / count as f64;
-            let squares: f64 = planes(c, hw, x, ch)
-                .map(|p| lane_sum(hw, |i| (p[i] as f64 - mu) * (p[i] as f64 - mu)))
-                .sum();
-            let var = (squares / count as f64) as f32;
-            *mean = mu as f32;
-            *invstd = inv_std(var, args.eps);
-            *rm = m * *mean + (1.0 - m) * *rm;
-            *rv = m * (var * unbiased) + (1.0 - m) * *rv;
+        .for_each(|(t, ((mean, invstd), (rm, rv)))| {
+            let (mu, squares) = vectorized(GroupMoments {
+                c,
+                hw,
+                first: t * group,
+                len: mean.len(),
+                x,
+            });
+            for k in 0..mean.len() {
+                let var = (squares[k] / count as f64) as f32;
+                mean[k] = mu[k] as f32;
+                invstd[k] = inv_std(var, args.eps);
+                rm[k] = m * mean[k] + (1.0 - m) * rm[k];
+                rv[k] = m * (var * unbiased) + (1.0 - m) * rv[k];
+            }
         });
+}
+
+/// Channels `first..first + len`: each one's mean and sum of squared
+/// deviations from it, in f64, in the AVX2 copy where the CPU has it, the
+/// tensor walked in memory order (as [`GroupSums`]: the same additions in
+/// the same order as one channel at a time in the baseline copy).
+struct GroupMoments<'a> {
+    c: usize,
+    hw: usize,
+    first: usize,
+    len: usize,
+    x: &'a [f32],
+}
+
+impl Vectorized for GroupMoments<'_> {
+    type Output = ([f64; GROUP_MAX], [f64; GROUP_MAX]);
+    #[inline(always)]
+    fn run<const FMA: bool>(self) -> Self::Output {
+        let Self { c, hw, first, len, x } = self;
+        let count = x.len() / c;
+        let plane = |img: usize, k: usize| {
+            let at = (img * c + first + k) * hw;
+            &x[at..at + hw]
+        };
+        let images = count / hw;
+        let mut sum = [0.0f64; GROUP_MAX];
+        for img in 0..images {
+            for (k, sum) in sum.iter_mut().take(len).enumerate() {
+                let p = plane(img, k);
+                *sum += lane_sum(p, p, |v, _| v as f64);
+            }
+        }
+        let mut mu = [0.0f64; GROUP_MAX];
+        for (mu, sum) in mu.iter_mut().zip(&sum).take(len) {
+            *mu = sum / count as f64;
+        }
+        let mut squares = [0.0f64; GROUP_MAX];
+        for img in 0..images {
+            for (k, (squares, &mu)) in squares.iter_mut().zip(&mu).take(len).enumerate() {
+                let p = plane(img, k);
+                *squares += lane_sum(p, p, |v, _| (v as f64 - mu) * (v as f64 - mu));
+            }
+        }
+        (mu, squares)
+    }
 }
 
 /// Evaluation's statistics: the running ones.
@@ -120,7 +179,7 @@ impl Mask<'_> {
     /// `out[j]`: the gradient `g[j]` of value `at + j` (of channel `ch`,
     /// input `x[j]`) passed on, or 0. One kind of mask per call, so each
     /// arm is a loop LLVM vectorises.
-    #[inline]
+    #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn pass(&self, g: &[f32], x: &[f32], at: usize, ch: usize, mu: f32, is: f32, out: &mut [f32]) {
         let len = out.len();
@@ -152,7 +211,7 @@ impl Mask<'_> {
     /// [`Mask::blocks`] over a plane's `g` that `f` may write: `f(from,
     /// passed, g_block)`, `passed` made from the block of `g` before `f`
     /// is handed it.
-    #[inline]
+    #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn blocks_in_place(
         &self,
@@ -173,7 +232,7 @@ impl Mask<'_> {
     /// Calls `f(from, passed)` for every block of the plane of `len` values
     /// starting at value `at` of channel `ch`, `passed` the gradient this
     /// mask passes on for values `at + from..`; `g` and `x` are the plane's.
-    #[inline]
+    #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn blocks(&self, g: &[f32], x: &[f32], at: usize, ch: usize, mu: f32, is: f32, mut f: impl FnMut(usize, &[f32])) {
         in_blocks(g.len(), |from, to, passed| {
@@ -209,7 +268,49 @@ pub(super) fn normalize(
 ) {
     let span = PLANES_PER_TASK * hw;
     y.par_chunks_mut(span).enumerate().for_each(|(t, y)| {
-        let r = residual.map(|r| &r[t * span..t * span + y.len()]);
+        let residual = residual.map(|r| &r[t * span..t * span + y.len()]);
+        vectorized(NormalizeTask {
+            c,
+            hw,
+            k: &k,
+            x,
+            residual,
+            relu,
+            t,
+            y,
+        })
+    });
+}
+
+/// [`normalize`]'s planes of task `t` (`y`, and the residual's `residual`),
+/// in the AVX2 copy where the CPU has it: no f32 operation fuses there (Rust
+/// does not contract `a * b + c`), so the same bits as the baseline copy.
+struct NormalizeTask<'a> {
+    c: usize,
+    hw: usize,
+    k: &'a Channels<'a>,
+    x: Input<'a>,
+    residual: Option<&'a [f32]>,
+    relu: bool,
+    t: usize,
+    y: &'a mut [f32],
+}
+
+impl Vectorized for NormalizeTask<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<const FMA: bool>(self) {
+        let Self {
+            c,
+            hw,
+            k,
+            x,
+            residual: r,
+            relu,
+            t,
+            y,
+        } = self;
+        let span = PLANES_PER_TASK * hw;
         for (p, y) in y.chunks_exact_mut(hw).enumerate() {
             let ch = (t * PLANES_PER_TASK + p) % c;
             let (mu, is, w, b) = (k.mean[ch], k.invstd[ch], k.weight[ch], k.bias[ch]);
@@ -237,7 +338,7 @@ pub(super) fn normalize(
                 }
             }
         }
-    });
+    }
 }
 
 /// What [`normalize`] reads: its own buffer, or the output's, which it
@@ -262,28 +363,95 @@ pub(super) fn backward_sums(
     sum_dy_xhat: &mut [f32],
     sum_dy: &mut [f32],
 ) {
-    let images = x.len() / (c * hw);
+    let group = channel_group(c);
     sum_dy_xhat
-        .par_iter_mut()
-        .zip(sum_dy.par_iter_mut())
+        .par_chunks_mut(group)
+        .zip(sum_dy.par_chunks_mut(group))
         .enumerate()
-        .for_each(|(ch, (dw, db))| {
-            let (mu32, is) = (mean[ch], invstd[ch]);
-            let mu = mu32 as f64;
-            let (mut centred, mut total) = (0.0f64, 0.0f64);
-            for img in 0..images {
+        .for_each(|(t, (dw, db))| {
+            vectorized(GroupSums {
+                c,
+                hw,
+                first: t * group,
+                x,
+                gy,
+                mean,
+                invstd,
+                mask,
+                dw,
+                db,
+            })
+        });
+}
+
+/// Channels one task of a per-channel sum takes ([`GROUP_MAX`] at most):
+/// all of them on one thread, else an even share of each thread.
+fn channel_group(c: usize) -> usize {
+    c.div_ceil(rayon::current_num_threads()).clamp(1, GROUP_MAX)
+}
+
+/// The most channels a task of a per-channel sum keeps sums for (on the
+/// stack).
+const GROUP_MAX: usize = 64;
+
+/// Channels `first..` (as many as `dw` holds): their `Σ g·(x − μ)·invstd`
+/// into `dw` and `Σ g` into `db`, summed in f64 in the AVX2 copy where the
+/// CPU has it (no f64 operation fuses: the same bits as the baseline copy).
+/// The task walks the tensor in memory order, image by image, its channels'
+/// planes within each, rather than one channel's planes across the images:
+/// the prefetcher sees one stream. Each channel's sum still adds its
+/// planes in image order, so the same bits whatever the grouping.
+struct GroupSums<'a> {
+    c: usize,
+    hw: usize,
+    first: usize,
+    x: &'a [f32],
+    gy: &'a [f32],
+    mean: &'a [f32],
+    invstd: &'a [f32],
+    mask: &'a Mask<'a>,
+    dw: &'a mut [f32],
+    db: &'a mut [f32],
+}
+
+impl Vectorized for GroupSums<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<const FMA: bool>(self) {
+        let Self {
+            c,
+            hw,
+            first,
+            x,
+            gy,
+            mean,
+            invstd,
+            mask,
+            dw,
+            db,
+        } = self;
+        let images = x.len() / (c * hw);
+        let (mut centred, mut total) = ([0.0f64; GROUP_MAX], [0.0f64; GROUP_MAX]);
+        for img in 0..images {
+            for (k, (centred, total)) in centred.iter_mut().zip(&mut total).take(dw.len()).enumerate() {
+                let ch = first + k;
+                let (mu, is) = (mean[ch], invstd[ch]);
+                let mu64 = mu as f64;
                 let base = (img * c + ch) * hw;
                 let (gy, x) = (&gy[base..base + hw], &x[base..base + hw]);
-                mask.blocks(gy, x, base, ch, mu32, is, |from, g| {
+                mask.blocks(gy, x, base, ch, mu, is, |from, g| {
                     let x = &x[from..from + g.len()];
-                    centred += lane_sum(g.len(), |i| g[i] as f64 * (x[i] as f64 - mu));
-                    total += lane_sum(g.len(), |i| g[i] as f64);
+                    *centred += lane_sum(g, x, |g, x| g as f64 * (x as f64 - mu64));
+                    *total += lane_sum(g, g, |g, _| g as f64);
                 });
             }
+        }
+        for (k, (dw, db)) in dw.iter_mut().zip(db.iter_mut()).enumerate() {
             // invstd is one factor of every term: applied once, after the sum.
-            *dw = (centred * is as f64) as f32;
-            *db = total as f32;
-        });
+            *dw = (centred[k] * invstd[first + k] as f64) as f32;
+            *db = total[k] as f32;
+        }
+    }
 }
 
 /// `dx = w·invstd·(g − Σg/n − x̂·Σg·x̂/n)` in training (the batch's
@@ -335,7 +503,7 @@ impl<'a> InputGrad<'a> {
     }
 
     /// Channel `ch`'s constants, computed once per plane.
-    #[inline]
+    #[inline(always)]
     fn channel(&self, ch: usize) -> ChannelGrad {
         let (mu, is) = (self.k.mean[ch], self.k.invstd[ch]);
         let (sum_dy_xhat, sum_dy) = self.sums;
@@ -362,7 +530,7 @@ struct ChannelGrad {
 impl ChannelGrad {
     /// `out[j]`, the input's gradient at value `x[j]`, `passed[j]` the
     /// gradient the mask passed there.
-    #[inline]
+    #[inline(always)]
     fn apply(&self, x: &[f32], passed: &[f32], out: &mut [f32]) {
         let x = &x[..out.len()];
         if self.training {
@@ -403,7 +571,66 @@ pub(super) fn grads_in_place(
 ) {
     let dx = InputGrad::new(c, training, k, sums, x);
     let span = PLANES_PER_TASK * hw;
-    let plane_by_plane = |g: &mut [f32], mut gx: Option<&mut [f32]>, t: usize, input: bool| {
+    let plane_by_plane = |g: &mut [f32], gx: Option<&mut [f32]>, t: usize, input: bool| {
+        vectorized(GradTask {
+            c,
+            hw,
+            dx: &dx,
+            mask,
+            x,
+            g,
+            gx,
+            t,
+            input,
+        })
+    };
+    match into {
+        InPlace::Input => g
+            .par_chunks_mut(span)
+            .enumerate()
+            .for_each(|(t, g)| plane_by_plane(g, None, t, true)),
+        InPlace::Residual { gx: None } => g
+            .par_chunks_mut(span)
+            .enumerate()
+            .for_each(|(t, g)| plane_by_plane(g, None, t, false)),
+        InPlace::Residual { gx: Some(gx) } => g
+            .par_chunks_mut(span)
+            .zip(gx.par_chunks_mut(span))
+            .enumerate()
+            .for_each(|(t, (g, gx))| plane_by_plane(g, Some(gx), t, false)),
+    }
+}
+
+/// [`grads_in_place`]'s planes of task `t`, in the AVX2 copy where the CPU
+/// has it (the same bits as the baseline copy, as [`NormalizeTask`]).
+struct GradTask<'a> {
+    c: usize,
+    hw: usize,
+    dx: &'a InputGrad<'a>,
+    mask: &'a Mask<'a>,
+    x: &'a [f32],
+    g: &'a mut [f32],
+    gx: Option<&'a mut [f32]>,
+    t: usize,
+    /// The input's gradient over `g` (else the passed gradient).
+    input: bool,
+}
+
+impl Vectorized for GradTask<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<const FMA: bool>(self) {
+        let Self {
+            c,
+            hw,
+            dx,
+            mask,
+            x,
+            g,
+            mut gx,
+            t,
+            input,
+        } = self;
         for (p, g) in g.chunks_exact_mut(hw).enumerate() {
             let plane = t * PLANES_PER_TASK + p;
             let (ch, at) = (plane % c, plane * hw);
@@ -421,21 +648,6 @@ pub(super) fn grads_in_place(
                 }
             });
         }
-    };
-    match into {
-        InPlace::Input => g
-            .par_chunks_mut(span)
-            .enumerate()
-            .for_each(|(t, g)| plane_by_plane(g, None, t, true)),
-        InPlace::Residual { gx: None } => g
-            .par_chunks_mut(span)
-            .enumerate()
-            .for_each(|(t, g)| plane_by_plane(g, None, t, false)),
-        InPlace::Residual { gx: Some(gx) } => g
-            .par_chunks_mut(span)
-            .zip(gx.par_chunks_mut(span))
-            .enumerate()
-            .for_each(|(t, (g, gx))| plane_by_plane(g, Some(gx), t, false)),
     }
 }
 
