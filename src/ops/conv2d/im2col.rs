@@ -88,7 +88,7 @@ type Ranges = ((usize, usize), (usize, usize));
 /// `out[q] = src[q·S]`: a constant stride over whole chunks, which LLVM
 /// vectorises with shuffles, then the last, short one. (`step_by` with a
 /// stride known only at run time stays scalar, and so did `chunks`, whose
-/// every chunk may be short: a third of the patch matrix's own time in
+/// every chunk may be short: a quarter of the patch matrix's own time in
 /// ResNet-18's stride-2 layers.)
 #[inline(always)]
 fn every<const S: usize>(src: &[f32], out: &mut [f32]) {
