@@ -57,6 +57,8 @@ mod geometry;
 mod tests;
 #[cfg(test)]
 mod tests_in_place;
+#[cfg(test)]
+mod tests_sums;
 
 use crate::autograd::Candidate;
 use crate::backend::cuda::{float_kernel, FloatKernel, KernelSource};
