@@ -4,7 +4,7 @@
 //! arena its buffers are placed by, the tape, its compute policy (a copy of
 //! the runtime's) and whether it runs or only plans.
 
-use super::tape::{Candidate, Tape};
+use super::tape::{Candidate, Prepared, Tape};
 use super::Recorded;
 use crate::backend::{Backend, Mode, Policy, Runtime};
 use crate::memory::{Arena, Buf, DType, Element, FloatBuf, Touch};
@@ -254,6 +254,30 @@ impl<'s, N: Recorded> Step<'s, N> {
         }
         tape.candidates.push(cost);
         tape.recording && tape.dropped.binary_search(&i).is_ok()
+    }
+
+    /// Keeps `copy`, a copy of `of` made ahead of its use (a step's weights
+    /// converted in one launch), for the op that would make it.
+    pub(crate) fn prepare(&mut self, of: &TensorRef, copy: &TensorRef) {
+        self.tape.prepared.push(Prepared {
+            of: of.buf,
+            copy: *copy,
+            taken: false,
+        });
+    }
+
+    /// The copy of `of` in `dtype` and `layout` made ahead of its use, if
+    /// one was, and whether this is its first use: the op that takes it
+    /// first records it for backward, where making it would have.
+    pub(crate) fn take_prepared(&mut self, of: &TensorRef, dtype: DType, layout: Layout) -> Option<(TensorRef, bool)> {
+        let p = self
+            .tape
+            .prepared
+            .iter_mut()
+            .find(|p| p.of == of.buf && p.copy.buf.dtype() == dtype && p.copy.layout == layout)?;
+        let first = !p.taken;
+        p.taken = true;
+        Some((p.copy, first))
     }
 
     /// Whether backward makes `t` again rather than keep it.

@@ -6,6 +6,7 @@
 
 use super::Recorded;
 use crate::memory::{Buf, FloatBuf};
+use crate::tensor::TensorRef;
 
 /// A tensor a memory budget may have backward recompute: what it is, what
 /// keeping it holds, and what recomputing it costs (the multiply-adds and
@@ -73,6 +74,21 @@ pub(crate) struct Tape<N: Recorded> {
     pub(crate) chain_from: usize,
     /// The gradient backward started from: the caller's, never written over.
     pub(crate) seed: Option<FloatBuf>,
+    /// Copies made ahead of their use, by the memory each copies (a
+    /// mixed-precision step's weights, converted in one launch): the op
+    /// that would make one takes it instead (see [`Prepared`]).
+    pub(crate) prepared: Vec<Prepared>,
+}
+
+/// A copy of the tensor in `of` made ahead of its first use; `taken` once
+/// an op has used it (and recorded what backward needs). By memory, not
+/// tensor id: a parameter asked for twice with gradients off is two
+/// tensors over one buffer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Prepared {
+    pub(crate) of: FloatBuf,
+    pub(crate) copy: TensorRef,
+    pub(crate) taken: bool,
 }
 
 impl<N: Recorded> Default for Tape<N> {
@@ -93,6 +109,7 @@ impl<N: Recorded> Default for Tape<N> {
             recompute_depth: 0,
             chain_from: 0,
             seed: None,
+            prepared: Vec::new(),
         }
     }
 }
@@ -134,5 +151,6 @@ impl<N: Recorded> Tape<N> {
         self.recompute_depth = 0;
         self.chain_from = 0;
         self.seed = None;
+        self.prepared.clear();
     }
 }

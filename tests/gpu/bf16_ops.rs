@@ -419,3 +419,68 @@ fn lstm_layer_in_bf16_keeps_its_cells_in_fp32() {
         Ok(out)
     });
 }
+
+/// 35 convolution weights of assorted shapes (two launches of
+/// `convert_weights`), a bias among them, in `device`'s engine.
+fn conv_weights(device: Device) -> (Engine, Vec<bumpgrad::Param>) {
+    let mut engine = Engine::new(device, 64 << 20).expect("engine");
+    let (_, params) = ParamStore::build(&mut engine.persistent(), 7, |pb| {
+        let mut ps = Vec::new();
+        for i in 0..35usize {
+            let (co, ci, k) = (1 + i % 5, 1 + (i * 7) % 6, [1, 3, 7][i % 3]);
+            let shape = Shape::new(&[co, ci, k, k]);
+            ps.push(pb.param(&format!("w{i}"), shape, bumpgrad::nn::Init::Normal(1.0))?);
+            if i == 3 {
+                ps.push(pb.param("bias", Shape::new(&[co]), bumpgrad::nn::Init::Normal(1.0))?);
+            }
+        }
+        Ok(ps)
+    })
+    .expect("weights");
+    (engine, params)
+}
+
+/// Every weight's copy in (`dtype`, `layout`), read back: made ahead by
+/// `convert_weights`, or by `convert` weight by weight.
+fn weight_copies(device: Device, dtype: DType, layout: Layout, ahead: bool) -> Vec<Vec<f32>> {
+    let (mut engine, params) = conv_weights(device);
+    engine
+        .step(|s| {
+            if ahead {
+                s.convert_weights(&params, dtype, layout)?;
+            }
+            let mut out = Vec::new();
+            for p in &params {
+                let y = s.param(p).convert(s, dtype, layout)?;
+                let mut v = vec![0.0; p.shape().numel()];
+                s.read(y, &mut v)?;
+                out.push(v);
+            }
+            Ok(out)
+        })
+        .expect("copies")
+}
+
+/// The GPU's one launch per 32 weights (a table of their places, their
+/// values end to end) makes the copies its `convert` makes weight by
+/// weight, bit for bit, and the CPU's.
+#[test]
+fn weights_converted_in_one_launch_are_converts_copies_bit_for_bit() {
+    let test = "convert_weights";
+    for (dtype, layout) in [
+        (DType::Bf16, Layout::Nhwc),
+        (DType::F32, Layout::Nhwc),
+        (DType::Bf16, Layout::Nchw),
+    ] {
+        let Some(device) = gpu(test) else { return };
+        let ahead = weight_copies(device, dtype, layout, true);
+        let Some(device) = gpu(test) else { return };
+        let one_by_one = weight_copies(device, dtype, layout, false);
+        let cpu = weight_copies(Device::cpu(1).unwrap(), dtype, layout, false);
+        assert_eq!(
+            ahead, one_by_one,
+            "{test} {dtype:?} {layout:?}: GPU, ahead against one by one"
+        );
+        assert_eq!(ahead, cpu, "{test} {dtype:?} {layout:?}: GPU against the CPU");
+    }
+}

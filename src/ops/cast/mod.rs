@@ -10,7 +10,11 @@
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_weights;
+mod weights;
 
+use crate::backend::cpu::Views;
 use crate::backend::cuda::{Arg, Grid, KernelSource};
 use crate::backend::BackendError;
 use crate::memory::{bf16, DType, FloatBuf};
@@ -22,7 +26,14 @@ use crate::Result;
 pub(crate) const KERNELS: KernelSource = KernelSource {
     owner: "cast",
     source: include_str!("kernels.cu"),
-    entries: &[CONVERT[0][0], CONVERT[0][1], CONVERT[1][0], CONVERT[1][1]],
+    entries: &[
+        CONVERT[0][0],
+        CONVERT[0][1],
+        CONVERT[1][0],
+        CONVERT[1][1],
+        weights::CONVERT_WEIGHTS[0],
+        weights::CONVERT_WEIGHTS[1],
+    ],
 };
 /// By source type, then destination type (fp32, bf16).
 const CONVERT: [[&str; 2]; 2] = [
@@ -56,16 +67,15 @@ impl<'s> Tensor<'s> {
         if self.dtype() == dtype && self.layout() == layout {
             return Ok(self);
         }
-        let what = match (dtype, layout == self.layout(), layout) {
-            (DType::Bf16, true, _) => "bf16 copy",
-            (DType::F32, true, _) => "f32 copy",
-            (d, false, Layout::Nhwc) if d == self.dtype() => "channels-last copy",
-            (d, false, Layout::Nchw) if d == self.dtype() => "NCHW copy",
-            (DType::Bf16, false, Layout::Nhwc) => "bf16 channels-last copy",
-            (DType::Bf16, false, Layout::Nchw) => "bf16 NCHW copy",
-            (DType::F32, false, Layout::Nhwc) => "f32 channels-last copy",
-            (DType::F32, false, Layout::Nchw) => "f32 NCHW copy",
-        };
+        // Made ahead, with the step's other weights (see `weights.rs`): the
+        // first use records it, so backward casts its gradient back here.
+        if let Some((copy, first)) = s.take_prepared(&self.inner, dtype, layout) {
+            if first && copy.requires_grad {
+                s.record(Saved { x: self.inner, y: copy });
+            }
+            return Ok(Tensor::from_ref(copy));
+        }
+        let what = copy_name((self.dtype(), self.layout()), (dtype, layout));
         let y = s.output_as(what, self.shape(), dtype, layout, &[&self])?;
         convert(s, self.shape(), (self.buf(), self.layout()), (y.buf(), layout))?;
         if y.requires_grad() {
@@ -78,6 +88,20 @@ impl<'s> Tensor<'s> {
     }
 }
 
+/// What a copy from `from` to `to` (type, layout) is called in memory reports.
+fn copy_name(from: (DType, Layout), to: (DType, Layout)) -> &'static str {
+    match (to.0, to.1 == from.1, to.1) {
+        (DType::Bf16, true, _) => "bf16 copy",
+        (DType::F32, true, _) => "f32 copy",
+        (d, false, Layout::Nhwc) if d == from.0 => "channels-last copy",
+        (d, false, Layout::Nchw) if d == from.0 => "NCHW copy",
+        (DType::Bf16, false, Layout::Nhwc) => "bf16 channels-last copy",
+        (DType::Bf16, false, Layout::Nchw) => "bf16 NCHW copy",
+        (DType::F32, false, Layout::Nhwc) => "f32 channels-last copy",
+        (DType::F32, false, Layout::Nchw) => "f32 NCHW copy",
+    }
+}
+
 /// `dst = src` across the float types and layouts (of one shape).
 pub(crate) fn convert(
     s: &mut Step<'_>,
@@ -85,52 +109,11 @@ pub(crate) fn convert(
     (src, from): (FloatBuf, Layout),
     (dst, to): (FloatBuf, Layout),
 ) -> Result<()> {
-    let (n, c, hw) = match shape.rank() {
-        4 => (shape.dim(0), shape.dim(1), shape.dim(2) * shape.dim(3)),
-        _ => (1, 1, shape.numel()),
-    };
-    let mode = match (from, to) {
-        (Layout::Nchw, Layout::Nhwc) => 1,
-        (Layout::Nhwc, Layout::Nchw) => 2,
-        _ => 0,
-    };
-    // Where element `i` of `dst` comes from in `src`.
-    let source = move |i: usize| match mode {
-        1 => {
-            let (ch, p, img) = (i % c, i / c % hw, i / (c * hw));
-            (img * c + ch) * hw + p
-        }
-        2 => {
-            let (p, ch, img) = (i % hw, i / hw % c, i / (c * hw));
-            (img * hw + p) * c + ch
-        }
-        _ => i,
-    };
+    let (n, c, hw) = dims(shape);
+    let mode = mode(from, to);
     s.launch(
         &[src.into(), dst.into()],
-        |v| {
-            match (src, dst) {
-                (FloatBuf::F32(a), FloatBuf::Bf16(b)) => {
-                    let (a, b) = (v.read(a)?, v.write(b)?);
-                    b.iter_mut()
-                        .enumerate()
-                        .for_each(|(i, b)| *b = bf16::from_f32(a[source(i)]));
-                }
-                (FloatBuf::Bf16(a), FloatBuf::F32(b)) => {
-                    let (a, b) = (v.read(a)?, v.write(b)?);
-                    b.iter_mut().enumerate().for_each(|(i, b)| *b = a[source(i)].to_f32());
-                }
-                (FloatBuf::F32(a), FloatBuf::F32(b)) => {
-                    let (a, b) = (v.read(a)?, v.write(b)?);
-                    b.iter_mut().enumerate().for_each(|(i, b)| *b = a[source(i)]);
-                }
-                (FloatBuf::Bf16(a), FloatBuf::Bf16(b)) => {
-                    let (a, b) = (v.read(a)?, v.write(b)?);
-                    b.iter_mut().enumerate().for_each(|(i, b)| *b = a[source(i)]);
-                }
-            }
-            Ok(())
-        },
+        |v| convert_on_cpu(v, shape, (src, from), (dst, to)),
         |gpu| {
             let index = |d: DType| match d {
                 DType::F32 => 0,
@@ -152,6 +135,67 @@ pub(crate) fn convert(
             )
         },
     )?;
+    Ok(())
+}
+
+/// `[n, c, hw]` of a 4-D shape (any other is one plane of its values).
+fn dims(shape: Shape) -> (usize, usize, usize) {
+    match shape.rank() {
+        4 => (shape.dim(0), shape.dim(1), shape.dim(2) * shape.dim(3)),
+        _ => (1, 1, shape.numel()),
+    }
+}
+
+/// The kernels' `mode`: 1 writes NCHW as NHWC, 2 NHWC as NCHW, 0 keeps it.
+fn mode(from: Layout, to: Layout) -> u32 {
+    match (from, to) {
+        (Layout::Nchw, Layout::Nhwc) => 1,
+        (Layout::Nhwc, Layout::Nchw) => 2,
+        _ => 0,
+    }
+}
+
+/// `convert`'s CPU body, value for value the kernels' (`convert_t`).
+fn convert_on_cpu(
+    v: &mut Views<'_>,
+    shape: Shape,
+    (src, from): (FloatBuf, Layout),
+    (dst, to): (FloatBuf, Layout),
+) -> Result<(), BackendError> {
+    let (_, c, hw) = dims(shape);
+    let mode = mode(from, to);
+    // Where element `i` of `dst` comes from in `src`.
+    let source = move |i: usize| match mode {
+        1 => {
+            let (ch, p, img) = (i % c, i / c % hw, i / (c * hw));
+            (img * c + ch) * hw + p
+        }
+        2 => {
+            let (p, ch, img) = (i % hw, i / hw % c, i / (c * hw));
+            (img * hw + p) * c + ch
+        }
+        _ => i,
+    };
+    match (src, dst) {
+        (FloatBuf::F32(a), FloatBuf::Bf16(b)) => {
+            let (a, b) = (v.read(a)?, v.write(b)?);
+            b.iter_mut()
+                .enumerate()
+                .for_each(|(i, b)| *b = bf16::from_f32(a[source(i)]));
+        }
+        (FloatBuf::Bf16(a), FloatBuf::F32(b)) => {
+            let (a, b) = (v.read(a)?, v.write(b)?);
+            b.iter_mut().enumerate().for_each(|(i, b)| *b = a[source(i)].to_f32());
+        }
+        (FloatBuf::F32(a), FloatBuf::F32(b)) => {
+            let (a, b) = (v.read(a)?, v.write(b)?);
+            b.iter_mut().enumerate().for_each(|(i, b)| *b = a[source(i)]);
+        }
+        (FloatBuf::Bf16(a), FloatBuf::Bf16(b)) => {
+            let (a, b) = (v.read(a)?, v.write(b)?);
+            b.iter_mut().enumerate().for_each(|(i, b)| *b = a[source(i)]);
+        }
+    }
     Ok(())
 }
 

@@ -124,10 +124,11 @@ impl Session {
         let key = self.key(kind, self.task.test_length(start))?;
         let indices = &self.test_order[start..end];
         let outputs = &mut self.outputs[..self.task.readback_at(start, indices.len())];
-        let (model, task) = (&self.model, &self.task);
+        let (model, task, weights) = (&self.model, &self.task, &self.conv_weights);
         let body = |s: &mut crate::Step<'_>| {
             s.set_grad_enabled(false);
             let (x, targets) = task.test_batch(s, indices)?;
+            s.convert_weights(weights, s.compute_dtype(), s.compute_layout())?;
             let y = model.forward(s, x, Mode::Eval)?;
             let y = task.test_readback(s, y, targets)?;
             s.read(y, outputs)

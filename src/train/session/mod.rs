@@ -44,7 +44,7 @@ use crate::memory::Buf;
 use crate::nn::{Network, Optimizer, ParamStore};
 use crate::ops::cursor::StepCursor;
 use crate::tasks::Task;
-use crate::tensor::Shape;
+use crate::tensor::{Param, Shape};
 use crate::Engine;
 use crate::{Error, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -131,6 +131,9 @@ pub struct Session {
     fingerprint: Vec<(&'static str, String)>,
     model: Box<dyn Network>,
     store: ParamStore,
+    /// The model's convolution weights (its 4-D parameters), which a step
+    /// in another type or layout than theirs converts in one launch.
+    conv_weights: Vec<Param>,
     optimizer: Box<dyn Optimizer>,
     task: Box<dyn Task>,
     lr_table: Buf<f32>,
@@ -217,12 +220,14 @@ impl Session {
         let losses = p.zeros::<f32>("step losses", Shape::new(&[steps]))?;
         let test_len = task.test_len() as u32;
         let outputs = vec![0.0; task.readback_len(widest)];
+        let conv_weights = store.params().filter(|p| p.shape().rank() == 4).collect();
         Ok(Self {
             graphs: (0..shapes.count()).map(|_| None).collect(),
             engine,
             fingerprint,
             model,
             store,
+            conv_weights,
             optimizer,
             task,
             lr_table,

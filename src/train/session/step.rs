@@ -76,8 +76,10 @@ impl Session {
         };
         let (model, optimizer, task, store) = (&self.model, &self.optimizer, &self.task, &self.store);
         let (losses, cursor, buckets) = (self.losses, self.cursor, self.buckets.as_ref());
+        let weights = &self.conv_weights;
         let body = |s: &mut crate::Step<'_>| {
             let (x, targets) = task.train_batch(s, at, length)?;
+            s.convert_weights(weights, s.compute_dtype(), s.compute_layout())?;
             let output = model.forward(s, x, Mode::Train { dropout, first_row })?;
             let loss = task.loss(s, output, targets, step_len)?;
             let grads = match buckets {
