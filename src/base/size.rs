@@ -47,6 +47,13 @@ impl FromStr for ByteSize {
             "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
             _ => return Err(err("unknown unit (use B, KB, MB, GB, KiB, MiB, GiB)")),
         };
+        // A plain number counts bytes: `0.9` is far more likely a fraction
+        // of something else (a budget as a share of the step) than 1 byte.
+        if scale == 1.0 && value.fract() != 0.0 {
+            return Err(err(
+                "a plain number counts bytes, and this is a fraction of one: give a unit (0.5GiB, 1.5MB)",
+            ));
+        }
         let bytes = value * scale;
         if !bytes.is_finite() || bytes >= usize::MAX as f64 {
             return Err(err("too large"));
@@ -93,6 +100,11 @@ mod tests {
             .unwrap_err()
             .reason
             .starts_with("unknown unit"));
+        for fraction in ["0.9", "1.5", "2.5B"] {
+            let why = fraction.parse::<ByteSize>().unwrap_err().reason;
+            assert!(why.contains("fraction of one"), "{fraction}: {why}");
+        }
+        assert_eq!("2.0".parse::<ByteSize>().unwrap().0, 2);
         assert_eq!(
             "1e400".parse::<ByteSize>().unwrap_err().reason,
             "unknown unit (use B, KB, MB, GB, KiB, MiB, GiB)"
