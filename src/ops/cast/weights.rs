@@ -98,9 +98,14 @@ fn convert_all(s: &mut Step<'_>, pairs: &[Option<(TensorRef, TensorRef)>], layou
             let dst = span(&mut pairs.iter().flatten().map(|(_, y)| y.buf));
             let mut table = [0u32; WORDS * SEGMENTS];
             let mut end = 0usize;
-            let mut dtype = DType::F32;
+            // Every copy of one call is of the step's compute type.
+            let dtype = pairs
+                .iter()
+                .flatten()
+                .map(|(_, y)| y.buf.dtype())
+                .next()
+                .unwrap_or(DType::F32);
             for (k, (x, y)) in pairs.iter().flatten().enumerate() {
-                dtype = y.buf.dtype();
                 // Buffers start on 256-byte boundaries: whole values apart.
                 let from = ((x.buf.offset() - src.0) / x.buf.dtype().size()) as u64;
                 let to = ((y.buf.offset() - dst.0) / dtype.size()) as u64;
