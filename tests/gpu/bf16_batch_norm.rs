@@ -142,8 +142,11 @@ fn bn_in_bf16_as(test: &str, shape: Shape, args: BatchNormArgs, form: Form, chan
         return;
     };
     let (on_fp32, _) = bn_steps(fp32, shape, args, form, channels_last, false);
+    // Deterministic convolutions (ReluThenConv has one): the two bf16
+    // runs are compared bit for bit.
     let on_bf16 = folded_and_checked(test, |folded| {
-        let bf16 = gpu_as(test, Precision::Bf16).expect("the GPU opened once");
+        let mut bf16 = gpu_as(test, Precision::Bf16).expect("the GPU opened once");
+        bf16.set_deterministic(true);
         bn_steps(bf16, shape, args, form, channels_last, folded)
     });
     // The batch count is a count: exact in both, then left out of the

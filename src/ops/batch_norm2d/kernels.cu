@@ -243,16 +243,15 @@ __device__ __forceinline__ bool bn_last_block(unsigned int* counters, unsigned i
     return last;
 }
 
-// The warps of an NHWC block finish its tile's channels, a warp a channel.
-__device__ __forceinline__ void bn_nhwc_tile_warps(unsigned int vec, unsigned int c, unsigned int* first,
-                                                   unsigned int* end, unsigned int* warp, unsigned int* lane,
-                                                   unsigned int* warps) {
+// The warps of an NHWC block finish its tile's channels [first, end), a
+// warp a channel: warp w takes channels first + w, first + w + warps, ...
+struct BnTileWarps {
+    unsigned int first, end, warp, lane, warps;
+};
+__device__ __forceinline__ BnTileWarps bn_nhwc_tile_warps(unsigned int vec, unsigned int c) {
     unsigned int tile = blockDim.x * vec, t = threadIdx.y * blockDim.x + threadIdx.x;
-    *first = blockIdx.y * tile;
-    *end = min(c, *first + tile);
-    *warp = t / 32;
-    *lane = t % 32;
-    *warps = blockDim.x * blockDim.y / 32;
+    unsigned int first = blockIdx.y * tile;
+    return {first, min(c, first + tile), t / 32, t % 32, blockDim.x * blockDim.y / 32};
 }
 
 // Training statistics, first half: block (j, ch) gives run j of channel ch
@@ -831,9 +830,9 @@ __device__ void bn_stats_partial_nhwc_v(const T* x, float* partial, unsigned int
         }
     }
     if (counters != nullptr && bn_last_block(counters, blockIdx.y, chunks)) {
-        unsigned int first, end, warp, lane, warps;
-        bn_nhwc_tile_warps(V, c, &first, &end, &warp, &lane, &warps);
-        for (unsigned int at = first + warp; at < end; at += warps) bn_stats_finish_warp(partial, o, at, lane);
+        BnTileWarps w = bn_nhwc_tile_warps(V, c);
+        for (unsigned int at = w.first + w.warp; at < w.end; at += w.warps)
+            bn_stats_finish_warp(partial, o, at, w.lane);
     }
 }
 template <typename T>
@@ -1047,9 +1046,9 @@ __device__ void bn_backward_partial_nhwc_v(const T* x, const T* gy, const T* y, 
         }
     }
     if (counters != nullptr && bn_last_block(counters, blockIdx.y, chunks)) {
-        unsigned int first, end, warp, lane, warps;
-        bn_nhwc_tile_warps(V, c, &first, &end, &warp, &lane, &warps);
-        for (unsigned int at = first + warp; at < end; at += warps) bn_backward_finish_warp(partial, o, at, lane);
+        BnTileWarps w = bn_nhwc_tile_warps(V, c);
+        for (unsigned int at = w.first + w.warp; at < w.end; at += w.warps)
+            bn_backward_finish_warp(partial, o, at, w.lane);
     }
 }
 template <typename T>
