@@ -48,9 +48,6 @@ double __ddiv_rn(double, double);
 double __dadd_rn(double, double);
 float atomicAdd(float*, float);
 float __shfl_down_sync(unsigned int, float, unsigned int);
-float __shfl_sync(unsigned int, float, int);
-float __ldcg(const float*);
-inline void __threadfence() {}
 unsigned int atomicAdd(unsigned int*, unsigned int);
 float rsqrtf(float);
 using std::isnan;

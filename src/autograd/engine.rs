@@ -11,7 +11,7 @@
 
 use super::tape::{Candidate, Tape};
 use super::{Recorded, Step};
-use crate::backend::{Device, Mode, Runtime, RUN_COUNTERS};
+use crate::backend::{Device, Mode, Runtime};
 use crate::memory::{Arena, Buf, Element, POISON};
 use crate::tensor::Persistent;
 use crate::Result;
@@ -138,23 +138,6 @@ impl<N: Recorded> Engine<N> {
         self.tape.candidates.clone()
     }
 
-    /// Gives a GPU's kernels their run counters (`Runtime::run_counters`):
-    /// `RUN_COUNTERS` u32 zeros in the persistent region, once. Nothing on
-    /// a CPU, whose kernels finish their sums in one task. An engine that
-    /// plans for a GPU reserves them too, so that a dry run's persistent
-    /// region is the real one's. Batch norm's sums finish in their own
-    /// kernels' last blocks where they are given (the GPU tests do);
-    /// training sessions do not turn them on until that is measured on a
-    /// GPU (docs/gpu.md).
-    pub fn enable_run_counters(&mut self) -> Result<()> {
-        if self.runtime.sized_as_gpu() && self.runtime.run_counters().is_none() {
-            let shape = crate::base::Shape::new(&[RUN_COUNTERS]);
-            let counters = self.persistent().zeros::<u32>("run counters", shape)?;
-            self.runtime.set_run_counters(counters);
-        }
-        Ok(())
-    }
-
     /// Overwrites a persistent buffer between steps (`&mut self`: no step
     /// runs): how the loop hands a new epoch's order or a cursor to kernels.
     pub fn write_persistent<T: Element>(&mut self, buf: Buf<T>, values: &[T]) -> Result<()> {
@@ -246,17 +229,6 @@ mod tests {
         }
         assert!(capacities[0] >= 3);
         assert_eq!(capacities[0], capacities[1], "the same vector, not a new one");
-    }
-
-    /// Run counters are for a GPU's kernels: a CPU engine's persistent
-    /// region does not grow for them.
-    #[test]
-    fn a_cpu_engine_reserves_no_run_counters() {
-        let mut engine = Engine::<Noted>::new(Device::cpu(1).unwrap(), 1 << 16).unwrap();
-        let before = engine.arena().stats().persistent_bytes;
-        engine.enable_run_counters().unwrap();
-        assert!(engine.runtime().run_counters().is_none());
-        assert_eq!(engine.arena().stats().persistent_bytes, before);
     }
 
     /// Runs one step of `body` on `engine` (a buffer of eight floats).

@@ -87,12 +87,6 @@ impl<'s, N: Recorded> Step<'s, N> {
         self.policy.layout()
     }
 
-    /// The runtime's run counters, where its engine gave them (see
-    /// [`Runtime::run_counters`]).
-    pub(crate) fn run_counters(&self) -> Option<Buf<u32>> {
-        self.runtime.run_counters()
-    }
-
     pub(crate) fn backend(&mut self) -> &mut Backend {
         self.runtime.backend()
     }

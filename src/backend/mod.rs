@@ -28,7 +28,6 @@ pub use mode::Mode;
 pub use policy::Policy;
 pub use precision::Precision;
 pub use runtime::Runtime;
-pub(crate) use runtime::RUN_COUNTERS;
 use std::fmt;
 use std::sync::Arc;
 

@@ -4,13 +4,7 @@
 //! timing (`capabilities.rs`). The arena beside it keeps only offsets and
 //! figures; autograd's engine pairs the two and runs steps on them.
 
-use super::{Backend, BackendError, Device, DeviceKind, Policy, Sizing, Workers};
-use crate::base::Buf;
-
-/// Counters a GPU kernel's blocks count themselves on, so that the last
-/// to finish its share can finish the whole (see `run_counters`): one per
-/// channel of the widest batch norm that folds its finishing.
-pub(crate) const RUN_COUNTERS: usize = 4096;
+use super::{Backend, BackendError, Device, DeviceKind, Policy, Workers};
 
 /// One device with its arena's memory (see the module documentation).
 pub struct Runtime {
@@ -18,9 +12,6 @@ pub struct Runtime {
     /// How steps on it compute, from the device's at first; each step is
     /// handed a copy when it is assembled.
     policy: Policy,
-    /// `RUN_COUNTERS` zeros in the persistent region, where an engine gave
-    /// them (`Engine::enable_run_counters`).
-    run_counters: Option<Buf<u32>>,
 }
 
 impl Runtime {
@@ -31,7 +22,6 @@ impl Runtime {
         Ok(Self {
             backend: Backend::new(device, capacity)?,
             policy,
-            run_counters: None,
         })
     }
 
@@ -42,7 +32,6 @@ impl Runtime {
         Self {
             backend: Backend::dry_like(device),
             policy: device.policy(),
-            run_counters: None,
         }
     }
 
@@ -52,7 +41,6 @@ impl Runtime {
         Self {
             backend: self.backend.dry_twin(),
             policy: self.policy,
-            run_counters: None,
         }
     }
 
@@ -73,25 +61,6 @@ impl Runtime {
         policy.check(kind)?;
         self.policy = policy;
         Ok(())
-    }
-
-    /// Whether its kernels are sized for a GPU: a GPU's runtime, or one
-    /// planning for a GPU.
-    pub(crate) fn sized_as_gpu(&self) -> bool {
-        matches!(self.backend.sizing(), Sizing::Cuda(_))
-    }
-
-    /// Zeros that outlive steps and graph replays, for kernels whose blocks
-    /// count themselves so that the last can finish what all of them
-    /// summed, rather than a second kernel (batch norm's sums): each such
-    /// kernel leaves its counters at zero again. `None` until an engine
-    /// gives them.
-    pub(crate) fn run_counters(&self) -> Option<Buf<u32>> {
-        self.run_counters
-    }
-
-    pub(crate) fn set_run_counters(&mut self, counters: Buf<u32>) {
-        self.run_counters = Some(counters);
     }
 
     /// Which kind of backend it runs on.

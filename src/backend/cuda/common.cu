@@ -31,18 +31,6 @@ __device__ __forceinline__ float block_sum(float v, float* partial) {
     return total;
 }
 
-// block_sum's total for a block of 256 threads, added by one warp: lane l
-// holds in v[k] what thread l + 32k would have passed, and adds the eight
-// as block_sum's halvings across warps would (strides 128, 64, 32), then
-// by the same shuffles. The same additions, so the same bits; every lane
-// gets the total. What lets a block finish several channels' sums at once,
-// a warp each, as a block of their own would have.
-__device__ __forceinline__ float block_sum_256_by_warp(const float* v) {
-    float t = ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
-    for (unsigned int stride = 16; stride > 0; stride /= 2) t += __shfl_down_sync(0xffffffffu, t, stride);
-    return __shfl_sync(0xffffffffu, t, 0);
-}
-
 // bf16: fp32's top 16 bits. A load widens exactly; a store rounds to nearest
 // even (a NaN stays a NaN), as PyTorch and the `half` crate round, so a value
 // a kernel stores is the one the host computes for it. Kernels of both types

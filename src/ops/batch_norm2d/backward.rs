@@ -65,10 +65,8 @@ impl Saved {
             MaskSource::None => (None, self.fused.mask_code()),
         };
         let partial = g.partials(s, "batch-norm run gradient sums")?;
-        let counters = g.counters(s);
         s.launch(
             &[
-                counters.unwrap_or_default().into(),
                 x.into(),
                 gy.into(),
                 y.unwrap_or_default().into(),
@@ -121,9 +119,6 @@ impl Saved {
                             hw,
                             Arg::U32(run_len as u32),
                             Arg::U32(mask_code),
-                            counters.map_or(Arg::Null, Arg::from),
-                            gw.into(),
-                            gb.into(),
                         ],
                     )?,
                     Layout::Nhwc => gpu.launch(
@@ -143,15 +138,8 @@ impl Saved {
                             Arg::U32(run_len as u32),
                             Arg::U32(mask_code),
                             Arg::U32(g.nhwc_vec() as u32),
-                            counters.map_or(Arg::Null, Arg::from),
-                            gw.into(),
-                            gb.into(),
                         ],
                     )?,
-                }
-                // With counters the partial kernel's last blocks finished.
-                if counters.is_some() {
-                    return Ok(());
                 }
                 gpu.launch(
                     BN_BACKWARD_FINISH,

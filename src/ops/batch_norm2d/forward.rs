@@ -26,12 +26,10 @@ pub(super) fn batch_stats(
 ) -> Result<()> {
     let (rm, rv, batches) = (stats.mean.buf(), stats.var.buf(), stats.batches.buf());
     let partial = g.partials(s, "batch-norm run statistics")?;
-    let counters = g.counters(s);
     s.launch(
         &[
             x.into(),
             partial.unwrap_or_default().into(),
-            counters.unwrap_or_default().into(),
             mean.into(),
             invstd.into(),
             rm.into(),
@@ -62,41 +60,24 @@ pub(super) fn batch_stats(
             let [n, c, hw] = g.dims();
             let (runs, run_len) = g.runs();
             let dtype = g.dtype_of(&[Some(x)])?;
-            let run_len = Arg::U32(run_len as u32);
-            // The partial kernel's sizes, then what finishing writes (its
-            // last blocks finish where there are counters).
-            let partial_args = |sizes: [Arg<'static>; 4]| {
-                [
-                    x.into(),
-                    partial.into(),
-                    sizes[0],
-                    sizes[1],
-                    sizes[2],
-                    sizes[3],
-                    counters.map_or(Arg::Null, Arg::from),
-                    mean.into(),
-                    invstd.into(),
-                    rm.into(),
-                    rv.into(),
-                    batches.into(),
-                    Arg::F32(args.momentum),
-                    Arg::F32(args.eps),
-                ]
-            };
             match g.layout {
                 Layout::Nchw => gpu.launch(
                     BN_STATS_PARTIAL.of(dtype),
                     g.run_grid(),
-                    &partial_args([n, c, hw, run_len]),
+                    &[x.into(), partial.into(), n, c, hw, Arg::U32(run_len as u32)],
                 )?,
                 Layout::Nhwc => gpu.launch(
                     BN_STATS_PARTIAL_NHWC.of(dtype),
                     g.run_grid(),
-                    &partial_args([g.rows(), c, run_len, Arg::U32(g.nhwc_vec() as u32)]),
+                    &[
+                        x.into(),
+                        partial.into(),
+                        g.rows(),
+                        c,
+                        Arg::U32(run_len as u32),
+                        Arg::U32(g.nhwc_vec() as u32),
+                    ],
                 )?,
-            }
-            if counters.is_some() {
-                return Ok(());
             }
             gpu.launch(
                 BN_STATS_FINISH,
@@ -111,7 +92,7 @@ pub(super) fn batch_stats(
                     n,
                     hw,
                     Arg::U32(runs as u32),
-                    run_len,
+                    Arg::U32(run_len as u32),
                     Arg::F32(args.momentum),
                     Arg::F32(args.eps),
                 ],

@@ -5,7 +5,7 @@
 
 use super::{BatchNormArgs, RunningStats};
 use crate::backend::cuda::{Arg, Grid};
-use crate::backend::{BackendError, Sizing, RUN_COUNTERS};
+use crate::backend::{BackendError, Sizing};
 use crate::memory::{Buf, DType, FloatBuf};
 use crate::ops::Step;
 use crate::tensor::{Layout, Shape};
@@ -183,15 +183,6 @@ impl Geometry {
         }
     }
 
-    /// The counters a per-run kernel's blocks count themselves on, so that
-    /// the last of a channel's (a channel tile's, in NHWC) finishes its sums
-    /// (kernels.cu, `bn_last_block`): the step's run counters where it has
-    /// them and they number a key per channel. `None`: a second kernel
-    /// finishes.
-    pub(super) fn counters(&self, s: &Step<'_>) -> Option<Buf<u32>> {
-        s.run_counters().filter(|_| self.c <= RUN_COUNTERS)
-    }
-
     /// A per-run kernel's grid: x over a channel's runs, y over channels
     /// (over channel tiles in NHWC).
     pub(super) fn run_grid(&self) -> Grid {
@@ -265,7 +256,7 @@ impl Geometry {
 
 #[cfg(test)]
 mod tests {
-    use super::{Geometry, MAX_RUNS, NHWC_THREADS, REDUCE_THREADS};
+    use super::{Geometry, MAX_RUNS, NHWC_THREADS};
     use crate::memory::DType;
     use crate::tensor::Layout;
 
@@ -274,14 +265,6 @@ mod tests {
         // kernels.cu holds its NHWC kernels' registers to blocks of this
         // many threads: a larger block would fail to launch.
         let line = format!("#define BN_NHWC_THREADS {NHWC_THREADS}\n");
-        assert!(include_str!("kernels.cu").contains(&line), "kernels.cu lacks {line:?}");
-    }
-
-    #[test]
-    fn the_finishing_arithmetic_is_a_finishing_blocks() {
-        // A warp finishing a channel adds as a block of this many threads
-        // would (kernels.cu): the finishing kernels must launch that many.
-        let line = format!("#define BN_FINISH_THREADS {REDUCE_THREADS}\n");
         assert!(include_str!("kernels.cu").contains(&line), "kernels.cu lacks {line:?}");
     }
 

@@ -133,133 +133,12 @@ __device__ __forceinline__ void bn_stats_run(const T* x, unsigned int ch, unsign
     }
 }
 
-// Training statistics, second half: a channel's runs merged in run order
-// (Chan's parallel variance: each run's squared deviations plus its size
-// times its mean's squared distance from the channel's mean), the mean and
-// 1/sqrt(var + eps) saved, and the running statistics moved towards them
-// (the variance unbiased, n/(n-1)); channel 0 counts the batch.
-//
-// The arithmetic is that of a block of BN_FINISH_THREADS threads, thread t
-// adding runs t, t + 256, ... and block_sum the threads' sums. A block per
-// channel runs it (bn_stats_finish), or the partial kernel's last block
-// does (bn_last_block), as a block or a warp a channel
-// (block_sum_256_by_warp): the same additions either way, the same bits.
-// Partials are read past L1 (__ldcg): in a fold other blocks wrote them.
-#define BN_FINISH_THREADS 256
-
-// Thread t's share of a channel's size-weighted sum of run means.
-__device__ __forceinline__ float bn_finish_weighted(const float* p, unsigned int t, unsigned int chunks,
-                                                    unsigned int count, unsigned int chunk_len) {
-    float weighted = 0.0f;
-    for (unsigned int j = t; j < chunks; j += BN_FINISH_THREADS) {
-        float len = (float)(min(count, (j + 1) * chunk_len) - j * chunk_len);
-        weighted += len * __ldcg(p + 2 * j);
-    }
-    return weighted;
-}
-
-// Thread t's share of a channel's squared deviations from its mean mu.
-__device__ __forceinline__ float bn_finish_m2(const float* p, unsigned int t, unsigned int chunks, unsigned int count,
-                                              unsigned int chunk_len, float mu) {
-    float m2 = 0.0f;
-    for (unsigned int j = t; j < chunks; j += BN_FINISH_THREADS) {
-        float len = (float)(min(count, (j + 1) * chunk_len) - j * chunk_len);
-        float d = __ldcg(p + 2 * j) - mu;
-        m2 += __ldcg(p + 2 * j + 1) + len * d * d;
-    }
-    return m2;
-}
-
-// Where a channel's statistics go, and how they are finished.
-struct BnStatsOut {
-    float* mean;
-    float* invstd;
-    float* running_mean;
-    float* running_var;
-    float* batches;
-    unsigned int count, chunks, chunk_len;
-    float momentum, eps;
-};
-
-__device__ __forceinline__ void bn_stats_save(const BnStatsOut& o, unsigned int ch, float mu, float var) {
-    float unbiased = (float)o.count / (float)(o.count - 1);
-    o.mean[ch] = mu;
-    o.invstd[ch] = 1.0f / sqrtf(var + o.eps);
-    o.running_mean[ch] = o.momentum * mu + (1.0f - o.momentum) * o.running_mean[ch];
-    o.running_var[ch] = o.momentum * (var * unbiased) + (1.0f - o.momentum) * o.running_var[ch];
-    if (ch == 0) o.batches[0] += 1.0f;
-}
-
-// Channel ch's statistics by a block of BN_FINISH_THREADS threads (1-D).
-__device__ __forceinline__ void bn_stats_finish_block(const float* partial, const BnStatsOut& o, unsigned int ch,
-                                                      float* buf) {
-    const float* p = partial + 2 * ch * o.chunks;
-    float mu = block_sum(bn_finish_weighted(p, threadIdx.x, o.chunks, o.count, o.chunk_len), buf) / (float)o.count;
-    float var = block_sum(bn_finish_m2(p, threadIdx.x, o.chunks, o.count, o.chunk_len, mu), buf) / (float)o.count;
-    if (threadIdx.x == 0) bn_stats_save(o, ch, mu, var);
-}
-
-// Channel ch's statistics by one warp (lane `lane`), as the block would.
-__device__ __forceinline__ void bn_stats_finish_warp(const float* partial, const BnStatsOut& o, unsigned int ch,
-                                                     unsigned int lane) {
-    const float* p = partial + 2 * ch * o.chunks;
-    float v[BN_FINISH_THREADS / 32];
-    for (unsigned int k = 0; k < BN_FINISH_THREADS / 32; k++)
-        v[k] = bn_finish_weighted(p, lane + 32 * k, o.chunks, o.count, o.chunk_len);
-    float mu = block_sum_256_by_warp(v) / (float)o.count;
-    for (unsigned int k = 0; k < BN_FINISH_THREADS / 32; k++)
-        v[k] = bn_finish_m2(p, lane + 32 * k, o.chunks, o.count, o.chunk_len, mu);
-    float var = block_sum_256_by_warp(v) / (float)o.count;
-    if (lane == 0) bn_stats_save(o, ch, mu, var);
-}
-
-// Block ch finishes channel ch: the second kernel, where the partial
-// kernel had no counters to fold it with.
-extern "C" __global__ void bn_stats_finish(const float* partial, float* mean, float* invstd, float* running_mean,
-                                           float* running_var, float* batches, unsigned int n, unsigned int hw,
-                                           unsigned int chunks, unsigned int chunk_len, float momentum, float eps) {
-    __shared__ float buf[BN_FINISH_THREADS];
-    BnStatsOut o = {mean, invstd, running_mean, running_var, batches, n * hw, chunks, chunk_len, momentum, eps};
-    bn_stats_finish_block(partial, o, blockIdx.x, buf);
-}
-
-// Whether this block is the last of the `blocks` that write partial sums
-// counted on counters[key] (a channel's runs in NCHW, a channel tile's in
-// NHWC): that one finishes the sums, and no second kernel runs. Each block
-// makes its partials visible to the device before it counts (the fence);
-// the last puts the counter back to 0 for the next launch that counts on
-// it (the stream runs launches one at a time, so none shares it). Every
-// thread of the block calls it.
-__device__ __forceinline__ bool bn_last_block(unsigned int* counters, unsigned int key, unsigned int blocks) {
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0 && threadIdx.y == 0) {
-        last = atomicAdd(counters + key, 1u) == blocks - 1;
-        if (last) counters[key] = 0;
-    }
-    __syncthreads();
-    if (last) __threadfence();
-    return last;
-}
-
-// The warps of an NHWC block finish its tile's channels [first, end), a
-// warp a channel: warp w takes channels first + w, first + w + warps, ...
-struct BnTileWarps {
-    unsigned int first, end, warp, lane, warps;
-};
-__device__ __forceinline__ BnTileWarps bn_nhwc_tile_warps(unsigned int vec, unsigned int c) {
-    unsigned int tile = blockDim.x * vec, t = threadIdx.y * blockDim.x + threadIdx.x;
-    unsigned int first = blockIdx.y * tile;
-    return {first, min(c, first + tile), t / 32, t % 32, blockDim.x * blockDim.y / 32};
-}
-
 // Training statistics, first half: block (j, ch) gives run j of channel ch
 // its mean and its sum of squared deviations (from the run's first value,
 // then corrected: one pass, without the cancellation of raw squares).
 template <typename T>
 __device__ void bn_stats_partial_t(const T* x, float* partial, unsigned int n, unsigned int c, unsigned int hw,
-                                   unsigned int chunk_len, unsigned int* counters, BnStatsOut o) {
+                                   unsigned int chunk_len) {
     __shared__ float buf[256];
     unsigned int ch = blockIdx.y, j = blockIdx.x, chunks = gridDim.x;
     unsigned int count = n * hw;
@@ -283,24 +162,49 @@ __device__ void bn_stats_partial_t(const T* x, float* partial, unsigned int n, u
         partial[2 * (ch * chunks + j)] = shift + d;
         partial[2 * (ch * chunks + j) + 1] = fmaxf(q - s * d, 0.0f);
     }
-    if (counters != nullptr && bn_last_block(counters, ch, chunks)) bn_stats_finish_block(partial, o, ch, buf);
 }
-// Every partial kernel is handed what finishing writes: with `counters`
-// null (a run without them, or more channels than they count) the second
-// kernel finishes instead.
 extern "C" __global__ void bn_stats_partial(const float* x, float* partial, unsigned int n, unsigned int c,
-                                            unsigned int hw, unsigned int chunk_len, unsigned int* counters,
-                                            float* mean, float* invstd, float* running_mean, float* running_var,
-                                            float* batches, float momentum, float eps) {
-    BnStatsOut o = {mean, invstd, running_mean, running_var, batches, n * hw, gridDim.x, chunk_len, momentum, eps};
-    bn_stats_partial_t(x, partial, n, c, hw, chunk_len, counters, o);
+                                            unsigned int hw, unsigned int chunk_len) {
+    bn_stats_partial_t(x, partial, n, c, hw, chunk_len);
 }
 extern "C" __global__ void bn_stats_partial_bf16(const bf16* x, float* partial, unsigned int n, unsigned int c,
-                                                 unsigned int hw, unsigned int chunk_len, unsigned int* counters,
-                                                 float* mean, float* invstd, float* running_mean, float* running_var,
-                                                 float* batches, float momentum, float eps) {
-    BnStatsOut o = {mean, invstd, running_mean, running_var, batches, n * hw, gridDim.x, chunk_len, momentum, eps};
-    bn_stats_partial_t(x, partial, n, c, hw, chunk_len, counters, o);
+                                                 unsigned int hw, unsigned int chunk_len) {
+    bn_stats_partial_t(x, partial, n, c, hw, chunk_len);
+}
+
+// Training statistics, second half: block ch merges its channel's runs in
+// run order (Chan's parallel variance: each run's squared deviations plus
+// its size times its mean's squared distance from the channel's mean),
+// saves the mean and 1/sqrt(var + eps), and moves the running statistics
+// towards them (the variance unbiased, n/(n-1)). Block 0 counts the batch.
+extern "C" __global__ void bn_stats_finish(const float* partial, float* mean, float* invstd, float* running_mean,
+                                           float* running_var, float* batches, unsigned int n, unsigned int hw,
+                                           unsigned int chunks, unsigned int chunk_len, float momentum, float eps) {
+    __shared__ float buf[256];
+    unsigned int ch = blockIdx.x;
+    unsigned int count = n * hw;
+    const float* p = partial + 2 * ch * chunks;
+    float weighted = 0.0f;
+    for (unsigned int j = threadIdx.x; j < chunks; j += blockDim.x) {
+        float len = (float)(min(count, (j + 1) * chunk_len) - j * chunk_len);
+        weighted += len * p[2 * j];
+    }
+    float mu = block_sum(weighted, buf) / (float)count;
+    float m2 = 0.0f;
+    for (unsigned int j = threadIdx.x; j < chunks; j += blockDim.x) {
+        float len = (float)(min(count, (j + 1) * chunk_len) - j * chunk_len);
+        float d = p[2 * j] - mu;
+        m2 += p[2 * j + 1] + len * d * d;
+    }
+    float var = block_sum(m2, buf) / (float)count;
+    if (threadIdx.x == 0) {
+        float unbiased = (float)count / (float)(count - 1);
+        mean[ch] = mu;
+        invstd[ch] = 1.0f / sqrtf(var + eps);
+        running_mean[ch] = momentum * mu + (1.0f - momentum) * running_mean[ch];
+        running_var[ch] = momentum * (var * unbiased) + (1.0f - momentum) * running_var[ch];
+        if (ch == 0) batches[0] += 1.0f;
+    }
 }
 
 // Evaluation: the running statistics are the ones to normalise with.
@@ -391,57 +295,6 @@ __device__ __forceinline__ float bn_masked(float g, float xv, float yv, float mu
     return g;
 }
 
-// Backward sums, second half: a channel's runs added in run order into
-// the weight's gradient (sum g * xhat: invstd applied once, at the end) and
-// the bias's (sum g), by a block or a warp as the statistics are.
-__device__ __forceinline__ void bn_finish_grads(const float* p, unsigned int t, unsigned int chunks, float* centred,
-                                                float* total) {
-    *centred = 0.0f;
-    *total = 0.0f;
-    for (unsigned int j = t; j < chunks; j += BN_FINISH_THREADS) {
-        *centred += __ldcg(p + 2 * j);
-        *total += __ldcg(p + 2 * j + 1);
-    }
-}
-
-struct BnGradsOut {
-    const float* invstd;
-    float* sum_dy_xhat;
-    float* sum_dy;
-    unsigned int chunks;
-};
-
-__device__ __forceinline__ void bn_backward_finish_block(const float* partial, const BnGradsOut& o, unsigned int ch,
-                                                         float* buf) {
-    float centred, total;
-    bn_finish_grads(partial + 2 * ch * o.chunks, threadIdx.x, o.chunks, &centred, &total);
-    centred = block_sum(centred, buf);
-    total = block_sum(total, buf);
-    if (threadIdx.x == 0) {
-        o.sum_dy_xhat[ch] = centred * o.invstd[ch];
-        o.sum_dy[ch] = total;
-    }
-}
-
-__device__ __forceinline__ void bn_backward_finish_warp(const float* partial, const BnGradsOut& o, unsigned int ch,
-                                                        unsigned int lane) {
-    float centred[BN_FINISH_THREADS / 32], total[BN_FINISH_THREADS / 32];
-    for (unsigned int k = 0; k < BN_FINISH_THREADS / 32; k++)
-        bn_finish_grads(partial + 2 * ch * o.chunks, lane + 32 * k, o.chunks, &centred[k], &total[k]);
-    float c = block_sum_256_by_warp(centred), t = block_sum_256_by_warp(total);
-    if (lane == 0) {
-        o.sum_dy_xhat[ch] = c * o.invstd[ch];
-        o.sum_dy[ch] = t;
-    }
-}
-
-extern "C" __global__ void bn_backward_finish(const float* partial, const float* invstd, float* sum_dy_xhat,
-                                              float* sum_dy, unsigned int chunks) {
-    __shared__ float buf[BN_FINISH_THREADS];
-    BnGradsOut o = {invstd, sum_dy_xhat, sum_dy, chunks};
-    bn_backward_finish_block(partial, o, blockIdx.x, buf);
-}
-
 // A thread's part of a run's backward sums, walked as bn_stats_run walks
 // (its values in flight, added in order); `consts` holds the channel's
 // mean, invstd, weight and bias.
@@ -482,8 +335,7 @@ __device__ __forceinline__ void bn_backward_run(const T* x, const T* gy, const T
 template <typename T>
 __device__ void bn_backward_partial_t(const T* x, const T* gy, const T* y, const float* mean, const float* invstd,
                                       const float* weight, const float* bias, float* partial, unsigned int n,
-                                      unsigned int c, unsigned int hw, unsigned int chunk_len, unsigned int mask,
-                                      unsigned int* counters, BnGradsOut o) {
+                                      unsigned int c, unsigned int hw, unsigned int chunk_len, unsigned int mask) {
     __shared__ float buf[256];
     unsigned int ch = blockIdx.y, j = blockIdx.x, chunks = gridDim.x;
     unsigned int count = n * hw;
@@ -507,23 +359,39 @@ __device__ void bn_backward_partial_t(const T* x, const T* gy, const T* y, const
         partial[2 * (ch * chunks + j)] = centred;
         partial[2 * (ch * chunks + j) + 1] = total;
     }
-    if (counters != nullptr && bn_last_block(counters, ch, chunks)) bn_backward_finish_block(partial, o, ch, buf);
 }
 extern "C" __global__ void bn_backward_partial(const float* x, const float* gy, const float* y, const float* mean,
                                                const float* invstd, const float* weight, const float* bias,
                                                float* partial, unsigned int n, unsigned int c, unsigned int hw,
-                                               unsigned int chunk_len, unsigned int mask, unsigned int* counters,
-                                               float* sum_dy_xhat, float* sum_dy) {
-    BnGradsOut o = {invstd, sum_dy_xhat, sum_dy, gridDim.x};
-    bn_backward_partial_t(x, gy, y, mean, invstd, weight, bias, partial, n, c, hw, chunk_len, mask, counters, o);
+                                               unsigned int chunk_len, unsigned int mask) {
+    bn_backward_partial_t(x, gy, y, mean, invstd, weight, bias, partial, n, c, hw, chunk_len, mask);
 }
 extern "C" __global__ void bn_backward_partial_bf16(const bf16* x, const bf16* gy, const bf16* y, const float* mean,
                                                     const float* invstd, const float* weight, const float* bias,
                                                     float* partial, unsigned int n, unsigned int c, unsigned int hw,
-                                                    unsigned int chunk_len, unsigned int mask, unsigned int* counters,
-                                                    float* sum_dy_xhat, float* sum_dy) {
-    BnGradsOut o = {invstd, sum_dy_xhat, sum_dy, gridDim.x};
-    bn_backward_partial_t(x, gy, y, mean, invstd, weight, bias, partial, n, c, hw, chunk_len, mask, counters, o);
+                                                    unsigned int chunk_len, unsigned int mask) {
+    bn_backward_partial_t(x, gy, y, mean, invstd, weight, bias, partial, n, c, hw, chunk_len, mask);
+}
+
+// Backward sums, second half: block ch adds its runs in run order into the
+// weight's gradient (sum g * xhat: invstd applied once, at the end) and the
+// bias's (sum g).
+extern "C" __global__ void bn_backward_finish(const float* partial, const float* invstd, float* sum_dy_xhat,
+                                              float* sum_dy, unsigned int chunks) {
+    __shared__ float buf[256];
+    unsigned int ch = blockIdx.x;
+    const float* p = partial + 2 * ch * chunks;
+    float centred = 0.0f, total = 0.0f;
+    for (unsigned int j = threadIdx.x; j < chunks; j += blockDim.x) {
+        centred += p[2 * j];
+        total += p[2 * j + 1];
+    }
+    centred = block_sum(centred, buf);
+    total = block_sum(total, buf);
+    if (threadIdx.x == 0) {
+        sum_dy_xhat[ch] = centred * invstd[ch];
+        sum_dy[ch] = total;
+    }
 }
 
 // dx = w * invstd * (g - sum_dy / count - xhat * sum_dy_xhat / count) in
@@ -772,8 +640,7 @@ template <int V> __device__ __forceinline__ void bn_sum_rows(float* v, float* re
 // squared deviations, shifted by the run's first value as in NCHW.
 template <typename T, int V>
 __device__ void bn_stats_partial_nhwc_v(const T* x, float* partial, unsigned int rows, unsigned int c,
-                                        unsigned int chunk_len, float* red, unsigned int* counters,
-                                        const BnStatsOut& o) {
+                                        unsigned int chunk_len, float* red) {
     unsigned int j = blockIdx.x, chunks = gridDim.x;
     unsigned int ch = bn_nhwc_channel(V);
     bool mine = ch < c;
@@ -829,39 +696,29 @@ __device__ void bn_stats_partial_nhwc_v(const T* x, float* partial, unsigned int
             partial[at + 1] = fmaxf(q[e] - s[e] * d, 0.0f);
         }
     }
-    if (counters != nullptr && bn_last_block(counters, blockIdx.y, chunks)) {
-        BnTileWarps w = bn_nhwc_tile_warps(V, c);
-        for (unsigned int at = w.first + w.warp; at < w.end; at += w.warps)
-            bn_stats_finish_warp(partial, o, at, w.lane);
-    }
 }
 template <typename T>
 __device__ void bn_stats_partial_nhwc_t(const T* x, float* partial, unsigned int rows, unsigned int c,
-                                        unsigned int chunk_len, unsigned int vec, unsigned int* counters,
-                                        const BnStatsOut& o) {
+                                        unsigned int chunk_len, unsigned int vec) {
     __shared__ float red[BN_NHWC_RED];
     if (sizeof(T) == 2 && vec == 8)
-        bn_stats_partial_nhwc_v<T, 8>(x, partial, rows, c, chunk_len, red, counters, o);
+        bn_stats_partial_nhwc_v<T, 8>(x, partial, rows, c, chunk_len, red);
     else if (vec == 4)
-        bn_stats_partial_nhwc_v<T, 4>(x, partial, rows, c, chunk_len, red, counters, o);
+        bn_stats_partial_nhwc_v<T, 4>(x, partial, rows, c, chunk_len, red);
     else if (vec == 2)
-        bn_stats_partial_nhwc_v<T, 2>(x, partial, rows, c, chunk_len, red, counters, o);
+        bn_stats_partial_nhwc_v<T, 2>(x, partial, rows, c, chunk_len, red);
     else
-        bn_stats_partial_nhwc_v<T, 1>(x, partial, rows, c, chunk_len, red, counters, o);
+        bn_stats_partial_nhwc_v<T, 1>(x, partial, rows, c, chunk_len, red);
 }
 extern "C" __global__ void __launch_bounds__(BN_NHWC_THREADS, 4)
 bn_stats_partial_nhwc(const float* x, float* partial, unsigned int rows, unsigned int c, unsigned int chunk_len,
-                      unsigned int vec, unsigned int* counters, float* mean, float* invstd, float* running_mean,
-                      float* running_var, float* batches, float momentum, float eps) {
-    BnStatsOut o = {mean, invstd, running_mean, running_var, batches, rows, gridDim.x, chunk_len, momentum, eps};
-    bn_stats_partial_nhwc_t(x, partial, rows, c, chunk_len, vec, counters, o);
+                      unsigned int vec) {
+    bn_stats_partial_nhwc_t(x, partial, rows, c, chunk_len, vec);
 }
 extern "C" __global__ void __launch_bounds__(BN_NHWC_THREADS, 4)
 bn_stats_partial_nhwc_bf16(const bf16* x, float* partial, unsigned int rows, unsigned int c, unsigned int chunk_len,
-                           unsigned int vec, unsigned int* counters, float* mean, float* invstd,
-                           float* running_mean, float* running_var, float* batches, float momentum, float eps) {
-    BnStatsOut o = {mean, invstd, running_mean, running_var, batches, rows, gridDim.x, chunk_len, momentum, eps};
-    bn_stats_partial_nhwc_t(x, partial, rows, c, chunk_len, vec, counters, o);
+                           unsigned int vec) {
+    bn_stats_partial_nhwc_t(x, partial, rows, c, chunk_len, vec);
 }
 
 // bn_apply in NHWC: bn_apply's arithmetic, value for value, on the block
@@ -975,8 +832,7 @@ template <typename T, int V>
 __device__ void bn_backward_partial_nhwc_v(const T* x, const T* gy, const T* y, const float* mean,
                                            const float* invstd, const float* weight, const float* bias,
                                            float* partial, unsigned int rows, unsigned int c,
-                                           unsigned int chunk_len, unsigned int mask, float* red,
-                                           unsigned int* counters, const BnGradsOut& o) {
+                                           unsigned int chunk_len, unsigned int mask, float* red) {
     unsigned int j = blockIdx.x, chunks = gridDim.x;
     unsigned int ch = bn_nhwc_channel(V);
     bool mine = ch < c;
@@ -1045,49 +901,37 @@ __device__ void bn_backward_partial_nhwc_v(const T* x, const T* gy, const T* y, 
             partial[at + 1] = total[e];
         }
     }
-    if (counters != nullptr && bn_last_block(counters, blockIdx.y, chunks)) {
-        BnTileWarps w = bn_nhwc_tile_warps(V, c);
-        for (unsigned int at = w.first + w.warp; at < w.end; at += w.warps)
-            bn_backward_finish_warp(partial, o, at, w.lane);
-    }
 }
 template <typename T>
 __device__ void bn_backward_partial_nhwc_t(const T* x, const T* gy, const T* y, const float* mean,
                                            const float* invstd, const float* weight, const float* bias,
                                            float* partial, unsigned int rows, unsigned int c,
-                                           unsigned int chunk_len, unsigned int mask, unsigned int vec,
-                                           unsigned int* counters, const BnGradsOut& o) {
+                                           unsigned int chunk_len, unsigned int mask, unsigned int vec) {
     __shared__ float red[BN_NHWC_RED];
     if (sizeof(T) == 2 && vec == 8)
         bn_backward_partial_nhwc_v<T, 8>(x, gy, y, mean, invstd, weight, bias, partial, rows, c, chunk_len, mask,
-                                         red, counters, o);
+                                         red);
     else if (vec == 4)
         bn_backward_partial_nhwc_v<T, 4>(x, gy, y, mean, invstd, weight, bias, partial, rows, c, chunk_len, mask,
-                                         red, counters, o);
+                                         red);
     else if (vec == 2)
         bn_backward_partial_nhwc_v<T, 2>(x, gy, y, mean, invstd, weight, bias, partial, rows, c, chunk_len, mask,
-                                         red, counters, o);
+                                         red);
     else
         bn_backward_partial_nhwc_v<T, 1>(x, gy, y, mean, invstd, weight, bias, partial, rows, c, chunk_len, mask,
-                                         red, counters, o);
+                                         red);
 }
 extern "C" __global__ void __launch_bounds__(BN_NHWC_THREADS, 2)
 bn_backward_partial_nhwc(const float* x, const float* gy, const float* y, const float* mean, const float* invstd,
                          const float* weight, const float* bias, float* partial, unsigned int rows, unsigned int c,
-                         unsigned int chunk_len, unsigned int mask, unsigned int vec, unsigned int* counters,
-                         float* sum_dy_xhat, float* sum_dy) {
-    BnGradsOut o = {invstd, sum_dy_xhat, sum_dy, gridDim.x};
-    bn_backward_partial_nhwc_t(x, gy, y, mean, invstd, weight, bias, partial, rows, c, chunk_len, mask, vec, counters,
-                               o);
+                         unsigned int chunk_len, unsigned int mask, unsigned int vec) {
+    bn_backward_partial_nhwc_t(x, gy, y, mean, invstd, weight, bias, partial, rows, c, chunk_len, mask, vec);
 }
 extern "C" __global__ void __launch_bounds__(BN_NHWC_THREADS, 2)
 bn_backward_partial_nhwc_bf16(const bf16* x, const bf16* gy, const bf16* y, const float* mean, const float* invstd,
                               const float* weight, const float* bias, float* partial, unsigned int rows,
-                              unsigned int c, unsigned int chunk_len, unsigned int mask, unsigned int vec,
-                              unsigned int* counters, float* sum_dy_xhat, float* sum_dy) {
-    BnGradsOut o = {invstd, sum_dy_xhat, sum_dy, gridDim.x};
-    bn_backward_partial_nhwc_t(x, gy, y, mean, invstd, weight, bias, partial, rows, c, chunk_len, mask, vec, counters,
-                               o);
+                              unsigned int c, unsigned int chunk_len, unsigned int mask, unsigned int vec) {
+    bn_backward_partial_nhwc_t(x, gy, y, mean, invstd, weight, bias, partial, rows, c, chunk_len, mask, vec);
 }
 
 // bn_backward_input in NHWC: the input's gradient and the residual's, as

@@ -29,13 +29,8 @@
 //! the mean, then the squared deviations from it), so a statistic is
 //! accurate to the f32 it is stored in. The GPU splits each channel into
 //! runs summed by blocks of their own (one pass, Chan's merge of the runs'
-//! variances), then adds the runs in order: fixed trees, no atomic sums;
-//! the two agree to 1e-4 of the scale. Who adds the runs: the last block
-//! of a channel's (a channel tile's, NHWC) to write its partial, found by
-//! an atomic count on the runtime's run counters (`Step::run_counters`,
-//! where its engine gave them), with the same arithmetic as a second
-//! kernel, which runs where there are no counters: the same bits either
-//! way, one launch fewer per sum.
+//! variances), then adds the runs in order: fixed trees, no atomics; the
+//! two agree to 1e-4 of the scale.
 //!
 //! In a mixed-precision step (PyTorch's bf16 autocast) the input, the
 //! residual, the output and their gradients are of the input's type, bf16;
