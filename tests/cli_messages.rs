@@ -141,3 +141,29 @@ fn memory_refuses_the_flags_only_train_acts_on() {
         assert!(out.stdout.is_empty(), "{flags:?} planned anyway");
     }
 }
+
+#[test]
+fn profile_on_the_cpu_prints_its_ops_or_says_why_not() {
+    // 300 images at batch 5: 60 steps, so step 41 is timed.
+    let mut args = vec!["train", "--batch", "5", "--epochs", "1", "--profile"];
+    args.extend_from_slice(&QUICK);
+    let out = bumpgrad(&args);
+    // Without --json, what the run says goes to stdout.
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(said.contains("profile (a step on the CPU, each op timed"), "{said}");
+    assert!(said.contains("conv2d::forward_into (src/ops/conv2d/mod.rs:"), "{said}");
+    assert!(!said.contains("--profile printed nothing"), "{said}");
+    // At batch 100 the run takes 3 steps: none is timed, and it says so.
+    let mut args = vec!["train", "--batch", "100", "--epochs", "1", "--profile"];
+    args.extend_from_slice(&QUICK);
+    let out = bumpgrad(&args);
+    // Without --json, what the run says goes to stdout.
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!said.contains("profile ("), "{said}");
+    assert!(
+        said.contains("--profile printed nothing: it times training step 41, and this run took fewer"),
+        "{said}"
+    );
+}

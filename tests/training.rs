@@ -1,7 +1,7 @@
 //! End-to-end training on the real MNIST shipped in the repository.
 
 use bumpgrad::tasks::{Classification, ClassificationConfig};
-use bumpgrad::train::{DeviceConfig, EpochReport, Hooks, Pipeline, Reports, TrainConfig};
+use bumpgrad::train::{DeviceConfig, EpochReport, Hooks, Observer, Pipeline, Reports, StepProfile, TrainConfig};
 use bumpgrad::{ArenaError, Error};
 
 fn config(train_limit: usize, test_limit: usize, epochs: usize) -> TrainConfig {
@@ -111,4 +111,67 @@ fn label_smoothing_reaches_the_loss_and_is_checked() {
             other => panic!("a label smoothing of {bad}: {other:?}"),
         }
     }
+}
+
+/// Keeps the step profile `--profile` reports.
+#[derive(Default)]
+struct Profiled(Option<(StepProfile, f64)>);
+
+impl Observer for Profiled {
+    fn profiled(&mut self, profile: &StepProfile, wall_per_step: f64) {
+        self.0 = Some((profile.clone(), wall_per_step));
+    }
+}
+
+#[test]
+fn a_cpu_profile_times_every_op_of_a_step() {
+    // 45 steps: the profiled step is the 41st.
+    let mut cfg = config(450, 10, 1);
+    cfg.run.batch = 10;
+    cfg.device.profile = true;
+    let mut seen = Profiled::default();
+    bumpgrad::train::train(&cfg, Hooks::new(&mut seen)).expect("training");
+    let (p, _) = seen.0.expect("a CPU run with --profile reports a profile");
+    assert!(p.cpu && !p.replayed, "{p:?}");
+    let calls = |label: &str| -> usize {
+        p.ops
+            .iter()
+            .filter(|(op, _, _)| op.starts_with(label))
+            .map(|&(_, calls, _)| calls)
+            .sum()
+    };
+    // The MNIST CNN: two convolutions forward, both weight gradients, and
+    // the second's input gradient (the first's input is the data).
+    assert_eq!(calls("conv2d::forward_into ("), 2, "{:#?}", p.ops);
+    assert_eq!(calls("conv2d::Saved::backward ("), 3, "{:#?}", p.ops);
+    let backward: Vec<_> = p
+        .ops
+        .iter()
+        .filter(|(op, _, _)| op.starts_with("conv2d::Saved::backward"))
+        .collect();
+    assert_eq!(
+        backward.len(),
+        2,
+        "the two gradients are told apart by their lines: {backward:?}"
+    );
+    assert_eq!(calls("sgd_update::"), 1, "{:#?}", p.ops);
+    assert!(
+        p.ops
+            .iter()
+            .all(|(op, calls, s)| op.contains("src/ops/") && *calls > 0 && *s > 0.0),
+        "{:#?}",
+        p.ops
+    );
+    let summed: f64 = p.ops.iter().map(|(_, _, s)| s).sum();
+    assert!(
+        (summed - p.kernel_seconds).abs() <= 1e-9 * summed.max(1.0),
+        "{summed} against {}",
+        p.kernel_seconds
+    );
+    let span = p.span_seconds.expect("the CPU measures the step's span");
+    assert!(
+        p.kernel_seconds > 0.0 && p.kernel_seconds <= span,
+        "ops {} s in a span of {span} s",
+        p.kernel_seconds
+    );
 }

@@ -5,7 +5,8 @@
 //! the device lacks it), so its callers use them without knowing which
 //! backend it holds.
 
-use super::cuda::{CapturedGraph, OpTime};
+use super::cuda::CapturedGraph;
+use super::OpTime;
 use super::{Backend, BackendError, Runtime};
 use std::ops::Range;
 
@@ -128,41 +129,49 @@ impl Runtime {
     }
 
     /// Prepares to time up to `ops` ops of one step; false where the device
-    /// cannot time them (the CPU). Call at start-up: a GPU's events may take
-    /// device memory.
+    /// cannot time them (a dry run). Call at start-up: a GPU's events may
+    /// take device memory.
     pub(crate) fn enable_op_timing(&mut self, ops: usize) -> Result<bool, BackendError> {
         match &mut self.backend {
             Backend::Cuda(gpu) => gpu.enable_timing(ops).map(|()| true),
-            Backend::Cpu(_) | Backend::Dry(_) => Ok(false),
+            Backend::Cpu(cpu) => {
+                cpu.clock().enable(ops);
+                Ok(true)
+            }
+            Backend::Dry(_) => Ok(false),
         }
     }
 
-    /// Brackets every device op queued from now with events, until
-    /// [`Runtime::pause_op_timing`]; false when timing is not enabled or
-    /// not possible. Ops queued while a step is captured keep their events
-    /// in the graph.
+    /// Times every op from now (a GPU brackets each with events, the CPU
+    /// reads its clock around each), until [`Runtime::pause_op_timing`];
+    /// false when timing is not enabled or not possible. Ops queued while a
+    /// step is captured keep their events in the graph.
     pub(crate) fn start_op_timing(&mut self) -> bool {
         match &mut self.backend {
             Backend::Cuda(gpu) => gpu.start_timing(),
-            Backend::Cpu(_) | Backend::Dry(_) => false,
+            Backend::Cpu(cpu) => cpu.clock().start(),
+            Backend::Dry(_) => false,
         }
     }
 
-    /// Stops bracketing ops; those bracketed keep their times.
+    /// Stops timing ops; those timed keep their times.
     pub(crate) fn pause_op_timing(&mut self) {
-        if let Backend::Cuda(gpu) = &mut self.backend {
-            gpu.pause_timing();
+        match &mut self.backend {
+            Backend::Cuda(gpu) => gpu.pause_timing(),
+            Backend::Cpu(cpu) => cpu.clock().pause(),
+            Backend::Dry(_) => {}
         }
     }
 
-    /// Waits for the device and reads the bracketed ops' latest times into
-    /// `times`, and returns the GPU time from the first op's start to the
-    /// last one's end; `None` where nothing was timed.
+    /// Waits for the device and reads the timed ops' latest times into
+    /// `times`, and returns the device's time from the first op's start to
+    /// the last one's end; `None` where nothing was timed.
     pub(crate) fn read_op_times(&mut self, times: &mut Vec<OpTime>) -> Result<Option<f64>, BackendError> {
         times.clear();
         match &mut self.backend {
             Backend::Cuda(gpu) => gpu.finish_timing(times),
-            Backend::Cpu(_) | Backend::Dry(_) => Ok(None),
+            Backend::Cpu(cpu) => Ok(cpu.clock().finish(times)),
+            Backend::Dry(_) => Ok(None),
         }
     }
 
@@ -203,11 +212,12 @@ mod tests {
             assert!(matches!(backend.end_capture(), Err(BackendError::NeedsCuda { .. })));
             assert_eq!(backend.ops_queued(), None);
             assert_eq!(backend.cuda_calls(), None);
-            assert!(!backend.enable_op_timing(8).unwrap());
-            assert!(!backend.start_op_timing());
+            // The CPU times ops on its clock; a dry run has nothing to time.
+            assert_eq!(backend.enable_op_timing(8).unwrap(), on == DeviceKind::Cpu);
+            assert_eq!(backend.start_op_timing(), on == DeviceKind::Cpu);
             backend.pause_op_timing();
             let mut times = Vec::new();
-            assert_eq!(backend.read_op_times(&mut times).unwrap(), None);
+            assert_eq!(backend.read_op_times(&mut times).unwrap(), None, "no op ran");
             assert!(times.is_empty());
             assert_eq!(backend.tune_convolutions(0..4096).unwrap(), 0);
             assert_eq!(backend.select_convolutions(usize::MAX), 0);

@@ -12,6 +12,7 @@ use crate::backend::cuda::CudaBackend;
 use crate::backend::{Backend, BackendError, Sizing};
 use crate::memory::Touch;
 use crate::Result;
+use std::panic::Location;
 
 impl Step<'_> {
     /// Declares every buffer the kernel reads or writes, then runs it:
@@ -19,6 +20,7 @@ impl Step<'_> {
     /// anything undeclared), `on_cuda` on the GPU's stream. A step that
     /// only plans runs neither. Both bodies are generic, so each call site
     /// compiles to the match it replaces.
+    #[track_caller]
     pub(crate) fn launch(
         &mut self,
         touches: &[Touch],
@@ -26,7 +28,12 @@ impl Step<'_> {
         on_cuda: impl FnOnce(&mut CudaBackend) -> Result<(), BackendError>,
     ) -> Result<()> {
         match self.uses(touches) {
-            Backend::Cpu(cpu) => cpu.run(|v, _| on_cpu(v))?,
+            Backend::Cpu(cpu) => {
+                // `--profile` names a CPU op by its body's path and the line
+                // that launched it: the CPU side has no kernel names.
+                let name = std::any::type_name_of_val(&on_cpu);
+                cpu.run_op(name, Location::caller(), |v, _| on_cpu(v))?
+            }
             Backend::Cuda(gpu) => on_cuda(gpu)?,
             Backend::Dry(_) => {}
         }

@@ -161,7 +161,8 @@ pub struct DeviceConfig {
     pub conv_algos: ConvAlgos,
     /// Whole-step CUDA graphs; `None`: on for the GPU, off for the CPU.
     pub graph: Option<bool>,
-    /// Time every op of one step on the GPU and report where the time goes.
+    /// Time every op of one step (the GPU or the CPU) and report where the
+    /// time goes.
     pub profile: bool,
 }
 
@@ -413,7 +414,7 @@ setters! {
     conv_algos(algos: ConvAlgos) => device.conv_algos = algos;
     /// Whole-step CUDA graphs on or off ([`DeviceConfig::graph`]).
     graph(on: bool) => device.graph = Some(on);
-    /// Time every op of one step on the GPU ([`DeviceConfig::profile`]).
+    /// Time every op of one step ([`DeviceConfig::profile`]).
     profile(on: bool) => device.profile = on;
 }
 

@@ -42,6 +42,7 @@ pub use report::{
     WorkspaceHold,
 };
 pub use run::{train, Hooks};
+pub use session::PROFILED_STEP;
 pub use session::{Control, Session, READBACK};
 pub use shapes::StepKind;
 

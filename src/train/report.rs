@@ -1,7 +1,7 @@
 //! What a training run tells its caller: per-step progress and per-epoch
 //! reports, through an [`Observer`] (the CLI draws bars, tests collect).
 
-use crate::backend::cuda::OpTime;
+use crate::backend::OpTime;
 use crate::backend::{DeviceKind, Precision};
 use crate::memory::ArenaStats;
 
@@ -225,33 +225,45 @@ pub struct EpochReport {
     pub grad_norm: Option<f64>,
 }
 
-/// One step with every op timed on the GPU (`--profile`).
+/// One step with every op timed (`--profile`): on the GPU by events
+/// around each launch, on the CPU by the host's clock around each op.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct StepProfile {
-    /// Each op's time, summed over the op's calls in the step, slowest first.
-    pub ops: Vec<(&'static str, usize, f64)>,
+    /// Each op's time, summed over the op's calls in the step, slowest
+    /// first: the op ([`OpTime::label`]), its calls, its seconds.
+    pub ops: Vec<(String, usize, f64)>,
     /// The sum of all op times.
     pub kernel_seconds: f64,
     /// Ops (eager) or graph nodes (replayed) of the step.
     pub ops_queued: Option<usize>,
-    /// GPU time from the first op's start to the last op's end: the ops
+    /// Device time from the first op's start to the last op's end: the ops
     /// plus the gaps between them.
     pub span_seconds: Option<f64>,
     /// Whether the step was a graph replay (pure GPU times) or queued op by
     /// op (then each op's time includes the host's work inside the op).
     pub replayed: bool,
+    /// Whether the ops ran on the CPU (each op's time is then all of it:
+    /// its kernels and its workers' joins).
+    pub cpu: bool,
 }
 
 impl StepProfile {
-    pub(crate) fn new(times: &[OpTime], ops_queued: Option<usize>, span_seconds: Option<f64>, replayed: bool) -> Self {
-        let mut ops: Vec<(&'static str, usize, f64)> = Vec::new();
+    pub(crate) fn new(
+        times: &[OpTime],
+        ops_queued: Option<usize>,
+        span_seconds: Option<f64>,
+        replayed: bool,
+        cpu: bool,
+    ) -> Self {
+        let mut ops: Vec<(String, usize, f64)> = Vec::new();
         for t in times {
-            match ops.iter_mut().find(|(op, _, _)| *op == t.op) {
+            let label = t.label();
+            match ops.iter_mut().find(|(op, _, _)| *op == label) {
                 Some(entry) => {
                     entry.1 += 1;
                     entry.2 += t.seconds;
                 }
-                None => ops.push((t.op, 1, t.seconds)),
+                None => ops.push((label, 1, t.seconds)),
             }
         }
         ops.sort_by(|a, b| b.2.total_cmp(&a.2));
@@ -261,6 +273,7 @@ impl StepProfile {
             ops_queued,
             span_seconds,
             replayed,
+            cpu,
         }
     }
 }

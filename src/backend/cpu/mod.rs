@@ -3,6 +3,7 @@
 
 // The product panics on shapes that disagree (a kernel's bug, never the
 // user's input), so it stays inside the crate, behind the ops that check.
+mod clock;
 pub mod collective;
 pub(crate) mod matmul;
 pub(crate) mod memory;
@@ -15,7 +16,9 @@ pub(crate) use memory::{CpuMemory, Views};
 
 use super::BackendError;
 use crate::base::Buf;
+use clock::OpClock;
 use collective::LocalPeer;
+use std::panic::Location;
 use std::sync::Arc;
 
 /// Stack every worker touches once when it starts.
@@ -87,6 +90,8 @@ pub(crate) struct CpuBackend {
     /// Whether any op has declared yet (before that, kernels run unchecked).
     checking: bool,
     group: Option<LocalPeer>,
+    /// Times ops while a step is profiled (`--profile`).
+    clock: OpClock,
 }
 
 impl CpuBackend {
@@ -97,6 +102,7 @@ impl CpuBackend {
             declared: Vec::new(),
             checking: false,
             group: device.group,
+            clock: OpClock::default(),
         })
     }
 
@@ -129,18 +135,35 @@ impl CpuBackend {
 
     /// Runs one kernel of an op on the pool with views of the arena, which
     /// refuse any range the op did not declare. Everything the kernel
-    /// touches is borrowed from `self` for the call alone.
+    /// touches is borrowed from `self` for the call alone. While a step is
+    /// profiled the call is timed: `name` and `at` say which op it is.
+    pub(crate) fn run_op<R: Send>(
+        &mut self,
+        name: &'static str,
+        at: &'static Location<'static>,
+        kernel: impl FnOnce(&mut Views<'_>, usize) -> Result<R, BackendError> + Send,
+    ) -> Result<R, BackendError> {
+        let declared = self.checking.then_some(&self.declared[..]);
+        let (pool, memory) = (&self.pool, &mut self.memory);
+        self.clock.time(name, at, || install(pool, memory, declared, kernel))
+    }
+
+    /// [`CpuBackend::run_op`] for tests, named after the test's line.
+    #[cfg(test)]
+    #[track_caller]
     pub fn run<R: Send>(
         &mut self,
         kernel: impl FnOnce(&mut Views<'_>, usize) -> Result<R, BackendError> + Send,
     ) -> Result<R, BackendError> {
-        let threads = self.pool.current_num_threads();
-        let declared = self.checking.then_some(&self.declared[..]);
-        let memory = &mut self.memory;
-        self.pool.install(move || kernel(&mut memory.views(declared), threads))
+        self.run_op("test", Location::caller(), kernel)
     }
 
-    /// [`CpuBackend::run`] for the backend's own copies and fills, which
+    /// The clock that times ops (see [`OpClock`]).
+    pub(crate) fn clock(&mut self) -> &mut OpClock {
+        &mut self.clock
+    }
+
+    /// [`CpuBackend::run_op`] for the backend's own copies and fills, which
     /// touch exactly the buffer they are given.
     pub(crate) fn run_unchecked<R: Send>(
         &mut self,
@@ -149,6 +172,18 @@ impl CpuBackend {
         let memory = &mut self.memory;
         self.pool.install(move || kernel(&mut memory.views(None)))
     }
+}
+
+/// Runs `kernel` on `pool` with views of `memory` that refuse anything
+/// outside `declared` (when checking), and the pool's worker count.
+fn install<R: Send>(
+    pool: &rayon::ThreadPool,
+    memory: &mut CpuMemory,
+    declared: Option<&[(usize, usize)]>,
+    kernel: impl FnOnce(&mut Views<'_>, usize) -> Result<R, BackendError> + Send,
+) -> Result<R, BackendError> {
+    let threads = pool.current_num_threads();
+    pool.install(move || kernel(&mut memory.views(declared), threads))
 }
 
 #[cfg(test)]

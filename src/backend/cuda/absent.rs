@@ -5,7 +5,8 @@
 //! compile unchanged. Opening a GPU says how to get one ([`CudaError::NotBuilt`]),
 //! which `--device auto` takes as an absent GPU and trains on the CPU.
 
-use super::{Arg, ConvApi, ConvDims, ConvPass, CudaCalls, CudaError, Gemm, Grid, KernelSource, OpTime};
+use super::{Arg, ConvApi, ConvDims, ConvPass, CudaCalls, CudaError, Gemm, Grid, KernelSource};
+use crate::backend::OpTime;
 use crate::backend::{BackendError, Policy};
 use crate::base::{Buf, Element, FloatBuf};
 use std::convert::Infallible;

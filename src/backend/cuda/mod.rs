@@ -63,10 +63,11 @@ pub(crate) use libraries::Gemm;
 pub use nccl::unique_id;
 #[cfg(feature = "cuda")]
 pub(crate) use nccl::Nccl;
-pub(crate) use timing::OpTime;
 
 #[cfg(feature = "cuda")]
 use super::BackendError;
+#[cfg(feature = "cuda")]
+use super::OpTime;
 use crate::base::{Buf, Element, FloatBuf};
 #[cfg(feature = "cuda")]
 use cudarc::driver::{result as driver, sys};

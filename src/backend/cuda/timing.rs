@@ -13,16 +13,9 @@
 #[cfg(feature = "cuda")]
 use super::{Call, CudaError, Gpu};
 #[cfg(feature = "cuda")]
+use crate::backend::OpTime;
+#[cfg(feature = "cuda")]
 use cudarc::driver::{result as driver, sys};
-
-/// How long one op of a timed step took on the GPU.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct OpTime {
-    /// The op, as it names its launches.
-    pub op: &'static str,
-    /// Its GPU time, between events recorded around it.
-    pub seconds: f64,
-}
 
 /// Event pairs around each op while a step is timed. Idle (and free) unless
 /// [`OpTimer::arm`] was called.
@@ -110,6 +103,7 @@ impl OpTimer {
                 .map_err(|e| CudaError::failed("cuEventElapsedTime", e))?;
             out.push(OpTime {
                 op,
+                at: None,
                 seconds: ms as f64 / 1e3,
             });
         }

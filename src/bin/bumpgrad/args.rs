@@ -306,7 +306,7 @@ pub(crate) struct TrainArgs {
     /// Capture the first full training step as a CUDA graph and replay it for every later one.
     #[arg(help_heading = "Device and GPU", long, value_enum, default_value = "auto")]
     pub(crate) graph: GraphArg,
-    /// Time every op of the second step on the GPU and print where a step's time goes.
+    /// Time every op of training step 41 (on the GPU or the CPU) and print where a step's time goes.
     #[arg(help_heading = "Device and GPU", long)]
     pub(crate) profile: bool,
     /// Fill the step region with NaNs after every step, so a kernel reading memory it did not

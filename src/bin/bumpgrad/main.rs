@@ -18,7 +18,7 @@ use bumpgrad::distributed::rendezvous::RendezvousConfig;
 use bumpgrad::distributed::token::Token;
 use bumpgrad::distributed::{DataParallel, World};
 use bumpgrad::memory::ByteSize;
-use bumpgrad::train::{self, Hooks, TrainConfig};
+use bumpgrad::train::{self, Hooks, Observer, TrainConfig};
 use clap::{Parser, Subcommand};
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -101,6 +101,12 @@ fn run_train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
     // Ctrl-C and a failed epoch too: the epochs done so far are drawn.
     printer.finish_curves();
     trained.map_err(|e| on_data(e, &cfg.run.data_dir))?;
+    if args.profile && !printer.profiled() {
+        printer.note(&format!(
+            "--profile printed nothing: it times training step {}, and this run took fewer; train on more data, a smaller --batch or more --epochs",
+            train::PROFILED_STEP + 1
+        ));
+    }
     Ok(ExitCode::SUCCESS)
 }
 

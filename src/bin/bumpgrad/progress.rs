@@ -24,6 +24,8 @@ pub struct Printer {
     /// The run has no test (validation) examples: its epochs measure no
     /// accuracy.
     untested: bool,
+    /// A step's profile was printed (`--profile`).
+    profiled: bool,
 }
 
 impl Printer {
@@ -37,6 +39,7 @@ impl Printer {
             recomputed: None,
             curves: None,
             untested: false,
+            profiled: false,
         }
     }
 
@@ -48,6 +51,11 @@ impl Printer {
 
     /// Draws the curves of the CSV (this run's epochs and any earlier
     /// run's it resumed) and says where, if there were any.
+    /// Whether a step's profile was printed (`--profile`).
+    pub fn profiled(&self) -> bool {
+        self.profiled
+    }
+
     pub fn finish_curves(&self) {
         if let Some(path) = self.curves.as_ref().and_then(|c| c.finish()) {
             if !self.quiet {
@@ -294,15 +302,17 @@ impl Observer for Printer {
     }
 
     fn profiled(&mut self, p: &StepProfile, wall_per_step: f64) {
+        self.profiled = true;
         let us = |s: f64| s * 1e6;
         self.say(&format!(
-            "profile ({}): the ops take {:.1} µs on the GPU{}; the epoch ran {:.1} µs per step{}",
-            if p.replayed {
-                "a replayed step, GPU time only"
-            } else {
-                "a step queued op by op, host time inside each op included"
+            "profile ({}): the ops take {:.1} µs on the {}{}; the epoch ran {:.1} µs per step{}",
+            match (p.cpu, p.replayed) {
+                (true, _) => "a step on the CPU, each op timed from its call to its return",
+                (false, true) => "a replayed step, GPU time only",
+                (false, false) => "a step queued op by op, host time inside each op included",
             },
             us(p.kernel_seconds),
+            if p.cpu { "CPU" } else { "GPU" },
             p.span_seconds
                 .map(|s| format!(", {:.1} µs from the first op's start to the last one's end", us(s)))
                 .unwrap_or_default(),

@@ -35,7 +35,7 @@ use super::checkpoints::CheckpointPolicy;
 use super::report::StepProfile;
 use super::shapes::Shapes;
 use crate::autograd::StepGraph;
-use crate::backend::cuda::OpTime;
+use crate::backend::OpTime;
 use crate::backend::Precision;
 use crate::data::shuffle_into;
 use crate::distributed::buckets::Buckets;
@@ -57,10 +57,10 @@ pub const READBACK: usize = 20;
 /// and the events are host objects, cheap to keep.
 pub(crate) const TIMED_OPS: usize = 4096;
 
-/// The global step whose op times `--profile` reads: far enough in that
-/// one-time costs (first launches, lazy loading) are over, early enough that
-/// every run has it.
-const PROFILED_STEP: u64 = 40;
+/// The global step (from 0) whose op times `--profile` reads: far enough in
+/// that one-time costs (first launches, lazy loading) are over, early
+/// enough that most runs have it.
+pub const PROFILED_STEP: u64 = 40;
 
 /// What the epoch loop checks between steps: a stop request (a signal) and
 /// the checkpoint policy.

@@ -5,6 +5,7 @@
 
 use super::{Session, PROFILED_STEP};
 use crate::autograd::Candidate;
+use crate::backend::DeviceKind;
 use crate::distributed::buckets::Queued;
 use crate::nn::Mode;
 use crate::ops::dropout::DropoutSeed;
@@ -143,12 +144,19 @@ impl Session {
             }
             if timing {
                 let span = self.engine.runtime_mut().read_op_times(&mut self.op_times)?;
-                self.profiled = Some(StepProfile::new(&self.op_times, ops, span, false));
+                let cpu = self.engine.runtime().kind() == DeviceKind::Cpu;
+                self.profiled = Some(StepProfile::new(&self.op_times, ops, span, false, cpu));
             }
         }
         if self.profile && self.use_graph && self.steps_done == PROFILED_STEP && self.profiled.is_none() {
             let span = self.engine.runtime_mut().read_op_times(&mut self.op_times)?;
-            self.profiled = Some(StepProfile::new(&self.op_times, self.kernels_per_step, span, true));
+            self.profiled = Some(StepProfile::new(
+                &self.op_times,
+                self.kernels_per_step,
+                span,
+                true,
+                false,
+            ));
         }
         self.steps_done += 1;
         Ok(())
