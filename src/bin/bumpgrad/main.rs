@@ -101,7 +101,7 @@ fn run_train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
     // Ctrl-C and a failed epoch too: the epochs done so far are drawn.
     printer.finish_curves();
     trained.map_err(|e| on_data(e, &cfg.run.data_dir))?;
-    if args.profile && !printer.profiled() {
+    if args.profile && !printer.printed_a_profile() {
         printer.note(&format!(
             "--profile printed nothing: it times training step {}, and this run took fewer; train on more data, a smaller --batch or more --epochs",
             train::PROFILED_STEP + 1

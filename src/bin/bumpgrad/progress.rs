@@ -49,13 +49,13 @@ impl Printer {
         self
     }
 
-    /// Draws the curves of the CSV (this run's epochs and any earlier
-    /// run's it resumed) and says where, if there were any.
     /// Whether a step's profile was printed (`--profile`).
-    pub fn profiled(&self) -> bool {
+    pub fn printed_a_profile(&self) -> bool {
         self.profiled
     }
 
+    /// Draws the curves of the CSV (this run's epochs and any earlier
+    /// run's it resumed) and says where, if there were any.
     pub fn finish_curves(&self) {
         if let Some(path) = self.curves.as_ref().and_then(|c| c.finish()) {
             if !self.quiet {
