@@ -39,7 +39,7 @@ pub use pipeline::{memory_report, ArenaNeeds, DryRuns, Pipeline, StepChoice};
 pub use predictor::{open_checkpoint, ImageInput, Predictor, IMAGE_INPUT_KEY};
 pub use report::{
     resident_bytes, ConvTuning, EpochLine, EpochReport, Observer, Quiet, RecomputePlan, Reports, RunInfo, StepProfile,
-    WorkspaceHold,
+    Timed, WorkspaceHold,
 };
 pub use run::{train, Hooks};
 pub use session::PROFILED_STEP;

@@ -239,22 +239,26 @@ pub struct StepProfile {
     /// Device time from the first op's start to the last op's end: the ops
     /// plus the gaps between them.
     pub span_seconds: Option<f64>,
-    /// Whether the step was a graph replay (pure GPU times) or queued op by
-    /// op (then each op's time includes the host's work inside the op).
-    pub replayed: bool,
-    /// Whether the ops ran on the CPU (each op's time is then all of it:
-    /// its kernels and its workers' joins).
-    pub cpu: bool,
+    /// How the ops were timed.
+    pub timed: Timed,
+}
+
+/// How a profiled step's ops were timed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Timed {
+    /// On the CPU by the host's clock: each op's time is all of it, its
+    /// kernels and its workers' joins.
+    Cpu,
+    /// On the GPU, the step queued op by op: each op's time includes the
+    /// host's work inside the op.
+    GpuQueued,
+    /// On the GPU, a graph replay: GPU time only.
+    GpuReplayed,
 }
 
 impl StepProfile {
-    pub(crate) fn new(
-        times: &[OpTime],
-        ops_queued: Option<usize>,
-        span_seconds: Option<f64>,
-        replayed: bool,
-        cpu: bool,
-    ) -> Self {
+    pub(crate) fn new(times: &[OpTime], ops_queued: Option<usize>, span_seconds: Option<f64>, timed: Timed) -> Self {
         let mut ops: Vec<(String, usize, f64)> = Vec::new();
         for t in times {
             let label = t.label();
@@ -272,8 +276,7 @@ impl StepProfile {
             ops,
             ops_queued,
             span_seconds,
-            replayed,
-            cpu,
+            timed,
         }
     }
 }

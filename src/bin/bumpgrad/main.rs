@@ -103,7 +103,7 @@ fn run_train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
     trained.map_err(|e| on_data(e, &cfg.run.data_dir))?;
     if args.profile && !printer.printed_a_profile() {
         printer.note(&format!(
-            "--profile printed nothing: it times training step {}, and this run took fewer; train on more data, a smaller --batch or more --epochs",
+            "--profile printed nothing: it times training step {} of the run (a resumed run counts from its first start), and this process did not run that step; train on more data, a smaller --batch or more --epochs, from the start",
             train::PROFILED_STEP + 1
         ));
     }

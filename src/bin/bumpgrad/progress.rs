@@ -3,7 +3,7 @@
 
 use bumpgrad::memory::{ByteSize, RecomputeReason};
 use bumpgrad::tasks::Metric;
-use bumpgrad::train::{EpochLine, EpochReport, Observer, RecomputePlan, RunInfo, StepProfile, WorkspaceHold};
+use bumpgrad::train::{EpochLine, EpochReport, Observer, RecomputePlan, RunInfo, StepProfile, Timed, WorkspaceHold};
 use bumpgrad::Layout;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
@@ -306,13 +306,13 @@ impl Observer for Printer {
         let us = |s: f64| s * 1e6;
         self.say(&format!(
             "profile ({}): the ops take {:.1} µs on the {}{}; the epoch ran {:.1} µs per step{}",
-            match (p.cpu, p.replayed) {
-                (true, _) => "a step on the CPU, each op timed from its call to its return",
-                (false, true) => "a replayed step, GPU time only",
-                (false, false) => "a step queued op by op, host time inside each op included",
+            match p.timed {
+                Timed::Cpu => "a step on the CPU, each op timed from its call to its return",
+                Timed::GpuReplayed => "a replayed step, GPU time only",
+                Timed::GpuQueued => "a step queued op by op, host time inside each op included",
             },
             us(p.kernel_seconds),
-            if p.cpu { "CPU" } else { "GPU" },
+            if p.timed == Timed::Cpu { "CPU" } else { "GPU" },
             p.span_seconds
                 .map(|s| format!(", {:.1} µs from the first op's start to the last one's end", us(s)))
                 .unwrap_or_default(),

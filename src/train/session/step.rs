@@ -10,7 +10,7 @@ use crate::distributed::buckets::Queued;
 use crate::nn::Mode;
 use crate::ops::dropout::DropoutSeed;
 use crate::ops::gather::BatchAt;
-use crate::train::report::StepProfile;
+use crate::train::report::{StepProfile, Timed};
 use crate::train::shapes::{StepKind, StepShape};
 use crate::{Error, Result};
 
@@ -144,8 +144,11 @@ impl Session {
             }
             if timing {
                 let span = self.engine.runtime_mut().read_op_times(&mut self.op_times)?;
-                let cpu = self.engine.runtime().kind() == DeviceKind::Cpu;
-                self.profiled = Some(StepProfile::new(&self.op_times, ops, span, false, cpu));
+                let timed = match self.engine.runtime().kind() {
+                    DeviceKind::Cpu => Timed::Cpu,
+                    _ => Timed::GpuQueued,
+                };
+                self.profiled = Some(StepProfile::new(&self.op_times, ops, span, timed));
             }
         }
         if self.profile && self.use_graph && self.steps_done == PROFILED_STEP && self.profiled.is_none() {
@@ -154,8 +157,7 @@ impl Session {
                 &self.op_times,
                 self.kernels_per_step,
                 span,
-                true,
-                false,
+                Timed::GpuReplayed,
             ));
         }
         self.steps_done += 1;
