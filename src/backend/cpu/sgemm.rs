@@ -98,6 +98,7 @@ pub fn gemm_nn(
         a_cs,
         b,
         ldb,
+        patches: None,
         c,
         accumulate,
     };
@@ -135,6 +136,145 @@ pub fn gemm_nt(
         lda,
         b,
         ldb,
+        patches: None,
+        c,
+        accumulate,
+    };
+    args.check();
+    nt_dispatch(args);
+}
+
+/// The rows of a convolution's patch matrix, read in place from a padded
+/// image rather than written out: row `(c, i, j)` (channel, kernel row,
+/// kernel column, in that order) starts at `c·plane + i·row + j`, and its
+/// entry `q` is the pixel `q` places on. Over an image padded so that every
+/// patch lies inside it, with output pixel `q = oy·row + ox`, entry `q` of
+/// row `(c, i, j)` is pixel `(oy + i, ox + j)` of channel `c`; the entries
+/// at `ox` past the output's width are pixels of the next row, computed
+/// and thrown away by the caller.
+#[derive(Clone, Copy, Debug)]
+pub struct Patches {
+    /// Channels of the image.
+    pub channels: usize,
+    /// Kernel rows.
+    pub kh: usize,
+    /// Kernel columns.
+    pub kw: usize,
+    /// Elements between consecutive rows of a plane.
+    pub row: usize,
+    /// Elements between consecutive channels.
+    pub plane: usize,
+}
+
+impl Patches {
+    /// Rows of the patch matrix: `channels · kh · kw`.
+    pub fn rows(&self) -> usize {
+        self.channels * self.kh * self.kw
+    }
+
+    /// Panics unless `rows` is [`Patches::rows`] and each of them holds
+    /// `entries` elements inside `b_len`: rows start in order (a kernel
+    /// row fits an image row, the kernel an image plane), so the last row
+    /// is the one that reaches furthest.
+    fn check(&self, what: &str, rows: usize, entries: usize, b_len: usize) {
+        assert_eq!(
+            rows,
+            self.rows(),
+            "{what}: {rows} rows of B but {self:?} has {}",
+            self.rows()
+        );
+        assert!(
+            self.kh * self.kw <= MAX_TAPS,
+            "{what}: {self:?} has more than {MAX_TAPS} taps"
+        );
+        assert!(
+            self.kw <= self.row && self.kh.saturating_sub(1) * self.row + self.kw <= self.plane,
+            "{what}: {self:?} does not fit a kernel in an image plane"
+        );
+        if rows > 0 && entries > 0 {
+            let end = self.start(rows - 1).checked_add(entries);
+            assert!(
+                end.is_some_and(|end| end <= b_len),
+                "{what}: B's patch rows ({self:?}, {entries} entries each) reach past its {b_len} elements"
+            );
+        }
+    }
+
+    /// Where row `r` starts.
+    fn start(&self, r: usize) -> usize {
+        let taps = self.kh * self.kw;
+        let (c, t) = (r / taps, r % taps);
+        c * self.plane + t / self.kw * self.row + t % self.kw
+    }
+}
+
+/// `C (+)= A · B` with B the patch matrix `patches` over `b` (its
+/// `patches.rows()` rows, `n` entries each, read in place): the forward
+/// convolution without an explicit patch matrix.
+///
+/// - `C` is row-major `m × n`.
+/// - `A` is `m × patches.rows()` row-major with row stride `lda`.
+///
+/// Each element of C is the same chain of multiply-adds, in the same order,
+/// as [`gemm_nn`] over the patch matrix written out, so the bits agree.
+///
+/// Panics if an operand does not fit its slice: a shape bug in the caller.
+#[allow(clippy::too_many_arguments)] // the BLAS shape, B given by its patch rows
+pub fn gemm_nn_patches(
+    m: usize,
+    n: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    patches: Patches,
+    c: &mut [f32],
+    accumulate: bool,
+) {
+    let args = NnArgs {
+        m,
+        n,
+        k: patches.rows(),
+        a,
+        a_rs: lda,
+        a_cs: 1,
+        b,
+        ldb: 0,
+        patches: Some(patches),
+        c,
+        accumulate,
+    };
+    args.check();
+    nn_dispatch(args);
+}
+
+/// `C (+)= A · Bᵀ` with B the patch matrix `patches` over `b` (its
+/// `patches.rows()` rows of `k` entries, read in place): a convolution's
+/// weight gradient without an explicit patch matrix.
+///
+/// - `C` is row-major `m × patches.rows()`.
+/// - `A` is `m × k` row-major with row stride `lda >= k`.
+///
+/// Panics if an operand does not fit its slice: a shape bug in the caller.
+#[allow(clippy::too_many_arguments)] // the BLAS shape, B given by its patch rows
+pub fn gemm_nt_patches(
+    m: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    patches: Patches,
+    c: &mut [f32],
+    accumulate: bool,
+) {
+    let args = NtArgs {
+        m,
+        n: patches.rows(),
+        k,
+        a,
+        lda,
+        b,
+        ldb: 0,
+        patches: Some(patches),
         c,
         accumulate,
     };
@@ -165,7 +305,9 @@ struct NnArgs<'a> {
     a_rs: usize,
     a_cs: usize,
     b: &'a [f32],
+    /// B's row stride; unused where `patches` gives B's rows.
     ldb: usize,
+    patches: Option<Patches>,
     c: &'a mut [f32],
     accumulate: bool,
 }
@@ -199,7 +341,9 @@ impl NnArgs<'_> {
                 self.a.len()
             );
         }
-        if k > 0 && n > 0 {
+        if let Some(patches) = self.patches {
+            patches.check("sgemm_nn", k, n, self.b.len());
+        } else if k > 0 && n > 0 {
             assert!(k == 1 || ldb >= n, "sgemm_nn: B row stride {ldb} < n = {n}");
             let len = needed("B", k, ldb, n);
             assert!(
@@ -219,9 +363,39 @@ struct NtArgs<'a> {
     a: &'a [f32],
     lda: usize,
     b: &'a [f32],
+    /// B's row stride; unused where `patches` gives B's rows.
     ldb: usize,
+    patches: Option<Patches>,
     c: &'a mut [f32],
     accumulate: bool,
+}
+
+/// Where the rows of B start: every `stride` elements, or at patch rows.
+#[derive(Clone, Copy)]
+struct BRows {
+    stride: usize,
+    patches: Option<Patches>,
+}
+
+impl BRows {
+    #[inline(always)]
+    fn start(&self, j: usize) -> usize {
+        match self.patches {
+            Some(p) => p.start(j),
+            None => j * self.stride,
+        }
+    }
+}
+
+impl NtArgs<'_> {
+    /// Where B's rows start.
+    #[inline(always)]
+    fn b_rows(&self) -> BRows {
+        BRows {
+            stride: self.ldb,
+            patches: self.patches,
+        }
+    }
 }
 
 impl NtArgs<'_> {
@@ -244,7 +418,9 @@ impl NtArgs<'_> {
                 self.a.len()
             );
         }
-        if n > 0 && k > 0 {
+        if let Some(patches) = self.patches {
+            patches.check("sgemm_nt", n, k, self.b.len());
+        } else if n > 0 && k > 0 {
             assert!(n == 1 || ldb >= k, "sgemm_nt: B row stride {ldb} < k = {k}");
             let len = needed("B", n, ldb, k);
             assert!(
@@ -277,8 +453,8 @@ trait Kernels: Copy {
     fn nt_rows(self, t: &mut NtArgs<'_>, i0: usize, mr: usize);
     /// [`pack_panel`], as fast as this copy can.
     #[inline(always)]
-    fn pack_panel<const NR: usize>(self, panel: &mut [f32], b: &[f32], ldb: usize, cols: (usize, usize), p0: usize) {
-        pack_panel::<NR>(panel, b, ldb, cols, p0)
+    fn pack_panel<const NR: usize>(self, panel: &mut [f32], b: &[f32], rows: BRows, cols: (usize, usize), p0: usize) {
+        pack_panel::<NR>(panel, b, rows, cols, p0)
     }
 }
 
@@ -340,12 +516,12 @@ impl Kernels for Avx2Fma {
         unsafe { nt_rows_avx2_fma(t, i0, mr) }
     }
     #[inline(always)]
-    fn pack_panel<const NR: usize>(self, panel: &mut [f32], b: &[f32], ldb: usize, cols: (usize, usize), p0: usize) {
+    fn pack_panel<const NR: usize>(self, panel: &mut [f32], b: &[f32], rows: BRows, cols: (usize, usize), p0: usize) {
         if NR.is_multiple_of(8) && cols.1 == NR {
             // SAFETY: `self` exists, so `detect` saw AVX2 and FMA on this CPU.
-            unsafe { pack_panel_avx2::<NR>(panel, b, ldb, cols.0, p0) }
+            unsafe { pack_panel_avx2::<NR>(panel, b, rows, cols.0, p0) }
         } else {
-            pack_panel::<NR>(panel, b, ldb, cols, p0)
+            pack_panel::<NR>(panel, b, rows, cols, p0)
         }
     }
 }
@@ -421,8 +597,8 @@ impl Kernels for Avx512 {
         self.avx2.nt_rows(t, i0, mr)
     }
     #[inline(always)]
-    fn pack_panel<const NR: usize>(self, panel: &mut [f32], b: &[f32], ldb: usize, cols: (usize, usize), p0: usize) {
-        self.avx2.pack_panel::<NR>(panel, b, ldb, cols, p0)
+    fn pack_panel<const NR: usize>(self, panel: &mut [f32], b: &[f32], rows: BRows, cols: (usize, usize), p0: usize) {
+        self.avx2.pack_panel::<NR>(panel, b, rows, cols, p0)
     }
 }
 
@@ -590,6 +766,10 @@ macro_rules! with_rows {
 const A_COLS_CONTIGUOUS: u8 = 0; // a_rs == 1: the R elements of column p are adjacent
 const A_ROWS_CONTIGUOUS: u8 = 1; // a_cs == 1: each row is a contiguous run along k
 const A_STRIDED: u8 = 2; // anything else: one checked load per element
+const A_ROWS_B_PATCHES: u8 = 3; // a_cs == 1, and B's rows are patch rows (`Patches`)
+
+/// The most kernel taps (`kh · kw`) a patch-row B may have: 7×7.
+pub const MAX_TAPS: usize = 49;
 
 /// `MR` rows per tile, `MR_COLS` where A's columns are contiguous (a
 /// transposed operand): above 6 rows LLVM vectorises such a tile along its
@@ -607,7 +787,10 @@ fn nn_driver<K: Kernels, const MR: usize, const MR_COLS: usize, const NR: usize>
         }
         return;
     }
-    if args.a_rs == 1 {
+    if args.patches.is_some() {
+        assert_eq!(args.a_cs, 1, "sgemm_nn: a patch-row B takes a row-major A");
+        nn_columns::<K, A_ROWS_B_PATCHES, MR, NR>(isa, &mut args)
+    } else if args.a_rs == 1 {
         nn_columns::<K, A_COLS_CONTIGUOUS, MR_COLS, NR>(isa, &mut args)
     } else if args.a_cs == 1 {
         nn_columns::<K, A_ROWS_CONTIGUOUS, MR, NR>(isa, &mut args)
@@ -758,6 +941,35 @@ fn nn_tile<O: MulAdd, const L: u8, const R: usize, const C: usize>(
                 bo = bo.wrapping_add(ldb);
             }
         }
+        A_ROWS_B_PATCHES => {
+            let mut rows: [&[f32]; R] = [&[]; R];
+            for r in 0..R {
+                rows[r] = &a[(i0 + r) * a_rs..][..k];
+            }
+            let Some(pt) = args.patches else {
+                unreachable!("B_PATCHES without patches")
+            };
+            // Per channel, the kernel's taps at fixed offsets from the
+            // channel's plane; with A's rows sliced to the channel's taps,
+            // LLVM sees every index in bounds (a running index over all of
+            // k, checked at each step, ran at half the speed).
+            let taps = pt.kh * pt.kw;
+            let mut offsets = [0usize; MAX_TAPS];
+            for (t, o) in offsets[..taps].iter_mut().enumerate() {
+                *o = t / pt.kw * pt.row + t % pt.kw + j0;
+            }
+            let offsets = &offsets[..taps];
+            for ch in 0..pt.channels {
+                let mut a_ch: [&[f32]; R] = [&[]; R];
+                for r in 0..R {
+                    a_ch[r] = &rows[r][ch * taps..][..taps];
+                }
+                let plane = &b[ch * pt.plane..];
+                for t in 0..taps {
+                    rank1::<O, R, C>(&mut acc, |r| a_ch[r][t], first(&plane[offsets[t]..]));
+                }
+            }
+        }
         _ => {
             for p in 0..k {
                 rank1::<O, R, C>(&mut acc, |r| a[(i0 + r) * a_rs + p * a_cs], first(&b[bo..]));
@@ -876,6 +1088,7 @@ const PANEL: usize = 4096;
 /// in exchange there is no reduction per dot product, which pays when k is
 /// short and A has many rows to reuse the panel.
 fn nt_packed<K: Kernels, const MR: usize, const NR: usize>(isa: K, args: NtArgs<'_>) {
+    let b_rows = args.b_rows();
     let NtArgs {
         m,
         n,
@@ -883,9 +1096,9 @@ fn nt_packed<K: Kernels, const MR: usize, const NR: usize>(isa: K, args: NtArgs<
         a,
         lda,
         b,
-        ldb,
         c,
         accumulate,
+        ..
     } = args;
     if m == 0 || n == 0 {
         return;
@@ -905,7 +1118,7 @@ fn nt_packed<K: Kernels, const MR: usize, const NR: usize>(isa: K, args: NtArgs<
         let nb = NR.min(n - j0);
         for p0 in (0..k).step_by(kc_max) {
             let kc = kc_max.min(k - p0);
-            isa.pack_panel::<NR>(&mut panel[..kc * NR], b, ldb, (j0, nb), p0);
+            isa.pack_panel::<NR>(&mut panel[..kc * NR], b, b_rows, (j0, nb), p0);
             // C shifted to column j0, B the panel: the nn tiles see an
             // ordinary product with a row-major A.
             let mut view = NnArgs {
@@ -917,6 +1130,7 @@ fn nt_packed<K: Kernels, const MR: usize, const NR: usize>(isa: K, args: NtArgs<
                 a_cs: 1,
                 b: &panel[..kc * NR],
                 ldb: NR,
+                patches: None,
                 c: &mut c[j0..],
                 accumulate: accumulate || p0 > 0,
             };
@@ -939,11 +1153,11 @@ fn nt_packed<K: Kernels, const MR: usize, const NR: usize>(isa: K, args: NtArgs<
 /// Step by step along k, so the panel is written in order and each row of
 /// B read as a stream; columns `nb..NR` are left as they were.
 #[inline(always)]
-fn pack_panel<const NR: usize>(panel: &mut [f32], b: &[f32], ldb: usize, (j0, nb): (usize, usize), p0: usize) {
+fn pack_panel<const NR: usize>(panel: &mut [f32], b: &[f32], b_rows: BRows, (j0, nb): (usize, usize), p0: usize) {
     let kc = panel.len() / NR;
     let mut rows: [&[f32]; NR] = [&[]; NR];
     for (jj, row) in rows.iter_mut().enumerate().take(nb) {
-        *row = &b[(j0 + jj) * ldb + p0..][..kc];
+        *row = &b[b_rows.start(j0 + jj) + p0..][..kc];
     }
     if nb == NR {
         for (p, dst) in panel.chunks_exact_mut(NR).enumerate() {
@@ -971,7 +1185,7 @@ fn pack_panel<const NR: usize>(panel: &mut [f32], b: &[f32], ldb: usize, (j0, nb
 /// The CPU must support AVX2.
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn pack_panel_avx2<const NR: usize>(panel: &mut [f32], b: &[f32], ldb: usize, j0: usize, p0: usize) {
+unsafe fn pack_panel_avx2<const NR: usize>(panel: &mut [f32], b: &[f32], b_rows: BRows, j0: usize, p0: usize) {
     #[cfg(target_arch = "x86")]
     use std::arch::x86::*;
     #[cfg(target_arch = "x86_64")]
@@ -983,7 +1197,7 @@ unsafe fn pack_panel_avx2<const NR: usize>(panel: &mut [f32], b: &[f32], ldb: us
         // inside its row.
         let mut rows: [&[f32]; 8] = [&[]; 8];
         for (r, row) in rows.iter_mut().enumerate() {
-            *row = &b[(j0 + g + r) * ldb + p0..][..kc];
+            *row = &b[b_rows.start(j0 + g + r) + p0..][..kc];
         }
         for p in (0..whole).step_by(8) {
             // SAFETY: p + 8 <= whole <= kc, the length of every row.
@@ -1064,17 +1278,13 @@ fn nt_tile<O: MulAdd, const R: usize, const C: usize, const W: usize>(
     nr: usize,
 ) {
     debug_assert!((1..=R).contains(&mr) && (1..=C).contains(&nr));
+    let starts = args.b_rows();
     let &mut NtArgs {
-        n,
-        k,
-        b,
-        ldb,
-        accumulate,
-        ..
+        n, k, b, accumulate, ..
     } = args;
     let mut b_rows: [&[f32]; C] = [&[]; C];
     for c in 0..C {
-        b_rows[c] = &b[(j0 + c.min(nr - 1)) * ldb..][..k];
+        b_rows[c] = &b[starts.start(j0 + c.min(nr - 1))..][..k];
     }
     let mut acc = [[[0.0f32; W]; C]; R];
     let body = k - k % W;
@@ -1321,6 +1531,7 @@ mod tests {
                         a_cs,
                         b: &b,
                         ldb,
+                        patches: None,
                         c: &mut c,
                         accumulate,
                     },
@@ -1361,6 +1572,7 @@ mod tests {
                     lda,
                     b: &b,
                     ldb,
+                    patches: None,
                     c: &mut c,
                     accumulate,
                 },
@@ -1445,6 +1657,7 @@ mod tests {
                             a_cs,
                             b,
                             ldb,
+                            patches: None,
                             c: &mut c,
                             accumulate,
                         },
@@ -1474,6 +1687,7 @@ mod tests {
                         lda: k,
                         b: &b,
                         ldb: k,
+                        patches: None,
                         c: &mut c,
                         accumulate: true,
                     },
@@ -1591,6 +1805,7 @@ mod tests {
                     a_cs: 0,
                     b: &[],
                     ldb: 3,
+                    patches: None,
                     c: &mut c,
                     accumulate: false,
                 },
@@ -1607,6 +1822,7 @@ mod tests {
                     lda: 0,
                     b: &[],
                     ldb: 0,
+                    patches: None,
                     c: &mut c,
                     accumulate: true,
                 },
@@ -1640,6 +1856,7 @@ mod tests {
                 a_cs: usize::MAX,
                 b: &y,
                 ldb: usize::MAX,
+                patches: None,
                 c: &mut c,
                 accumulate: false,
             };
@@ -1670,5 +1887,99 @@ mod tests {
     #[should_panic(expected = "sgemm_nt: B row stride")]
     fn nt_rejects_overlapping_rows() {
         gemm_nt(2, 2, 3, &[0.0; 6], 3, &[0.0; 6], 2, &mut [0.0; 4], false);
+    }
+
+    /// Patch rows read in place give the bits of the same product over the
+    /// patch matrix written out, on every path: each element is the same
+    /// chain over the same values; only where B's rows start differs.
+    #[test]
+    fn patch_rows_are_the_written_patch_matrix_bit_for_bit() {
+        let mut rng = Rng(0x5851_f42d_4c95_7f2d);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        // (m, channels, kernel, padded rows, padded columns, output rows, output columns)
+        let shapes = [
+            (8, 8, 3, 30, 30, 28, 28),
+            (16, 3, 3, 16, 16, 14, 14),
+            (5, 4, 3, 9, 9, 7, 7),
+            (9, 2, 5, 12, 17, 8, 13),
+            (3, 1, 2, 6, 6, 5, 5),
+            (20, 7, 3, 6, 6, 4, 4),
+        ];
+        for isa in isas() {
+            for (m, channels, k, hp, wp, oh, ow) in shapes {
+                let patches = Patches {
+                    channels,
+                    kh: k,
+                    kw: k,
+                    row: wp,
+                    plane: hp * wp,
+                };
+                let (rows, n) = (patches.rows(), (oh - 1) * wp + ow);
+                let image = rng.fill(channels * hp * wp);
+                let written: Vec<f32> = (0..rows)
+                    .flat_map(|r| image[patches.start(r)..][..n].to_vec())
+                    .collect();
+                let what = format!("{isa:?} m={m} {patches:?} n={n}");
+                for accumulate in [false, true] {
+                    let a = rng.fill(m * rows);
+                    let start = rng.fill(m * n);
+                    let (mut read, mut want) = (start.clone(), start);
+                    for (b, ldb, patches, c) in [(&image, 0, Some(patches), &mut read), (&written, n, None, &mut want)]
+                    {
+                        let args = NnArgs {
+                            m,
+                            n,
+                            k: rows,
+                            a: &a,
+                            a_rs: rows,
+                            a_cs: 1,
+                            b,
+                            ldb,
+                            patches,
+                            c,
+                            accumulate,
+                        };
+                        nn_on(isa, args);
+                    }
+                    assert_eq!(bits(&read), bits(&want), "nn {what} acc={accumulate}");
+
+                    let a = rng.fill(m * n);
+                    let start = rng.fill(m * rows);
+                    let (mut read, mut want) = (start.clone(), start);
+                    for (b, ldb, patches, c) in [(&image, 0, Some(patches), &mut read), (&written, n, None, &mut want)]
+                    {
+                        let args = NtArgs {
+                            m,
+                            n: rows,
+                            k: n,
+                            a: &a,
+                            lda: n,
+                            b,
+                            ldb,
+                            patches,
+                            c,
+                            accumulate,
+                        };
+                        nt_on(isa, args);
+                    }
+                    assert_eq!(bits(&read), bits(&want), "nt {what} acc={accumulate}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "reach past")]
+    fn patch_rows_past_the_image_are_rejected() {
+        let patches = Patches {
+            channels: 2,
+            kh: 3,
+            kw: 3,
+            row: 6,
+            plane: 36,
+        };
+        // Two 6×6 planes hold a 4×4 output's patch rows of 22 entries; 23 reach past.
+        gemm_nn_patches(1, 22, &[0.0; 18], 18, &[0.0; 72], patches, &mut [0.0; 22], false);
+        gemm_nn_patches(1, 23, &[0.0; 18], 18, &[0.0; 72], patches, &mut [0.0; 23], false);
     }
 }

@@ -19,6 +19,7 @@
 
 mod cpu;
 mod im2col;
+mod padded;
 #[cfg(test)]
 mod tests;
 
@@ -250,6 +251,8 @@ fn forward_into(
             let (x, w, scratch, y) = (v.read(x)?, v.read(w)?, v.write(packed)?, v.write(y)?);
             if g.is_valid_unit_stride() {
                 cpu::forward(&g, x, w, b, scratch, y);
+            } else if padded::pays(&g, ConvPass::Forward) {
+                padded::forward(&g, g.images_per_group(threads), x, w, b, scratch, y);
             } else {
                 im2col::forward(&g, g.images_per_group(threads), x, w, b, scratch, y);
             }
@@ -309,6 +312,8 @@ impl Saved {
                     let (gy, x, scratch, gw) = (v.read(gy)?, v.read(x)?, v.write(partials)?, v.write(gw)?);
                     if g.is_valid_unit_stride() {
                         cpu::weight_grad(&g, per_group, gy, x, scratch, gw);
+                    } else if padded::pays(&g, ConvPass::WeightGrad) {
+                        padded::weight_grad(&g, per_group, gy, x, scratch, gw);
                     } else {
                         im2col::weight_grad(&g, per_group, gy, x, scratch, gw);
                     }
@@ -359,6 +364,8 @@ impl Saved {
                     let (gy, w, scratch, gx) = (v.read(gy)?, v.read(self.w.buf)?, v.write(packed)?, v.write(gx)?);
                     if g.is_valid_unit_stride() {
                         cpu::input_grad(&g, gy, w, scratch, gx);
+                    } else if padded::pays(&g, ConvPass::InputGrad) {
+                        padded::input_grad(&g, g.images_per_group(threads), gy, w, scratch, gx);
                     } else {
                         im2col::input_grad(&g, g.images_per_group(threads), gy, w, scratch, gx);
                     }
@@ -390,6 +397,20 @@ impl Saved {
 /// matrices, or cuDNN's workspace for the algorithm its plan chose.
 fn scratch(s: &mut Step<'_>, g: &ConvDims, pass: ConvPass) -> Result<Buf<f32>> {
     let (what, len) = match s.sizing() {
+        Sizing::Cpu { threads } if padded::pays(g, pass) => {
+            let groups = g.n.div_ceil(g.images_per_group(threads));
+            match pass {
+                ConvPass::Forward => ("conv2d padded images", padded::forward_scratch_len(g, groups)),
+                ConvPass::InputGrad => (
+                    "conv2d flipped filters and padded grads",
+                    padded::input_grad_scratch_len(g, groups),
+                ),
+                ConvPass::WeightGrad => (
+                    "conv2d weight-grad partial sums and padded images",
+                    padded::weight_grad_scratch_len(g, groups),
+                ),
+            }
+        }
         Sizing::Cpu { threads } if !g.is_valid_unit_stride() => {
             let groups = g.n.div_ceil(g.images_per_group(threads));
             match pass {
