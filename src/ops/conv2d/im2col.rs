@@ -46,8 +46,8 @@ fn im2col(g: &ConvDims, x: &[f32], col: &mut [f32]) {
                 let src = &x[(oy * s + i - g.padding) * g.w..][..g.w];
                 let (before, rest) = out.split_at_mut(cols.0);
                 let (within, after) = rest.split_at_mut(cols.1 - cols.0);
-                before.fill(0.0);
-                after.fill(0.0);
+                zero(before);
+                zero(after);
                 // The first input column read, then every `s`-th.
                 let first = cols.0 * s + j - g.padding;
                 match s {
@@ -79,6 +79,20 @@ fn for_taps(g: &ConvDims, col: &mut [f32], mut f: impl FnMut(usize, (usize, usiz
                 f(c, (i, j), (rows, cols), &mut col[kk * p..(kk + 1) * p]);
             }
         }
+    }
+}
+
+/// Zeroes `s`: most often a padding's few values at a row's end, written
+/// here one by one. `fill` calls `memset` for them, and at a late layer's
+/// 4-pixel rows those calls were most of a patch matrix's time.
+#[inline(always)]
+fn zero(s: &mut [f32]) {
+    match s {
+        [] => {}
+        [a] => *a = 0.0,
+        [a, b] => (*a, *b) = (0.0, 0.0),
+        [a, b, c] => (*a, *b, *c) = (0.0, 0.0, 0.0),
+        _ => s.fill(0.0),
     }
 }
 
@@ -118,8 +132,8 @@ fn shifted_plane(
 ) {
     let (from, to, shifted) = shifted_span(g, i, j, rows, cols);
     row[from..to].copy_from_slice(&x[shifted..shifted + (to - from)]);
-    row[..from].fill(0.0);
-    row[to..].fill(0.0);
+    zero(&mut row[..from]);
+    zero(&mut row[to..]);
     zero_wrapped(g.w, rows, cols, row);
 }
 
@@ -136,8 +150,8 @@ fn shifted_span(g: &ConvDims, i: usize, j: usize, rows: (usize, usize), cols: (u
 /// outside `cols`: where the shift wrapped into the neighbouring row.
 fn zero_wrapped(w: usize, rows: (usize, usize), cols: (usize, usize), row: &mut [f32]) {
     for out in row[rows.0 * w..rows.1 * w].chunks_exact_mut(w) {
-        out[..cols.0].fill(0.0);
-        out[cols.1..].fill(0.0);
+        zero(&mut out[..cols.0]);
+        zero(&mut out[cols.1..]);
     }
 }
 

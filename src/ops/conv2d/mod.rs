@@ -10,9 +10,12 @@
 //! Stride 1 without padding (the MNIST CNN) keeps its own kernels in `cpu`:
 //! they never write the patch matrix but read its entries from the input in
 //! place (implicit im2col), and the recorded losses depend on their exact
-//! order of float operations. Every other geometry goes through `im2col`:
-//! each worker writes one image's patch matrix into its own step-region
-//! scratch and hands it to the sgemm.
+//! order of float operations. Stride 1 with padding (ResNet's 3×3 pad-1
+//! layers), where the output rows are wide enough, goes through `padded`:
+//! each worker copies an image into a padded plane, whose patch rows the
+//! sgemm reads in place. Every other geometry goes through `im2col`: each
+//! worker writes one image's patch matrix into its own step-region scratch
+//! and hands it to the sgemm.
 //!
 //! On a GPU, cuDNN runs all three passes, each with the algorithm and the
 //! step-region workspace its plan chose; the bias is our own kernel.
