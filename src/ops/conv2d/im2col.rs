@@ -148,10 +148,20 @@ fn shifted_span(g: &ConvDims, i: usize, j: usize, rows: (usize, usize), cols: (u
 
 /// Zeroes the columns of each valid output row (rows `w` wide) that lie
 /// outside `cols`: where the shift wrapped into the neighbouring row.
+/// A padding of 1 (ResNet's 3×3 layers) wraps one column at one end, a
+/// store per row; the general case slices each row's two ends.
 fn zero_wrapped(w: usize, rows: (usize, usize), cols: (usize, usize), row: &mut [f32]) {
-    for out in row[rows.0 * w..rows.1 * w].chunks_exact_mut(w) {
-        zero(&mut out[..cols.0]);
-        zero(&mut out[cols.1..]);
+    let valid = &mut row[rows.0 * w..rows.1 * w];
+    match (cols.0, w - cols.1) {
+        (0, 0) => {}
+        (1, 0) => valid.iter_mut().step_by(w).for_each(|v| *v = 0.0),
+        (0, 1) => valid.iter_mut().skip(w - 1).step_by(w).for_each(|v| *v = 0.0),
+        _ => {
+            for out in valid.chunks_exact_mut(w) {
+                zero(&mut out[..cols.0]);
+                zero(&mut out[cols.1..]);
+            }
+        }
     }
 }
 
