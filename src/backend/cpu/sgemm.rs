@@ -13,6 +13,11 @@
 //! - [`gemm_nn`]: `C (+)= A · B`, A with any strides, B row-major.
 //! - [`gemm_nt`]: `C (+)= A · Bᵀ`, A and B row-major (dot products of rows).
 //!
+//! and each has a form whose B is a convolution's patch matrix read in
+//! place from a padded image ([`Patches`]: [`gemm_nn_patches`],
+//! [`gemm_nt_patches`]), the same kernels with B's rows found where the
+//! kernel's taps put them.
+//!
 //! Each kernel body is written once, generic over the tile size and over the
 //! multiply-add, and instantiated for each instruction set: a portable copy
 //! for the baseline target (SSE2 on x86-64) and, on x86, an AVX2+FMA copy
@@ -396,9 +401,7 @@ impl NtArgs<'_> {
             patches: self.patches,
         }
     }
-}
 
-impl NtArgs<'_> {
     fn check(&self) {
         let &NtArgs { m, n, k, lda, ldb, .. } = self;
         let cells = m
@@ -768,7 +771,8 @@ const A_ROWS_CONTIGUOUS: u8 = 1; // a_cs == 1: each row is a contiguous run alon
 const A_STRIDED: u8 = 2; // anything else: one checked load per element
 const A_ROWS_B_PATCHES: u8 = 3; // a_cs == 1, and B's rows are patch rows (`Patches`)
 
-/// The most kernel taps (`kh · kw`) a patch-row B may have: 7×7.
+/// The most kernel taps (`kh · kw`) a patch-row B may have: 7×7. The nn
+/// tile keeps the taps' offsets in an array of this size (no allocation).
 pub const MAX_TAPS: usize = 49;
 
 /// `MR` rows per tile, `MR_COLS` where A's columns are contiguous (a

@@ -95,10 +95,11 @@ fn grad_grid(g: &ConvDims) -> Grid {
 /// taps, padding from 1 to `KH − 1`) and the grid's dropped columns cost
 /// less than the patch matrix saves. Measured per pass on ResNet-18/8's
 /// shapes at batch 100 on one core (AVX2): the forward and input gradient
-/// win on 28-, 14- and 7-pixel rows (9 of 7 wasted: −27% for the forward),
-/// lose on 4-pixel rows (6 of 4); the weight gradient, whose product is
-/// dot products over the grid, wins to 14-pixel rows only. A first layer
-/// of one channel (9 patch rows) is too short a product to gain.
+/// win on 28-, 14- and 7-pixel rows (the 7-pixel forward −26%, computing
+/// 9 columns a row for 7), lose on 4-pixel rows (6 for 4); the weight
+/// gradient wins to 14-pixel rows only. A first layer of one channel (9
+/// patch rows) is too short a product to gain. The table is in
+/// docs/cpu-performance.md ("Patch rows read in place").
 pub(super) fn pays(g: &ConvDims, pass: ConvPass) -> bool {
     let fits = g.stride == 1 && g.kh == g.kw && (1..g.kh).contains(&g.padding) && g.kh * g.kw <= MAX_TAPS && !g.nhwc;
     if !fits || g.k() < 32 {
