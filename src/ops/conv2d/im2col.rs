@@ -382,12 +382,6 @@ mod tests {
     use super::*;
     use crate::ops::gradcheck::assert_near as close;
 
-    /// The patch-matrix row of filter weight `kk`: channel, kernel row,
-    /// kernel column (the definition `for_taps` walks in order).
-    fn tap(g: &ConvDims, kk: usize) -> (usize, usize, usize) {
-        (kk / (g.kh * g.kw), kk / g.kw % g.kh, kk % g.kw)
-    }
-
     fn values(n: usize, seed: u64) -> Vec<f32> {
         crate::ops::gradcheck::values(n, seed, -0.5, 0.5)
     }
@@ -419,15 +413,6 @@ mod tests {
             let wt = values(f * k, 2);
             let bias = values(f, 3);
             let gy = values(n * f * p, 4);
-            // The input pixel under output pixel `o` for filter weight `kk`, if not padding.
-            let at = |o: usize, kk: usize| {
-                let (cc, i, j) = tap(&g, kk);
-                let (yy, xx) = (
-                    (o / ow * stride + i).checked_sub(pad)?,
-                    (o % ow * stride + j).checked_sub(pad)?,
-                );
-                (yy < h && xx < w).then_some((cc * h + yy) * w + xx)
-            };
             let image = c * h * w;
             let per_group = n.div_ceil(2);
             let groups = n.div_ceil(per_group);
@@ -435,50 +420,18 @@ mod tests {
             let mut scratch = vec![f32::NAN; forward_scratch_len(&g, groups)];
             let mut y = vec![f32::NAN; n * f * p];
             forward(&g, per_group, &x, &wt, Some(&bias), &mut scratch, &mut y);
-            let mut want = vec![0.0; n * f * p];
-            for (i, want) in want.iter_mut().enumerate() {
-                let (nn, ff, o) = (i / (f * p), i / p % f, i % p);
-                *want = bias[ff];
-                for kk in 0..k {
-                    if let Some(xi) = at(o, kk) {
-                        *want += wt[ff * k + kk] * x[nn * image + xi];
-                    }
-                }
-            }
-            close(&y, &want, "y");
+            let want = super::super::tests::direct_loops(&g, &x, &wt, &bias, &gy);
+            close(&y, &want.y, "y");
 
             let mut scratch = vec![f32::NAN; weight_grad_scratch_len(&g, groups)];
             let mut gw = vec![f32::NAN; f * k];
             weight_grad(&g, per_group, &gy, &x, &mut scratch, &mut gw);
-            let mut want = vec![0.0; f * k];
-            for (i, want) in want.iter_mut().enumerate() {
-                let (ff, kk) = (i / k, i % k);
-                for nn in 0..n {
-                    for o in 0..p {
-                        if let Some(xi) = at(o, kk) {
-                            *want += gy[(nn * f + ff) * p + o] * x[nn * image + xi];
-                        }
-                    }
-                }
-            }
-            close(&gw, &want, "dW");
+            close(&gw, &want.gw, "dW");
 
             let mut scratch = vec![f32::NAN; input_grad_scratch_len(&g, groups)];
             let mut gx = vec![f32::NAN; n * image];
             input_grad(&g, per_group, &gy, &wt, &mut scratch, &mut gx);
-            let mut want = vec![0.0; n * image];
-            for nn in 0..n {
-                for ff in 0..f {
-                    for o in 0..p {
-                        for kk in 0..k {
-                            if let Some(xi) = at(o, kk) {
-                                want[nn * image + xi] += wt[ff * k + kk] * gy[(nn * f + ff) * p + o];
-                            }
-                        }
-                    }
-                }
-            }
-            close(&gx, &want, "dx");
+            close(&gx, &want.gx, "dx");
         }
     }
 }

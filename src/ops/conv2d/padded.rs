@@ -329,12 +329,6 @@ mod tests {
             let wt = values(f * kk_all, 2);
             let bias = values(f, 3);
             let gy = values(n * f * p, 4);
-            // The input pixel under output pixel `o` for filter weight `kk`, if not padding.
-            let at = |o: usize, kk: usize| {
-                let (cc, i, j) = (kk / (k * k), kk / k % k, kk % k);
-                let (yy, xx) = ((o / ow + i).checked_sub(pad)?, (o % ow + j).checked_sub(pad)?);
-                (yy < h && xx < w).then_some((cc * h + yy) * w + xx)
-            };
             let image = c * h * w;
             let per_group = n.div_ceil(2);
             let groups = n.div_ceil(per_group);
@@ -343,17 +337,8 @@ mod tests {
             let mut scratch = vec![f32::NAN; forward_scratch_len(&g, groups)];
             let mut y = vec![f32::NAN; n * f * p];
             forward(&g, per_group, &x, &wt, Some(&bias), &mut scratch, &mut y);
-            let mut want = vec![0.0; n * f * p];
-            for (i, want) in want.iter_mut().enumerate() {
-                let (nn, ff, o) = (i / (f * p), i / p % f, i % p);
-                *want = bias[ff];
-                for kk in 0..kk_all {
-                    if let Some(xi) = at(o, kk) {
-                        *want += wt[ff * kk_all + kk] * x[nn * image + xi];
-                    }
-                }
-            }
-            close(&y, &want, &format!("y, {case}"));
+            let want = super::super::tests::direct_loops(&g, &x, &wt, &bias, &gy);
+            close(&y, &want.y, &format!("y, {case}"));
             assert_eq!((oh, ow), (h + 2 * pad + 1 - k, w + 2 * pad + 1 - k));
 
             // The patch matrix's forward pass: the same chains, the same bits.
@@ -370,35 +355,12 @@ mod tests {
             let mut scratch = vec![f32::NAN; weight_grad_scratch_len(&g, groups)];
             let mut gw = vec![f32::NAN; f * kk_all];
             weight_grad(&g, per_group, &gy, &x, &mut scratch, &mut gw);
-            let mut want = vec![0.0; f * kk_all];
-            for (i, want) in want.iter_mut().enumerate() {
-                let (ff, kk) = (i / kk_all, i % kk_all);
-                for nn in 0..n {
-                    for o in 0..p {
-                        if let Some(xi) = at(o, kk) {
-                            *want += gy[(nn * f + ff) * p + o] * x[nn * image + xi];
-                        }
-                    }
-                }
-            }
-            close(&gw, &want, &format!("dW, {case}"));
+            close(&gw, &want.gw, &format!("dW, {case}"));
 
             let mut scratch = vec![f32::NAN; input_grad_scratch_len(&g, groups)];
             let mut gx = vec![f32::NAN; n * image];
             input_grad(&g, per_group, &gy, &wt, &mut scratch, &mut gx);
-            let mut want = vec![0.0; n * image];
-            for nn in 0..n {
-                for ff in 0..f {
-                    for o in 0..p {
-                        for kk in 0..kk_all {
-                            if let Some(xi) = at(o, kk) {
-                                want[nn * image + xi] += wt[ff * kk_all + kk] * gy[(nn * f + ff) * p + o];
-                            }
-                        }
-                    }
-                }
-            }
-            close(&gx, &want, &format!("dx, {case}"));
+            close(&gx, &want.gx, &format!("dx, {case}"));
         }
     }
 

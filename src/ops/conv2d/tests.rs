@@ -1,4 +1,5 @@
 use super::Conv2dArgs;
+use crate::backend::ConvDims;
 use crate::ops::gradcheck::{check, values};
 use crate::tensor::Shape;
 
@@ -276,4 +277,54 @@ fn a_recomputation_that_needs_its_own_output_is_an_error_not_a_recursion() {
         err.to_string().contains("a recomputation that needs its own output"),
         "{err}"
     );
+}
+
+/// A convolution's three passes by direct loops over the definition, for
+/// the CPU kernels' tests to compare against: `y` (with `bias`), `dW` and
+/// `dx` for `dy`, any stride and padding.
+pub(super) struct DirectLoops {
+    pub y: Vec<f32>,
+    pub gw: Vec<f32>,
+    pub gx: Vec<f32>,
+}
+
+pub(super) fn direct_loops(g: &ConvDims, x: &[f32], w: &[f32], bias: &[f32], gy: &[f32]) -> DirectLoops {
+    let (n, h, wd, f) = (g.n, g.h, g.w, g.f);
+    let (k, p, ow, image) = (g.k(), g.p(), g.output_hw().1, g.c * g.h * g.w);
+    // The input pixel under output pixel `o` for filter weight `kk` (channel,
+    // kernel row, kernel column), if not padding.
+    let at = |o: usize, kk: usize| {
+        let (cc, i, j) = (kk / (g.kh * g.kw), kk / g.kw % g.kh, kk % g.kw);
+        let yy = (o / ow * g.stride + i).checked_sub(g.padding)?;
+        let xx = (o % ow * g.stride + j).checked_sub(g.padding)?;
+        (yy < h && xx < wd).then_some((cc * h + yy) * wd + xx)
+    };
+    let mut out = DirectLoops {
+        y: vec![0.0; n * f * p],
+        gw: vec![0.0; f * k],
+        gx: vec![0.0; n * image],
+    };
+    for (i, y) in out.y.iter_mut().enumerate() {
+        let (nn, ff, o) = (i / (f * p), i / p % f, i % p);
+        *y = bias[ff];
+        for kk in 0..k {
+            if let Some(xi) = at(o, kk) {
+                *y += w[ff * k + kk] * x[nn * image + xi];
+            }
+        }
+    }
+    for nn in 0..n {
+        for ff in 0..f {
+            for o in 0..p {
+                let dy = gy[(nn * f + ff) * p + o];
+                for kk in 0..k {
+                    if let Some(xi) = at(o, kk) {
+                        out.gw[ff * k + kk] += dy * x[nn * image + xi];
+                        out.gx[nn * image + xi] += w[ff * k + kk] * dy;
+                    }
+                }
+            }
+        }
+    }
+    out
 }
