@@ -7,7 +7,9 @@
 //! patch covers padding) and multiplies. The input gradient goes the other
 //! way: `Wᵀ · dy` into the matrix, then `col2im` adds each entry back onto
 //! the input pixel it came from. Writing the matrix costs `K·P` per image
-//! against the product's `F·K·P`, so the product dominates.
+//! against the product's `F·K·P`, so the product dominates. On small maps
+//! the weight gradient writes several images' matrices side by side, one
+//! product over all their pixels (see `images_side_by_side`).
 //!
 //! Workers share nothing they write: each has its own matrix, its own
 //! images' outputs and, for the weight gradient, its own partial sum; the
@@ -27,7 +29,8 @@ fn inside(g: &ConvDims, j: usize, len: usize, out: usize) -> (usize, usize) {
 }
 
 /// `col[c, i, j][oy·OW + ox] = x[c][oy·s + i − pad][ox·s + j − pad]`, zero
-/// where that lies in the padding. `x` is one image.
+/// where that lies in the padding, with `col`'s rows `ld` apart. `x` is one
+/// image.
 fn im2col(g: &ConvDims, x: &[f32], col: &mut [f32], ld: usize) {
     let (plane, s) = (g.h * g.w, g.stride);
     for_taps(g, col, ld, |c, (i, j), (rows, cols), row| {
@@ -64,7 +67,7 @@ fn im2col(g: &ConvDims, x: &[f32], col: &mut [f32], ld: usize) {
 }
 
 /// Calls `f(c, (i, j), (rows, cols), row)` for every row of the patch
-/// matrix `col`: channel `c`, kernel tap `(i, j)`, the output rows and
+/// matrix `col` (rows `ld` apart, `P` long): channel `c`, kernel tap `(i, j)`, the output rows and
 /// columns whose patches read that tap inside the input ([`inside`]),
 /// and the row. Those ranges are worked out once per tap, not per row:
 /// their divisions cost more than a late layer's short rows.
@@ -221,7 +224,8 @@ pub(super) fn input_grad_scratch_len(g: &ConvDims, groups: usize) -> usize {
     groups * matrix_len(g)
 }
 
-/// Scratch of [`weight_grad`]: a partial `[F, K]` sum and a patch matrix each.
+/// Scratch of [`weight_grad`]: a partial `[F, K]` sum and a patch matrix
+/// each, or the patch matrices and `dy` of the images it puts side by side.
 pub(super) fn weight_grad_scratch_len(g: &ConvDims, groups: usize) -> usize {
     let side_by_side = images_side_by_side(g);
     let each = if side_by_side > 1 {
