@@ -1,8 +1,10 @@
 //! The CPU backend's matrix product over strided views of slices.
 //!
-//! Every matrix product of the CPU backend goes through [`matmul`], which
-//! picks the allocation-free kernel of [`super::sgemm`] that fits the
-//! operands' layout.
+//! Every matrix product of the CPU backend over strided views goes through
+//! [`matmul`], which picks the allocation-free kernel of [`super::sgemm`]
+//! that fits the operands' layout. (The one other caller of the sgemm is a
+//! padded convolution, whose B is a patch matrix read in place:
+//! [`super::sgemm::Patches`], not a strided view.)
 
 use super::sgemm;
 
