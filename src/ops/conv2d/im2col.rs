@@ -7,14 +7,18 @@
 //! patch covers padding) and multiplies. The input gradient goes the other
 //! way: `Wᵀ · dy` into the matrix, then `col2im` adds each entry back onto
 //! the input pixel it came from. Writing the matrix costs `K·P` per image
-//! against the product's `F·K·P`, so the product dominates. On small maps
-//! the weight gradient writes several images' matrices side by side, one
-//! product over all their pixels (see `images_side_by_side`).
+//! against the product's `F·K·P`, so the product dominates, provided the
+//! writing is not bookkeeping per output row: narrow output rows (strided
+//! layers, small maps) go through a bordered copy of each plane instead
+//! (`bordered.rs`). On small maps the weight gradient writes several
+//! images' matrices side by side, one product over all their pixels (see
+//! `images_side_by_side`).
 //!
 //! Workers share nothing they write: each has its own matrix, its own
 //! images' outputs and, for the weight gradient, its own partial sum; the
 //! partials are added in a fixed order, so results do not depend on timing.
 
+use super::bordered;
 use crate::backend::cpu::matmul::{matmul, Mat};
 use crate::backend::ConvDims;
 use rayon::prelude::*;
@@ -32,6 +36,13 @@ fn inside(g: &ConvDims, j: usize, len: usize, out: usize) -> (usize, usize) {
 /// where that lies in the padding, with `col`'s rows `ld` apart. `x` is one
 /// image.
 fn im2col(g: &ConvDims, x: &[f32], col: &mut [f32], ld: usize) {
+    if !bordered::im2col(g, x, col, ld) {
+        im2col_by_rows(g, x, col, ld);
+    }
+}
+
+/// [`im2col`]'s general form, output row by output row.
+fn im2col_by_rows(g: &ConvDims, x: &[f32], col: &mut [f32], ld: usize) {
     let (plane, s) = (g.h * g.w, g.stride);
     for_taps(g, col, ld, |c, (i, j), (rows, cols), row| {
         let x = &x[c * plane..(c + 1) * plane];
@@ -173,6 +184,13 @@ fn zero_wrapped(w: usize, rows: (usize, usize), cols: (usize, usize), row: &mut 
 /// read from; entries in the padding are dropped. `col` is scratch: the
 /// shifted-plane form zeroes its entries in the padding before adding.
 fn col2im(g: &ConvDims, col: &mut [f32], gx: &mut [f32]) {
+    if !bordered::col2im(g, col, gx) {
+        col2im_by_rows(g, col, gx);
+    }
+}
+
+/// [`col2im`]'s general form, output row by output row.
+fn col2im_by_rows(g: &ConvDims, col: &mut [f32], gx: &mut [f32]) {
     let (plane, s) = (g.h * g.w, g.stride);
     gx.fill(0.0);
     for_taps(g, col, g.p(), |c, (i, j), (rows, cols), row| {
@@ -405,6 +423,13 @@ mod tests {
             // form, with one and two columns wrapped at each end.
             (2, 3, 6, 7, 4, 1, 1, 1, 0),
             (2, 2, 7, 9, 3, 5, 5, 1, 2),
+            // Narrow output rows: the bordered copies (`bordered.rs`), at
+            // stride 1 and 2, with and without padding, planes not square.
+            (3, 3, 4, 4, 5, 3, 3, 1, 1),
+            (2, 2, 5, 7, 3, 3, 3, 1, 1),
+            (2, 3, 8, 8, 4, 3, 3, 2, 1),
+            (2, 2, 14, 14, 3, 1, 1, 2, 0),
+            (2, 2, 6, 27, 3, 3, 3, 2, 1),
             // Padding wider than the kernel: some patches are all zeros.
             (2, 1, 1, 2, 2, 1, 1, 4, 5),
         ];
@@ -436,6 +461,61 @@ mod tests {
             let mut gx = vec![f32::NAN; n * image];
             input_grad(&g, per_group, &gy, &wt, &mut scratch, &mut gx);
             close(&gx, &want.gx, "dx");
+        }
+    }
+
+    #[test]
+    fn bordered_forms_are_the_general_forms_bit_for_bit() {
+        // (c, h, w, kh, kw, stride, pad): every output row width and stride
+        // the bordered form takes, odd and even planes, with and without
+        // padding, a 2×3 kernel, and the largest bordered plane.
+        let taken = [
+            (3, 4, 4, 3, 3, 1, 1),
+            (2, 5, 7, 3, 3, 1, 1),
+            (2, 8, 8, 3, 3, 1, 1),
+            (3, 7, 7, 3, 3, 2, 1),
+            (2, 14, 14, 1, 1, 2, 0),
+            (2, 13, 13, 3, 3, 2, 1),
+            (2, 15, 16, 2, 3, 2, 1),
+            (2, 28, 28, 3, 3, 2, 1),
+            (2, 32, 32, 3, 3, 2, 1),
+        ];
+        for (c, h, w, kh, kw, stride, pad) in taken {
+            let g = ConvDims::new([1, c, h, w], [2, kh, kw], stride, pad, crate::memory::DType::F32, false);
+            let (k, p) = (g.k(), g.p());
+            let ld = p + 3;
+            let x = values(c * h * w, 5);
+            let (mut general, mut bordered) = (vec![f32::NAN; k * ld], vec![f32::NAN; k * ld]);
+            im2col_by_rows(&g, &x, &mut general, ld);
+            assert!(super::bordered::im2col(&g, &x, &mut bordered, ld), "{g:?} not taken");
+            for r in 0..k {
+                let (a, b) = (&general[r * ld..][..p], &bordered[r * ld..][..p]);
+                assert!(
+                    a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{g:?}: patch row {r} differs"
+                );
+            }
+            let col = values(k * p, 6);
+            let (mut general, mut bordered) = (vec![f32::NAN; c * h * w], vec![f32::NAN; c * h * w]);
+            col2im_by_rows(&g, &mut col.clone(), &mut general);
+            assert!(super::bordered::col2im(&g, &col, &mut bordered), "{g:?} not taken");
+            let differ = general
+                .iter()
+                .zip(&bordered)
+                .filter(|(a, b)| a.to_bits() != b.to_bits())
+                .count();
+            assert_eq!(differ, 0, "{g:?}: {differ} input gradients differ");
+        }
+        // Output rows of other widths, and wider planes, stay with the
+        // general form.
+        for (c, h, w, kh, kw, stride, pad) in [(2, 9, 11, 3, 3, 2, 1), (2, 28, 28, 3, 3, 1, 1), (1, 40, 32, 3, 3, 2, 1)]
+        {
+            let g = ConvDims::new([1, c, h, w], [2, kh, kw], stride, pad, crate::memory::DType::F32, false);
+            let mut col = vec![0.0; g.k() * g.p()];
+            assert!(
+                !super::bordered::im2col(&g, &values(c * h * w, 5), &mut col, g.p()),
+                "{g:?} taken"
+            );
         }
     }
 }

@@ -20,6 +20,7 @@
 //! On a GPU, cuDNN runs all three passes, each with the algorithm and the
 //! step-region workspace its plan chose; the bias is our own kernel.
 
+mod bordered;
 mod cpu;
 mod im2col;
 mod padded;

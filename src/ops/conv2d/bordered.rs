@@ -1,0 +1,144 @@
+//! Patch matrices of narrow output rows (ResNet's late layers and every
+//! strided one) through a bordered copy of each channel's plane.
+//!
+//! [`super::im2col`]'s general form works a row of the patch matrix out
+//! output row by output row: which columns fall in the padding, a copy
+//! call (or a strided gather) for the rest, zeros for the padding. On a
+//! 4- to 16-pixel output row that bookkeeping costs more than the row:
+//! ResNet-18/8's strided layers spent three times their products' time
+//! writing and reading their patch matrices. Here each channel's plane is
+//! first copied into the middle of a zeroed buffer with the padding as its
+//! border, so that every patch reads inside it; an output row of a tap's
+//! row is then `OW` values at a fixed stride `S` from a fixed offset, a
+//! loop of constant length that compiles to a few vector moves.
+//!
+//! The values, and for [`col2im`] the order in which each pixel's
+//! entries are added, are the general form's: the same bits.
+
+use crate::backend::ConvDims;
+
+/// The largest bordered plane, `(H + 2·pad) · (W + 2·pad)` values: a
+/// 32-pixel plane with a padding of 1 (CIFAR's first strided layer). On
+/// the stack: a buffer per call, nothing allocated.
+const MAX_BORDERED: usize = 34 * 34;
+
+/// Runs `$f::<OW, S>($args)` and gives true for the output row widths and
+/// strides this form takes, false for the rest. Stride 1 takes rows up to
+/// 8 pixels: a wider row is one copy of the plane per tap in the general
+/// form, which the bordered copy only adds to.
+macro_rules! row_form {
+    ($g:expr, $f:ident($($arg:expr),*)) => {{
+        let g: &ConvDims = $g;
+        let (hp, wp) = (g.h + 2 * g.padding, g.w + 2 * g.padding);
+        match (g.ow(), g.stride) {
+            _ if hp * wp > MAX_BORDERED => false,
+            (4, 1) => { $f::<4, 1>($($arg),*); true }
+            (7, 1) => { $f::<7, 1>($($arg),*); true }
+            (8, 1) => { $f::<8, 1>($($arg),*); true }
+            (4, 2) => { $f::<4, 2>($($arg),*); true }
+            (7, 2) => { $f::<7, 2>($($arg),*); true }
+            (8, 2) => { $f::<8, 2>($($arg),*); true }
+            (14, 2) => { $f::<14, 2>($($arg),*); true }
+            (16, 2) => { $f::<16, 2>($($arg),*); true }
+            _ => false,
+        }
+    }};
+}
+
+/// [`super::im2col`] of one image (`col`'s rows `ld` apart) where this
+/// form takes the geometry; false, nothing written, where it does not.
+pub(super) fn im2col(g: &ConvDims, x: &[f32], col: &mut [f32], ld: usize) -> bool {
+    row_form!(g, write_patches(g, x, col, ld))
+}
+
+/// [`super::col2im`] of one image where this form takes the geometry
+/// (`gx` overwritten); false, nothing written, where it does not.
+pub(super) fn col2im(g: &ConvDims, col: &[f32], gx: &mut [f32]) -> bool {
+    row_form!(g, add_patches(g, col, gx))
+}
+
+fn write_patches<const OW: usize, const S: usize>(g: &ConvDims, x: &[f32], col: &mut [f32], ld: usize) {
+    let (h, w, pad, oh) = (g.h, g.w, g.padding, g.oh());
+    let taps = g.kh * g.kw;
+    let mut bordered = [0.0f32; MAX_BORDERED];
+    for (c, plane) in x.chunks_exact(h * w).take(g.c).enumerate() {
+        // Without padding the plane is its own bordered copy.
+        let (src, wp): (&[f32], usize) = if pad == 0 {
+            (plane, w)
+        } else {
+            border(g, plane, &mut bordered);
+            (&bordered, w + 2 * pad)
+        };
+        for tap in 0..taps {
+            let (i, j) = (tap / g.kw, tap % g.kw);
+            let row = &mut col[(c * taps + tap) * ld..][..oh * OW];
+            for (oy, out) in row.chunks_exact_mut(OW).enumerate() {
+                let from = strided::<OW, S>(src, (oy * S + i) * wp + j);
+                let out = out.first_chunk_mut::<OW>().expect("conv2d: an output row of OW values");
+                for ox in 0..OW {
+                    out[ox] = from[ox * S];
+                }
+            }
+        }
+    }
+}
+
+fn add_patches<const OW: usize, const S: usize>(g: &ConvDims, col: &[f32], gx: &mut [f32]) {
+    let (h, w, pad) = (g.h, g.w, g.padding);
+    let (wp, len) = (w + 2 * pad, (h + 2 * pad) * (w + 2 * pad));
+    let mut bordered = [0.0f32; MAX_BORDERED];
+    for (c, plane) in gx.chunks_exact_mut(h * w).take(g.c).enumerate() {
+        if pad == 0 {
+            plane.fill(0.0);
+            add_taps::<OW, S>(g, col, c, plane, w);
+            continue;
+        }
+        // What falls on the border is the padding's gradient: dropped.
+        bordered[..len].fill(0.0);
+        add_taps::<OW, S>(g, col, c, &mut bordered, wp);
+        for (y, row) in plane.chunks_exact_mut(w).enumerate() {
+            row.copy_from_slice(&bordered[(y + pad) * wp + pad..][..w]);
+        }
+    }
+}
+
+/// Adds channel `c`'s tap rows of `col` onto `dst`, a plane `wp` wide
+/// holding every patch, tap by tap in the general form's order.
+fn add_taps<const OW: usize, const S: usize>(g: &ConvDims, col: &[f32], c: usize, dst: &mut [f32], wp: usize) {
+    let (taps, oh) = (g.kh * g.kw, g.oh());
+    for tap in 0..taps {
+        let (i, j) = (tap / g.kw, tap % g.kw);
+        let row = &col[(c * taps + tap) * g.p()..][..oh * OW];
+        for (oy, src) in row.chunks_exact(OW).enumerate() {
+            let to = strided_mut::<OW, S>(dst, (oy * S + i) * wp + j);
+            let src = src.first_chunk::<OW>().expect("conv2d: an output row of OW values");
+            for ox in 0..OW {
+                to[ox * S] += src[ox];
+            }
+        }
+    }
+}
+
+/// Copies `plane` into the middle of `bordered`, rows `W + 2·pad` apart,
+/// leaving its border as it was: zero (the buffer starts zeroed and
+/// nothing writes the border).
+fn border(g: &ConvDims, plane: &[f32], bordered: &mut [f32]) {
+    let (w, pad) = (g.w, g.padding);
+    let wp = w + 2 * pad;
+    for (y, row) in plane.chunks_exact(w).enumerate() {
+        bordered[(y + pad) * wp + pad..][..w].copy_from_slice(row);
+    }
+}
+
+/// The values an output row reads, `(OW − 1)·S + 1` from `at`: one length
+/// check, after which LLVM sees every `ox·S` in bounds.
+#[inline(always)]
+fn strided<const OW: usize, const S: usize>(src: &[f32], at: usize) -> &[f32] {
+    &src[at..][..(OW - 1) * S + 1]
+}
+
+/// [`strided`], writable.
+#[inline(always)]
+fn strided_mut<const OW: usize, const S: usize>(dst: &mut [f32], at: usize) -> &mut [f32] {
+    &mut dst[at..][..(OW - 1) * S + 1]
+}
