@@ -84,6 +84,9 @@ fn write_patches<const OW: usize, const S: usize>(g: &ConvDims, x: &[f32], col: 
 }
 
 fn add_patches<const OW: usize, const S: usize>(g: &ConvDims, col: &[f32], gx: &mut [f32]) {
+    if S == 1 && (g.kh, g.kw, g.padding) == (3, 3, 1) {
+        return gather_3x3::<OW>(g, col, gx);
+    }
     let (h, w, pad) = (g.h, g.w, g.padding);
     let (wp, len) = (w + 2 * pad, (h + 2 * pad) * (w + 2 * pad));
     let mut bordered = [0.0f32; MAX_BORDERED];
@@ -98,6 +101,42 @@ fn add_patches<const OW: usize, const S: usize>(g: &ConvDims, col: &[f32], gx: &
         add_taps::<OW, S>(g, col, c, &mut bordered, wp);
         for (y, row) in plane.chunks_exact_mut(w).enumerate() {
             row.copy_from_slice(&bordered[(y + pad) * wp + pad..][..w]);
+        }
+    }
+}
+
+/// [`add_patches`] for a 3×3 kernel at stride 1 and padding 1 (ResNet's
+/// small maps): each input row's gradient summed in registers from the
+/// tap rows that read it, rather than each tap row added onto the plane.
+/// Adding tap by tap, each tap's row overlapped the stores of the tap
+/// before it, a few rows back: a 4×4 layer's `col2im` ran at about six
+/// cycles a 4-value row. A pixel still adds its entries in tap order (the
+/// kernel's rows, then its columns) onto a zero, skipping the taps that
+/// read it from no patch, as the general form does: the same bits.
+fn gather_3x3<const W: usize>(g: &ConvDims, col: &[f32], gx: &mut [f32]) {
+    let (h, p) = (g.h, g.p());
+    for (c, plane) in gx.chunks_exact_mut(h * W).take(g.c).enumerate() {
+        let taps = &col[c * 9 * p..][..9 * p];
+        for (y, out) in plane.chunks_exact_mut(W).enumerate() {
+            let mut acc = [0.0f32; W];
+            for i in 0..3 {
+                // Kernel row i reads input row y for output row y + 1 − i.
+                let Some(oy) = (y + 1).checked_sub(i).filter(|&oy| oy < h) else {
+                    continue;
+                };
+                for j in 0..3 {
+                    let src = taps[(i * 3 + j) * p + oy * W..]
+                        .first_chunk::<W>()
+                        .expect("conv2d: an output row of W values");
+                    // Output column x + 1 − j reads input column x.
+                    match j {
+                        0 => (0..W - 1).for_each(|x| acc[x] += src[x + 1]),
+                        1 => (0..W).for_each(|x| acc[x] += src[x]),
+                        _ => (1..W).for_each(|x| acc[x] += src[x - 1]),
+                    }
+                }
+            }
+            out.copy_from_slice(&acc);
         }
     }
 }
