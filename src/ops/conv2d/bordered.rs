@@ -10,7 +10,9 @@
 //! first copied into the middle of a zeroed buffer with the padding as its
 //! border, so that every patch reads inside it; an output row of a tap's
 //! row is then `OW` values at a fixed stride `S` from a fixed offset, a
-//! loop of constant length that compiles to a few vector moves.
+//! loop of constant length that compiles to a few vector moves. (The
+//! input gradient of a 3×3 layer at stride 1 skips the bordered copy: it
+//! sums each input row in registers, `gather_3x3`.)
 //!
 //! The values, and for [`col2im`] the order in which each pixel's
 //! entries are added, are the general form's: the same bits.
