@@ -60,26 +60,40 @@ pub(super) fn col2im(g: &ConvDims, col: &[f32], gx: &mut [f32]) -> bool {
 }
 
 fn write_patches<const OW: usize, const S: usize>(g: &ConvDims, x: &[f32], col: &mut [f32], ld: usize) {
-    let (h, w, pad, oh) = (g.h, g.w, g.padding, g.oh());
-    let taps = g.kh * g.kw;
-    let mut bordered = [0.0f32; MAX_BORDERED];
-    for (c, plane) in x.chunks_exact(h * w).take(g.c).enumerate() {
+    let planes = x.chunks_exact(g.h * g.w).take(g.c).enumerate();
+    if g.padding == 0 {
         // Without padding the plane is its own bordered copy.
-        let (src, wp): (&[f32], usize) = if pad == 0 {
-            (plane, w)
-        } else {
-            border(g, plane, &mut bordered);
-            (&bordered, w + 2 * pad)
-        };
-        for tap in 0..taps {
-            let (i, j) = (tap / g.kw, tap % g.kw);
-            let row = &mut col[(c * taps + tap) * ld..][..oh * OW];
-            for (oy, out) in row.chunks_exact_mut(OW).enumerate() {
-                let from = strided::<OW, S>(src, (oy * S + i) * wp + j);
-                let out = out.first_chunk_mut::<OW>().expect("conv2d: an output row of OW values");
-                for ox in 0..OW {
-                    out[ox] = from[ox * S];
-                }
+        for (c, plane) in planes {
+            write_taps::<OW, S>(g, plane, g.w, c, col, ld);
+        }
+        return;
+    }
+    let mut bordered = [0.0f32; MAX_BORDERED];
+    for (c, plane) in planes {
+        border(g, plane, &mut bordered);
+        write_taps::<OW, S>(g, &bordered, g.w + 2 * g.padding, c, col, ld);
+    }
+}
+
+/// Writes channel `c`'s tap rows of `col` (rows `ld` apart) from `src`, a
+/// plane `wp` wide holding every patch.
+fn write_taps<const OW: usize, const S: usize>(
+    g: &ConvDims,
+    src: &[f32],
+    wp: usize,
+    c: usize,
+    col: &mut [f32],
+    ld: usize,
+) {
+    let (taps, oh) = (g.kh * g.kw, g.oh());
+    for tap in 0..taps {
+        let (i, j) = (tap / g.kw, tap % g.kw);
+        let row = &mut col[(c * taps + tap) * ld..][..oh * OW];
+        for (oy, out) in row.chunks_exact_mut(OW).enumerate() {
+            let from = strided::<OW, S>(src, (oy * S + i) * wp + j);
+            let out = out.first_chunk_mut::<OW>().expect("conv2d: an output row of OW values");
+            for ox in 0..OW {
+                out[ox] = from[ox * S];
             }
         }
     }
@@ -90,14 +104,17 @@ fn add_patches<const OW: usize, const S: usize>(g: &ConvDims, col: &[f32], gx: &
         return gather_3x3::<OW>(g, col, gx);
     }
     let (h, w, pad) = (g.h, g.w, g.padding);
-    let (wp, len) = (w + 2 * pad, (h + 2 * pad) * (w + 2 * pad));
-    let mut bordered = [0.0f32; MAX_BORDERED];
-    for (c, plane) in gx.chunks_exact_mut(h * w).take(g.c).enumerate() {
-        if pad == 0 {
+    let planes = gx.chunks_exact_mut(h * w).take(g.c).enumerate();
+    if pad == 0 {
+        for (c, plane) in planes {
             plane.fill(0.0);
             add_taps::<OW, S>(g, col, c, plane, w);
-            continue;
         }
+        return;
+    }
+    let (wp, len) = (w + 2 * pad, (h + 2 * pad) * (w + 2 * pad));
+    let mut bordered = [0.0f32; MAX_BORDERED];
+    for (c, plane) in planes {
         // What falls on the border is the padding's gradient: dropped.
         bordered[..len].fill(0.0);
         add_taps::<OW, S>(g, col, c, &mut bordered, wp);
