@@ -11,12 +11,17 @@ use crate::tensor::TensorRef;
 /// A tensor a memory budget may have backward recompute: what it is, what
 /// keeping it holds, and what recomputing it costs (the multiply-adds and
 /// the bytes its op reads and writes again).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Candidate {
     pub what: &'static str,
     pub bytes: usize,
     pub multiply_adds: u64,
     pub bytes_moved: u64,
+    /// Seconds making it again takes by the device's own timings, where
+    /// it has them: a GPU's timed convolution forward (the algorithm it
+    /// runs, as two halves where it does). Else the cost model prices the
+    /// multiply-adds and bytes.
+    pub timed_seconds: Option<f64>,
     /// The candidates (by number) recomputing it reads, directly or through
     /// outputs backward always recomputes (a batch norm's relu'd output): a
     /// dropped one among them is made again when this one is, so the two

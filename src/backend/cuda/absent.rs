@@ -70,6 +70,10 @@ impl ConvPlan {
         match self.never {}
     }
 
+    pub(crate) fn seconds_chosen(&self, _pass: ConvPass) -> Option<f64> {
+        match self.never {}
+    }
+
     pub(crate) fn workspace_tag(&self, _pass: ConvPass) -> u32 {
         match self.never {}
     }

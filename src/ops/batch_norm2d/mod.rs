@@ -322,6 +322,7 @@ impl<'s> Tensor<'s> {
                     what,
                     bytes,
                     multiply_adds: 0,
+                    timed_seconds: None,
                     bytes_moved: 3 * bytes as u64,
                     reads: Vec::new(),
                     remade: 0,

@@ -196,6 +196,7 @@ impl<'s> Tensor<'s> {
             weight.shape().numel() * size,
             g.output().numel() * size,
         );
+        let timed_seconds = timed_forward_seconds(s, &g);
         let dropped = s.drops_next_candidate(
             &y.inner,
             [Some(&self.inner), None],
@@ -204,6 +205,7 @@ impl<'s> Tensor<'s> {
                 bytes: y_bytes,
                 multiply_adds: (g.output().numel() * g.k()) as u64,
                 bytes_moved: (x_bytes + w_bytes + y_bytes) as u64,
+                timed_seconds,
                 reads: Vec::new(),
                 remade: 0,
             },
@@ -222,6 +224,19 @@ impl<'s> Tensor<'s> {
             }
         }
         Ok(y)
+    }
+}
+
+/// Seconds `g`'s forward pass takes on the algorithm the GPU runs it with,
+/// by the GPU's timings (`None` on the CPU, and before the algorithms are
+/// timed): what recomputing its output costs.
+fn timed_forward_seconds(s: &mut Step<'_>, g: &ConvDims) -> Option<f64> {
+    match s.sizing() {
+        Sizing::Cuda(gpu) => gpu
+            .conv_plan(*g, s.policy())
+            .ok()
+            .and_then(|plan| plan.seconds_chosen(ConvPass::Forward)),
+        _ => None,
     }
 }
 

@@ -11,6 +11,7 @@ fn c(bytes: usize, multiply_adds: u64) -> Candidate {
         bytes,
         multiply_adds,
         bytes_moved: 0,
+        timed_seconds: None,
         reads: Vec::new(),
         remade: 0,
     }
@@ -303,6 +304,14 @@ fn a_recomputation_costs_its_work_at_the_devices_rates() {
     assert_eq!(extra_seconds(&candidates, &[1], &speed), 5.0);
     assert_eq!(extra_seconds(&candidates, &[0, 2], &speed), 5.0 + 15.0);
     assert_eq!(extra_seconds(&candidates, &[], &speed), 0.0);
+    // The device's own timing of a recomputation, where it has one, is
+    // its cost: not the multiply-adds and bytes at the model's rates.
+    let timed = |remade| Candidate {
+        timed_seconds: Some(0.25),
+        ..made(remade)
+    };
+    assert_eq!(speed.seconds(&timed(1)), 0.25);
+    assert_eq!(extra_seconds(&[timed(1), timed(3)], &[0, 1], &speed), 0.25 + 0.75);
 }
 
 /// The local search tries candidates in order of bytes kept per second

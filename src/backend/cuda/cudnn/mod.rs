@@ -335,6 +335,16 @@ impl ConvPlan {
         .lost()
     }
 
+    /// Seconds the pass's choice takes for the whole batch (as two halves
+    /// where it runs so), by the device's timings; `None` before
+    /// [`ConvPlan::tune`] or where the choice was not timed.
+    pub(crate) fn seconds_chosen(&self, pass: ConvPass) -> Option<f64> {
+        match self.half_for(pass) {
+            Some(half) => half.seconds(pass).twice().chosen,
+            None => self.engine.seconds(pass).chosen,
+        }
+    }
+
     /// Goes back to cuDNN's heuristic choice (when the timed choices' step
     /// does not fit).
     pub(crate) fn untune(&self) {
