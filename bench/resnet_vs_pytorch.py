@@ -438,17 +438,20 @@ def pytorch_max_batch(model, args, checkpoint=False):
 def table(rows, max_batches):
     out = ["| model | batch | precision | bumpgrad ms/step | PyTorch eager ms/step | ratio (target) "
            "| PyTorch graphs ms/step | ratio "
-           "| bumpgrad step MiB | PyTorch eager step MiB | ratio (target 0.6) | bumpgrad --recompute none ms, MiB |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "| bumpgrad step MiB | PyTorch eager step MiB | ratio (target 0.6) | bumpgrad --recompute none ms, MiB "
+           "| --recompute cheap ms, MiB |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         b, t, g = r["bumpgrad"], r["pytorch"], r.get("pytorch_graphs")
         k = r.get("bumpgrad_keep_all")
         graphs = f"{g['ms_per_step']:.2f} | {r['graphs_time_ratio']:.2f}" if g else "– | –"
         kept = f"{k['ms_per_step']:.2f}, {k['step_memory_bytes'] / MIB:,.0f}" if k else "–"
+        c = r.get("bumpgrad_cheap")
+        cheap = f"{c['ms_per_step']:.2f}, {c['step_memory_bytes'] / MIB:,.0f}" if c else "–"
         out.append(
             f"| {r['model']} | {r['batch']} | {r['precision']} | {b['ms_per_step']:.2f} | {t['ms_per_step']:.2f} "
             f"| {r['time_ratio']:.2f} (≤ {r['time_target']}) | {graphs} | {b['step_memory_bytes'] / MIB:,.0f} "
-            f"| {t['step_memory_bytes'] / MIB:,.0f} | {r['memory_ratio']:.2f} | {kept} |"
+            f"| {t['step_memory_bytes'] / MIB:,.0f} | {r['memory_ratio']:.2f} | {kept} | {cheap} |"
         )
     if max_batches:
         out += ["", "| model | largest batch in 4 GiB: bumpgrad | PyTorch | ratio |", "| --- | --- | --- | --- |"]
@@ -510,6 +513,9 @@ def main():
     p.add_argument("--keep-all-too", action="store_true",
                    help="also bumpgrad with --recompute none (every output kept): what the default's "
                         "recomputation of cheap outputs costs and saves, side by side")
+    p.add_argument("--cheap-too", action="store_true",
+                   help="also bumpgrad with --recompute cheap (only the outputs made again without a multiply-add, "
+                        "no search for a smaller step): what the default's search costs and saves, side by side")
     p.add_argument("--only", choices=["bumpgrad", "pytorch"], help="run one side only (no ratios)")
     p.add_argument("--no-graphs", dest="graphs", action="store_false",
                    help='skip PyTorch under torch.compile(mode="reduce-overhead"), its CUDA-graph replay, '
@@ -564,6 +570,11 @@ def main():
             k = row["bumpgrad_keep_all"]
             print(f"bumpgrad --recompute none {case}: {k['ms_per_step']:.2f} ms/step, "
                   f"{k['step_memory_bytes'] / MIB:,.0f} MiB", file=sys.stderr, flush=True)
+        if args.cheap_too and args.only in (None, "bumpgrad"):
+            row["bumpgrad_cheap"] = run_bumpgrad(case, args, recompute="cheap")
+            c = row["bumpgrad_cheap"]
+            print(f"bumpgrad --recompute cheap {case}: {c['ms_per_step']:.2f} ms/step, "
+                  f"{c['step_memory_bytes'] / MIB:,.0f} MiB", file=sys.stderr, flush=True)
         if args.graphs and args.only in (None, "pytorch"):
             row["pytorch_graphs"] = run_pytorch(case, args, graphs=True)
             print(f"pytorch graphs {case}: {row['pytorch_graphs']['ms_per_step']:.2f} ms/step, "

@@ -28,6 +28,6 @@ pub(crate) use arena::{StepFootprint, Touch};
 pub use error::{suggest, ArenaError};
 pub use plan::{Lifetime, PlannedBuf, StepPlan};
 pub use report::{
-    chain_mode, DynamicSteps, MemoryReport, RecomputeReason, Recomputed, RecomputedKind, RecomputedOutput,
+    chain_mode, DynamicSteps, LeanSearch, MemoryReport, RecomputeReason, Recomputed, RecomputedKind, RecomputedOutput,
     SearchReport, TypeBytes,
 };

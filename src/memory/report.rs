@@ -148,6 +148,7 @@ impl MemoryReport {
                 "{}: the training step recomputes {} in backward rather than keep them{} (step {} without)",
                 match r.reason {
                     RecomputeReason::Cheap => "recomputed by default, made again without a multiply-add",
+                    RecomputeReason::Lean => "recomputed by default, the least step within the allowed time",
                     RecomputeReason::MemoryBudget | RecomputeReason::ArenaSize => "memory budget",
                 },
                 kinds.join(", "),
@@ -163,7 +164,7 @@ impl MemoryReport {
                 r.predicted_extra_seconds * 1e3,
                 100.0 * r.extra_multiply_adds as f64 / r.step_multiply_adds.max(1) as f64,
                 match r.reason {
-                    RecomputeReason::Cheap => "of as small a step",
+                    RecomputeReason::Cheap | RecomputeReason::Lean => "of as small a step",
                     RecomputeReason::MemoryBudget | RecomputeReason::ArenaSize => "within the budget",
                 },
                 r.least_extra_seconds * 1e3,
@@ -176,9 +177,13 @@ impl MemoryReport {
                     (w + r.predicted_extra_seconds) * 1e3,
                 );
             }
-            // The default's drops are read off a few dry runs: no search.
-            if r.reason != RecomputeReason::Cheap {
+            // The default's drops are read off a few dry runs, and its
+            // search for a smaller step says its own.
+            if matches!(r.reason, RecomputeReason::MemoryBudget | RecomputeReason::ArenaSize) {
                 let _ = writeln!(out, "  {}", r.search.describe());
+            }
+            if let Some(lean) = &r.lean {
+                let _ = writeln!(out, "  {}", lean.describe());
             }
         }
         if let Some(t) = self.tuning_bytes {
@@ -433,9 +438,14 @@ pub enum RecomputeReason {
     /// A given `--arena-size` below the step's need: the same search, the
     /// arena's room above its persistent region the budget.
     ArenaSize,
-    /// No budget (`--recompute cheap`, the default): the outputs made again
-    /// without a multiply-add that lower the step's peak.
+    /// No budget (`--recompute cheap`, or the default where its search
+    /// found no smaller step): the outputs made again without a
+    /// multiply-add that lower the step's peak.
     Cheap,
+    /// No budget (`--recompute lean`, the default) on a GPU that times its
+    /// convolutions: the least step its search for a budget found within
+    /// the allowed predicted cost (see [`LeanSearch`]).
+    Lean,
 }
 
 /// What a memory budget, or the default recomputation, has a step
@@ -483,6 +493,9 @@ pub struct Recomputed {
     pub outputs: Vec<RecomputedOutput>,
     /// How the choice was searched for.
     pub search: SearchReport,
+    /// What the default's search for a smaller step did, where it ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lean: Option<LeanSearch>,
 }
 
 /// The words for a chain mode (see [`Recomputed::transient_chains`]).
@@ -523,6 +536,63 @@ pub struct SearchReport {
     pub plans_weighed: usize,
     /// Dry runs of the step it took.
     pub dry_runs: usize,
+}
+
+/// What the default's search for a smaller step did (`--recompute lean`,
+/// on a GPU that times its convolutions): budgets of fractions of the
+/// step the cheap drops make on the timed algorithms, tried in turn while
+/// the cheapest plan under each stays within an allowed predicted cost.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct LeanSearch {
+    /// The step it started from: the cheap drops on the timed algorithms.
+    pub from_bytes: usize,
+    /// Predicted extra seconds a step it keeps may cost in all
+    /// (recomputation and held workspaces, against every output kept on
+    /// the fastest algorithms).
+    pub allowed_seconds: f64,
+    /// The step's predicted seconds the allowance is a share of: its
+    /// convolutions' multiply-adds at the device's rate.
+    pub step_seconds: f64,
+    /// The fraction of `from_bytes` whose budget's plan it kept; `None`
+    /// where none stayed within the allowance.
+    pub fraction: Option<f64>,
+    /// Budgets searched.
+    pub budgets_tried: usize,
+    /// Seconds it took...
+    pub seconds: f64,
+    /// ...and may take, past which it keeps the least step found by then.
+    pub bound_seconds: f64,
+    /// It reached its bound and kept the least step found by then.
+    pub stopped_at_bound: bool,
+}
+
+impl LeanSearch {
+    /// For people: what it kept, and what it cost to find.
+    pub fn describe(&self) -> String {
+        let kept = match self.fraction {
+            Some(f) => format!(
+                "kept the plan for a budget of {:.1}% of the {} step the cheap drops make",
+                f * 100.0,
+                ByteSize(self.from_bytes)
+            ),
+            None => format!(
+                "found no step below the cheap drops' {} within it",
+                ByteSize(self.from_bytes)
+            ),
+        };
+        format!(
+            "the default's search for a smaller step allowed {:.2} ms more a step ({:.1}% of its predicted {:.2} ms, or the cheap drops' own cost where more) and {kept}: {} budgets in {:.1} s{}",
+            self.allowed_seconds * 1e3,
+            100.0 * self.allowed_seconds / self.step_seconds.max(f64::MIN_POSITIVE),
+            self.step_seconds * 1e3,
+            self.budgets_tried,
+            self.seconds,
+            match self.stopped_at_bound {
+                true => format!(", stopped at its bound of {:.0} s", self.bound_seconds),
+                false => String::new(),
+            }
+        )
+    }
 }
 
 impl SearchReport {

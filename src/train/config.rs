@@ -469,11 +469,17 @@ pub enum ConvAlgos {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Recompute {
+    /// [`Recompute::Cheap`]'s drops, then on a GPU that times its
+    /// convolutions a search for a smaller step: budgets below the step
+    /// those drops make with the timed workspaces, searched as a memory
+    /// budget is, the least kept whose predicted cost stays within 3% of
+    /// the step's (`train::pipeline::tuning`). Elsewhere, `Cheap`.
+    #[default]
+    Lean,
     /// The outputs backward makes again without a multiply-add (a residual
     /// block's batch norm + add + relu, read from tensors backward keeps
     /// anyway), where that lowers the step's peak: an elementwise pass
     /// each, for up to a fifth of a ResNet's step memory.
-    #[default]
     Cheap,
     /// Nothing: every output backward reads is kept.
     Nothing,

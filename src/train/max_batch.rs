@@ -146,7 +146,7 @@ pub fn max_batch(cfg: &TrainConfig, progress: &mut dyn FnMut(&Probe)) -> Result<
     };
     let recompute = match (cfg.memory.memory_budget, cfg.memory.recompute) {
         (Some(_), _) => Recomputing::Budget,
-        (None, Recompute::Cheap) => Recomputing::Cheap,
+        (None, Recompute::Cheap | Recompute::Lean) => Recomputing::Cheap,
         (None, Recompute::Nothing) => Recomputing::Nothing,
     };
     let without_recomputation = match recompute {

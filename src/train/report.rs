@@ -104,8 +104,12 @@ pub struct RecomputePlan {
     pub workspace_extra_seconds: f64,
     /// ...the two together, the step's predicted extra time...
     pub predicted_step_extra_seconds: f64,
-    /// ...and how the search went (`None`: the step needed no search).
+    /// ...how the search went (`None`: the step needed no search)...
     pub search: Option<crate::memory::SearchReport>,
+    /// ...and what the default's search for a smaller step did, where it
+    /// ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lean: Option<crate::memory::LeanSearch>,
 }
 
 /// One epoch as `--json` prints it: the report, the measured time of a
@@ -355,6 +359,8 @@ pub struct ConvTuning {
     /// Convolution passes held below their fastest workspace that run as
     /// two halves of their batch, each within about half the workspace.
     pub halved: usize,
+    /// What the default's search for a smaller step did, where it ran.
+    pub lean: Option<crate::memory::LeanSearch>,
 }
 
 /// How a run's timed convolutions were held to fit its step (see

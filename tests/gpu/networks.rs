@@ -206,6 +206,92 @@ fn by_default_block_outputs_are_recomputed_on_the_gpu_bit_for_bit() {
     }
 }
 
+/// The default's search for a smaller step (`--recompute lean`) on a GPU
+/// that times its convolutions: `bumpgrad memory` reports the search as
+/// the run does; the step the run keeps is within the budget it was kept
+/// for and its predicted cost within what the search allowed; the run
+/// stays on that plan, and trains as the CPU does (which recomputes only
+/// what it would anyway: the recomputed outputs are the same values). The
+/// timings decide how far the search goes, so what it keeps is not
+/// asserted, only that what it kept holds.
+#[test]
+fn the_default_keeps_a_smaller_step_within_its_allowance_and_trains_as_the_cpu() {
+    use bumpgrad::memory::RecomputeReason;
+    use bumpgrad::models::{Depth, ResNet};
+    use bumpgrad::train::{memory_report, Pipeline};
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_probe) = gpu("recompute_lean") else {
+        return;
+    };
+    drop(_probe);
+    let cfg = {
+        let mut cfg = TrainConfig::default();
+        cfg.device.request = DeviceRequest::Cuda;
+        cfg.run.model = ResNet::choice(Depth::R18, 0.5);
+        cfg.run.data_dir = "synthetic:cifar10:1024".into();
+        cfg.run.epochs = 2;
+        cfg.run.batch = 256;
+        cfg.run.lr = 0.02;
+        cfg
+    };
+    assert_eq!(cfg.memory.recompute, bumpgrad::train::Recompute::Lean, "the default");
+    let (report, _) = memory_report(&cfg).expect("plan by default");
+    let reported = report.recomputed.expect("the default recomputes");
+    let reported_search = reported
+        .lean
+        .expect("memory runs the default's search, as the run does");
+    let (mut session, info) = Pipeline::open(&cfg, None).and_then(Pipeline::build).expect("prepare");
+    let tuning = info.conv_tuning.expect("a GPU times its convolutions");
+    let search = tuning.lean.expect("the run searched for a smaller step");
+    let plan = info.recomputed.clone().expect("the run recomputes");
+    let planned = training_plan_peak(&info);
+    let _ = writeln!(
+        std::io::stderr(),
+        "recompute_lean: memory: {}; the run: {}; recomputes {:?} ({:?}), {:.3} ms predicted, step {planned}",
+        reported_search.describe(),
+        search.describe(),
+        plan.dropped,
+        plan.reason,
+        plan.predicted_step_extra_seconds * 1e3
+    );
+    assert!(
+        search.budgets_tried >= 1 && search.seconds <= search.bound_seconds + 1.0,
+        "{search:?}"
+    );
+    assert!(
+        plan.predicted_step_extra_seconds <= search.allowed_seconds * (1.0 + 1e-9),
+        "{plan:?} {search:?}"
+    );
+    match search.fraction {
+        Some(f) => {
+            assert_eq!(plan.reason, RecomputeReason::Lean);
+            assert!(
+                planned as f64 <= (search.from_bytes as f64 * f).round(),
+                "{planned} {search:?}"
+            );
+            assert!(planned < search.from_bytes, "{planned} {search:?}");
+        }
+        None => assert_eq!(plan.reason, RecomputeReason::Cheap),
+    }
+    let mut seen = Collect(Vec::new());
+    let gpu = (1..=cfg.run.epochs)
+        .map(|e| session.epoch(e, &mut seen).expect("epoch"))
+        .collect::<Vec<_>>();
+    for r in &gpu {
+        assert_eq!(
+            r.arena.step_high_water_bytes, planned,
+            "epoch {} left its plan",
+            r.epoch
+        );
+    }
+    let cpu = train_on(&{
+        let mut cfg = cfg.clone();
+        cfg.device.request = DeviceRequest::Cpu;
+        cfg
+    });
+    assert_same_losses("cpu vs gpu", &cpu, &gpu, 2e-3);
+}
+
 /// A memory budget on the GPU: a narrow ResNet-18 under 60% of its own
 /// step recomputes convolution and block outputs (the relu masks of the
 /// dropped block outputs then come from their residuals, kernels' mask 3),

@@ -91,9 +91,13 @@ pub(crate) enum PrecisionArg {
 /// `--recompute`: what a step recomputes without a budget.
 #[derive(Clone, Copy, ValueEnum)]
 pub(crate) enum RecomputeArg {
+    /// As cheap, then on a GPU that times its convolutions the least step a search over budgets
+    /// finds whose predicted cost stays within 3% of the step's (convolution and block outputs
+    /// recomputed, workspaces held); the same losses (the default).
+    Lean,
     /// The outputs made again without a multiply-add (a residual block's batch norm + add +
     /// relu) where that lowers the step's peak: an elementwise pass each in backward, the same
-    /// losses (the default).
+    /// losses.
     Cheap,
     /// Nothing: every output backward reads is kept (the most step memory).
     None,
@@ -102,6 +106,7 @@ pub(crate) enum RecomputeArg {
 impl From<RecomputeArg> for Recompute {
     fn from(arg: RecomputeArg) -> Self {
         match arg {
+            RecomputeArg::Lean => Self::Lean,
             RecomputeArg::Cheap => Self::Cheap,
             RecomputeArg::None => Self::Nothing,
         }
@@ -343,7 +348,7 @@ pub(crate) struct TrainArgs {
     #[arg(help_heading = "Memory", long, value_parser = parse_budget)]
     pub(crate) memory_budget: Option<usize>,
     /// What a training step recomputes in backward when no --memory-budget is given.
-    #[arg(help_heading = "Memory", long, value_enum, default_value = "cheap")]
+    #[arg(help_heading = "Memory", long, value_enum, default_value = "lean")]
     pub(crate) recompute: RecomputeArg,
     /// How the GPU chooses each convolution's algorithms (--deterministic: the heuristic's,
     /// deterministic ones).

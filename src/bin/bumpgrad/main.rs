@@ -310,6 +310,9 @@ fn run_memory(memory: &MemoryArgs) -> anyhow::Result<()> {
             Some(bumpgrad::memory::RecomputeReason::Cheap) => {
                 "(block outputs are recomputed by default, below; --recompute none keeps them)\n"
             }
+            Some(bumpgrad::memory::RecomputeReason::Lean) => {
+                "(outputs are recomputed by default for a smaller step, below; --recompute cheap recomputes fewer, none keeps them)\n"
+            }
             _ => "",
         };
         format!(

@@ -167,6 +167,7 @@ impl Observer for Printer {
                     RecomputeReason::MemoryBudget => "to fit --memory-budget",
                     RecomputeReason::ArenaSize => "to fit --arena-size",
                     RecomputeReason::Cheap => "by default, the outputs made again without a multiply-add that lower its peak (--recompute none keeps them)",
+                    RecomputeReason::Lean => "by default, the least step a search over budgets found within the allowed time (--recompute cheap recomputes only outputs made without a multiply-add; none keeps them)",
                 },
                 plan.predicted_step_extra_seconds * 1e3,
             ));
@@ -174,11 +175,15 @@ impl Observer for Printer {
                 self.say(&format!("memory: {}", search.describe()));
             }
         }
+        if let Some(lean) = info.conv_tuning.and_then(|t| t.lean) {
+            self.say(&format!("memory: {}", lean.describe()));
+        }
         if let Some(t) = info.conv_tuning {
             let growth = (info.workspace_growth * 100.0).round();
             // Under a budget (given or the arena's) the bound is the budget.
             let within = match info.recomputed.as_ref().map(|r| r.reason) {
                 Some(RecomputeReason::MemoryBudget | RecomputeReason::ArenaSize) => "the memory budget".to_string(),
+                Some(RecomputeReason::Lean) => "the default's smaller step".to_string(),
                 Some(RecomputeReason::Cheap) | None => format!("{growth}% of the heuristic's"),
             };
             let cost = t.seconds_lost * 1e3;

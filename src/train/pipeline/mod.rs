@@ -131,7 +131,7 @@ impl<'c> Pipeline<'c> {
         let unbudgeted = runs.plain()?;
         let measure = |choice: &StepChoice| runs.measure(choice);
         let budgeted = match (cfg.memory.memory_budget, cfg.memory.recompute) {
-            (None, Recompute::Cheap) => Budgeted {
+            (None, Recompute::Cheap | Recompute::Lean) => Budgeted {
                 needs: cheap_floor(&measure, unbudgeted.clone())?,
                 search: None,
             },
@@ -349,7 +349,7 @@ impl<'c> Pipeline<'c> {
             speed,
             ..
         } = self.prepare(cfg)?;
-        let reason = recompute_reason(cfg, &search);
+        let reason = final_reason(cfg, &search, conv_tuning.as_ref());
         // After timing: the timed algorithms may recompute others.
         engine.set_recomputed(&needs.dropped, needs.transient_chains);
         if cfg.memory.memory_plan {
@@ -425,6 +425,7 @@ impl<'c> Pipeline<'c> {
                     workspace_extra_seconds: workspaces,
                     predicted_step_extra_seconds: recomputing + workspaces,
                     search,
+                    lean: conv_tuning.and_then(|t| t.lean),
                 }
             }),
         };
@@ -443,12 +444,26 @@ fn recompute_reason(cfg: &TrainConfig, search: &Option<SearchReport>) -> Recompu
     }
 }
 
+/// What the run's drops were made for, once the convolutions are timed:
+/// as [`recompute_reason`], or the default's search for a smaller step
+/// where it kept one.
+fn final_reason(
+    cfg: &TrainConfig,
+    search: &Option<SearchReport>,
+    tuning: Option<&super::report::ConvTuning>,
+) -> RecomputeReason {
+    match tuning.and_then(|t| t.lean).and_then(|l| l.fraction) {
+        Some(_) => RecomputeReason::Lean,
+        None => recompute_reason(cfg, search),
+    }
+}
+
 /// The step the timed convolutions' workspaces may grow from (see
 /// [`tuning::tuning_bound`]): with the default's cheap drops, the step
 /// that keeps every output (`plain`); else the step as chosen (`needs`).
 fn grown_from(cfg: &TrainConfig, plain: &ArenaNeeds, needs: &ArenaNeeds, search: &Option<SearchReport>) -> usize {
     match recompute_reason(cfg, search) {
-        RecomputeReason::Cheap => plain.step_bytes,
+        RecomputeReason::Cheap | RecomputeReason::Lean => plain.step_bytes,
         RecomputeReason::MemoryBudget | RecomputeReason::ArenaSize => needs.step_bytes,
     }
 }

@@ -6,8 +6,8 @@ use crate::autograd::Candidate;
 use crate::memory::{
     chain_mode, MemoryReport, RecomputeReason, Recomputed, RecomputedKind, RecomputedOutput, SearchReport,
 };
-use crate::train::budget::{extra_seconds, least_extra_seconds, Speed};
-use crate::train::TrainConfig;
+use crate::train::budget::{extra_seconds, least_extra_seconds, step_multiply_adds, Speed};
+use crate::train::{Recompute, TrainConfig};
 use crate::Result;
 
 impl Pipeline<'_> {
@@ -60,7 +60,10 @@ impl Pipeline<'_> {
 pub fn memory_report(cfg: &TrainConfig) -> Result<(MemoryReport, String)> {
     let pipeline = Pipeline::open(cfg, None)?;
     let timed = super::tuning::times_convolutions(cfg, device_kind(&pipeline.device));
-    match timed && cfg.memory.memory_budget.is_some() && cfg.memory.memory_plan {
+    // The default's search for a smaller step runs on the timed algorithms
+    // too: reported from them, as under a budget.
+    let searched = cfg.memory.memory_budget.is_some() || cfg.memory.recompute == Recompute::Lean;
+    match timed && searched && cfg.memory.memory_plan {
         true => pipeline.timed_memory_report(),
         false => pipeline.memory_report(),
     }
@@ -79,11 +82,19 @@ impl Pipeline<'_> {
         let prepared = self.prepare(cfg)?;
         let needs = &prepared.needs;
         let mut report = MemoryReport::new(&needs.persistent, &needs.plans).named(needs.plan_names.clone());
-        if let Some(budget) = cfg.memory.memory_budget {
+        let lean = prepared.conv_tuning.and_then(|t| t.lean);
+        let why = super::final_reason(cfg, &prepared.search, prepared.conv_tuning.as_ref());
+        // The default's drops are weighed against any choice of as small a
+        // step; a budget's, against any within it.
+        let budget = match cfg.memory.memory_budget {
+            Some(budget) => Some(budget),
+            None => (!needs.dropped.is_empty()).then_some(needs.step_bytes),
+        };
+        if let Some(budget) = budget {
             let search = prepared.search.unwrap_or_default();
-            let why = RecomputeReason::MemoryBudget;
             let mut r = recomputed(needs, &prepared.unbudgeted, budget, &prepared.speed, search, why);
             r.workspace_extra_seconds = prepared.conv_tuning.map(|t| t.seconds_lost);
+            r.lean = lean;
             report.recomputed = Some(r);
         }
         Ok((report, name))
@@ -146,9 +157,8 @@ fn recomputed(
             k.bytes += c.bytes;
         }
     }
-    // A training step runs each convolution three times (forward, input
-    // and weight gradients); recomputing one runs its forward again.
-    let step_macs: u64 = 3 * needs.candidates.iter().map(|c| c.multiply_adds).sum::<u64>();
+    // Recomputing a convolution runs its forward again.
+    let step_macs = step_multiply_adds(&needs.candidates);
     Recomputed {
         reason,
         dropped: dropped.len(),
@@ -169,5 +179,6 @@ fn recomputed(
         chain_mode: chain_mode(needs.transient_chains),
         outputs: outputs(needs),
         search,
+        lean: None,
     }
 }

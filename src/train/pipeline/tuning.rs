@@ -6,10 +6,13 @@ use super::arenas::Algorithms;
 use super::measure::{ArenaNeeds, DryRuns, StepChoice};
 use crate::backend::DeviceKind;
 use crate::data::DataSet;
+use crate::memory::LeanSearch;
 use crate::memory::{SearchReport, StepPlan};
-use crate::train::budget::{cheapest_within, extra_seconds, Deadline, Mode, Speed, SEARCH_SECONDS};
+use crate::train::budget::{
+    cheapest_within, extra_seconds, predicted_step_seconds, Deadline, Mode, Speed, SEARCH_SECONDS,
+};
 use crate::train::report::{ConvTuning, WorkspaceHold};
-use crate::train::{ConvAlgos, TrainConfig};
+use crate::train::{ConvAlgos, Recompute, TrainConfig};
 use crate::Engine;
 use crate::Result;
 use std::collections::BTreeMap;
@@ -105,98 +108,42 @@ pub(super) fn time_convolutions(
             kept: true,
             seconds_lost: 0.0,
             halved: 0,
+            lean: None,
         });
     }
     let bound = tuning_bound(cfg, needs.step_bytes, grown_from)
         .min(capacity - needs.persistent_bytes)
         .min(cfg.memory.memory_budget.unwrap_or(usize::MAX).max(needs.step_bytes));
-    let timed = DryRuns::new(cfg, host, Algorithms::TimedOn(engine));
-    let fits = |n: &ArenaNeeds| n.step_bytes <= bound && n.total() <= capacity;
-    let largest = engine.runtime().select_convolutions(usize::MAX);
-    let hold = |limits: &Limits, cap: usize| {
-        engine
-            .runtime()
-            .hold_convolutions(&|tag| limits.get(&tag).copied().unwrap_or(usize::MAX).min(cap));
+    let tuner = Tuner {
+        engine,
+        timed: DryRuns::new(cfg, host, Algorithms::TimedOn(engine)),
+        capacity,
+        largest: engine.runtime().select_convolutions(usize::MAX),
+        speed,
     };
-    // The timed algorithms' workspaces held down until a step recomputing
-    // `choice` fits: the cheapest of three ways by cuDNN's timings.
-    let held_for = |choice: &StepChoice| -> Result<Option<Held>> {
-        let measure = || timed.measure(choice);
-        let (at_peak, peak_limits) = hold_at_the_peak(bound, &measure, &fits, &|l| hold(l, usize::MAX))?;
-        let mut best: Option<Held> = at_peak.map(|n| (n, peak_limits.clone(), None));
-        if best.as_ref().is_none_or(|b| b.0.slower_seconds() > 0.0) {
-            for base in [peak_limits, Limits::new()] {
-                let Some((timed, cap)) = cap_workspaces(largest, &base, &measure, &fits, &hold)? else {
-                    continue;
-                };
-                if best
-                    .as_ref()
-                    .is_none_or(|b| timed.slower_seconds() < b.0.slower_seconds())
-                {
-                    best = Some((timed, base, cap));
-                }
-            }
-        }
-        Ok(best)
-    };
-    let mut best = held_for(&StepChoice {
+    let given = StepChoice {
         dropped: needs.dropped.clone(),
         transient_chains: needs.transient_chains,
-    })?;
+    };
+    let mut best = tuner.held_for(bound, &given)?;
     // Under a budget the heuristic's drops leave the timed workspaces no
-    // room where the step peaks: choose what to recompute again under a
-    // ladder of workspace caps, each choice's workspaces then held the
-    // three ways, and keep whichever costs least in all. (A budget's
-    // search, and only one, leaves a report: the drops of the default
-    // recomputation are made with no budget to search under.)
+    // room where the step peaks: what to recompute is chosen again with
+    // them (a budget's search, and only one, leaves a report: the drops of
+    // the default recomputation are made with no budget to search under).
     if search.is_some() {
-        let given = best.as_ref().map(|b| step_seconds(&b.0, speed));
-        let measure = |c: &StepChoice| timed.measure(c);
         let deadline = Deadline::after(Duration::from_secs(SEARCH_SECONDS));
-        let mut search_at = |rung: Rung| -> Result<(Option<Held>, SearchReport)> {
-            hold(&Limits::new(), rung.cap.unwrap_or(usize::MAX));
-            let plain = measure(&StepChoice::default())?;
-            let aim = bound.saturating_sub(rung.reserve);
-            let mode = match rung.reserve {
-                0 => Mode::Weigh,
-                _ => Mode::Room,
-            };
-            let (found, report) = cheapest_within(&measure, plain, aim, speed, mode, deadline)?;
-            let Some(found) = found.filter(|f| fits(f)) else {
-                return Ok((None, report));
-            };
-            let choice = StepChoice {
-                dropped: found.dropped.clone(),
-                transient_chains: found.transient_chains,
-            };
-            let capped = (found, Limits::new(), rung.cap);
-            let cheaper = match held_for(&choice)? {
-                Some(h) if step_seconds(&h.0, speed) < step_seconds(&capped.0, speed) => h,
-                _ => capped,
-            };
-            Ok((Some(cheaper), report))
-        };
-        let seconds = |h: &Held| step_seconds(&h.0, speed);
-        let capped = recompute_for_workspaces(&ladder(largest), &mut search_at, &seconds, given, &deadline)?;
-        let given = match &capped.cheaper {
-            Some((_, h)) => Some(seconds(h)),
-            None => given,
-        };
-        // Room for the workspaces where the step peaks, at the cap that
-        // cost least (the least cap where none fitted).
-        let at = capped.cheapest_rung().map_or(Some(0), |r| r.cap);
-        let reserved = recompute_for_workspaces(&reserves(at, bound), &mut search_at, &seconds, given, &deadline)?;
-        let mut ladder_report = None;
-        for weighed in [capped, reserved] {
-            if let Some(report) = weighed.report {
-                ladder_report = Some(merged(ladder_report, report, Bounds::Shared));
-            }
-            if let Some((_, cheaper)) = weighed.cheaper {
-                best = Some(cheaper);
-            }
-        }
-        if let Some(report) = ladder_report {
+        let (cheaper, report) = tuner.weigh_under(bound, best.take(), &deadline)?;
+        best = cheaper;
+        if let Some(report) = report {
             *search = Some(merged(search.take(), report, Bounds::Added));
+        }
+    }
+    let mut lean = None;
+    if cfg.memory.recompute == Recompute::Lean && cfg.memory.memory_budget.is_none() && search.is_none() {
+        if let Some(found) = best.take() {
+            let (leaner, report) = tuner.leaner(found)?;
+            best = Some(leaner);
+            lean = Some(report);
         }
     }
     let Some((timed, limits, cap)) = best else {
@@ -207,9 +154,10 @@ pub(super) fn time_convolutions(
             kept: false,
             seconds_lost: 0.0,
             halved: 0,
+            lean,
         });
     };
-    hold(&limits, cap.unwrap_or(usize::MAX));
+    tuner.hold(&limits, cap.unwrap_or(usize::MAX));
     *needs = timed;
     let held = match (limits.len(), cap) {
         (0, None) => WorkspaceHold::Fastest,
@@ -221,7 +169,216 @@ pub(super) fn time_convolutions(
         kept: true,
         seconds_lost: needs.slower_seconds(),
         halved: engine.runtime().halved_convolution_passes(),
+        lean,
     })
+}
+
+/// Predicted extra time the default's search for a smaller step may
+/// spend, as a share of the step's predicted time (its convolutions'
+/// multiply-adds at the device's rate), or what the default's cheap drops
+/// already spend where that is more. Issue 35 asks for a step at 0.6 of
+/// PyTorch eager's for at most 3% more time. The recomputation's cost is
+/// predicted well once convolutions are priced by their timings (ResNet-18
+/// fp32 at batch 512 on the H100: 1.06 ms predicted, 1.08 measured), but
+/// the model's step is not the step: 38.78 ms predicted against 35.74
+/// measured, so a 3% share let that step grow 3.0%.
+const LEAN_SHARE: f64 = 0.025;
+
+/// The budgets the default's search tries, as fractions of the step the
+/// cheap drops and the fastest workspaces make, largest first: each a
+/// search of its own (about 0.7 s for a ResNet-18 at batch 512 on the
+/// H100), stopped at the first whose cheapest plan costs more than
+/// [`LEAN_SHARE`]. Steps of 5% passed over ResNet-18 fp32's 0.6 of
+/// PyTorch's step between two of them.
+const LEAN_FRACTIONS: [f64; 20] = {
+    let mut f = [0.0; 20];
+    let mut i = 0;
+    while i < 20 {
+        f[i] = 1.0 - 0.025 * (i + 1) as f64;
+        i += 1;
+    }
+    f
+};
+
+/// Seconds the default's search may take in all, past which it keeps the
+/// least step found so far.
+const LEAN_SECONDS: u64 = 20;
+
+/// A run's timed algorithms, and how its step is measured and held on them.
+struct Tuner<'a> {
+    engine: &'a Engine,
+    timed: DryRuns<'a>,
+    capacity: usize,
+    /// The largest workspace the timed choices take.
+    largest: usize,
+    speed: &'a Speed,
+}
+
+impl Tuner<'_> {
+    /// Chooses every pass's algorithm under the limits by tag and `cap`.
+    fn hold(&self, limits: &Limits, cap: usize) {
+        self.engine
+            .runtime()
+            .hold_convolutions(&|tag| limits.get(&tag).copied().unwrap_or(usize::MAX).min(cap));
+    }
+
+    /// Whether `n`'s step fits `bound`, and its arena the capacity.
+    fn fits(&self, n: &ArenaNeeds, bound: usize) -> bool {
+        n.step_bytes <= bound && n.total() <= self.capacity
+    }
+
+    /// The timed algorithms' workspaces held down until the step
+    /// recomputing `choice` fits `bound`: the cheapest of three ways by
+    /// cuDNN's timings.
+    fn held_for(&self, bound: usize, choice: &StepChoice) -> Result<Option<Held>> {
+        let measure = || self.timed.measure(choice);
+        let fits = |n: &ArenaNeeds| self.fits(n, bound);
+        let hold = |l: &Limits, cap: usize| self.hold(l, cap);
+        let (at_peak, peak_limits) = hold_at_the_peak(bound, &measure, &fits, &|l| hold(l, usize::MAX))?;
+        let mut best: Option<Held> = at_peak.map(|n| (n, peak_limits.clone(), None));
+        if best.as_ref().is_none_or(|b| b.0.slower_seconds() > 0.0) {
+            for base in [peak_limits, Limits::new()] {
+                let Some((timed, cap)) = cap_workspaces(self.largest, &base, &measure, &fits, &hold)? else {
+                    continue;
+                };
+                if best
+                    .as_ref()
+                    .is_none_or(|b| timed.slower_seconds() < b.0.slower_seconds())
+                {
+                    best = Some((timed, base, cap));
+                }
+            }
+        }
+        Ok(best)
+    }
+
+    /// What to recompute chosen again under `bound` at each rung of a
+    /// ladder of workspace caps, each choice's workspaces then held the
+    /// three ways, and with room reserved where the step peaks: the
+    /// cheapest of these and `given` (the step as it was, held for
+    /// `bound`), with the searches' report (`None` where none ran).
+    fn weigh_under(
+        &self,
+        bound: usize,
+        given: Option<Held>,
+        deadline: &Deadline,
+    ) -> Result<(Option<Held>, Option<SearchReport>)> {
+        let speed = self.speed;
+        let seconds = |h: &Held| step_seconds(&h.0, speed);
+        let mut best = given;
+        let measure = |c: &StepChoice| self.timed.measure(c);
+        let mut search_at = |rung: Rung| -> Result<(Option<Held>, SearchReport)> {
+            self.hold(&Limits::new(), rung.cap.unwrap_or(usize::MAX));
+            let plain = measure(&StepChoice::default())?;
+            let aim = bound.saturating_sub(rung.reserve);
+            let mode = match rung.reserve {
+                0 => Mode::Weigh,
+                _ => Mode::Room,
+            };
+            let (found, report) = cheapest_within(&measure, plain, aim, speed, mode, *deadline)?;
+            let Some(found) = found.filter(|f| self.fits(f, bound)) else {
+                return Ok((None, report));
+            };
+            let choice = StepChoice {
+                dropped: found.dropped.clone(),
+                transient_chains: found.transient_chains,
+            };
+            let capped = (found, Limits::new(), rung.cap);
+            let cheaper = match self.held_for(bound, &choice)? {
+                Some(h) if step_seconds(&h.0, speed) < step_seconds(&capped.0, speed) => h,
+                _ => capped,
+            };
+            Ok((Some(cheaper), report))
+        };
+        let given = best.as_ref().map(seconds);
+        let capped = recompute_for_workspaces(&ladder(self.largest), &mut search_at, &seconds, given, deadline)?;
+        let given = match &capped.cheaper {
+            Some((_, h)) => Some(seconds(h)),
+            None => given,
+        };
+        // Room for the workspaces where the step peaks, at the cap that
+        // cost least (the least cap where none fitted).
+        let at = capped.cheapest_rung().map_or(Some(0), |r| r.cap);
+        let reserved = recompute_for_workspaces(&reserves(at, bound), &mut search_at, &seconds, given, deadline)?;
+        let mut ladder_report = None;
+        for weighed in [capped, reserved] {
+            if let Some(report) = weighed.report {
+                ladder_report = Some(merged(ladder_report, report, Bounds::Shared));
+            }
+            if let Some((_, cheaper)) = weighed.cheaper {
+                best = Some(cheaper);
+            }
+        }
+        Ok((best, ladder_report))
+    }
+
+    /// The default's search for a smaller step (`--recompute lean`): from
+    /// `start` (the cheap drops on the timed algorithms), what to recompute
+    /// searched for again as a budget's is under budgets of
+    /// [`LEAN_FRACTIONS`] of its step (see [`leaner_steps`]). Returns the
+    /// least step within [`LEAN_SHARE`] of the step's predicted time (or
+    /// `start`'s own cost, where that is more), with its workspaces held,
+    /// and what the search did.
+    fn leaner(&self, start: Held) -> Result<(Held, LeanSearch)> {
+        let speed = self.speed;
+        let started = std::time::Instant::now();
+        let deadline = Deadline::after(Duration::from_secs(LEAN_SECONDS));
+        let predicted = predicted_step_seconds(&start.0.candidates, speed);
+        let allowed = (LEAN_SHARE * predicted).max(step_seconds(&start.0, speed));
+        let from = start.0.step_bytes;
+        let search_under = |bound: usize, last: &Held| -> Result<Option<Held>> {
+            let choice = StepChoice {
+                dropped: last.0.dropped.clone(),
+                transient_chains: last.0.transient_chains,
+            };
+            let held = self.held_for(bound, &choice)?;
+            Ok(self.weigh_under(bound, held, &deadline)?.0)
+        };
+        let seconds = |h: &Held| step_seconds(&h.0, speed);
+        let (best, fraction, tried) = leaner_steps(start, from, allowed, &search_under, &seconds, &deadline)?;
+        let report = LeanSearch {
+            from_bytes: from,
+            allowed_seconds: allowed,
+            step_seconds: predicted,
+            fraction,
+            budgets_tried: tried,
+            seconds: started.elapsed().as_secs_f64(),
+            bound_seconds: LEAN_SECONDS as f64,
+            stopped_at_bound: deadline.passed(),
+        };
+        Ok((best, report))
+    }
+}
+
+/// Budgets of [`LEAN_FRACTIONS`] of `from` (the step `start` makes), from
+/// the largest: `search_under` finds the cheapest plan under each (given
+/// the last kept), kept while its `seconds` stay within `allowed`; the
+/// first budget that nothing fits, or whose plan costs more, ends it, as
+/// does `deadline`. Returns the least step kept (`start` where none was),
+/// the fraction whose budget made it, and the budgets searched.
+fn leaner_steps<T>(
+    start: T,
+    from: usize,
+    allowed: f64,
+    search_under: &dyn Fn(usize, &T) -> Result<Option<T>>,
+    seconds: &dyn Fn(&T) -> f64,
+    deadline: &Deadline,
+) -> Result<(T, Option<f64>, usize)> {
+    let (mut best, mut fraction, mut tried) = (start, None, 0);
+    for f in LEAN_FRACTIONS {
+        if deadline.passed() {
+            break;
+        }
+        tried += 1;
+        match search_under((from as f64 * f).round() as usize, &best)? {
+            Some(found) if seconds(&found) <= allowed => {
+                best = found;
+                fraction = Some(f);
+            }
+            _ => break,
+        }
+    }
+    Ok((best, fraction, tried))
 }
 
 /// A step's predicted seconds beyond the unbudgeted step on the fastest
@@ -491,11 +648,13 @@ fn cap_workspaces(
 
 #[cfg(test)]
 mod tests {
-    use super::{cap_workspaces, hold_at_the_peak, room_under, Limits, Rung, ALIGN};
+    use super::{cap_workspaces, hold_at_the_peak, leaner_steps, room_under, Limits, Rung, ALIGN};
     use crate::memory::plan::plan;
     use crate::memory::{PlannedBuf, StepPlan};
+    use crate::train::budget::Deadline;
     use crate::train::ArenaNeeds;
     use std::cell::{Cell, RefCell};
+    use std::time::Duration;
 
     const K: usize = 256;
 
@@ -805,5 +964,56 @@ mod tests {
             tuning_bytes(&cfg, DeviceKind::Cuda, 80 * mib, 100 * mib),
             Some(40 * mib)
         );
+    }
+
+    /// The default's search for a smaller step on a fake step of 1,000
+    /// bytes: budget `b` costs `cost(b)` (`None`: nothing fits it). Returns
+    /// the step kept, the fraction, the budgets searched and the step each
+    /// search was given.
+    fn lean_on(
+        cost: &dyn Fn(usize) -> Option<f64>,
+        allowed: f64,
+        seconds_left: u64,
+    ) -> (usize, Option<f64>, usize, Vec<usize>) {
+        let given = RefCell::new(Vec::new());
+        let search = |bound: usize, last: &usize| {
+            given.borrow_mut().push(*last);
+            Ok(cost(bound).map(|_| bound))
+        };
+        let seconds = |b: &usize| cost(*b).unwrap_or(f64::INFINITY);
+        let deadline = Deadline::after(Duration::from_secs(seconds_left));
+        let (kept, fraction, tried) = leaner_steps(1000, 1000, allowed, &search, &seconds, &deadline).unwrap();
+        (kept, fraction, tried, given.into_inner())
+    }
+
+    #[test]
+    fn the_default_keeps_the_least_step_within_its_allowance_and_stops_at_the_first_over() {
+        // Budgets of 2.5% steps: down to 900 within 3.0, 875 over; below
+        // 860 cheap again, but not searched: the first budget over the
+        // allowance ends it.
+        let cost = |b: usize| {
+            Some(match b {
+                900.. => 1.0 + (1000 - b) as f64 / 50.0,
+                861..900 => 5.0,
+                _ => 0.5,
+            })
+        };
+        let (kept, fraction, tried, given) = lean_on(&cost, 3.0, 60);
+        assert_eq!((kept, fraction, tried), (900, Some(0.9), 5));
+        // Each search starts from the step last kept.
+        assert_eq!(given, vec![1000, 975, 950, 925, 900]);
+        // Everything within: down to the last fraction, half the step.
+        let (kept, fraction, tried, _) = lean_on(&|_| Some(0.1), 3.0, 60);
+        assert_eq!((kept, fraction, tried), (500, Some(0.5), 20));
+    }
+
+    #[test]
+    fn the_default_keeps_its_cheap_step_where_nothing_smaller_fits_or_time_is_up() {
+        let (kept, fraction, tried, _) = lean_on(&|b| (b > 980).then_some(0.0), 3.0, 60);
+        assert_eq!((kept, fraction, tried), (1000, None, 1));
+        let (kept, fraction, tried, _) = lean_on(&|_| Some(9.0), 3.0, 60);
+        assert_eq!((kept, fraction, tried), (1000, None, 1));
+        let (kept, fraction, tried, given) = lean_on(&|_| Some(0.0), 3.0, 0);
+        assert_eq!((kept, fraction, tried, given.len()), (1000, None, 0, 0));
     }
 }
