@@ -553,8 +553,9 @@ pub struct LeanSearch {
     /// The step's predicted seconds the allowance is a share of: its
     /// convolutions' multiply-adds at the device's rate.
     pub step_seconds: f64,
-    /// The fraction of `from_bytes` whose budget's plan it kept; `None`
-    /// where none stayed within the allowance.
+    /// The fraction of `from_bytes` whose budget's plan it kept (1: a
+    /// plan of the same size that costs less); `None` where none stayed
+    /// within the allowance or cost less.
     pub fraction: Option<f64>,
     /// Budgets searched.
     pub budgets_tried: usize,
@@ -570,6 +571,10 @@ impl LeanSearch {
     /// For people: what it kept, and what it cost to find.
     pub fn describe(&self) -> String {
         let kept = match self.fraction {
+            Some(f) if f >= 1.0 => format!(
+                "kept a plan of the {} step the cheap drops make that costs less than theirs",
+                ByteSize(self.from_bytes)
+            ),
             Some(f) => format!(
                 "kept the plan for a budget of {:.1}% of the {} step the cheap drops make",
                 f * 100.0,

@@ -269,7 +269,9 @@ fn the_default_keeps_a_smaller_step_within_its_allowance_and_trains_as_the_cpu()
                 planned as f64 <= (search.from_bytes as f64 * f).round(),
                 "{planned} {search:?}"
             );
-            assert!(planned < search.from_bytes, "{planned} {search:?}");
+            if f < 1.0 {
+                assert!(planned < search.from_bytes, "{planned} {search:?}");
+            }
         }
         None => assert_eq!(plan.reason, RecomputeReason::Cheap),
     }

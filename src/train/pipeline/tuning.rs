@@ -314,8 +314,9 @@ impl Tuner<'_> {
 
     /// The default's search for a smaller step (`--recompute lean`): from
     /// `start` (the cheap drops on the timed algorithms), what to recompute
-    /// searched for again as a budget's is under budgets of
-    /// [`LEAN_FRACTIONS`] of its step (see [`leaner_steps`]). Returns the
+    /// searched for again as a budget's is, under its own step (for a
+    /// cheaper plan of it) and budgets of [`LEAN_FRACTIONS`] of it (see
+    /// [`leaner_steps`]). Returns the
     /// least step within [`LEAN_SHARE`] of the step's predicted time (or
     /// `start`'s own cost, where that is more), with its workspaces held,
     /// and what the search did.
@@ -350,12 +351,15 @@ impl Tuner<'_> {
     }
 }
 
-/// Budgets of [`LEAN_FRACTIONS`] of `from` (the step `start` makes), from
-/// the largest: `search_under` finds the cheapest plan under each (given
-/// the last kept), kept while its `seconds` stay within `allowed`; the
-/// first budget that nothing fits, or whose plan costs more, ends it, as
-/// does `deadline`. Returns the least step kept (`start` where none was),
-/// the fraction whose budget made it, and the budgets searched.
+/// First `from` itself (the step `start` makes), then budgets of
+/// [`LEAN_FRACTIONS`] of it, from the largest: `search_under` finds the
+/// cheapest plan under each (given the last kept). At `from` a plan
+/// cheaper than `start` is kept (convolution outputs can cost less to make
+/// again than the block outputs' elementwise passes); below it, each plan
+/// is kept while its `seconds` stay within `allowed`, and the first budget
+/// that nothing fits, or whose plan costs more, ends it, as does
+/// `deadline`. Returns the plan kept (`start` where none was), the
+/// fraction of `from` whose budget made it, and the budgets searched.
 fn leaner_steps<T>(
     start: T,
     from: usize,
@@ -365,6 +369,16 @@ fn leaner_steps<T>(
     deadline: &Deadline,
 ) -> Result<(T, Option<f64>, usize)> {
     let (mut best, mut fraction, mut tried) = (start, None, 0);
+    if deadline.passed() {
+        return Ok((best, fraction, tried));
+    }
+    tried += 1;
+    if let Some(found) = search_under(from, &best)? {
+        if seconds(&found) < seconds(&best) {
+            best = found;
+            fraction = Some(1.0);
+        }
+    }
     for f in LEAN_FRACTIONS {
         if deadline.passed() {
             break;
@@ -999,21 +1013,38 @@ mod tests {
             })
         };
         let (kept, fraction, tried, given) = lean_on(&cost, 3.0, 60);
-        assert_eq!((kept, fraction, tried), (900, Some(0.9), 5));
-        // Each search starts from the step last kept.
-        assert_eq!(given, vec![1000, 975, 950, 925, 900]);
+        assert_eq!((kept, fraction, tried), (900, Some(0.9), 6));
+        // Each search starts from the step last kept (the first, at the
+        // step's own size, found nothing cheaper).
+        assert_eq!(given, vec![1000, 1000, 975, 950, 925, 900]);
         // Everything within: down to the last fraction, half the step.
         let (kept, fraction, tried, _) = lean_on(&|_| Some(0.1), 3.0, 60);
-        assert_eq!((kept, fraction, tried), (500, Some(0.5), 20));
+        assert_eq!((kept, fraction, tried), (500, Some(0.5), 21));
     }
 
     #[test]
     fn the_default_keeps_its_cheap_step_where_nothing_smaller_fits_or_time_is_up() {
         let (kept, fraction, tried, _) = lean_on(&|b| (b > 980).then_some(0.0), 3.0, 60);
-        assert_eq!((kept, fraction, tried), (1000, None, 1));
+        assert_eq!((kept, fraction, tried), (1000, None, 2));
         let (kept, fraction, tried, _) = lean_on(&|_| Some(9.0), 3.0, 60);
-        assert_eq!((kept, fraction, tried), (1000, None, 1));
+        assert_eq!((kept, fraction, tried), (1000, None, 2));
         let (kept, fraction, tried, given) = lean_on(&|_| Some(0.0), 3.0, 0);
         assert_eq!((kept, fraction, tried, given.len()), (1000, None, 0, 0));
+    }
+
+    #[test]
+    fn the_default_keeps_a_cheaper_plan_of_the_same_size_and_goes_on_from_it() {
+        // Plans are (step, seconds): at the step's own size one costs 1.0
+        // against the start's 2.0; below it every plan costs 5.0.
+        let start = (1000usize, 2.0);
+        let search = |bound: usize, _: &(usize, f64)| Ok(Some((bound, if bound == 1000 { 1.0 } else { 5.0 })));
+        let seconds = |p: &(usize, f64)| p.1;
+        let deadline = Deadline::after(Duration::from_secs(60));
+        let (kept, fraction, tried) = leaner_steps(start, 1000, 2.0, &search, &seconds, &deadline).unwrap();
+        assert_eq!((kept, fraction, tried), ((1000, 1.0), Some(1.0), 2));
+        // As costly as the start at its own size: the start is kept.
+        let same = |bound: usize, _: &(usize, f64)| Ok(Some((bound, if bound == 1000 { 2.0 } else { 5.0 })));
+        let (kept, fraction, _) = leaner_steps(start, 1000, 2.0, &same, &seconds, &deadline).unwrap();
+        assert_eq!((kept, fraction), ((1000, 2.0), None));
     }
 }
