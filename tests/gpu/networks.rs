@@ -91,24 +91,14 @@ fn resnets_train_200_steps_without_moving_device_memory() {
 /// nothing is timed.
 #[test]
 fn timed_convolutions_are_planned_for_and_train_as_the_cpu_does() {
-    use bumpgrad::models::{Depth, ResNet};
     use bumpgrad::train::{Pipeline, StepKind};
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(_probe) = gpu("timed_convolutions") else {
         return;
     };
     drop(_probe);
-    let cfg = {
-        let mut cfg = TrainConfig::default();
-        cfg.device.request = DeviceRequest::Cuda;
-        cfg.run.model = ResNet::choice(Depth::R18, 0.5);
-        cfg.run.data_dir = "synthetic:cifar10:1024".into();
-        cfg.run.epochs = 2;
-        cfg.run.batch = 128;
-        cfg.run.lr = 0.02;
-        cfg
-    };
-    let (mut session, info) = Pipeline::open(&cfg, None).and_then(Pipeline::build).expect("prepare");
+    let cfg = half_width_resnet18(128);
+    let (session, info) = Pipeline::open(&cfg, None).and_then(Pipeline::build).expect("prepare");
     let tuning = info.conv_tuning.expect("a GPU times its convolutions");
     assert!(tuning.kept, "{tuning:?}");
     let memory = info.memory.as_ref().expect("a memory plan");
@@ -118,12 +108,44 @@ fn timed_convolutions_are_planned_for_and_train_as_the_cpu_does() {
         .find(|p| p.key == StepKind::Train as u32)
         .expect("a training plan")
         .peak;
+    trains_on_its_plan_as_the_cpu(&cfg, session, planned);
+    let mut deterministic = cfg;
+    deterministic.device.deterministic = true;
+    let (_, info) = Pipeline::open(&deterministic, None)
+        .and_then(Pipeline::build)
+        .expect("prepare");
+    assert!(info.conv_tuning.is_none(), "deterministic runs time nothing");
+}
+
+/// A ResNet-18 at half width on synthetic CIFAR-10 on the GPU at `batch`,
+/// with the default's timed convolutions and recomputation.
+fn half_width_resnet18(batch: usize) -> TrainConfig {
+    use bumpgrad::models::{Depth, ResNet};
+    let mut cfg = TrainConfig::default();
+    cfg.device.request = DeviceRequest::Cuda;
+    cfg.run.model = ResNet::choice(Depth::R18, 0.5);
+    cfg.run.data_dir = "synthetic:cifar10:1024".into();
+    cfg.run.epochs = 2;
+    cfg.run.batch = batch;
+    cfg.run.lr = 0.02;
+    cfg
+}
+
+/// Trains `session` (built from `cfg`) for its epochs: every step on its
+/// plan, whose peak is `planned` (to the byte: a plan made before timing
+/// would have been left), within the arena; the losses held to the CPU's
+/// (random labels: accuracy is noise).
+fn trains_on_its_plan_as_the_cpu(cfg: &TrainConfig, mut session: bumpgrad::train::Session, planned: usize) {
     let mut seen = Collect(Vec::new());
     let gpu = (1..=cfg.run.epochs)
         .map(|e| session.epoch(e, &mut seen).expect("epoch"))
         .collect::<Vec<_>>();
     for r in &gpu {
-        assert_eq!(r.arena.step_high_water_bytes, planned, "epoch {}", r.epoch);
+        assert_eq!(
+            r.arena.step_high_water_bytes, planned,
+            "epoch {} left its plan",
+            r.epoch
+        );
         assert!(r.arena.persistent_bytes + planned <= r.arena.capacity_bytes);
     }
     let cpu = train_on(&{
@@ -131,14 +153,7 @@ fn timed_convolutions_are_planned_for_and_train_as_the_cpu_does() {
         cfg.device.request = DeviceRequest::Cpu;
         cfg
     });
-    // Random labels: accuracy is noise; the losses are held to the CPU's.
     assert_same_losses("cpu vs gpu", &cpu, &gpu, 2e-3);
-    let mut deterministic = cfg;
-    deterministic.device.deterministic = true;
-    let (_, info) = Pipeline::open(&deterministic, None)
-        .and_then(Pipeline::build)
-        .expect("prepare");
-    assert!(info.conv_tuning.is_none(), "deterministic runs time nothing");
 }
 
 /// A narrow ResNet-18 on the GPU with heuristic algorithms (the same
@@ -217,30 +232,20 @@ fn by_default_block_outputs_are_recomputed_on_the_gpu_bit_for_bit() {
 #[test]
 fn the_default_keeps_a_smaller_step_within_its_allowance_and_trains_as_the_cpu() {
     use bumpgrad::memory::RecomputeReason;
-    use bumpgrad::models::{Depth, ResNet};
     use bumpgrad::train::{memory_report, Pipeline};
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(_probe) = gpu("recompute_lean") else {
         return;
     };
     drop(_probe);
-    let cfg = {
-        let mut cfg = TrainConfig::default();
-        cfg.device.request = DeviceRequest::Cuda;
-        cfg.run.model = ResNet::choice(Depth::R18, 0.5);
-        cfg.run.data_dir = "synthetic:cifar10:1024".into();
-        cfg.run.epochs = 2;
-        cfg.run.batch = 256;
-        cfg.run.lr = 0.02;
-        cfg
-    };
+    let cfg = half_width_resnet18(256);
     assert_eq!(cfg.memory.recompute, bumpgrad::train::Recompute::Lean, "the default");
     let (report, _) = memory_report(&cfg).expect("plan by default");
     let reported = report.recomputed.expect("the default recomputes");
     let reported_search = reported
         .lean
         .expect("memory runs the default's search, as the run does");
-    let (mut session, info) = Pipeline::open(&cfg, None).and_then(Pipeline::build).expect("prepare");
+    let (session, info) = Pipeline::open(&cfg, None).and_then(Pipeline::build).expect("prepare");
     let tuning = info.conv_tuning.expect("a GPU times its convolutions");
     let search = tuning.lean.expect("the run searched for a smaller step");
     let plan = info.recomputed.clone().expect("the run recomputes");
@@ -275,23 +280,7 @@ fn the_default_keeps_a_smaller_step_within_its_allowance_and_trains_as_the_cpu()
         }
         None => assert_eq!(plan.reason, RecomputeReason::Cheap),
     }
-    let mut seen = Collect(Vec::new());
-    let gpu = (1..=cfg.run.epochs)
-        .map(|e| session.epoch(e, &mut seen).expect("epoch"))
-        .collect::<Vec<_>>();
-    for r in &gpu {
-        assert_eq!(
-            r.arena.step_high_water_bytes, planned,
-            "epoch {} left its plan",
-            r.epoch
-        );
-    }
-    let cpu = train_on(&{
-        let mut cfg = cfg.clone();
-        cfg.device.request = DeviceRequest::Cpu;
-        cfg
-    });
-    assert_same_losses("cpu vs gpu", &cpu, &gpu, 2e-3);
+    trains_on_its_plan_as_the_cpu(&cfg, session, planned);
 }
 
 /// A memory budget on the GPU: a narrow ResNet-18 under 60% of its own

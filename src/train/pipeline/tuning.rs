@@ -6,8 +6,7 @@ use super::arenas::Algorithms;
 use super::measure::{ArenaNeeds, DryRuns, StepChoice};
 use crate::backend::DeviceKind;
 use crate::data::DataSet;
-use crate::memory::LeanSearch;
-use crate::memory::{SearchReport, StepPlan};
+use crate::memory::{LeanSearch, SearchReport, StepPlan};
 use crate::train::budget::{
     cheapest_within, extra_seconds, predicted_step_seconds, Deadline, Mode, Speed, SEARCH_SECONDS,
 };
@@ -89,6 +88,11 @@ pub(super) fn times_convolutions(cfg: &TrainConfig, device: DeviceKind) -> bool 
 /// this same decision (`report.rs`), so it reports what `train` follows;
 /// searching (once per `train`, once per `memory`) is bounded by
 /// [`SEARCH_SECONDS`] beyond the heuristic's own search.
+///
+/// With no budget, by default (`--recompute lean`), the cheap drops held
+/// so are where a search for a smaller step starts ([`Tuner::leaner`]):
+/// budgets below that step, each decided as a budget's is, bounded by
+/// [`LEAN_SECONDS`].
 pub(super) fn time_convolutions(
     cfg: &TrainConfig,
     host: &DataSet,
