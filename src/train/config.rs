@@ -472,8 +472,9 @@ pub enum Recompute {
     /// [`Recompute::Cheap`]'s drops, then on a GPU that times its
     /// convolutions a search for a smaller step: budgets below the step
     /// those drops make with the timed workspaces, searched as a memory
-    /// budget is, the least kept whose predicted cost stays within 3% of
-    /// the step's (`train::pipeline::tuning`). Elsewhere, `Cheap`.
+    /// budget is, the least kept whose predicted cost stays within 2.5% of
+    /// the step's predicted time, or the cheap drops' own cost where more
+    /// (`train::pipeline::tuning`). Elsewhere, `Cheap`.
     #[default]
     Lean,
     /// The outputs backward makes again without a multiply-add (a residual

@@ -92,8 +92,9 @@ pub(crate) enum PrecisionArg {
 #[derive(Clone, Copy, ValueEnum)]
 pub(crate) enum RecomputeArg {
     /// As cheap, then on a GPU that times its convolutions the least step a search over budgets
-    /// finds whose predicted cost stays within 3% of the step's (convolution and block outputs
-    /// recomputed, workspaces held); the same losses (the default).
+    /// finds whose predicted cost stays within 2.5% of the step's predicted time, or within the
+    /// cheap drops' own cost where more (convolution and block outputs recomputed, workspaces
+    /// held); the same losses (the default).
     Lean,
     /// The outputs made again without a multiply-add (a residual block's batch norm + add +
     /// relu) where that lowers the step's peak: an elementwise pass each in backward, the same
