@@ -79,6 +79,7 @@ fn trains_as_without_under(percent: usize) -> Vec<(&'static str, usize)> {
 /// multiply-add (block outputs) where that lowers its peak: the report
 /// says which and why, the step is smaller than with `--recompute none`,
 /// and the run trains bit for bit as that one, within the smaller step.
+/// On the CPU the default (`lean`) is `--recompute cheap`, drop for drop.
 #[test]
 fn by_default_block_outputs_are_recomputed_where_that_lowers_the_peak_bit_for_bit() {
     let kept = config(None);
@@ -105,6 +106,14 @@ fn by_default_block_outputs_are_recomputed_where_that_lowers_the_peak_bit_for_bi
         "{r:?}"
     );
     assert_eq!(r.unbudgeted_step_bytes, all.plan_peak_bytes);
+    // The default, `lean`, searches for a smaller step only on a GPU that
+    // times its convolutions: on the CPU it is `cheap`, drop for drop.
+    assert_eq!(cheap.memory.recompute, Recompute::Lean);
+    let mut only_cheap = cheap.clone();
+    only_cheap.memory.recompute = Recompute::Cheap;
+    let (as_cheap, _) = train::memory_report(&only_cheap).expect("plan with --recompute cheap");
+    assert_eq!(as_cheap.recomputed, fewer.recomputed);
+    assert_eq!(as_cheap.plan_peak_bytes, fewer.plan_peak_bytes);
     assert!(
         fewer.plan_peak_bytes < all.plan_peak_bytes,
         "{} against {}",
