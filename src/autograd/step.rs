@@ -238,6 +238,12 @@ impl<'s, N: Recorded> Step<'s, N> {
     /// and says whether the step is to recompute it in backward rather than
     /// keep it. `cost.reads` is filled in here, in a step that plans: only
     /// planning asks, and a step that runs allocates nothing on the heap.
+    /// Whether this is a planning step (nothing runs): what only planning
+    /// reads, such as a candidate's price, is worked out only then.
+    pub(crate) fn planning(&self) -> bool {
+        self.mode == Mode::Plan
+    }
+
     pub(crate) fn drops_next_candidate(
         &mut self,
         t: &TensorRef,

@@ -196,7 +196,9 @@ impl<'s> Tensor<'s> {
             weight.shape().numel() * size,
             g.output().numel() * size,
         );
-        let timed_seconds = timed_forward_seconds(s, &g);
+        // Only planning prices candidates: a training step looks up no plan
+        // for it.
+        let timed_seconds = s.planning().then(|| timed_forward_seconds(s, &g)).flatten();
         let dropped = s.drops_next_candidate(
             &y.inner,
             [Some(&self.inner), None],

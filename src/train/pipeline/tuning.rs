@@ -188,21 +188,16 @@ pub(super) fn time_convolutions(
 /// measured, so a 3% share let that step grow 3.0%.
 const LEAN_SHARE: f64 = 0.025;
 
-/// The budgets the default's search tries, as fractions of the step the
-/// cheap drops and the fastest workspaces make, largest first: each a
-/// search of its own (about 0.7 s for a ResNet-18 at batch 512 on the
-/// H100), stopped at the first whose cheapest plan costs more than
-/// [`LEAN_SHARE`]. Steps of 5% passed over ResNet-18 fp32's 0.6 of
-/// PyTorch's step between two of them.
-const LEAN_FRACTIONS: [f64; 20] = {
-    let mut f = [0.0; 20];
-    let mut i = 0;
-    while i < 20 {
-        f[i] = 1.0 - 0.025 * (i + 1) as f64;
-        i += 1;
-    }
-    f
-};
+/// The budgets the default's search tries below the cheap drops' step,
+/// as fractions of it: 1 − [`LEAN_STEP`] × 1, 2, … [`LEAN_BUDGETS`]
+/// (97.5% down to half), largest first, each a search of its own (about
+/// 0.7 s for a ResNet-18 at batch 512 on the H100), stopped at the first
+/// whose cheapest plan costs more than [`LEAN_SHARE`]. Steps of 5% passed
+/// over ResNet-18 fp32's 0.6 of PyTorch's step between two of them.
+const LEAN_STEP: f64 = 0.025;
+
+/// See [`LEAN_STEP`].
+const LEAN_BUDGETS: u32 = 20;
 
 /// Seconds the default's search may take in all, past which it keeps the
 /// least step found so far.
@@ -319,7 +314,7 @@ impl Tuner<'_> {
     /// The default's search for a smaller step (`--recompute lean`): from
     /// `start` (the cheap drops on the timed algorithms), what to recompute
     /// searched for again as a budget's is, under its own step (for a
-    /// cheaper plan of it) and budgets of [`LEAN_FRACTIONS`] of it (see
+    /// cheaper plan of it) and budgets below it by [`LEAN_STEP`] (see
     /// [`leaner_steps`]). Returns the
     /// least step within [`LEAN_SHARE`] of the step's predicted time (or
     /// `start`'s own cost, where that is more), with its workspaces held,
@@ -356,7 +351,7 @@ impl Tuner<'_> {
 }
 
 /// First `from` itself (the step `start` makes), then budgets of
-/// [`LEAN_FRACTIONS`] of it, from the largest: `search_under` finds the
+/// fractions of it ([`LEAN_STEP`]), from the largest: `search_under` finds the
 /// cheapest plan under each (given the last kept). At `from` a plan
 /// cheaper than `start` is kept (convolution outputs can cost less to make
 /// again than the block outputs' elementwise passes); below it, each plan
@@ -383,7 +378,7 @@ fn leaner_steps<T>(
             fraction = Some(1.0);
         }
     }
-    for f in LEAN_FRACTIONS {
+    for f in (1..=LEAN_BUDGETS).map(|i| 1.0 - LEAN_STEP * f64::from(i)) {
         if deadline.passed() {
             break;
         }
