@@ -48,6 +48,7 @@ double __ddiv_rn(double, double);
 double __dadd_rn(double, double);
 float atomicAdd(float*, float);
 float __shfl_down_sync(unsigned int, float, unsigned int);
+float __shfl_xor_sync(unsigned int, float, unsigned int);
 unsigned int atomicAdd(unsigned int*, unsigned int);
 float rsqrtf(float);
 using std::isnan;

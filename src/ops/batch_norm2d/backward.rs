@@ -2,7 +2,6 @@
 //! the relu passed the gradient) and the input's, from the statistics
 //! forward kept and the input, read through `Step::saved`.
 
-use super::geometry::REDUCE_THREADS;
 use super::{cpu, Fused, Saved};
 use super::{
     BN_BACKWARD_FINISH, BN_BACKWARD_INPUT, BN_BACKWARD_INPUT_NHWC, BN_BACKWARD_PARTIAL, BN_BACKWARD_PARTIAL_NHWC,
@@ -143,13 +142,14 @@ impl Saved {
                 }
                 gpu.launch(
                     BN_BACKWARD_FINISH,
-                    Grid::blocks(g.c, REDUCE_THREADS),
+                    g.finish_grid(),
                     &[
                         partial.into(),
                         invstd.into(),
                         gw.into(),
                         gb.into(),
                         Arg::U32(runs as u32),
+                        c,
                     ],
                 )?;
                 Ok(())

@@ -3,7 +3,7 @@
 //! evaluation) and the pass that normalises, adds the residual and applies
 //! the relu, which recomputation runs again.
 
-use super::geometry::{Geometry, REDUCE_THREADS};
+use super::geometry::Geometry;
 use super::{cpu, BatchNormArgs, Fused, RunningStats, Saved};
 use super::{BN_APPLY, BN_APPLY_NHWC, BN_EVAL_STATS, BN_STATS_FINISH, BN_STATS_PARTIAL, BN_STATS_PARTIAL_NHWC};
 use crate::backend::cuda::{Arg, Grid};
@@ -81,7 +81,7 @@ pub(super) fn batch_stats(
             }
             gpu.launch(
                 BN_STATS_FINISH,
-                Grid::blocks(g.c, REDUCE_THREADS),
+                g.finish_grid(),
                 &[
                     partial.into(),
                     mean.into(),
@@ -95,6 +95,7 @@ pub(super) fn batch_stats(
                     Arg::U32(run_len as u32),
                     Arg::F32(args.momentum),
                     Arg::F32(args.eps),
+                    c,
                 ],
             )?;
             Ok(())

@@ -30,6 +30,16 @@ const NHWC_MIN_RUN: usize = 256;
 const NHWC_BLOCKS: usize = 1024;
 /// Rows per thread of the elementwise NHWC kernels.
 const NHWC_ROWS_PER_THREAD: usize = 4;
+/// Channels of a finishing block that gives each channel a warp...
+const WARP_FINISH_CHANNELS: u32 = 8;
+/// ...which it does where a channel has at most this many runs (NHWC's
+/// wide layers: `NHWC_BLOCKS` over their tiles): a block of 256 threads
+/// then has a run or less a thread. Where runs are more (NCHW, and NHWC's
+/// first stage), a block each adds them faster (measured with
+/// `bench/bn_kernels.sh` on an H100: 512 runs 9.4 µs a block against
+/// 11.8 a warp, 8 runs 7.0 against 5.9, statistics of 64 and 512
+/// channels at batch 128).
+const WARP_FINISH_RUNS: usize = 128;
 
 /// Sizes of one batch norm: `n` images of `c` planes of `hw` pixels, of
 /// type `dtype` and in `layout` (x's, and so everything x-shaped's).
@@ -195,6 +205,20 @@ impl Geometry {
         }
     }
 
+    /// The grid of a finishing kernel (kernels.cu), which adds each
+    /// channel's runs: a block per channel, or a warp where the runs are
+    /// few (NHWC only, so that NCHW's sums keep their bits).
+    pub(super) fn finish_grid(&self) -> Grid {
+        let (runs, _) = self.runs();
+        match self.layout {
+            Layout::Nhwc if runs <= WARP_FINISH_RUNS => Grid {
+                blocks: (self.c.div_ceil(WARP_FINISH_CHANNELS as usize) as u32, 1),
+                threads: (32, WARP_FINISH_CHANNELS),
+            },
+            _ => Grid::blocks(self.c, REDUCE_THREADS),
+        }
+    }
+
     /// Rows of an NHWC tensor: its pixels, `n·hw`.
     pub(super) fn rows(&self) -> Arg<'static> {
         Arg::U32((self.n * self.hw) as u32)
@@ -308,6 +332,22 @@ mod tests {
                 let grid = g.run_grid();
                 assert_eq!(grid.blocks, (runs as u32, g.nhwc_tiles() as u32), "{what}");
                 assert_eq!(grid.threads, (along as u32, rows as u32), "{what}");
+                // The finishing grid gives every channel one group: a block
+                // of 256 threads (one channel) or warps of 8 channels.
+                let finish = g.finish_grid();
+                let per_block = match finish.threads {
+                    (256, 1) => 1,
+                    (32, k) => {
+                        assert!(runs <= 128, "{what}: a warp adds {runs} runs");
+                        k as usize
+                    }
+                    other => panic!("{what}: finishing threads {other:?}"),
+                };
+                let blocks = finish.blocks.0 as usize;
+                assert!(
+                    blocks * per_block >= c && (blocks - 1) * per_block < c,
+                    "{what}: finish {finish:?}"
+                );
                 // A fp32 tile of a row of 16-byte threads spans 128 bytes.
                 if dtype == DType::F32 && c.is_multiple_of(32) {
                     assert_eq!(tile * dtype.size(), 128, "{what}");

@@ -172,31 +172,46 @@ extern "C" __global__ void bn_stats_partial_bf16(const bf16* x, float* partial, 
     bn_stats_partial_t(x, partial, n, c, hw, chunk_len);
 }
 
-// Training statistics, second half: block ch merges its channel's runs in
+// The finishing kernels serve a channel with a block of 256 threads
+// (blockDim.y 1), or with a warp where its runs are few (blockDim.x 32,
+// blockDim.y channels a block; geometry.rs decides). The channel of this
+// thread's group, and the sum of v over the group: the block's in
+// block_sum's tree, the warp's in a fixed butterfly.
+__device__ __forceinline__ unsigned int bn_finish_channel() { return blockIdx.x * blockDim.y + threadIdx.y; }
+__device__ __forceinline__ float bn_finish_sum(float v, float* buf) {
+    if (blockDim.y == 1) return block_sum(v, buf);
+    for (unsigned int lanes = 16; lanes > 0; lanes /= 2) v += __shfl_xor_sync(0xffffffffu, v, lanes);
+    return v;
+}
+
+// Training statistics, second half: a channel's group merges its runs in
 // run order (Chan's parallel variance: each run's squared deviations plus
 // its size times its mean's squared distance from the channel's mean),
 // saves the mean and 1/sqrt(var + eps), and moves the running statistics
-// towards them (the variance unbiased, n/(n-1)). Block 0 counts the batch.
+// towards them (the variance unbiased, n/(n-1)). Channel 0 counts the batch.
 extern "C" __global__ void bn_stats_finish(const float* partial, float* mean, float* invstd, float* running_mean,
                                            float* running_var, float* batches, unsigned int n, unsigned int hw,
-                                           unsigned int chunks, unsigned int chunk_len, float momentum, float eps) {
+                                           unsigned int chunks, unsigned int chunk_len, float momentum, float eps,
+                                           unsigned int c) {
     __shared__ float buf[256];
-    unsigned int ch = blockIdx.x;
+    unsigned int ch = bn_finish_channel();
+    // A whole group (a warp, or the block) leaves together.
+    if (ch >= c) return;
     unsigned int count = n * hw;
-    const float* p = partial + 2 * ch * chunks;
+    const float* p = partial + 2 * (size_t)ch * chunks;
     float weighted = 0.0f;
     for (unsigned int j = threadIdx.x; j < chunks; j += blockDim.x) {
         float len = (float)(min(count, (j + 1) * chunk_len) - j * chunk_len);
         weighted += len * p[2 * j];
     }
-    float mu = block_sum(weighted, buf) / (float)count;
+    float mu = bn_finish_sum(weighted, buf) / (float)count;
     float m2 = 0.0f;
     for (unsigned int j = threadIdx.x; j < chunks; j += blockDim.x) {
         float len = (float)(min(count, (j + 1) * chunk_len) - j * chunk_len);
         float d = p[2 * j] - mu;
         m2 += p[2 * j + 1] + len * d * d;
     }
-    float var = block_sum(m2, buf) / (float)count;
+    float var = bn_finish_sum(m2, buf) / (float)count;
     if (threadIdx.x == 0) {
         float unbiased = (float)count / (float)(count - 1);
         mean[ch] = mu;
@@ -273,7 +288,16 @@ extern "C" __global__ void bn_apply_bf16(const bf16* x, const float* mean, const
 // Whether the relu passed a pre-activation of o, judged on o as bn_apply
 // stores it (rounded to T), so that a mask recomputed from x agrees with one
 // read from y bit for bit in bf16 too (in fp32 the rounding is nothing).
-template <typename T> __device__ __forceinline__ bool bn_passes(float o) { return load(store<T>(o)) > 0.0f; }
+template <typename T> __device__ __forceinline__ bool bn_passes(float o);
+template <> __device__ __forceinline__ bool bn_passes<float>(float o) { return o > 0.0f; }
+// In bf16 without the rounding: o rounds (store<bf16>) above 0 exactly when
+// its bits, as a signed integer, are at least 0x8001 (less rounds to +0)
+// and at most +inf's (a NaN stays a NaN, above nothing); every one of the
+// 2^32 floats checked against load(store<bf16>(o)) > 0 on the host.
+template <> __device__ __forceinline__ bool bn_passes<bf16>(float o) {
+    int u = __float_as_int(o);
+    return u >= 0x8001 && u <= 0x7f800000;
+}
 
 // Which values the gradient passes in backward: all (mask 0), those whose
 // pre-activation (x - mean) * invstd * w + b is above 0 (mask 1: relu with
@@ -373,21 +397,22 @@ extern "C" __global__ void bn_backward_partial_bf16(const bf16* x, const bf16* g
     bn_backward_partial_t(x, gy, y, mean, invstd, weight, bias, partial, n, c, hw, chunk_len, mask);
 }
 
-// Backward sums, second half: block ch adds its runs in run order into the
-// weight's gradient (sum g * xhat: invstd applied once, at the end) and the
-// bias's (sum g).
+// Backward sums, second half: a channel's group (as bn_stats_finish's)
+// adds its runs in run order into the weight's gradient (sum g * xhat:
+// invstd applied once, at the end) and the bias's (sum g).
 extern "C" __global__ void bn_backward_finish(const float* partial, const float* invstd, float* sum_dy_xhat,
-                                              float* sum_dy, unsigned int chunks) {
+                                              float* sum_dy, unsigned int chunks, unsigned int c) {
     __shared__ float buf[256];
-    unsigned int ch = blockIdx.x;
-    const float* p = partial + 2 * ch * chunks;
+    unsigned int ch = bn_finish_channel();
+    if (ch >= c) return;
+    const float* p = partial + 2 * (size_t)ch * chunks;
     float centred = 0.0f, total = 0.0f;
     for (unsigned int j = threadIdx.x; j < chunks; j += blockDim.x) {
         centred += p[2 * j];
         total += p[2 * j + 1];
     }
-    centred = block_sum(centred, buf);
-    total = block_sum(total, buf);
+    centred = bn_finish_sum(centred, buf);
+    total = bn_finish_sum(total, buf);
     if (threadIdx.x == 0) {
         sum_dy_xhat[ch] = centred * invstd[ch];
         sum_dy[ch] = total;
@@ -395,12 +420,15 @@ extern "C" __global__ void bn_backward_finish(const float* partial, const float*
 }
 
 // dx = w * invstd * (g - sum_dy / count - xhat * sum_dy_xhat / count) in
-// training, w * invstd * g in evaluation, with g the passed gradient.
-__device__ __forceinline__ float bn_input_grad(float g, float xv, float mu, float is, float scale, float sum_dy,
-                                               float sum_dy_xhat, float count, unsigned int training) {
+// training, w * invstd * g in evaluation, with g the passed gradient. The
+// caller divides the sums by the count once per channel (`dy_mean`,
+// `dy_xhat_mean`): an IEEE division per value made the pass bound by its
+// arithmetic, and the quotients are the same wherever they are taken.
+__device__ __forceinline__ float bn_input_grad(float g, float xv, float mu, float is, float scale, float dy_mean,
+                                               float dy_xhat_mean, unsigned int training) {
     if (!training) return scale * g;
     float xhat = (xv - mu) * is;
-    return scale * (g - sum_dy / count - xhat * (sum_dy_xhat / count));
+    return scale * (g - dy_mean - xhat * dy_xhat_mean);
 }
 
 // The input's gradient (bn_input_grad) and the residual's, when wanted,
@@ -411,7 +439,7 @@ __device__ __forceinline__ float bn_input_grad(float g, float xv, float mu, floa
 template <typename T, int V>
 __device__ __forceinline__ void bn_input_grad_vec(const T* x, const T* gy, const T* y, T* gx, T* gresidual,
                                                   unsigned int i, float mu, float is, float w, float b, float scale,
-                                                  float sdy, float sdx, float count, unsigned int training,
+                                                  float dy_mean, float dy_xhat_mean, unsigned int training,
                                                   unsigned int mask) {
     float xv[V], g[V], yv[V];
     for (int h = 0; h < V; h += 4) {
@@ -427,7 +455,7 @@ __device__ __forceinline__ void bn_input_grad_vec(const T* x, const T* gy, const
         for (int h = 0; h < V; h += 4) bn_store4(gresidual + i + h, g + h);
     if (!gx) return;
     float o[V];
-    for (int e = 0; e < V; e++) o[e] = bn_input_grad(g[e], xv[e], mu, is, scale, sdy, sdx, count, training);
+    for (int e = 0; e < V; e++) o[e] = bn_input_grad(g[e], xv[e], mu, is, scale, dy_mean, dy_xhat_mean, training);
     for (int h = 0; h < V; h += 4) bn_store4(gx + i + h, o + h);
 }
 
@@ -443,17 +471,20 @@ __device__ void bn_backward_input_t(const T* x, const T* gy, const T* y, const f
     if (i >= n * c * hw) return;
     unsigned int ch = (i / hw) % c;
     float mu = mean[ch], is = invstd[ch], w = weight[ch], b = bias[ch];
-    float scale = w * is, count = (float)(n * hw), sdy = sum_dy[ch], sdx = sum_dy_xhat[ch];
+    float scale = w * is, count = (float)(n * hw);
+    float dy_mean = sum_dy[ch] / count, dy_xhat_mean = sum_dy_xhat[ch] / count;
     if (vec == 8) {
-        bn_input_grad_vec<T, 8>(x, gy, y, gx, gresidual, i, mu, is, w, b, scale, sdy, sdx, count, training, mask);
+        bn_input_grad_vec<T, 8>(x, gy, y, gx, gresidual, i, mu, is, w, b, scale, dy_mean, dy_xhat_mean, training,
+                                mask);
     } else if (vec == 4) {
-        bn_input_grad_vec<T, 4>(x, gy, y, gx, gresidual, i, mu, is, w, b, scale, sdy, sdx, count, training, mask);
+        bn_input_grad_vec<T, 4>(x, gy, y, gx, gresidual, i, mu, is, w, b, scale, dy_mean, dy_xhat_mean, training,
+                                mask);
     } else {
         float xv = load(x[i]);
         float g = bn_masked<T>(load(gy[i]), xv, mask >= 2 ? load(y[i]) : 0.0f, mu, is, w, b, mask);
         if (gresidual) gresidual[i] = store<T>(g);
         if (!gx) return;
-        gx[i] = store<T>(bn_input_grad(g, xv, mu, is, scale, sdy, sdx, count, training));
+        gx[i] = store<T>(bn_input_grad(g, xv, mu, is, scale, dy_mean, dy_xhat_mean, training));
     }
 }
 extern "C" __global__ void bn_backward_input(const float* x, const float* gy, const float* y, const float* mean,
@@ -615,21 +646,40 @@ __device__ __forceinline__ void bn_nhwc_rows(unsigned int rows, unsigned int len
     *end = r0 < rows ? r0 + min(len, rows - r0) : r0;
 }
 
-// Sums each of a thread's V values over the block's rows of threads
-// (threadIdx.y) in a fixed tree, in `red` (blockDim.x * blockDim.y * V
-// floats): row 0 gets the totals in v. Every thread of the block calls it.
-template <int V> __device__ __forceinline__ void bn_sum_rows(float* v, float* red) {
-    unsigned int tile = blockDim.x * V;
-    float* mine = red + threadIdx.y * tile + threadIdx.x * V;
-    for (int e = 0; e < V; e++) mine[e] = v[e];
-    __syncthreads();
-    for (unsigned int stride = blockDim.y / 2; stride > 0; stride /= 2) {
-        if (threadIdx.y < stride)
-            for (int e = 0; e < V; e++) mine[e] += mine[stride * tile + e];
-        __syncthreads();
+// Sums each of a thread's V values of s and of q over the block's rows of
+// threads (threadIdx.y) in a fixed order; row 0 gets the totals. First
+// within each warp, by shuffles across its rows (a warp holds 32 /
+// blockDim.x rows where blockDim.x is below 32; lanes of the same channels
+// are blockDim.x apart), then the warps' totals in warp order through
+// `red` (2 · 256 · V floats), read by row 0 alone: one barrier, where a
+// tree through shared memory took a barrier per halving. Every thread of
+// the block calls it, once: `red` is not free again after it.
+template <int V> __device__ __forceinline__ void bn_sum_rows(float* s, float* q, float* red) {
+    unsigned int along = blockDim.x;
+    unsigned int per_warp = along < 32 ? 32 / along : 1;
+    for (unsigned int lanes = along; lanes < 32; lanes *= 2)
+        for (int e = 0; e < V; e++) {
+            s[e] += __shfl_xor_sync(0xffffffffu, s[e], lanes);
+            q[e] += __shfl_xor_sync(0xffffffffu, q[e], lanes);
+        }
+    unsigned int tile = along * V, groups = blockDim.y / per_warp;
+    float* mine = red + 2 * (threadIdx.x * V);
+    if (threadIdx.y % per_warp == 0) {
+        float* at = mine + 2 * (threadIdx.y / per_warp) * tile;
+        for (int e = 0; e < V; e++) {
+            at[2 * e] = s[e];
+            at[2 * e + 1] = q[e];
+        }
     }
-    for (int e = 0; e < V; e++) v[e] = red[threadIdx.x * V + e];
     __syncthreads();
+    if (threadIdx.y == 0)
+        for (unsigned int k = 1; k < groups; k++) {
+            const float* at = mine + 2 * k * tile;
+            for (int e = 0; e < V; e++) {
+                s[e] += at[2 * e];
+                q[e] += at[2 * e + 1];
+            }
+        }
 }
 
 // The reduction space of an NHWC sum: 256 threads of up to 8 values.
@@ -685,8 +735,7 @@ __device__ void bn_stats_partial_nhwc_v(const T* x, float* partial, unsigned int
             }
         }
     }
-    bn_sum_rows<V>(s, red);
-    bn_sum_rows<V>(q, red);
+    bn_sum_rows<V>(s, q, red);
     if (mine && threadIdx.y == 0 && k0 < k1) {
         float len = (float)(k1 - k0);
         for (int e = 0; e < V; e++) {
@@ -892,8 +941,7 @@ __device__ void bn_backward_partial_nhwc_v(const T* x, const T* gy, const T* y, 
             }
         }
     }
-    bn_sum_rows<V>(centred, red);
-    bn_sum_rows<V>(total, red);
+    bn_sum_rows<V>(centred, total, red);
     if (mine && threadIdx.y == 0) {
         for (int e = 0; e < V; e++) {
             size_t at = 2 * ((size_t)(ch + e) * chunks + j);
@@ -954,6 +1002,11 @@ __device__ void bn_backward_input_nhwc_v(const T* x, const T* gy, const T* y, co
     bn_channels<V>(sum_dy, ch, sdy);
     bn_channels<V>(sum_dy_xhat, ch, sdx);
     float count = (float)rows;
+    // bn_input_grad's means, taken once.
+    for (int e = 0; e < V; e++) {
+        sdy[e] /= count;
+        sdx[e] /= count;
+    }
     if (V * sizeof(T) == 16) {
         // bn_masked_row's loads for two rows before either row's stores.
         unsigned int step = blockDim.y;
@@ -984,7 +1037,7 @@ __device__ void bn_backward_input_nhwc_v(const T* x, const T* gy, const T* y, co
                 if (!gx) continue;
                 float o[V];
                 for (int e = 0; e < V; e++)
-                    o[e] = bn_input_grad(g[e], xv[e], mu[e], is[e], w[e] * is[e], sdy[e], sdx[e], count, training);
+                    o[e] = bn_input_grad(g[e], xv[e], mu[e], is[e], w[e] * is[e], sdy[e], sdx[e], training);
                 bn_storev<V>(gx + at, o);
             }
         }
@@ -997,7 +1050,7 @@ __device__ void bn_backward_input_nhwc_v(const T* x, const T* gy, const T* y, co
             if (!gx) continue;
             float o[V];
             for (int e = 0; e < V; e++)
-                o[e] = bn_input_grad(g[e], xv[e], mu[e], is[e], w[e] * is[e], sdy[e], sdx[e], count, training);
+                o[e] = bn_input_grad(g[e], xv[e], mu[e], is[e], w[e] * is[e], sdy[e], sdx[e], training);
             bn_storev<V>(gx + at, o);
         }
     }
