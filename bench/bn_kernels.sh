@@ -15,6 +15,9 @@
 #   git show cb5f8d2:src/ops/batch_norm2d/kernels.cu > .gpu/bn_old.cu
 #   bench/bn_kernels.sh "$OUT" "base:.gpu/bn_old.cu:-DFINISH_NO_C -DFINISH_WARP_RUNS=0" \
 #       "tree:src/ops/batch_norm2d/kernels.cu:"
+#
+# Where the backend's common.cu changed as well, the older one goes with it:
+# -DCOMMON=\"../../.gpu/common_old.cu\" (a path from bench/bn_kernels/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?OUT folder}

@@ -15,7 +15,12 @@
 #include <cuda_runtime.h>
 #include <vector>
 
-#include "../../src/backend/cuda/common.cu"
+// The backend's common.cu, or an older one (COMMON, a path from this
+// folder) to go with an older KERNELS.
+#ifndef COMMON
+#define COMMON "../../src/backend/cuda/common.cu"
+#endif
+#include COMMON
 #include KERNELS
 
 #ifndef MIN_RUN

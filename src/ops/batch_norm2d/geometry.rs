@@ -12,7 +12,7 @@ use crate::tensor::{Layout, Shape};
 use crate::{Error, Result};
 
 /// Threads of a block that sums (a power of two: `block_sum` halves it).
-pub(super) const REDUCE_THREADS: u32 = 256;
+const REDUCE_THREADS: u32 = 256;
 /// Values of a channel one block sums on the GPU: 16 per thread, enough
 /// work to hide the final tree, few enough runs that a channel of a
 /// ResNet's first stage (128 images × 32×32) spreads over 32 blocks.

@@ -651,7 +651,8 @@ __device__ __forceinline__ void bn_nhwc_rows(unsigned int rows, unsigned int len
 // within each warp, by shuffles across its rows (a warp holds 32 /
 // blockDim.x rows where blockDim.x is below 32; lanes of the same channels
 // are blockDim.x apart), then the warps' totals in warp order through
-// `red` (2 · 256 · V floats), read by row 0 alone: one barrier, where a
+// `red` (two sums of at most 8 groups over a tile of at most 64 values: a
+// tile spans 128 bytes or less), read by row 0 alone: one barrier, where a
 // tree through shared memory took a barrier per halving. Every thread of
 // the block calls it, once: `red` is not free again after it.
 template <int V> __device__ __forceinline__ void bn_sum_rows(float* s, float* q, float* red) {
@@ -682,7 +683,7 @@ template <int V> __device__ __forceinline__ void bn_sum_rows(float* s, float* q,
         }
 }
 
-// The reduction space of an NHWC sum: 256 threads of up to 8 values.
+// The reduction space of an NHWC sum: bn_sum_rows needs 1024 floats.
 #define BN_NHWC_RED (256 * 8)
 
 // bn_stats_partial in NHWC: block (j, tile) gives run j (rows j *
