@@ -385,13 +385,15 @@ fn a_resnet18_trains_on_mnist_in_bf16_as_in_fp32() {
     };
     // The whole of MNIST: on 8,000 images the last epoch's test accuracy
     // still swung by 9 points between two runs whose losses agreed to 2%.
-    // The losses within 8%: the first epoch's average is the early descent,
-    // which any rounding moves. Measured with this configuration on an H100
+    // The losses within 8% and the last accuracy within 2 points: the first
+    // epoch's average is the early descent, which any rounding moves.
+    // Measured with this configuration on an H100
     // (bench/results/bn-kernels-2026-12-06-h100.txt, seeds 42 and 1-5, two
     // builds whose batch-norm sums differ only in their order): bf16 apart
     // from fp32 by 0.0-6.3% in the first epoch and 0.2-4.2% in the second,
-    // and fp32's own first epoch 0.407-0.453 from seed to seed.
-    trains_in_bf16_as_in_fp32("bf16 resnet18 mnist", cfg, 0.08, 0.01);
+    // the last accuracy by up to 1.8 points; fp32's own first epoch
+    // 0.407-0.453 and last accuracy 96.8-98.5% from seed to seed.
+    trains_in_bf16_as_in_fp32("bf16 resnet18 mnist", cfg, 0.08, 0.02);
 }
 
 #[test]
