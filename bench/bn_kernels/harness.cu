@@ -53,6 +53,9 @@
 #ifndef FINISH_WARP_RUNS
 #define FINISH_WARP_RUNS 128
 #endif
+// Fixed as geometry.rs fixes them.
+#define MAX_RUNS 1024
+#define WARP_FINISH_CHANNELS 8
 
 #define REPS 20
 #define ROUNDS 15
@@ -88,7 +91,7 @@ struct Geo {
     void runs(unsigned cap, unsigned* runs, unsigned* len) const {
         unsigned count = rows();
         unsigned r = std::min((count + MIN_RUN - 1) / MIN_RUN, (cap + tiles() - 1) / tiles());
-        r = std::max(1u, std::min(r, 1024u));
+        r = std::max(1u, std::min(r, (unsigned)MAX_RUNS));
         *len = (count + r - 1) / r;
         *runs = (count + *len - 1) / *len;
     }
@@ -103,7 +106,7 @@ struct Geo {
         if (cap) cols = std::min(cols, std::max(1u, cap / tiles()));
         return dim3(cols, tiles());
     }
-    unsigned finish_channels(unsigned runs) const { return runs <= FINISH_WARP_RUNS ? 8 : 1; }
+    unsigned finish_channels(unsigned runs) const { return runs <= FINISH_WARP_RUNS ? WARP_FINISH_CHANNELS : 1; }
     dim3 finish_grid(unsigned runs) const {
         unsigned k = finish_channels(runs);
         return dim3((c + k - 1) / k);
@@ -258,7 +261,7 @@ template <typename T> void shape(const Geo& g, FILE* out) {
     float** per_channel[] = {&B.mean, &B.invstd, &B.w, &B.b, &B.rm, &B.rv, &B.sdx, &B.sdy};
     for (float** p : per_channel) CK(cudaMalloc(p, g.c * 4));
     CK(cudaMalloc(&B.batches, 4));
-    CK(cudaMalloc(&B.partial, (size_t)g.c * 1024 * 2 * 4));
+    CK(cudaMalloc(&B.partial, (size_t)g.c * MAX_RUNS * 2 * 4));
     fill(B.x, count, g.dsize, -1.5f, 2.5f);
     fill(B.gy, count, g.dsize, -1.0f, 1.0f);
     fill(B.res, count, g.dsize, -1.0f, 1.0f);

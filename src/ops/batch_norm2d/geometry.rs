@@ -280,7 +280,8 @@ impl Geometry {
 
 #[cfg(test)]
 mod tests {
-    use super::{Geometry, MAX_RUNS, NHWC_THREADS};
+    use super::{Geometry, MAX_RUNS, NHWC_BLOCKS, NHWC_MIN_RUN, NHWC_ROWS_PER_THREAD, NHWC_THREADS};
+    use super::{WARP_FINISH_CHANNELS, WARP_FINISH_RUNS};
     use crate::memory::DType;
     use crate::tensor::Layout;
 
@@ -290,6 +291,30 @@ mod tests {
         // many threads: a larger block would fail to launch.
         let line = format!("#define BN_NHWC_THREADS {NHWC_THREADS}\n");
         assert!(include_str!("kernels.cu").contains(&line), "kernels.cu lacks {line:?}");
+    }
+
+    #[test]
+    fn the_kernel_bench_launches_as_the_runs_do() {
+        // bench/bn_kernels/harness.cu mirrors these sizes by hand: one it
+        // missed would time launches that no run makes.
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/bn_kernels/harness.cu");
+        let Ok(harness) = std::fs::read_to_string(path) else {
+            eprintln!("SKIPPED the_kernel_bench_launches_as_the_runs_do: no {path} (the packaged crate has no bench/)");
+            return;
+        };
+        for line in [
+            format!("#define MIN_RUN {NHWC_MIN_RUN}\n"),
+            format!("#define BLOCKS {NHWC_BLOCKS}\n"),
+            format!("#define ROWS_PER_THREAD {NHWC_ROWS_PER_THREAD}\n"),
+            format!("#define FINISH_WARP_RUNS {WARP_FINISH_RUNS}\n"),
+            format!("#define MAX_RUNS {MAX_RUNS}\n"),
+            format!("#define WARP_FINISH_CHANNELS {WARP_FINISH_CHANNELS}\n"),
+        ] {
+            assert!(
+                harness.contains(&line),
+                "{path} lacks {line:?}: carry geometry.rs's size there"
+            );
+        }
     }
 
     #[test]
