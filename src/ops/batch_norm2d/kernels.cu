@@ -69,8 +69,8 @@ __device__ __forceinline__ void bn_store4(float* p, const float* v) {
 }
 __device__ __forceinline__ void bn_store4(bf16* p, const float* v) {
     uint2 q;
-    q.x = (unsigned int)store<bf16>(v[0]).bits | ((unsigned int)store<bf16>(v[1]).bits << 16);
-    q.y = (unsigned int)store<bf16>(v[2]).bits | ((unsigned int)store<bf16>(v[3]).bits << 16);
+    q.x = bf16_pack2(v[0], v[1]);
+    q.y = bf16_pack2(v[2], v[3]);
     *reinterpret_cast<uint2*>(p) = q;
 }
 
@@ -578,23 +578,20 @@ template <int V> __device__ __forceinline__ void bn_storev(float* p, const float
         for (int h = 0; h < V; h += 4) bn_store4(p + h, v + h);
     }
 }
-__device__ __forceinline__ unsigned int bn_pack2(float a, float b) {
-    return (unsigned int)store<bf16>(a).bits | ((unsigned int)store<bf16>(b).bits << 16);
-}
 template <int V> __device__ __forceinline__ void bn_storev(bf16* p, const float* v) {
     if (V == 1) {
         p[0] = store<bf16>(v[0]);
     } else if (V == 2) {
-        *reinterpret_cast<unsigned int*>(p) = bn_pack2(v[0], v[1]);
+        *reinterpret_cast<unsigned int*>(p) = bf16_pack2(v[0], v[1]);
     } else if (V == 4) {
         bn_store4(p, v);
     } else {
         for (int h = 0; h < V; h += 8) {
             float4 q;
-            q.x = __uint_as_float(bn_pack2(v[h], v[h + 1]));
-            q.y = __uint_as_float(bn_pack2(v[h + 2], v[h + 3]));
-            q.z = __uint_as_float(bn_pack2(v[h + 4], v[h + 5]));
-            q.w = __uint_as_float(bn_pack2(v[h + 6], v[h + 7]));
+            q.x = __uint_as_float(bf16_pack2(v[h], v[h + 1]));
+            q.y = __uint_as_float(bf16_pack2(v[h + 2], v[h + 3]));
+            q.z = __uint_as_float(bf16_pack2(v[h + 4], v[h + 5]));
+            q.w = __uint_as_float(bf16_pack2(v[h + 6], v[h + 7]));
             *reinterpret_cast<float4*>(p + h) = q;
         }
     }
