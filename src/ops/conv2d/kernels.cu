@@ -41,3 +41,197 @@ extern "C" __global__ void conv_bias_grad_bf16(const bf16* gy, bf16* gb, unsigne
                                                unsigned int p, unsigned int nhwc) {
     conv_bias_grad_t(gy, gb, n, f, p, nhwc);
 }
+
+// Direct convolutions for small valid ones (stride 1, no padding, fp32,
+// NCHW, at most DIRECT_TAPS taps a filter): the MNIST CNN's, whose five
+// passes cuDNN ran in about two thirds of the step. `direct.rs` sizes the
+// launches and keeps every block's shared memory within DIRECT_SMEM floats.
+// Each output is one thread's sum in a fixed order, so every run gives the
+// same bits (no atomics), with or without --deterministic.
+#define DIRECT_SMEM 8192
+#define DIRECT_TAPS 256
+
+// y[img, f, oy, ox] = sum over (ci, ky, kx) of x[img, ci, oy+ky, ox+kx] *
+// w[f, ci, ky, kx]. Block (filter block blockIdx.x of `fpb`, image
+// blockIdx.y): the image and the block's filters in shared memory, the
+// filters four to a float4 per tap (zero past the last filter), so each
+// thread reads one input value and one float4 a tap for four outputs of
+// one pixel.
+extern "C" __global__ void conv_direct_forward(const float* x, const float* w, float* y, unsigned int c,
+                                               unsigned int h, unsigned int wd, unsigned int f, unsigned int kh,
+                                               unsigned int kw, unsigned int fpb) {
+    __shared__ float4 sm4[DIRECT_SMEM / 4];
+    float* sm = reinterpret_cast<float*>(sm4);
+    unsigned int img = blockIdx.y, f0 = blockIdx.x * fpb;
+    unsigned int plane = h * wd, taps = c * kh * kw, oh = h - kh + 1, ow = wd - kw + 1, p = oh * ow;
+    unsigned int xlen = (c * plane + 3) & ~3u, chunks = fpb / 4;
+    const float* xi = x + (size_t)img * c * plane;
+    for (unsigned int i = threadIdx.x; i < c * plane; i += blockDim.x) sm[i] = xi[i];
+    // Filter fl's tap t at float4 (fl / 4) * taps + t, lane fl % 4; read
+    // in w's order, so consecutive threads read consecutive weights.
+    for (unsigned int i = threadIdx.x; i < taps * fpb; i += blockDim.x) {
+        unsigned int t = i % taps, fl = i / taps;
+        sm[xlen + ((fl / 4) * taps + t) * 4 + fl % 4] = f0 + fl < f ? w[(size_t)(f0 + fl) * taps + t] : 0.0f;
+    }
+    __syncthreads();
+    const float4* ws = sm4 + xlen / 4;
+    for (unsigned int item = threadIdx.x; item < p * chunks; item += blockDim.x) {
+        unsigned int px = item % p, j = item / p;
+        const float* xp = sm + (px / ow) * wd + px % ow;
+        const float4* wj = ws + j * taps;
+        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+        for (unsigned int ci = 0; ci < c; ci++, xp += plane) {
+            for (unsigned int ky = 0; ky < kh; ky++) {
+                const float* xr = xp + ky * wd;
+                for (unsigned int kx = 0; kx < kw; kx++) {
+                    float v = xr[kx];
+                    float4 q = *wj++;
+                    a0 = fmaf(v, q.x, a0);
+                    a1 = fmaf(v, q.y, a1);
+                    a2 = fmaf(v, q.z, a2);
+                    a3 = fmaf(v, q.w, a3);
+                }
+            }
+        }
+        unsigned int fo = f0 + 4 * j;
+        float* yo = y + ((size_t)img * f + fo) * p + px;
+        if (fo < f) yo[0] = a0;
+        if (fo + 1 < f) yo[p] = a1;
+        if (fo + 2 < f) yo[2 * p] = a2;
+        if (fo + 3 < f) yo[3 * p] = a3;
+    }
+}
+
+// gx[img, ci, iy, ix] = sum over (fo, ky, kx) of gy[img, fo, iy-ky, ix-kx] *
+// w[fo, ci, ky, kx], over the taps that land inside gy; added to gx where
+// `accumulate` (a second use of the input). Block (channel block
+// blockIdx.x of `cpb`, image blockIdx.y): the image's gradient planes in
+// shared memory with kh-1 rows and kw-1 columns of zeros around each, so
+// no tap tests a bound, and the block's channels' filters four to a
+// float4 per (fo, ky, kx).
+extern "C" __global__ void conv_direct_input_grad(const float* gy, const float* w, float* gx, unsigned int c,
+                                                  unsigned int h, unsigned int wd, unsigned int f, unsigned int kh,
+                                                  unsigned int kw, unsigned int cpb, unsigned int accumulate) {
+    __shared__ float4 sm4[DIRECT_SMEM / 4];
+    float* sm = reinterpret_cast<float*>(sm4);
+    unsigned int img = blockIdx.y, c0 = blockIdx.x * cpb;
+    unsigned int plane = h * wd, oh = h - kh + 1, ow = wd - kw + 1, p = oh * ow;
+    unsigned int ph = h + kh - 1, pw = wd + kw - 1, padded = ph * pw, kk = kh * kw;
+    unsigned int glen = (f * padded + 3) & ~3u, chunks = cpb / 4, per = f * kk;
+    const float* gi = gy + (size_t)img * f * p;
+    for (unsigned int i = threadIdx.x; i < f * padded; i += blockDim.x) {
+        unsigned int fo = i / padded, r = i % padded;
+        int yy = (int)(r / pw) - (int)(kh - 1), xx = (int)(r % pw) - (int)(kw - 1);
+        bool inside = yy >= 0 && yy < (int)oh && xx >= 0 && xx < (int)ow;
+        sm[i] = inside ? gi[(size_t)fo * p + yy * ow + xx] : 0.0f;
+    }
+    // Channel cl's tap (fo, ky, kx) at float4 (cl / 4) * per + fo * kk + ky * kw + kx, lane cl % 4.
+    for (unsigned int i = threadIdx.x; i < per * cpb; i += blockDim.x) {
+        unsigned int t = i % kk, rest = i / kk, cl = rest % cpb, fo = rest / cpb;
+        float v = c0 + cl < c ? w[((size_t)fo * c + c0 + cl) * kk + t] : 0.0f;
+        sm[glen + ((cl / 4) * per + fo * kk + t) * 4 + cl % 4] = v;
+    }
+    __syncthreads();
+    const float4* ws = sm4 + glen / 4;
+    for (unsigned int item = threadIdx.x; item < plane * chunks; item += blockDim.x) {
+        unsigned int px = item % plane, j = item / plane;
+        // Tap (ky, kx) reads padded row iy + kh-1-ky, column ix + kw-1-kx.
+        const float* gp = sm + (px / wd + kh - 1) * pw + px % wd + kw - 1;
+        const float4* wj = ws + j * per;
+        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+        for (unsigned int fo = 0; fo < f; fo++, gp += padded) {
+            for (unsigned int ky = 0; ky < kh; ky++) {
+                const float* gr = gp - ky * pw;
+                for (unsigned int kx = 0; kx < kw; kx++) {
+                    float v = gr[-(int)kx];
+                    float4 q = *wj++;
+                    a0 = fmaf(v, q.x, a0);
+                    a1 = fmaf(v, q.y, a1);
+                    a2 = fmaf(v, q.z, a2);
+                    a3 = fmaf(v, q.w, a3);
+                }
+            }
+        }
+        unsigned int co = c0 + 4 * j;
+        float* go = gx + ((size_t)img * c + co) * plane + px;
+        float a[4] = {a0, a1, a2, a3};
+        for (unsigned int e = 0; e < 4 && co + e < c; e++) go[e * plane] = accumulate ? go[e * plane] + a[e] : a[e];
+    }
+}
+
+// partial[group, fo, t] = sum over the group's images (`ipg` from
+// blockIdx.y * ipg) and over the output pixels of gy[img, fo, oy, ox] *
+// x[img, ci, oy+ky, ox+kx], tap t = (ci * kh + ky) * kw + kx, for the
+// filters of block blockIdx.x (`fpb` of them). Thread (item, slice): item
+// = tap t of four filters (chunk j), slice s = the rows s, s + slices, ...
+// of every image; the slices' sums are then added in order. The image and
+// its gradient (four filters to a float4 per pixel) in shared memory.
+extern "C" __global__ void conv_direct_weight_grad(const float* x, const float* gy, float* partial, unsigned int n,
+                                                   unsigned int c, unsigned int h, unsigned int wd, unsigned int f,
+                                                   unsigned int kh, unsigned int kw, unsigned int fpb,
+                                                   unsigned int ipg, unsigned int slices) {
+    __shared__ float4 sm4[DIRECT_SMEM / 4];
+    float* sm = reinterpret_cast<float*>(sm4);
+    unsigned int f0 = blockIdx.x * fpb, group = blockIdx.y;
+    unsigned int plane = h * wd, taps = c * kh * kw, oh = h - kh + 1, ow = wd - kw + 1, p = oh * ow;
+    unsigned int xlen = (c * plane + 3) & ~3u, chunks = fpb / 4, items = taps * chunks;
+    unsigned int item = threadIdx.x % items, s = threadIdx.x / items;
+    unsigned int t = item % taps, j = item / taps;
+    bool mine = s < slices;
+    unsigned int xoff = (t / (kh * kw)) * plane + (t / kw % kh) * wd + t % kw;
+    const float4* gs = sm4 + xlen / 4;
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+    unsigned int last = min(n, (group + 1) * ipg);
+    for (unsigned int img = group * ipg; img < last; img++) {
+        __syncthreads();
+        const float* xi = x + (size_t)img * c * plane;
+        for (unsigned int i = threadIdx.x; i < c * plane; i += blockDim.x) sm[i] = xi[i];
+        // Filter fl's gradient at pixel px: float4 px * chunks + fl / 4, lane fl % 4.
+        const float* gi = gy + ((size_t)img * f + f0) * p;
+        for (unsigned int i = threadIdx.x; i < p * fpb; i += blockDim.x) {
+            unsigned int px = i % p, fl = i / p;
+            sm[xlen + (px * chunks + fl / 4) * 4 + fl % 4] = f0 + fl < f ? gi[(size_t)fl * p + px] : 0.0f;
+        }
+        __syncthreads();
+        if (!mine) continue;
+        for (unsigned int oy = s; oy < oh; oy += slices) {
+            const float* xr = sm + xoff + oy * wd;
+            const float4* gr = gs + oy * ow * chunks + j;
+            for (unsigned int ox = 0; ox < ow; ox++) {
+                float v = xr[ox];
+                float4 q = gr[ox * chunks];
+                a0 = fmaf(v, q.x, a0);
+                a1 = fmaf(v, q.y, a1);
+                a2 = fmaf(v, q.z, a2);
+                a3 = fmaf(v, q.w, a3);
+            }
+        }
+    }
+    // The slices' sums, in slice order, through shared memory.
+    __syncthreads();
+    if (mine) sm4[threadIdx.x] = make_float4(a0, a1, a2, a3);
+    __syncthreads();
+    if (s != 0) return;
+    float4 sum = sm4[item];
+    for (unsigned int k = 1; k < slices; k++) {
+        float4 q = sm4[k * items + item];
+        sum.x += q.x;
+        sum.y += q.y;
+        sum.z += q.z;
+        sum.w += q.w;
+    }
+    float a[4] = {sum.x, sum.y, sum.z, sum.w};
+    unsigned int fo = f0 + 4 * j;
+    float* out = partial + ((size_t)group * f + fo) * taps + t;
+    for (unsigned int e = 0; e < 4 && fo + e < f; e++) out[(size_t)e * taps] = a[e];
+}
+
+// gw[i] = the groups' partial sums of weight i, added in group order.
+extern "C" __global__ void conv_direct_weight_grad_sum(const float* partial, float* gw, unsigned int len,
+                                                       unsigned int groups) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= len) return;
+    float sum = partial[i];
+    for (unsigned int g = 1; g < groups; g++) sum += partial[(size_t)g * len + i];
+    gw[i] = sum;
+}

@@ -18,10 +18,13 @@
 //! and hands it to the sgemm.
 //!
 //! On a GPU, cuDNN runs all three passes, each with the algorithm and the
-//! step-region workspace its plan chose; the bias is our own kernel.
+//! step-region workspace its plan chose, except small valid fp32
+//! convolutions (the MNIST CNN's), which run kernels of our own
+//! (`direct`); the bias is our own kernel.
 
 mod bordered;
 mod cpu;
+mod direct;
 mod im2col;
 mod padded;
 #[cfg(test)]
@@ -34,6 +37,7 @@ use crate::memory::{Buf, DType, FloatBuf};
 use crate::ops::Step;
 use crate::tensor::{Layout, Shape, Tensor, TensorRef};
 use crate::{Error, Result};
+use direct::Direct;
 
 /// Its CUDA kernels, handed to a GPU when it opens (see [`crate::ops::KERNELS`]).
 pub(crate) const KERNELS: KernelSource = KernelSource {
@@ -44,6 +48,10 @@ pub(crate) const KERNELS: KernelSource = KernelSource {
         CONV_BIAS_ADD.bf16,
         CONV_BIAS_GRAD.f32,
         CONV_BIAS_GRAD.bf16,
+        direct::ENTRIES[0],
+        direct::ENTRIES[1],
+        direct::ENTRIES[2],
+        direct::ENTRIES[3],
     ],
 };
 const CONV_BIAS_ADD: FloatKernel = float_kernel!("conv_bias_add");
@@ -234,6 +242,7 @@ impl<'s> Tensor<'s> {
 /// timed): what recomputing its output costs.
 fn timed_forward_seconds(s: &mut Step<'_>, g: &ConvDims) -> Option<f64> {
     match s.sizing() {
+        Sizing::Cuda(_) if Direct::runs(g, s.policy(), ConvPass::Forward).is_some() => None,
         Sizing::Cuda(gpu) => gpu
             .conv_plan(*g, s.policy())
             .ok()
@@ -280,7 +289,10 @@ fn forward_into(
             Ok(())
         },
         |gpu| {
-            gpu.conv(g, policy, ConvPass::Forward, x, w, packed, y, false)?;
+            match Direct::runs(&g, policy, ConvPass::Forward) {
+                Some(d) => d.forward(gpu, x, w, y)?,
+                None => gpu.conv(g, policy, ConvPass::Forward, x, w, packed, y, false)?,
+            }
             if let Some(b) = bias {
                 gpu.launch(
                     CONV_BIAS_ADD.of(g.dtype),
@@ -340,7 +352,10 @@ impl Saved {
                     }
                     Ok(())
                 },
-                |gpu| gpu.conv(g, policy, ConvPass::WeightGrad, x, gy, partials, gw, false),
+                |gpu| match Direct::runs(&g, policy, ConvPass::WeightGrad) {
+                    Some(d) => d.weight_grad(gpu, x, gy, partials.into(), gw),
+                    None => gpu.conv(g, policy, ConvPass::WeightGrad, x, gy, partials, gw, false),
+                },
             )?;
             s.accumulate(&self.w, gw)?;
         }
@@ -392,8 +407,9 @@ impl Saved {
                     }
                     Ok(())
                 },
-                |gpu| {
-                    gpu.conv(
+                |gpu| match Direct::runs(&g, policy, ConvPass::InputGrad) {
+                    Some(d) => d.input_grad(gpu, gy, self.w.buf, gx, into.is_some()),
+                    None => gpu.conv(
                         g,
                         policy,
                         ConvPass::InputGrad,
@@ -402,7 +418,7 @@ impl Saved {
                         packed,
                         gx,
                         into.is_some(),
-                    )
+                    ),
                 },
             )?;
             if into.is_none() {
@@ -451,6 +467,12 @@ fn scratch(s: &mut Step<'_>, g: &ConvDims, pass: ConvPass) -> Result<Buf<f32>> {
                 g.n.div_ceil(g.images_per_group(threads)) * g.f * g.k(),
             ),
         },
+        Sizing::Cuda(_) if Direct::runs(g, s.policy(), pass).is_some() => {
+            match (pass, Direct::runs(g, s.policy(), pass)) {
+                (ConvPass::WeightGrad, Some(d)) => ("conv2d weight-grad partial sums", d.weight_grad_scratch_len()),
+                _ => ("conv2d direct kernels' scratch (none)", 0),
+            }
+        }
         Sizing::Cuda(gpu) => {
             let plan = gpu.conv_plan(*g, s.policy()).map_err(BackendError::from)?;
             s.note_slower(|| plan.seconds_lost(pass));
