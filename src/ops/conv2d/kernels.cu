@@ -1,4 +1,4 @@
-// conv2d's bias; the convolutions themselves are cuDNN's. `nhwc`: the output
+// conv2d's bias, and (below) our own kernels for small valid convolutions; cuDNN runs the others. `nhwc`: the output
 // is channels last (a bf16 step's), filter f of pixel p at (img*p + p)*f + f.
 
 // y[img, f, p] += b[f] over `n` images of `f` planes of `p` pixels.
