@@ -158,7 +158,20 @@ type ConvApis = Vec<(bumpgrad::backend::cuda::ConvDims, bumpgrad::backend::cuda:
 
 /// [`run`], with the convolutions of the device that ran the step.
 fn run_seeing_convolutions(device: Device, body: &Body) -> (Vec<(&'static str, Vec<f32>)>, ConvApis) {
+    run_as(device, None, body)
+}
+
+/// [`run_seeing_convolutions`], its convolutions deterministic or not
+/// where `deterministic` says (else as the device's policy has them).
+fn run_as(device: Device, deterministic: Option<bool>, body: &Body) -> (Vec<(&'static str, Vec<f32>)>, ConvApis) {
     let mut engine = Engine::new(device, 64 << 20).expect("arena");
+    if let Some(deterministic) = deterministic {
+        let policy = bumpgrad::backend::Policy {
+            deterministic,
+            ..engine.runtime().policy()
+        };
+        engine.runtime_mut().set_policy(policy).expect("policy");
+    }
     engine.arena_mut().set_poison_step(true);
     let read = engine
         .step(|s| {
@@ -185,13 +198,20 @@ fn read_all<'s>(
 
 /// The shared body on both backends, compared.
 fn same_on_both(test: &str, body: &Body) {
+    same_on_both_as(test, None, body);
+}
+
+/// [`same_on_both`] with the GPU's convolutions deterministic or not where
+/// `deterministic` says.
+fn same_on_both_as(test: &str, deterministic: Option<bool>, body: &Body) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(gpu) = gpu(test) else { return };
     let on_cpu = run(Device::cpu(1).expect("cpu"), body);
-    let on_gpu = run(gpu, body);
+    let on_gpu = run_as(gpu, deterministic, body).0;
     assert_same_names(test, &on_cpu, &on_gpu);
+    let how = deterministic.map_or(String::new(), |d| format!(", deterministic {d}"));
     for ((name, c), (_, g)) in on_cpu.iter().zip(&on_gpu) {
-        assert_close(&format!("{test}: {name}"), c, g);
+        assert_close(&format!("{test}{how}: {name}"), c, g);
     }
 }
 

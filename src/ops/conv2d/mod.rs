@@ -434,6 +434,7 @@ impl Saved {
 /// kernels' packed filters, per-thread partial sums or per-thread patch
 /// matrices, or cuDNN's workspace for the algorithm its plan chose.
 fn scratch(s: &mut Step<'_>, g: &ConvDims, pass: ConvPass) -> Result<Buf<f32>> {
+    let direct = Direct::runs(g, s.policy(), pass);
     let (what, len) = match s.sizing() {
         Sizing::Cpu { threads } if padded::pays(g, pass) => {
             let groups = g.n.div_ceil(g.images_per_group(threads));
@@ -468,12 +469,10 @@ fn scratch(s: &mut Step<'_>, g: &ConvDims, pass: ConvPass) -> Result<Buf<f32>> {
                 g.n.div_ceil(g.images_per_group(threads)) * g.f * g.k(),
             ),
         },
-        Sizing::Cuda(_) if Direct::runs(g, s.policy(), pass).is_some() => {
-            match (pass, Direct::runs(g, s.policy(), pass)) {
-                (ConvPass::WeightGrad, Some(d)) => ("conv2d weight-grad partial sums", d.weight_grad_scratch_len()),
-                _ => ("conv2d direct kernels' scratch (none)", 0),
-            }
-        }
+        Sizing::Cuda(_) if direct.is_some() => match (pass, direct) {
+            (ConvPass::WeightGrad, Some(d)) => ("conv2d weight-grad partial sums", d.weight_grad_scratch_len()),
+            _ => ("conv2d direct kernels' scratch (none)", 0),
+        },
         Sizing::Cuda(gpu) => {
             let plan = gpu.conv_plan(*g, s.policy()).map_err(BackendError::from)?;
             s.note_slower(|| plan.seconds_lost(pass));
