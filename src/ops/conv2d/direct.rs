@@ -269,17 +269,20 @@ impl Direct {
     }
 }
 
-/// Whether these kernels run `pass` where they can: the weight gradient
-/// always, the other two passes only under `--deterministic`. On the lent
-/// H100 (MNIST CNN, `--profile`, batch 100) our weight gradients took 39 µs
-/// for the two convolutions against cuDNN's 57, but our forward 32 against
-/// 24 and our input gradient 36 against 14; whole steps 118.6 µs against
-/// 141.9 with the weight gradients ours, 143.3 with every pass ours. Under
-/// `--deterministic` cuDNN's deterministic algorithms are slower still
-/// (200.7 µs; at batch 1000 1,581 against our 649), so there every pass is
-/// ours (`bench/results/direct-conv-2026-12-06-h100.txt`).
+/// Whether these kernels run `pass` where they can: the forward and the
+/// weight gradient always, the input gradient only under
+/// `--deterministic`. On the lent H100 (MNIST CNN, batch 100, `--profile`,
+/// µs for the two convolutions) our weight gradients take 25 against
+/// cuDNN's 57, our forward 25 against its 24, our input gradient 36
+/// against 14. Whole steps alternated in one call: with the forward ours,
+/// 107.2 against 106.6 µs at batch 100 and 487.5 against 508.7 at batch
+/// 1000. Under `--deterministic` cuDNN's deterministic algorithms are
+/// slower still (batch 100: 200.7 µs a step through cuDNN alone against
+/// 143.7 with our kernels when they came, 125.3 now), so there every pass
+/// is ours (`bench/results/direct-conv-2026-12-06-h100.txt`,
+/// `bench/results/staged-loads-2026-12-06-h100.txt`).
 fn chosen(pass: ConvPass, deterministic: bool) -> bool {
-    deterministic || pass == ConvPass::WeightGrad
+    deterministic || pass != ConvPass::InputGrad
 }
 
 /// `blocks` (x, y) of as many threads as `items` needs, in whole warps, at
@@ -397,6 +400,21 @@ mod tests {
             }
         }
         assert!(seen > 100, "the sweep reached only {seen} shapes the kernels run");
+    }
+
+    /// Without `--deterministic` the MNIST CNN's second convolution runs
+    /// its forward and weight gradient here and its input gradient on
+    /// cuDNN (which the lent H100 measured faster for that pass alone).
+    #[test]
+    fn by_default_only_the_input_gradient_stays_with_cudnn() {
+        let default = Policy {
+            deterministic: false,
+            ..DETERMINISTIC
+        };
+        let conv2 = dims(100, 10, 12, 20, 5);
+        assert!(Direct::runs(&conv2, default, ConvPass::Forward).is_some());
+        assert!(Direct::runs(&conv2, default, ConvPass::WeightGrad).is_some());
+        assert!(Direct::runs(&conv2, default, ConvPass::InputGrad).is_none());
     }
 
     /// A batch the launch splits into groups writes partial sums; one

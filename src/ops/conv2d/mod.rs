@@ -20,7 +20,7 @@
 //! On a GPU, cuDNN runs all three passes, each with the algorithm and the
 //! step-region workspace its plan chose, except the passes of small valid
 //! fp32 convolutions (the MNIST CNN's) that run kernels of our own
-//! (`direct`: the weight gradients, and every pass under
+//! (`direct`: the forwards and weight gradients, and every pass under
 //! `--deterministic`); the bias is our own kernel.
 
 mod bordered;
