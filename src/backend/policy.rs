@@ -22,7 +22,8 @@ pub struct Policy {
     /// the H200: 1e-3 apart in loss after one epoch). Deterministic, it cost
     /// 1.3× (batch 100) to 2.5× (batch 1000) in step time on the MNIST CNN
     /// through cuDNN; its small convolutions now run bumpgrad's own kernels
-    /// there (ops/conv2d/direct.rs), 1.2× and 1.15× the default's time.
+    /// there (ops/conv2d/direct.rs), about 1.2× the default's time at both
+    /// batches (bench/results/staged-loads-2026-12-06-h100.txt).
     /// The CPU's kernels always are.
     pub deterministic: bool,
 }

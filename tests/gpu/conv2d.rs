@@ -108,8 +108,8 @@ fn a_convolution_run_as_two_halves_of_its_batch_matches_the_cpu() {
 }
 
 /// The valid fp32 convolutions our own kernels run (`ops/conv2d/direct.rs`)
-/// match the CPU, deterministic (every pass ours) and not (the weight
-/// gradient ours; `direct.rs`'s `chosen`): filter and
+/// match the CPU, deterministic (every pass ours) and not (the forward and
+/// weight gradient ours; `direct.rs`'s `chosen`): filter and
 /// channel counts that leave a partial group of four, a batch whose weight
 /// gradient is summed in groups and one summed whole, the MNIST CNN's
 /// second convolution at batch 100, and an input read by two convolutions
