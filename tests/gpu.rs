@@ -317,14 +317,17 @@ fn dense_matches_the_cpu_with_every_epilogue() {
             },
         ),
     ] {
-        // Sizes that are not multiples of the 16-wide tiles.
-        same_on_both(name, &move |s| {
-            let x = s.variable("x", Shape::new(&[37, 45]), &values(37 * 45, 14))?;
-            let w = s.variable("w", Shape::new(&[19, 45]), &values(19 * 45, 15))?;
-            let b = s.variable("b", Shape::new(&[19]), &values(19, 16))?;
-            let y = x.dense(s, w, Some(b), e)?;
-            with_grads(s, y, &[("x grad", x), ("w grad", w), ("b grad", b)])
-        });
+        // Sizes that are not multiples of the 16-wide tiles; 600 rows split
+        // the weight gradient into three chunks, the last one short.
+        for n in [37, 600] {
+            same_on_both(&format!("{name} of {n} rows"), &move |s| {
+                let x = s.variable("x", Shape::new(&[n, 45]), &values(n * 45, 14))?;
+                let w = s.variable("w", Shape::new(&[19, 45]), &values(19 * 45, 15))?;
+                let b = s.variable("b", Shape::new(&[19]), &values(19, 16))?;
+                let y = x.dense(s, w, Some(b), e)?;
+                with_grads(s, y, &[("x grad", x), ("w grad", w), ("b grad", b)])
+            });
+        }
     }
 }
 

@@ -12,20 +12,22 @@
 #define DENSE_DEPTH 8u
 #define DENSE_SPAN (DENSE_TILE * DENSE_DEPTH)
 
-// C[M × N] = A[M × K] · B[K × N], each element produced by `store(m, n, acc)`.
-// `a(m, k)` and `b(k, n)` load the operands; A_M_CONTIG / B_K_CONTIG say
-// which index is contiguous in memory, so each tile loads coalesced. Each
-// element's sum runs over k in order, whatever DENSE_DEPTH is.
+// C[M × N] = A[M × K] · B[K × N] over k in [kb, K), for the block's tile of
+// rows `mt` (and columns blockIdx.x), each element produced by
+// `store(m, n, acc)`. `a(m, k)` and `b(k, n)` load the operands; A_M_CONTIG /
+// B_K_CONTIG say which index is contiguous in memory, so each tile loads
+// coalesced. Each element's sum runs over k in order, whatever DENSE_DEPTH is.
 template <bool A_M_CONTIG, bool B_K_CONTIG, class A, class B, class C>
-__device__ __forceinline__ void dense_tile(unsigned int M, unsigned int N, unsigned int K, A a, B b, C store) {
+__device__ __forceinline__ void dense_tile(unsigned int M, unsigned int N, unsigned int mt, unsigned int kb,
+                                           unsigned int K, A a, B b, C store) {
     // Rows padded so that both the loads' stores and the products' reads
     // fall in distinct banks.
     __shared__ float as[DENSE_TILE][DENSE_SPAN + DENSE_TILE + 1];
     __shared__ float bs[DENSE_SPAN][DENSE_TILE + 1];
     unsigned int tx = threadIdx.x, ty = threadIdx.y;
-    unsigned int m0 = blockIdx.y * DENSE_TILE, n0 = blockIdx.x * DENSE_TILE;
+    unsigned int m0 = mt * DENSE_TILE, n0 = blockIdx.x * DENSE_TILE;
     float acc = 0.0f;
-    for (unsigned int k0 = 0; k0 < K; k0 += DENSE_SPAN) {
+    for (unsigned int k0 = kb; k0 < K; k0 += DENSE_SPAN) {
         float av[DENSE_DEPTH], bv[DENSE_DEPTH];
 #pragma unroll
         for (unsigned int d = 0; d < DENSE_DEPTH; d++) {
@@ -79,7 +81,7 @@ extern "C" __global__ void dense_forward(const float* x, const float* w, const f
                                          const unsigned int* cursor) {
     unsigned long long seed = dense_seed(e, cursor);
     dense_tile<false, true>(
-        n, out, in, [&](unsigned int i, unsigned int k) { return x[(size_t)i * in + k]; },
+        n, out, blockIdx.y, 0, in, [&](unsigned int i, unsigned int k) { return x[(size_t)i * in + k]; },
         [&](unsigned int k, unsigned int j) { return w[(size_t)j * in + k]; },
         [&](unsigned int i, unsigned int j, float acc) {
             float v = acc + (bias != 0 ? bias[j] : 0.0f);
@@ -107,25 +109,51 @@ extern "C" __global__ void dense_input_grad(const float* gy, const float* y, con
                                             const unsigned int* cursor) {
     unsigned long long seed = dense_seed(e, cursor);
     dense_tile<false, false>(
-        n, in, out, [&](unsigned int i, unsigned int j) { return dense_masked(gy, y, i * out + j, e, seed); },
+        n, in, blockIdx.y, 0, out, [&](unsigned int i, unsigned int j) { return dense_masked(gy, y, i * out + j, e, seed); },
         [&](unsigned int j, unsigned int k) { return w[(size_t)j * in + k]; },
         [&](unsigned int i, unsigned int k, float acc) { gx[(size_t)i * in + k] = acc; });
 }
 
 // gW[out × in] = masked(gy)ᵀ · x, and gb = masked(gy)ᵀ · 1 as one more
-// column (when gb is not null), in one kernel.
+// column (when gb is not null), in one kernel. Where `part` is not null the
+// batch is split into chunks of `chunk` rows (blockIdx.y = chunk · row tiles
+// + row tile), each writing its sums to its slice of `part` for
+// dense_weight_grad_sum to add in chunk order: a product of few outputs over
+// a long batch (the MNIST CNN's first layer at batch 1000: 84 tiles, 1000
+// rows deep) otherwise leaves most of the GPU idle.
 extern "C" __global__ void dense_weight_grad(const float* gy, const float* y, const float* x, float* gw, float* gb,
-                                             unsigned int n, unsigned int in, unsigned int out, DenseEpilogue e,
-                                             const unsigned int* cursor) {
+                                             float* part, unsigned int n, unsigned int in, unsigned int out,
+                                             unsigned int chunk, DenseEpilogue e, const unsigned int* cursor) {
     unsigned long long seed = dense_seed(e, cursor);
     unsigned int cols = gb != 0 ? in + 1 : in;
+    unsigned int tiles = (out + DENSE_TILE - 1) / DENSE_TILE;
+    unsigned int c = blockIdx.y / tiles, kb = c * chunk, ke = part != 0 ? min(n, kb + chunk) : n;
+    float* slice = part != 0 ? part + (size_t)c * out * cols : part;
     dense_tile<true, false>(
-        out, cols, n, [&](unsigned int j, unsigned int i) { return dense_masked(gy, y, i * out + j, e, seed); },
+        out, cols, blockIdx.y % tiles, kb, ke,
+        [&](unsigned int j, unsigned int i) { return dense_masked(gy, y, i * out + j, e, seed); },
         [&](unsigned int i, unsigned int k) { return k < in ? x[(size_t)i * in + k] : 1.0f; },
         [&](unsigned int j, unsigned int k, float acc) {
-            if (k < in)
+            if (part != 0)
+                slice[(size_t)j * cols + k] = acc;
+            else if (k < in)
                 gw[(size_t)j * in + k] = acc;
             else
                 gb[j] = acc;
         });
+}
+
+// The chunks' sums added in chunk order: the same bits on every run.
+extern "C" __global__ void dense_weight_grad_sum(const float* part, float* gw, float* gb, unsigned int in,
+                                                 unsigned int out, unsigned int chunks) {
+    unsigned int cols = gb != 0 ? in + 1 : in;
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= out * cols) return;
+    float sum = part[i];
+    for (unsigned int c = 1; c < chunks; c++) sum += part[(size_t)c * out * cols + i];
+    unsigned int j = i / cols, k = i % cols;
+    if (k < in)
+        gw[(size_t)j * in + k] = sum;
+    else
+        gb[j] = sum;
 }

@@ -25,14 +25,40 @@ use crate::{Error, Result};
 pub(crate) const KERNELS: KernelSource = KernelSource {
     owner: "dense",
     source: include_str!("kernels.cu"),
-    entries: &[DENSE_FORWARD, DENSE_INPUT_GRAD, DENSE_WEIGHT_GRAD],
+    entries: &[
+        DENSE_FORWARD,
+        DENSE_INPUT_GRAD,
+        DENSE_WEIGHT_GRAD,
+        DENSE_WEIGHT_GRAD_SUM,
+    ],
 };
 const DENSE_FORWARD: &str = "dense_forward";
 const DENSE_INPUT_GRAD: &str = "dense_input_grad";
 const DENSE_WEIGHT_GRAD: &str = "dense_weight_grad";
+const DENSE_WEIGHT_GRAD_SUM: &str = "dense_weight_grad_sum";
 
 /// The GPU kernels' tile edge.
 const TILE: u32 = 16;
+
+/// The rows a GPU kernel loads between two barriers (`DENSE_SPAN`).
+const SPAN: usize = 128;
+
+/// The blocks a weight gradient aims for when it splits the batch: about
+/// two for each multiprocessor of an H100 or H200. A constant, not the
+/// device's count, so the sums' order (and their bits) is the same on
+/// every GPU.
+const SPLIT_BLOCKS: usize = 264;
+
+/// How the weight gradient's product over a batch of `n` rows, for `tiles`
+/// output tiles, is split: the chunks and each one's rows (a multiple of
+/// [`SPAN`]). One chunk (no split) where the tiles alone fill the GPU or
+/// the batch is short; each chunk at least two spans deep, so a block's
+/// loads are not mostly the partial sums it writes.
+fn weight_grad_chunks(n: usize, tiles: usize) -> (usize, usize) {
+    let chunks = n.div_ceil(2 * SPAN).min(SPLIT_BLOCKS.div_ceil(tiles)).max(1);
+    let rows = n.div_ceil(chunks).next_multiple_of(SPAN);
+    (n.div_ceil(rows), rows)
+}
 
 /// What follows the product.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -260,6 +286,14 @@ impl Saved {
                 Some(b) => Some(s.grad_buffer(&b, "dense bias grad")?),
                 None => None,
             };
+            let cols = if gb.is_some() { inp + 1 } else { inp };
+            let (chunks, rows) = weight_grad_chunks(n, out.div_ceil(TILE as usize) * cols.div_ceil(TILE as usize));
+            let part = match s.sizing() {
+                Sizing::Cuda(_) if chunks > 1 => {
+                    Some(s.alloc::<f32>("dense weight-grad partial sums", Shape::new(&[chunks * out * cols]))?)
+                }
+                _ => None,
+            };
             s.launch(
                 &[
                     gy.into(),
@@ -268,6 +302,7 @@ impl Saved {
                     self.x.buf.into(),
                     gw.into(),
                     gb.unwrap_or_default().into(),
+                    part.unwrap_or_default().into(),
                     epi.cursor_buf().into(),
                 ],
                 |v| {
@@ -279,21 +314,37 @@ impl Saved {
                     Ok(())
                 },
                 |gpu| {
-                    let cols = if gb.is_some() { inp + 1 } else { inp };
+                    let mut grid = Grid::tiles(out, cols, TILE);
+                    grid.blocks.1 *= chunks as u32;
                     gpu.launch(
                         DENSE_WEIGHT_GRAD,
-                        Grid::tiles(out, cols, TILE),
+                        grid,
                         &[
                             gy.into(),
                             self.y.buf.into(),
                             self.x.buf.into(),
                             gw.into(),
                             gb.map_or(Arg::Null, Arg::from),
+                            part.map_or(Arg::Null, Arg::from),
                             Arg::U32(n as u32),
                             Arg::U32(inp as u32),
                             Arg::U32(out as u32),
+                            Arg::U32(rows as u32),
                             Arg::U32s(&e),
                             cursor,
+                        ],
+                    )?;
+                    let Some(part) = part else { return Ok(()) };
+                    gpu.launch(
+                        DENSE_WEIGHT_GRAD_SUM,
+                        Grid::over(out * cols),
+                        &[
+                            part.into(),
+                            gw.into(),
+                            gb.map_or(Arg::Null, Arg::from),
+                            Arg::U32(inp as u32),
+                            Arg::U32(out as u32),
+                            Arg::U32(chunks as u32),
                         ],
                     )
                 },

@@ -82,3 +82,29 @@ fn dense_equals_linear_then_relu_then_dropout() {
         .unwrap();
     assert_eq!(fused, chain);
 }
+
+#[test]
+fn the_weight_gradient_splits_only_a_long_batch_over_few_tiles() {
+    use super::{weight_grad_chunks, SPAN};
+    // The MNIST CNN's first dense layer at batch 1000 (4 × 21 tiles) and
+    // its second (1 × 4): four chunks of two spans each.
+    assert_eq!(weight_grad_chunks(1000, 84), (4, 256));
+    assert_eq!(weight_grad_chunks(1000, 4), (4, 256));
+    // Batch 100, or tiles that fill the GPU alone: no split.
+    assert_eq!(weight_grad_chunks(100, 84), (1, 128));
+    assert_eq!(weight_grad_chunks(1000, 300), (1, 1024));
+    for n in [1, 129, 256, 257, 600, 1000, 4097] {
+        for tiles in [1, 4, 84, 200, 264] {
+            let (chunks, rows) = weight_grad_chunks(n, tiles);
+            assert_eq!(rows % SPAN, 0, "n {n} tiles {tiles}");
+            assert!(
+                chunks * rows >= n && (chunks - 1) * rows < n,
+                "n {n} tiles {tiles}: {chunks} × {rows}"
+            );
+            assert!(
+                chunks == 1 || rows >= 2 * SPAN,
+                "n {n} tiles {tiles}: chunks of {rows} rows"
+            );
+        }
+    }
+}
