@@ -47,24 +47,38 @@ extern "C" __global__ void maxpool_relu_forward_bf16(const bf16* x, bf16* y, uns
     maxpool_window(x, y, winner, planes, h, w, true);
 }
 
-// One thread per input element, so every element of gx is written (zeros
-// included) and no two threads touch the same one. `relu_of` is the fused
+// One thread per window (the 2x2 block of inputs an output pooled, or the
+// clipped block of a dropped odd last row or column), writing all of its
+// inputs' gradients, zeros included: every element of gx is written once,
+// and each output's gradient, winner and relu are read once, not by four
+// threads each dividing its index three times (the MNIST CNN's first pool
+// at batch 1000 routes 5.8 million gradients). `relu_of` is the fused
 // relu's output, or null when the pool had no relu.
 template <typename T>
 __device__ void maxpool_backward_t(const T* gy, const T* relu_of, const unsigned char* winner, T* gx,
                                    unsigned int planes, unsigned int h, unsigned int w) {
-    unsigned int oh = h / 2, ow = w / 2;
+    unsigned int oh = h / 2, ow = w / 2, rows = (h + 1) / 2, cols = (w + 1) / 2;
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= planes * h * w) return;
-    unsigned int plane = i / (h * w), r = (i / w) % h, c = i % w;
-    unsigned int orow = r / 2, ocol = c / 2;
+    if (i >= planes * rows * cols) return;
+    unsigned int plane = i / (rows * cols), at = i - plane * rows * cols;
+    unsigned int r = at / cols, c = at - r * cols;
     float g = 0.0f;
-    if (orow < oh && ocol < ow) {
-        unsigned int o = (plane * oh + orow) * ow + ocol;
-        bool passes = relu_of == 0 || load(relu_of[o]) > 0.0f;
-        if (passes && winner[o] == (r % 2) * 2 + (c % 2)) g = load(gy[o]);
+    unsigned int won = 4;  // none: a dropped row or column, or the relu stopped it
+    if (r < oh && c < ow) {
+        unsigned int o = (plane * oh + r) * ow + c;
+        if (relu_of == 0 || load(relu_of[o]) > 0.0f) {
+            won = winner[o];
+            g = load(gy[o]);
+        }
     }
-    gx[i] = store<T>(g);
+    T* top = gx + (size_t)plane * h * w + (2 * r) * w + 2 * c;
+    bool right = 2 * c + 1 < w, below = 2 * r + 1 < h;
+    top[0] = store<T>(won == 0 ? g : 0.0f);
+    if (right) top[1] = store<T>(won == 1 ? g : 0.0f);
+    if (below) {
+        top[w] = store<T>(won == 2 ? g : 0.0f);
+        if (right) top[w + 1] = store<T>(won == 3 ? g : 0.0f);
+    }
 }
 extern "C" __global__ void maxpool_backward(const float* gy, const float* relu_of, const unsigned char* winner,
                                             float* gx, unsigned int planes, unsigned int h, unsigned int w) {

@@ -341,9 +341,11 @@ impl Saved {
             |gpu| {
                 let x = self.x.shape;
                 let relu_of = if self.relu { Arg::from(self.y.buf) } else { Arg::Null };
+                // A thread per window: ⌈h/2⌉ × ⌈w/2⌉ of them a plane.
+                let windows = x.dim(0) * x.dim(1) * x.dim(2).div_ceil(2) * x.dim(3).div_ceil(2);
                 gpu.launch(
                     MAXPOOL_BACKWARD.of(gx.dtype()),
-                    Grid::over(x.numel()),
+                    Grid::over(windows),
                     &[
                         gy.into(),
                         relu_of,
