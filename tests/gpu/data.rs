@@ -66,6 +66,24 @@ fn augmented_batches(device: Device) -> Vec<(&'static str, Vec<f32>)> {
             .expect("step");
         read.push((name, batch));
     }
+    // The same step without augmentation: four pixels a thread on the GPU.
+    let at = BatchAt {
+        order,
+        cursor,
+        stride: 12,
+        len: 12,
+        offset: 0,
+        step: 0,
+    };
+    let batch = engine
+        .step(|s| {
+            let (x, _) = s.gather_batch(&images, labels, at, cifar_norm())?;
+            let mut host = vec![0.0; x.shape().numel()];
+            s.read(x, &mut host)?;
+            Ok(host)
+        })
+        .expect("step");
+    read.push(("step 2 unaugmented", batch));
     let shard = BatchAt {
         order,
         cursor,
@@ -95,5 +113,49 @@ fn augmented_three_channel_batches_match_the_cpu() {
     assert_same_names("augmented_batches", &on_cpu, &on_gpu);
     for ((name, c), (_, g)) in on_cpu.iter().zip(&on_gpu) {
         assert_close(&format!("augmented_batches: {name}"), c, g);
+    }
+}
+
+/// An order entry past the data set gathers a NaN image on the GPU (the
+/// loss turns NaN and training stops naming the step), through the
+/// augmenting kernel and the four-pixel one alike.
+#[test]
+fn an_index_past_the_data_set_gathers_a_nan_image_on_the_gpu() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(gpu) = gpu("index_past_the_data_set") else {
+        return;
+    };
+    let mut engine = Engine::new(gpu, 16 << 20).expect("arena");
+    let mut p = engine.persistent();
+    let pixels: Vec<u8> = (0..4 * 16).map(|i| i as u8).collect();
+    let images = ByteImages {
+        pixels: p.upload("images", Shape::new(&[4 * 16]), &pixels).expect("upload"),
+        count: 4,
+        image: Shape::new(&[1, 4, 4]),
+    };
+    let labels = p.upload("labels", Shape::new(&[4]), &[0u8, 1, 2, 3]).expect("upload");
+    let order = p.upload("order", Shape::new(&[4]), &[0u32, 9, 2, 3]).expect("upload");
+    let cursor = StepCursor::new(&mut p).expect("cursor");
+    let at = BatchAt {
+        order,
+        cursor,
+        stride: 4,
+        len: 4,
+        offset: 0,
+        step: 0,
+    };
+    for augment in [Augment::NONE, Augment { crop: 1, flip: true }] {
+        let batch = engine
+            .step(|s| {
+                let (x, _) = s.gather_batch_augmented(&images, labels, at, Normalize::new(0.2, 0.5), augment, 3)?;
+                let mut host = vec![0.0; x.shape().numel()];
+                s.read(x, &mut host)?;
+                Ok(host)
+            })
+            .expect("step");
+        for (i, image) in batch.chunks(16).enumerate() {
+            let nan = image.iter().filter(|v| v.is_nan()).count();
+            assert_eq!(nan, if i == 1 { 16 } else { 0 }, "{augment:?}: image {i} is {image:?}");
+        }
     }
 }

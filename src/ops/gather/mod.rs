@@ -33,11 +33,12 @@ use crate::{Error, Result};
 pub(crate) const KERNELS: KernelSource = KernelSource {
     owner: "gather",
     source: include_str!("kernels.cu"),
-    entries: &[GATHER_IMAGES, GATHER_LABELS, GATHER_BATCH],
+    entries: &[GATHER_IMAGES, GATHER_LABELS, GATHER_BATCH, GATHER_BATCH_QUADS],
 };
 const GATHER_IMAGES: &str = "gather_images";
 const GATHER_LABELS: &str = "gather_labels";
 const GATHER_BATCH: &str = "gather_batch";
+const GATHER_BATCH_QUADS: &str = "gather_batch_quads";
 
 /// The most channels an image may have: the kernels take one scale and
 /// shift per channel by value.
@@ -272,21 +273,24 @@ impl<'s> Step<'s> {
                     augment.crop as u32,
                     u32::from(augment.flip),
                 ];
-                gpu.launch(
-                    GATHER_BATCH,
-                    Grid::over(at.len * size),
-                    &[
-                        set.pixels.into(),
-                        labels.into(),
-                        at.order.into(),
-                        at.cursor.buf.into(),
-                        x.buf().into(),
-                        out.into(),
-                        Arg::U32s(&dims),
-                        Arg::U32s(&norm.table()),
-                        Arg::U64(base),
-                    ],
-                )
+                let args = [
+                    set.pixels.into(),
+                    labels.into(),
+                    at.order.into(),
+                    at.cursor.buf.into(),
+                    x.buf().into(),
+                    out.into(),
+                    Arg::U32s(&dims),
+                    Arg::U32s(&norm.table()),
+                    Arg::U64(base),
+                ];
+                // Four pixels a thread where no pixel moves and a float4
+                // never spans two planes (every plane a multiple of four).
+                if augment.is_none() && (d[1] * d[2]).is_multiple_of(4) {
+                    gpu.launch(GATHER_BATCH_QUADS, Grid::over(at.len * size / 4), &args[..8])
+                } else {
+                    gpu.launch(GATHER_BATCH, Grid::over(at.len * size), &args)
+                }
             },
         )?;
         Ok((x, self.labels_from(out)))
