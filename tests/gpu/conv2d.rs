@@ -111,12 +111,13 @@ fn a_convolution_run_as_two_halves_of_its_batch_matches_the_cpu() {
 /// match the CPU, deterministic (every pass ours) and not (the forward and
 /// weight gradient ours; `direct.rs`'s `chosen`): filter and
 /// channel counts that leave a partial group of four, a batch whose weight
-/// gradient is summed in groups and one summed whole, the MNIST CNN's
+/// gradient is summed in groups and one summed whole, filters 3 and 5 wide
+/// (a thread sums a row of taps) and 4 (a thread per tap), the MNIST CNN's
 /// second convolution at batch 100, and an input read by two convolutions
 /// (the second adds to its gradient).
 #[test]
 fn direct_valid_convolutions_match_the_cpu() {
-    const SHAPES: [Geometry; 4] = [
+    const SHAPES: [Geometry; 5] = [
         (
             "direct 3x3, 6 channels, 5 filters, batch 70",
             [70, 6, 9, 8],
@@ -142,6 +143,13 @@ fn direct_valid_convolutions_match_the_cpu() {
             "direct 2x4, 3 channels, 9 filters, batch 5",
             [5, 3, 7, 11],
             [9, 3, 2, 4],
+            1,
+            0,
+        ),
+        (
+            "direct 4x3, 2 channels, 6 filters, batch 40",
+            [40, 2, 9, 7],
+            [6, 2, 4, 3],
             1,
             0,
         ),

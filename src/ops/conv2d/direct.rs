@@ -5,9 +5,13 @@
 //! kernel time at batch 100, the weight gradients 57 of them); here a
 //! block holds one image (or its gradient) and a few filters in shared
 //! memory and each thread sums four outputs (kernels.cu's
-//! `conv_direct_*`). Every sum runs in a fixed order, so a run repeats bit
-//! for bit. Which passes they run is [`chosen`]'s, by the lent H100's
-//! timings.
+//! `conv_direct_*`). Where the filter is 3 or 5 wide a thread takes a row:
+//! four outputs (or inputs) of a run of DIRECT_RUN pixels, or a weight
+//! gradient's whole row of taps, keeping the inputs they share in
+//! registers, so its shared-memory reads feed several times the
+//! multiply-adds (the per-pixel kernels wait on shared memory). Every sum
+//! runs in a fixed order, so a run repeats bit for bit. Which passes they
+//! run is [`chosen`]'s, by the lent H100's timings.
 //!
 //! [`Direct::of`] sizes the launches and says whether a geometry is one of
 //! these: a shape whose blocks would not fit [`SMEM`] floats of shared
@@ -30,10 +34,33 @@ const THREADS: usize = 256;
 const BLOCKS: usize = 264;
 
 /// The kernels, in kernels.cu.
-pub(super) const ENTRIES: [&str; 4] = [FORWARD, INPUT_GRAD, WEIGHT_GRAD, WEIGHT_GRAD_SUM];
+pub(super) const ENTRIES: [&str; 10] = [
+    FORWARD,
+    FORWARD_ROWS[0].1,
+    FORWARD_ROWS[1].1,
+    INPUT_GRAD,
+    INPUT_GRAD_ROWS[0].1,
+    INPUT_GRAD_ROWS[1].1,
+    WEIGHT_GRAD,
+    WEIGHT_GRAD_ROWS[0].1,
+    WEIGHT_GRAD_ROWS[1].1,
+    WEIGHT_GRAD_SUM,
+];
 const FORWARD: &str = "conv_direct_forward";
 const INPUT_GRAD: &str = "conv_direct_input_grad";
 const WEIGHT_GRAD: &str = "conv_direct_weight_grad";
+/// The forward kernels that give a thread a run of a row's outputs, by the
+/// filter's width.
+const FORWARD_ROWS: [(usize, &str); 2] = [(3, "conv_direct_forward_rows3"), (5, "conv_direct_forward_rows5")];
+/// The input-gradient kernels that give a thread a run of a row's inputs,
+/// by the filter's width.
+const INPUT_GRAD_ROWS: [(usize, &str); 2] = [(3, "conv_direct_input_grad_rows3"), (5, "conv_direct_input_grad_rows5")];
+/// The weight-gradient kernels that give a thread a whole row of taps, by
+/// the filter's width.
+const WEIGHT_GRAD_ROWS: [(usize, &str); 2] = [
+    (3, "conv_direct_weight_grad_rows3"),
+    (5, "conv_direct_weight_grad_rows5"),
+];
 const WEIGHT_GRAD_SUM: &str = "conv_direct_weight_grad_sum";
 
 /// The launch sizes of one geometry's three passes.
@@ -106,15 +133,21 @@ impl Direct {
         let input_channels = (most > 0).then(|| 4 * chunks_per_block(chunks(g.c), g.n, most));
 
         // Weight gradient: the image and the block's filters' gradient
-        // planes; a thread per tap of four filters, the rest of the block's
-        // threads sharing the taps' rows.
-        let most = ((SMEM.checked_sub(image)? / (4 * g.p())).min(THREADS / taps)).min(chunks(g.f));
-        let grad_chunks = chunks(g.f).min(most);
-        if grad_chunks == 0 {
+        // planes; a thread per row of taps (a filter 3 or 5 wide) or per
+        // tap, of four filters, the rest of the block's threads sharing the
+        // output's rows. A row kernel's block takes fewer filters where a
+        // small batch would leave the GPU idle.
+        let per_chunk = taps / rows_kernel(g.kw).map_or(1, |_| g.kw);
+        let most = ((SMEM.checked_sub(image)? / (4 * g.p())).min(THREADS / per_chunk)).min(chunks(g.f));
+        if most == 0 {
             return None;
         }
+        let grad_chunks = match rows_kernel(g.kw) {
+            Some(_) => chunks_per_block(chunks(g.f), g.n, most),
+            None => most,
+        };
         let grad_filters = 4 * grad_chunks;
-        let items = taps * grad_chunks;
+        let items = per_chunk * grad_chunks;
         let slices = (THREADS / items).clamp(1, g.oh());
         let filter_blocks = chunks(g.f).div_ceil(grad_chunks);
         let groups = BLOCKS.div_ceil(filter_blocks).clamp(1, g.n);
@@ -147,6 +180,13 @@ impl Direct {
         }
     }
 
+    /// A weight-gradient block's threads but for its slices: one per row
+    /// of taps or per tap, of four filters.
+    fn weight_grad_items(&self) -> usize {
+        let per_chunk = self.g.k() / rows_kernel(self.g.kw).map_or(1, |_| self.g.kw);
+        per_chunk * self.grad_filters / 4
+    }
+
     fn groups(&self) -> usize {
         self.g.n.div_ceil(self.images_per_group)
     }
@@ -164,24 +204,17 @@ impl Direct {
         w: FloatBuf,
         y: FloatBuf,
     ) -> Result<(), BackendError> {
-        let blocks = self.g.f.div_ceil(self.forward_filters);
+        let blocks = full((self.g.f.div_ceil(self.forward_filters), self.g.n));
         let [c, h, wd, f, kh, kw] = self.dims();
-        gpu.launch(
-            FORWARD,
-            full((blocks, self.g.n)),
-            &[
-                x.into(),
-                w.into(),
-                y.into(),
-                c,
-                h,
-                wd,
-                f,
-                kh,
-                kw,
-                Arg::U32(self.forward_filters as u32),
-            ],
-        )
+        let fpb = Arg::U32(self.forward_filters as u32);
+        match kernel_for(&FORWARD_ROWS, self.g.kw) {
+            Some(rows) => gpu.launch(rows, blocks, &[x.into(), w.into(), y.into(), c, h, wd, f, kh, fpb]),
+            None => gpu.launch(
+                FORWARD,
+                blocks,
+                &[x.into(), w.into(), y.into(), c, h, wd, f, kh, kw, fpb],
+            ),
+        }
     }
 
     /// `gx = ∂y/∂x · gy`, or `gx += ` it where `accumulate`.
@@ -196,25 +229,21 @@ impl Direct {
         let channels = self.input_channels.ok_or(BackendError::Internal(
             "the direct kernels do not run this input gradient",
         ))?;
-        let blocks = self.g.c.div_ceil(channels);
+        let blocks = full((self.g.c.div_ceil(channels), self.g.n));
         let [c, h, wd, f, kh, kw] = self.dims();
-        gpu.launch(
-            INPUT_GRAD,
-            full((blocks, self.g.n)),
-            &[
-                gy.into(),
-                w.into(),
-                gx.into(),
-                c,
-                h,
-                wd,
-                f,
-                kh,
-                kw,
-                Arg::U32(channels as u32),
-                Arg::U32(accumulate as u32),
-            ],
-        )
+        let [cpb, accumulate] = [channels as u32, accumulate as u32].map(Arg::U32);
+        match kernel_for(&INPUT_GRAD_ROWS, self.g.kw) {
+            Some(rows) => gpu.launch(
+                rows,
+                blocks,
+                &[gy.into(), w.into(), gx.into(), c, h, wd, f, kh, cpb, accumulate],
+            ),
+            None => gpu.launch(
+                INPUT_GRAD,
+                blocks,
+                &[gy.into(), w.into(), gx.into(), c, h, wd, f, kh, kw, cpb, accumulate],
+            ),
+        }
     }
 
     /// `gw = ∂y/∂w · gy`, through `partials` (of
@@ -230,28 +259,37 @@ impl Direct {
     ) -> Result<(), BackendError> {
         let groups = self.groups();
         let into = if groups == 1 { gw } else { partials };
-        let blocks = self.g.f.div_ceil(self.grad_filters);
-        let items = self.g.k() * self.grad_filters / 4 * self.slices;
+        let blocks = (self.g.f.div_ceil(self.grad_filters), groups);
+        let threads = self.weight_grad_items() * self.slices;
         let [c, h, wd, f, kh, kw] = self.dims();
-        gpu.launch(
-            WEIGHT_GRAD,
-            grid((blocks, groups), items),
-            &[
-                x.into(),
-                gy.into(),
-                into.into(),
-                Arg::U32(self.g.n as u32),
-                c,
-                h,
-                wd,
-                f,
-                kh,
-                kw,
-                Arg::U32(self.grad_filters as u32),
-                Arg::U32(self.images_per_group as u32),
-                Arg::U32(self.slices as u32),
-            ],
-        )?;
+        let [fpb, ipg, slices] = [self.grad_filters, self.images_per_group, self.slices].map(|v| Arg::U32(v as u32));
+        let n = Arg::U32(self.g.n as u32);
+        match rows_kernel(self.g.kw) {
+            Some(rows) => gpu.launch(
+                rows,
+                grid(blocks, threads),
+                &[x.into(), gy.into(), into.into(), n, c, h, wd, f, kh, fpb, ipg, slices],
+            )?,
+            None => gpu.launch(
+                WEIGHT_GRAD,
+                grid(blocks, threads),
+                &[
+                    x.into(),
+                    gy.into(),
+                    into.into(),
+                    n,
+                    c,
+                    h,
+                    wd,
+                    f,
+                    kh,
+                    kw,
+                    fpb,
+                    ipg,
+                    slices,
+                ],
+            )?,
+        }
         if groups > 1 {
             let len = self.g.f * self.g.k();
             gpu.launch(
@@ -271,18 +309,29 @@ impl Direct {
 
 /// Whether these kernels run `pass` where they can: the forward and the
 /// weight gradient always, the input gradient only under
-/// `--deterministic`. On the lent H100 (MNIST CNN, batch 100, `--profile`,
-/// µs for the two convolutions) our weight gradients take 25 against
-/// cuDNN's 57, our forward 25 against its 24, our input gradient 36
-/// against 14. Whole steps alternated in one call: with the forward ours,
-/// 107.2 against 106.6 µs at batch 100 and 487.5 against 508.7 at batch
-/// 1000. Under `--deterministic` cuDNN's deterministic algorithms are
-/// slower still (batch 100: 200.7 µs a step through cuDNN alone against
-/// 143.7 with our kernels when they came, 125.3 now), so there every pass
-/// is ours (`bench/results/direct-conv-2026-12-06-h100.txt`,
-/// `bench/results/staged-loads-2026-12-06-h100.txt`).
+/// `--deterministic`. On the lent H100 (MNIST CNN, `--profile`, µs for the
+/// two convolutions, batch 100 / 1000) with a thread per row (filters 3 or
+/// 5 wide): our forward 20 / 79 against cuDNN's 24 / 123, our weight
+/// gradient 29 / 83 against 57 / 184; our input gradient 33 / 162 against
+/// cuDNN's 14 / 83. Whole steps alternated in one call, the input gradient
+/// ours against cuDNN's: 120.1 against 104.9 µs at batch 100, 422.6
+/// against 352.2 at batch 1000. Under `--deterministic` cuDNN's
+/// deterministic algorithms are slower still (batch 100: 200.7 µs a step
+/// through cuDNN alone), so there every pass is ours: 119.7 µs at batch 100,
+/// 422.7 at 1000 (`bench/results/direct-conv-2026-12-06-h100.txt`,
+/// `bench/results/rows-and-splits-2026-12-06-h100.txt`).
 fn chosen(pass: ConvPass, deterministic: bool) -> bool {
     deterministic || pass != ConvPass::InputGrad
+}
+
+/// The weight-gradient row kernel for filters `kw` wide, if there is one.
+fn rows_kernel(kw: usize) -> Option<&'static str> {
+    kernel_for(&WEIGHT_GRAD_ROWS, kw)
+}
+
+/// Of `kernels` (by filter width), the one for filters `kw` wide.
+fn kernel_for(kernels: &[(usize, &'static str)], kw: usize) -> Option<&'static str> {
+    kernels.iter().find(|&&(w, _)| w == kw).map(|&(_, name)| name)
 }
 
 /// `blocks` (x, y) of as many threads as `items` needs, in whole warps, at
@@ -387,8 +436,10 @@ mod tests {
                                 assert!(channels > 0 && channels % 4 == 0, "{g:?}");
                             }
                             assert!(image + d.grad_filters * g.p() <= SMEM, "{g:?} weight grad");
-                            let items = g.k() * d.grad_filters / 4;
-                            assert!(items * d.slices <= THREADS, "{g:?}: a thread per tap and slice");
+                            let threads = d.weight_grad_items() * d.slices;
+                            assert!(threads <= THREADS, "{g:?}: a thread per tap or row, and slice");
+                            // A row kernel's slice sums: kw float4s a thread.
+                            assert!(threads * k * 4 <= SMEM, "{g:?}: the row kernel's slice sums");
                             assert!(d.slices <= g.oh(), "{g:?}: every slice has a row");
                             assert!(d.images_per_group * (d.groups() - 1) < n, "{g:?}: no empty group");
                             for v in [d.forward_filters, d.grad_filters] {

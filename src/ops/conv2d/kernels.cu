@@ -93,6 +93,22 @@ __device__ __forceinline__ void stage_copy(float* dst, const float* src, unsigne
     }
 }
 
+// Loads image `img` and the filters f0 .. f0 + fpb (zero past the last)
+// into shared memory for a forward block: the image at sm, the filters from
+// float4 xlen / 4 on, filter fl's tap t at float4 (fl / 4) * taps + t, lane
+// fl % 4; read in w's order, so consecutive threads read consecutive
+// weights.
+__device__ __forceinline__ void forward_load(float* sm, const float* x, const float* w, unsigned int img,
+                                             unsigned int c, unsigned int plane, unsigned int f, unsigned int taps,
+                                             unsigned int f0, unsigned int fpb, unsigned int xlen) {
+    stage_copy(sm, x + (size_t)img * c * plane, c * plane);
+    const float* wb = w + (size_t)f0 * taps;
+    unsigned int have = min(fpb, f - f0) * taps;
+    stage<float>(
+        taps * fpb, [&](unsigned int i) { return i < have ? wb[i] : 0.0f; },
+        [&](unsigned int i, float v) { sm[xlen + ((i / taps / 4) * taps + i % taps) * 4 + i / taps % 4] = v; });
+}
+
 // y[img, f, oy, ox] = sum over (ci, ky, kx) of x[img, ci, oy+ky, ox+kx] *
 // w[f, ci, ky, kx]. Block (filter block blockIdx.x of `fpb`, image
 // blockIdx.y): the image and the block's filters in shared memory, the
@@ -107,15 +123,7 @@ extern "C" __global__ void conv_direct_forward(const float* x, const float* w, f
     unsigned int img = blockIdx.y, f0 = blockIdx.x * fpb;
     unsigned int plane = h * wd, taps = c * kh * kw, oh = h - kh + 1, ow = wd - kw + 1, p = oh * ow;
     unsigned int xlen = (c * plane + 3) & ~3u, chunks = fpb / 4;
-    const float* xi = x + (size_t)img * c * plane;
-    stage_copy(sm, xi, c * plane);
-    // Filter fl's tap t at float4 (fl / 4) * taps + t, lane fl % 4; read
-    // in w's order, so consecutive threads read consecutive weights.
-    const float* wb = w + (size_t)f0 * taps;
-    unsigned int have = min(fpb, f - f0) * taps;
-    stage<float>(
-        taps * fpb, [&](unsigned int i) { return i < have ? wb[i] : 0.0f; },
-        [&](unsigned int i, float v) { sm[xlen + ((i / taps / 4) * taps + i % taps) * 4 + i / taps % 4] = v; });
+    forward_load(sm, x, w, img, c, plane, f, taps, f0, fpb, xlen);
     __syncthreads();
     const float4* ws = sm4 + xlen / 4;
     for (unsigned int item = threadIdx.x; item < p * chunks; item += blockDim.x) {
@@ -140,22 +148,80 @@ extern "C" __global__ void conv_direct_forward(const float* x, const float* w, f
     }
 }
 
-// gx[img, ci, iy, ix] = sum over (fo, ky, kx) of gy[img, fo, iy-ky, ix-kx] *
-// w[fo, ci, ky, kx], over the taps that land inside gy; added to gx where
-// `accumulate` (a second use of the input). Block (channel block
-// blockIdx.x of `cpb`, image blockIdx.y): the image's gradient planes in
-// shared memory with kh-1 rows and kw-1 columns of zeros around each, so
-// no tap tests a bound, and the block's channels' filters four to a
-// float4 per (fo, ky, kx).
-extern "C" __global__ void conv_direct_input_grad(const float* gy, const float* w, float* gx, unsigned int c,
-                                                  unsigned int h, unsigned int wd, unsigned int f, unsigned int kh,
-                                                  unsigned int kw, unsigned int cpb, unsigned int accumulate) {
+// conv_direct_forward for filters KW wide, a thread computing DIRECT_RUN
+// adjacent outputs of a row for four filters: for each row of taps
+// (ci, ky) it reads the DIRECT_RUN + KW - 1 inputs under them into
+// registers once, and each tap's float4 of weights once for DIRECT_RUN
+// pixels (the per-pixel kernel reads a scalar and a float4 for every four
+// multiply-adds). Each output sums its taps in the per-pixel kernel's
+// order: the same bits. A run past the row's end computes outputs it does
+// not store, reading inputs beyond the row that stay in the block's shared
+// memory (the filters follow the image).
+#define DIRECT_RUN 4
+template <unsigned int KW>
+__device__ void conv_direct_forward_rows(const float* x, const float* w, float* y, unsigned int c, unsigned int h,
+                                         unsigned int wd, unsigned int f, unsigned int kh, unsigned int fpb) {
     __shared__ float4 sm4[DIRECT_SMEM / 4];
     float* sm = reinterpret_cast<float*>(sm4);
-    unsigned int img = blockIdx.y, c0 = blockIdx.x * cpb;
-    unsigned int plane = h * wd, oh = h - kh + 1, ow = wd - kw + 1, p = oh * ow;
-    unsigned int ph = h + kh - 1, pw = wd + kw - 1, padded = ph * pw, kk = kh * kw;
-    unsigned int glen = (f * padded + 3) & ~3u, chunks = cpb / 4, per = f * kk;
+    unsigned int img = blockIdx.y, f0 = blockIdx.x * fpb;
+    unsigned int plane = h * wd, taps = c * kh * KW, oh = h - kh + 1, ow = wd - KW + 1, p = oh * ow;
+    unsigned int xlen = (c * plane + 3) & ~3u, chunks = fpb / 4, runs = (ow + DIRECT_RUN - 1) / DIRECT_RUN;
+    forward_load(sm, x, w, img, c, plane, f, taps, f0, fpb, xlen);
+    __syncthreads();
+    const float4* ws = sm4 + xlen / 4;
+    for (unsigned int item = threadIdx.x; item < oh * runs * chunks; item += blockDim.x) {
+        unsigned int at = item % (oh * runs), j = item / (oh * runs);
+        unsigned int oy = at / runs, ox = (at % runs) * DIRECT_RUN;
+        const float* xp = sm + oy * wd + ox;
+        const float4* wj = ws + j * taps;
+        float4 a[DIRECT_RUN];
+#pragma unroll
+        for (unsigned int r = 0; r < DIRECT_RUN; r++) a[r] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (unsigned int ci = 0; ci < c; ci++, xp += plane) {
+            for (unsigned int ky = 0; ky < kh; ky++) {
+                const float* xr = xp + ky * wd;
+                float v[DIRECT_RUN + KW - 1];
+#pragma unroll
+                for (unsigned int i = 0; i < DIRECT_RUN + KW - 1; i++) v[i] = xr[i];
+#pragma unroll
+                for (unsigned int kx = 0; kx < KW; kx++) {
+                    float4 q = *wj++;
+#pragma unroll
+                    for (unsigned int r = 0; r < DIRECT_RUN; r++) fma4(v[r + kx], q, a[r]);
+                }
+            }
+        }
+        unsigned int fo = f0 + 4 * j;
+        float* yo = y + ((size_t)img * f + fo) * p + oy * ow + ox;
+#pragma unroll
+        for (unsigned int r = 0; r < DIRECT_RUN; r++) {
+            if (ox + r >= ow) break;
+            float o[4] = {a[r].x, a[r].y, a[r].z, a[r].w};
+            for (unsigned int e = 0; e < 4 && fo + e < f; e++) yo[e * p + r] = o[e];
+        }
+    }
+}
+extern "C" __global__ void conv_direct_forward_rows3(const float* x, const float* w, float* y, unsigned int c,
+                                                     unsigned int h, unsigned int wd, unsigned int f,
+                                                     unsigned int kh, unsigned int fpb) {
+    conv_direct_forward_rows<3>(x, w, y, c, h, wd, f, kh, fpb);
+}
+extern "C" __global__ void conv_direct_forward_rows5(const float* x, const float* w, float* y, unsigned int c,
+                                                     unsigned int h, unsigned int wd, unsigned int f,
+                                                     unsigned int kh, unsigned int fpb) {
+    conv_direct_forward_rows<5>(x, w, y, c, h, wd, f, kh, fpb);
+}
+
+// Loads image `img`'s gradient planes, with kh-1 rows and kw-1 columns of
+// zeros around each, and the channels c0 .. c0 + cpb of the filters (zero
+// past the last), into shared memory for an input-gradient block: the
+// planes at sm, channel cl's tap (fo, ky, kx) from float4 glen / 4 on.
+__device__ __forceinline__ void input_grad_load(float* sm, const float* gy, const float* w, unsigned int img,
+                                                unsigned int c, unsigned int f, unsigned int kh, unsigned int kw,
+                                                unsigned int oh, unsigned int ow, unsigned int c0, unsigned int cpb,
+                                                unsigned int glen) {
+    unsigned int p = oh * ow, pw = ow + 2 * (kw - 1), padded = (oh + 2 * (kh - 1)) * pw, kk = kh * kw;
+    unsigned int per = f * kk;
     const float* gi = gy + (size_t)img * f * p;
     stage<float>(
         f * padded,
@@ -178,6 +244,25 @@ extern "C" __global__ void conv_direct_input_grad(const float* gy, const float* 
             unsigned int t = i % kk, rest = i / kk, cl = rest % cpb, fo = rest / cpb;
             sm[glen + ((cl / 4) * per + fo * kk + t) * 4 + cl % 4] = v;
         });
+}
+
+// gx[img, ci, iy, ix] = sum over (fo, ky, kx) of gy[img, fo, iy-ky, ix-kx] *
+// w[fo, ci, ky, kx], over the taps that land inside gy; added to gx where
+// `accumulate` (a second use of the input). Block (channel block
+// blockIdx.x of `cpb`, image blockIdx.y): the image's gradient planes in
+// shared memory with kh-1 rows and kw-1 columns of zeros around each, so
+// no tap tests a bound, and the block's channels' filters four to a
+// float4 per (fo, ky, kx).
+extern "C" __global__ void conv_direct_input_grad(const float* gy, const float* w, float* gx, unsigned int c,
+                                                  unsigned int h, unsigned int wd, unsigned int f, unsigned int kh,
+                                                  unsigned int kw, unsigned int cpb, unsigned int accumulate) {
+    __shared__ float4 sm4[DIRECT_SMEM / 4];
+    float* sm = reinterpret_cast<float*>(sm4);
+    unsigned int img = blockIdx.y, c0 = blockIdx.x * cpb;
+    unsigned int plane = h * wd, oh = h - kh + 1, ow = wd - kw + 1;
+    unsigned int pw = wd + kw - 1, padded = (h + kh - 1) * pw;
+    unsigned int glen = (f * padded + 3) & ~3u, chunks = cpb / 4, per = f * kh * kw;
+    input_grad_load(sm, gy, w, img, c, f, kh, kw, oh, ow, c0, cpb, glen);
     __syncthreads();
     const float4* ws = sm4 + glen / 4;
     for (unsigned int item = threadIdx.x; item < plane * chunks; item += blockDim.x) {
@@ -201,6 +286,87 @@ extern "C" __global__ void conv_direct_input_grad(const float* gy, const float* 
         float r[4] = {a.x, a.y, a.z, a.w};
         for (unsigned int e = 0; e < 4 && co + e < c; e++) go[e * plane] = accumulate ? go[e * plane] + r[e] : r[e];
     }
+}
+
+
+// conv_direct_input_grad for filters KW wide, a thread computing DIRECT_RUN
+// adjacent inputs of a row for four channels, as conv_direct_forward_rows
+// does outputs: the gradients under a row of taps (fo, ky) read once into
+// registers, each tap's float4 of weights once for DIRECT_RUN pixels. Each
+// input sums its taps in the per-pixel kernel's order: the same bits.
+template <unsigned int KW>
+__device__ void conv_direct_input_grad_rows(const float* gy, const float* w, float* gx, unsigned int c,
+                                            unsigned int h, unsigned int wd, unsigned int f, unsigned int kh,
+                                            unsigned int cpb, unsigned int accumulate) {
+    __shared__ float4 sm4[DIRECT_SMEM / 4];
+    float* sm = reinterpret_cast<float*>(sm4);
+    unsigned int img = blockIdx.y, c0 = blockIdx.x * cpb;
+    unsigned int plane = h * wd, oh = h - kh + 1, ow = wd - KW + 1;
+    unsigned int pw = wd + KW - 1, padded = (h + kh - 1) * pw, per = f * kh * KW;
+    unsigned int glen = (f * padded + 3) & ~3u, chunks = cpb / 4, runs = (wd + DIRECT_RUN - 1) / DIRECT_RUN;
+    input_grad_load(sm, gy, w, img, c, f, kh, KW, oh, ow, c0, cpb, glen);
+    __syncthreads();
+    const float4* ws = sm4 + glen / 4;
+    for (unsigned int item = threadIdx.x; item < h * runs * chunks; item += blockDim.x) {
+        unsigned int at = item % (h * runs), j = item / (h * runs);
+        unsigned int iy = at / runs, ix = (at % runs) * DIRECT_RUN;
+        // Tap (ky, kx) of input ix + r reads padded row iy + kh-1-ky,
+        // column ix + r + KW-1-kx.
+        const float* gp = sm + (iy + kh - 1) * pw + ix;
+        const float4* wj = ws + j * per;
+        float4 a[DIRECT_RUN];
+#pragma unroll
+        for (unsigned int r = 0; r < DIRECT_RUN; r++) a[r] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (unsigned int fo = 0; fo < f; fo++, gp += padded) {
+            for (unsigned int ky = 0; ky < kh; ky++) {
+                const float* gr = gp - ky * pw;
+                float v[DIRECT_RUN + KW - 1];
+#pragma unroll
+                for (unsigned int i = 0; i < DIRECT_RUN + KW - 1; i++) v[i] = gr[i];
+#pragma unroll
+                for (unsigned int kx = 0; kx < KW; kx++) {
+                    float4 q = *wj++;
+#pragma unroll
+                    for (unsigned int r = 0; r < DIRECT_RUN; r++) fma4(v[r + KW - 1 - kx], q, a[r]);
+                }
+            }
+        }
+        unsigned int co = c0 + 4 * j;
+        float* go = gx + ((size_t)img * c + co) * plane + iy * wd + ix;
+#pragma unroll
+        for (unsigned int r = 0; r < DIRECT_RUN; r++) {
+            if (ix + r >= wd) break;
+            float o[4] = {a[r].x, a[r].y, a[r].z, a[r].w};
+            for (unsigned int e = 0; e < 4 && co + e < c; e++)
+                go[e * plane + r] = accumulate ? go[e * plane + r] + o[e] : o[e];
+        }
+    }
+}
+extern "C" __global__ void conv_direct_input_grad_rows3(const float* gy, const float* w, float* gx, unsigned int c,
+                                                        unsigned int h, unsigned int wd, unsigned int f,
+                                                        unsigned int kh, unsigned int cpb, unsigned int accumulate) {
+    conv_direct_input_grad_rows<3>(gy, w, gx, c, h, wd, f, kh, cpb, accumulate);
+}
+extern "C" __global__ void conv_direct_input_grad_rows5(const float* gy, const float* w, float* gx, unsigned int c,
+                                                        unsigned int h, unsigned int wd, unsigned int f,
+                                                        unsigned int kh, unsigned int cpb, unsigned int accumulate) {
+    conv_direct_input_grad_rows<5>(gy, w, gx, c, h, wd, f, kh, cpb, accumulate);
+}
+
+// Loads image `img` and its gradient planes of the block's filters f0 ..
+// f0 + fpb (zero past the last) into shared memory for a weight-gradient
+// block: the image at sm, the gradient from float4 xlen / 4 on, filter fl's
+// at pixel px in float4 px * fpb / 4 + fl / 4, lane fl % 4.
+__device__ __forceinline__ void weight_grad_load(float* sm, const float* x, const float* gy, unsigned int img,
+                                                 unsigned int c, unsigned int plane, unsigned int f, unsigned int p,
+                                                 unsigned int f0, unsigned int fpb, unsigned int xlen) {
+    unsigned int chunks = fpb / 4;
+    stage_copy(sm, x + (size_t)img * c * plane, c * plane);
+    const float* gi = gy + ((size_t)img * f + f0) * p;
+    unsigned int have = min(fpb, f - f0) * p;
+    stage<float>(
+        p * fpb, [&](unsigned int i) { return i < have ? gi[i] : 0.0f; },
+        [&](unsigned int i, float v) { sm[xlen + ((i % p) * chunks + i / p / 4) * 4 + i / p % 4] = v; });
 }
 
 // partial[group, fo, t] = sum over the group's images (`ipg` from
@@ -228,13 +394,7 @@ extern "C" __global__ void conv_direct_weight_grad(const float* x, const float* 
     unsigned int last = min(n, (group + 1) * ipg);
     for (unsigned int img = group * ipg; img < last; img++) {
         __syncthreads();
-        stage_copy(sm, x + (size_t)img * c * plane, c * plane);
-        // Filter fl's gradient at pixel px: float4 px * chunks + fl / 4, lane fl % 4.
-        const float* gi = gy + ((size_t)img * f + f0) * p;
-        unsigned int have = min(fpb, f - f0) * p;
-        stage<float>(
-            p * fpb, [&](unsigned int i) { return i < have ? gi[i] : 0.0f; },
-            [&](unsigned int i, float v) { sm[xlen + ((i % p) * chunks + i / p / 4) * 4 + i / p % 4] = v; });
+        weight_grad_load(sm, x, gy, img, c, plane, f, p, f0, fpb, xlen);
         __syncthreads();
         if (!mine) continue;
         for (unsigned int oy = s; oy < oh; oy += slices) {
@@ -264,6 +424,89 @@ extern "C" __global__ void conv_direct_weight_grad(const float* x, const float* 
     unsigned int fo = f0 + 4 * j;
     float* out = partial + ((size_t)group * f + fo) * taps + t;
     for (unsigned int e = 0; e < 4 && fo + e < f; e++) out[(size_t)e * taps] = r[e];
+}
+
+// conv_direct_weight_grad for filters KW wide, a thread summing a whole row
+// of taps: item = (row ci * kh + ky, chunk j). Walking an output row, it
+// keeps the KW inputs the row's taps read in registers, so one float4 of
+// gradients read from shared memory serves 4 · KW multiply-adds, not 4
+// (the per-tap kernel waits on shared memory: a scalar and a float4 read
+// for every four). Each tap's sum runs in the per-tap kernel's order.
+template <unsigned int KW>
+__device__ void conv_direct_weight_grad_rows(const float* x, const float* gy, float* partial, unsigned int n,
+                                             unsigned int c, unsigned int h, unsigned int wd, unsigned int f,
+                                             unsigned int kh, unsigned int fpb, unsigned int ipg,
+                                             unsigned int slices) {
+    __shared__ float4 sm4[DIRECT_SMEM / 4];
+    float* sm = reinterpret_cast<float*>(sm4);
+    unsigned int f0 = blockIdx.x * fpb, group = blockIdx.y;
+    unsigned int plane = h * wd, rows = c * kh, oh = h - kh + 1, ow = wd - KW + 1, p = oh * ow;
+    unsigned int xlen = (c * plane + 3) & ~3u, chunks = fpb / 4, items = rows * chunks;
+    unsigned int item = threadIdx.x % items, s = threadIdx.x / items;
+    unsigned int row = item % rows, j = item / rows;
+    bool mine = s < slices;
+    unsigned int xoff = (row / kh) * plane + (row % kh) * wd;
+    const float4* gs = sm4 + xlen / 4;
+    float4 a[KW];
+#pragma unroll
+    for (unsigned int k = 0; k < KW; k++) a[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    unsigned int last = min(n, (group + 1) * ipg);
+    for (unsigned int img = group * ipg; img < last; img++) {
+        __syncthreads();
+        weight_grad_load(sm, x, gy, img, c, plane, f, p, f0, fpb, xlen);
+        __syncthreads();
+        if (!mine) continue;
+        for (unsigned int oy = s; oy < oh; oy += slices) {
+            const float* xr = sm + xoff + oy * wd;
+            const float4* gr = gs + oy * ow * chunks + j;
+            float v[KW];
+#pragma unroll
+            for (unsigned int k = 0; k + 1 < KW; k++) v[k + 1] = xr[k];
+            for (unsigned int ox = 0; ox < ow; ox++) {
+#pragma unroll
+                for (unsigned int k = 0; k + 1 < KW; k++) v[k] = v[k + 1];
+                v[KW - 1] = xr[ox + KW - 1];
+                float4 q = gr[ox * chunks];
+#pragma unroll
+                for (unsigned int k = 0; k < KW; k++) fma4(v[k], q, a[k]);
+            }
+        }
+    }
+    // The slices' sums, in slice order, through shared memory: KW float4s
+    // a thread (direct.rs keeps THREADS · KW · 4 within DIRECT_SMEM).
+    __syncthreads();
+    if (mine) {
+#pragma unroll
+        for (unsigned int k = 0; k < KW; k++) sm4[threadIdx.x * KW + k] = a[k];
+    }
+    __syncthreads();
+    if (s != 0) return;
+    unsigned int fo = f0 + 4 * j, taps = rows * KW;
+    for (unsigned int k = 0; k < KW; k++) {
+        float4 sum = sm4[item * KW + k];
+        for (unsigned int sl = 1; sl < slices; sl++) {
+            float4 q = sm4[(sl * items + item) * KW + k];
+            sum.x += q.x;
+            sum.y += q.y;
+            sum.z += q.z;
+            sum.w += q.w;
+        }
+        float r[4] = {sum.x, sum.y, sum.z, sum.w};
+        float* out = partial + ((size_t)group * f + fo) * taps + row * KW + k;
+        for (unsigned int e = 0; e < 4 && fo + e < f; e++) out[(size_t)e * taps] = r[e];
+    }
+}
+extern "C" __global__ void conv_direct_weight_grad_rows3(const float* x, const float* gy, float* partial,
+                                                         unsigned int n, unsigned int c, unsigned int h,
+                                                         unsigned int wd, unsigned int f, unsigned int kh,
+                                                         unsigned int fpb, unsigned int ipg, unsigned int slices) {
+    conv_direct_weight_grad_rows<3>(x, gy, partial, n, c, h, wd, f, kh, fpb, ipg, slices);
+}
+extern "C" __global__ void conv_direct_weight_grad_rows5(const float* x, const float* gy, float* partial,
+                                                         unsigned int n, unsigned int c, unsigned int h,
+                                                         unsigned int wd, unsigned int f, unsigned int kh,
+                                                         unsigned int fpb, unsigned int ipg, unsigned int slices) {
+    conv_direct_weight_grad_rows<5>(x, gy, partial, n, c, h, wd, f, kh, fpb, ipg, slices);
 }
 
 // gw[i] = the groups' partial sums of weight i, added in group order.

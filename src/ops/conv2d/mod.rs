@@ -53,6 +53,12 @@ pub(crate) const KERNELS: KernelSource = KernelSource {
         direct::ENTRIES[1],
         direct::ENTRIES[2],
         direct::ENTRIES[3],
+        direct::ENTRIES[4],
+        direct::ENTRIES[5],
+        direct::ENTRIES[6],
+        direct::ENTRIES[7],
+        direct::ENTRIES[8],
+        direct::ENTRIES[9],
     ],
 };
 const CONV_BIAS_ADD: FloatKernel = float_kernel!("conv_bias_add");
