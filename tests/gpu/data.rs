@@ -45,17 +45,18 @@ fn augmented_batches(device: Device) -> Vec<(&'static str, Vec<f32>)> {
         })
         .expect("step");
     read.push(("test batch", test));
+    // Every step's whole batch of 12; the cursor says which step.
+    let at = BatchAt {
+        order,
+        cursor,
+        stride: 12,
+        len: 12,
+        offset: 0,
+        step: 0,
+    };
     let names = ["step 0", "step 1", "step 2"];
     for (step, name) in names.into_iter().enumerate() {
         cursor.set(&mut engine, step as u32, 40 + step as u64).expect("cursor");
-        let at = BatchAt {
-            order,
-            cursor,
-            stride: 12,
-            len: 12,
-            offset: 0,
-            step: 0,
-        };
         let batch = engine
             .step(|s| {
                 let (x, _) = s.gather_batch_augmented(&images, labels, at, cifar_norm(), augment, 77)?;
@@ -67,14 +68,6 @@ fn augmented_batches(device: Device) -> Vec<(&'static str, Vec<f32>)> {
         read.push((name, batch));
     }
     // The same step without augmentation: four pixels a thread on the GPU.
-    let at = BatchAt {
-        order,
-        cursor,
-        stride: 12,
-        len: 12,
-        offset: 0,
-        step: 0,
-    };
     let batch = engine
         .step(|s| {
             let (x, _) = s.gather_batch(&images, labels, at, cifar_norm())?;

@@ -137,7 +137,7 @@ impl Direct {
         // tap, of four filters, the rest of the block's threads sharing the
         // output's rows. A row kernel's block takes fewer filters where a
         // small batch would leave the GPU idle.
-        let per_chunk = taps / rows_kernel(g.kw).map_or(1, |_| g.kw);
+        let per_chunk = weight_grad_items_per_chunk(g);
         let most = ((SMEM.checked_sub(image)? / (4 * g.p())).min(THREADS / per_chunk)).min(chunks(g.f));
         if most == 0 {
             return None;
@@ -183,8 +183,7 @@ impl Direct {
     /// A weight-gradient block's threads but for its slices: one per row
     /// of taps or per tap, of four filters.
     fn weight_grad_items(&self) -> usize {
-        let per_chunk = self.g.k() / rows_kernel(self.g.kw).map_or(1, |_| self.g.kw);
-        per_chunk * self.grad_filters / 4
+        weight_grad_items_per_chunk(&self.g) * self.grad_filters / 4
     }
 
     fn groups(&self) -> usize {
@@ -327,6 +326,12 @@ fn chosen(pass: ConvPass, deterministic: bool) -> bool {
 /// The weight-gradient row kernel for filters `kw` wide, if there is one.
 fn rows_kernel(kw: usize) -> Option<&'static str> {
     kernel_for(&WEIGHT_GRAD_ROWS, kw)
+}
+
+/// A weight-gradient block's threads for each four filters, bar slices:
+/// one per row of taps where a row kernel runs `g`, else one per tap.
+fn weight_grad_items_per_chunk(g: &ConvDims) -> usize {
+    g.k() / rows_kernel(g.kw).map_or(1, |_| g.kw)
 }
 
 /// Of `kernels` (by filter width), the one for filters `kw` wide.
