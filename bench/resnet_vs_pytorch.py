@@ -534,10 +534,16 @@ def main():
         return pytorch_worker(json.loads(args.pytorch_worker))
 
     if args.profile:
-        for side, run in (("bumpgrad", run_bumpgrad), ("pytorch", run_pytorch)):
+        sides = [("bumpgrad", "bumpgrad", lambda: run_bumpgrad(args.profile, args, profile=True)),
+                 ("pytorch", "pytorch eager", lambda: run_pytorch(args.profile, args, profile=True))]
+        if args.graphs:
+            # The graph replay is the bar at bf16: its kernels are Inductor's.
+            sides.append(("pytorch", "pytorch graphs",
+                          lambda: run_pytorch(args.profile, args, profile=True, graphs=True)))
+        for side, name, run in sides:
             if args.only in (None, side):
-                r = run(args.profile, args, profile=True)
-                print(f"## {side} {args.profile}: {r['ms_per_step']:.2f} ms/step, "
+                r = run()
+                print(f"## {name} {args.profile}: {r['ms_per_step']:.2f} ms/step, "
                       f"{r['step_memory_bytes'] / MIB:.0f} MiB step memory\n{r['profile']}\n", flush=True)
         return
 
