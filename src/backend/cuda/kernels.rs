@@ -56,6 +56,27 @@ impl FloatKernel {
     }
 }
 
+/// `a` then `b`, as one array of entry names: an op whose kernels a
+/// submodule lists names them all in one constant (`N` must be `A + B`,
+/// which compilation checks).
+pub(crate) const fn joined<const A: usize, const B: usize, const N: usize>(
+    a: [&'static str; A],
+    b: [&'static str; B],
+) -> [&'static str; N] {
+    assert!(A + B == N, "joined: N must be A + B");
+    let mut out = [""; N];
+    let mut i = 0;
+    while i < A {
+        out[i] = a[i];
+        i += 1;
+    }
+    while i < N {
+        out[i] = b[i - A];
+        i += 1;
+    }
+    out
+}
+
 /// The backend's own kernels: gradients of a tensor used twice meet here.
 #[cfg(any(feature = "cuda", test))]
 pub(crate) const ADD_ASSIGN: FloatKernel = float_kernel!("add_assign");

@@ -56,6 +56,7 @@ pub(crate) use gpu::Gpu;
 #[cfg(feature = "cuda")]
 pub(crate) use graph::CapturedGraph;
 pub(crate) use kernels::float_kernel;
+pub(crate) use kernels::joined;
 pub(crate) use kernels::FloatKernel;
 pub use kernels::KernelSource;
 pub(crate) use libraries::Gemm;

@@ -32,7 +32,7 @@ mod padded;
 mod tests;
 
 use crate::autograd::Candidate;
-use crate::backend::cuda::{float_kernel, Arg, ConvPass, FloatKernel, Grid, KernelSource};
+use crate::backend::cuda::{float_kernel, joined, Arg, ConvPass, FloatKernel, Grid, KernelSource};
 use crate::backend::{BackendError, ConvDims, Sizing};
 use crate::memory::{Buf, DType, FloatBuf};
 use crate::ops::Step;
@@ -44,23 +44,17 @@ use direct::Direct;
 pub(crate) const KERNELS: KernelSource = KernelSource {
     owner: "conv2d",
     source: include_str!("kernels.cu"),
-    entries: &[
+    entries: &ENTRIES,
+};
+const ENTRIES: [&str; 4 + direct::ENTRIES.len()] = joined(
+    [
         CONV_BIAS_ADD.f32,
         CONV_BIAS_ADD.bf16,
         CONV_BIAS_GRAD.f32,
         CONV_BIAS_GRAD.bf16,
-        direct::ENTRIES[0],
-        direct::ENTRIES[1],
-        direct::ENTRIES[2],
-        direct::ENTRIES[3],
-        direct::ENTRIES[4],
-        direct::ENTRIES[5],
-        direct::ENTRIES[6],
-        direct::ENTRIES[7],
-        direct::ENTRIES[8],
-        direct::ENTRIES[9],
     ],
-};
+    direct::ENTRIES,
+);
 const CONV_BIAS_ADD: FloatKernel = float_kernel!("conv_bias_add");
 const CONV_BIAS_GRAD: FloatKernel = float_kernel!("conv_bias_grad");
 
