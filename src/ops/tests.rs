@@ -7,6 +7,7 @@
 
 use super::gradcheck::{check, values, EPS};
 use super::KERNELS;
+use crate::backend::cuda::kernels::kernels_not_waiting;
 use crate::backend::cuda::kernels::tests::registration_errors;
 use crate::backend::cuda::kernels::KernelTable;
 use crate::backend::{Backend, BackendError, Device};
@@ -27,6 +28,21 @@ fn every_kernel_is_registered_exactly_as_its_source_defines_it() {
     );
     let table = KernelTable::new(KERNELS, |_| Ok(()));
     assert!(table.is_ok(), "{:?}", table.err());
+}
+
+/// The GPU may start a kernel of ours before the one before it completes
+/// (see `PDL_WAIT` in common.cu): each must wait first.
+#[test]
+fn every_kernel_first_waits_for_the_one_before_it() {
+    let errors: Vec<String> = KERNELS
+        .iter()
+        .flat_map(|k| {
+            kernels_not_waiting(k.source)
+                .into_iter()
+                .map(move |name| format!("{}: `{name}` does not begin with PDL_WAIT();", k.owner))
+        })
+        .collect();
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
 }
 
 #[test]

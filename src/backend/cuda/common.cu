@@ -2,6 +2,25 @@
 // Every source a device is handed is compiled after this one, in one
 // translation unit, so the device helpers below serve them all.
 
+// The first statement of every kernel (`extern "C" __global__`; a test in
+// kernels.rs checks each source). On sm_90 and later the backend launches
+// our kernels as programmatic dependents of the launch before them
+// (`cuLaunchKernelEx`, PROGRAMMATIC_STREAM_SERIALIZATION): the driver may
+// start a kernel once the previous one's blocks have all exited, before its
+// completion and memory flush, which hides the launch gap between two
+// kernels of a replayed step. This waits for the previous grid to complete
+// and its writes to be visible, before any thread reads or writes memory or
+// returns, so every kernel still sees what the ones before it wrote (and,
+// since each waited on its own predecessor, what every earlier one wrote).
+// Launched without the attribute, or on an older GPU, it does nothing.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#else
+#define PDL_WAIT() \
+    do {          \
+    } while (0)
+#endif
+
 // The sum of `v` over the block (blockDim.x a power of two, at least 32 and
 // at most the length of `partial`), added in a fixed tree: no atomics, so
 // every run gives the same bits. Every thread gets the total, and
@@ -86,5 +105,11 @@ template <typename T> __device__ void add_assign_t(T* dst, const T* src, unsigne
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] = store<T>(load(dst[i]) + load(src[i]));
 }
-extern "C" __global__ void add_assign(float* dst, const float* src, unsigned int n) { add_assign_t(dst, src, n); }
-extern "C" __global__ void add_assign_bf16(bf16* dst, const bf16* src, unsigned int n) { add_assign_t(dst, src, n); }
+extern "C" __global__ void add_assign(float* dst, const float* src, unsigned int n) {
+    PDL_WAIT();
+    add_assign_t(dst, src, n);
+}
+extern "C" __global__ void add_assign_bf16(bf16* dst, const bf16* src, unsigned int n) {
+    PDL_WAIT();
+    add_assign_t(dst, src, n);
+}

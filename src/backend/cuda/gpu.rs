@@ -49,6 +49,10 @@ pub struct Gpu {
     /// Synchronise after every op (BUMPGRAD_CUDA_SYNC=1), so that an error
     /// raised asynchronously is reported with the op that caused it.
     pub(crate) sync_each_op: bool,
+    /// Launch our kernels as programmatic dependents of the launch before
+    /// them (sm_90 and later, unless BUMPGRAD_DEPENDENT_LAUNCHES=0): see
+    /// `PDL_WAIT` in common.cu.
+    pub(crate) dependent_launches: bool,
     /// The CUDA calls made on this GPU by the backends that hold it.
     pub(crate) calls: CallCounter,
 }
@@ -146,6 +150,8 @@ impl Gpu {
             name,
             capability,
             sync_each_op: std::env::var_os("BUMPGRAD_CUDA_SYNC").is_some_and(|v| v != "0"),
+            dependent_launches: capability.0 >= 9
+                && std::env::var_os("BUMPGRAD_DEPENDENT_LAUNCHES").is_none_or(|v| v != "0"),
             calls: CallCounter::default(),
         }))
     }

@@ -238,6 +238,34 @@ pub(crate) fn global_functions(source: &str) -> Vec<String> {
     names
 }
 
+/// The `__global__` functions of `source` whose body does not begin with
+/// `PDL_WAIT();` (common.cu): launched as programmatic dependents, they
+/// could read what the kernel before them has not finished writing.
+#[cfg(test)]
+pub(crate) fn kernels_not_waiting(source: &str) -> Vec<String> {
+    let code = strip_comments(source);
+    let mut rest = code.as_str();
+    let mut missing = Vec::new();
+    // Each kernel's name, in order, then the first `{` after its `(`: the
+    // body (parameter lists hold no braces).
+    for name in global_functions(source) {
+        let Some(at) = rest.find(&format!("{name}(")).or_else(|| rest.find(name.as_str())) else {
+            missing.push(name);
+            continue;
+        };
+        rest = &rest[at..];
+        let Some(open) = rest.find('{') else {
+            missing.push(name);
+            continue;
+        };
+        rest = &rest[open + 1..];
+        if !rest.trim_start().starts_with("PDL_WAIT();") {
+            missing.push(name);
+        }
+    }
+    missing
+}
+
 /// `source` with its `//` and `/* */` comments replaced by spaces.
 #[cfg(test)]
 fn strip_comments(source: &str) -> String {
@@ -317,6 +345,23 @@ pub(crate) mod tests {
             global_functions(source),
             ["plain", "spread_out", "bounded", "no_extern"]
         );
+    }
+
+    #[test]
+    fn a_kernel_whose_body_does_not_begin_by_waiting_is_named() {
+        let source = r#"
+            // extern "C" __global__ void commented(float* x) {}
+            extern "C" __global__ void waits(float* x) {
+                PDL_WAIT();
+                x[0] = 1.0f;
+            }
+            extern "C" __global__ void waits_late(float* x) { x[0] = 2.0f; PDL_WAIT(); }
+            __device__ void helper() {}
+            extern "C" __global__ void waits_too(float* x) { PDL_WAIT(); helper(); }
+            extern "C" __global__ void never(unsigned int n) {}
+        "#;
+        assert_eq!(kernels_not_waiting(source), ["waits_late", "never"]);
+        assert_eq!(kernels_not_waiting(BACKEND_KERNELS.source), Vec::<String>::new());
     }
 
     #[test]

@@ -427,14 +427,18 @@ impl CudaBackend {
         // and our kernels index each buffer only below the element counts the
         // op passes with it, which come from the same shapes as the buffers.
         let r = unsafe {
-            driver::launch_kernel(
-                f,
-                (grid.blocks.0, grid.blocks.1, 1),
-                (grid.threads.0, grid.threads.1, 1),
-                0,
-                self.gpu.stream.cu_stream(),
-                &mut params[..args.len()],
-            )
+            if self.gpu.dependent_launches {
+                launch_dependent(f, grid, self.gpu.stream.cu_stream(), &mut params[..args.len()])
+            } else {
+                driver::launch_kernel(
+                    f,
+                    (grid.blocks.0, grid.blocks.1, 1),
+                    (grid.threads.0, grid.threads.1, 1),
+                    0,
+                    self.gpu.stream.cu_stream(),
+                    &mut params[..args.len()],
+                )
+            }
         };
         self.finish(op, r)
     }
@@ -594,6 +598,47 @@ impl CudaBackend {
             Err(e) => Err(self.poison("cuMemGetInfo", e)),
         }
     }
+}
+
+/// `cuLaunchKernel` with the programmatic-serialization attribute: the
+/// driver may start `f` once the previous kernel's blocks have exited,
+/// before that kernel completes (every kernel of ours first waits for it:
+/// `PDL_WAIT`, common.cu).
+///
+/// # Safety
+/// As `driver::launch_kernel`: `f` a loaded kernel whose parameters
+/// `params` points to, in order, and whose first statement is `PDL_WAIT()`.
+#[cfg(feature = "cuda")]
+unsafe fn launch_dependent(
+    f: cudarc::driver::sys::CUfunction,
+    grid: Grid,
+    stream: cudarc::driver::sys::CUstream,
+    params: &mut [*mut c_void],
+) -> Result<(), driver::DriverError> {
+    use cudarc::driver::sys;
+    // SAFETY: a zeroed union is a valid value; its int member is then set.
+    let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+    value.programmaticStreamSerializationAllowed = 1;
+    let mut attr = sys::CUlaunchAttribute {
+        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        pad: [0; 4],
+        value,
+    };
+    let config = sys::CUlaunchConfig {
+        gridDimX: grid.blocks.0,
+        gridDimY: grid.blocks.1,
+        gridDimZ: 1,
+        blockDimX: grid.threads.0,
+        blockDimY: grid.threads.1,
+        blockDimZ: 1,
+        sharedMemBytes: 0,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: `config` and `attr` outlive the call, which copies them; the
+    // caller vouches for `f` and `params` as for `cuLaunchKernel`.
+    unsafe { sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut()) }.result()
 }
 
 /// Four bytes in the low half of an 8-byte slot (as the kernel reads them).

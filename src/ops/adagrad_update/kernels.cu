@@ -13,6 +13,7 @@
 extern "C" __global__ void adagrad_update(float* p, const float* g, float* sum, unsigned long long n,
                                           const float* lr_table, unsigned int lr_len, const unsigned int* cursor,
                                           double lr_decay, float wd, float eps) {
+    PDL_WAIT();
     double lr = (double)cursor_lr(lr_table, lr_len, cursor);
     double t = (double)(cursor_global_step(cursor) + 1);
     float neg_clr = -(float)__ddiv_rn(lr, __dadd_rn(1.0, __dmul_rn(t - 1.0, lr_decay)));

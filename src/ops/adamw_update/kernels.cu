@@ -14,6 +14,7 @@
 extern "C" __global__ void adamw_update(float* p, const float* g, float* m, float* v, unsigned long long n,
                                         const float* lr_table, unsigned int lr_len, const unsigned int* cursor,
                                         double beta1, double beta2, float eps, double wd) {
+    PDL_WAIT();
     double lr = (double)cursor_lr(lr_table, lr_len, cursor);
     double t = (double)(cursor_global_step(cursor) + 1);
     float decay = (float)__dadd_rn(1.0, -__dmul_rn(lr, wd));

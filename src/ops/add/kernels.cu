@@ -8,9 +8,11 @@ template <typename T> __device__ void add_forward_t(const T* a, const T* b, T* y
     if (i < n) y[i] = store<T>(load(a[i]) + load(b[i]));
 }
 extern "C" __global__ void add_forward(const float* a, const float* b, float* y, unsigned int n) {
+    PDL_WAIT();
     add_forward_t(a, b, y, n);
 }
 extern "C" __global__ void add_forward_bf16(const bf16* a, const bf16* b, bf16* y, unsigned int n) {
+    PDL_WAIT();
     add_forward_t(a, b, y, n);
 }
 
@@ -18,7 +20,11 @@ template <typename T> __device__ void add_grad_copy_t(const T* gy, T* gx, unsign
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) gx[i] = gy[i];
 }
-extern "C" __global__ void add_grad_copy(const float* gy, float* gx, unsigned int n) { add_grad_copy_t(gy, gx, n); }
+extern "C" __global__ void add_grad_copy(const float* gy, float* gx, unsigned int n) {
+    PDL_WAIT();
+    add_grad_copy_t(gy, gx, n);
+}
 extern "C" __global__ void add_grad_copy_bf16(const bf16* gy, bf16* gx, unsigned int n) {
+    PDL_WAIT();
     add_grad_copy_t(gy, gx, n);
 }

@@ -31,11 +31,13 @@ __device__ void avgpool_forward_t(const T* x, T* y, unsigned int planes, unsigne
 extern "C" __global__ void avgpool_forward(const float* x, float* y, unsigned int planes, unsigned int h,
                                            unsigned int w, unsigned int oh, unsigned int ow, unsigned int k,
                                            unsigned int stride, unsigned int pad) {
+    PDL_WAIT();
     avgpool_forward_t(x, y, planes, h, w, oh, ow, k, stride, pad);
 }
 extern "C" __global__ void avgpool_forward_bf16(const bf16* x, bf16* y, unsigned int planes, unsigned int h,
                                                 unsigned int w, unsigned int oh, unsigned int ow, unsigned int k,
                                                 unsigned int stride, unsigned int pad) {
+    PDL_WAIT();
     avgpool_forward_t(x, y, planes, h, w, oh, ow, k, stride, pad);
 }
 
@@ -65,10 +67,12 @@ __device__ void avgpool_backward_t(const T* gy, T* gx, unsigned int planes, unsi
 extern "C" __global__ void avgpool_backward(const float* gy, float* gx, unsigned int planes, unsigned int h,
                                             unsigned int w, unsigned int oh, unsigned int ow, unsigned int k,
                                             unsigned int stride, unsigned int pad) {
+    PDL_WAIT();
     avgpool_backward_t(gy, gx, planes, h, w, oh, ow, k, stride, pad);
 }
 extern "C" __global__ void avgpool_backward_bf16(const bf16* gy, bf16* gx, unsigned int planes, unsigned int h,
                                                  unsigned int w, unsigned int oh, unsigned int ow, unsigned int k,
                                                  unsigned int stride, unsigned int pad) {
+    PDL_WAIT();
     avgpool_backward_t(gy, gx, planes, h, w, oh, ow, k, stride, pad);
 }

@@ -165,10 +165,12 @@ __device__ void bn_stats_partial_t(const T* x, float* partial, unsigned int n, u
 }
 extern "C" __global__ void bn_stats_partial(const float* x, float* partial, unsigned int n, unsigned int c,
                                             unsigned int hw, unsigned int chunk_len) {
+    PDL_WAIT();
     bn_stats_partial_t(x, partial, n, c, hw, chunk_len);
 }
 extern "C" __global__ void bn_stats_partial_bf16(const bf16* x, float* partial, unsigned int n, unsigned int c,
                                                  unsigned int hw, unsigned int chunk_len) {
+    PDL_WAIT();
     bn_stats_partial_t(x, partial, n, c, hw, chunk_len);
 }
 
@@ -193,6 +195,7 @@ extern "C" __global__ void bn_stats_finish(const float* partial, float* mean, fl
                                            float* running_var, float* batches, unsigned int n, unsigned int hw,
                                            unsigned int chunks, unsigned int chunk_len, float momentum, float eps,
                                            unsigned int c) {
+    PDL_WAIT();
     __shared__ float buf[256];
     unsigned int ch = bn_finish_channel();
     // A whole group (a warp, or the block) leaves together.
@@ -225,6 +228,7 @@ extern "C" __global__ void bn_stats_finish(const float* partial, float* mean, fl
 // Evaluation: the running statistics are the ones to normalise with.
 extern "C" __global__ void bn_eval_stats(const float* running_mean, const float* running_var, float* mean,
                                          float* invstd, unsigned int c, float eps) {
+    PDL_WAIT();
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= c) return;
     mean[i] = running_mean[i];
@@ -277,11 +281,13 @@ __device__ void bn_apply_t(const T* x, const float* mean, const float* invstd, c
 extern "C" __global__ void bn_apply(const float* x, const float* mean, const float* invstd, const float* weight,
                                     const float* bias, const float* residual, float* y, unsigned int n,
                                     unsigned int c, unsigned int hw, unsigned int relu, unsigned int vec) {
+    PDL_WAIT();
     bn_apply_t(x, mean, invstd, weight, bias, residual, y, n, c, hw, relu, vec);
 }
 extern "C" __global__ void bn_apply_bf16(const bf16* x, const float* mean, const float* invstd, const float* weight,
                                          const float* bias, const bf16* residual, bf16* y, unsigned int n,
                                          unsigned int c, unsigned int hw, unsigned int relu, unsigned int vec) {
+    PDL_WAIT();
     bn_apply_t(x, mean, invstd, weight, bias, residual, y, n, c, hw, relu, vec);
 }
 
@@ -388,12 +394,14 @@ extern "C" __global__ void bn_backward_partial(const float* x, const float* gy, 
                                                const float* invstd, const float* weight, const float* bias,
                                                float* partial, unsigned int n, unsigned int c, unsigned int hw,
                                                unsigned int chunk_len, unsigned int mask) {
+    PDL_WAIT();
     bn_backward_partial_t(x, gy, y, mean, invstd, weight, bias, partial, n, c, hw, chunk_len, mask);
 }
 extern "C" __global__ void bn_backward_partial_bf16(const bf16* x, const bf16* gy, const bf16* y, const float* mean,
                                                     const float* invstd, const float* weight, const float* bias,
                                                     float* partial, unsigned int n, unsigned int c, unsigned int hw,
                                                     unsigned int chunk_len, unsigned int mask) {
+    PDL_WAIT();
     bn_backward_partial_t(x, gy, y, mean, invstd, weight, bias, partial, n, c, hw, chunk_len, mask);
 }
 
@@ -402,6 +410,7 @@ extern "C" __global__ void bn_backward_partial_bf16(const bf16* x, const bf16* g
 // invstd applied once, at the end) and the bias's (sum g).
 extern "C" __global__ void bn_backward_finish(const float* partial, const float* invstd, float* sum_dy_xhat,
                                               float* sum_dy, unsigned int chunks, unsigned int c) {
+    PDL_WAIT();
     __shared__ float buf[256];
     unsigned int ch = bn_finish_channel();
     if (ch >= c) return;
@@ -493,6 +502,7 @@ extern "C" __global__ void bn_backward_input(const float* x, const float* gy, co
                                              const float* sum_dy_xhat, const float* sum_dy, float* gx,
                                              float* gresidual, unsigned int n, unsigned int c, unsigned int hw,
                                              unsigned int training, unsigned int mask) {
+    PDL_WAIT();
     // Four values per thread where they share a plane, as in bn_apply (one
     // 16-byte access each); geometry.rs (apply_vec) sizes the grid by the
     // same rule.
@@ -505,6 +515,7 @@ extern "C" __global__ void bn_backward_input_bf16(const bf16* x, const bf16* gy,
                                                   const float* sum_dy_xhat, const float* sum_dy, bf16* gx,
                                                   bf16* gresidual, unsigned int n, unsigned int c, unsigned int hw,
                                                   unsigned int training, unsigned int mask) {
+    PDL_WAIT();
     // Several values per thread where they share a plane, as in bn_apply.
     // The launch (mod.rs) sizes its grid by the same rule; `vec` is no
     // argument of its own because a launch takes at most 16.
@@ -761,11 +772,13 @@ __device__ void bn_stats_partial_nhwc_t(const T* x, float* partial, unsigned int
 extern "C" __global__ void __launch_bounds__(BN_NHWC_THREADS, 4)
 bn_stats_partial_nhwc(const float* x, float* partial, unsigned int rows, unsigned int c, unsigned int chunk_len,
                       unsigned int vec) {
+    PDL_WAIT();
     bn_stats_partial_nhwc_t(x, partial, rows, c, chunk_len, vec);
 }
 extern "C" __global__ void __launch_bounds__(BN_NHWC_THREADS, 4)
 bn_stats_partial_nhwc_bf16(const bf16* x, float* partial, unsigned int rows, unsigned int c, unsigned int chunk_len,
                            unsigned int vec) {
+    PDL_WAIT();
     bn_stats_partial_nhwc_t(x, partial, rows, c, chunk_len, vec);
 }
 
@@ -849,12 +862,14 @@ extern "C" __global__ void __launch_bounds__(BN_NHWC_THREADS, 3)
 bn_apply_nhwc(const float* x, const float* mean, const float* invstd, const float* weight, const float* bias,
               const float* residual, float* y, unsigned int rows, unsigned int c, unsigned int relu,
               unsigned int vec) {
+    PDL_WAIT();
     bn_apply_nhwc_t(x, mean, invstd, weight, bias, residual, y, rows, c, relu, vec);
 }
 extern "C" __global__ void __launch_bounds__(BN_NHWC_THREADS, 3)
 bn_apply_nhwc_bf16(const bf16* x, const float* mean, const float* invstd, const float* weight, const float* bias,
                    const bf16* residual, bf16* y, unsigned int rows, unsigned int c, unsigned int relu,
                    unsigned int vec) {
+    PDL_WAIT();
     bn_apply_nhwc_t(x, mean, invstd, weight, bias, residual, y, rows, c, relu, vec);
 }
 
@@ -972,12 +987,14 @@ extern "C" __global__ void __launch_bounds__(BN_NHWC_THREADS, 2)
 bn_backward_partial_nhwc(const float* x, const float* gy, const float* y, const float* mean, const float* invstd,
                          const float* weight, const float* bias, float* partial, unsigned int rows, unsigned int c,
                          unsigned int chunk_len, unsigned int mask, unsigned int vec) {
+    PDL_WAIT();
     bn_backward_partial_nhwc_t(x, gy, y, mean, invstd, weight, bias, partial, rows, c, chunk_len, mask, vec);
 }
 extern "C" __global__ void __launch_bounds__(BN_NHWC_THREADS, 2)
 bn_backward_partial_nhwc_bf16(const bf16* x, const bf16* gy, const bf16* y, const float* mean, const float* invstd,
                               const float* weight, const float* bias, float* partial, unsigned int rows,
                               unsigned int c, unsigned int chunk_len, unsigned int mask, unsigned int vec) {
+    PDL_WAIT();
     bn_backward_partial_nhwc_t(x, gy, y, mean, invstd, weight, bias, partial, rows, c, chunk_len, mask, vec);
 }
 
@@ -1077,6 +1094,7 @@ bn_backward_input_nhwc(const float* x, const float* gy, const float* y, const fl
                        const float* weight, const float* bias, const float* sum_dy_xhat, const float* sum_dy,
                        float* gx, float* gresidual, unsigned int rows, unsigned int c, unsigned int training,
                        unsigned int mask, unsigned int vec) {
+    PDL_WAIT();
     bn_backward_input_nhwc_t(x, gy, y, mean, invstd, weight, bias, sum_dy_xhat, sum_dy, gx, gresidual, rows, c,
                              training, mask, vec);
 }
@@ -1085,6 +1103,7 @@ bn_backward_input_nhwc_bf16(const bf16* x, const bf16* gy, const bf16* y, const 
                             const float* weight, const float* bias, const float* sum_dy_xhat, const float* sum_dy,
                             bf16* gx, bf16* gresidual, unsigned int rows, unsigned int c, unsigned int training,
                             unsigned int mask, unsigned int vec) {
+    PDL_WAIT();
     bn_backward_input_nhwc_t(x, gy, y, mean, invstd, weight, bias, sum_dy_xhat, sum_dy, gx, gresidual, rows, c,
                              training, mask, vec);
 }

@@ -22,18 +22,22 @@ __device__ void convert_t(const S* src, D* dst, unsigned int n, unsigned int c, 
 }
 extern "C" __global__ void convert_f32_f32(const float* src, float* dst, unsigned int n, unsigned int c,
                                            unsigned int hw, unsigned int mode) {
+    PDL_WAIT();
     convert_t(src, dst, n, c, hw, mode);
 }
 extern "C" __global__ void convert_f32_bf16(const float* src, bf16* dst, unsigned int n, unsigned int c,
                                             unsigned int hw, unsigned int mode) {
+    PDL_WAIT();
     convert_t(src, dst, n, c, hw, mode);
 }
 extern "C" __global__ void convert_bf16_f32(const bf16* src, float* dst, unsigned int n, unsigned int c,
                                             unsigned int hw, unsigned int mode) {
+    PDL_WAIT();
     convert_t(src, dst, n, c, hw, mode);
 }
 extern "C" __global__ void convert_bf16_bf16(const bf16* src, bf16* dst, unsigned int n, unsigned int c,
                                              unsigned int hw, unsigned int mode) {
+    PDL_WAIT();
     convert_t(src, dst, n, c, hw, mode);
 }
 
@@ -89,9 +93,11 @@ __device__ void convert_weights_t(const float* src, D* dst, WeightTable t, unsig
 }
 extern "C" __global__ void convert_weights_f32(const float* src, float* dst, WeightTable t, unsigned int segments,
                                                unsigned int mode) {
+    PDL_WAIT();
     convert_weights_t(src, dst, t, segments, mode);
 }
 extern "C" __global__ void convert_weights_bf16(const float* src, bf16* dst, WeightTable t, unsigned int segments,
                                                 unsigned int mode) {
+    PDL_WAIT();
     convert_weights_t(src, dst, t, segments, mode);
 }

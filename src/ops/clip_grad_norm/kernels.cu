@@ -8,6 +8,7 @@
 // step's first run, added to by the others. Deterministic: no atomics.
 extern "C" __global__ void clip_sum_squares(const float* g, unsigned long long n, float* partials,
                                             unsigned int first) {
+    PDL_WAIT();
     __shared__ double red[256];
     unsigned long long pieces = gridDim.x;
     unsigned long long start = n * blockIdx.x / pieces;
@@ -33,6 +34,7 @@ extern "C" __global__ void clip_sum_squares(const float* g, unsigned long long n
 // coefficient as PyTorch forms it in float: max_norm * (1 / (norm + 1e-6)),
 // clamped to 1 with a NaN kept.
 extern "C" __global__ void clip_coefficient(const float* partials, float* figures, float max_norm) {
+    PDL_WAIT();
     __shared__ double red[256];
     double sum = 0.0;
     for (unsigned int i = threadIdx.x; i < 1024; i += blockDim.x) sum = __dadd_rn(sum, (double)partials[i]);
@@ -55,6 +57,7 @@ extern "C" __global__ void clip_coefficient(const float* partials, float* figure
 
 // clip_scale: g *= the coefficient; nothing to write where it is 1.
 extern "C" __global__ void clip_scale(float* g, unsigned long long n, const float* figures) {
+    PDL_WAIT();
     float c = figures[1];
     if (c == 1.0f) return;
     unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;

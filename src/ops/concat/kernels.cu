@@ -16,11 +16,13 @@ __device__ void concat_forward_t(const T* part, T* y, unsigned int images, unsig
 extern "C" __global__ void concat_forward(const float* part, float* y, unsigned int images,
                                           unsigned int channels, unsigned int first, unsigned int total,
                                           unsigned int area) {
+    PDL_WAIT();
     concat_forward_t(part, y, images, channels, first, total, area);
 }
 extern "C" __global__ void concat_forward_bf16(const bf16* part, bf16* y, unsigned int images,
                                                unsigned int channels, unsigned int first, unsigned int total,
                                                unsigned int area) {
+    PDL_WAIT();
     concat_forward_t(part, y, images, channels, first, total, area);
 }
 
@@ -36,10 +38,12 @@ __device__ void concat_backward_t(const T* gy, T* gpart, unsigned int images, un
 extern "C" __global__ void concat_backward(const float* gy, float* gpart, unsigned int images,
                                            unsigned int channels, unsigned int first, unsigned int total,
                                            unsigned int area) {
+    PDL_WAIT();
     concat_backward_t(gy, gpart, images, channels, first, total, area);
 }
 extern "C" __global__ void concat_backward_bf16(const bf16* gy, bf16* gpart, unsigned int images,
                                                 unsigned int channels, unsigned int first, unsigned int total,
                                                 unsigned int area) {
+    PDL_WAIT();
     concat_backward_t(gy, gpart, images, channels, first, total, area);
 }

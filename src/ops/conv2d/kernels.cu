@@ -9,10 +9,12 @@ __device__ void conv_bias_add_t(const T* b, T* y, unsigned int n, unsigned int f
 }
 extern "C" __global__ void conv_bias_add(const float* b, float* y, unsigned int n, unsigned int f, unsigned int p,
                                          unsigned int nhwc) {
+    PDL_WAIT();
     conv_bias_add_t(b, y, n, f, p, nhwc);
 }
 extern "C" __global__ void conv_bias_add_bf16(const bf16* b, bf16* y, unsigned int n, unsigned int f, unsigned int p,
                                               unsigned int nhwc) {
+    PDL_WAIT();
     conv_bias_add_t(b, y, n, f, p, nhwc);
 }
 
@@ -35,10 +37,12 @@ __device__ void conv_bias_grad_t(const T* gy, T* gb, unsigned int n, unsigned in
 }
 extern "C" __global__ void conv_bias_grad(const float* gy, float* gb, unsigned int n, unsigned int f,
                                           unsigned int p, unsigned int nhwc) {
+    PDL_WAIT();
     conv_bias_grad_t(gy, gb, n, f, p, nhwc);
 }
 extern "C" __global__ void conv_bias_grad_bf16(const bf16* gy, bf16* gb, unsigned int n, unsigned int f,
                                                unsigned int p, unsigned int nhwc) {
+    PDL_WAIT();
     conv_bias_grad_t(gy, gb, n, f, p, nhwc);
 }
 
@@ -118,6 +122,7 @@ __device__ __forceinline__ void forward_load(float* sm, const float* x, const fl
 extern "C" __global__ void conv_direct_forward(const float* x, const float* w, float* y, unsigned int c,
                                                unsigned int h, unsigned int wd, unsigned int f, unsigned int kh,
                                                unsigned int kw, unsigned int fpb) {
+    PDL_WAIT();
     __shared__ float4 sm4[DIRECT_SMEM / 4];
     float* sm = reinterpret_cast<float*>(sm4);
     unsigned int img = blockIdx.y, f0 = blockIdx.x * fpb;
@@ -204,11 +209,13 @@ __device__ void conv_direct_forward_rows(const float* x, const float* w, float* 
 extern "C" __global__ void conv_direct_forward_rows3(const float* x, const float* w, float* y, unsigned int c,
                                                      unsigned int h, unsigned int wd, unsigned int f,
                                                      unsigned int kh, unsigned int fpb) {
+    PDL_WAIT();
     conv_direct_forward_rows<3>(x, w, y, c, h, wd, f, kh, fpb);
 }
 extern "C" __global__ void conv_direct_forward_rows5(const float* x, const float* w, float* y, unsigned int c,
                                                      unsigned int h, unsigned int wd, unsigned int f,
                                                      unsigned int kh, unsigned int fpb) {
+    PDL_WAIT();
     conv_direct_forward_rows<5>(x, w, y, c, h, wd, f, kh, fpb);
 }
 
@@ -256,6 +263,7 @@ __device__ __forceinline__ void input_grad_load(float* sm, const float* gy, cons
 extern "C" __global__ void conv_direct_input_grad(const float* gy, const float* w, float* gx, unsigned int c,
                                                   unsigned int h, unsigned int wd, unsigned int f, unsigned int kh,
                                                   unsigned int kw, unsigned int cpb, unsigned int accumulate) {
+    PDL_WAIT();
     __shared__ float4 sm4[DIRECT_SMEM / 4];
     float* sm = reinterpret_cast<float*>(sm4);
     unsigned int img = blockIdx.y, c0 = blockIdx.x * cpb;
@@ -345,11 +353,13 @@ __device__ void conv_direct_input_grad_rows(const float* gy, const float* w, flo
 extern "C" __global__ void conv_direct_input_grad_rows3(const float* gy, const float* w, float* gx, unsigned int c,
                                                         unsigned int h, unsigned int wd, unsigned int f,
                                                         unsigned int kh, unsigned int cpb, unsigned int accumulate) {
+    PDL_WAIT();
     conv_direct_input_grad_rows<3>(gy, w, gx, c, h, wd, f, kh, cpb, accumulate);
 }
 extern "C" __global__ void conv_direct_input_grad_rows5(const float* gy, const float* w, float* gx, unsigned int c,
                                                         unsigned int h, unsigned int wd, unsigned int f,
                                                         unsigned int kh, unsigned int cpb, unsigned int accumulate) {
+    PDL_WAIT();
     conv_direct_input_grad_rows<5>(gy, w, gx, c, h, wd, f, kh, cpb, accumulate);
 }
 
@@ -380,6 +390,7 @@ extern "C" __global__ void conv_direct_weight_grad(const float* x, const float* 
                                                    unsigned int c, unsigned int h, unsigned int wd, unsigned int f,
                                                    unsigned int kh, unsigned int kw, unsigned int fpb,
                                                    unsigned int ipg, unsigned int slices) {
+    PDL_WAIT();
     __shared__ float4 sm4[DIRECT_SMEM / 4];
     float* sm = reinterpret_cast<float*>(sm4);
     unsigned int f0 = blockIdx.x * fpb, group = blockIdx.y;
@@ -500,18 +511,21 @@ extern "C" __global__ void conv_direct_weight_grad_rows3(const float* x, const f
                                                          unsigned int n, unsigned int c, unsigned int h,
                                                          unsigned int wd, unsigned int f, unsigned int kh,
                                                          unsigned int fpb, unsigned int ipg, unsigned int slices) {
+    PDL_WAIT();
     conv_direct_weight_grad_rows<3>(x, gy, partial, n, c, h, wd, f, kh, fpb, ipg, slices);
 }
 extern "C" __global__ void conv_direct_weight_grad_rows5(const float* x, const float* gy, float* partial,
                                                          unsigned int n, unsigned int c, unsigned int h,
                                                          unsigned int wd, unsigned int f, unsigned int kh,
                                                          unsigned int fpb, unsigned int ipg, unsigned int slices) {
+    PDL_WAIT();
     conv_direct_weight_grad_rows<5>(x, gy, partial, n, c, h, wd, f, kh, fpb, ipg, slices);
 }
 
 // gw[i] = the groups' partial sums of weight i, added in group order.
 extern "C" __global__ void conv_direct_weight_grad_sum(const float* partial, float* gw, unsigned int len,
                                                        unsigned int groups) {
+    PDL_WAIT();
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= len) return;
     // A plain loop: the compiler issues its loads four at a time, and this

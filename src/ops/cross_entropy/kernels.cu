@@ -59,17 +59,20 @@ __device__ void ce_rows_t(const T* logits, const unsigned int* labels, float* ls
 extern "C" __global__ void ce_rows(const float* logits, const unsigned int* labels, float* lse_out,
                                    float* row_loss, const float* weights, unsigned int n, unsigned int c,
                                    float smoothing) {
+    PDL_WAIT();
     ce_rows_t(logits, labels, lse_out, row_loss, weights, n, c, smoothing);
 }
 extern "C" __global__ void ce_rows_bf16(const bf16* logits, const unsigned int* labels, float* lse_out,
                                         float* row_loss, const float* weights, unsigned int n, unsigned int c,
                                         float smoothing) {
+    PDL_WAIT();
     ce_rows_t(logits, labels, lse_out, row_loss, weights, n, c, smoothing);
 }
 
 // loss = sum(row_loss) / over, summed in double in a fixed order by one
 // block (over = n unless the batch is a data-parallel shard of a larger one).
 extern "C" __global__ void ce_mean(const float* row_loss, float* loss, unsigned int n, unsigned int over) {
+    PDL_WAIT();
     __shared__ double part[256];
     double total = 0.0;
     for (unsigned int i = threadIdx.x; i < n; i += blockDim.x) total += (double)row_loss[i];
@@ -107,10 +110,12 @@ __device__ void ce_backward_t(const T* logits, const float* lse, const unsigned 
 extern "C" __global__ void ce_backward(const float* logits, const float* lse, const unsigned int* labels,
                                        const float* gloss, float* gx, const float* weights, unsigned int n,
                                        unsigned int c, unsigned int over, float smoothing) {
+    PDL_WAIT();
     ce_backward_t(logits, lse, labels, gloss, gx, weights, n, c, over, smoothing);
 }
 extern "C" __global__ void ce_backward_bf16(const bf16* logits, const float* lse, const unsigned int* labels,
                                             const float* gloss, bf16* gx, const float* weights, unsigned int n,
                                             unsigned int c, unsigned int over, float smoothing) {
+    PDL_WAIT();
     ce_backward_t(logits, lse, labels, gloss, gx, weights, n, c, over, smoothing);
 }

@@ -24,6 +24,7 @@ __device__ __forceinline__ unsigned long long cursor_step_seed(unsigned long lon
 
 // Records the step's loss at its slot and moves the cursor on. One thread.
 extern "C" __global__ void finish_step(const float* loss, float* losses, unsigned int slots, unsigned int* cursor) {
+    PDL_WAIT();
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     unsigned int step = cursor[0];
     if (step < slots) losses[step] = loss[0];

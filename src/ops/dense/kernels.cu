@@ -79,6 +79,7 @@ __device__ __forceinline__ unsigned long long dense_seed(DenseEpilogue e, const 
 extern "C" __global__ void dense_forward(const float* x, const float* w, const float* bias, float* y,
                                          unsigned int n, unsigned int in, unsigned int out, DenseEpilogue e,
                                          const unsigned int* cursor) {
+    PDL_WAIT();
     unsigned long long seed = dense_seed(e, cursor);
     dense_tile<false, true>(
         n, out, blockIdx.y, 0, in, [&](unsigned int i, unsigned int k) { return x[(size_t)i * in + k]; },
@@ -107,6 +108,7 @@ __device__ __forceinline__ float dense_masked(const float* gy, const float* y, u
 extern "C" __global__ void dense_input_grad(const float* gy, const float* y, const float* w, float* gx,
                                             unsigned int n, unsigned int in, unsigned int out, DenseEpilogue e,
                                             const unsigned int* cursor) {
+    PDL_WAIT();
     unsigned long long seed = dense_seed(e, cursor);
     dense_tile<false, false>(
         n, in, blockIdx.y, 0, out, [&](unsigned int i, unsigned int j) { return dense_masked(gy, y, i * out + j, e, seed); },
@@ -124,6 +126,7 @@ extern "C" __global__ void dense_input_grad(const float* gy, const float* y, con
 extern "C" __global__ void dense_weight_grad(const float* gy, const float* y, const float* x, float* gw, float* gb,
                                              float* part, unsigned int n, unsigned int in, unsigned int out,
                                              unsigned int chunk, DenseEpilogue e, const unsigned int* cursor) {
+    PDL_WAIT();
     unsigned long long seed = dense_seed(e, cursor);
     unsigned int cols = gb != 0 ? in + 1 : in;
     unsigned int tiles = (out + DENSE_TILE - 1) / DENSE_TILE;
@@ -146,6 +149,7 @@ extern "C" __global__ void dense_weight_grad(const float* gy, const float* y, co
 // The chunks' sums added in chunk order: the same bits on every run.
 extern "C" __global__ void dense_weight_grad_sum(const float* part, float* gw, float* gb, unsigned int in,
                                                  unsigned int out, unsigned int chunks) {
+    PDL_WAIT();
     unsigned int cols = gb != 0 ? in + 1 : in;
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= out * cols) return;

@@ -25,10 +25,12 @@ __device__ void dropout_apply_t(const T* x, T* out, unsigned int n, float p, flo
 }
 extern "C" __global__ void dropout_apply(const float* x, float* out, unsigned int n, float p, float scale,
                                          unsigned long long seed, const unsigned int* cursor, unsigned int first) {
+    PDL_WAIT();
     dropout_apply_t(x, out, n, p, scale, seed, cursor, first);
 }
 extern "C" __global__ void dropout_apply_bf16(const bf16* x, bf16* out, unsigned int n, float p, float scale,
                                               unsigned long long seed, const unsigned int* cursor,
                                               unsigned int first) {
+    PDL_WAIT();
     dropout_apply_t(x, out, n, p, scale, seed, cursor, first);
 }

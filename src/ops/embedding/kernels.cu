@@ -11,10 +11,12 @@ __device__ void embedding_forward_t(const T* table, const unsigned int* tokens, 
 }
 extern "C" __global__ void embedding_forward(const float* table, const unsigned int* tokens, float* out,
                                              unsigned int n, unsigned int vocab, unsigned int dim) {
+    PDL_WAIT();
     embedding_forward_t(table, tokens, out, n, vocab, dim);
 }
 extern "C" __global__ void embedding_forward_bf16(const bf16* table, const unsigned int* tokens, bf16* out,
                                                   unsigned int n, unsigned int vocab, unsigned int dim) {
+    PDL_WAIT();
     embedding_forward_t(table, tokens, out, n, vocab, dim);
 }
 
@@ -45,10 +47,12 @@ __device__ void embedding_backward_t(const unsigned int* tokens, const T* gy, U*
 }
 extern "C" __global__ void embedding_backward(const unsigned int* tokens, const float* gy, float* grad,
                                               unsigned int n, unsigned int vocab, unsigned int dim) {
+    PDL_WAIT();
     embedding_backward_t(tokens, gy, grad, 0, n, vocab, dim);
 }
 extern "C" __global__ void embedding_backward_bf16(const unsigned int* tokens, const bf16* gy, bf16* grad,
                                                    unsigned int n, unsigned int vocab, unsigned int dim) {
+    PDL_WAIT();
     embedding_backward_t(tokens, gy, grad, 0, n, vocab, dim);
 }
 
@@ -65,11 +69,13 @@ __device__ void embedding_backward_parts_t(const unsigned int* tokens, const T* 
 extern "C" __global__ void embedding_backward_parts(const unsigned int* tokens, const float* gy, float* parts,
                                                     unsigned int n, unsigned int vocab, unsigned int dim,
                                                     unsigned int chunk) {
+    PDL_WAIT();
     embedding_backward_parts_t(tokens, gy, parts, n, vocab, dim, chunk);
 }
 extern "C" __global__ void embedding_backward_parts_bf16(const unsigned int* tokens, const bf16* gy, float* parts,
                                                          unsigned int n, unsigned int vocab, unsigned int dim,
                                                          unsigned int chunk) {
+    PDL_WAIT();
     embedding_backward_parts_t(tokens, gy, parts, n, vocab, dim, chunk);
 }
 
@@ -84,9 +90,11 @@ __device__ void embedding_sum_parts_t(const float* parts, unsigned int count, T*
 }
 extern "C" __global__ void embedding_sum_parts(const float* parts, unsigned int count, float* grad,
                                                unsigned int total) {
+    PDL_WAIT();
     embedding_sum_parts_t(parts, count, grad, total);
 }
 extern "C" __global__ void embedding_sum_parts_bf16(const float* parts, unsigned int count, bf16* grad,
                                                     unsigned int total) {
+    PDL_WAIT();
     embedding_sum_parts_t(parts, count, grad, total);
 }

@@ -13,6 +13,7 @@ __device__ __forceinline__ float gather_normalize(unsigned char p, unsigned int 
 
 extern "C" __global__ void gather_images(const unsigned char* pixels, const unsigned int* indices, float* out,
                                          unsigned int n, unsigned int size, unsigned int plane, GatherNorm norm) {
+    PDL_WAIT();
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n * size) return;
     unsigned int example = i / size, k = i % size;
@@ -21,6 +22,7 @@ extern "C" __global__ void gather_images(const unsigned char* pixels, const unsi
 
 extern "C" __global__ void gather_labels(const unsigned char* labels, const unsigned int* indices, unsigned int* out,
                                          unsigned int n) {
+    PDL_WAIT();
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = labels[indices[i]];
 }
@@ -54,6 +56,7 @@ extern "C" __global__ void gather_batch(const unsigned char* pixels, const unsig
                                         const unsigned int* order, const unsigned int* cursor, float* x,
                                         unsigned int* labels_out, GatherDims d, GatherNorm norm,
                                         unsigned long long base) {
+    PDL_WAIT();
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= d.n * d.size) return;
     unsigned int example = i / d.size, k = i % d.size;
@@ -89,6 +92,7 @@ extern "C" __global__ void gather_batch(const unsigned char* pixels, const unsig
 extern "C" __global__ void gather_batch_quads(const unsigned char* pixels, const unsigned char* labels,
                                               const unsigned int* order, const unsigned int* cursor, float* x,
                                               unsigned int* labels_out, GatherDims d, GatherNorm norm) {
+    PDL_WAIT();
     unsigned int q = blockIdx.x * blockDim.x + threadIdx.x, quads = d.size / 4u;
     if (q >= d.n * quads) return;
     unsigned int example = q / quads, k = (q - example * quads) * 4u;

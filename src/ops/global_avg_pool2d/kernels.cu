@@ -15,10 +15,12 @@ __device__ void global_avg_pool_forward_t(const T* x, T* y, unsigned int planes,
 }
 extern "C" __global__ void global_avg_pool_forward(const float* x, float* y, unsigned int planes,
                                                    unsigned int area) {
+    PDL_WAIT();
     global_avg_pool_forward_t(x, y, planes, area);
 }
 extern "C" __global__ void global_avg_pool_forward_bf16(const bf16* x, bf16* y, unsigned int planes,
                                                         unsigned int area) {
+    PDL_WAIT();
     global_avg_pool_forward_t(x, y, planes, area);
 }
 
@@ -29,10 +31,12 @@ __device__ void global_avg_pool_backward_t(const T* gy, T* gx, unsigned int plan
 }
 extern "C" __global__ void global_avg_pool_backward(const float* gy, float* gx, unsigned int planes,
                                                     unsigned int area) {
+    PDL_WAIT();
     global_avg_pool_backward_t(gy, gx, planes, area);
 }
 extern "C" __global__ void global_avg_pool_backward_bf16(const bf16* gy, bf16* gx, unsigned int planes,
                                                          unsigned int area) {
+    PDL_WAIT();
     global_avg_pool_backward_t(gy, gx, planes, area);
 }
 
@@ -56,10 +60,12 @@ __device__ void global_avg_pool_nhwc_forward_t(const T* x, T* y, unsigned int im
 }
 extern "C" __global__ void global_avg_pool_nhwc_forward(const float* x, float* y, unsigned int images,
                                                         unsigned int channels, unsigned int area) {
+    PDL_WAIT();
     global_avg_pool_nhwc_forward_t(x, y, images, channels, area);
 }
 extern "C" __global__ void global_avg_pool_nhwc_forward_bf16(const bf16* x, bf16* y, unsigned int images,
                                                              unsigned int channels, unsigned int area) {
+    PDL_WAIT();
     global_avg_pool_nhwc_forward_t(x, y, images, channels, area);
 }
 
@@ -76,9 +82,11 @@ __device__ void global_avg_pool_nhwc_backward_t(const T* gy, T* gx, unsigned int
 }
 extern "C" __global__ void global_avg_pool_nhwc_backward(const float* gy, float* gx, unsigned int images,
                                                          unsigned int channels, unsigned int area) {
+    PDL_WAIT();
     global_avg_pool_nhwc_backward_t(gy, gx, images, channels, area);
 }
 extern "C" __global__ void global_avg_pool_nhwc_backward_bf16(const bf16* gy, bf16* gx, unsigned int images,
                                                               unsigned int channels, unsigned int area) {
+    PDL_WAIT();
     global_avg_pool_nhwc_backward_t(gy, gx, images, channels, area);
 }

@@ -6,9 +6,11 @@ template <typename T> __device__ void bias_rows_t(const T* b, T* y, unsigned int
     if (i < n * out) y[i] = b[i % out];
 }
 extern "C" __global__ void bias_rows(const float* b, float* y, unsigned int n, unsigned int out) {
+    PDL_WAIT();
     bias_rows_t(b, y, n, out);
 }
 extern "C" __global__ void bias_rows_bf16(const bf16* b, bf16* y, unsigned int n, unsigned int out) {
+    PDL_WAIT();
     bias_rows_t(b, y, n, out);
 }
 
@@ -32,8 +34,10 @@ template <typename T> __device__ void bias_rows_grad_t(const T* gy, T* gb, unsig
     gb[j] = store<T>(total);
 }
 extern "C" __global__ void bias_rows_grad(const float* gy, float* gb, unsigned int n, unsigned int out) {
+    PDL_WAIT();
     bias_rows_grad_t(gy, gb, n, out);
 }
 extern "C" __global__ void bias_rows_grad_bf16(const bf16* gy, bf16* gb, unsigned int n, unsigned int out) {
+    PDL_WAIT();
     bias_rows_grad_t(gy, gb, n, out);
 }

@@ -27,10 +27,12 @@ __device__ void lstm_cell_forward_t(const T* x, const T* from_h, const T* c_prev
 }
 extern "C" __global__ void lstm_cell_forward(const float* x, const float* from_h, const float* c_prev, float* acts,
                                              float* h, float* c, unsigned int batch, unsigned int hidden) {
+    PDL_WAIT();
     lstm_cell_forward_t(x, from_h, c_prev, acts, h, c, batch, hidden);
 }
 extern "C" __global__ void lstm_cell_forward_bf16(const bf16* x, const bf16* from_h, const bf16* c_prev, bf16* acts,
                                                   bf16* h, bf16* c, unsigned int batch, unsigned int hidden) {
+    PDL_WAIT();
     lstm_cell_forward_t(x, from_h, c_prev, acts, h, c, batch, hidden);
 }
 
@@ -62,10 +64,12 @@ __device__ void lstm_cell_backward_t(const T* acts, const T* c, const T* c_prev,
 extern "C" __global__ void lstm_cell_backward(const float* acts, const float* c, const float* c_prev, const float* dh,
                                               const float* dc, float* gx, float* gh, float* gcp, unsigned int batch,
                                               unsigned int hidden) {
+    PDL_WAIT();
     lstm_cell_backward_t(acts, c, c_prev, dh, dc, gx, gh, gcp, batch, hidden);
 }
 extern "C" __global__ void lstm_cell_backward_bf16(const bf16* acts, const bf16* c, const bf16* c_prev, const bf16* dh,
                                                    const bf16* dc, bf16* gx, bf16* gh, bf16* gcp, unsigned int batch,
                                                    unsigned int hidden) {
+    PDL_WAIT();
     lstm_cell_backward_t(acts, c, c_prev, dh, dc, gx, gh, gcp, batch, hidden);
 }

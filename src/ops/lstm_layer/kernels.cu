@@ -57,11 +57,13 @@ __device__ void lstm_layer_product_t(const T* A, const T* Bm, float* P, unsigned
 extern "C" __global__ void lstm_layer_product(const float* A, const float* Bm, float* P, unsigned int rows,
                                               unsigned int cols, unsigned int K, unsigned int sbk, unsigned int sbn,
                                               unsigned int chunk, unsigned int row_tiles) {
+    PDL_WAIT();
     lstm_layer_product_t(A, Bm, P, rows, cols, K, sbk, sbn, chunk, row_tiles);
 }
 extern "C" __global__ void lstm_layer_product_bf16(const bf16* A, const bf16* Bm, float* P, unsigned int rows,
                                                    unsigned int cols, unsigned int K, unsigned int sbk,
                                                    unsigned int sbn, unsigned int chunk, unsigned int row_tiles) {
+    PDL_WAIT();
     lstm_layer_product_t(A, Bm, P, rows, cols, K, sbk, sbn, chunk, row_tiles);
 }
 
@@ -100,11 +102,13 @@ __device__ void lstm_layer_step_forward_t(const T* x, const float* from_h, unsig
 extern "C" __global__ void lstm_layer_step_forward(const float* x, const float* from_h, unsigned int parts,
                                                    const float* c_prev, float* acts, float* h, float* c,
                                                    unsigned int batch, unsigned int hidden) {
+    PDL_WAIT();
     lstm_layer_step_forward_t(x, from_h, parts, c_prev, acts, h, c, batch, hidden);
 }
 extern "C" __global__ void lstm_layer_step_forward_bf16(const bf16* x, const float* from_h, unsigned int parts,
                                                         const float* c_prev, bf16* acts, bf16* h, float* c,
                                                         unsigned int batch, unsigned int hidden) {
+    PDL_WAIT();
     lstm_layer_step_forward_t(x, from_h, parts, c_prev, acts, h, c, batch, hidden);
 }
 
@@ -138,12 +142,14 @@ extern "C" __global__ void lstm_layer_step_backward(const float* acts, const flo
                                                     const float* dh, const float* dc, const float* carry_h,
                                                     unsigned int parts, const float* carry_in, float* carry_out,
                                                     float* dgates, unsigned int batch, unsigned int hidden) {
+    PDL_WAIT();
     lstm_layer_step_backward_t(acts, c, c_prev, dh, dc, carry_h, parts, carry_in, carry_out, dgates, batch, hidden);
 }
 extern "C" __global__ void lstm_layer_step_backward_bf16(const bf16* acts, const float* c, const float* c_prev,
                                                          const bf16* dh, const float* dc, const float* carry_h,
                                                          unsigned int parts, const float* carry_in, float* carry_out,
                                                          bf16* dgates, unsigned int batch, unsigned int hidden) {
+    PDL_WAIT();
     lstm_layer_step_backward_t(acts, c, c_prev, dh, dc, carry_h, parts, carry_in, carry_out, dgates, batch, hidden);
 }
 
@@ -154,8 +160,10 @@ __device__ void lstm_layer_sum_parts_t(const float* P, unsigned int parts, T* ou
     if (k < n) out[k] = store<T>(lstm_layer_parts(P, parts, n, k));
 }
 extern "C" __global__ void lstm_layer_sum_parts(const float* P, unsigned int parts, float* out, unsigned int n) {
+    PDL_WAIT();
     lstm_layer_sum_parts_t(P, parts, out, n);
 }
 extern "C" __global__ void lstm_layer_sum_parts_bf16(const float* P, unsigned int parts, bf16* out, unsigned int n) {
+    PDL_WAIT();
     lstm_layer_sum_parts_t(P, parts, out, n);
 }

@@ -31,19 +31,23 @@ __device__ __forceinline__ void maxpool_window(const T* x, T* y, unsigned char* 
 
 extern "C" __global__ void maxpool_forward(const float* x, float* y, unsigned char* winner, unsigned int planes,
                                            unsigned int h, unsigned int w) {
+    PDL_WAIT();
     maxpool_window(x, y, winner, planes, h, w, false);
 }
 extern "C" __global__ void maxpool_forward_bf16(const bf16* x, bf16* y, unsigned char* winner, unsigned int planes,
                                                 unsigned int h, unsigned int w) {
+    PDL_WAIT();
     maxpool_window(x, y, winner, planes, h, w, false);
 }
 
 extern "C" __global__ void maxpool_relu_forward(const float* x, float* y, unsigned char* winner,
                                                 unsigned int planes, unsigned int h, unsigned int w) {
+    PDL_WAIT();
     maxpool_window(x, y, winner, planes, h, w, true);
 }
 extern "C" __global__ void maxpool_relu_forward_bf16(const bf16* x, bf16* y, unsigned char* winner,
                                                      unsigned int planes, unsigned int h, unsigned int w) {
+    PDL_WAIT();
     maxpool_window(x, y, winner, planes, h, w, true);
 }
 
@@ -82,10 +86,12 @@ __device__ void maxpool_backward_t(const T* gy, const T* relu_of, const unsigned
 }
 extern "C" __global__ void maxpool_backward(const float* gy, const float* relu_of, const unsigned char* winner,
                                             float* gx, unsigned int planes, unsigned int h, unsigned int w) {
+    PDL_WAIT();
     maxpool_backward_t(gy, relu_of, winner, gx, planes, h, w);
 }
 extern "C" __global__ void maxpool_backward_bf16(const bf16* gy, const bf16* relu_of, const unsigned char* winner,
                                                  bf16* gx, unsigned int planes, unsigned int h, unsigned int w) {
+    PDL_WAIT();
     maxpool_backward_t(gy, relu_of, winner, gx, planes, h, w);
 }
 
@@ -123,12 +129,14 @@ extern "C" __global__ void maxpool_window_forward(const float* x, float* y, unsi
                                                   unsigned int planes, unsigned int h, unsigned int w,
                                                   unsigned int oh, unsigned int ow, unsigned int k,
                                                   unsigned int stride, unsigned int pad) {
+    PDL_WAIT();
     maxpool_window_forward_t(x, y, winner, planes, h, w, oh, ow, k, stride, pad);
 }
 extern "C" __global__ void maxpool_window_forward_bf16(const bf16* x, bf16* y, unsigned char* winner,
                                                        unsigned int planes, unsigned int h, unsigned int w,
                                                        unsigned int oh, unsigned int ow, unsigned int k,
                                                        unsigned int stride, unsigned int pad) {
+    PDL_WAIT();
     maxpool_window_forward_t(x, y, winner, planes, h, w, oh, ow, k, stride, pad);
 }
 
@@ -163,11 +171,13 @@ extern "C" __global__ void maxpool_window_backward(const float* gy, const unsign
                                                    unsigned int planes, unsigned int h, unsigned int w,
                                                    unsigned int oh, unsigned int ow, unsigned int k,
                                                    unsigned int stride, unsigned int pad) {
+    PDL_WAIT();
     maxpool_window_backward_t(gy, winner, gx, planes, h, w, oh, ow, k, stride, pad);
 }
 extern "C" __global__ void maxpool_window_backward_bf16(const bf16* gy, const unsigned char* winner, bf16* gx,
                                                         unsigned int planes, unsigned int h, unsigned int w,
                                                         unsigned int oh, unsigned int ow, unsigned int k,
                                                         unsigned int stride, unsigned int pad) {
+    PDL_WAIT();
     maxpool_window_backward_t(gy, winner, gx, planes, h, w, oh, ow, k, stride, pad);
 }

@@ -12,10 +12,12 @@ __device__ void onehot_linear_forward_t(const T* w, const T* bias, const unsigne
 }
 extern "C" __global__ void onehot_linear_forward(const float* w, const float* bias, const unsigned int* tokens,
                                                  float* out, unsigned int n, unsigned int rows, unsigned int vocab) {
+    PDL_WAIT();
     onehot_linear_forward_t(w, bias, tokens, out, n, rows, vocab);
 }
 extern "C" __global__ void onehot_linear_forward_bf16(const bf16* w, const bf16* bias, const unsigned int* tokens,
                                                       bf16* out, unsigned int n, unsigned int rows, unsigned int vocab) {
+    PDL_WAIT();
     onehot_linear_forward_t(w, bias, tokens, out, n, rows, vocab);
 }
 
@@ -45,10 +47,12 @@ __device__ void onehot_linear_weight_grad_t(const unsigned int* tokens, const T*
 }
 extern "C" __global__ void onehot_linear_weight_grad(const unsigned int* tokens, const float* gy, float* gw,
                                                      unsigned int n, unsigned int rows, unsigned int vocab) {
+    PDL_WAIT();
     onehot_linear_weight_grad_t(tokens, gy, gw, n, rows, vocab);
 }
 extern "C" __global__ void onehot_linear_weight_grad_bf16(const unsigned int* tokens, const bf16* gy, bf16* gw,
                                                           unsigned int n, unsigned int rows, unsigned int vocab) {
+    PDL_WAIT();
     onehot_linear_weight_grad_t(tokens, gy, gw, n, rows, vocab);
 }
 
@@ -62,8 +66,10 @@ __device__ void onehot_linear_bias_grad_t(const T* gy, T* gb, unsigned int n, un
     gb[r] = store<T>(sum);
 }
 extern "C" __global__ void onehot_linear_bias_grad(const float* gy, float* gb, unsigned int n, unsigned int rows) {
+    PDL_WAIT();
     onehot_linear_bias_grad_t(gy, gb, n, rows);
 }
 extern "C" __global__ void onehot_linear_bias_grad_bf16(const bf16* gy, bf16* gb, unsigned int n, unsigned int rows) {
+    PDL_WAIT();
     onehot_linear_bias_grad_t(gy, gb, n, rows);
 }

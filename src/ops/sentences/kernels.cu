@@ -10,6 +10,7 @@ extern "C" __global__ void gather_sentences(const unsigned int* tokens, const un
                                             const unsigned int* which, unsigned int* ids, unsigned int* classes,
                                             unsigned int* last, float* weights, unsigned int steps,
                                             unsigned int batch, unsigned int rows, unsigned int order_len) {
+    PDL_WAIT();
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= steps * batch) return;
     unsigned int t = i / batch, b = i % batch;

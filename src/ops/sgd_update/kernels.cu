@@ -8,6 +8,7 @@
 extern "C" __global__ void sgd_update(float* p, const float* g, float* v, unsigned long long n,
                                       const float* lr_table, unsigned int lr_len, const unsigned int* cursor,
                                       float mu, unsigned int nesterov, float wd) {
+    PDL_WAIT();
     float lr = cursor_lr(lr_table, lr_len, cursor);
     unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
     for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {

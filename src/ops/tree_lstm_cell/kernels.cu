@@ -40,11 +40,13 @@ __device__ void tree_lstm_cell_forward_t(const T* gates, const T* c_left, const 
 extern "C" __global__ void tree_lstm_cell_forward(const float* gates, const float* c_left, const float* c_right,
                                                   float* acts, float* h, float* c, unsigned int batch,
                                                   unsigned int hidden) {
+    PDL_WAIT();
     tree_lstm_cell_forward_t(gates, c_left, c_right, acts, h, c, batch, hidden);
 }
 extern "C" __global__ void tree_lstm_cell_forward_bf16(const bf16* gates, const bf16* c_left, const bf16* c_right,
                                                        bf16* acts, bf16* h, bf16* c, unsigned int batch,
                                                        unsigned int hidden) {
+    PDL_WAIT();
     tree_lstm_cell_forward_t(gates, c_left, c_right, acts, h, c, batch, hidden);
 }
 
@@ -90,11 +92,13 @@ extern "C" __global__ void tree_lstm_cell_backward(const float* acts, const floa
                                                    const float* c_right, const float* dh, const float* dc,
                                                    float* g_gates, float* g_left, float* g_right, unsigned int batch,
                                                    unsigned int hidden) {
+    PDL_WAIT();
     tree_lstm_cell_backward_t(acts, c, c_left, c_right, dh, dc, g_gates, g_left, g_right, batch, hidden);
 }
 extern "C" __global__ void tree_lstm_cell_backward_bf16(const bf16* acts, const bf16* c, const bf16* c_left,
                                                         const bf16* c_right, const bf16* dh, const bf16* dc,
                                                         bf16* g_gates, bf16* g_left, bf16* g_right,
                                                         unsigned int batch, unsigned int hidden) {
+    PDL_WAIT();
     tree_lstm_cell_backward_t(acts, c, c_left, c_right, dh, dc, g_gates, g_left, g_right, batch, hidden);
 }

@@ -6,6 +6,7 @@
 extern "C" __global__ void gather_window(const unsigned int* tokens, const unsigned int* which, unsigned int* inputs,
                                          unsigned int* targets, unsigned int steps, unsigned int streams,
                                          unsigned int count) {
+    PDL_WAIT();
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= steps * streams) return;
     unsigned int k = which[0];
