@@ -29,6 +29,9 @@ const SMEM: usize = 8192;
 const TAPS: usize = 256;
 /// Threads a block runs at most.
 const THREADS: usize = 256;
+/// Warps of a block adding the weight gradient's group sums, 32 weights
+/// a block: kernels.cu's `DIRECT_SUMMERS`.
+const SUMMERS: usize = 8;
 /// Blocks a launch aims for: two per multiprocessor of an H100 or H200
 /// (132), so the few images of a small batch still fill the device.
 const BLOCKS: usize = 264;
@@ -293,7 +296,7 @@ impl Direct {
             let len = self.g.f * self.g.k();
             gpu.launch(
                 WEIGHT_GRAD_SUM,
-                Grid::over(len),
+                Grid::blocks(len.div_ceil(32), (32 * SUMMERS) as u32),
                 &[
                     partials.into(),
                     gw.into(),
