@@ -2,17 +2,18 @@
 // Every source a device is handed is compiled after this one, in one
 // translation unit, so the device helpers below serve them all.
 
-// The first statement of every kernel (`extern "C" __global__`; a test in
-// kernels.rs checks each source). On sm_90 and later the backend launches
-// our kernels as programmatic dependents of the launch before them
-// (`cuLaunchKernelEx`, PROGRAMMATIC_STREAM_SERIALIZATION): the driver may
-// start a kernel once the previous one's blocks have all exited, before its
-// completion and memory flush, which hides the launch gap between two
-// kernels of a replayed step. This waits for the previous grid to complete
-// and its writes to be visible, before any thread reads or writes memory or
-// returns, so every kernel still sees what the ones before it wrote (and,
-// since each waited on its own predecessor, what every earlier one wrote).
-// Launched without the attribute, or on an older GPU, it does nothing.
+// The first statement of every kernel (`extern "C" __global__`; a unit
+// test, src/ops/tests.rs, checks every source). On sm_90 and later the
+// backend launches our kernels as programmatic dependents of the launch
+// before them (`cuLaunchKernelEx`, PROGRAMMATIC_STREAM_SERIALIZATION): the
+// driver may start a kernel once the previous one's blocks have all
+// exited, before its completion and memory flush, which hides the launch
+// gap between two kernels of a replayed step. This waits for the previous
+// grid to complete and its writes to be visible, before any thread reads
+// or writes memory or returns, so every kernel still sees what the ones
+// before it wrote (and, since each waited on its own predecessor, what
+// every earlier one wrote). Launched without the attribute, or on an older
+// GPU, it does nothing.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
 #else

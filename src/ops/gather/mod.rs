@@ -285,7 +285,8 @@ impl<'s> Step<'s> {
                     Arg::U64(base),
                 ];
                 // Four pixels a thread where no pixel moves and a float4
-                // never spans two planes (every plane a multiple of four).
+                // never spans two planes (every plane a multiple of four);
+                // it draws nothing, so it takes all but the draws' base.
                 if augment.is_none() && (d[1] * d[2]).is_multiple_of(4) {
                     gpu.launch(GATHER_BATCH_QUADS, Grid::over(at.len * size / 4), &args[..8])
                 } else {
