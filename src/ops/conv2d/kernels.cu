@@ -381,6 +381,54 @@ __device__ __forceinline__ void weight_grad_load(float* sm, const float* x, cons
         [&](unsigned int i, float v) { sm[xlen + ((i % p) * chunks + i / p / 4) * 4 + i / p % 4] = v; });
 }
 
+// Every image of the block's group (`ipg` from blockIdx.y * ipg) in turn,
+// staged by weight_grad_load, then `body(image, gradient)` run by the
+// threads that hold a slice (`mine`); all threads reach the barriers.
+template <typename Body>
+__device__ __forceinline__ void weight_grad_images(float4* sm4, const float* x, const float* gy, unsigned int n,
+                                                   unsigned int c, unsigned int plane, unsigned int f,
+                                                   unsigned int p, unsigned int f0, unsigned int fpb,
+                                                   unsigned int ipg, bool mine, Body body) {
+    float* sm = reinterpret_cast<float*>(sm4);
+    unsigned int xlen = (c * plane + 3) & ~3u, group = blockIdx.y;
+    unsigned int last = min(n, (group + 1) * ipg);
+    for (unsigned int img = group * ipg; img < last; img++) {
+        __syncthreads();
+        weight_grad_load(sm, x, gy, img, c, plane, f, p, f0, fpb, xlen);
+        __syncthreads();
+        if (mine) body(sm, sm4 + xlen / 4);
+    }
+}
+
+// The slices' sums of a thread's W float4s (item, slice s: thread s ·
+// items + item), added in slice order through shared memory by slice 0's
+// threads; sum k's four filters (fo on, those below f) go to out[k], out[k
+// + stride], ...
+template <unsigned int W>
+__device__ __forceinline__ void weight_grad_store(float4* sm4, const float4* a, bool mine, unsigned int items,
+                                                  unsigned int slices, unsigned int item, unsigned int s, float* out,
+                                                  unsigned int stride, unsigned int fo, unsigned int f) {
+    __syncthreads();
+    if (mine) {
+#pragma unroll
+        for (unsigned int k = 0; k < W; k++) sm4[threadIdx.x * W + k] = a[k];
+    }
+    __syncthreads();
+    if (s != 0) return;
+    for (unsigned int k = 0; k < W; k++) {
+        float4 sum = sm4[item * W + k];
+        for (unsigned int sl = 1; sl < slices; sl++) {
+            float4 q = sm4[(sl * items + item) * W + k];
+            sum.x += q.x;
+            sum.y += q.y;
+            sum.z += q.z;
+            sum.w += q.w;
+        }
+        float r[4] = {sum.x, sum.y, sum.z, sum.w};
+        for (unsigned int e = 0; e < 4 && fo + e < f; e++) out[(size_t)e * stride + k] = r[e];
+    }
+}
+
 // partial[group, fo, t] = sum over the group's images (`ipg` from
 // blockIdx.y * ipg) and over the output pixels of gy[img, fo, oy, ox] *
 // x[img, ci, oy+ky, ox+kx], tap t = (ci * kh + ky) * kw + kx, for the
@@ -394,49 +442,24 @@ extern "C" __global__ void conv_direct_weight_grad(const float* x, const float* 
                                                    unsigned int ipg, unsigned int slices) {
     PDL_WAIT();
     __shared__ float4 sm4[DIRECT_SMEM / 4];
-    float* sm = reinterpret_cast<float*>(sm4);
-    unsigned int f0 = blockIdx.x * fpb, group = blockIdx.y;
-    unsigned int plane = h * wd, taps = c * kh * kw, oh = h - kh + 1, ow = wd - kw + 1, p = oh * ow;
-    unsigned int xlen = (c * plane + 3) & ~3u, chunks = fpb / 4, items = taps * chunks;
+    unsigned int f0 = blockIdx.x * fpb;
+    unsigned int plane = h * wd, taps = c * kh * kw, oh = h - kh + 1, ow = wd - kw + 1;
+    unsigned int chunks = fpb / 4, items = taps * chunks;
     unsigned int item = threadIdx.x % items, s = threadIdx.x / items;
     unsigned int t = item % taps, j = item / taps;
     bool mine = s < slices;
     unsigned int xoff = (t / (kh * kw)) * plane + (t / kw % kh) * wd + t % kw;
-    const float4* gs = sm4 + xlen / 4;
-    float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    unsigned int last = min(n, (group + 1) * ipg);
-    for (unsigned int img = group * ipg; img < last; img++) {
-        __syncthreads();
-        weight_grad_load(sm, x, gy, img, c, plane, f, p, f0, fpb, xlen);
-        __syncthreads();
-        if (!mine) continue;
-        for (unsigned int oy = s; oy < oh; oy += slices) {
-            const float* xr = sm + xoff + oy * wd;
-            const float4* gr = gs + oy * ow * chunks + j;
-            for (unsigned int ox = 0; ox < ow; ox++) {
-                float v = xr[ox];
-                float4 q = gr[ox * chunks];
-                fma4(v, q, a);
-            }
-        }
-    }
-    // The slices' sums, in slice order, through shared memory.
-    __syncthreads();
-    if (mine) sm4[threadIdx.x] = a;
-    __syncthreads();
-    if (s != 0) return;
-    float4 sum = sm4[item];
-    for (unsigned int k = 1; k < slices; k++) {
-        float4 q = sm4[k * items + item];
-        sum.x += q.x;
-        sum.y += q.y;
-        sum.z += q.z;
-        sum.w += q.w;
-    }
-    float r[4] = {sum.x, sum.y, sum.z, sum.w};
-    unsigned int fo = f0 + 4 * j;
-    float* out = partial + ((size_t)group * f + fo) * taps + t;
-    for (unsigned int e = 0; e < 4 && fo + e < f; e++) out[(size_t)e * taps] = r[e];
+    float4 a[1] = {make_float4(0.0f, 0.0f, 0.0f, 0.0f)};
+    weight_grad_images(sm4, x, gy, n, c, plane, f, oh * ow, f0, fpb, ipg, mine,
+                       [&](const float* sm, const float4* gs) {
+                           for (unsigned int oy = s; oy < oh; oy += slices) {
+                               const float* xr = sm + xoff + oy * wd;
+                               const float4* gr = gs + oy * ow * chunks + j;
+                               for (unsigned int ox = 0; ox < ow; ox++) fma4(xr[ox], gr[ox * chunks], a[0]);
+                           }
+                       });
+    weight_grad_store<1>(sm4, a, mine, items, slices, item, s,
+                         partial + ((size_t)blockIdx.y * f + f0 + 4 * j) * taps + t, taps, f0 + 4 * j, f);
 }
 
 // conv_direct_weight_grad for filters KW wide, a thread summing a whole row
@@ -451,63 +474,39 @@ __device__ void conv_direct_weight_grad_rows(const float* x, const float* gy, fl
                                              unsigned int kh, unsigned int fpb, unsigned int ipg,
                                              unsigned int slices) {
     __shared__ float4 sm4[DIRECT_SMEM / 4];
-    float* sm = reinterpret_cast<float*>(sm4);
-    unsigned int f0 = blockIdx.x * fpb, group = blockIdx.y;
-    unsigned int plane = h * wd, rows = c * kh, oh = h - kh + 1, ow = wd - KW + 1, p = oh * ow;
-    unsigned int xlen = (c * plane + 3) & ~3u, chunks = fpb / 4, items = rows * chunks;
+    unsigned int f0 = blockIdx.x * fpb;
+    unsigned int plane = h * wd, rows = c * kh, oh = h - kh + 1, ow = wd - KW + 1;
+    unsigned int chunks = fpb / 4, items = rows * chunks;
     unsigned int item = threadIdx.x % items, s = threadIdx.x / items;
     unsigned int row = item % rows, j = item / rows;
     bool mine = s < slices;
     unsigned int xoff = (row / kh) * plane + (row % kh) * wd;
-    const float4* gs = sm4 + xlen / 4;
     float4 a[KW];
 #pragma unroll
     for (unsigned int k = 0; k < KW; k++) a[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    unsigned int last = min(n, (group + 1) * ipg);
-    for (unsigned int img = group * ipg; img < last; img++) {
-        __syncthreads();
-        weight_grad_load(sm, x, gy, img, c, plane, f, p, f0, fpb, xlen);
-        __syncthreads();
-        if (!mine) continue;
-        for (unsigned int oy = s; oy < oh; oy += slices) {
-            const float* xr = sm + xoff + oy * wd;
-            const float4* gr = gs + oy * ow * chunks + j;
-            float v[KW];
+    weight_grad_images(sm4, x, gy, n, c, plane, f, oh * ow, f0, fpb, ipg, mine,
+                       [&](const float* sm, const float4* gs) {
+                           for (unsigned int oy = s; oy < oh; oy += slices) {
+                               const float* xr = sm + xoff + oy * wd;
+                               const float4* gr = gs + oy * ow * chunks + j;
+                               float v[KW];
 #pragma unroll
-            for (unsigned int k = 0; k + 1 < KW; k++) v[k + 1] = xr[k];
-            for (unsigned int ox = 0; ox < ow; ox++) {
+                               for (unsigned int k = 0; k + 1 < KW; k++) v[k + 1] = xr[k];
+                               for (unsigned int ox = 0; ox < ow; ox++) {
 #pragma unroll
-                for (unsigned int k = 0; k + 1 < KW; k++) v[k] = v[k + 1];
-                v[KW - 1] = xr[ox + KW - 1];
-                float4 q = gr[ox * chunks];
+                                   for (unsigned int k = 0; k + 1 < KW; k++) v[k] = v[k + 1];
+                                   v[KW - 1] = xr[ox + KW - 1];
+                                   float4 q = gr[ox * chunks];
 #pragma unroll
-                for (unsigned int k = 0; k < KW; k++) fma4(v[k], q, a[k]);
-            }
-        }
-    }
-    // The slices' sums, in slice order, through shared memory: KW float4s
-    // a thread (direct.rs keeps THREADS · KW · 4 within DIRECT_SMEM).
-    __syncthreads();
-    if (mine) {
-#pragma unroll
-        for (unsigned int k = 0; k < KW; k++) sm4[threadIdx.x * KW + k] = a[k];
-    }
-    __syncthreads();
-    if (s != 0) return;
-    unsigned int fo = f0 + 4 * j, taps = rows * KW;
-    for (unsigned int k = 0; k < KW; k++) {
-        float4 sum = sm4[item * KW + k];
-        for (unsigned int sl = 1; sl < slices; sl++) {
-            float4 q = sm4[(sl * items + item) * KW + k];
-            sum.x += q.x;
-            sum.y += q.y;
-            sum.z += q.z;
-            sum.w += q.w;
-        }
-        float r[4] = {sum.x, sum.y, sum.z, sum.w};
-        float* out = partial + ((size_t)group * f + fo) * taps + row * KW + k;
-        for (unsigned int e = 0; e < 4 && fo + e < f; e++) out[(size_t)e * taps] = r[e];
-    }
+                                   for (unsigned int k = 0; k < KW; k++) fma4(v[k], q, a[k]);
+                               }
+                           }
+                       });
+    // KW float4s a thread in shared memory: direct.rs keeps THREADS · KW ·
+    // 4 within DIRECT_SMEM.
+    weight_grad_store<KW>(sm4, a, mine, items, slices, item, s,
+                          partial + ((size_t)blockIdx.y * f + f0 + 4 * j) * (rows * KW) + row * KW, rows * KW,
+                          f0 + 4 * j, f);
 }
 extern "C" __global__ void conv_direct_weight_grad_rows3(const float* x, const float* gy, float* partial,
                                                          unsigned int n, unsigned int c, unsigned int h,
