@@ -374,6 +374,25 @@ mod tests {
         ConvDims::new([n, c, hw, hw], [f, k, k], 1, 0, DType::F32, false)
     }
 
+    /// The sizes this file launches by are the ones kernels.cu indexes by:
+    /// a block of fewer summing warps than the kernel adds would leave
+    /// groups out of a weight's gradient; a larger shared-memory bound here
+    /// would overrun the kernel's arrays.
+    #[test]
+    fn the_launch_sizes_are_the_kernels_own() {
+        let source = include_str!("kernels.cu");
+        let define = |name: &str| -> usize {
+            let line = source
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("#define {name} ")))
+                .unwrap_or_else(|| panic!("kernels.cu defines no {name}"));
+            line.trim().parse().unwrap_or_else(|e| panic!("{name} {line:?}: {e}"))
+        };
+        assert_eq!(define("DIRECT_SMEM"), SMEM);
+        assert_eq!(define("DIRECT_TAPS"), TAPS);
+        assert_eq!(define("DIRECT_SUMMERS"), SUMMERS);
+    }
+
     /// The MNIST CNN's two convolutions, at the batches the README and the
     /// benchmarks train with, run here; ResNet's padded and 1×1 ones, a
     /// bf16 or channels-last step's, and filters of more than 256 taps do
